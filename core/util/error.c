@@ -30,12 +30,29 @@ int bk_error_prefix(bk_error *err, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    if (n < 0)
+    if (n <= 0)
         return err->code;
-    char joined[BK_ERROR_MESSAGE_MAX];
-    snprintf(joined, sizeof joined, "%s%s", prefix, err->message);
-    memcpy(err->message, joined, sizeof joined);
+    /* shift the message right and put the prefix in front, truncating the end if it must */
+    size_t plen = strlen(prefix), mlen = strlen(err->message), cap = sizeof err->message - 1;
+    if (plen > cap)
+        plen = cap;
+    if (plen + mlen > cap)
+        mlen = cap - plen;
+    memmove(err->message + plen, err->message, mlen);
+    memcpy(err->message, prefix, plen);
+    err->message[plen + mlen] = '\0';
     return err->code;
+}
+
+void bk_copy_text(char *dst, size_t size, const char *src)
+{
+    if (!size)
+        return;
+    size_t n = strlen(src);
+    if (n >= size)
+        n = size - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
 }
 
 void bk_error_clear(bk_error *err)

@@ -5,6 +5,7 @@
 
 #include <biaskit/plugin.h>
 #include <stdarg.h>
+#include <stddef.h>
 
 #define BK_ERROR_MESSAGE_MAX 2048
 
@@ -34,6 +35,9 @@ int bk_vfail(bk_error *err, int code, const char *fmt, va_list ap);
 
 /* Prepends context to an existing message ("while loading X: " + message); returns err->code. */
 int bk_error_prefix(bk_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Copies `src` into dst[size], truncating; always terminates (size > 0). */
+void bk_copy_text(char *dst, size_t size, const char *src);
 
 /* Clears err to BK_OK with an empty message. */
 void bk_error_clear(bk_error *err);

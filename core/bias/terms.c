@@ -1,0 +1,223 @@
+#include "bias/terms.h"
+
+#include "bias/mix.h"
+#include "device.h"
+#include "util/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Turns a plugin's biaskit_error into an engine error naming the term. */
+static int term_fail(bk_error *err, const bk_term *t, const biaskit_error *pe, const char *what)
+{
+    int code = pe->code ? pe->code : BK_ERR_PLUGIN;
+    return bk_fail(err, code, "term '%s' (plugin %s, %s): %s failed: %s", t->label, t->plugin->desc->name,
+                   t->plugin->path, what, pe->message[0] ? pe->message : "no message given");
+}
+
+static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experiment *exp, bk_registry *reg,
+                       const biaskit_geometry *geo, bk_error *err)
+{
+    int rc = bk_registry_load(reg, cfg->plugin, &t->plugin, err);
+    if (rc)
+        return bk_error_prefix(err, "%s:%u:%u: [[term]] #%d: ", cfg->pos.source, cfg->pos.line, cfg->pos.column,
+                               cfg->index);
+    const biaskit_plugin *d = t->plugin->desc;
+    t->index = cfg->index;
+    t->n_heads = geo->n_heads;
+    t->stream = cfg->stream;
+    t->weight = cfg->weight;
+    snprintf(t->label, sizeof t->label, "%s", cfg->name ? cfg->name : d->name);
+
+    char where[128];
+    snprintf(where, sizeof where, "[[term]] #%d (%s)", cfg->index, d->name);
+    if (!(d->capabilities & BIASKIT_CAP_TABLE))
+        return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
+                          "%s: plugin '%s' has no distance table (capabilities: other than table); it cannot be a bias term",
+                          where, d->name);
+    if ((rc = bk_config_view_init(&t->view, d, cfg->table, cfg->pos, where, err)))
+        return rc;
+
+    biaskit_error pe = {0};
+    if ((rc = d->create(bk_services(), &t->view, geo, &t->instance, &pe)) != BIASKIT_OK) {
+        t->instance = NULL;
+        return term_fail(err, t, &pe, "create()");
+    }
+    t->per_layer = cfg->per_layer >= 0 ? cfg->per_layer : (d->flags & BIASKIT_FLAG_PER_LAYER) != 0;
+    t->n_copies = t->per_layer ? (int)exp->model.layers : 1;
+    t->n_params = d->param_count ? d->param_count(t->instance) : 0;
+    if (t->n_params < 0)
+        return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): param_count() returned %lld", t->label, d->name,
+                       (long long)t->n_params);
+    if (t->n_params > 0) {
+        t->theta = calloc((size_t)t->n_params * (size_t)t->n_copies, sizeof *t->theta);
+        if (!t->theta)
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory for the parameters of term '%s'", t->label);
+        for (int l = 0; l < t->n_copies; l++) {
+            float *theta = bk_term_theta(t, l);
+            uint64_t seed = bk_derive_seed((uint64_t)exp->train.seed, (uint64_t)t->index, (uint64_t)l);
+            if (d->param_init(t->instance, theta, seed, &pe) != BIASKIT_OK)
+                return term_fail(err, t, &pe, "param_init()");
+            if (d->param_project)
+                d->param_project(t->instance, theta);
+        }
+    }
+    return BK_OK;
+}
+
+int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg, bk_error *err)
+{
+    memset(set, 0, sizeof *set);
+    set->mixing = (bk_mixing)exp->attention.mixing;
+    set->geometry = (biaskit_geometry){
+        .struct_size = sizeof(biaskit_geometry),
+        .n_layers = (int32_t)exp->model.layers,
+        .n_heads = (int32_t)exp->model.heads,
+        .d_model = (int32_t)exp->model.dim,
+        .d_head = (int32_t)bk_experiment_head_dim(exp),
+        .vocab_size = (int32_t)exp->model.vocab,
+        .train_length = (int32_t)exp->train.length,
+    };
+    if (exp->n_terms == 0)
+        return BK_OK;
+    set->terms = calloc((size_t)exp->n_terms, sizeof *set->terms);
+    if (!set->terms)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory creating terms");
+    int rc = BK_OK;
+    for (int i = 0; i < exp->n_terms && !rc; i++) {
+        rc = create_term(&set->terms[i], &exp->terms[i], exp, reg, &set->geometry, err);
+        set->n = i + 1;
+    }
+    for (int i = 0; i < set->n && !rc; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(set->terms[i].label, set->terms[j].label) == 0)
+                snprintf(set->terms[i].label, sizeof set->terms[i].label, "%s#%d", set->terms[i].plugin->desc->name,
+                         set->terms[i].index);
+    for (int s = 0; s < BK_STREAM_COUNT && !rc; s++) {
+        double weights[256];
+        const char *labels[256];
+        int idx[256], n = 0;
+        for (int i = 0; i < set->n && n < 256; i++)
+            if ((int)set->terms[i].stream == s) {
+                idx[n] = i;
+                weights[n] = set->terms[i].weight;
+                labels[n++] = set->terms[i].label;
+            }
+        rc = bk_mix_weights(set->mixing, weights, labels, n, err);
+        for (int k = 0; k < n && !rc; k++)
+            set->terms[idx[k]].weight = weights[k];
+    }
+    if (rc)
+        bk_terms_free(set);
+    return rc;
+}
+
+void bk_terms_free(bk_term_set *set)
+{
+    if (!set)
+        return;
+    for (int i = 0; i < set->n; i++) {
+        bk_term *t = &set->terms[i];
+        if (t->instance)
+            t->plugin->desc->destroy(t->instance);
+        free(t->theta);
+    }
+    free(set->terms);
+    memset(set, 0, sizeof *set);
+}
+
+float *bk_term_theta(const bk_term *term, int layer)
+{
+    if (!term->theta)
+        return NULL;
+    int copy = term->n_copies > 1 ? layer : 0;
+    return term->theta + (size_t)copy * (size_t)term->n_params;
+}
+
+static int check_finite(const bk_term *term, const float *table, int32_t heads, int32_t distances, const char *where,
+                        bk_error *err)
+{
+    for (int32_t h = 0; h < heads; h++)
+        for (int32_t d = 0; d < distances; d++) {
+            float v = table[(size_t)h * (size_t)distances + (size_t)d];
+            if (!isfinite(v))
+                return bk_fail(err, BK_ERR_PLUGIN,
+                               "term '%s' (plugin %s, %s): %s table has a non-finite value %g at head %d, distance %d",
+                               term->label, term->plugin->desc->name, term->plugin->path, where, (double)v, h, d);
+        }
+    return BK_OK;
+}
+
+int bk_term_table(const bk_term *term, int layer, int32_t distances, float *table, bk_error *err)
+{
+    if (distances <= 0)
+        return bk_fail(err, BK_ERR_INVALID, "table length must be positive, got %d", distances);
+    biaskit_error pe = {0};
+    if (term->plugin->desc->table(term->instance, bk_term_theta(term, layer), distances, table, &pe) != BIASKIT_OK)
+        return term_fail(err, term, &pe, "table()");
+    return check_finite(term, table, term->n_heads, distances, "host", err);
+}
+
+int bk_terms_mixed_table(const bk_term_set *set, int layer, bk_stream stream, int32_t distances, float *out,
+                         int *n_terms, bk_error *err)
+{
+    size_t n = (size_t)set->geometry.n_heads * (size_t)distances;
+    int count = 0;
+    for (int i = 0; i < set->n; i++)
+        count += set->terms[i].stream == stream;
+    *n_terms = count;
+    if (count == 0) {
+        memset(out, 0, n * sizeof *out);
+        return BK_OK;
+    }
+    float **tables = calloc((size_t)count, sizeof *tables);
+    double *weights = calloc((size_t)count, sizeof *weights);
+    int rc = tables && weights ? BK_OK : bk_fail(err, BK_ERR_NOMEM, "out of memory mixing tables");
+    for (int i = 0, k = 0; i < set->n && !rc; i++) {
+        const bk_term *t = &set->terms[i];
+        if (t->stream != stream)
+            continue;
+        weights[k] = t->weight;
+        if (!(tables[k] = malloc(n * sizeof **tables)))
+            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the table of term '%s'", t->label);
+        else
+            rc = bk_term_table(t, layer, distances, tables[k], err);
+        k++;
+    }
+    if (!rc)
+        bk_mix_tables(set->mixing, (const float *const *)tables, weights, count, n, out);
+    for (int k = 0; tables && k < count; k++)
+        free(tables[k]);
+    free(tables);
+    free(weights);
+    return rc;
+}
+
+int bk_term_table_cuda(const bk_term *term, int layer, int32_t distances, float *table, bk_error *err)
+{
+    if (distances <= 0)
+        return bk_fail(err, BK_ERR_INVALID, "table length must be positive, got %d", distances);
+    const biaskit_plugin *d = term->plugin->desc;
+    if (!d->table_cuda) /* the engine's fallback: the host table is what the device would use */
+        return bk_term_table(term, layer, distances, table, err);
+    size_t n = (size_t)term->n_heads * (size_t)distances;
+    size_t n_theta = term->theta ? (size_t)term->n_params : 0;
+    void *dev_table = NULL, *dev_theta = NULL;
+    int rc = bk_device_alloc(&dev_table, n * sizeof(float), err);
+    if (!rc && n_theta)
+        rc = bk_device_alloc(&dev_theta, n_theta * sizeof(float), err);
+    if (!rc && n_theta)
+        rc = bk_device_upload(dev_theta, bk_term_theta(term, layer), n_theta * sizeof(float), err);
+    if (!rc) {
+        biaskit_error pe = {0};
+        if (d->table_cuda(term->instance, dev_theta, distances, dev_table, NULL, &pe) != BIASKIT_OK)
+            rc = term_fail(err, term, &pe, "table_cuda()");
+    }
+    if (!rc)
+        rc = bk_device_download(table, dev_table, n * sizeof(float), err);
+    bk_device_free(dev_table);
+    bk_device_free(dev_theta);
+    return rc ? rc : check_finite(term, table, term->n_heads, distances, "CUDA", err);
+}

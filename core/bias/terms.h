@@ -1,0 +1,55 @@
+/* The positional terms of an experiment: one plugin instance per [[term]], its parameters (one copy,
+ * or one per layer), and the tables they produce. */
+#ifndef BK_TERMS_H
+#define BK_TERMS_H
+
+#include "config/experiment.h"
+#include "plugin/host.h"
+#include "plugin/services.h"
+
+typedef struct bk_term {
+    const bk_plugin *plugin;
+    biaskit_config view; /* the plugin reads its options through this */
+    void *instance;
+    char label[64];      /* the term's name */
+    int index;           /* 1-based [[term]] position */
+    int32_t n_heads;     /* rows of the term's tables */
+    bk_stream stream;
+    double weight;       /* mixing weight, completed by bk_mix_weights */
+    int per_layer;
+    int64_t n_params;    /* floats per copy */
+    int n_copies;        /* n_layers when per_layer, else 1 */
+    float *theta;        /* n_copies * n_params, initialised and projected */
+} bk_term;
+
+typedef struct bk_term_set {
+    bk_term *terms;
+    int n;
+    bk_mixing mixing;
+    biaskit_geometry geometry;
+} bk_term_set;
+
+/* Load each term's plugin from `reg`, check its options, create its instance, allocate and
+ * initialise its parameters (seeded from [train] seed, the term and the layer), project them, and
+ * complete the mixing weights per stream. Every error names the term and its position. */
+int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg, bk_error *err);
+void bk_terms_free(bk_term_set *set);
+
+/* Parameters of `term` used by `layer`. NULL when the term has none. */
+float *bk_term_theta(const bk_term *term, int layer);
+
+/* Host table of one term for one layer: table[h * distances + d]; rejects non-finite values with a
+ * message naming the plugin, head and distance. */
+int bk_term_table(const bk_term *term, int layer, int32_t distances, float *table, bk_error *err);
+
+/* The mixed table of every term on `stream` for `layer` (n_heads * distances floats). *n_terms is
+ * set to the number of terms on the stream; with none, the table is all zeros. */
+int bk_terms_mixed_table(const bk_term_set *set, int layer, bk_stream stream, int32_t distances, float *out,
+                         int *n_terms, bk_error *err);
+
+/* Table of one term for one layer computed on the GPU with the plugin's table_cuda and copied back
+ * into host memory `table`; a plugin without device code gets its host table (the engine's
+ * fallback). The caller checks first that a GPU answers (bk_device_probe). */
+int bk_term_table_cuda(const bk_term *term, int layer, int32_t distances, float *table, bk_error *err);
+
+#endif

@@ -1,0 +1,215 @@
+/* biaskit bias: each head's distance table for one layer of an experiment: the first thing a plugin
+ * author looks at. Prints the tables (a readable subset of distances, or all of them) and can write
+ * every value as CSV. */
+#include "bias/mix.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "device.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char help[] =
+    "usage: biaskit bias <experiment.toml> [--layer N] [--length L] [--all] [--terms]\n"
+    "                    [--csv FILE] [--device auto|cpu|cuda] [--set section.key=value]...\n\n"
+    "Computes the distance table T[h][d] of every [[term]] of the experiment for one layer and\n"
+    "prints, per position stream, the mixed table the attention adds to its scores (after the\n"
+    "1/sqrt(d_head) scale): one column per head, one row per distance d = i - j.\n\n"
+    "  --layer N     layer to show (default 0; matters for per-layer parameters)\n"
+    "  --length L    sequence length: distances 0 .. L-1 (default [train] length)\n"
+    "  --all         print every distance (default: 0..16, then powers of two, then L-1)\n"
+    "  --terms       also print each term's own table before the mix\n"
+    "  --csv FILE    write every value as CSV: layer,stream,table,head,distance,value\n"
+    "                (table is a term's name, or \"mixed\"); FILE '-' is standard output\n"
+    "  --device D    compute the tables with the plugins' CUDA code (cuda), on the host (cpu),\n"
+    "                or as [run] device says (auto: CUDA when a GPU answers)\n"
+    "  --set K=V     override a value of the experiment file (repeatable)\n";
+
+/* The rows shown without --all: every distance up to 16, then powers of two, then the last. */
+static int shown(int32_t d, int32_t distances, int all)
+{
+    return all || d <= 16 || d == distances - 1 || (d & (d - 1)) == 0;
+}
+
+static void print_table(FILE *out, const char *title, const float *table, int32_t heads, int32_t distances,
+                        int all)
+{
+    if (!out)
+        return;
+    fprintf(out, "\n%s\n%8s", title, "d");
+    for (int32_t h = 0; h < heads; h++) {
+        char name[16];
+        snprintf(name, sizeof name, "h%d", h);
+        fprintf(out, " %11s", name);
+    }
+    fprintf(out, "\n");
+    for (int32_t d = 0; d < distances; d++) {
+        if (!shown(d, distances, all))
+            continue;
+        if (!all && d > 16 && !shown(d - 1, distances, all))
+            fprintf(out, "%8s\n", "...");
+        fprintf(out, "%8d", d);
+        for (int32_t h = 0; h < heads; h++)
+            fprintf(out, " %11.6g", (double)table[(size_t)h * (size_t)distances + (size_t)d]);
+        fprintf(out, "\n");
+    }
+}
+
+static void write_csv(FILE *f, int layer, const char *stream, const char *name, const float *table, int32_t heads,
+                      int32_t distances)
+{
+    for (int32_t h = 0; h < heads; h++)
+        for (int32_t d = 0; d < distances; d++)
+            fprintf(f, "%d,%s,%s,%d,%d,%.9g\n", layer, stream, name, h, d,
+                    (double)table[(size_t)h * (size_t)distances + (size_t)d]);
+}
+
+typedef struct bias_options {
+    long layer, length;
+    int all, terms, use_cuda;
+    const char *csv;
+} bias_options;
+
+/* `out` gets the readable tables (NULL: none), `csv` the values (NULL: none). */
+static int run(bk_session *s, const bias_options *o, FILE *out, FILE *csv, bk_error *err)
+{
+    const bk_term_set *set = &s->terms;
+    int32_t heads = set->geometry.n_heads, D = (int32_t)o->length;
+    size_t n = (size_t)heads * (size_t)D;
+    float *mixed = malloc(n * sizeof *mixed);
+    float **tables = calloc(set->n ? (size_t)set->n : 1, sizeof *tables);
+    double *weights = calloc(set->n ? (size_t)set->n : 1, sizeof *weights);
+    if (!mixed || !tables || !weights) {
+        free(mixed), free(tables), free(weights);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for %d heads x %d distances", heads, D);
+    }
+    int rc = BK_OK;
+    char mixing[16];
+    bk_choice_name(BK_MIXING_CHOICES, set->mixing, mixing, sizeof mixing);
+    if (set->n == 0 && out)
+        fprintf(out, "\nno [[term]] tables: every bias is 0 (NoPE)\n");
+    for (int stream = 0; stream < BK_STREAM_COUNT && !rc; stream++) {
+        char stream_name[16];
+        bk_choice_name(BK_STREAM_CHOICES, stream, stream_name, sizeof stream_name);
+        int k = 0;
+        char members[512] = "";
+        size_t used = 0;
+        for (int i = 0; i < set->n && !rc; i++) {
+            const bk_term *t = &set->terms[i];
+            if ((int)t->stream != stream)
+                continue;
+            if (!(tables[k] = malloc(n * sizeof **tables))) {
+                rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the table of term '%s'", t->label);
+                break;
+            }
+            rc = o->use_cuda ? bk_term_table_cuda(t, (int)o->layer, D, tables[k], err)
+                             : bk_term_table(t, (int)o->layer, D, tables[k], err);
+            weights[k] = t->weight;
+            if (used < sizeof members)
+                used += (size_t)snprintf(members + used, sizeof members - used, "%s%g x %s", k ? " + " : "",
+                                         t->weight, t->label);
+            if (!rc && o->terms) {
+                char title[160];
+                snprintf(title, sizeof title, "term %s (plugin %s), layer %ld, stream %s", t->label,
+                         t->plugin->desc->name, o->layer, stream_name);
+                print_table(out, title, tables[k], heads, D, o->all);
+            }
+            if (!rc && csv)
+                write_csv(csv, (int)o->layer, stream_name, t->label, tables[k], heads, D);
+            k++;
+        }
+        if (!rc && k > 0) {
+            bk_mix_tables(set->mixing, (const float *const *)tables, weights, k, n, mixed);
+            char title[700];
+            snprintf(title, sizeof title, "layer %ld, stream %s: %s mixing of %s", o->layer, stream_name, mixing,
+                     members);
+            print_table(out, title, mixed, heads, D, o->all);
+            if (csv)
+                write_csv(csv, (int)o->layer, stream_name, "mixed", mixed, heads, D);
+        }
+        for (int i = 0; i < k; i++) {
+            free(tables[i]);
+            tables[i] = NULL;
+        }
+    }
+    free(mixed), free(tables), free(weights);
+    return rc;
+}
+
+int bk_cmd_bias(int argc, char **argv)
+{
+    static const bk_arg_spec specs[] = {{"help", 0, 0},   {"layer", 1, 0}, {"length", 1, 0}, {"all", 0, 0},
+                                        {"terms", 0, 0},  {"csv", 1, 0},   {"device", 1, 0}, {"set", 1, 1}};
+    bk_args args;
+    bk_error err;
+    if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit bias", &args, &err))
+        return bk_report(&err);
+    if (bk_args_get(&args, "help")) {
+        fputs(help, stdout);
+        return 0;
+    }
+    if (args.n_positional != 1) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit bias: expected one experiment file; see 'biaskit bias --help'");
+        return bk_report(&err);
+    }
+    const char *sets[BK_ARGS_MAX];
+    size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
+    bk_session s;
+    if (bk_session_open(&s, args.positional[0], sets, n_sets, &err))
+        return bk_report(&err);
+
+    bias_options o = {0};
+    o.all = bk_args_get(&args, "all") != NULL;
+    o.terms = bk_args_get(&args, "terms") != NULL;
+    o.length = s.exp.train.length;
+    o.csv = bk_args_get(&args, "csv");
+    const char *v;
+    int rc = BK_OK;
+    if ((v = bk_args_get(&args, "layer")))
+        rc = bk_args_int("layer", v, 0, (long)s.exp.model.layers - 1, &o.layer, &err);
+    if (!rc && (v = bk_args_get(&args, "length")))
+        rc = bk_args_int("length", v, 1, 1L << 24, &o.length, &err);
+    int64_t device = s.exp.run.device;
+    if (!rc && (v = bk_args_get(&args, "device"))) {
+        device = bk_choice_index(BK_DEVICE_CHOICES, v);
+        if (device < 0) {
+            char list[64];
+            bk_choices_text(BK_DEVICE_CHOICES, list, sizeof list);
+            rc = bk_fail(&err, BK_ERR_USAGE, "--device: expected one of %s, got '%s'", list, v);
+        }
+    }
+    char device_desc[256];
+    int have_gpu = bk_device_probe(device_desc, sizeof device_desc);
+    if (!rc && device == BK_DEVICE_CUDA && !have_gpu)
+        rc = bk_fail(&err, BK_ERR_DEVICE, "device cuda was asked for, but no GPU answers: %s", device_desc);
+    o.use_cuda = !rc && device != BK_DEVICE_CPU && have_gpu;
+
+    FILE *csv = NULL;
+    if (!rc && o.csv) {
+        csv = strcmp(o.csv, "-") == 0 ? stdout : fopen(o.csv, "w");
+        if (!csv)
+            rc = bk_fail(&err, BK_ERR_IO, "cannot write CSV file '%s': %s", o.csv, strerror(errno));
+        else
+            fprintf(csv, "layer,stream,table,head,distance,value\n");
+    }
+    if (!rc) {
+        if (csv != stdout) {
+            char mixing[16];
+            printf("experiment: %s\ndevice: %s\nmodel: %lld layers, %lld heads, d_head %lld; %d term%s, %s mixing; "
+                   "distances 0..%ld\n",
+                   s.exp.path, o.use_cuda ? device_desc : "cpu", (long long)s.exp.model.layers,
+                   (long long)s.exp.model.heads, (long long)bk_experiment_head_dim(&s.exp), s.terms.n,
+                   s.terms.n == 1 ? "" : "s", bk_choice_name(BK_MIXING_CHOICES, s.terms.mixing, mixing, sizeof mixing),
+                   o.length - 1);
+        }
+        rc = run(&s, &o, csv == stdout ? NULL : stdout, csv, &err); /* CSV on stdout: nothing else there */
+    }
+    if (csv && csv != stdout && fclose(csv) != 0 && !rc)
+        rc = bk_fail(&err, BK_ERR_IO, "cannot finish CSV file '%s': %s", o.csv, strerror(errno));
+    if (!rc && csv && csv != stdout)
+        printf("\nwrote %s\n", o.csv);
+    bk_session_close(&s);
+    return rc ? bk_report(&err) : 0;
+}

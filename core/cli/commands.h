@@ -1,0 +1,30 @@
+/* The subcommands of the `biaskit` program. Each returns the process exit code: 0 success,
+ * 1 failure (message already printed), 2 bad usage. */
+#ifndef BK_COMMANDS_H
+#define BK_COMMANDS_H
+
+#include "bias/terms.h"
+#include "config/experiment.h"
+#include "plugin/host.h"
+#include "util/error.h"
+
+int bk_cmd_plugins(int argc, char **argv);
+int bk_cmd_bias(int argc, char **argv);
+int bk_cmd_config(int argc, char **argv);
+
+/* An experiment opened for a command: the validated file, the plugin registry and the created terms. */
+typedef struct bk_session {
+    bk_experiment exp;
+    bk_registry reg;
+    bk_term_set terms;
+} bk_session;
+
+/* Load `path` with its --set overrides, then load the plugins and create the terms. */
+int bk_session_open(bk_session *s, const char *path, const char *const *overrides, size_t n_overrides,
+                    bk_error *err);
+void bk_session_close(bk_session *s);
+
+/* Print "biaskit: error: MESSAGE" and return the exit code for the error. */
+int bk_report(const bk_error *err);
+
+#endif

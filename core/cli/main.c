@@ -1,0 +1,65 @@
+/* biaskit: train and evaluate transformer language models whose positional information comes from
+ * plugins. This file dispatches to the subcommands. */
+#include "cli/commands.h"
+#include "device.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifndef BK_VERSION
+#define BK_VERSION "unknown"
+#endif
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"plugins", bk_cmd_plugins, "list the plugins found, with capabilities and options"},
+    {"bias", bk_cmd_bias, "print (or write as CSV) each head's distance table of an experiment"},
+    {"config", bk_cmd_config, "check an experiment file and print its resolved values; --keys lists every key"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: biaskit <command> [options]\n"
+               "       biaskit --version | --help\n\n"
+               "Positional schemes (ALiBi, KERPLE, T5, ...) are plugins: shared objects found on\n"
+               "BIASKIT_PLUGIN_PATH (colon-separated), then in the install directory, then in the\n"
+               "build directory. An experiment file (TOML) names them in [[term]] tables.\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'biaskit <command> --help' describes each command.\n");
+}
+
+int bk_report(const bk_error *err)
+{
+    fprintf(stderr, "biaskit: error: %s\n", err->message);
+    return err->code == BK_ERR_USAGE ? 2 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        char device[256];
+        bk_device_probe(device, sizeof device);
+        printf("biaskit %s (plugin ABI %u)\ndevice: %s\n", BK_VERSION, BIASKIT_ABI_VERSION, device);
+        return 0;
+    }
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 2, argv + 2);
+    fprintf(stderr, "biaskit: error: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

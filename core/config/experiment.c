@@ -1,0 +1,503 @@
+#define _POSIX_C_SOURCE 200809L /* strdup */
+#include "config/experiment.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------------
+ * The schema: every engine key, written once.
+ * ---------------------------------------------------------------------------------------------- */
+
+typedef enum key_type { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_CHOICE } key_type;
+
+typedef struct key_spec {
+    const char *section;
+    const char *key;
+    key_type type;
+    double def;          /* default (KEY_CHOICE: index into choices) */
+    double min, max;     /* inclusive range for KEY_INT / KEY_FLOAT */
+    const char *choices; /* KEY_CHOICE: "a|b|c", stored as the index */
+    const char *doc;
+    size_t offset;       /* where the value lives in bk_experiment */
+} key_spec;
+
+#define FIELD(f) offsetof(bk_experiment, f)
+static const key_spec schema[] = {
+    {"model", "layers", KEY_INT, 4, 1, 1024, NULL, "number of transformer blocks", FIELD(model.layers)},
+    {"model", "heads", KEY_INT, 8, 1, 1024, NULL, "attention heads per block", FIELD(model.heads)},
+    {"model", "dim", KEY_INT, 256, 1, 65536, NULL, "model width (a multiple of heads)", FIELD(model.dim)},
+    {"model", "vocab", KEY_INT, 256, 2, 1 << 20, NULL, "vocabulary size (256 for byte-level text)", FIELD(model.vocab)},
+    {"attention", "mixing", KEY_CHOICE, BK_MIX_SUM, 0, 0, BK_MIXING_CHOICES,
+     "how terms on one stream combine: sum = sum_t w_t T_t; kernel = log sum_t w_t exp(T_t)", FIELD(attention.mixing)},
+    {"attention", "learn_weights", KEY_BOOL, 0, 0, 1, NULL, "train the mixing weights (softmax-parametrised)",
+     FIELD(attention.learn_weights)},
+    {"train", "length", KEY_INT, 256, 1, 1 << 24, NULL, "training context length in tokens", FIELD(train.length)},
+    {"train", "seed", KEY_INT, 1234, 0, 9007199254740991.0, NULL, "seed of parameter init and data order", FIELD(train.seed)},
+    {"run", "device", KEY_CHOICE, BK_DEVICE_AUTO, 0, 0, BK_DEVICE_CHOICES,
+     "where to compute: auto = CUDA when a GPU answers, else CPU", FIELD(run.device)},
+};
+#undef FIELD
+#define N_SCHEMA (sizeof schema / sizeof schema[0])
+
+/* [[term]] keys owned by the engine (BK_TERM_KEYS_TEXT lists the same names for messages). */
+static const char *const term_keys[] = {"plugin", "name", "stream", "weight", "per_layer"};
+#define N_TERM_KEYS (sizeof term_keys / sizeof term_keys[0])
+
+int bk_term_key_is_reserved(const char *key)
+{
+    for (size_t i = 0; i < N_TERM_KEYS; i++)
+        if (strcmp(term_keys[i], key) == 0)
+            return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Messages
+ * ---------------------------------------------------------------------------------------------- */
+
+int bk_fail_at(bk_error *err, int code, bk_toml_pos pos, const char *fmt, ...)
+{
+    char body[BK_ERROR_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    if (pos.source && pos.line)
+        return bk_fail(err, code, "%s:%u:%u: %s", pos.source, pos.line, pos.column, body);
+    if (pos.source)
+        return bk_fail(err, code, "%s: %s", pos.source, body);
+    return bk_fail(err, code, "%s", body);
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 63 || m > 63)
+        return (size_t)-1;
+    size_t row[64];
+    for (size_t j = 0; j <= m; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+const char *bk_closest_word(const char *word, const char *const *candidates, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = edit_distance(word, candidates[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = candidates[i];
+        }
+    }
+    /* a typo: at most 2 edits, and fewer than half the word */
+    return best && best_d <= 2 && 2 * best_d < strlen(word) + 1 ? best : NULL;
+}
+
+/* "a, b, c" of the keys of `section`, or of the section names when section is NULL. */
+static void list_keys(const char *section, char *buf, size_t size, const char **names, size_t *n_names)
+{
+    size_t used = 0, n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_SCHEMA; i++) {
+        const char *name = section ? schema[i].key : schema[i].section;
+        if (section && strcmp(schema[i].section, section) != 0)
+            continue;
+        int seen = 0;
+        for (size_t k = 0; k < n; k++)
+            seen |= strcmp(names[k], name) == 0;
+        if (seen)
+            continue;
+        names[n++] = name;
+        if (used < size)
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", name);
+    }
+    *n_names = n;
+}
+
+static int unknown_name(bk_error *err, bk_toml_pos pos, const char *what, const char *word,
+                        const char *section)
+{
+    const char *names[N_SCHEMA + 1];
+    size_t n;
+    char list[512];
+    list_keys(section, list, sizeof list, names, &n);
+    if (!section && n < N_SCHEMA + 1)
+        names[n++] = "term";
+    const char *hint = bk_closest_word(word, names, n);
+    char hint_text[96] = "";
+    if (hint)
+        snprintf(hint_text, sizeof hint_text, " (did you mean '%s'?)", hint);
+    if (section)
+        return bk_fail_at(err, BK_ERR_CONFIG, pos, "unknown %s '%s' in [%s]%s; expected one of: %s", what,
+                          word, section, hint_text, list);
+    return bk_fail_at(err, BK_ERR_CONFIG, pos, "unknown %s '%s'%s; expected one of: %s, term", what, word,
+                      hint_text, list);
+}
+
+static int wrong_type(bk_error *err, const bk_toml_node *node, const char *where, const char *expected)
+{
+    return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(node), "%s: expected %s, got %s", where, expected,
+                      bk_toml_type_name(bk_toml_type_of(node)));
+}
+
+int bk_choice_index(const char *choices, const char *value)
+{
+    size_t len = strlen(value);
+    int index = 0;
+    for (const char *p = choices; *p; index++) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == len && strncmp(p, value, n) == 0)
+            return index;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+const char *bk_choice_name(const char *choices, int64_t index, char *buf, size_t size)
+{
+    const char *p = choices;
+    for (int64_t i = 0; i < index && p; i++)
+        p = strchr(p, '|') ? strchr(p, '|') + 1 : NULL;
+    if (!p || index < 0)
+        snprintf(buf, size, "?");
+    else
+        snprintf(buf, size, "%.*s", (int)strcspn(p, "|"), p);
+    return buf;
+}
+
+void bk_choices_text(const char *choices, char *buf, size_t size)
+{
+    size_t used = 0;
+    for (const char *p = choices; *p && used < size; p++)
+        used += (size_t)snprintf(buf + used, size - used, *p == '|' ? ", " : "%c", *p);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Reading values
+ * ---------------------------------------------------------------------------------------------- */
+
+static void set_default(bk_experiment *exp, const key_spec *k)
+{
+    char *field = (char *)exp + k->offset;
+    switch (k->type) {
+    case KEY_INT:
+    case KEY_CHOICE: *(int64_t *)field = (int64_t)k->def; break;
+    case KEY_FLOAT: *(double *)field = k->def; break;
+    case KEY_BOOL: *(int *)field = k->def != 0; break;
+    }
+}
+
+static int read_key(bk_experiment *exp, const key_spec *k, const bk_toml_node *node, bk_error *err)
+{
+    char where[96];
+    snprintf(where, sizeof where, "[%s] %s", k->section, k->key);
+    char *field = (char *)exp + k->offset;
+    bk_toml_type t = bk_toml_type_of(node);
+    bk_toml_pos pos = bk_toml_position(node);
+    switch (k->type) {
+    case KEY_INT: {
+        if (t != BK_TOML_INT)
+            return wrong_type(err, node, where, "an integer");
+        int64_t v = bk_toml_int(node);
+        if ((double)v < k->min || (double)v > k->max)
+            return bk_fail_at(err, BK_ERR_CONFIG, pos, "%s: expected an integer in [%.0f, %.0f], got %lld", where,
+                              k->min, k->max, (long long)v);
+        *(int64_t *)field = v;
+        return BK_OK;
+    }
+    case KEY_FLOAT: {
+        if (t != BK_TOML_FLOAT && t != BK_TOML_INT)
+            return wrong_type(err, node, where, "a number");
+        double v = bk_toml_float(node);
+        if (!isfinite(v) || v < k->min || v > k->max)
+            return bk_fail_at(err, BK_ERR_CONFIG, pos, "%s: expected a number in [%g, %g], got %g", where, k->min,
+                              k->max, v);
+        *(double *)field = v;
+        return BK_OK;
+    }
+    case KEY_BOOL:
+        if (t != BK_TOML_BOOL)
+            return wrong_type(err, node, where, "a boolean (true or false)");
+        *(int *)field = bk_toml_bool(node);
+        return BK_OK;
+    case KEY_CHOICE: {
+        char list[256];
+        bk_choices_text(k->choices, list, sizeof list);
+        if (t != BK_TOML_STRING)
+            return wrong_type(err, node, where, "a string");
+        int index = bk_choice_index(k->choices, bk_toml_string(node));
+        if (index < 0)
+            return bk_fail_at(err, BK_ERR_CONFIG, pos, "%s: expected one of %s, got '%s'", where, list,
+                              bk_toml_string(node));
+        *(int64_t *)field = index;
+        return BK_OK;
+    }
+    }
+    return bk_fail(err, BK_ERR_INTERNAL, "schema key %s has no type", where);
+}
+
+static const key_spec *find_key(const char *section, const char *key)
+{
+    for (size_t i = 0; i < N_SCHEMA; i++)
+        if (strcmp(schema[i].section, section) == 0 && strcmp(schema[i].key, key) == 0)
+            return &schema[i];
+    return NULL;
+}
+
+static int section_exists(const char *section)
+{
+    for (size_t i = 0; i < N_SCHEMA; i++)
+        if (strcmp(schema[i].section, section) == 0)
+            return 1;
+    return 0;
+}
+
+static int read_section(bk_experiment *exp, const bk_toml_node *root, const char *section,
+                        const bk_toml_node *table, bk_error *err)
+{
+    if (bk_toml_type_of(table) != BK_TOML_TABLE) {
+        char where[64];
+        snprintf(where, sizeof where, "'%s'", section);
+        return wrong_type(err, table, where, "a table ([section])");
+    }
+    (void)root;
+    bk_toml_entry e;
+    for (size_t i = 0; bk_toml_entry_at(table, i, &e) == 0; i++) {
+        const key_spec *k = find_key(section, e.key);
+        if (!k)
+            return unknown_name(err, e.key_pos, "key", e.key, section);
+        int rc = read_key(exp, k, e.value, err);
+        if (rc)
+            return rc;
+    }
+    return BK_OK;
+}
+
+static int read_term(bk_term_config *term, const bk_toml_node *table, int index, bk_error *err)
+{
+    char where[64];
+    snprintf(where, sizeof where, "[[term]] #%d", index);
+    if (bk_toml_type_of(table) != BK_TOML_TABLE)
+        return wrong_type(err, table, where, "a table");
+    term->table = table;
+    term->pos = bk_toml_position(table);
+    term->index = index;
+    term->stream = BK_STREAM_TOKEN;
+    term->weight = NAN;
+    term->per_layer = -1;
+
+    const bk_toml_node *plugin = bk_toml_get(table, "plugin");
+    if (!plugin)
+        return bk_fail_at(err, BK_ERR_CONFIG, term->pos,
+                          "%s has no 'plugin' key (name a plugin, e.g. plugin = \"alibi\", or a path to its .so)", where);
+    if (bk_toml_type_of(plugin) != BK_TOML_STRING || !*bk_toml_string(plugin))
+        return wrong_type(err, plugin, where, "a plugin name or path string for 'plugin'");
+    term->plugin = bk_toml_string(plugin);
+    term->name = NULL;
+
+    const bk_toml_node *v;
+    if ((v = bk_toml_get(table, "name"))) {
+        if (bk_toml_type_of(v) != BK_TOML_STRING || !*bk_toml_string(v))
+            return wrong_type(err, v, where, "a non-empty string for 'name'");
+        term->name = bk_toml_string(v);
+    }
+    if ((v = bk_toml_get(table, "stream"))) {
+        if (bk_toml_type_of(v) != BK_TOML_STRING)
+            return wrong_type(err, v, where, "a string for 'stream'");
+        int s = bk_choice_index(BK_STREAM_CHOICES, bk_toml_string(v));
+        if (s < 0) {
+            char list[64];
+            bk_choices_text(BK_STREAM_CHOICES, list, sizeof list);
+            return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v), "%s stream: expected one of %s, got '%s'",
+                              where, list, bk_toml_string(v));
+        }
+        term->stream = (bk_stream)s;
+    }
+    if ((v = bk_toml_get(table, "weight"))) {
+        bk_toml_type t = bk_toml_type_of(v);
+        if (t != BK_TOML_FLOAT && t != BK_TOML_INT)
+            return wrong_type(err, v, where, "a number for 'weight'");
+        term->weight = bk_toml_float(v);
+        if (!isfinite(term->weight))
+            return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v), "%s weight: expected a finite number, got %g",
+                              where, term->weight);
+    }
+    if ((v = bk_toml_get(table, "per_layer"))) {
+        if (bk_toml_type_of(v) != BK_TOML_BOOL)
+            return wrong_type(err, v, where, "a boolean for 'per_layer'");
+        term->per_layer = bk_toml_bool(v);
+    }
+    return BK_OK;
+}
+
+/* Give every term a unique label: its `name`, else the plugin's name, suffixed #k when repeated. */
+static int label_terms(bk_experiment *exp, bk_error *err)
+{
+    for (int i = 0; i < exp->n_terms; i++) {
+        bk_term_config *t = &exp->terms[i];
+        for (int j = 0; j < i; j++)
+            if (t->name && exp->terms[j].name && strcmp(t->name, exp->terms[j].name) == 0)
+                return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(bk_toml_get(t->table, "name")),
+                                  "[[term]] #%d: name '%s' is already used by [[term]] #%d", t->index, t->name,
+                                  exp->terms[j].index);
+    }
+    return BK_OK;
+}
+
+static int validate(bk_experiment *exp, bk_error *err)
+{
+    const bk_toml_node *root = bk_toml_root(exp->doc);
+    for (size_t i = 0; i < N_SCHEMA; i++)
+        set_default(exp, &schema[i]);
+
+    bk_toml_entry e;
+    for (size_t i = 0; bk_toml_entry_at(root, i, &e) == 0; i++) {
+        int rc;
+        if (strcmp(e.key, "term") == 0) {
+            if (bk_toml_type_of(e.value) != BK_TOML_ARRAY)
+                return wrong_type(err, e.value, "'term'", "an array of tables ([[term]])");
+            size_t n = bk_toml_count(e.value);
+            exp->terms = calloc(n ? n : 1, sizeof *exp->terms);
+            if (!exp->terms)
+                return bk_fail(err, BK_ERR_NOMEM, "out of memory reading [[term]] tables");
+            for (size_t k = 0; k < n; k++) {
+                if ((rc = read_term(&exp->terms[k], bk_toml_at(e.value, k), (int)k + 1, err)))
+                    return rc;
+                exp->n_terms++;
+            }
+            continue;
+        }
+        if (!section_exists(e.key))
+            return unknown_name(err, e.key_pos, "section", e.key, NULL);
+        if ((rc = read_section(exp, root, e.key, e.value, err)))
+            return rc;
+    }
+    if (exp->model.dim % exp->model.heads != 0) {
+        const bk_toml_node *dim = bk_toml_get(bk_toml_get(root, "model"), "dim");
+        bk_toml_pos pos = dim ? bk_toml_position(dim) : (bk_toml_pos){exp->path, 0, 0};
+        return bk_fail_at(err, BK_ERR_CONFIG, pos, "[model] dim: %lld is not a multiple of heads = %lld",
+                          (long long)exp->model.dim, (long long)exp->model.heads);
+    }
+    return label_terms(exp, err);
+}
+
+static int finish_load(bk_experiment *out, const char *const *overrides, size_t n_overrides, bk_error *err)
+{
+    int rc = BK_OK;
+    for (size_t i = 0; i < n_overrides && !rc; i++)
+        rc = bk_toml_override(out->doc, overrides[i], err);
+    if (!rc)
+        rc = validate(out, err);
+    if (rc)
+        bk_experiment_free(out);
+    return rc;
+}
+
+int bk_experiment_load(const char *path, const char *const *overrides, size_t n_overrides, bk_experiment *out,
+                       bk_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = bk_toml_parse_file(path, &out->doc, err);
+    if (rc)
+        return rc;
+    if (!(out->path = strdup(path))) {
+        bk_experiment_free(out);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory loading '%s'", path);
+    }
+    return finish_load(out, overrides, n_overrides, err);
+}
+
+int bk_experiment_parse(const char *text, const char *source_name, const char *const *overrides,
+                        size_t n_overrides, bk_experiment *out, bk_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = bk_toml_parse_string(text, source_name, &out->doc, err);
+    if (rc)
+        return rc;
+    if (!(out->path = strdup(source_name))) {
+        bk_experiment_free(out);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory loading '%s'", source_name);
+    }
+    return finish_load(out, overrides, n_overrides, err);
+}
+
+void bk_experiment_free(bk_experiment *exp)
+{
+    if (!exp)
+        return;
+    bk_toml_free(exp->doc);
+    free(exp->path);
+    free(exp->terms);
+    memset(exp, 0, sizeof *exp);
+}
+
+void bk_experiment_print_keys(void *fp)
+{
+    FILE *f = fp;
+    const char *section = "";
+    for (size_t i = 0; i < N_SCHEMA; i++) {
+        const key_spec *k = &schema[i];
+        if (strcmp(section, k->section) != 0) {
+            fprintf(f, "%s[%s]\n", i ? "\n" : "", k->section);
+            section = k->section;
+        }
+        char def[64], type[160];
+        switch (k->type) {
+        case KEY_INT:
+            snprintf(def, sizeof def, "%.0f", k->def);
+            snprintf(type, sizeof type, "integer in [%.0f, %.0f]", k->min, k->max);
+            break;
+        case KEY_FLOAT:
+            snprintf(def, sizeof def, "%g", k->def);
+            snprintf(type, sizeof type, "number in [%g, %g]", k->min, k->max);
+            break;
+        case KEY_BOOL:
+            snprintf(def, sizeof def, "%s", k->def ? "true" : "false");
+            snprintf(type, sizeof type, "boolean");
+            break;
+        case KEY_CHOICE: {
+            char name[48];
+            snprintf(def, sizeof def, "\"%s\"", bk_choice_name(k->choices, (int64_t)k->def, name, sizeof name));
+            char list[128];
+            bk_choices_text(k->choices, list, sizeof list);
+            snprintf(type, sizeof type, "one of %s", list);
+            break;
+        }
+        }
+        fprintf(f, "  %-14s = %-10s  %s; %s\n", k->key, def, type, k->doc);
+    }
+    fprintf(f, "\n[[term]]  (one table per positional term; repeat for a mixture)\n");
+    fprintf(f, "  %-14s   %-10s  %s\n", "plugin", "(required)", "plugin name (\"alibi\") or path to its .so");
+    fprintf(f, "  %-14s = %-10s  %s\n", "name", "<plugin>", "label of the term in output and checkpoints");
+    char streams[64];
+    bk_choices_text(BK_STREAM_CHOICES, streams, sizeof streams);
+    fprintf(f, "  %-14s = %-10s  one of %s; the position stream p(i) the term reads\n", "stream", "\"token\"",
+            streams);
+    fprintf(f, "  %-14s = %-10s  %s\n", "weight", "1 | 1/n",
+            "mixing weight (sum: 1.0; kernel: 1/n per stream, must be >= 0)");
+    fprintf(f, "  %-14s = %-10s  %s\n", "per_layer", "<plugin>",
+            "one parameter copy per layer (true) or shared (false); default from the plugin");
+    fprintf(f, "  ...                          the plugin's own options: see `biaskit plugins`\n");
+}

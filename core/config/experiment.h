@@ -1,0 +1,102 @@
+/* The experiment file: a TOML document validated against the engine's schema.
+ *
+ * Every engine key has a type, a default, a range or choice list, and a doc string, all written once
+ * in the schema table (experiment.c); `biaskit config --keys` prints it. Unknown sections or keys,
+ * wrong types and out-of-range values are errors naming file:line:column and what was expected.
+ *
+ *   [model]      layers, heads, dim, vocab
+ *   [attention]  mixing ("sum" | "kernel"), learn_weights
+ *   [train]      length, seed
+ *   [run]        device ("auto" | "cpu" | "cuda")
+ *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, plus the
+ *                plugin's own options (checked against the plugin's declarations when it loads)
+ */
+#ifndef BK_EXPERIMENT_H
+#define BK_EXPERIMENT_H
+
+#include "config/toml.h"
+#include "util/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Each choice list in the order of its enum: the one place these names are written. */
+#define BK_STREAM_CHOICES "token|segment"
+#define BK_MIXING_CHOICES "sum|kernel"
+#define BK_DEVICE_CHOICES "auto|cpu|cuda"
+
+typedef enum bk_stream { BK_STREAM_TOKEN = 0, BK_STREAM_SEGMENT = 1 } bk_stream;
+#define BK_STREAM_COUNT 2
+typedef enum bk_mixing { BK_MIX_SUM = 0, BK_MIX_KERNEL = 1 } bk_mixing;
+typedef enum bk_device_choice { BK_DEVICE_AUTO = 0, BK_DEVICE_CPU = 1, BK_DEVICE_CUDA = 2 } bk_device_choice;
+
+/* The keys of a [[term]] table that belong to the engine; every other key is a plugin option. */
+#define BK_TERM_KEYS_TEXT "plugin, name, stream, weight, per_layer"
+int bk_term_key_is_reserved(const char *key);
+
+typedef struct bk_term_config {
+    const char *plugin;         /* name or path of the plugin */
+    const char *name;           /* the `name` key, or NULL (the term then takes its plugin's name) */
+    bk_stream stream;           /* position stream of the term */
+    double weight;              /* mixing weight; NAN when not given (the mixer picks the default) */
+    int per_layer;              /* 1, 0, or -1 when not given (the plugin's default applies) */
+    const bk_toml_node *table;  /* the whole [[term]] table, plugin options included */
+    bk_toml_pos pos;            /* position of the table */
+    int index;                  /* 1-based position among the [[term]] tables */
+} bk_term_config;
+
+typedef struct bk_experiment {
+    bk_toml *doc;
+    char *path;
+    struct {
+        int64_t layers, heads, dim, vocab;
+    } model;
+    struct {
+        int64_t mixing; /* bk_mixing */
+        int learn_weights;
+    } attention;
+    struct {
+        int64_t length;
+        int64_t seed;
+    } train;
+    struct {
+        int64_t device; /* bk_device_choice */
+    } run;
+    bk_term_config *terms;
+    int n_terms;
+} bk_experiment;
+
+/* Load and validate an experiment file, applying `n_overrides` "--set key=value" assignments
+ * (section.key=value, term.N.key=value with N counted from 0) before validation. */
+int bk_experiment_load(const char *path, const char *const *overrides, size_t n_overrides,
+                       bk_experiment *out, bk_error *err);
+/* The same from text (tests); `source_name` appears in error positions. */
+int bk_experiment_parse(const char *text, const char *source_name, const char *const *overrides,
+                        size_t n_overrides, bk_experiment *out, bk_error *err);
+void bk_experiment_free(bk_experiment *exp);
+
+/* Print the schema (every section, key, type, default and doc) to `f` (a FILE*). */
+void bk_experiment_print_keys(void *f);
+
+/* Fail with "SOURCE:LINE:COL: " + message (position omitted when unknown). */
+int bk_fail_at(bk_error *err, int code, bk_toml_pos pos, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Index of `value` in a choice list "a|b|c", or -1. */
+int bk_choice_index(const char *choices, const char *value);
+/* The name of choice `index` of "a|b|c" into buf ("?" when out of range); returns buf. */
+const char *bk_choice_name(const char *choices, int64_t index, char *buf, size_t size);
+/* "a, b, c" for a choice list "a|b|c". */
+void bk_choices_text(const char *choices, char *buf, size_t size);
+
+/* The candidate closest to `word` by edit distance if it is close enough to be a likely typo,
+ * else NULL ("did you mean 'heads'?"). */
+const char *bk_closest_word(const char *word, const char *const *candidates, size_t n);
+
+/* Width of one attention head: dim / heads (validated to divide exactly). */
+static inline int64_t bk_experiment_head_dim(const bk_experiment *exp)
+{
+    return exp->model.dim / exp->model.heads;
+}
+
+#endif

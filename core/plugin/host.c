@@ -1,0 +1,401 @@
+#define _GNU_SOURCE /* realpath, strdup, dladdr */
+#include "plugin/host.h"
+
+#include "config/experiment.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef BK_BUILD_PLUGIN_DIR
+#define BK_BUILD_PLUGIN_DIR ""
+#endif
+#ifndef BK_INSTALL_PLUGIN_SUBDIR
+#define BK_INSTALL_PLUGIN_SUBDIR "lib/biaskit/plugins"
+#endif
+
+static int add_dir(bk_registry *reg, const char *dir, bk_error *err)
+{
+    if (!dir || !*dir)
+        return BK_OK;
+    char **grown = realloc(reg->search_dirs, (reg->n_search_dirs + 1) * sizeof *grown);
+    if (!grown)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory building the plugin search path");
+    reg->search_dirs = grown;
+    if (!(reg->search_dirs[reg->n_search_dirs] = strdup(dir)))
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory building the plugin search path");
+    reg->n_search_dirs++;
+    return BK_OK;
+}
+
+int bk_registry_init_dirs(bk_registry *reg, const char *const *dirs, size_t n_dirs, bk_error *err)
+{
+    memset(reg, 0, sizeof *reg);
+    for (size_t i = 0; i < n_dirs; i++) {
+        int rc = add_dir(reg, dirs[i], err);
+        if (rc) {
+            bk_registry_free(reg);
+            return rc;
+        }
+    }
+    return BK_OK;
+}
+
+int bk_registry_init(bk_registry *reg, bk_error *err)
+{
+    int rc = bk_registry_init_dirs(reg, NULL, 0, err);
+    if (rc)
+        return rc;
+    const char *env = getenv("BIASKIT_PLUGIN_PATH");
+    if (env) {
+        char *copy = strdup(env);
+        if (!copy)
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory reading BIASKIT_PLUGIN_PATH");
+        char *save = NULL;
+        for (char *dir = strtok_r(copy, ":", &save); dir && !rc; dir = strtok_r(NULL, ":", &save))
+            rc = add_dir(reg, dir, err);
+        free(copy);
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (!rc && n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            char dir[PATH_MAX + 64];
+            snprintf(dir, sizeof dir, "%s/../%s", exe, BK_INSTALL_PLUGIN_SUBDIR);
+            char canon[PATH_MAX];
+            if (realpath(dir, canon))
+                rc = add_dir(reg, canon, err);
+        }
+    }
+    if (!rc)
+        rc = add_dir(reg, BK_BUILD_PLUGIN_DIR, err);
+    if (rc)
+        bk_registry_free(reg);
+    return rc;
+}
+
+static void plugin_free(bk_plugin *p)
+{
+    if (!p)
+        return;
+    if (p->handle)
+        dlclose(p->handle);
+    free(p->path);
+    free(p);
+}
+
+void bk_registry_free(bk_registry *reg)
+{
+    if (!reg)
+        return;
+    for (size_t i = 0; i < reg->count; i++)
+        plugin_free(reg->plugins[i]);
+    free(reg->plugins);
+    for (size_t i = 0; i < reg->n_search_dirs; i++)
+        free(reg->search_dirs[i]);
+    free(reg->search_dirs);
+    memset(reg, 0, sizeof *reg);
+}
+
+const bk_plugin *bk_registry_find(const bk_registry *reg, const char *name)
+{
+    for (size_t i = 0; i < reg->count; i++)
+        if (strcmp(reg->plugins[i]->desc->name, name) == 0)
+            return reg->plugins[i];
+    return NULL;
+}
+
+static int valid_identifier(const char *s, int allow_dash)
+{
+    if (!s || !*s)
+        return 0;
+    for (; *s; s++) {
+        char c = *s;
+        int ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || (allow_dash && c == '-');
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+/* Everything the host relies on in a descriptor, checked once at load time. */
+static int check_descriptor(const biaskit_plugin *d, const char *path, bk_error *err)
+{
+    if (d->struct_size < BIASKIT_PLUGIN_V1_SIZE)
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "plugin '%s': descriptor is %u bytes, ABI %u needs at least %zu; rebuild it against this SDK",
+                       path, d->struct_size, BIASKIT_ABI_VERSION, (size_t)BIASKIT_PLUGIN_V1_SIZE);
+    if (d->abi_version != BIASKIT_ABI_VERSION)
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "plugin '%s': ABI version mismatch: built for ABI %u, this biaskit loads ABI %u; rebuild it against this SDK",
+                       path, d->abi_version, BIASKIT_ABI_VERSION);
+    if (!valid_identifier(d->name, 1))
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "plugin '%s': descriptor name '%s' is not valid (expected lower-case letters, digits, '_' or '-')",
+                       path, d->name ? d->name : "(null)");
+    if (!d->version || !d->summary)
+        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): descriptor lacks %s", path, d->name,
+                       !d->version ? "a version string" : "a summary");
+    if (!d->create || !d->destroy)
+        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): descriptor lacks the %s function", path,
+                       d->name, !d->create ? "create" : "destroy");
+    if ((d->capabilities & BIASKIT_CAP_TABLE) && !d->table)
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "plugin '%s' (%s): declares the table capability but has no table function", path, d->name);
+    if ((d->capabilities & BIASKIT_CAP_SEGMENT) && !d->segment)
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "plugin '%s' (%s): declares the segment capability but has no segment function", path, d->name);
+    if ((d->capabilities & BIASKIT_CAP_EMBED) && !d->embed)
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "plugin '%s' (%s): declares the embed capability but has no embed function", path, d->name);
+    if ((d->capabilities & BIASKIT_CAP_ROTARY) && !d->rotary_frequencies)
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "plugin '%s' (%s): declares the rotary capability but has no rotary_frequencies function",
+                       path, d->name);
+    if (d->param_count && !d->param_init)
+        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): has param_count but no param_init", path, d->name);
+    if (d->n_options && !d->options)
+        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): n_options is %u but options is NULL", path,
+                       d->name, d->n_options);
+    for (uint32_t i = 0; i < d->n_options; i++) {
+        const biaskit_option *o = &d->options[i];
+        if (!valid_identifier(o->name, 0))
+            return bk_fail(err, BK_ERR_PLUGIN,
+                           "plugin '%s' (%s): option #%u has an invalid name '%s' (expected [a-z0-9_]+)", path,
+                           d->name, i, o->name ? o->name : "(null)");
+        if (bk_term_key_is_reserved(o->name))
+            return bk_fail(err, BK_ERR_PLUGIN,
+                           "plugin '%s' (%s): option '%s' collides with an engine term key (%s)", path, d->name,
+                           o->name, BK_TERM_KEYS_TEXT);
+        if (o->type < BIASKIT_OPT_BOOL || o->type > BIASKIT_OPT_STRING_ARRAY)
+            return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): option '%s' has unknown type %d", path,
+                           d->name, o->name, (int)o->type);
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(d->options[j].name, o->name) == 0)
+                return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): option '%s' is declared twice", path,
+                               d->name, o->name);
+    }
+    return BK_OK;
+}
+
+static int register_plugin(bk_registry *reg, bk_plugin *p, bk_error *err)
+{
+    if (reg->count == reg->capacity) {
+        size_t cap = reg->capacity ? 2 * reg->capacity : 8;
+        bk_plugin **grown = realloc(reg->plugins, cap * sizeof *grown);
+        if (!grown)
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory registering plugin '%s'", p->path);
+        reg->plugins = grown;
+        reg->capacity = cap;
+    }
+    reg->plugins[reg->count++] = p;
+    return BK_OK;
+}
+
+/* Loads one file; *duplicate is set when the only problem is that its name is already taken. */
+static int load_file(bk_registry *reg, const char *path, const bk_plugin **out, int *duplicate,
+                     bk_error *err)
+{
+    *duplicate = 0;
+    char canon[PATH_MAX];
+    if (!realpath(path, canon))
+        return bk_fail(err, BK_ERR_PLUGIN, "plugin file '%s' not found: %s", path, strerror(errno));
+    for (size_t i = 0; i < reg->count; i++)
+        if (strcmp(reg->plugins[i]->path, canon) == 0) {
+            *out = reg->plugins[i];
+            return BK_OK;
+        }
+
+    dlerror();
+    void *handle = dlopen(canon, RTLD_NOW | RTLD_LOCAL);
+    if (!handle)
+        return bk_fail(err, BK_ERR_PLUGIN, "cannot load plugin '%s': %s", canon, dlerror());
+    biaskit_entry_fn entry;
+    /* POSIX: a function pointer round-trips through void* (dlsym's documented use). */
+    *(void **)&entry = dlsym(handle, BIASKIT_ENTRY_SYMBOL);
+    if (!entry) {
+        dlclose(handle);
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "plugin '%s' is not a biaskit plugin: no entry symbol '%s' (define it with BIASKIT_DEFINE_PLUGIN)",
+                       canon, BIASKIT_ENTRY_SYMBOL);
+    }
+    const biaskit_plugin *desc = entry(BIASKIT_ABI_VERSION);
+    if (!desc) {
+        dlclose(handle);
+        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s': %s() returned no descriptor", canon,
+                       BIASKIT_ENTRY_SYMBOL);
+    }
+    int rc = check_descriptor(desc, canon, err);
+    if (!rc) {
+        const bk_plugin *same = bk_registry_find(reg, desc->name);
+        if (same) {
+            *duplicate = 1;
+            rc = bk_fail(err, BK_ERR_PLUGIN,
+                         "plugin '%s': duplicate name '%s', already loaded from '%s'", canon, desc->name,
+                         same->path);
+        }
+    }
+    if (rc) {
+        dlclose(handle);
+        return rc;
+    }
+    bk_plugin *p = calloc(1, sizeof *p);
+    if (!p || !(p->path = strdup(canon))) {
+        free(p);
+        dlclose(handle);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory loading plugin '%s'", canon);
+    }
+    p->desc = desc;
+    p->handle = handle;
+    if ((rc = register_plugin(reg, p, err))) {
+        plugin_free(p);
+        return rc;
+    }
+    *out = p;
+    return BK_OK;
+}
+
+int bk_registry_load_file(bk_registry *reg, const char *path, const bk_plugin **out, bk_error *err)
+{
+    int duplicate;
+    return load_file(reg, path, out, &duplicate, err);
+}
+
+static int names_a_path(const char *s)
+{
+    size_t n = strlen(s), k = strlen(BK_PLUGIN_FILE_SUFFIX);
+    return strchr(s, '/') != NULL || (n >= k && strcmp(s + n - k, BK_PLUGIN_FILE_SUFFIX) == 0);
+}
+
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int bk_registry_load(bk_registry *reg, const char *name_or_path, const bk_plugin **out, bk_error *err)
+{
+    if (names_a_path(name_or_path))
+        return bk_registry_load_file(reg, name_or_path, out, err);
+    if (!valid_identifier(name_or_path, 1))
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "'%s' is neither a plugin name (lower-case letters, digits, '_', '-') nor a path to a .so",
+                       name_or_path);
+    const bk_plugin *loaded = bk_registry_find(reg, name_or_path);
+    if (loaded) {
+        *out = loaded;
+        return BK_OK;
+    }
+    char tried[BK_ERROR_MESSAGE_MAX / 2] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < reg->n_search_dirs; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s%s%s", reg->search_dirs[i], BK_PLUGIN_FILE_PREFIX, name_or_path,
+                 BK_PLUGIN_FILE_SUFFIX);
+        if (file_exists(path)) {
+            int rc = bk_registry_load_file(reg, path, out, err);
+            if (rc)
+                return rc;
+            if (strcmp((*out)->desc->name, name_or_path) != 0)
+                return bk_fail(err, BK_ERR_PLUGIN, "plugin file '%s' declares the name '%s', expected '%s'",
+                               (*out)->path, (*out)->desc->name, name_or_path);
+            return BK_OK;
+        }
+        if (used < sizeof tried)
+            used += (size_t)snprintf(tried + used, sizeof tried - used, "%s%s", used ? ", " : "", path);
+    }
+    return bk_fail(err, BK_ERR_PLUGIN,
+                   "plugin '%s' not found; searched: %s (add its directory to BIASKIT_PLUGIN_PATH or give a path)",
+                   name_or_path, reg->n_search_dirs ? tried : "no directories");
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+size_t bk_registry_scan(bk_registry *reg, bk_scan_problem_fn on_problem, void *ctx)
+{
+    size_t before = reg->count;
+    size_t prefix = strlen(BK_PLUGIN_FILE_PREFIX), suffix = strlen(BK_PLUGIN_FILE_SUFFIX);
+    for (size_t i = 0; i < reg->n_search_dirs; i++) {
+        DIR *dir = opendir(reg->search_dirs[i]);
+        if (!dir)
+            continue;
+        char **files = NULL;
+        size_t n = 0;
+        for (struct dirent *e; (e = readdir(dir));) {
+            size_t len = strlen(e->d_name);
+            if (len <= prefix + suffix || strncmp(e->d_name, BK_PLUGIN_FILE_PREFIX, prefix) != 0 ||
+                strcmp(e->d_name + len - suffix, BK_PLUGIN_FILE_SUFFIX) != 0)
+                continue;
+            char **grown = realloc(files, (n + 1) * sizeof *grown);
+            if (!grown || !(grown[n] = strdup(e->d_name))) {
+                files = grown ? grown : files;
+                break;
+            }
+            files = grown;
+            n++;
+        }
+        closedir(dir);
+        qsort(files, n, sizeof *files, compare_names); /* a stable listing order */
+        for (size_t k = 0; k < n; k++) {
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s/%s", reg->search_dirs[i], files[k]);
+            free(files[k]);
+            const bk_plugin *p;
+            bk_error e;
+            int duplicate;
+            if (load_file(reg, path, &p, &duplicate, &e) && on_problem) {
+                if (duplicate)
+                    on_problem(ctx, path, "shadowed by a plugin of the same name earlier in the search path");
+                else
+                    on_problem(ctx, path, e.message);
+            }
+        }
+        free(files);
+    }
+    return reg->count - before;
+}
+
+const char *bk_capabilities_string(uint32_t caps, char *buf, size_t size)
+{
+    static const struct {
+        uint32_t bit;
+        const char *name;
+    } names[] = {{BIASKIT_CAP_TABLE, "table"},
+                 {BIASKIT_CAP_SEGMENT, "segment"},
+                 {BIASKIT_CAP_EMBED, "embed"},
+                 {BIASKIT_CAP_ROTARY, "rotary"},
+                 {BIASKIT_CAP_WEIGHT, "weight"}};
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((caps & names[i].bit) && used < size)
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", names[i].name);
+    if (!used)
+        snprintf(buf, size, "none");
+    return buf;
+}
+
+const char *bk_option_type_name(biaskit_option_type type)
+{
+    switch (type) {
+    case BIASKIT_OPT_BOOL: return "bool";
+    case BIASKIT_OPT_INT: return "int";
+    case BIASKIT_OPT_DOUBLE: return "float";
+    case BIASKIT_OPT_STRING: return "string";
+    case BIASKIT_OPT_DOUBLE_ARRAY: return "float array";
+    case BIASKIT_OPT_STRING_ARRAY: return "string array";
+    }
+    return "unknown";
+}
