@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages biaskit needs to build and test, if any is missing. The CUDA toolkit
+# (nvcc at /usr/local/cuda) is used when present and is not installed here.
+set -euo pipefail
+
+packages=(cmake make gcc g++ pkg-config libtomlplusplus-dev libcmocka-dev libopenblas-dev)
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+echo "setup: installing ${missing[*]}"
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    sudo=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

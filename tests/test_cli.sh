@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The biaskit command end to end: exit codes, messages and table values.
+# usage: test_cli.sh <biaskit binary> <source dir> <test plugin dir>
+set -u
+bk=$1 src=$2 testplugins=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0 passed=0
+
+# check NAME EXPECTED_EXIT PATTERN COMMAND...: runs the command, checks its exit code and that its
+# output (stdout and stderr) matches the extended regular expression PATTERN.
+check() {
+    local name=$1 want=$2 pattern=$3
+    shift 3
+    local out rc
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" -ne "$want" ] || ! grep -Eq -- "$pattern" <<<"$out"; then
+        echo "FAIL: $name (exit $rc, expected $want; pattern: $pattern)"
+        echo "$out" | head -30 | sed 's/^/    /'
+        failures=$((failures + 1))
+    else
+        echo "ok: $name"
+        passed=$((passed + 1))
+    fi
+}
+
+check "version" 0 "biaskit [0-9.]+ \(plugin ABI 1\)" "$bk" --version
+check "version names the device" 0 "^device: (cpu|cuda)" "$bk" --version
+check "help lists commands" 0 "plugins .*bias .*config" bash -c "'$bk' --help | tr '\n' ' '"
+check "no command is a usage error" 2 "usage: biaskit" "$bk"
+check "unknown command" 2 "unknown command 'bais'" "$bk" bais
+check "plugins lists alibi" 0 "^alibi 1\.[0-9.]+ - " "$bk" plugins
+check "plugins shows options with defaults" 0 "slope_scale +float += 1 " "$bk" plugins alibi
+check "plugins help" 0 "usage: biaskit plugins" "$bk" plugins --help
+check "plugins by path" 0 "^testlin 0\.0\.1" "$bk" plugins "$testplugins/biaskit_testlin.so"
+check "plugins from BIASKIT_PLUGIN_PATH" 0 "^testlin " env BIASKIT_PLUGIN_PATH="$testplugins" "$bk" plugins
+check "broken plugins are reported, not fatal" 0 "warning: skipped: plugin '.*biaskit_futureabi.so': ABI version mismatch" \
+    env BIASKIT_PLUGIN_PATH="$testplugins" "$bk" plugins
+check "unknown plugin name" 1 "plugin 'nosuch' not found; searched: " "$bk" plugins nosuch
+
+# ALiBi, 8 heads: slopes 1/2 .. 1/256; T[h][d] = -m_h d
+check "bias prints the first head" 0 "^ +3 +-1\.5 +-0\.75 +-0\.375 " "$bk" bias "$src/examples/alibi.toml" --length 8
+check "bias prints the last head" 0 " -0\.0273438$" "$bk" bias "$src/examples/alibi.toml" --length 8
+check "bias shows the device" 0 "^device: cpu" "$bk" bias "$src/examples/alibi.toml" --length 4 --device cpu
+check "bias --set changes heads" 0 "^ +d +h0 +h1 +h2 +h3$" "$bk" bias "$src/examples/alibi.toml" --length 4 --set model.heads=4
+check "bias --layer out of range" 2 "--layer: expected an integer in \[0, 3\], got '9'" "$bk" bias "$src/examples/alibi.toml" --layer 9
+check "bias unknown option suggests" 2 "unknown option '--lenght' \(did you mean '--length'\?\)" "$bk" bias "$src/examples/alibi.toml" --lenght 8
+check "bias without file" 2 "expected one experiment file" "$bk" bias
+check "bias missing file" 1 "cannot read '$work/nope.toml'" "$bk" bias "$work/nope.toml"
+check "bias kernel mixing" 0 "kernel mixing of 0\.5 x alibi \+ 0\.5 x alibi_half" "$bk" bias "$src/examples/alibi_kernel_mix.toml" --length 4 --terms
+
+"$bk" bias "$src/examples/alibi.toml" --length 8 --csv "$work/t.csv" >/dev/null 2>&1
+check "csv has a header and every value" 0 "^129 " wc -l "$work/t.csv"
+check "csv values" 0 "^0,token,mixed,0,3,-1\.5$" cat "$work/t.csv"
+check "csv on stdout is pure" 0 "^layer,stream,table,head,distance,value$" bash -c "'$bk' bias '$src/examples/alibi.toml' --length 2 --csv - | head -1"
+
+printf '[model]\nheads = 8\nhaeds = 4\n' >"$work/typo.toml"
+check "unknown key names file:line:col" 1 "$work/typo.toml:3:1: unknown key 'haeds' in \[model\] \(did you mean 'heads'\?\)" "$bk" bias "$work/typo.toml"
+printf '[model]\nheads = "8"\n' >"$work/type.toml"
+check "wrong type names file:line:col" 1 "$work/type.toml:2:9: \[model\] heads: expected an integer, got string" "$bk" config "$work/type.toml"
+printf '[[term]]\nplugin = "alibi"\nslope = 2\n' >"$work/opt.toml"
+check "unknown plugin option" 1 "$work/opt.toml:3:1: \[\[term\]\] #1 \(alibi\): unknown key 'slope'" "$bk" bias "$work/opt.toml"
+printf '[[term]]\nplugin = "nosuch"\n' >"$work/plugin.toml"
+check "unknown plugin in config" 1 "$work/plugin.toml:1:1: \[\[term\]\] #1: plugin 'nosuch' not found" "$bk" bias "$work/plugin.toml"
+printf '[model\nheads = 8\n' >"$work/bad.toml"
+check "bad TOML" 1 "$work/bad.toml:1:[0-9]+: invalid TOML" "$bk" bias "$work/bad.toml"
+
+check "config --keys documents every key" 0 "heads += 8 +integer in \[1, 1024\]; attention heads per block" "$bk" config --keys
+check "config resolves defaults" 0 "^vocab = 256$" "$bk" config "$src/examples/alibi.toml"
+check "config --set bad value" 1 "--set model.heads=x.*expected an integer, got string" "$bk" config "$src/examples/alibi.toml" --set model.heads=x
+
+if "$bk" --version | grep -q "^device: cpu"; then
+    check "cuda asked for without a GPU" 1 "device cuda was asked for, but no GPU answers" \
+        "$bk" bias "$src/examples/alibi.toml" --device cuda
+fi
+
+echo "test_cli: $passed passed, $failures failed"
+[ "$failures" -eq 0 ]

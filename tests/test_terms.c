@@ -1,0 +1,227 @@
+/* Terms: plugins created from [[term]] tables, option checking through the services table,
+ * parameters, per-layer copies, tables, finiteness, and mixing across plugins. */
+#include "test_util.h"
+
+#include "bias/mix.h"
+#include "bias/terms.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct fixture {
+    bk_experiment exp;
+    bk_registry reg;
+    bk_term_set set;
+} fixture;
+
+static const char *const dirs[] = {BK_TEST_PLUGIN_DIR, BK_TEST_PLUGINS_DIR};
+
+/* Builds the terms of `text`; returns the code and leaves the message in err. */
+static int open_terms(fixture *f, const char *text, bk_error *err)
+{
+    memset(f, 0, sizeof *f);
+    int rc = bk_experiment_parse(text, "exp.toml", NULL, 0, &f->exp, err);
+    if (rc)
+        return rc;
+    assert_int_equal(bk_registry_init_dirs(&f->reg, dirs, 2, err), BK_OK);
+    return bk_terms_create(&f->set, &f->exp, &f->reg, err);
+}
+
+static void close_terms(fixture *f)
+{
+    bk_terms_free(&f->set);
+    bk_registry_free(&f->reg);
+    bk_experiment_free(&f->exp);
+}
+
+static void expect_term_error(const char *text, const char *needle1, const char *needle2)
+{
+    fixture f;
+    bk_error err;
+    int rc = open_terms(&f, text, &err);
+    close_terms(&f);
+    if (rc == BK_OK)
+        fail_msg("expected an error containing \"%s\"", needle1);
+    assert_message_has(err.message, needle1);
+    if (needle2)
+        assert_message_has(err.message, needle2);
+}
+
+static void alibi_table_through_the_host(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    assert_int_equal(open_terms(&f, "[model]\nheads = 8\n[[term]]\nplugin = \"alibi\"\n", &err), BK_OK);
+    assert_int_equal(f.set.n, 1);
+    const bk_term *t = &f.set.terms[0];
+    assert_string_equal(t->label, "alibi");
+    assert_int_equal(t->n_params, 0);
+    assert_null(bk_term_theta(t, 0));
+    assert_true(t->weight == 1.0);
+    float table[8 * 5];
+    assert_int_equal(bk_term_table(t, 0, 5, table, &err), BK_OK);
+    for (int h = 0; h < 8; h++)
+        for (int d = 0; d < 5; d++)
+            assert_float_equal(table[h * 5 + d], -ldexp(1.0, -(h + 1)) * d, 1e-7);
+    close_terms(&f);
+}
+
+static void plugin_option_errors_have_positions(void **state)
+{
+    (void)state;
+    expect_term_error("[[term]]\nplugin = \"alibi\"\nslope_scal = 2.0\n",
+                      "exp.toml:3:1: [[term]] #1 (alibi): unknown key 'slope_scal' (did you mean 'slope_scale'?)",
+                      "plugin 'alibi' takes: ");
+    expect_term_error("[[term]]\nplugin = \"alibi\"\nslope_scale = \"big\"\n",
+                      "exp.toml:3:15: [[term]] #1 (alibi) option 'slope_scale': expected a number, got string", NULL);
+    expect_term_error("[[term]]\nplugin = \"testlin\"\nflavour = \"odd\"\n",
+                      "exp.toml:3:11: [[term]] #1 (testlin) option 'flavour': expected one of plain, fancy, got 'odd'",
+                      NULL);
+    expect_term_error("[[term]]\nplugin = \"testlin\"\ntags = [\"a\", 2]\n",
+                      "[[term]] #1 (testlin) option 'tags': element 1: expected a string, got integer", "exp.toml:3:");
+    expect_term_error("[[term]]\nplugin = \"testlin\"\nnan_at = 1.5\n",
+                      "exp.toml:3:10: [[term]] #1 (testlin) option 'nan_at': expected an integer, got float", NULL);
+}
+
+static void create_failure_is_reported(void **state)
+{
+    (void)state;
+    expect_term_error("[[term]]\nplugin = \"testlin\"\nfail_create = true\n",
+                      "term 'testlin' (plugin testlin, ", "create() failed: exp.toml:3:15: [[term]] #1 (testlin) option "
+                                                          "'fail_create': asked to fail, as a test");
+}
+
+static void unknown_plugin_names_the_term(void **state)
+{
+    (void)state;
+    expect_term_error("[model]\nheads = 2\n\n[[term]]\nplugin = \"nosuch\"\n", "exp.toml:4:1: [[term]] #1: ",
+                      "plugin 'nosuch' not found; searched: ");
+}
+
+static void non_finite_table_is_rejected(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    assert_int_equal(open_terms(&f, "[model]\nheads = 2\n[[term]]\nplugin = \"testlin\"\nnan_at = 3\n", &err), BK_OK);
+    float table[2 * 8];
+    assert_int_equal(bk_term_table(&f.set.terms[0], 0, 8, table, &err), BK_ERR_PLUGIN);
+    assert_message_has(err.message, "term 'testlin' (plugin testlin, ");
+    assert_message_has(err.message, "host table has a non-finite value nan at head 0, distance 3");
+    /* shorter tables never reach the NaN */
+    assert_int_equal(bk_term_table(&f.set.terms[0], 0, 3, table, &err), BK_OK);
+    close_terms(&f);
+}
+
+static void parameters_shared_and_per_layer(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    const char *text = "[model]\nlayers = 3\nheads = 4\ndim = 32\n"
+                       "[[term]]\nplugin = \"testlin\"\ninit = 0.5\n"
+                       "[[term]]\nplugin = \"testlin\"\nper_layer = true\n";
+    assert_int_equal(open_terms(&f, text, &err), BK_OK);
+    const bk_term *shared = &f.set.terms[0], *layered = &f.set.terms[1];
+    assert_string_equal(shared->label, "testlin");
+    assert_string_equal(layered->label, "testlin#2"); /* repeated plugin names get the term's index */
+    assert_int_equal(shared->n_params, 4);
+    assert_int_equal(shared->n_copies, 1);
+    assert_int_equal(layered->n_copies, 3);
+    assert_ptr_equal(bk_term_theta(shared, 0), bk_term_theta(shared, 2));
+    assert_ptr_equal(bk_term_theta(layered, 2), bk_term_theta(layered, 0) + 8);
+    assert_float_equal(bk_term_theta(shared, 0)[3], 2.0f, 0); /* init * (h + 1) */
+    assert_float_equal(bk_term_theta(layered, 1)[1], 0.5f, 0);
+    /* the engine's table uses the layer's copy */
+    bk_term_theta(layered, 1)[0] = 3.0f;
+    float table[4 * 3];
+    assert_int_equal(bk_term_table(layered, 1, 3, table, &err), BK_OK);
+    assert_float_equal(table[2], -6.0f, 0);
+    assert_int_equal(bk_term_table(layered, 0, 3, table, &err), BK_OK);
+    assert_float_equal(table[2], -0.5f, 0);
+    close_terms(&f);
+}
+
+static void sum_mixing_across_plugins(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    const char *text = "[model]\nheads = 2\ndim = 16\n"
+                       "[[term]]\nplugin = \"alibi\"\n"
+                       "[[term]]\nplugin = \"testlin\"\nweight = 0.5\n"
+                       "[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\nslope_scale = 96.0\n";
+    assert_int_equal(open_terms(&f, text, &err), BK_OK);
+    float token[2 * 4], segment[2 * 4];
+    int n;
+    assert_int_equal(bk_terms_mixed_table(&f.set, 0, BK_STREAM_TOKEN, 4, token, &n, &err), BK_OK);
+    assert_int_equal(n, 2);
+    /* 2 heads: slopes 1/16, 1/256 (ALiBi); testlin 0.25, 0.5 */
+    const double alibi[2] = {1.0 / 16, 1.0 / 256}, lin[2] = {0.25, 0.5};
+    for (int h = 0; h < 2; h++)
+        for (int d = 0; d < 4; d++)
+            assert_float_equal(token[h * 4 + d], -(alibi[h] + 0.5 * lin[h]) * d, 1e-6);
+    assert_int_equal(bk_terms_mixed_table(&f.set, 0, BK_STREAM_SEGMENT, 4, segment, &n, &err), BK_OK);
+    assert_int_equal(n, 1);
+    for (int h = 0; h < 2; h++)
+        for (int d = 0; d < 4; d++)
+            assert_float_equal(segment[h * 4 + d], -96.0 * alibi[h] * d, 1e-5);
+    close_terms(&f);
+}
+
+static void kernel_mixing_across_plugins(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    const char *text = "[model]\nheads = 2\ndim = 16\n[attention]\nmixing = \"kernel\"\n"
+                       "[[term]]\nplugin = \"alibi\"\nweight = 3\n"
+                       "[[term]]\nplugin = \"testlin\"\nweight = 1\n";
+    assert_int_equal(open_terms(&f, text, &err), BK_OK);
+    assert_true(f.set.terms[0].weight == 0.75); /* normalised onto the simplex */
+    assert_true(f.set.terms[1].weight == 0.25);
+    float mixed[2 * 6];
+    int n;
+    assert_int_equal(bk_terms_mixed_table(&f.set, 0, BK_STREAM_TOKEN, 6, mixed, &n, &err), BK_OK);
+    const double alibi[2] = {1.0 / 16, 1.0 / 256}, lin[2] = {0.25, 0.5};
+    for (int h = 0; h < 2; h++)
+        for (int d = 0; d < 6; d++) {
+            double want = log(0.75 * exp(-alibi[h] * d) + 0.25 * exp(-lin[h] * d));
+            assert_float_equal(mixed[h * 6 + d], want, 1e-6);
+        }
+    close_terms(&f);
+    expect_term_error("[attention]\nmixing = \"kernel\"\n[[term]]\nplugin = \"alibi\"\nweight = -1\n",
+                      "term 'alibi': weight -1 is negative; kernel mixing needs weights >= 0", NULL);
+}
+
+static void no_terms_is_nope(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    assert_int_equal(open_terms(&f, "[model]\nheads = 2\ndim = 8\n", &err), BK_OK);
+    float table[2 * 3] = {1, 1, 1, 1, 1, 1};
+    int n = -1;
+    assert_int_equal(bk_terms_mixed_table(&f.set, 0, BK_STREAM_TOKEN, 3, table, &n, &err), BK_OK);
+    assert_int_equal(n, 0);
+    for (int i = 0; i < 6; i++)
+        assert_float_equal(table[i], 0.0f, 0);
+    close_terms(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(alibi_table_through_the_host),
+        cmocka_unit_test(plugin_option_errors_have_positions),
+        cmocka_unit_test(create_failure_is_reported),
+        cmocka_unit_test(unknown_plugin_names_the_term),
+        cmocka_unit_test(non_finite_table_is_rejected),
+        cmocka_unit_test(parameters_shared_and_per_layer),
+        cmocka_unit_test(sum_mixing_across_plugins),
+        cmocka_unit_test(kernel_mixing_across_plugins),
+        cmocka_unit_test(no_terms_is_nope),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
