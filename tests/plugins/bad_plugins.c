@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-static int create(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo, void **out,
+__attribute__((unused)) static int create(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo, void **out,
                   biaskit_error *err)
 {
     (void)svc, (void)cfg, (void)geo, (void)err;
