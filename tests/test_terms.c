@@ -67,6 +67,58 @@ static void alibi_table_through_the_host(void **state)
     close_terms(&f);
 }
 
+/* The variants the papers use: a scale (BiPE: 96x), one uniform slope, an explicit list. */
+static void alibi_variants(void **state)
+{
+    (void)state;
+    const struct {
+        const char *options;
+        double slope[3];
+    } cases[] = {
+        {"", {0, 0, 0}},                      /* the reference series: ref3 below */
+        {"slope_scale = 96.0\n", {0, 0, 0}}, /* 96 x ref3 */
+        {"uniform_slope = 0.125\n", {0.125, 0.125, 0.125}},
+        {"slopes = [0.5, 0.1, 0.01]\n", {0.5, 0.1, 0.01}},
+        {"slopes = [0.5, 0.1, 0.01]\nslope_scale = 2\n", {1.0, 0.2, 0.02}},
+    };
+    /* reference get_slopes(3): the 2 slopes of n=2 (2^-4, 2^-8), then the 1st of n=4 (2^-2) */
+    const double ref3[3] = {1.0 / 16, 1.0 / 256, 0.25};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char text[256];
+        snprintf(text, sizeof text, "[model]\nheads = 3\ndim = 48\n[[term]]\nplugin = \"alibi\"\n%s",
+                 cases[c].options);
+        fixture f;
+        bk_error err;
+        if (open_terms(&f, text, &err) != BK_OK)
+            fail_msg("case %zu: %s", c, err.message);
+        float table[3 * 4];
+        assert_int_equal(bk_term_table(&f.set.terms[0], 0, 4, table, &err), BK_OK);
+        for (int h = 0; h < 3; h++) {
+            double slope = c == 0 ? ref3[h] : c == 1 ? 96.0 * ref3[h] : cases[c].slope[h];
+            for (int d = 0; d < 4; d++)
+                assert_float_equal(table[h * 4 + d], -(float)slope * d, 1e-5);
+        }
+        close_terms(&f);
+    }
+}
+
+static void alibi_bad_options(void **state)
+{
+    (void)state;
+    expect_term_error("[model]\nheads = 3\ndim = 48\n[[term]]\nplugin = \"alibi\"\nslopes = [0.5, 0.1]\n",
+                      "exp.toml:6:10: ", "expected 3 slopes (one per head), got 2");
+    expect_term_error("[model]\nheads = 2\n[[term]]\nplugin = \"alibi\"\nslopes = [0.5, 0.1, 0.2]\n",
+                      "exp.toml:5:10: ", "slopes");
+    expect_term_error("[model]\nheads = 2\n[[term]]\nplugin = \"alibi\"\nslopes = [0.5, -0.1]\n",
+                      "exp.toml:5:10: ", "slope 1: expected a finite slope >= 0, got -0.1");
+    expect_term_error("[[term]]\nplugin = \"alibi\"\nuniform_slope = 0.1\nslopes = [1.0]\n",
+                      "exp.toml:4:10: ", "'slopes' and 'uniform_slope' exclude each other");
+    expect_term_error("[[term]]\nplugin = \"alibi\"\nslope_scale = -2\n", "exp.toml:3:15: ",
+                      "expected a finite scale >= 0, got -2");
+    expect_term_error("[[term]]\nplugin = \"alibi\"\nuniform_slope = nan\n", "exp.toml:3:17: ",
+                      "option 'uniform_slope': expected a finite number, got nan");
+}
+
 static void plugin_option_errors_have_positions(void **state)
 {
     (void)state;
@@ -214,6 +266,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(alibi_table_through_the_host),
+        cmocka_unit_test(alibi_variants),
+        cmocka_unit_test(alibi_bad_options),
         cmocka_unit_test(plugin_option_errors_have_positions),
         cmocka_unit_test(create_failure_is_reported),
         cmocka_unit_test(unknown_plugin_names_the_term),

@@ -7,6 +7,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define BK_ERROR_MESSAGE_MAX 2048
 
 /* The plugin ABI's codes (biaskit_status) plus the engine's own. */
@@ -41,5 +45,9 @@ void bk_copy_text(char *dst, size_t size, const char *src);
 
 /* Clears err to BK_OK with an empty message. */
 void bk_error_clear(bk_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
