@@ -76,7 +76,7 @@ static void unknown_section(void **state)
 {
     (void)state;
     expect_error("[model]\nheads = 4\n\n[modle]\nlayers = 2\n", NULL, 0, "exp.toml:4:",
-                 "unknown section 'modle' (did you mean 'model'?); expected one of: model, attention, train, run, term");
+                 "unknown section 'modle' (did you mean 'model'?); expected one of: model, attention, train, data, run, term");
 }
 
 static void unknown_key_with_position(void **state)
@@ -156,6 +156,38 @@ static void missing_file(void **state)
     assert_message_has(err.message, "cannot read '/nonexistent/exp.toml'");
 }
 
+static void data_and_training_keys(void **state)
+{
+    (void)state;
+    const char *text = "[train]\nbatch = 4\nlr = 3e-4\n[data]\npaths = [\"a\", \"b/c\"]\nval_paths = \"v.txt\"\n"
+                       "format = \"shards\"\n[run]\nout_dir = \"runs/x\"\n";
+    const char *sets[] = {"data.extensions=[\".h\"]", "train.steps=7"};
+    bk_experiment exp;
+    bk_error err;
+    assert_int_equal(bk_experiment_parse(text, "exp.toml", sets, 2, &exp, &err), BK_OK);
+    assert_int_equal(exp.train.batch, 4);
+    assert_true(exp.train.lr == 3e-4);
+    assert_int_equal(exp.train.steps, 7);
+    assert_int_equal(exp.data.paths.n, 2);
+    assert_string_equal(exp.data.paths.items[1], "b/c");
+    assert_int_equal(exp.data.val_paths.n, 1); /* one string is a list of one */
+    assert_string_equal(exp.data.val_paths.items[0], "v.txt");
+    assert_int_equal(exp.data.extensions.n, 1);
+    assert_int_equal(exp.data.format, 1);
+    assert_string_equal(exp.run.out_dir, "runs/x");
+    assert_true(exp.train.beta2 == 0.95); /* defaults */
+    assert_int_equal(exp.data.max_bytes, 0);
+    bk_experiment_free(&exp);
+    expect_error("[data]\npaths = [\"a\", 3]\n", NULL, 0, "exp.toml:2:15: [data] paths element 1: expected a string, got integer",
+                 NULL);
+    expect_error("[data]\npaths = 3\n", NULL, 0, "exp.toml:2:9: [data] paths: expected a string or an array of strings",
+                 NULL);
+    expect_error("[run]\nout_dir = false\n", NULL, 0, "exp.toml:2:11: [run] out_dir: expected a string, got boolean",
+                 NULL);
+    expect_error("[train]\nlr = -1\n", NULL, 0, "exp.toml:2:6: [train] lr: expected a number in [0, 10], got -1", NULL);
+    expect_error("[data]\nformat = \"csv\"\n", NULL, 0, "[data] format: expected one of text, shards, got 'csv'", NULL);
+}
+
 static void closest_word(void **state)
 {
     (void)state;
@@ -179,6 +211,7 @@ int main(void)
         cmocka_unit_test(term_errors),
         cmocka_unit_test(overrides),
         cmocka_unit_test(missing_file),
+        cmocka_unit_test(data_and_training_keys),
         cmocka_unit_test(closest_word),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

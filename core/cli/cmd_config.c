@@ -38,14 +38,9 @@ int bk_cmd_config(int argc, char **argv)
     if (bk_session_open(&s, args.positional[0], sets, n_sets, &err))
         return bk_report(&err);
     const bk_experiment *e = &s.exp;
-    char a[32], b[32];
+    char a[32];
     printf("%s: ok\n\n", e->path);
-    printf("[model]\nlayers = %lld\nheads = %lld\ndim = %lld\nvocab = %lld\n\n", (long long)e->model.layers,
-           (long long)e->model.heads, (long long)e->model.dim, (long long)e->model.vocab);
-    printf("[attention]\nmixing = \"%s\"\nlearn_weights = %s\n\n", bk_choice_name(BK_MIXING_CHOICES, e->attention.mixing, a, sizeof a),
-           e->attention.learn_weights ? "true" : "false");
-    printf("[train]\nlength = %lld\nseed = %lld\n\n", (long long)e->train.length, (long long)e->train.seed);
-    printf("[run]\ndevice = \"%s\"\n", bk_choice_name(BK_DEVICE_CHOICES, e->run.device, b, sizeof b));
+    bk_experiment_print_values(e, stdout);
     for (int i = 0; i < s.terms.n; i++) {
         const bk_term *t = &s.terms.terms[i];
         printf("\n[[term]]  # %s\nplugin = \"%s\"\nname = \"%s\"\nstream = \"%s\"\nweight = %g\nper_layer = %s\n",

@@ -11,15 +11,15 @@
  * The schema: every engine key, written once.
  * ---------------------------------------------------------------------------------------------- */
 
-typedef enum key_type { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_CHOICE } key_type;
+typedef enum key_type { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_CHOICE, KEY_STRING, KEY_STRINGS } key_type;
 
 typedef struct key_spec {
     const char *section;
     const char *key;
     key_type type;
-    double def;          /* default (KEY_CHOICE: index into choices) */
+    double def;          /* default (KEY_CHOICE: index into choices; KEY_STRING: see choices) */
     double min, max;     /* inclusive range for KEY_INT / KEY_FLOAT */
-    const char *choices; /* KEY_CHOICE: "a|b|c", stored as the index */
+    const char *choices; /* KEY_CHOICE: "a|b|c", stored as the index; KEY_STRING: the default text */
     const char *doc;
     size_t offset;       /* where the value lives in bk_experiment */
 } key_spec;
@@ -36,8 +36,46 @@ static const key_spec schema[] = {
      FIELD(attention.learn_weights)},
     {"train", "length", KEY_INT, 256, 1, 1 << 24, NULL, "training context length in tokens", FIELD(train.length)},
     {"train", "seed", KEY_INT, 1234, 0, 9007199254740991.0, NULL, "seed of parameter init and data order", FIELD(train.seed)},
+    {"train", "batch", KEY_INT, 8, 1, 1 << 16, NULL, "sequences per micro-batch", FIELD(train.batch)},
+    {"train", "accumulate", KEY_INT, 1, 1, 1 << 16, NULL, "micro-batches per optimizer step (gradient accumulation)",
+     FIELD(train.accumulate)},
+    {"train", "steps", KEY_INT, 1000, 1, 1e12, NULL, "optimizer steps", FIELD(train.steps)},
+    {"train", "lr", KEY_FLOAT, 1e-3, 0, 10, NULL, "peak learning rate (after warm-up)", FIELD(train.lr)},
+    {"train", "final_lr", KEY_FLOAT, 0.1, 0, 1, NULL, "learning rate at the last step, as a fraction of lr (cosine decay)",
+     FIELD(train.final_lr)},
+    {"train", "warmup", KEY_INT, 100, 0, 1e12, NULL, "linear warm-up steps", FIELD(train.warmup)},
+    {"train", "weight_decay", KEY_FLOAT, 0.1, 0, 10, NULL, "AdamW decoupled weight decay (matrices and embeddings)",
+     FIELD(train.weight_decay)},
+    {"train", "beta1", KEY_FLOAT, 0.9, 0, 0.999999, NULL, "AdamW first-moment decay", FIELD(train.beta1)},
+    {"train", "beta2", KEY_FLOAT, 0.95, 0, 0.999999, NULL, "AdamW second-moment decay", FIELD(train.beta2)},
+    {"train", "eps", KEY_FLOAT, 1e-8, 0, 1, NULL, "AdamW epsilon", FIELD(train.eps)},
+    {"train", "grad_clip", KEY_FLOAT, 1.0, 0, 1e9, NULL, "clip the global gradient L2 norm to this (0 = off)",
+     FIELD(train.grad_clip)},
+    {"train", "decay_all", KEY_BOOL, 0, 0, 1, NULL,
+     "also decay norms, biases, plugin parameters and mixing weights", FIELD(train.decay_all)},
+    {"train", "eval_every", KEY_INT, 100, 0, 1e12, NULL, "steps between validations (0 = at the end only)",
+     FIELD(train.eval_every)},
+    {"train", "eval_batches", KEY_INT, 16, 1, 1e9, NULL, "validation micro-batches per validation",
+     FIELD(train.eval_batches)},
+    {"train", "checkpoint_every", KEY_INT, 0, 0, 1e12, NULL, "steps between checkpoints (0 = at the end only)",
+     FIELD(train.checkpoint_every)},
+    {"train", "log_every", KEY_INT, 10, 1, 1e12, NULL, "steps between log lines", FIELD(train.log_every)},
+    {"data", "format", KEY_CHOICE, 0, 0, 0, BK_DATA_FORMAT_CHOICES,
+     "text = bytes of text files (vocab 256); shards = llm.c uint16 .bin token shards", FIELD(data.format)},
+    {"data", "paths", KEY_STRINGS, 0, 0, 0, NULL, "training files or directories (relative to the experiment file)",
+     FIELD(data.paths)},
+    {"data", "val_paths", KEY_STRINGS, 0, 0, 0, NULL, "validation files or directories (none: split by val_fraction)",
+     FIELD(data.val_paths)},
+    {"data", "val_fraction", KEY_FLOAT, 0.05, 1e-6, 0.9, NULL, "last fraction of the training stream kept for validation",
+     FIELD(data.val_fraction)},
+    {"data", "extensions", KEY_STRINGS, 0, 0, 0, NULL, "text: only files ending with one of these, e.g. [\".h\"]",
+     FIELD(data.extensions)},
+    {"data", "max_bytes", KEY_INT, 0, 0, 9007199254740991.0, NULL, "text: read at most this many bytes (0 = all)",
+     FIELD(data.max_bytes)},
     {"run", "device", KEY_CHOICE, BK_DEVICE_AUTO, 0, 0, BK_DEVICE_CHOICES,
      "where to compute: auto = CUDA when a GPU answers, else CPU", FIELD(run.device)},
+    {"run", "out_dir", KEY_STRING, 0, 0, 0, "", "checkpoints and logs (\"\" = runs/<experiment name>)", FIELD(run.out_dir)},
+    {"run", "threads", KEY_INT, 0, 0, 4096, NULL, "CPU threads (0 = every core)", FIELD(run.threads)},
 };
 #undef FIELD
 #define N_SCHEMA (sizeof schema / sizeof schema[0])
@@ -206,6 +244,8 @@ static void set_default(bk_experiment *exp, const key_spec *k)
     case KEY_CHOICE: *(int64_t *)field = (int64_t)k->def; break;
     case KEY_FLOAT: *(double *)field = k->def; break;
     case KEY_BOOL: *(int *)field = k->def != 0; break;
+    case KEY_STRING: *(const char **)field = k->choices; break;
+    case KEY_STRINGS: *(bk_string_list *)field = (bk_string_list){NULL, 0}; break;
     }
 }
 
@@ -252,6 +292,31 @@ static int read_key(bk_experiment *exp, const key_spec *k, const bk_toml_node *n
             return bk_fail_at(err, BK_ERR_CONFIG, pos, "%s: expected one of %s, got '%s'", where, list,
                               bk_toml_string(node));
         *(int64_t *)field = index;
+        return BK_OK;
+    }
+    case KEY_STRING:
+        if (t != BK_TOML_STRING)
+            return wrong_type(err, node, where, "a string");
+        *(const char **)field = bk_toml_string(node);
+        return BK_OK;
+    case KEY_STRINGS: {
+        bk_string_list *list = (bk_string_list *)field;
+        size_t n = t == BK_TOML_ARRAY ? bk_toml_count(node) : 1;
+        if (t != BK_TOML_ARRAY && t != BK_TOML_STRING)
+            return wrong_type(err, node, where, "a string or an array of strings");
+        for (size_t i = 0; t == BK_TOML_ARRAY && i < n; i++)
+            if (bk_toml_type_of(bk_toml_at(node, i)) != BK_TOML_STRING) {
+                char item[128];
+                snprintf(item, sizeof item, "%s element %zu", where, i);
+                return wrong_type(err, bk_toml_at(node, i), item, "a string");
+            }
+        free(list->items); /* a key given twice (file, then --set) keeps the last */
+        list->items = calloc(n ? n : 1, sizeof *list->items);
+        if (!list->items)
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory reading %s", where);
+        for (size_t i = 0; i < n; i++)
+            list->items[i] = bk_toml_string(t == BK_TOML_ARRAY ? bk_toml_at(node, i) : node);
+        list->n = (int)n;
         return BK_OK;
     }
     }
@@ -447,6 +512,9 @@ void bk_experiment_free(bk_experiment *exp)
 {
     if (!exp)
         return;
+    for (size_t i = 0; i < N_SCHEMA; i++)
+        if (schema[i].type == KEY_STRINGS)
+            free(((bk_string_list *)((char *)exp + schema[i].offset))->items);
     bk_toml_free(exp->doc);
     free(exp->path);
     free(exp->terms);
@@ -485,6 +553,14 @@ void bk_experiment_print_keys(void *fp)
             snprintf(type, sizeof type, "one of %s", list);
             break;
         }
+        case KEY_STRING:
+            snprintf(def, sizeof def, "\"%s\"", k->choices);
+            snprintf(type, sizeof type, "string");
+            break;
+        case KEY_STRINGS:
+            snprintf(def, sizeof def, "[]");
+            snprintf(type, sizeof type, "array of strings");
+            break;
         }
         fprintf(f, "  %-14s = %-10s  %s; %s\n", k->key, def, type, k->doc);
     }
@@ -500,4 +576,62 @@ void bk_experiment_print_keys(void *fp)
     fprintf(f, "  %-14s = %-10s  %s\n", "per_layer", "<plugin>",
             "one parameter copy per layer (true) or shared (false); default from the plugin");
     fprintf(f, "  ...                          the plugin's own options: see `biaskit plugins`\n");
+}
+
+static void print_string(FILE *f, const char *text)
+{
+    fputc('"', f);
+    for (const char *c = text; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fputc('\\', f);
+        fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+void bk_experiment_print_values(const bk_experiment *exp, void *fp)
+{
+    FILE *f = fp;
+    const char *section = "";
+    for (size_t i = 0; i < N_SCHEMA; i++) {
+        const key_spec *k = &schema[i];
+        const char *field = (const char *)exp + k->offset;
+        if (strcmp(section, k->section) != 0) {
+            fprintf(f, "%s[%s]\n", i ? "\n" : "", k->section);
+            section = k->section;
+        }
+        fprintf(f, "%s = ", k->key);
+        switch (k->type) {
+        case KEY_INT: fprintf(f, "%lld", (long long)*(const int64_t *)field); break;
+        case KEY_FLOAT: { /* the shortest text that reads back as the same double */
+            double v = *(const double *)field;
+            char text[32];
+            for (int digits = 6; digits <= 17; digits++) {
+                snprintf(text, sizeof text, "%.*g", digits, v);
+                if (strtod(text, NULL) == v)
+                    break;
+            }
+            fprintf(f, "%s%s", text, strpbrk(text, ".en") ? "" : ".0");
+            break;
+        }
+        case KEY_BOOL: fprintf(f, "%s", *(const int *)field ? "true" : "false"); break;
+        case KEY_CHOICE: {
+            char name[48];
+            print_string(f, bk_choice_name(k->choices, *(const int64_t *)field, name, sizeof name));
+            break;
+        }
+        case KEY_STRING: print_string(f, *(const char *const *)field); break;
+        case KEY_STRINGS: {
+            const bk_string_list *list = (const bk_string_list *)field;
+            fputc('[', f);
+            for (int j = 0; j < list->n; j++) {
+                fputs(j ? ", " : "", f);
+                print_string(f, list->items[j]);
+            }
+            fputc(']', f);
+            break;
+        }
+        }
+        fputc('\n', f);
+    }
 }

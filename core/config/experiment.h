@@ -6,8 +6,9 @@
  *
  *   [model]      layers, heads, dim, vocab
  *   [attention]  mixing ("sum" | "kernel"), learn_weights
- *   [train]      length, seed
- *   [run]        device ("auto" | "cpu" | "cuda")
+ *   [train]      length, seed, batch, steps, learning-rate schedule, AdamW, clipping, evaluation cadence
+ *   [data]       format ("text" | "shards"), paths, val_paths, val_fraction, extensions, max_bytes
+ *   [run]        device ("auto" | "cpu" | "cuda"), out_dir, threads
  *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, plus the
  *                plugin's own options (checked against the plugin's declarations when it loads)
  */
@@ -24,6 +25,7 @@
 #define BK_STREAM_CHOICES "token|segment"
 #define BK_MIXING_CHOICES "sum|kernel"
 #define BK_DEVICE_CHOICES "auto|cpu|cuda"
+#define BK_DATA_FORMAT_CHOICES "text|shards"
 
 typedef enum bk_stream { BK_STREAM_TOKEN = 0, BK_STREAM_SEGMENT = 1 } bk_stream;
 #define BK_STREAM_COUNT 2
@@ -45,6 +47,13 @@ typedef struct bk_term_config {
     int index;                  /* 1-based position among the [[term]] tables */
 } bk_term_config;
 
+/* A list of strings from the file: a TOML array of strings, or one string (a list of one). The
+ * strings belong to the document. */
+typedef struct bk_string_list {
+    const char **items;
+    int n;
+} bk_string_list;
+
 typedef struct bk_experiment {
     bk_toml *doc;
     char *path;
@@ -58,9 +67,33 @@ typedef struct bk_experiment {
     struct {
         int64_t length;
         int64_t seed;
+        int64_t batch;          /* sequences per micro-batch */
+        int64_t accumulate;     /* micro-batches per optimizer step */
+        int64_t steps;          /* optimizer steps */
+        double lr;              /* peak learning rate */
+        double final_lr;        /* learning rate at the end of the cosine, as a fraction of lr */
+        int64_t warmup;         /* linear warm-up steps */
+        double weight_decay;    /* decoupled (AdamW) */
+        double beta1, beta2, eps;
+        double grad_clip;       /* global L2 norm; 0 = off */
+        int decay_all;          /* also decay norms, biases, plugin parameters and mixing weights */
+        int64_t eval_every;     /* steps between validations; 0 = only at the end */
+        int64_t eval_batches;   /* validation micro-batches per validation */
+        int64_t checkpoint_every; /* steps between checkpoints; 0 = only at the end */
+        int64_t log_every;      /* steps between log lines */
     } train;
     struct {
-        int64_t device; /* bk_device_choice */
+        int64_t format;         /* bk_data_format: BK_DATA_FORMAT_CHOICES */
+        bk_string_list paths;
+        bk_string_list val_paths;
+        double val_fraction;
+        bk_string_list extensions;
+        int64_t max_bytes;
+    } data;
+    struct {
+        int64_t device;         /* bk_device_choice */
+        const char *out_dir;    /* "" = runs/<experiment file name without .toml> */
+        int64_t threads;        /* 0 = every core */
     } run;
     bk_term_config *terms;
     int n_terms;
@@ -77,6 +110,8 @@ void bk_experiment_free(bk_experiment *exp);
 
 /* Print the schema (every section, key, type, default and doc) to `f` (a FILE*). */
 void bk_experiment_print_keys(void *f);
+/* Print every engine value of `exp` as TOML, section by section, to `f` (a FILE*). */
+void bk_experiment_print_values(const bk_experiment *exp, void *f);
 
 /* Fail with "SOURCE:LINE:COL: " + message (position omitted when unknown). */
 int bk_fail_at(bk_error *err, int code, bk_toml_pos pos, const char *fmt, ...)
