@@ -3,7 +3,12 @@
 # (nvcc at /usr/local/cuda) is used when present and is not installed here.
 set -euo pipefail
 
-packages=(cmake make gcc g++ pkg-config libtomlplusplus-dev libcmocka-dev libopenblas-dev)
+packages=(cmake make gcc g++ pkg-config libtomlplusplus-dev libcmocka-dev libopenblas-dev libopenblas-openmp-dev
+          libcjson-dev)
+# the PyTorch reference tests: scripts/setup.sh --tests
+if [ "${1:-}" = "--tests" ]; then
+    packages+=(python3-torch python3-numpy)
+fi
 missing=()
 for p in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -4,6 +4,6 @@
 # no GPU answers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --tests
 scripts/build.sh -DBIASKIT_WERROR=ON
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j"$(nproc)"

@@ -27,6 +27,61 @@ void bk_mix_tables(bk_mixing mode, const float *const *tables, const double *wei
     }
 }
 
+void bk_mix_backward(bk_mixing mode, const float *const *tables, const double *weights, int n_terms, size_t n,
+                     const float *mixed, const float *dout, float *const *dtables, double *dweights)
+{
+    for (int t = 0; t < n_terms; t++) {
+        double dw = 0.0;
+        for (size_t k = 0; k < n; k++) {
+            double g = dout[k];
+            /* dM/dw_t: T_t (sum) or exp(T_t - M) (kernel); dM/dT_t = w_t times that in kernel mode */
+            double dm_dw = mode == BK_MIX_SUM ? (double)tables[t][k] : exp((double)tables[t][k] - (double)mixed[k]);
+            double dm_dt = mode == BK_MIX_SUM ? weights[t] : weights[t] * dm_dw;
+            if (dtables && dtables[t])
+                dtables[t][k] += (float)(g * dm_dt);
+            dw += g * dm_dw;
+        }
+        if (dweights)
+            dweights[t] += dw;
+    }
+}
+
+void bk_mix_weights_from_params(bk_mixing mode, const float *params, int n, double *weights)
+{
+    if (mode == BK_MIX_SUM) {
+        for (int t = 0; t < n; t++)
+            weights[t] = params[t];
+        return;
+    }
+    double m = -INFINITY, total = 0.0;
+    for (int t = 0; t < n; t++)
+        m = params[t] > m ? params[t] : m;
+    for (int t = 0; t < n; t++)
+        total += weights[t] = exp((double)params[t] - m);
+    for (int t = 0; t < n; t++)
+        weights[t] /= total;
+}
+
+void bk_mix_params_from_weights(bk_mixing mode, const double *weights, int n, float *params)
+{
+    for (int t = 0; t < n; t++) /* softmax(log w) = w on the simplex; a zero weight stays (almost) zero */
+        params[t] = mode == BK_MIX_SUM ? (float)weights[t] : (float)log(weights[t] > 1e-30 ? weights[t] : 1e-30);
+}
+
+void bk_mix_params_backward(bk_mixing mode, const double *weights, const double *dweights, int n, float *dparams)
+{
+    if (mode == BK_MIX_SUM) {
+        for (int t = 0; t < n; t++)
+            dparams[t] += (float)dweights[t];
+        return;
+    }
+    double mean = 0.0; /* softmax Jacobian: da_t = w_t (dw_t - sum_u w_u dw_u) */
+    for (int t = 0; t < n; t++)
+        mean += weights[t] * dweights[t];
+    for (int t = 0; t < n; t++)
+        dparams[t] += (float)(weights[t] * (dweights[t] - mean));
+}
+
 int bk_mix_weights(bk_mixing mode, double *weights, const char *const *labels, int n, bk_error *err)
 {
     double total = 0.0;

@@ -14,6 +14,20 @@
 void bk_mix_tables(bk_mixing mode, const float *const *tables, const double *weights, int n_terms, size_t n,
                    float *out);
 
+/* Gradient of bk_mix_tables. Given dout = dL/dM (n values) and the forward's tables and output M:
+ *   sum:    dL/dT_t += w_t dM,                 dL/dw_t += sum_k dM T_t
+ *   kernel: dL/dT_t += dM w_t exp(T_t - M),    dL/dw_t += sum_k dM exp(T_t - M)
+ * dtables[t] may be NULL (a term without parameters); dweights may be NULL. Sums are in double. */
+void bk_mix_backward(bk_mixing mode, const float *const *tables, const double *weights, int n_terms, size_t n,
+                     const float *mixed, const float *dout, float *const *dtables, double *dweights);
+
+/* Learnable weights (DESIGN.md §2): sum mode trains the weights themselves; kernel mode keeps them on
+ * the simplex as w = softmax(a). These map parameters to weights and weight gradients back. */
+void bk_mix_weights_from_params(bk_mixing mode, const float *params, int n, double *weights);
+void bk_mix_params_from_weights(bk_mixing mode, const double *weights, int n, float *params);
+/* dparams += d(loss)/d(params) given dweights = d(loss)/d(weights) at `weights`. */
+void bk_mix_params_backward(bk_mixing mode, const double *weights, const double *dweights, int n, float *dparams);
+
 /* Check and complete the weights of the n terms on one stream, in place. Weights not given are NAN:
  * sum mode fills 1, kernel mode fills 1/n. Kernel mode then requires every weight >= 0 and a
  * positive total, and rescales them to sum to 1 (the simplex); `labels` name terms in messages. */

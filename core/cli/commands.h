@@ -11,6 +11,8 @@
 int bk_cmd_plugins(int argc, char **argv);
 int bk_cmd_bias(int argc, char **argv);
 int bk_cmd_config(int argc, char **argv);
+int bk_cmd_train(int argc, char **argv);
+int bk_cmd_eval(int argc, char **argv);
 
 /* An experiment opened for a command: the validated file, the plugin registry and the created terms. */
 typedef struct bk_session {

@@ -15,6 +15,8 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
+    {"train", bk_cmd_train, "train a model (or --resume a checkpoint) on the experiment's data"},
+    {"eval", bk_cmd_eval, "perplexity of a checkpoint at many lengths (the extrapolation curve)"},
     {"plugins", bk_cmd_plugins, "list the plugins found, with capabilities and options"},
     {"bias", bk_cmd_bias, "print (or write as CSV) each head's distance table of an experiment"},
     {"config", bk_cmd_config, "check an experiment file and print its resolved values; --keys lists every key"},

@@ -1,0 +1,231 @@
+/* biaskit eval: perplexity of a trained checkpoint at many lengths (the extrapolation curve). */
+#define _POSIX_C_SOURCE 200809L
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "eval/eval.h"
+#include "train/checkpoint.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char help[] =
+    "usage: biaskit eval <checkpoint.safetensors> [--lengths L1,L2,...] [--sliding STRIDE]\n"
+    "                    [--data PATH]... [--tokens N] [--csv FILE] [--json FILE] [--positions FILE]\n\n"
+    "Rebuilds the model stored in the checkpoint and measures its perplexity on the validation\n"
+    "data of its experiment (or --data) at each length. Without --sliding the text is cut into\n"
+    "non-overlapping chunks of each length and every token is scored (the ALiBi / KERPLE protocol);\n"
+    "with --sliding S, windows of each length advance by S tokens and only their last S tokens are\n"
+    "scored. Lengths beyond the training length just work: memory holds one layer at a time.\n\n"
+    "  --lengths L,...   lengths to evaluate (default: 1x, 2x, 4x, 8x the training length)\n"
+    "  --sliding S       sliding-window evaluation with stride S\n"
+    "  --data PATH       evaluate these files or directories instead (repeatable; same format)\n"
+    "  --tokens N        use at most the first N tokens of the data (default 65536; 0 = all)\n"
+    "  --csv FILE        write length,train_length,chunks,tokens,loss,ppl as CSV ('-' = stdout)\n"
+    "  --json FILE       write the same as JSON, with the position-wise loss ('-' = stdout)\n"
+    "  --positions FILE  write length,position,loss (loss at each position, averaged over chunks)\n"
+    "  --set K=V         override a value of the stored experiment (repeatable)\n";
+
+static int parse_lengths(const char *text, int32_t *out, int cap, int *n, bk_error *err)
+{
+    *n = 0;
+    for (const char *p = text; *p;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > (1L << 24) || (*end && *end != ','))
+            return bk_fail(err, BK_ERR_USAGE, "--lengths: expected positive integers separated by commas, got '%s'",
+                           text);
+        if (*n == cap)
+            return bk_fail(err, BK_ERR_USAGE, "--lengths: at most %d lengths", cap);
+        out[(*n)++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (!*n)
+        return bk_fail(err, BK_ERR_USAGE, "--lengths: no length given");
+    return BK_OK;
+}
+
+static FILE *open_out(const char *path, bk_error *err)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+    if (!f)
+        bk_fail(err, BK_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    return f;
+}
+
+static void close_out(FILE *f)
+{
+    if (f && f != stdout)
+        fclose(f);
+}
+
+#define MAX_LENGTHS 64
+
+int bk_cmd_eval(int argc, char **argv)
+{
+    static const bk_arg_spec specs[] = {{"help", 0, 0},  {"lengths", 1, 0}, {"sliding", 1, 0}, {"data", 1, 1},
+                                        {"tokens", 1, 0}, {"csv", 1, 0},     {"json", 1, 0},    {"positions", 1, 0},
+                                        {"set", 1, 1}};
+    bk_args args;
+    bk_error err;
+    if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit eval", &args, &err))
+        return bk_report(&err);
+    if (bk_args_get(&args, "help")) {
+        fputs(help, stdout);
+        return 0;
+    }
+    if (args.n_positional != 1) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit eval: expected one checkpoint; see 'biaskit eval --help'");
+        return bk_report(&err);
+    }
+    long stride = 0, max_tokens = 65536;
+    const char *v;
+    if ((v = bk_args_get(&args, "sliding")) && bk_args_int("sliding", v, 1, 1L << 24, &stride, &err))
+        return bk_report(&err);
+    if ((v = bk_args_get(&args, "tokens")) && bk_args_int("tokens", v, 0, 9007199254740991L, &max_tokens, &err))
+        return bk_report(&err);
+    const char *sets[BK_ARGS_MAX], *data[BK_ARGS_MAX];
+    size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
+    size_t n_data = bk_args_all(&args, "data", data, BK_ARGS_MAX);
+
+    bk_lm lm;
+    bk_train_state st;
+    if (bk_checkpoint_load(args.positional[0], sets, (int)n_sets, &lm, NULL, &st, &err))
+        return bk_report(&err);
+    const bk_experiment *e = &lm.exp;
+    if (e->run.threads > 0)
+        omp_set_num_threads((int)e->run.threads);
+    int32_t lengths[MAX_LENGTHS];
+    int n_lengths = 0;
+    int rc = BK_OK;
+    if ((v = bk_args_get(&args, "lengths")))
+        rc = parse_lengths(v, lengths, MAX_LENGTHS, &n_lengths, &err);
+    else
+        for (int k = 1; k <= 8; k *= 2)
+            lengths[n_lengths++] = (int32_t)(k * e->train.length);
+
+    bk_tokens train = {0}, val = {0};
+    if (!rc) {
+        /* the data: the experiment's validation split, or --data */
+        int n_val = n_data ? (int)n_data : e->data.val_paths.n;
+        char(*paths)[4096] = calloc((size_t)(e->data.paths.n + n_val + 1), sizeof *paths);
+        const char **ptr = calloc((size_t)(e->data.paths.n + n_val + 1), sizeof *ptr);
+        if (!paths || !ptr)
+            rc = bk_fail(&err, BK_ERR_NOMEM, "out of memory");
+        for (int i = 0; !rc && i < e->data.paths.n + n_val; i++) {
+            if (i < e->data.paths.n)
+                bk_lm_data_path(&lm, e->data.paths.items[i], paths[i], sizeof paths[i]);
+            else if (n_data)
+                bk_copy_text(paths[i], sizeof paths[i], data[i - e->data.paths.n]);
+            else
+                bk_lm_data_path(&lm, e->data.val_paths.items[i - e->data.paths.n], paths[i], sizeof paths[i]);
+            ptr[i] = paths[i];
+        }
+        bk_data_config dc = {
+            .format = (bk_data_format)e->data.format,
+            .paths = n_data ? ptr + e->data.paths.n : ptr,
+            .n_paths = n_data ? (int)n_data : e->data.paths.n,
+            .val_paths = ptr + e->data.paths.n,
+            .n_val_paths = n_data ? 0 : n_val,
+            .val_fraction = n_data ? 0.5 : e->data.val_fraction,
+            .extensions = e->data.extensions.items,
+            .n_extensions = e->data.extensions.n,
+            .max_bytes = n_data ? 0 : e->data.max_bytes,
+        };
+        if (!rc && n_data) {
+            /* --data: every token of the given files is evaluation data */
+            dc.n_val_paths = (int)n_data;
+            dc.val_paths = dc.paths;
+        }
+        if (!rc && e->data.paths.n == 0 && !n_data)
+            rc = bk_fail(&err, BK_ERR_CONFIG, "the checkpoint's experiment has no [data] paths; give --data PATH");
+        if (!rc)
+            rc = bk_data_load(&dc, (int32_t)e->model.vocab, 2, &train, &val, &err);
+        free(paths), free(ptr);
+    }
+    bk_eval_result results[MAX_LENGTHS];
+    if (!rc)
+        rc = bk_eval(&lm, &val, lengths, n_lengths, (int32_t)stride, max_tokens, results, &err);
+    if (rc) {
+        bk_tokens_free(&train), bk_tokens_free(&val);
+        bk_lm_close(&lm);
+        return bk_report(&err);
+    }
+
+    double base = NAN;
+    for (int i = 0; i < n_lengths; i++)
+        if (results[i].length == e->train.length)
+            base = results[i].ppl;
+    printf("checkpoint: %s (step %lld, trained at length %lld)\n", args.positional[0], (long long)st.step,
+           (long long)e->train.length);
+    printf("data: %s, %lld tokens used; %s\n\n", val.name,
+           (long long)(max_tokens > 0 && max_tokens < val.count ? max_tokens : val.count),
+           stride ? "sliding window" : "non-overlapping chunks");
+    printf("%8s %7s %7s %9s %9s %10s %9s\n", "length", "x train", "chunks", "tokens", "loss", "perplexity",
+           "vs train");
+    for (int i = 0; i < n_lengths; i++) {
+        const bk_eval_result *r = &results[i];
+        char change[32] = "";
+        if (isfinite(base))
+            snprintf(change, sizeof change, "%+.1f%%", 100.0 * (r->ppl / base - 1.0));
+        printf("%8d %7.2f %7lld %9lld %9.4f %10.3f %9s\n", (int)r->length,
+               (double)r->length / (double)e->train.length, (long long)r->chunks, (long long)r->tokens, r->loss, r->ppl,
+               change);
+    }
+
+    FILE *f;
+    if (!rc && (v = bk_args_get(&args, "csv"))) {
+        if (!(f = open_out(v, &err)))
+            rc = err.code;
+        else {
+            fprintf(f, "length,train_length,chunks,tokens,loss,ppl\n");
+            for (int i = 0; i < n_lengths; i++)
+                fprintf(f, "%d,%lld,%lld,%lld,%.6f,%.6f\n", (int)results[i].length, (long long)e->train.length,
+                        (long long)results[i].chunks, (long long)results[i].tokens, results[i].loss, results[i].ppl);
+            close_out(f);
+        }
+    }
+    if (!rc && (v = bk_args_get(&args, "json"))) {
+        if (!(f = open_out(v, &err)))
+            rc = err.code;
+        else {
+            fprintf(f, "{\"checkpoint\": \"%s\", \"step\": %lld, \"train_length\": %lld, \"protocol\": \"%s\", "
+                       "\"results\": [",
+                    args.positional[0], (long long)st.step, (long long)e->train.length,
+                    stride ? "sliding" : "non-overlapping");
+            for (int i = 0; i < n_lengths; i++) {
+                const bk_eval_result *r = &results[i];
+                fprintf(f, "%s\n  {\"length\": %d, \"chunks\": %lld, \"tokens\": %lld, \"loss\": %.6f, \"ppl\": %.6f",
+                        i ? "," : "", (int)r->length, (long long)r->chunks, (long long)r->tokens, r->loss, r->ppl);
+                if (r->position_loss) {
+                    fprintf(f, ", \"position_loss\": [");
+                    for (int32_t t = 0; t < r->length; t++)
+                        fprintf(f, "%s%.5f", t ? ", " : "", r->position_loss[t]);
+                    fprintf(f, "]");
+                }
+                fprintf(f, "}");
+            }
+            fprintf(f, "\n]}\n");
+            close_out(f);
+        }
+    }
+    if (!rc && (v = bk_args_get(&args, "positions"))) {
+        if (!(f = open_out(v, &err)))
+            rc = err.code;
+        else {
+            fprintf(f, "length,position,loss\n");
+            for (int i = 0; i < n_lengths; i++)
+                for (int32_t t = 0; results[i].position_loss && t < results[i].length; t++)
+                    fprintf(f, "%d,%d,%.6f\n", (int)results[i].length, (int)t, results[i].position_loss[t]);
+            close_out(f);
+        }
+    }
+    bk_eval_results_free(results, n_lengths);
+    bk_tokens_free(&train), bk_tokens_free(&val);
+    bk_lm_close(&lm);
+    return rc ? bk_report(&err) : 0;
+}

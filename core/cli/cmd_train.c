@@ -1,0 +1,72 @@
+/* biaskit train: train a model described by an experiment file (or continue a checkpoint). */
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "device.h"
+#include "train/train.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char help[] =
+    "usage: biaskit train <experiment.toml> [--set section.key=value]... [--out DIR]\n"
+    "       biaskit train --resume <checkpoint.safetensors> [--set ...] [--out DIR]\n\n"
+    "Trains the model of the experiment file on its [data] with the [train] settings (see\n"
+    "'biaskit config --keys'). Writes DIR/metrics.jsonl (one JSON object per step and per\n"
+    "validation) and DIR/checkpoint.safetensors (every [train] checkpoint_every steps, at the end,\n"
+    "and on Ctrl-C), where DIR is [run] out_dir, by default runs/<experiment name>.\n\n"
+    "  --set K=V        override a value of the experiment file (repeatable); with --resume, applied\n"
+    "                   on top of the experiment stored in the checkpoint (e.g. train.steps=2000)\n"
+    "  --resume CKPT    continue a run exactly where its checkpoint left it\n"
+    "  --out DIR        write to DIR instead of [run] out_dir\n"
+    "  --stop-after N   stop after N steps of this run, writing a checkpoint (as Ctrl-C does)\n"
+    "  --plain          plain log lines even on a terminal (no redrawn progress line)\n\n"
+    "Training runs on the CPU (OpenBLAS + OpenMP, [run] threads); the CUDA training path is not\n"
+    "part of this version, so [run] device = \"cuda\" is refused and \"auto\" uses the CPU.\n";
+
+int bk_cmd_train(int argc, char **argv)
+{
+    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"set", 1, 1},       {"resume", 1, 0},
+                                        {"out", 1, 0},  {"stop-after", 1, 0}, {"plain", 0, 0}};
+    bk_args args;
+    bk_error err;
+    if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit train", &args, &err))
+        return bk_report(&err);
+    if (bk_args_get(&args, "help")) {
+        fputs(help, stdout);
+        return 0;
+    }
+    const char *resume = bk_args_get(&args, "resume");
+    if ((resume && args.n_positional != 0) || (!resume && args.n_positional != 1)) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit train: expected one experiment file, or --resume CHECKPOINT; see "
+                                    "'biaskit train --help'");
+        return bk_report(&err);
+    }
+    const char *sets[BK_ARGS_MAX];
+    size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
+    bk_train_options o = {0};
+    o.config = resume ? NULL : args.positional[0];
+    o.overrides = sets;
+    o.n_overrides = (int)n_sets;
+    o.resume = resume;
+    o.out_dir = bk_args_get(&args, "out");
+    o.progress = !bk_args_get(&args, "plain") && isatty(fileno(stderr));
+    o.out = stderr;
+    const char *v = bk_args_get(&args, "stop-after");
+    long stop = 0;
+    if (v && bk_args_int("stop-after", v, 1, 2147483647L, &stop, &err))
+        return bk_report(&err);
+    o.stop_after = stop;
+    for (size_t i = 0; i < n_sets; i++)
+        if (strncmp(sets[i], "run.device", 10) == 0 && strstr(sets[i], "cuda")) {
+            bk_fail(&err, BK_ERR_UNSUPPORTED, "--set %s: training runs on the CPU in this version", sets[i]);
+            return bk_report(&err);
+        }
+    char device[256];
+    bk_device_probe(device, sizeof device);
+    fprintf(stderr, "device: cpu (training); %s\n", device);
+    bk_train_summary sum;
+    if (bk_train(&o, &sum, &err))
+        return bk_report(&err);
+    return sum.interrupted ? 130 : 0;
+}

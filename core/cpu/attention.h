@@ -1,0 +1,49 @@
+/* Causal multi-head self-attention with additive distance-table biases, on the CPU in fp32.
+ *
+ * For batch row b, head h, query i and key j <= i (DESIGN.md §2):
+ *     s[i][j] = (q_i . k_j) / sqrt(hd) + sum over streams s of table_s[h][p_s(i) - p_s(j)]
+ *     P = softmax_j(s) over j <= i;  out_i = sum_j P[i][j] v_j
+ * Terms on one stream were already mixed into one table per (layer, stream) (bias/mix.h); streams
+ * add. The T x T bias is never materialised: the kernels read the small tables.
+ *
+ * Layouts (llm.c): qkv is (B, T, 3C) with row t = [q | k | v], head h owning columns h*hd .. h*hd+hd-1
+ * of each third; out and dout are (B, T, C); hd = C / H.
+ *
+ * Work is split over (b, h) with OpenMP; each task walks the queries in blocks of rows and uses
+ * OpenBLAS for the q.k and P.v products of a block, so only the causal half is computed and the
+ * scratch is a block of rows, not a T x T matrix, when `probs` is NULL (evaluation at long lengths).
+ *
+ * Determinism: results do not depend on the number of threads. The table gradient is reduced
+ * along diagonals per (b, h) into scratch and then summed over b in a fixed order. */
+#ifndef BK_CPU_ATTENTION_H
+#define BK_CPU_ATTENTION_H
+
+#include "config/experiment.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bk_attention_bias {
+    /* table[s]: H x distances floats for stream s, or NULL when no term uses stream s. */
+    const float *table[BK_STREAM_COUNT];
+    /* positions[s]: B x T position of each token on stream s (non-decreasing along t); NULL means
+     * the token index t. Needed for every stream whose table is set. */
+    const int32_t *positions[BK_STREAM_COUNT];
+    /* Row length of the tables: every p_s(i) - p_s(j) that occurs must be < distances. */
+    int32_t distances;
+} bk_attention_bias;
+
+/* Forward. `probs` (B, H, T, T), when not NULL, receives the attention probabilities for the
+ * backward pass (entries j > i are 0). Returns BK_ERR_NOMEM (message set) if scratch cannot be
+ * allocated, BK_ERR_INVALID if a distance falls outside the tables. */
+int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
+                         int C, int H, bk_error *err);
+
+/* Backward: dqkv += d(loss)/d(qkv); dtable[s] (H x distances), when not NULL, += the diagonal-reduced
+ * score gradient G_s[h][delta] = sum over (b, i, j <= i) with p_s(i) - p_s(j) = delta of dL/ds[b,h,i,j].
+ * `probs` is what the forward pass saved. */
+int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
+                          const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
+                          bk_error *err);
+
+#endif

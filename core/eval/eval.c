@@ -1,0 +1,99 @@
+#include "eval/eval.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Chunks evaluated together: enough tokens per forward to keep the matmuls efficient. */
+#define EVAL_TOKENS_PER_BATCH 8192
+
+static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32_t L, int32_t stride,
+                       bk_eval_result *r, bk_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->length = L;
+    if (n_tokens < (int64_t)L + 1)
+        return bk_fail(err, BK_ERR_INVALID, "length %d: the evaluation data (%s) has %lld tokens, fewer than %d",
+                       (int)L, data->name, (long long)n_tokens, (int)L + 1);
+    /* window starts and the first position scored in each */
+    int64_t n_windows = stride ? (n_tokens - 1 - L) / stride + 1 : (n_tokens - 1) / L;
+    int64_t step = stride ? stride : L;
+    int B = EVAL_TOKENS_PER_BATCH / L > 1 ? EVAL_TOKENS_PER_BATCH / L : 1;
+    if (B > n_windows)
+        B = (int)n_windows;
+    int32_t *in = malloc((size_t)B * L * sizeof *in), *tg = malloc((size_t)B * L * sizeof *tg);
+    double *pos_sum = calloc((size_t)L, sizeof *pos_sum);
+    if (!in || !tg || !pos_sum) {
+        free(in), free(tg), free(pos_sum);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory evaluating length %d", (int)L);
+    }
+    double total = 0.0;
+    int64_t scored = 0;
+    int rc = BK_OK;
+    for (int64_t w0 = 0; w0 < n_windows && !rc; w0 += B) {
+        int nb = n_windows - w0 < B ? (int)(n_windows - w0) : B;
+        for (int b = 0; b < nb; b++) {
+            const uint16_t *src = data->tokens + (w0 + b) * step;
+            for (int32_t t = 0; t < L; t++)
+                in[(size_t)b * L + t] = src[t], tg[(size_t)b * L + t] = src[t + 1];
+        }
+        if ((rc = bk_gpt_forward(&lm->gpt, in, tg, nb, L, 0, err)))
+            break;
+        for (int b = 0; b < nb; b++) {
+            int32_t first = stride && w0 + b > 0 ? L - stride : 0;
+            for (int32_t t = first; t < L; t++) {
+                double loss = lm->gpt.losses[(size_t)b * L + t];
+                total += loss;
+                pos_sum[t] += loss;
+            }
+            scored += L - first;
+        }
+    }
+    free(in), free(tg);
+    if (rc) {
+        free(pos_sum);
+        return rc;
+    }
+    r->chunks = n_windows;
+    r->tokens = scored;
+    r->loss = total / (double)scored;
+    r->ppl = exp(r->loss);
+    if (stride) {
+        free(pos_sum);
+    } else {
+        for (int32_t t = 0; t < L; t++)
+            pos_sum[t] /= (double)n_windows;
+        r->position_loss = pos_sum;
+    }
+    return BK_OK;
+}
+
+int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_lengths, int32_t stride,
+            int64_t max_tokens, bk_eval_result *results, bk_error *err)
+{
+    memset(results, 0, (size_t)n_lengths * sizeof *results);
+    int32_t longest = 0;
+    for (int i = 0; i < n_lengths; i++) {
+        if (lengths[i] < 1)
+            return bk_fail(err, BK_ERR_INVALID, "evaluation length %d: expected a positive length", (int)lengths[i]);
+        if (stride && stride > lengths[i])
+            return bk_fail(err, BK_ERR_INVALID, "sliding stride %d is longer than the length %d", (int)stride,
+                           (int)lengths[i]);
+        longest = lengths[i] > longest ? lengths[i] : longest;
+    }
+    int rc = bk_bias_forward(&lm->bias, longest, err);
+    int64_t n = max_tokens > 0 && max_tokens < data->count ? max_tokens : data->count;
+    for (int i = 0; i < n_lengths && !rc; i++)
+        rc = eval_length(lm, data, n, lengths[i], stride, &results[i], err);
+    if (rc)
+        bk_eval_results_free(results, n_lengths);
+    return rc;
+}
+
+void bk_eval_results_free(bk_eval_result *results, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(results[i].position_loss);
+        results[i].position_loss = NULL;
+    }
+}

@@ -1,0 +1,28 @@
+/* Evaluation at many lengths (the extrapolation curve): perplexity on non-overlapping chunks, every
+ * token scored (the ALiBi / KERPLE protocol), or with a sliding window; and the loss at each position
+ * averaged over chunks (KERPLE §5.5). Memory is one layer of activations for the chunks in flight:
+ * no T x T matrix is kept, so lengths far beyond the training length just work. */
+#ifndef BK_EVAL_H
+#define BK_EVAL_H
+
+#include "data/data.h"
+#include "train/lm.h"
+
+typedef struct bk_eval_result {
+    int32_t length;
+    int64_t chunks;      /* windows evaluated */
+    int64_t tokens;      /* tokens scored */
+    double loss;         /* mean loss per scored token (nats) */
+    double ppl;          /* exp(loss) */
+    double *position_loss; /* length values: mean loss at each position (non-overlapping only), or NULL */
+} bk_eval_result;
+
+/* Evaluate `data` (at most max_tokens of it; 0 = all) at each length. stride = 0: non-overlapping
+ * chunks of `length` tokens; stride > 0: windows of `length` advanced by `stride`, scoring the last
+ * `stride` tokens of each (all tokens of the first). results[i] gets lengths[i]; free with
+ * bk_eval_results_free. */
+int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_lengths, int32_t stride,
+            int64_t max_tokens, bk_eval_result *results, bk_error *err);
+void bk_eval_results_free(bk_eval_result *results, int n);
+
+#endif

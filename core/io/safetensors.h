@@ -1,0 +1,50 @@
+/* safetensors files (https://github.com/huggingface/safetensors): an 8-byte little-endian header
+ * length N, N bytes of JSON {"name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]}, ...,
+ * "__metadata__": {"key": "string value", ...}}, then the raw little-endian data. Readable by the
+ * Python safetensors / PyTorch ecosystem. Only F32 tensors are written; F32 is read (other dtypes are
+ * rejected with a message naming the tensor). JSON through cJSON (libcjson-dev). */
+#ifndef BK_SAFETENSORS_H
+#define BK_SAFETENSORS_H
+
+#include "util/error.h"
+
+#include <stdint.h>
+
+#define BK_ST_MAX_DIMS 4
+
+typedef struct bk_st_tensor {
+    const char *name;
+    int ndim;
+    int64_t shape[BK_ST_MAX_DIMS];
+    const float *data; /* product(shape) floats */
+} bk_st_tensor;
+
+typedef struct bk_st_meta {
+    const char *key;
+    const char *value;
+} bk_st_meta;
+
+/* Write atomically: to "PATH.tmp" in the same directory, fsync, then rename over PATH, so PATH is
+ * either the old file or the complete new one. Tensor names must be unique. Errors: BK_ERR_IO naming
+ * the path and the system's reason. */
+int bk_safetensors_write(const char *path, const bk_st_tensor *tensors, int n_tensors, const bk_st_meta *meta,
+                         int n_meta, bk_error *err);
+
+typedef struct bk_safetensors bk_safetensors;
+
+/* Read and validate a whole file: header length within the file, valid JSON, every tensor F32 with
+ * offsets inside the data and matching its shape, no overlaps. Errors name the path and what is
+ * wrong (BK_ERR_IO for unreadable, BK_ERR_PARSE for malformed or truncated:
+ * "PATH: truncated: tensor 'NAME' ends at byte E of the data, the file holds D data bytes"). */
+int bk_safetensors_open(const char *path, bk_safetensors **out, bk_error *err);
+void bk_safetensors_close(bk_safetensors *st);
+
+int bk_safetensors_count(const bk_safetensors *st);
+/* Tensor i in file order (by data offset); NULL when out of range. */
+const bk_st_tensor *bk_safetensors_at(const bk_safetensors *st, int i);
+/* The tensor called `name`, or NULL. */
+const bk_st_tensor *bk_safetensors_find(const bk_safetensors *st, const char *name);
+/* A __metadata__ value, or NULL. */
+const char *bk_safetensors_meta(const bk_safetensors *st, const char *key);
+
+#endif

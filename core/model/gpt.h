@@ -1,0 +1,92 @@
+/* The model (DESIGN.md §4): a GPT-style decoder with no positional embedding of its own.
+ *
+ *   x = wte[token]
+ *   per block l:  x += attn_proj(attention(ln1(x)) with the bias tables of layer l)
+ *                 x += mlp_proj(gelu(mlp_fc(ln2(x))))
+ *   logits = lnf(x) . wte^T            (tied output head)
+ *
+ * Every layer is a forward/backward pair of plain functions (layers.h), llm.c style. Parameters
+ * live in one allocation carved into named tensors; so do their gradients and the activations.
+ * Positional information comes only from the bias terms (bias/bias.h); with no terms it is NoPE. */
+#ifndef BK_GPT_H
+#define BK_GPT_H
+
+#include "bias/bias.h"
+#include "util/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BK_GPT_N_TENSORS 16
+
+/* The parameter tensors, in their order in memory. Shapes: L = layers, C = dim, V = vocab. */
+typedef struct bk_gpt_params {
+    float *wte;      /* (V, C) token embedding, also the output head */
+    float *ln1w;     /* (L, C) */
+    float *ln1b;     /* (L, C) */
+    float *qkvw;     /* (L, 3C, C) */
+    float *qkvb;     /* (L, 3C) */
+    float *attprojw; /* (L, C, C) */
+    float *attprojb; /* (L, C) */
+    float *ln2w;     /* (L, C) */
+    float *ln2b;     /* (L, C) */
+    float *fcw;      /* (L, 4C, C) */
+    float *fcb;      /* (L, 4C) */
+    float *fcprojw;  /* (L, C, 4C) */
+    float *fcprojb;  /* (L, C) */
+    float *lnfw;     /* (C) */
+    float *lnfb;     /* (C) */
+} bk_gpt_params;
+
+/* Name, shape and place of one parameter tensor (checkpoints, the reference test, the optimizer). */
+typedef struct bk_gpt_tensor {
+    const char *name; /* "wte", "ln1w", ... as in bk_gpt_params */
+    int ndim;
+    int64_t shape[3];
+    size_t offset;    /* first float inside params */
+    size_t count;
+    int decay;        /* 1 for matrices and the embedding (weight decay applies), 0 for norms and biases */
+} bk_gpt_tensor;
+
+typedef struct bk_gpt {
+    int L, H, C, V;
+    bk_gpt_tensor tensors[BK_GPT_N_TENSORS];
+    int n_tensors;
+    size_t n_params;
+    float *params;
+    float *grads; /* allocated by the first backward */
+    bk_gpt_params p, g;
+    bk_bias *bias; /* not owned */
+
+    /* activations for up to B x T tokens; `train` ones keep every layer and the attention
+     * probabilities for backward, eval ones keep one layer at a time */
+    int B, T, train;
+    float *acts;
+    size_t acts_size;
+    float *dacts;
+    float *losses;   /* (B, T) loss of every token of the last forward */
+    float loss;      /* their mean */
+} bk_gpt;
+
+/* Shapes and parameters (GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
+ * LayerNorm weights 1, biases 0), deterministic for `seed`. */
+int bk_gpt_init(bk_gpt *m, int layers, int heads, int dim, int vocab, bk_bias *bias, uint64_t seed, bk_error *err);
+void bk_gpt_free(bk_gpt *m);
+
+/* Forward over inputs (B, T); with targets, the per-token losses and their mean. `train` keeps what
+ * backward needs (probabilities of every layer); without it, memory is one layer's activations and
+ * no T x T buffer is kept. The bias tables must have been computed (bk_bias_forward) for >= T. */
+int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int B, int T, int train, bk_error *err);
+
+/* Backward of the last (train) forward: grads += d(mean loss * loss_scale)/d(params), and the bias
+ * terms' gradients through bk_bias_backward. */
+int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, float loss_scale, bk_error *err);
+
+/* Logits (B, T, V) of the last train forward. */
+const float *bk_gpt_logits(const bk_gpt *m);
+
+/* Allocate the (zeroed) gradients, once; m->g then points into them. */
+int bk_gpt_alloc_grads(bk_gpt *m, bk_error *err);
+void bk_gpt_zero_grad(bk_gpt *m);
+
+#endif

@@ -1,0 +1,179 @@
+#include "model/layers.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#define LAYERNORM_EPS 1e-5f
+
+void bk_encoder_forward(float *out, const int32_t *inp, const float *wte, int B, int T, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < (int64_t)B * T; n++)
+        memcpy(out + n * C, wte + (size_t)inp[n] * (size_t)C, (size_t)C * sizeof(float));
+}
+
+void bk_encoder_backward(float *dwte, const float *dout, const int32_t *inp, int B, int T, int C)
+{
+    /* Tokens repeat, so rows of dwte receive several contributions: parallel over channels, and in
+     * token order inside each channel, keeps the sums deterministic. */
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++)
+        for (int64_t n = 0; n < (int64_t)B * T; n++)
+            dwte[(size_t)inp[n] * (size_t)C + (size_t)c] += dout[n * C + c];
+}
+
+void bk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                          const float *bias, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++)
+            m += x[c];
+        m /= C;
+        for (int c = 0; c < C; c++)
+            v += (x[c] - m) * (x[c] - m);
+        v /= C;
+        float s = 1.0f / sqrtf((float)v + LAYERNORM_EPS);
+        float *y = out + (size_t)n * C;
+        for (int c = 0; c < C; c++)
+            y[c] = (float)(x[c] - m) * s * weight[c] + bias[c];
+        mean[n] = (float)m;
+        rstd[n] = s;
+    }
+}
+
+void bk_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                           const float *weight, const float *mean, const float *rstd, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        /* dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = w * dy */
+        double dnorm_mean = 0.0, dnorm_norm_mean = 0.0;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - mean[n]) * rstd[n];
+            float dnorm = weight[c] * dy[c];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - mean[n]) * rstd[n];
+            float dnorm = weight[c] * dy[c];
+            dx[c] += (dnorm - (float)dnorm_mean - norm * (float)dnorm_norm_mean) * rstd[n];
+        }
+    }
+    /* parameter gradients: parallel over channels, rows in order (deterministic) */
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        double dw = 0.0, db = 0.0;
+        for (int n = 0; n < N; n++) {
+            float dy = dout[(size_t)n * C + c];
+            dw += (double)((inp[(size_t)n * C + c] - mean[n]) * rstd[n]) * dy;
+            db += dy;
+        }
+        dweight[c] += (float)dw;
+        dbias[c] += (float)db;
+    }
+}
+
+void bk_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+    if (!bias)
+        return;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++)
+            out[(size_t)n * OC + o] += bias[o];
+}
+
+void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                        const float *weight, int N, int C, int OC)
+{
+    /* dinp (N, C) += dout (N, OC) . weight (OC, C);  dweight (OC, C) += dout^T . inp */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (!dbias)
+        return;
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < OC; o++) {
+        double acc = 0.0;
+        for (int n = 0; n < N; n++)
+            acc += dout[(size_t)n * OC + o];
+        dbias[o] += (float)acc;
+    }
+}
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_CUBIC 0.044715f
+
+void bk_gelu_forward(float *out, const float *inp, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
+    }
+}
+
+void bk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
+        float t = tanhf(u);
+        float sech2 = 1.0f - t * t;
+        float grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+
+void bk_residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+void bk_residual_backward(float *da, float *db, const float *dout, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}
+
+void bk_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * V;
+        float m = -INFINITY;
+        for (int v = 0; v < V; v++)
+            m = z[v] > m ? z[v] : m;
+        double total = 0.0;
+        for (int v = 0; v < V; v++)
+            total += exp((double)(z[v] - m));
+        double log_total = log(total);
+        losses[n] = (float)(log_total - (double)(z[targets[n]] - m));
+        if (probs)
+            for (int v = 0; v < V; v++)
+                probs[(size_t)n * V + v] = (float)exp((double)(z[v] - m) - log_total);
+    }
+}
+
+void bk_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N, int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < V; v++)
+            dlogits[(size_t)n * V + v] = (probs[(size_t)n * V + v] - (v == targets[n] ? 1.0f : 0.0f)) * dloss;
+}

@@ -1,0 +1,40 @@
+/* The layers of the model, each a forward/backward pair (llm.c's train_gpt2.c is the model for this
+ * file). Shapes are in the argument names: B batch, T time, C channels, OC output channels, V vocab.
+ * Backward functions accumulate (+=) into their gradient outputs. */
+#ifndef BK_LAYERS_H
+#define BK_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* out[b,t,:] = wte[inp[b,t], :] */
+void bk_encoder_forward(float *out, const int32_t *inp, const float *wte, int B, int T, int C);
+void bk_encoder_backward(float *dwte, const float *dout, const int32_t *inp, int B, int T, int C);
+
+/* y = (x - mean) / sqrt(var + 1e-5) * w + b over the last dimension; mean and rstd are saved. */
+void bk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                          const float *bias, int N, int C);
+void bk_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                           const float *weight, const float *mean, const float *rstd, int N, int C);
+
+/* out (N, OC) = inp (N, C) . weight^T (OC, C) + bias (OC, or NULL), through OpenBLAS. */
+void bk_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
+void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                        const float *weight, int N, int C, int OC);
+
+/* GELU, tanh approximation (GPT-2; PyTorch gelu(approximate="tanh")). */
+void bk_gelu_forward(float *out, const float *inp, size_t n);
+void bk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* out = a + b */
+void bk_residual_forward(float *out, const float *a, const float *b, size_t n);
+/* da += dout, db += dout */
+void bk_residual_backward(float *da, float *db, const float *dout, size_t n);
+
+/* For each of N rows of logits (V): probs = softmax (when probs is not NULL, else not kept) and
+ * losses[n] = -log softmax(logits)[targets[n]]. */
+void bk_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V);
+/* dlogits = (probs - onehot(target)) * dloss, overwritten (not accumulated: the logits have one use). */
+void bk_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N, int V);
+
+#endif

@@ -1,0 +1,49 @@
+/* A language model ready to train or evaluate: the experiment, its plugins and terms, the bias
+ * runtime and the transformer, plus the exact configuration text it was built from (checkpoints
+ * carry that text, so `biaskit eval` rebuilds the same model). */
+#ifndef BK_LM_H
+#define BK_LM_H
+
+#include "bias/bias.h"
+#include "bias/terms.h"
+#include "config/experiment.h"
+#include "model/gpt.h"
+#include "plugin/host.h"
+#include "train/adamw.h"
+
+typedef struct bk_lm {
+    bk_experiment exp;
+    bk_registry reg;
+    bk_term_set terms;
+    bk_bias bias;
+    bk_gpt gpt;
+    char *config_text;   /* the experiment file's text */
+    char *config_dir;    /* its directory: relative [data] paths are read from there */
+    char **overrides;    /* the --set assignments applied on top */
+    int n_overrides;
+} bk_lm;
+
+/* Build from an experiment file and --set overrides. */
+int bk_lm_open_file(bk_lm *lm, const char *path, const char *const *overrides, int n_overrides, bk_error *err);
+/* Build from configuration text; `source_name` names it in messages, `config_dir` anchors relative paths. */
+int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const char *config_dir,
+                    const char *const *overrides, int n_overrides, bk_error *err);
+void bk_lm_close(bk_lm *lm);
+
+/* Register every trainable tensor with the optimizer under its checkpoint name:
+ *   model.<tensor>               transformer tensors (decay: matrices and embedding)
+ *   term.<label>.theta           a term's parameters, shape (copies, n_params)
+ *   mix.<stream>                 learnable mixing parameters of a stream
+ * Allocates the gradients. Plugin parameters and mixing weights are not decayed unless decay_all. */
+int bk_lm_register(bk_lm *lm, bk_adamw *opt, bk_error *err);
+
+/* Zero every gradient (model, terms, mixing). */
+void bk_lm_zero_grad(bk_lm *lm);
+
+/* After the optimizer moved the parameters: plugin projections, mixing weights, fresh tables. */
+int bk_lm_after_step(bk_lm *lm, int32_t distances, bk_error *err);
+
+/* Path of a [data] entry: absolute as is, else relative to the experiment file's directory. */
+void bk_lm_data_path(const bk_lm *lm, const char *path, char *out, size_t size);
+
+#endif

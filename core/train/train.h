@@ -1,0 +1,36 @@
+/* The training loop (DESIGN.md §4): micro-batches with gradient accumulation, global-norm clipping,
+ * AdamW with warm-up + cosine, plugin projections after every step, periodic validation, a metrics
+ * log (metrics.jsonl), a progress line, and atomic checkpoints (at checkpoint_every, at the end, on
+ * Ctrl-C). A resumed run continues exactly: the same losses as an uninterrupted one. */
+#ifndef BK_TRAIN_H
+#define BK_TRAIN_H
+
+#include "util/error.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct bk_train_options {
+    const char *config;            /* experiment file (ignored with resume) */
+    const char *const *overrides;  /* --set assignments */
+    int n_overrides;
+    const char *resume;            /* checkpoint to continue from, or NULL */
+    const char *out_dir;           /* overrides [run] out_dir, or NULL */
+    int64_t stop_after;            /* stop with a checkpoint after this many steps of this run (0 = never) */
+    int progress;                  /* 1: redraw one progress line (terminal); 0: plain log lines */
+    FILE *out;                     /* where progress and summaries go */
+} bk_train_options;
+
+typedef struct bk_train_summary {
+    int64_t steps;
+    double train_loss;       /* mean loss of the last step */
+    double val_loss;         /* last validation loss (NAN if none) */
+    double seconds;
+    double tokens_per_second;
+    int interrupted;         /* stopped by Ctrl-C or stop_after, checkpoint written */
+    char checkpoint[4096];   /* the checkpoint written last */
+} bk_train_summary;
+
+int bk_train(const bk_train_options *opt, bk_train_summary *summary, bk_error *err);
+
+#endif

@@ -1,0 +1,419 @@
+/* The engine against an independent PyTorch implementation (tests/reference/reference.py).
+ *
+ * For each case: build a small model from configuration text, run one training forward and backward
+ * on a fixed random batch, and write everything the reference needs to a safetensors file: every
+ * optimizer group's parameters under its checkpoint name, "grad.<name>" its gradient, the batch,
+ * logits and loss, every term's table ("table.<label>", all layers) and the mixed tables; then take
+ * three AdamW steps (with the plugin projection and weight re-sync after each) and store the losses
+ * and the final parameters. The metadata "case" (JSON) describes the model, the terms and the
+ * optimizer. The reference recomputes all of it in float64 with autograd and exits non-zero on any
+ * mismatch, naming the tensor.
+ *
+ * Needs /usr/bin/python3 with torch (python3-torch); without it the whole test exits 77 (skipped).
+ * BK_REFERENCE_KEEP=1 keeps the files (their paths are printed). */
+#define _POSIX_C_SOURCE 200809L /* setenv, mkstemp */
+#include "test_util.h"
+
+#include "io/safetensors.h"
+#include "train/adamw.h"
+#include "train/lm.h"
+#include "util/rng.h"
+
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PYTHON "/usr/bin/python3"
+#define REFERENCE_SCRIPT BK_TEST_SOURCE_DIR "/tests/reference/reference.py"
+
+#define BATCH 2
+#define LENGTH 12
+#define STEPS 3
+#define LR 1e-2
+#define BETA1 0.9
+#define BETA2 0.95
+#define EPS 1e-8
+#define WEIGHT_DECAY 0.1
+
+typedef struct ref_case {
+    const char *name;
+    const char *config;  /* the experiment text */
+    const char *options; /* JSON array, one object per [[term]]: the plugin options the reference needs */
+} ref_case;
+
+/* ---- a growing list of tensors (copies) and a growing JSON text ---- */
+
+typedef struct tensor_list {
+    bk_st_tensor *items;
+    int n, cap;
+} tensor_list;
+
+static void add_tensor(tensor_list *l, const char *name, const float *data, int ndim, const int64_t *shape)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->items = realloc(l->items, (size_t)l->cap * sizeof *l->items);
+        assert_non_null(l->items);
+    }
+    size_t count = 1;
+    for (int d = 0; d < ndim; d++)
+        count *= (size_t)shape[d];
+    float *copy = malloc((count ? count : 1) * sizeof(float));
+    char *name_copy = strdup(name);
+    assert_non_null(copy);
+    assert_non_null(name_copy);
+    memcpy(copy, data, count * sizeof(float));
+    bk_st_tensor *t = &l->items[l->n++];
+    memset(t, 0, sizeof *t);
+    t->name = name_copy;
+    t->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        t->shape[d] = shape[d];
+    t->data = copy;
+}
+
+static void add_scalar(tensor_list *l, const char *name, float value)
+{
+    add_tensor(l, name, &value, 0, NULL);
+}
+
+static void free_tensors(tensor_list *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        free((char *)l->items[i].name);
+        free((float *)l->items[i].data);
+    }
+    free(l->items);
+    memset(l, 0, sizeof *l);
+}
+
+typedef struct text {
+    char *s;
+    size_t len, cap;
+} text;
+
+static void appendf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void appendf(text *t, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        assert_true(n >= 0);
+        if (t->s && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        t->cap = (t->cap + (size_t)n + 1) * 2;
+        t->s = realloc(t->s, t->cap);
+        assert_non_null(t->s);
+        if (t->len == 0)
+            t->s[0] = '\0';
+    }
+}
+
+/* ---- the parameters as the optimizer sees them ---- */
+
+/* Shape of optimizer group `g` as the reference reads it: model tensors as in bk_gpt, term
+ * parameters (copies, n_params), mixing parameters (terms on the stream). */
+static int group_shape(const bk_lm *lm, const bk_param_group *g, int64_t *shape)
+{
+    if (!strncmp(g->name, "model.", 6)) {
+        for (int i = 0; i < lm->gpt.n_tensors; i++) {
+            const bk_gpt_tensor *t = &lm->gpt.tensors[i];
+            if (!strcmp(g->name + 6, t->name)) {
+                for (int d = 0; d < t->ndim; d++)
+                    shape[d] = t->shape[d];
+                return t->ndim;
+            }
+        }
+        fail_msg("optimizer group '%s' is not a model tensor", g->name);
+        return 0;
+    }
+    if (!strncmp(g->name, "term.", 5)) {
+        for (int i = 0; i < lm->terms.n; i++) {
+            const bk_term *term = &lm->terms.terms[i];
+            char name[96];
+            snprintf(name, sizeof name, "term.%s.theta", term->label);
+            if (!strcmp(g->name, name)) {
+                shape[0] = term->n_copies, shape[1] = term->n_params;
+                return 2;
+            }
+        }
+        fail_msg("optimizer group '%s' names no term", g->name);
+        return 0;
+    }
+    shape[0] = (int64_t)g->n;
+    return 1;
+}
+
+static void add_groups(tensor_list *l, const bk_lm *lm, const bk_adamw *opt, const char *prefix, int grads)
+{
+    for (int i = 0; i < opt->n_groups; i++) {
+        const bk_param_group *g = &opt->groups[i];
+        int64_t shape[3];
+        int ndim = group_shape(lm, g, shape);
+        char name[160];
+        snprintf(name, sizeof name, "%s%s", prefix, g->name);
+        add_tensor(l, name, grads ? g->grad : g->param, ndim, shape);
+    }
+}
+
+static void check(int rc, const bk_error *err, const char *what)
+{
+    if (rc != BK_OK)
+        fail_msg("%s failed (%d): %s", what, rc, err->message);
+}
+
+/* The case description the reference reads. */
+static void describe(text *j, const ref_case *c, const bk_lm *lm, const bk_adamw *opt)
+{
+    const bk_experiment *e = &lm->exp;
+    char mixing[16], stream[16];
+    appendf(j, "{\"name\": \"%s\", \"layers\": %d, \"heads\": %d, \"dim\": %d, \"vocab\": %d, \"B\": %d, \"T\": %d, ",
+            c->name, (int)e->model.layers, (int)e->model.heads, (int)e->model.dim, (int)e->model.vocab, BATCH,
+            LENGTH);
+    appendf(j, "\"mixing\": \"%s\", \"learn_weights\": %s, \"terms\": [",
+            bk_choice_name(BK_MIXING_CHOICES, lm->terms.mixing, mixing, sizeof mixing),
+            e->attention.learn_weights ? "true" : "false");
+    for (int i = 0; i < lm->terms.n; i++) {
+        const bk_term *t = &lm->terms.terms[i];
+        appendf(j,
+                "%s{\"label\": \"%s\", \"plugin\": \"%s\", \"stream\": \"%s\", \"weight\": %.17g, "
+                "\"per_layer\": %s, \"n_copies\": %d, \"n_params\": %lld}",
+                i ? ", " : "", t->label, t->plugin->desc->name,
+                bk_choice_name(BK_STREAM_CHOICES, t->stream, stream, sizeof stream), t->weight,
+                t->per_layer ? "true" : "false", t->n_copies, (long long)t->n_params);
+    }
+    appendf(j, "], \"options\": %s, ", c->options);
+    appendf(j, "\"adamw\": {\"lr\": %.17g, \"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"weight_decay\": %.17g, "
+               "\"steps\": %d, \"decay\": {",
+            LR, BETA1, BETA2, EPS, WEIGHT_DECAY, STEPS);
+    for (int i = 0; i < opt->n_groups; i++)
+        appendf(j, "%s\"%s\": %s", i ? ", " : "", opt->groups[i].name, opt->groups[i].decay ? "true" : "false");
+    appendf(j, "}}}");
+}
+
+/* Term tables of every layer, (L, H, T) each, and the mixed token-stream table. */
+static void add_tables(tensor_list *l, const bk_lm *lm, const char *prefix)
+{
+    const int L = lm->gpt.L, H = lm->gpt.H;
+    float *buf = malloc((size_t)L * H * LENGTH * sizeof(float));
+    assert_non_null(buf);
+    int64_t shape[3] = {L, H, LENGTH};
+    char name[160];
+    for (int i = 0; i < lm->terms.n; i++) {
+        const bk_term *t = &lm->terms.terms[i];
+        bk_error err;
+        for (int layer = 0; layer < L; layer++)
+            check(bk_term_table(t, layer, LENGTH, buf + (size_t)layer * H * LENGTH, &err), &err, "bk_term_table");
+        snprintf(name, sizeof name, "%stable.%s", prefix, t->label);
+        add_tensor(l, name, buf, 3, shape);
+    }
+    if (lm->bias.n_on[BK_STREAM_TOKEN]) {
+        for (int layer = 0; layer < L; layer++) {
+            const float *m = bk_bias_table(&lm->bias, layer, BK_STREAM_TOKEN);
+            assert_non_null(m);
+            for (int h = 0; h < H; h++) /* rows are lm->bias.distances long */
+                memcpy(buf + ((size_t)layer * H + h) * LENGTH, m + (size_t)h * lm->bias.distances,
+                       LENGTH * sizeof(float));
+        }
+        snprintf(name, sizeof name, "%smixed.token", prefix);
+        add_tensor(l, name, buf, 3, shape);
+    }
+    free(buf);
+}
+
+static void add_weights(tensor_list *l, const bk_lm *lm, const char *name)
+{
+    if (!lm->terms.n)
+        return;
+    float w[64];
+    assert_true(lm->terms.n <= 64);
+    for (int i = 0; i < lm->terms.n; i++)
+        w[i] = (float)lm->terms.terms[i].weight;
+    int64_t shape[1] = {lm->terms.n};
+    add_tensor(l, name, w, 1, shape);
+}
+
+static int run_reference(const char *path)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s'", PYTHON, REFERENCE_SCRIPT, path);
+    fflush(stdout);
+    fflush(stderr);
+    int status = system(cmd);
+    if (status == -1 || !WIFEXITED(status))
+        return -1;
+    return WEXITSTATUS(status);
+}
+
+static void run_case(const ref_case *c)
+{
+    bk_lm lm;
+    bk_error err;
+    bk_adamw opt;
+    memset(&opt, 0, sizeof opt);
+    check(bk_lm_open_text(&lm, c->config, c->name, ".", NULL, 0, &err), &err, "bk_lm_open_text");
+    check(bk_lm_register(&lm, &opt, &err), &err, "bk_lm_register");
+    check(bk_bias_forward(&lm.bias, LENGTH, &err), &err, "bk_bias_forward");
+    const int V = lm.gpt.V;
+
+    /* a fixed random batch: inputs and their next tokens from one random stream */
+    int32_t inputs[BATCH * LENGTH], targets[BATCH * LENGTH];
+    float finputs[BATCH * LENGTH], ftargets[BATCH * LENGTH];
+    bk_rng rng = {bk_derive_seed(20240611, 0x726566, 0)};
+    for (int b = 0; b < BATCH; b++) {
+        int32_t seq[LENGTH + 1];
+        for (int t = 0; t <= LENGTH; t++)
+            seq[t] = (int32_t)(bk_rng_u64(&rng) % (uint64_t)V);
+        for (int t = 0; t < LENGTH; t++) {
+            inputs[b * LENGTH + t] = seq[t];
+            targets[b * LENGTH + t] = seq[t + 1];
+            finputs[b * LENGTH + t] = (float)seq[t];
+            ftargets[b * LENGTH + t] = (float)seq[t + 1];
+        }
+    }
+
+    tensor_list l = {0};
+    int64_t bt_shape[2] = {BATCH, LENGTH}, logit_shape[3] = {BATCH, LENGTH, V};
+    add_tensor(&l, "inputs", finputs, 2, bt_shape);
+    add_tensor(&l, "targets", ftargets, 2, bt_shape);
+    add_groups(&l, &lm, &opt, "", 0);
+    add_tables(&l, &lm, "");
+    add_weights(&l, &lm, "weights");
+
+    bk_lm_zero_grad(&lm);
+    check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, LENGTH, 1, &err), &err, "bk_gpt_forward");
+    check(bk_gpt_backward(&lm.gpt, inputs, targets, 1.0f, &err), &err, "bk_gpt_backward");
+    add_tensor(&l, "logits", bk_gpt_logits(&lm.gpt), 3, logit_shape);
+    add_scalar(&l, "loss", lm.gpt.loss);
+    add_groups(&l, &lm, &opt, "grad.", 1);
+
+    /* AdamW steps on the same batch */
+    for (int k = 0; k < STEPS; k++) {
+        bk_lm_zero_grad(&lm);
+        check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, LENGTH, 1, &err), &err, "bk_gpt_forward (step)");
+        check(bk_gpt_backward(&lm.gpt, inputs, targets, 1.0f, &err), &err, "bk_gpt_backward (step)");
+        char name[32];
+        snprintf(name, sizeof name, "loss_step%d", k);
+        add_scalar(&l, name, lm.gpt.loss);
+        bk_adamw_step(&opt, LR, BETA1, BETA2, EPS, WEIGHT_DECAY);
+        check(bk_lm_after_step(&lm, LENGTH, &err), &err, "bk_lm_after_step");
+    }
+    /* the loss of the final parameters (the tables were refreshed by bk_lm_after_step) */
+    check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, LENGTH, 1, &err), &err, "bk_gpt_forward (final)");
+    add_scalar(&l, "loss_final", lm.gpt.loss);
+    add_groups(&l, &lm, &opt, "final.", 0);
+    add_tables(&l, &lm, "final.");
+    add_weights(&l, &lm, "final.weights");
+
+    text j = {0};
+    describe(&j, c, &lm, &opt);
+    bk_st_meta meta[1] = {{"case", j.s}};
+
+    char path[] = "/tmp/bk_reference_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    check(bk_safetensors_write(path, l.items, l.n, meta, 1, &err), &err, "bk_safetensors_write");
+    free_tensors(&l);
+    free(j.s);
+    bk_adamw_free(&opt);
+    bk_lm_close(&lm);
+
+    int rc = run_reference(path);
+    const char *keep = getenv("BK_REFERENCE_KEEP");
+    if (keep && *keep && strcmp(keep, "0"))
+        printf("case %s: kept %s\n", c->name, path);
+    else if (rc == 0)
+        unlink(path);
+    else
+        printf("case %s: the file is kept for inspection: %s\n", c->name, path);
+    if (rc != 0)
+        fail_msg("case %s: the PyTorch reference disagrees (exit %d), see its output above", c->name, rc);
+}
+
+/* ---- the cases ---- */
+
+#define MODEL(heads, dim) "[model]\nlayers = 2\nheads = " #heads "\ndim = " #dim "\nvocab = 256\n[train]\nseed = 7\n"
+
+static void alibi_alone(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"alibi", MODEL(4, 32) "[[term]]\nplugin = \"alibi\"\n", "[{}]"});
+}
+
+static void testlin_shared(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"testlin_shared", MODEL(4, 32) "[[term]]\nplugin = \"testlin\"\ninit = 0.05\n",
+                         "[{\"init\": 0.05}]"});
+}
+
+/* A small init: the first AdamW step pushes some slopes below 0, where the projection clamps them. */
+static void testlin_per_layer(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"testlin_per_layer",
+                         MODEL(4, 32) "[[term]]\nplugin = \"testlin\"\ninit = 0.004\nper_layer = true\n",
+                         "[{\"init\": 0.004}]"});
+}
+
+static void kernel_learned_weights(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"kernel_learned",
+                         MODEL(4, 32) "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
+                                      "[[term]]\nplugin = \"alibi\"\nweight = 0.25\n"
+                                      "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 0.75\n",
+                         "[{}, {\"init\": 0.1}]"});
+}
+
+static void sum_learned_weights(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"sum_learned",
+                         MODEL(4, 32) "[attention]\nmixing = \"sum\"\nlearn_weights = true\n"
+                                      "[[term]]\nplugin = \"alibi\"\nslope_scale = 2.0\nweight = 0.5\n"
+                                      "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 1.5\nper_layer = true\n",
+                         "[{\"slope_scale\": 2.0}, {\"init\": 0.1}]"});
+}
+
+static void nope(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"nope", MODEL(4, 32), "[]"});
+}
+
+/* Six heads (the non-power-of-two slope series), a named second ALiBi term with a uniform slope,
+ * kernel mixing with fixed weights 1:3 (normalised to 0.25, 0.75). */
+static void alibi_six_heads_kernel_fixed(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"alibi6_kernel_fixed",
+                         MODEL(6, 48) "[attention]\nmixing = \"kernel\"\n"
+                                      "[[term]]\nplugin = \"alibi\"\nweight = 1.0\n"
+                                      "[[term]]\nplugin = \"alibi\"\nname = \"flat\"\nuniform_slope = 0.05\nweight = 3.0\n",
+                         "[{}, {\"uniform_slope\": 0.05}]"});
+}
+
+int main(void)
+{
+    if (system(PYTHON " -c 'import torch' >/dev/null 2>&1") != 0) {
+        printf("test_reference: skipped: " PYTHON " cannot import torch (install python3-torch)\n");
+        return 77;
+    }
+    setenv("BIASKIT_PLUGIN_PATH", BK_TEST_PLUGIN_DIR ":" BK_TEST_PLUGINS_DIR, 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(alibi_alone),
+        cmocka_unit_test(testlin_shared),
+        cmocka_unit_test(testlin_per_layer),
+        cmocka_unit_test(kernel_learned_weights),
+        cmocka_unit_test(sum_learned_weights),
+        cmocka_unit_test(nope),
+        cmocka_unit_test(alibi_six_heads_kernel_fixed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,218 @@
+/* Training end to end on a small generated corpus: the loss goes down, an interrupted and resumed run
+ * gives exactly the losses of an uninterrupted one, checkpoints round-trip and reject truncation,
+ * evaluation runs beyond the training length. */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include "eval/eval.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/train.h"
+#include "util/rng.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[256];
+
+/* A corpus with learnable structure: words from a small vocabulary in random order. */
+static void write_corpus(const char *path, int bytes)
+{
+    static const char *const words[] = {"alpha ", "beta ", "gamma ", "delta\n", "int x = 0;\n", "return y;\n"};
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    bk_rng rng = {7};
+    for (int n = 0; n < bytes;) {
+        const char *w = words[bk_rng_u64(&rng) % 6];
+        fputs(w, f);
+        n += (int)strlen(w);
+    }
+    fclose(f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/bk_test_train_XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    char path[512];
+    snprintf(path, sizeof path, "%s/corpus.txt", dir);
+    write_corpus(path, 60000);
+    snprintf(path, sizeof path, "%s/exp.toml", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "[model]\nlayers = 2\nheads = 4\ndim = 32\n"
+               "[train]\nlength = 32\nbatch = 4\nsteps = 8\nlr = 3e-3\nwarmup = 2\neval_every = 4\neval_batches = 2\n"
+               "log_every = 100\naccumulate = 2\n"
+               "[data]\npaths = [\"corpus.txt\"]\nval_fraction = 0.1\n"
+               "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
+               "[[term]]\nplugin = \"alibi\"\n[[term]]\nplugin = \"testlin\"\ninit = 0.1\n");
+    fclose(f);
+    setenv("BIASKIT_PLUGIN_PATH", BK_TEST_PLUGIN_DIR ":" BK_TEST_PLUGINS_DIR, 1);
+    omp_set_num_threads(2);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* The "loss" of every step line of a metrics.jsonl, in order. */
+static int read_losses(const char *path, double *loss, int cap)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < cap) {
+        const char *p = strstr(line, "\"loss\": ");
+        if (p)
+            loss[n++] = strtod(p + 8, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+static int run(const char *out, const char *resume, int64_t stop_after, const char *set, bk_train_summary *sum,
+               bk_error *err)
+{
+    char config[512];
+    snprintf(config, sizeof config, "%s/exp.toml", dir);
+    const char *sets[1] = {set};
+    bk_train_options o = {0};
+    o.config = config;
+    o.overrides = set ? sets : NULL;
+    o.n_overrides = set ? 1 : 0;
+    o.resume = resume;
+    o.out_dir = out;
+    o.stop_after = stop_after;
+    o.out = fopen("/dev/null", "w");
+    int rc = bk_train(&o, sum, err);
+    fclose(o.out);
+    return rc;
+}
+
+static void loss_goes_down_and_resume_is_exact(void **state)
+{
+    (void)state;
+    char a[512], b[512], ma[600], mb[600];
+    snprintf(a, sizeof a, "%s/full", dir);
+    snprintf(b, sizeof b, "%s/split", dir);
+    bk_train_summary sum;
+    bk_error err;
+    if (run(a, NULL, 0, NULL, &sum, &err))
+        fail_msg("%s", err.message);
+    assert_int_equal(sum.steps, 8);
+    assert_false(sum.interrupted);
+    assert_true(isfinite(sum.val_loss));
+
+    /* interrupted after 3 steps, then resumed from the checkpoint */
+    if (run(b, NULL, 3, NULL, &sum, &err))
+        fail_msg("%s", err.message);
+    assert_true(sum.interrupted);
+    assert_int_equal(sum.steps, 3);
+    char ckpt[600];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", b);
+    if (run(b, ckpt, 0, NULL, &sum, &err))
+        fail_msg("%s", err.message);
+    assert_int_equal(sum.steps, 8);
+
+    double la[16], lb[16];
+    snprintf(ma, sizeof ma, "%s/metrics.jsonl", a);
+    snprintf(mb, sizeof mb, "%s/metrics.jsonl", b);
+    int na = read_losses(ma, la, 16), nb = read_losses(mb, lb, 16);
+    assert_int_equal(na, 8);
+    assert_int_equal(nb, 8);
+    for (int i = 0; i < 8; i++)
+        if (la[i] != lb[i])
+            fail_msg("step %d: uninterrupted loss %.6f, resumed %.6f", i + 1, la[i], lb[i]);
+    assert_true(la[7] < la[0] - 0.3); /* it learns */
+}
+
+static void checkpoint_round_trip_eval_and_truncation(void **state)
+{
+    (void)state;
+    char out[512], ckpt[600];
+    snprintf(out, sizeof out, "%s/eval", dir);
+    bk_train_summary sum;
+    bk_error err;
+    if (run(out, NULL, 0, "train.steps=4", &sum, &err))
+        fail_msg("%s", err.message);
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", out);
+
+    /* the stored weights rebuild the same model: validation loss at the training length matches */
+    bk_lm lm;
+    bk_train_state st;
+    if (bk_checkpoint_load(ckpt, NULL, 0, &lm, NULL, &st, &err))
+        fail_msg("%s", err.message);
+    assert_int_equal(st.step, 4);
+    assert_int_equal(lm.exp.train.steps, 4); /* the --set is part of the stored experiment */
+    char corpus[600];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+    const char *paths[1] = {corpus};
+    bk_data_config dc = {.format = BK_DATA_TEXT, .paths = paths, .n_paths = 1, .val_fraction = 0.1};
+    bk_tokens train = {0}, val = {0};
+    if (bk_data_load(&dc, 256, 33, &train, &val, &err))
+        fail_msg("%s", err.message);
+    const int32_t lengths[3] = {32, 64, 128}; /* up to 4x the training length */
+    bk_eval_result r[3];
+    if (bk_eval(&lm, &val, lengths, 3, 0, 0, r, &err))
+        fail_msg("%s", err.message);
+    for (int i = 0; i < 3; i++) {
+        assert_true(isfinite(r[i].loss) && r[i].loss > 0.0);
+        assert_int_equal(r[i].tokens, r[i].chunks * lengths[i]); /* every token of every chunk is scored */
+        assert_non_null(r[i].position_loss);
+    }
+    /* sliding windows score stride tokens per window after the first */
+    bk_eval_result s;
+    const int32_t len64 = 64;
+    if (bk_eval(&lm, &val, &len64, 1, 16, 0, &s, &err))
+        fail_msg("%s", err.message);
+    assert_int_equal(s.tokens, 64 + (s.chunks - 1) * 16);
+    bk_eval_results_free(r, 3);
+    bk_eval_results_free(&s, 1);
+    bk_tokens_free(&train), bk_tokens_free(&val);
+    bk_lm_close(&lm);
+
+    /* a truncated checkpoint is refused with a message naming it */
+    struct stat sb;
+    assert_int_equal(stat(ckpt, &sb), 0);
+    assert_int_equal(truncate(ckpt, sb.st_size / 2), 0);
+    assert_int_not_equal(bk_checkpoint_load(ckpt, NULL, 0, &lm, NULL, &st, &err), BK_OK);
+    assert_message_has(err.message, ckpt);
+    assert_message_has(err.message, "truncated");
+}
+
+static void bad_data_is_reported(void **state)
+{
+    (void)state;
+    char out[512];
+    snprintf(out, sizeof out, "%s/bad", dir);
+    bk_train_summary sum;
+    bk_error err;
+    assert_int_not_equal(run(out, NULL, 0, "data.paths=nowhere", &sum, &err), BK_OK);
+    assert_message_has(err.message, "nowhere");
+    assert_message_has(err.message, "does not exist");
+    char empty[600];
+    snprintf(empty, sizeof empty, "%s/empty.txt", dir);
+    fclose(fopen(empty, "w"));
+    assert_int_not_equal(run(out, NULL, 0, "data.paths=empty.txt", &sum, &err), BK_OK);
+    assert_message_has(err.message, "empty");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(loss_goes_down_and_resume_is_exact),
+        cmocka_unit_test(checkpoint_round_trip_eval_and_truncation),
+        cmocka_unit_test(bad_data_is_reported),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
