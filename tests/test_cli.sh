@@ -75,5 +75,29 @@ if "$bk" --version | grep -q "^device: cpu"; then
         "$bk" bias "$src/examples/alibi.toml" --device cuda
 fi
 
+# train and eval: bad inputs give one line naming the file or key; a tiny run trains and evaluates
+one_line() { # the command fails with exactly one line of output
+    [ "$("$@" 2>&1 | grep -vc '^device: ')" -eq 1 ]
+}
+printf '[model]\nlayers = 1\nheads = 2\ndim = 16\n[train]\nlength = 16\nbatch = 2\nsteps = 3\nwarmup = 1\nlog_every = 1\n[data]\npaths = ["corpus"]\n[[term]]\nplugin = "alibi"\n' >"$work/tiny.toml"
+check "train: missing data path" 1 "data path '$work/corpus' does not exist" "$bk" train "$work/tiny.toml"
+check "train: missing data path is one line" 0 "" one_line "$bk" train "$work/tiny.toml"
+mkdir -p "$work/corpus" && : >"$work/corpus/empty.txt"
+check "train: empty corpus" 1 "corpus is empty" "$bk" train "$work/tiny.toml"
+printf '[[term]]\nplugin = "nosuch"\n' >>"$work/tiny.toml"
+check "train: unknown plugin names the file and term" 1 "$work/tiny.toml:[0-9]+:1: \[\[term\]\] #2: plugin 'nosuch' not found" "$bk" train "$work/tiny.toml"
+check "train: no data key" 1 "\[data\] paths: no training data" "$bk" train "$src/examples/alibi.toml" --set train.steps=1
+head -c 20000 "$src/README.md" >"$work/corpus/text.txt"
+while [ "$(wc -c <"$work/corpus/text.txt")" -lt 20000 ]; do cat "$src/README.md" >>"$work/corpus/text.txt"; done
+check "train: a tiny run" 0 "done: 3 steps" "$bk" train "$work/tiny.toml" --set term.1.plugin=alibi --set term.1.slope_scale=0.5 --out "$work/run" --plain
+check "train: metrics log" 0 "^\{\"step\": 3, \"val_loss\": " cat "$work/run/metrics.jsonl"
+check "eval: the extrapolation table" 0 "^ +64 +4\.00 " "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,32,64 --tokens 4000
+check "eval: csv" 0 "^32,16,[0-9]+,[0-9]+," "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --tokens 4000 --csv -
+check "eval: sliding window" 0 "sliding window" "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --sliding 8 --tokens 2000
+check "eval: bad lengths" 2 "--lengths: expected positive integers separated by commas, got '16,x'" "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,x
+head -c 3000 "$work/run/checkpoint.safetensors" >"$work/cut.safetensors"
+check "eval: truncated checkpoint" 1 "$work/cut.safetensors: truncated" "$bk" eval "$work/cut.safetensors"
+check "eval: missing checkpoint" 1 "cannot read '$work/none.safetensors'" "$bk" eval "$work/none.safetensors"
+
 echo "test_cli: $passed passed, $failures failed"
 [ "$failures" -eq 0 ]

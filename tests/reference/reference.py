@@ -211,39 +211,47 @@ class Reference:
         return logits, loss
 
     def project(self):
-        """The plugins' param_project after an optimizer step."""
+        """The plugins' param_project after an optimizer step; returns how many values it changed."""
+        changed = 0
         with torch.no_grad():
             for t in self.terms:
                 if t["plugin"] == "testlin":
-                    self.p[f"term.{t['label']}.theta"].clamp_(min=0.0)
+                    theta = self.p[f"term.{t['label']}.theta"]
+                    changed += int((theta < 0).sum())
+                    theta.clamp_(min=0.0)
+        return changed
 
 
 # ---------------------------------------------------------------- comparisons
 
 class Report:
+    """Comparisons, printed one line per tensor, or one line per group of tensors (the steps)."""
+
     def __init__(self, name):
         self.name = name
         self.failures = []
-        self.rows = 0
+        self.pending = None  # [label, count, worst (rel, name, diff, scale), failed]
 
     def header(self):
-        print(f"  {'tensor':<26} {'shape':<13} {'max|ref|':>9} {'max|diff|':>9} {'rel':>9}  ok")
+        print(f"  {'tensor':<30} {'shape':<13} {'max|ref|':>9} {'max|diff|':>9} {'rel':>9}  ok")
 
-    def compare(self, name, engine, ref, grad=False):
-        """engine: the engine's tensor (or None when missing); ref: the reference's."""
+    def compare(self, name, engine, ref, grad=False, group=None):
+        """engine: the engine's tensor (or None when missing); ref: the reference's. With `group`,
+        the result is folded into one summary line for every tensor of the group."""
         ref = ref.detach().to(torch.float64)
+        problem = None
         if engine is None:
-            self.failures.append(f"{name}: missing from the engine's file")
-            print(f"  {name:<26} MISSING")
-            return
-        shape = "x".join(str(s) for s in ref.shape) or "scalar"
-        if list(engine.shape) != list(ref.shape):
-            self.failures.append(f"{name}: shape {list(engine.shape)} in the engine, {list(ref.shape)} here")
-            print(f"  {name:<26} SHAPE {list(engine.shape)} != {list(ref.shape)}")
-            return
-        if not torch.isfinite(engine).all():
-            self.failures.append(f"{name}: the engine's values are not all finite")
-            print(f"  {name:<26} NON-FINITE")
+            problem = "missing from the engine's file"
+        elif list(engine.shape) != list(ref.shape):
+            problem = f"shape {list(engine.shape)} in the engine, {list(ref.shape)} here"
+        elif not torch.isfinite(engine).all():
+            problem = "the engine's values are not all finite"
+        elif not torch.isfinite(ref).all():
+            problem = "the reference's values are not all finite"
+        if problem:
+            self.failures.append(f"{name}: {problem}")
+            self.flush()
+            print(f"  {name:<30} {problem}")
             return
         diff = (engine - ref).abs().max().item() if ref.numel() else 0.0
         scale = ref.abs().max().item() if ref.numel() else 0.0
@@ -257,7 +265,33 @@ class Report:
             idx = np.unravel_index(int((engine - ref).abs().argmax()), tuple(ref.shape)) if ref.dim() else ()
             at = "[" + ",".join(str(int(i)) for i in idx) + "]"
             self.failures.append(f"{name}{at}: engine {engine[idx].item():.9g}, reference {ref[idx].item():.9g}: {why}")
-        print(f"  {name:<26} {shape:<13} {scale:9.3g} {diff:9.2e} {rel:9.2e}  {'ok' if ok else 'FAIL'}")
+        if group is None:
+            self.flush()
+            shape = "x".join(str(s) for s in ref.shape) or "scalar"
+            print(f"  {name:<30} {shape:<13} {scale:9.3g} {diff:9.2e} {rel:9.2e}  {'ok' if ok else 'FAIL'}")
+            return
+        if self.pending and self.pending[0] != group:
+            self.flush()
+        if not self.pending:
+            self.pending = [group, 0, (-1.0, "", 0.0, 0.0), False]
+        self.pending[1] += 1
+        if rel > self.pending[2][0]:
+            self.pending[2] = (rel, name, diff, scale)
+        self.pending[3] |= not ok
+
+    def flush(self):
+        if self.pending:
+            group, count, (rel, name, diff, scale), failed = self.pending
+            label = f"{group} ({count} tensors)"
+            print(f"  {label:<30} {'':<13} {scale:9.3g} {diff:9.2e} {rel:9.2e}  {'ok' if not failed else 'FAIL'}"
+                  f"  (worst: {name})")
+            self.pending = None
+
+
+def make_adamw(opt, decayed, plain):
+    return torch.optim.AdamW([{"params": decayed, "weight_decay": opt["weight_decay"]},
+                              {"params": plain, "weight_decay": 0.0}],
+                             lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"])
 
 
 def scalar(tensors, name):
@@ -325,27 +359,61 @@ def main(argv):
     for name in groups:
         rep.compare(f"grad.{name}", tensors.get(f"grad.{name}"), ref.p[name].grad, grad=True)
 
-    # AdamW steps on the same batch
-    leaves = [ref.p[n] for n in groups]
+    # AdamW steps on the same batch, following the engine's trajectory: step k starts from the
+    # engine's parameters (step<k>.<name>); the reference checks the loss and gradients there, then
+    # applies torch.optim.AdamW to the engine's gradients (its own moments, float64) and the plugin
+    # projection, and compares with where the engine went. Following the engine keeps the check
+    # exact: Adam divides by sqrt(v), so a gradient that is 0 up to float noise (the key bias, whose
+    # gradient vanishes identically) moves a float32 run by up to lr per step in a random direction,
+    # and the two runs would drift apart for reasons that are not errors.
     decayed = [ref.p[n] for n in groups if expected.get(n, ([], False))[1]]
     plain = [ref.p[n] for n in groups if not expected.get(n, ([], False))[1]]
-    adamw = torch.optim.AdamW([{"params": decayed, "weight_decay": opt["weight_decay"]},
-                               {"params": plain, "weight_decay": 0.0}],
-                              lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"])
+    adamw = make_adamw(opt, decayed, plain)
     for k in range(opt["steps"]):
-        for leaf in leaves:
-            leaf.grad = None
+        here = "" if k == 0 else f"step{k}."
+        with torch.no_grad():
+            for name in groups:
+                ref.p[name].copy_(tensors[here + name])
+                ref.p[name].grad = None
         _, loss = ref.forward(inputs, targets)
         rep.compare(f"loss_step{k}", scalar(tensors, f"loss_step{k}"), loss)
         loss.backward()
+        if k > 0:
+            for name in groups:
+                rep.compare(f"{here}grad.{name}", tensors.get(f"{here}grad.{name}"), ref.p[name].grad, grad=True,
+                            group=f"{here}grad.*")
+        for name in groups:
+            ref.p[name].grad = tensors[f"{here}grad.{name}"].clone()
         adamw.step()
-        ref.project()
+        clamped = ref.project()
+        there = f"step{k + 1}." if k + 1 < opt["steps"] else "final."
+        for name in groups:
+            rep.compare(f"{there}{name}", tensors.get(f"{there}{name}"), ref.p[name],
+                        group=None if there == "final." else f"{there}*")
+        rep.flush()
+        if clamped:
+            print(f"  (step {k}: the projection clamped {clamped} slope(s) to 0)")
     with torch.no_grad():
+        for name in groups:
+            ref.p[name].copy_(tensors[f"final.{name}"])
         _, loss = ref.forward(inputs, targets)
     rep.compare("loss_final", scalar(tensors, "loss_final"), loss)
-    for name in groups:
-        rep.compare(f"final.{name}", tensors.get(f"final.{name}"), ref.p[name])
     compare_tables("final.")
+
+    # The same steps run freely in float64 from the initial parameters: the losses must still agree.
+    free = Reference(case, {name: tensors[name] for name in groups})
+    adamw = make_adamw(opt, [free.p[n] for n in groups if expected.get(n, ([], False))[1]],
+                       [free.p[n] for n in groups if not expected.get(n, ([], False))[1]])
+    for k in range(opt["steps"] + 1):
+        adamw.zero_grad(set_to_none=True)
+        _, loss = free.forward(inputs, targets)
+        name = f"loss_step{k}" if k < opt["steps"] else "loss_final"
+        rep.compare(f"free run {name}", scalar(tensors, name), loss, group="free-run losses")
+        if k < opt["steps"]:
+            loss.backward()
+            adamw.step()
+            free.project()
+    rep.flush()
 
     if rep.failures:
         print(f"reference: case {case['name']}: {len(rep.failures)} MISMATCH(ES):")
