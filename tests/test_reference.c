@@ -3,15 +3,16 @@
  * For each case: build a small model from configuration text, run one training forward and backward
  * on a fixed random batch, and write everything the reference needs to a safetensors file: every
  * optimizer group's parameters under its checkpoint name, "grad.<name>" its gradient, the batch,
- * logits and loss, every term's table ("table.<label>", all layers) and the mixed tables; then take
- * three AdamW steps (with the plugin projection and weight re-sync after each) and store each step's
- * loss ("loss_step<k>"), the parameters and gradients it started from ("step<k>.<name>",
- * "step<k>.grad.<name>" for k >= 1), the final parameters ("final.<name>") and their loss. The metadata "case" (JSON) describes the model, the terms and the
- * optimizer. The reference recomputes all of it in float64 with autograd and exits non-zero on any
- * mismatch, naming the tensor.
+ * logits and loss, every term's table ("table.<label>", all layers), the mixed token table and the
+ * mixing weights. Then take three AdamW steps (each followed by bk_lm_after_step: projection, weight
+ * re-sync, fresh tables) and store each step's loss ("loss_step<k>"), the parameters and gradients
+ * it started from ("step<k>.<name>", "step<k>.grad.<name>" for k >= 1), the final parameters
+ * ("final.<name>"), their tables, and their loss from a training and an evaluation forward. The
+ * metadata "case" (JSON) describes the model, the terms and the optimizer. The reference recomputes
+ * all of it in float64 with autograd and exits non-zero on any mismatch, naming the tensor.
  *
  * Needs /usr/bin/python3 with torch (python3-torch); without it the whole test exits 77 (skipped).
- * BK_REFERENCE_KEEP=1 keeps the files (their paths are printed). */
+ * BK_REFERENCE_KEEP=1 keeps the files (their paths are printed); a failing case always keeps its. */
 #define _POSIX_C_SOURCE 200809L /* setenv, mkstemp */
 #include "test_util.h"
 
@@ -40,7 +41,8 @@
 typedef struct ref_case {
     const char *name;
     const char *config;  /* the experiment text */
-    const char *options; /* JSON array, one object per [[term]]: the plugin options the reference needs */
+    const char *options; /* JSON array, one object per [[term]]: the plugin options the reference needs
+                          * and the `weight` when the configuration gives one */
     int large_weights;   /* replace the GPT-2 initialisation by O(1) activations (see below) */
 } ref_case;
 
@@ -242,7 +244,7 @@ static void add_weights(tensor_list *l, const bk_lm *lm, const char *name)
 
 static int run_reference(const char *path)
 {
-    char cmd[4096];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "'%s' '%s' '%s'", PYTHON, REFERENCE_SCRIPT, path);
     fflush(stdout);
     fflush(stderr);
@@ -298,6 +300,8 @@ static void run_case(const ref_case *c)
         }
     }
 
+    text j = {0}; /* the description, with the weights as they are before any step */
+    describe(&j, c, &lm, &opt);
     tensor_list l = {0};
     int64_t bt_shape[2] = {BATCH, LENGTH}, logit_shape[3] = {BATCH, LENGTH, V};
     add_tensor(&l, "inputs", finputs, 2, bt_shape);
@@ -333,15 +337,17 @@ static void run_case(const ref_case *c)
     /* the loss of the final parameters (the tables were refreshed by bk_lm_after_step) */
     check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, LENGTH, 1, &err), &err, "bk_gpt_forward (final)");
     add_scalar(&l, "loss_final", lm.gpt.loss);
+    check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, LENGTH, 0, &err), &err, "bk_gpt_forward (eval)");
+    add_scalar(&l, "loss_final_eval", lm.gpt.loss);
     add_groups(&l, &lm, &opt, "final.", 0);
     add_tables(&l, &lm, "final.");
     add_weights(&l, &lm, "final.weights");
 
-    text j = {0};
-    describe(&j, c, &lm, &opt);
     bk_st_meta meta[1] = {{"case", j.s}};
 
-    char path[] = "/tmp/bk_reference_XXXXXX";
+    const char *tmp = getenv("TMPDIR");
+    char path[2048];
+    snprintf(path, sizeof path, "%s/bk_reference_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
@@ -396,7 +402,7 @@ static void kernel_learned_weights(void **state)
                          MODEL(4, 32) "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
                                       "[[term]]\nplugin = \"alibi\"\nweight = 0.25\n"
                                       "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 0.75\n",
-                         "[{}, {\"init\": 0.1}]", 0});
+                         "[{\"weight\": 0.25}, {\"init\": 0.1, \"weight\": 0.75}]", 0});
 }
 
 static void sum_learned_weights(void **state)
@@ -406,7 +412,7 @@ static void sum_learned_weights(void **state)
                          MODEL(4, 32) "[attention]\nmixing = \"sum\"\nlearn_weights = true\n"
                                       "[[term]]\nplugin = \"alibi\"\nslope_scale = 2.0\nweight = 0.5\n"
                                       "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 1.5\nper_layer = true\n",
-                         "[{\"slope_scale\": 2.0}, {\"init\": 0.1}]", 0});
+                         "[{\"slope_scale\": 2.0, \"weight\": 0.5}, {\"init\": 0.1, \"weight\": 1.5}]", 0});
 }
 
 static void nope(void **state)
@@ -424,7 +430,7 @@ static void alibi_six_heads_kernel_fixed(void **state)
                          MODEL(6, 48) "[attention]\nmixing = \"kernel\"\n"
                                       "[[term]]\nplugin = \"alibi\"\nweight = 1.0\n"
                                       "[[term]]\nplugin = \"alibi\"\nname = \"flat\"\nuniform_slope = 0.05\nweight = 3.0\n",
-                         "[{}, {\"uniform_slope\": 0.05}]", 0});
+                         "[{\"weight\": 1.0}, {\"uniform_slope\": 0.05, \"weight\": 3.0}]", 0});
 }
 
 /* Kernel mixing with learned weights and per-layer slopes, at O(1) activations. */

@@ -1,32 +1,44 @@
 #!/usr/bin/env python3
 """PyTorch reference for biaskit's training step (used by tests/test_reference.c).
 
-Usage: reference.py FILE.safetensors
+Usage: /usr/bin/python3 reference.py FILE.safetensors
 
-FILE is written by the engine: the parameters of every optimizer group under its checkpoint name
-(model.<tensor>, term.<label>.theta, mix.<stream>), their gradients (grad.<name>), the batch
-(inputs, targets as float32), logits, loss, the term tables (table.<label>, (L, H, T)), the mixed
-token table (mixed.token), the mixing weights (weights), the losses of three AdamW steps
-(loss_step<k>), the loss after them (loss_final) and the final values (final.<...>). Its metadata
-"case" is a JSON description of the model, the terms and the optimizer.
+FILE is written by the engine (see tests/test_reference.c): the parameters of every optimizer group
+under its checkpoint name (model.<tensor>, term.<label>.theta (copies, n_params), mix.<stream>), their
+gradients (grad.<name>), the batch (inputs, targets as float32), logits (B, T, V), loss, every term's
+table (table.<label>, (L, H, T)), the mixed token table (mixed.token), the mixing weights (weights);
+for three AdamW steps on the same batch the loss of each (loss_step<k>) and the parameters and
+gradients each started from (step<k>.<name>, step<k>.grad.<name>, k >= 1); the final parameters,
+tables and weights (final.<...>) and their loss (loss_final; loss_final_eval from the evaluation
+forward). Its metadata "case" is a JSON description of the model, the terms (plugin, stream, weight,
+per_layer, copies), the options the reference needs, and the optimizer (hyper-parameters, groups and
+their decay flags).
 
-This file is an independent implementation from the formulas (DESIGN.md; the papers), in float64
-with autograd:
+An independent implementation from the formulas, in float64 with autograd; the file is read by hand
+(no safetensors package):
 
   x = wte[token];  per layer: x += proj(attn(LN1 x)),  x += fcproj(gelu_tanh(fc(LN2 x)))
-  logits = LN_f(x) . wte^T;  loss = mean cross-entropy
-  attention score(h, i, j) = q_i . k_j / sqrt(hd) + M_l[h, i - j]  for j <= i (causal)
-  term tables: alibi  T_h(d) = -m_h d (m from the reference get_slopes, options applied)
-               testlin T_h(d) = -a_h d (a learnable, one copy or one per layer)
+  logits = LN_f(x) . wte^T;  loss = mean cross-entropy;  LayerNorm eps 1e-5; weights are (out, in)
+  score(h, i, j) = q_i . k_j / sqrt(hd) + M_l[h, i - j]  for j <= i (causal); qkv rows [q | k | v]
+  term tables: alibi   T_h(d) = -m_h d, m from the reference get_slopes (Press et al.) and options
+               testlin T_h(d) = -a_h d, a learnable, one copy or one per layer
   mixing:  sum  M = sum_t w_t T_t;  kernel  M = log sum_t w_t exp(T_t)
-  learnable weights: sum trains w itself, kernel trains a with w = softmax(a)
-  AdamW: torch.optim.AdamW, weight decay only on wte and the block matrices
-         (qkvw, attprojw, fcw, fcprojw); after each step testlin slopes are clamped to >= 0.
+  weights: the configured ones, else 1 (sum) or 1/n (kernel); kernel weights normalised to sum 1;
+           learnable: sum trains w itself, kernel trains a with w = softmax(a)
+  AdamW:   torch.optim.AdamW, weight decay only on wte and the block matrices (qkvw, attprojw, fcw,
+           fcprojw); after each step the projection (testlin: a >= 0)
 
-Every tensor is compared with  max|c - r| <= 1e-4 * max(1, max|r|); gradients must in addition
-agree relative to their own size:  max|c - r| <= 1e-3 * max|r| (+1e-9), so that a wrong gradient
-that happens to be small is still caught. Prints one line per tensor; exits 1 naming every tensor
-that disagrees, 2 on a malformed file.
+Checks, in order: the optimizer's groups (names, shapes, decay flags); the weights; the tables; logits,
+loss and every gradient; then the steps, following the engine: step k starts from the engine's
+parameters, its loss and gradients are recomputed there, AdamW (float64 moments) is applied to the
+engine's gradients and compared with the engine's next parameters and with its update; the final
+loss; and last the same three steps run freely in float64 from the start, whose losses must agree.
+
+Tolerances: every tensor  max|c - r| <= 1e-4 * max(1, max|r|); gradients in addition
+max|c - r| <= 1e-3 * max|r| + 1e-9 (a wrong gradient that happens to be small is still caught);
+updates  max|c - r| <= 1e-4 * max|r| + 1e-9 (weight decay is only lr * wd * |p| of a value).
+Prints one line per tensor (one per group for the steps), the worst error of each; exits 1 naming
+every tensor that disagrees (with the worst element), 2 on a malformed file.
 """
 
 import json
@@ -42,6 +54,7 @@ torch.set_default_dtype(torch.float64)
 ATOL_REL = 1e-4  # the brief's tolerance: max|c - r| <= ATOL_REL * max(1, max|r|)
 GRAD_REL = 1e-3  # gradients, relative to their own largest entry
 GRAD_FLOOR = 1e-9
+UPDATE_REL = 1e-4  # an optimizer step, relative to its own largest entry
 LN_EPS = 1e-5
 
 MODEL_TENSORS = ["wte", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
@@ -151,6 +164,16 @@ class Reference:
         a = theta[layer if theta.shape[0] > 1 else 0]
         return -a[:, None] * d[None, :]
 
+    def initial_weights(self):
+        """The weights the configuration asks for: `weight` where given, else 1 (sum) or 1/n (kernel);
+        kernel weights are then normalised to sum to 1."""
+        n = len(self.terms)
+        given = [self.options[k].get("weight") for k in range(n)]
+        if self.mixing == "sum":
+            return torch.tensor([1.0 if g is None else float(g) for g in given])
+        w = torch.tensor([1.0 / n if g is None else float(g) for g in given])
+        return w / w.sum()
+
     def weights(self):
         if self.learn:
             a = self.p["mix.token"]
@@ -235,9 +258,10 @@ class Report:
     def header(self):
         print(f"  {'tensor':<30} {'shape':<13} {'max|ref|':>9} {'max|diff|':>9} {'rel':>9}  ok")
 
-    def compare(self, name, engine, ref, grad=False, group=None):
-        """engine: the engine's tensor (or None when missing); ref: the reference's. With `group`,
-        the result is folded into one summary line for every tensor of the group."""
+    def compare(self, name, engine, ref, grad=False, group=None, relative=None):
+        """engine: the engine's tensor (or None when missing); ref: the reference's. `grad` adds the
+        gradient check; `relative` replaces the tolerance by relative * max|ref| + 1e-9. With
+        `group`, the result is folded into one summary line for every tensor of the group."""
         ref = ref.detach().to(torch.float64)
         problem = None
         if engine is None:
@@ -256,8 +280,12 @@ class Report:
         diff = (engine - ref).abs().max().item() if ref.numel() else 0.0
         scale = ref.abs().max().item() if ref.numel() else 0.0
         rel = diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
-        ok = diff <= ATOL_REL * max(1.0, scale)
-        why = f"max|diff| {diff:.3g} > {ATOL_REL:g} * max(1, {scale:.3g})"
+        if relative is None:
+            ok = diff <= ATOL_REL * max(1.0, scale)
+            why = f"max|diff| {diff:.3g} > {ATOL_REL:g} * max(1, {scale:.3g})"
+        else:
+            ok = diff <= relative * scale + 1e-9
+            why = f"max|diff| {diff:.3g} > {relative:g} * {scale:.3g}"
         if ok and grad and diff > GRAD_REL * scale + GRAD_FLOOR:
             ok = False
             why = f"gradient off by {rel:.3g} of its size (limit {GRAD_REL:g})"
@@ -351,6 +379,8 @@ def main(argv):
                 rep.compare(f"{prefix}weights", tensors.get(f"{prefix}weights"), ref.weights())
 
     # tables, forward, backward
+    if ref.terms:
+        rep.compare("config weights", torch.tensor([float(t["weight"]) for t in ref.terms]), ref.initial_weights())
     compare_tables("")
     logits, loss = ref.forward(inputs, targets)
     loss.backward()
@@ -391,6 +421,13 @@ def main(argv):
             rep.compare(f"{there}{name}", tensors.get(f"{there}{name}"), ref.p[name],
                         group=None if there == "final." else f"{there}*")
         rep.flush()
+        # the step itself (about lr per value), relative to its size: weight decay moves a value
+        # by only lr * wd * |p| per step, far below the tolerance on the values
+        for name in groups:
+            start, end = tensors[here + name], tensors.get(there + name)
+            rep.compare(f"update {k}: {name}", None if end is None else end - start, ref.p[name] - start,
+                        group=f"update of step {k}", relative=UPDATE_REL)
+        rep.flush()
         if clamped:
             print(f"  (step {k}: the projection clamped {clamped} slope(s) to 0)")
     with torch.no_grad():
@@ -398,6 +435,7 @@ def main(argv):
             ref.p[name].copy_(tensors[f"final.{name}"])
         _, loss = ref.forward(inputs, targets)
     rep.compare("loss_final", scalar(tensors, "loss_final"), loss)
+    rep.compare("loss_final_eval", scalar(tensors, "loss_final_eval"), loss)
     compare_tables("final.")
 
     # The same steps run freely in float64 from the initial parameters: the losses must still agree.
