@@ -99,5 +99,16 @@ head -c 3000 "$work/run/checkpoint.safetensors" >"$work/cut.safetensors"
 check "eval: truncated checkpoint" 1 "$work/cut.safetensors: truncated" "$bk" eval "$work/cut.safetensors"
 check "eval: missing checkpoint" 1 "cannot read '$work/none.safetensors'" "$bk" eval "$work/none.safetensors"
 
+# Ctrl-C: the run stops after the current step with a checkpoint, exit 130, and resumes from it
+"$bk" train "$work/tiny.toml" --set term.1.plugin=alibi --set train.steps=1000000 --out "$work/int" --plain \
+    >"$work/int.log" 2>&1 &
+pid=$!
+for _ in $(seq 50); do grep -q "^step 1/" "$work/int.log" 2>/dev/null && break; sleep 0.1; done
+kill -INT "$pid"
+wait "$pid"
+check "Ctrl-C exits 130" 0 "^130$" echo $?
+check "Ctrl-C writes a checkpoint" 0 "stopped at step [0-9]+; checkpoint $work/int/checkpoint.safetensors" cat "$work/int.log"
+check "resume after Ctrl-C" 0 "resuming from .* at step [0-9]+" "$bk" train --resume "$work/int/checkpoint.safetensors" --stop-after 1 --plain
+
 echo "test_cli: $passed passed, $failures failed"
 [ "$failures" -eq 0 ]

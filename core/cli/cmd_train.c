@@ -18,8 +18,9 @@ static const char help[] =
     "  --set K=V        override a value of the experiment file (repeatable); with --resume, applied\n"
     "                   on top of the experiment stored in the checkpoint (e.g. train.steps=2000)\n"
     "  --resume CKPT    continue a run exactly where its checkpoint left it\n"
-    "  --out DIR        write to DIR instead of [run] out_dir\n"
-    "  --stop-after N   stop after N steps of this run, writing a checkpoint (as Ctrl-C does)\n"
+    "  --out DIR        write to DIR instead of [run] out_dir (on resume: the checkpoint's directory)\n"
+    "  --stop-after N   stop after N steps of this run, writing a checkpoint (as Ctrl-C does, which\n"
+    "                   exits with status 130)\n"
     "  --plain          plain log lines even on a terminal (no redrawn progress line)\n\n"
     "Training runs on the CPU (OpenBLAS + OpenMP, [run] threads); the CUDA training path is not\n"
     "part of this version, so [run] device = \"cuda\" is refused and \"auto\" uses the CPU.\n";
@@ -68,5 +69,5 @@ int bk_cmd_train(int argc, char **argv)
     bk_train_summary sum;
     if (bk_train(&o, &sum, &err))
         return bk_report(&err);
-    return sum.interrupted ? 130 : 0;
+    return sum.signalled ? 130 : 0; /* 128 + SIGINT, as a shell reports an interrupted command */
 }

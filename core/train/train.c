@@ -145,7 +145,14 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
     char dir[4096];
     if (o->out_dir)
         bk_copy_text(dir, sizeof dir, o->out_dir);
-    else if (e->run.out_dir[0])
+    else if (o->resume) { /* a resumed run continues in its checkpoint's directory */
+        bk_copy_text(dir, sizeof dir, o->resume);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            bk_copy_text(dir, sizeof dir, ".");
+    } else if (e->run.out_dir[0])
         bk_lm_data_path(&lm, e->run.out_dir, dir, sizeof dir);
     else {
         const char *base = strrchr(e->path, '/') ? strrchr(e->path, '/') + 1 : e->path;
@@ -257,6 +264,7 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
         }
         if (stop && !last) {
             sum->interrupted = 1;
+            sum->signalled = interrupted;
             fprintf(out, "%sstopped at step %lld; checkpoint %s (continue with --resume)\n", o->progress ? "\n" : "",
                     (long long)st.step, sum->checkpoint);
             break;

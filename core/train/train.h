@@ -15,7 +15,7 @@ typedef struct bk_train_options {
     const char *const *overrides;  /* --set assignments */
     int n_overrides;
     const char *resume;            /* checkpoint to continue from, or NULL */
-    const char *out_dir;           /* overrides [run] out_dir, or NULL */
+    const char *out_dir;           /* overrides [run] out_dir (and, on resume, the checkpoint's directory) */
     int64_t stop_after;            /* stop with a checkpoint after this many steps of this run (0 = never) */
     int progress;                  /* 1: redraw one progress line (terminal); 0: plain log lines */
     FILE *out;                     /* where progress and summaries go */
@@ -28,6 +28,7 @@ typedef struct bk_train_summary {
     double seconds;
     double tokens_per_second;
     int interrupted;         /* stopped by Ctrl-C or stop_after, checkpoint written */
+    int signalled;           /* ... by Ctrl-C */
     char checkpoint[4096];   /* the checkpoint written last */
 } bk_train_summary;
 
