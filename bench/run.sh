@@ -44,6 +44,7 @@ else
     if nm -A "$BUILD/core/libbiaskit_core.a" 2>/dev/null | grep -q ' U cudaMalloc'; then
         CUDADIR=$(sed -n 's/^CUDAToolkit_LIBRARY_DIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt" | head -1)
         CUDADIR=${CUDADIR:-/usr/local/cuda/lib64}
+        # shellcheck disable=SC2054 # the commas belong to -Wl,-rpath,DIR
         CUDA_LIBS=(-L"$CUDADIR" -Wl,-rpath,"$CUDADIR" -lcudart)
     fi
     gcc -std=c11 -Wall -Wextra -O2 -fopenmp -I"$ROOT/core" -I"$ROOT/sdk/include" \

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #define LAYERNORM_EPS 1e-5f
+/* columns summed together by the parameter-gradient loops (row-major reads, fixed order) */
+#define COLUMN_BLOCK 64
 
 void bk_encoder_forward(float *out, const int32_t *inp, const float *wte, int B, int T, int C)
 {
@@ -68,17 +70,22 @@ void bk_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
             dx[c] += (dnorm - (float)dnorm_mean - norm * (float)dnorm_norm_mean) * rstd[n];
         }
     }
-    /* parameter gradients: parallel over channels, rows in order (deterministic) */
+    /* parameter gradients: blocks of channels in parallel, rows in order inside each (deterministic) */
 #pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; c++) {
-        double dw = 0.0, db = 0.0;
+    for (int c0 = 0; c0 < C; c0 += COLUMN_BLOCK) {
+        int nc = C - c0 < COLUMN_BLOCK ? C - c0 : COLUMN_BLOCK;
+        double dw[COLUMN_BLOCK] = {0}, db[COLUMN_BLOCK] = {0};
         for (int n = 0; n < N; n++) {
-            float dy = dout[(size_t)n * C + c];
-            dw += (double)((inp[(size_t)n * C + c] - mean[n]) * rstd[n]) * dy;
-            db += dy;
+            const float *dy = dout + (size_t)n * C + c0, *x = inp + (size_t)n * C + c0;
+            for (int c = 0; c < nc; c++) {
+                dw[c] += (double)((x[c] - mean[n]) * rstd[n]) * dy[c];
+                db[c] += dy[c];
+            }
         }
-        dweight[c] += (float)dw;
-        dbias[c] += (float)db;
+        for (int c = 0; c < nc; c++) {
+            dweight[c0 + c] += (float)dw[c];
+            dbias[c0 + c] += (float)db[c];
+        }
     }
 }
 
@@ -101,24 +108,47 @@ void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (!dbias)
         return;
+    /* Row by row over a block of columns: contiguous reads, and each column still sums n = 0..N-1 in
+     * order (in double), so the result does not depend on the thread count. */
 #pragma omp parallel for schedule(static)
-    for (int o = 0; o < OC; o++) {
-        double acc = 0.0;
-        for (int n = 0; n < N; n++)
-            acc += dout[(size_t)n * OC + o];
-        dbias[o] += (float)acc;
+    for (int o0 = 0; o0 < OC; o0 += COLUMN_BLOCK) {
+        int no = OC - o0 < COLUMN_BLOCK ? OC - o0 : COLUMN_BLOCK;
+        double acc[COLUMN_BLOCK] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *row = dout + (size_t)n * OC + o0;
+            for (int o = 0; o < no; o++)
+                acc[o] += row[o];
+        }
+        for (int o = 0; o < no; o++)
+            dbias[o0 + o] += (float)acc[o];
     }
 }
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_CUBIC 0.044715f
+/* Past exp(-2u) = exp(80), s = 1/(1+e) < 2e-35 is taken as 0: e stays finite (e * s * s below would
+ * be inf * 0 otherwise) and GELU(x) = x * s is exactly -0 for every very negative x, as the tanh form. */
+#define GELU_EXP_MAX 80.0f
+
+/* GELU-tanh, 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3), written with
+ * 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)) = s: glibc's expf is several times faster than its tanhf,
+ * and the result differs from the tanhf form by a few ulp. d/dx = s + x * s' where
+ * s' = 2 s (1 - s) du/dx = 2 e s^2 du/dx (e = exp(-2u)), i.e. 0.5 x sech^2(u) du/dx. */
+static inline float gelu_sigmoid(float x, float *e_out)
+{
+    float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
+    float a = -2.0f * u;
+    float e = expf(fminf(a, GELU_EXP_MAX));
+    *e_out = e;
+    return a > GELU_EXP_MAX ? 0.0f : 1.0f / (1.0f + e);
+}
 
 void bk_gelu_forward(float *out, const float *inp, size_t n)
 {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x)));
+        float e;
+        out[i] = inp[i] * gelu_sigmoid(inp[i], &e);
     }
 }
 
@@ -126,11 +156,10 @@ void bk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
 {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-        float t = tanhf(u);
-        float sech2 = 1.0f - t * t;
-        float grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
+        float x = inp[i], e;
+        float s = gelu_sigmoid(x, &e);
+        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
+        float grad = s + 2.0f * x * (e * s) * s * du;
         dinp[i] += grad * dout[i];
     }
 }

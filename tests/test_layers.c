@@ -1,0 +1,183 @@
+/* The model's elementwise and reduction layers against double-precision references: GELU-tanh
+ * forward and backward (including arguments where tanh saturates and exp overflows), and the
+ * parameter-gradient reductions of the matmul bias and of LayerNorm, for shapes that are not
+ * multiples of the column block, with any thread count giving the same bits. */
+#include "test_util.h"
+
+#include "model/layers.h"
+#include "util/rng.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
+static float *normal_floats(bk_rng *r, size_t n, double scale)
+{
+    float *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(scale * bk_rng_normal(r));
+    return x;
+}
+
+static double gelu_ref(double x)
+{
+    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    return 0.5 * x * (1.0 + tanh(u));
+}
+
+static double gelu_grad_ref(double x)
+{
+    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    double t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static void gelu_matches_tanh_form(void **state)
+{
+    (void)state;
+    enum { N = 20001 };
+    static float x[N], y[N], dx[N], dy[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = -12.0f + 24.0f * (float)i / (N - 1); /* includes 0 and +-12 */
+        dy[i] = 1.0f;
+        dx[i] = 0.5f; /* backward accumulates */
+    }
+    bk_gelu_forward(y, x, N);
+    bk_gelu_backward(dx, x, dy, N);
+    double worst_y = 0, worst_dx = 0;
+    for (int i = 0; i < N; i++) {
+        double ey = fabs(y[i] - gelu_ref(x[i])), edx = fabs(dx[i] - 0.5 - gelu_grad_ref(x[i]));
+        double sy = 1.0 + fabs(gelu_ref(x[i])), sdx = 1.0 + fabs(gelu_grad_ref(x[i]));
+        worst_y = fmax(worst_y, ey / sy);
+        worst_dx = fmax(worst_dx, edx / sdx);
+    }
+    if (worst_y > 1e-6 || worst_dx > 2e-6)
+        fail_msg("GELU: worst error forward %.3g, backward %.3g (want <= 1e-6, 2e-6)", worst_y, worst_dx);
+}
+
+static void gelu_finite_at_extremes(void **state)
+{
+    (void)state;
+    const float x[] = {-1e4f, -200.0f, -60.0f, -45.0f, -30.0f, -10.0f, 0.0f, 10.0f, 45.0f, 1e4f};
+    enum { N = sizeof x / sizeof x[0] };
+    float y[N], dx[N] = {0}, dy[N];
+    for (int i = 0; i < N; i++)
+        dy[i] = 1.0f;
+    bk_gelu_forward(y, x, N);
+    bk_gelu_backward(dx, x, dy, N);
+    for (int i = 0; i < N; i++) {
+        if (!isfinite(y[i]) || !isfinite(dx[i]))
+            fail_msg("GELU(%g) = %g, GELU'(%g) = %g: not finite", x[i], y[i], x[i], dx[i]);
+        if (x[i] <= -10.0f && (fabsf(y[i]) > 1e-20f || fabsf(dx[i]) > 1e-18f))
+            fail_msg("GELU(%g) = %g, GELU'(%g) = %g: want ~0", x[i], y[i], x[i], dx[i]);
+        if (x[i] >= 10.0f && (y[i] != x[i] || dx[i] != 1.0f))
+            fail_msg("GELU(%g) = %g, GELU'(%g) = %g: want x and 1", x[i], y[i], x[i], dx[i]);
+    }
+}
+
+/* dbias of bk_matmul_backward is the column sum of dout; N and OC straddle the column block. */
+static void matmul_bias_gradient(void **state)
+{
+    (void)state;
+    const int N = 37, C = 5, OCs[] = {1, 63, 64, 65, 130};
+    for (size_t k = 0; k < sizeof OCs / sizeof OCs[0]; k++) {
+        int OC = OCs[k];
+        bk_rng r = {(uint64_t)OC};
+        float *dout = normal_floats(&r, (size_t)N * OC, 1.0), *inp = normal_floats(&r, (size_t)N * C, 1.0);
+        float *w = normal_floats(&r, (size_t)OC * C, 1.0);
+        float *dinp = calloc((size_t)N * C, sizeof(float)), *dw = calloc((size_t)OC * C, sizeof(float));
+        float *db1 = calloc((size_t)OC, sizeof(float)), *db2 = calloc((size_t)OC, sizeof(float));
+        assert_true(dinp && dw && db1 && db2);
+        for (int o = 0; o < OC; o++)
+            db1[o] = db2[o] = 0.25f * (float)o;
+        omp_set_num_threads(1);
+        bk_matmul_backward(dinp, dw, db1, dout, inp, w, N, C, OC);
+        omp_set_num_threads(3);
+        bk_matmul_backward(dinp, dw, db2, dout, inp, w, N, C, OC);
+        for (int o = 0; o < OC; o++) {
+            double want = 0.25 * o;
+            for (int n = 0; n < N; n++)
+                want += dout[(size_t)n * OC + o];
+            if (fabs(db1[o] - want) > 1e-5 * (1.0 + fabs(want)))
+                fail_msg("OC=%d: dbias[%d] = %.9g, want %.9g", OC, o, db1[o], want);
+        }
+        assert_memory_equal(db1, db2, (size_t)OC * sizeof(float));
+        free(dout), free(inp), free(w), free(dinp), free(dw), free(db1), free(db2);
+    }
+}
+
+/* LayerNorm's dweight = sum_n norm[n,c] dy[n,c] and dbias = sum_n dy[n,c]; dinp checked by central
+ * differences of L = sum y . R. */
+static void layernorm_gradients(void **state)
+{
+    (void)state;
+    const int N = 29, Cs[] = {3, 64, 100};
+    for (size_t k = 0; k < sizeof Cs / sizeof Cs[0]; k++) {
+        int C = Cs[k];
+        bk_rng r = {100u + (uint64_t)C};
+        float *x = normal_floats(&r, (size_t)N * C, 2.0), *R = normal_floats(&r, (size_t)N * C, 1.0);
+        float *w = normal_floats(&r, (size_t)C, 1.0), *b = normal_floats(&r, (size_t)C, 1.0);
+        float *y = malloc((size_t)N * C * sizeof(float)), *mean = malloc(N * sizeof(float));
+        float *rstd = malloc(N * sizeof(float)), *dx = calloc((size_t)N * C, sizeof(float));
+        float *dw1 = calloc(C, sizeof(float)), *db1 = calloc(C, sizeof(float));
+        float *dw2 = calloc(C, sizeof(float)), *db2 = calloc(C, sizeof(float));
+        assert_true(y && mean && rstd && dx && dw1 && db1 && dw2 && db2);
+        bk_layernorm_forward(y, mean, rstd, x, w, b, N, C);
+        omp_set_num_threads(1);
+        bk_layernorm_backward(dx, dw1, db1, R, x, w, mean, rstd, N, C);
+        omp_set_num_threads(3);
+        memset(dx, 0, (size_t)N * C * sizeof(float));
+        bk_layernorm_backward(dx, dw2, db2, R, x, w, mean, rstd, N, C);
+        assert_memory_equal(dw1, dw2, (size_t)C * sizeof(float));
+        assert_memory_equal(db1, db2, (size_t)C * sizeof(float));
+        for (int c = 0; c < C; c++) {
+            double want_w = 0, want_b = 0;
+            for (int n = 0; n < N; n++) {
+                double dy = R[(size_t)n * C + c];
+                want_w += ((double)x[(size_t)n * C + c] - mean[n]) * rstd[n] * dy;
+                want_b += dy;
+            }
+            if (fabs(dw1[c] - want_w) > 1e-4 * (1.0 + fabs(want_w)) || fabs(db1[c] - want_b) > 1e-5 * (1.0 + fabs(want_b)))
+                fail_msg("C=%d: dweight[%d] = %g (want %g), dbias = %g (want %g)", C, c, dw1[c], want_w, db1[c], want_b);
+        }
+        /* dinp by central differences in double on one row */
+        int n = N / 2;
+        for (int c = 0; c < C; c += C > 8 ? C / 7 : 1) {
+            double lp = 0, lm = 0, h = 1e-3;
+            for (int sgn = -1; sgn <= 1; sgn += 2) {
+                double xs[128], m = 0, v = 0, loss = 0;
+                for (int j = 0; j < C; j++)
+                    xs[j] = x[(size_t)n * C + j] + (j == c ? sgn * h : 0.0);
+                for (int j = 0; j < C; j++)
+                    m += xs[j];
+                m /= C;
+                for (int j = 0; j < C; j++)
+                    v += (xs[j] - m) * (xs[j] - m);
+                v /= C;
+                for (int j = 0; j < C; j++)
+                    loss += ((xs[j] - m) / sqrt(v + 1e-5) * w[j] + b[j]) * R[(size_t)n * C + j];
+                if (sgn < 0)
+                    lm = loss;
+                else
+                    lp = loss;
+            }
+            double fd = (lp - lm) / (2 * h), got = dx[(size_t)n * C + c];
+            if (fabs(got - fd) > 2e-3 * (1.0 + fabs(fd)))
+                fail_msg("C=%d: dinp[%d,%d] = %g, central difference %g", C, n, c, got, fd);
+        }
+        free(x), free(R), free(w), free(b), free(y), free(mean), free(rstd), free(dx);
+        free(dw1), free(db1), free(dw2), free(db2);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(gelu_matches_tanh_form),
+        cmocka_unit_test(gelu_finite_at_extremes),
+        cmocka_unit_test(matmul_bias_gradient),
+        cmocka_unit_test(layernorm_gradients),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
