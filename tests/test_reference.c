@@ -44,6 +44,7 @@ typedef struct ref_case {
     const char *options; /* JSON array, one object per [[term]]: the plugin options the reference needs
                           * and the `weight` when the configuration gives one */
     int large_weights;   /* replace the GPT-2 initialisation by O(1) activations (see below) */
+    const char *alphabet;/* the batch's tokens are drawn from these bytes (NULL: the whole vocabulary) */
 } ref_case;
 
 /* ---- a growing list of tensors (copies) and a growing JSON text ---- */
@@ -176,19 +177,22 @@ static void describe(text *j, const ref_case *c, const bk_lm *lm, const bk_adamw
 {
     const bk_experiment *e = &lm->exp;
     char mixing[16], stream[16];
-    appendf(j, "{\"name\": \"%s\", \"layers\": %d, \"heads\": %d, \"dim\": %d, \"vocab\": %d, \"B\": %d, \"T\": %d, ",
+    appendf(j, "{\"name\": \"%s\", \"layers\": %d, \"heads\": %d, \"dim\": %d, \"vocab\": %d, \"B\": %d, \"T\": %d, "
+               "\"train_length\": %d, ",
             c->name, (int)e->model.layers, (int)e->model.heads, (int)e->model.dim, (int)e->model.vocab, BATCH,
-            LENGTH);
+            LENGTH, (int)e->train.length);
     appendf(j, "\"mixing\": \"%s\", \"learn_weights\": %s, \"terms\": [",
             bk_choice_name(BK_MIXING_CHOICES, lm->terms.mixing, mixing, sizeof mixing),
             e->attention.learn_weights ? "true" : "false");
     for (int i = 0; i < lm->terms.n; i++) {
         const bk_term *t = &lm->terms.terms[i];
+        char caps[96], weight[32];
+        snprintf(weight, sizeof weight, bk_term_has_table(t) ? "%.17g" : "null", t->weight);
         appendf(j,
-                "%s{\"label\": \"%s\", \"plugin\": \"%s\", \"stream\": \"%s\", \"weight\": %.17g, "
-                "\"per_layer\": %s, \"n_copies\": %d, \"n_params\": %lld}",
-                i ? ", " : "", t->label, t->plugin->desc->name,
-                bk_choice_name(BK_STREAM_CHOICES, t->stream, stream, sizeof stream), t->weight,
+                "%s{\"label\": \"%s\", \"plugin\": \"%s\", \"caps\": \"%s\", \"stream\": \"%s\", "
+                "\"weight\": %s, \"per_layer\": %s, \"n_copies\": %d, \"n_params\": %lld}",
+                i ? ", " : "", t->label, t->plugin->desc->name, bk_capabilities_string(t->caps, caps, sizeof caps),
+                bk_choice_name(BK_STREAM_CHOICES, t->stream, stream, sizeof stream), weight,
                 t->per_layer ? "true" : "false", t->n_copies, (long long)t->n_params);
     }
     appendf(j, "], \"options\": %s, ", c->options);
@@ -200,7 +204,7 @@ static void describe(text *j, const ref_case *c, const bk_lm *lm, const bk_adamw
     appendf(j, "}}}");
 }
 
-/* Term tables of every layer, (L, H, T) each, and the mixed token-stream table. */
+/* Tables of every table term and layer, (L, H, T) each, and the mixed table of each stream. */
 static void add_tables(tensor_list *l, const bk_lm *lm, const char *prefix)
 {
     const int L = lm->gpt.L, H = lm->gpt.H;
@@ -211,34 +215,42 @@ static void add_tables(tensor_list *l, const bk_lm *lm, const char *prefix)
     for (int i = 0; i < lm->terms.n; i++) {
         const bk_term *t = &lm->terms.terms[i];
         bk_error err;
+        if (!bk_term_has_table(t))
+            continue;
         for (int layer = 0; layer < L; layer++)
             check(bk_term_table(t, layer, LENGTH, buf + (size_t)layer * H * LENGTH, &err), &err, "bk_term_table");
         snprintf(name, sizeof name, "%stable.%s", prefix, t->label);
         add_tensor(l, name, buf, 3, shape);
     }
-    if (lm->bias.n_on[BK_STREAM_TOKEN]) {
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        if (!lm->bias.n_on[s])
+            continue;
         for (int layer = 0; layer < L; layer++) {
-            const float *m = bk_bias_table(&lm->bias, layer, BK_STREAM_TOKEN);
+            const float *m = bk_bias_table(&lm->bias, layer, (bk_stream)s);
             assert_non_null(m);
             for (int h = 0; h < H; h++) /* rows are lm->bias.distances long */
                 memcpy(buf + ((size_t)layer * H + h) * LENGTH, m + (size_t)h * lm->bias.distances,
                        LENGTH * sizeof(float));
         }
-        snprintf(name, sizeof name, "%smixed.token", prefix);
+        char stream[16];
+        snprintf(name, sizeof name, "%smixed.%s", prefix, bk_choice_name(BK_STREAM_CHOICES, s, stream, sizeof stream));
         add_tensor(l, name, buf, 3, shape);
     }
     free(buf);
 }
 
+/* The mixing weights of the table terms, in term order. */
 static void add_weights(tensor_list *l, const bk_lm *lm, const char *name)
 {
-    if (!lm->terms.n)
-        return;
     float w[64];
+    int n = 0;
     assert_true(lm->terms.n <= 64);
     for (int i = 0; i < lm->terms.n; i++)
-        w[i] = (float)lm->terms.terms[i].weight;
-    int64_t shape[1] = {lm->terms.n};
+        if (bk_term_has_table(&lm->terms.terms[i]))
+            w[n++] = (float)lm->terms.terms[i].weight;
+    if (!n)
+        return;
+    int64_t shape[1] = {n};
     add_tensor(l, name, w, 1, shape);
 }
 
@@ -290,8 +302,9 @@ static void run_case(const ref_case *c)
     bk_rng rng = {bk_derive_seed(20240611, 0x726566, 0)};
     for (int b = 0; b < BATCH; b++) {
         int32_t seq[LENGTH + 1];
+        size_t na = c->alphabet ? strlen(c->alphabet) : 0;
         for (int t = 0; t <= LENGTH; t++)
-            seq[t] = (int32_t)(bk_rng_u64(&rng) % (uint64_t)V);
+            seq[t] = na ? (unsigned char)c->alphabet[bk_rng_u64(&rng) % na] : (int32_t)(bk_rng_u64(&rng) % (uint64_t)V);
         for (int t = 0; t < LENGTH; t++) {
             inputs[b * LENGTH + t] = seq[t];
             targets[b * LENGTH + t] = seq[t + 1];
@@ -376,14 +389,14 @@ static void run_case(const ref_case *c)
 static void alibi_alone(void **state)
 {
     (void)state;
-    run_case(&(ref_case){"alibi", MODEL(4, 32) "[[term]]\nplugin = \"alibi\"\n", "[{}]", 0});
+    run_case(&(ref_case){"alibi", MODEL(4, 32) "[[term]]\nplugin = \"alibi\"\n", "[{}]", 0, NULL});
 }
 
 static void testlin_shared(void **state)
 {
     (void)state;
     run_case(&(ref_case){"testlin_shared", MODEL(4, 32) "[[term]]\nplugin = \"testlin\"\ninit = 0.05\n",
-                         "[{\"init\": 0.05}]", 0});
+                         "[{\"init\": 0.05}]", 0, NULL});
 }
 
 /* A small init: the first AdamW step pushes some slopes below 0, where the projection clamps them. */
@@ -392,7 +405,7 @@ static void testlin_per_layer(void **state)
     (void)state;
     run_case(&(ref_case){"testlin_per_layer",
                          MODEL(4, 32) "[[term]]\nplugin = \"testlin\"\ninit = 0.004\nper_layer = true\n",
-                         "[{\"init\": 0.004}]", 0});
+                         "[{\"init\": 0.004}]", 0, NULL});
 }
 
 static void kernel_learned_weights(void **state)
@@ -402,7 +415,7 @@ static void kernel_learned_weights(void **state)
                          MODEL(4, 32) "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
                                       "[[term]]\nplugin = \"alibi\"\nweight = 0.25\n"
                                       "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 0.75\n",
-                         "[{\"weight\": 0.25}, {\"init\": 0.1, \"weight\": 0.75}]", 0});
+                         "[{\"weight\": 0.25}, {\"init\": 0.1, \"weight\": 0.75}]", 0, NULL});
 }
 
 static void sum_learned_weights(void **state)
@@ -412,13 +425,13 @@ static void sum_learned_weights(void **state)
                          MODEL(4, 32) "[attention]\nmixing = \"sum\"\nlearn_weights = true\n"
                                       "[[term]]\nplugin = \"alibi\"\nslope_scale = 2.0\nweight = 0.5\n"
                                       "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 1.5\nper_layer = true\n",
-                         "[{\"slope_scale\": 2.0, \"weight\": 0.5}, {\"init\": 0.1, \"weight\": 1.5}]", 0});
+                         "[{\"slope_scale\": 2.0, \"weight\": 0.5}, {\"init\": 0.1, \"weight\": 1.5}]", 0, NULL});
 }
 
 static void nope(void **state)
 {
     (void)state;
-    run_case(&(ref_case){"nope", MODEL(4, 32), "[]", 0});
+    run_case(&(ref_case){"nope", MODEL(4, 32), "[]", 0, NULL});
 }
 
 /* Six heads (the non-power-of-two slope series), a named second ALiBi term with a uniform slope,
@@ -430,7 +443,7 @@ static void alibi_six_heads_kernel_fixed(void **state)
                          MODEL(6, 48) "[attention]\nmixing = \"kernel\"\n"
                                       "[[term]]\nplugin = \"alibi\"\nweight = 1.0\n"
                                       "[[term]]\nplugin = \"alibi\"\nname = \"flat\"\nuniform_slope = 0.05\nweight = 3.0\n",
-                         "[{\"weight\": 1.0}, {\"uniform_slope\": 0.05, \"weight\": 3.0}]", 0});
+                         "[{\"weight\": 1.0}, {\"uniform_slope\": 0.05, \"weight\": 3.0}]", 0, NULL});
 }
 
 /* Kernel mixing with learned weights and per-layer slopes, at O(1) activations. */
@@ -441,7 +454,54 @@ static void kernel_large_weights(void **state)
                          MODEL(4, 32) "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
                                       "[[term]]\nplugin = \"alibi\"\n"
                                       "[[term]]\nplugin = \"testlin\"\ninit = 0.2\nper_layer = true\n",
-                         "[{}, {\"init\": 0.2}]", 1});
+                         "[{}, {\"init\": 0.2}]", 1, NULL});
+}
+
+/* BiPE-ALiBi: segments at '.' and newline (the batch is drawn from a few letters and both), the
+ * learned intra-segment embedding with 5 rows (clamped positions occur), ALiBi x96 on segments, and a
+ * token-stream ALiBi beside it (both streams at once). */
+#define SEGMENT_TEXT "ab.c\n d."
+
+static void bipe_alibi(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"bipe_alibi",
+                         MODEL(4, 32) "[[term]]\nplugin = \"bipe\"\nmax_position = 5\n"
+                                      "[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\nslope_scale = 96.0\n"
+                                      "[[term]]\nplugin = \"alibi\"\nname = \"tok\"\nslope_scale = 0.5\n",
+                         "[{\"max_position\": 5}, {\"slope_scale\": 96.0}, {\"slope_scale\": 0.5}]", 1, SEGMENT_TEXT});
+}
+
+/* BiPE-RoPE with the released code's delimiter rule ('.' closes only after a space). */
+static void bipe_rope(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"bipe_rope",
+                         MODEL(4, 32) "[[term]]\nplugin = \"bipe\"\nsemantics = \"code\"\n"
+                                      "[[term]]\nplugin = \"rope\"\nstream = \"segment\"\n",
+                         "[{\"semantics\": \"code\"}, {}]", 1, SEGMENT_TEXT});
+}
+
+static void rope_tokens(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"rope", MODEL(4, 32) "[[term]]\nplugin = \"rope\"\nbase = 100.0\n", "[{\"base\": 100.0}]", 1,
+                         NULL});
+}
+
+/* The absolute baselines: a learned table shorter than the sequence (clamped rows), and sinusoidal. */
+static void ape_learned(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"ape_learned",
+                         MODEL(4, 32) "[[term]]\nplugin = \"ape\"\nvariant = \"learned\"\nmax_positions = 8\n",
+                         "[{\"variant\": \"learned\", \"max_positions\": 8}]", 1, NULL});
+}
+
+static void ape_sinusoidal(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"ape_sinusoidal", MODEL(4, 32) "[[term]]\nplugin = \"ape\"\n", "[{}]", 0, NULL});
 }
 
 int main(void)
@@ -460,6 +520,11 @@ int main(void)
         cmocka_unit_test(nope),
         cmocka_unit_test(alibi_six_heads_kernel_fixed),
         cmocka_unit_test(kernel_large_weights),
+        cmocka_unit_test(bipe_alibi),
+        cmocka_unit_test(bipe_rope),
+        cmocka_unit_test(rope_tokens),
+        cmocka_unit_test(ape_learned),
+        cmocka_unit_test(ape_sinusoidal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

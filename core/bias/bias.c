@@ -63,7 +63,7 @@ int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, 
     }
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         for (int t = 0; t < set->n; t++)
-            b->n_on[s] += set->terms[t].stream == (bk_stream)s;
+            b->n_on[s] += set->terms[t].stream == (bk_stream)s && bk_term_has_table(&set->terms[t]);
         if (!b->n_on[s])
             continue;
         b->on[s] = calloc((size_t)b->n_on[s], sizeof *b->on[s]);
@@ -72,7 +72,7 @@ int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, 
         if (!b->on[s] || !b->mix_params[s] || !b->mix_grads[s])
             goto nomem;
         for (int t = 0, k = 0; t < set->n; t++)
-            if (set->terms[t].stream == (bk_stream)s)
+            if (set->terms[t].stream == (bk_stream)s && bk_term_has_table(&set->terms[t]))
                 b->on[s][k++] = t;
         double w[b->n_on[s]];
         stream_weights(b, s, w);
@@ -117,6 +117,8 @@ int bk_bias_forward(bk_bias *b, int32_t distances, bk_error *err)
     for (int l = 0; l < b->n_layers; l++) {
         for (int t = 0; t < b->set->n; t++) {
             const bk_term *term = &b->set->terms[t];
+            if (!bk_term_has_table(term))
+                continue;
             if (l > 0 && term->n_copies == 1) /* shared parameters: the same table on every layer */
                 memcpy(term_table(b, l, t), term_table(b, 0, t), n * sizeof(float));
             else if ((rc = bk_term_table(term, l, distances, term_table(b, l, t), err)))

@@ -28,15 +28,31 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
     t->index = cfg->index;
     t->n_heads = geo->n_heads;
     t->stream = cfg->stream;
+    t->caps = d->capabilities;
+    if (!cfg->stream_set && (d->capabilities & BIASKIT_CAP_SEGMENT))
+        t->stream = BK_STREAM_SEGMENT; /* the segmenter's own embedding reads in-segment positions */
     t->weight = cfg->weight;
     snprintf(t->label, sizeof t->label, "%s", cfg->name ? cfg->name : d->name);
 
     char where[128];
     snprintf(where, sizeof where, "[[term]] #%d (%s)", cfg->index, d->name);
-    if (!(d->capabilities & BIASKIT_CAP_TABLE))
+    const uint32_t known = BIASKIT_CAP_TABLE | BIASKIT_CAP_SEGMENT | BIASKIT_CAP_EMBED | BIASKIT_CAP_ROTARY;
+    if (!(d->capabilities & known)) {
+        char caps[96];
         return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
-                          "%s: plugin '%s' has no distance table (capabilities: other than table); it cannot be a bias term",
+                          "%s: plugin '%s' has none of the capabilities this engine uses (table, segment, embed, "
+                          "rotary); it has: %s",
+                          where, d->name, bk_capabilities_string(d->capabilities, caps, sizeof caps));
+    }
+    if (!(d->capabilities & BIASKIT_CAP_TABLE) && cfg->per_layer == 1)
+        return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
+                          "%s: per_layer = true needs a distance table; plugin '%s' acts once (at the input or on "
+                          "q and k), so its parameters are shared",
                           where, d->name);
+    if (!(d->capabilities & BIASKIT_CAP_TABLE) && !isnan(cfg->weight))
+        return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
+                          "%s: 'weight' mixes distance tables; plugin '%s' has no table, remove the key", where,
+                          d->name);
     if ((rc = bk_config_view_init(&t->view, d, cfg->table, cfg->pos, where, err)))
         return rc;
 
@@ -46,6 +62,8 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
         return term_fail(err, t, &pe, "create()");
     }
     t->per_layer = cfg->per_layer >= 0 ? cfg->per_layer : (d->flags & BIASKIT_FLAG_PER_LAYER) != 0;
+    if (!(d->capabilities & BIASKIT_CAP_TABLE))
+        t->per_layer = 0;
     t->n_copies = t->per_layer ? (int)exp->model.layers : 1;
     t->n_params = d->param_count ? d->param_count(t->instance) : 0;
     if (t->n_params < 0)
@@ -67,9 +85,46 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
     return BK_OK;
 }
 
+/* At most one segmenter and one rotary term; the segment stream needs the segmenter. */
+static int check_roles(bk_term_set *set, const bk_experiment *exp, bk_error *err)
+{
+    for (int i = 0; i < set->n; i++) {
+        const bk_term *t = &set->terms[i];
+        const bk_term_config *cfg = &exp->terms[i];
+        if (t->caps & BIASKIT_CAP_SEGMENT) {
+            if (set->segmenter >= 0)
+                return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
+                                  "[[term]] #%d (%s): a second segmenting term; term '%s' already defines the segments",
+                                  t->index, t->plugin->desc->name, set->terms[set->segmenter].label);
+            set->segmenter = i;
+        }
+        if (t->caps & BIASKIT_CAP_ROTARY) {
+            if (set->rotary >= 0)
+                return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
+                                  "[[term]] #%d (%s): a second rotary term; term '%s' already rotates q and k (one "
+                                  "rotary term per model)",
+                                  t->index, t->plugin->desc->name, set->terms[set->rotary].label);
+            if (set->geometry.d_head % 2)
+                return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
+                                  "[[term]] #%d (%s): rotary needs an even head width, got dim / heads = %d",
+                                  t->index, t->plugin->desc->name, (int)set->geometry.d_head);
+            set->rotary = i;
+        }
+    }
+    if (set->segmenter < 0)
+        for (int i = 0; i < set->n; i++)
+            if (set->terms[i].stream == BK_STREAM_SEGMENT)
+                return bk_fail_at(err, BK_ERR_CONFIG, exp->terms[i].pos,
+                                  "[[term]] #%d (%s): stream = \"segment\" needs a segmenting term (a plugin with the "
+                                  "segment capability, e.g. plugin = \"bipe\") in the same experiment",
+                                  set->terms[i].index, set->terms[i].plugin->desc->name);
+    return BK_OK;
+}
+
 int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg, bk_error *err)
 {
     memset(set, 0, sizeof *set);
+    set->segmenter = set->rotary = -1;
     set->mixing = (bk_mixing)exp->attention.mixing;
     set->geometry = (biaskit_geometry){
         .struct_size = sizeof(biaskit_geometry),
@@ -95,12 +150,14 @@ int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg
             if (strcmp(set->terms[i].label, set->terms[j].label) == 0)
                 snprintf(set->terms[i].label, sizeof set->terms[i].label, "%s#%d", set->terms[i].plugin->desc->name,
                          set->terms[i].index);
+    if (!rc)
+        rc = check_roles(set, exp, err);
     for (int s = 0; s < BK_STREAM_COUNT && !rc; s++) {
         double weights[256];
         const char *labels[256];
         int idx[256], n = 0;
         for (int i = 0; i < set->n && n < 256; i++)
-            if ((int)set->terms[i].stream == s) {
+            if ((int)set->terms[i].stream == s && bk_term_has_table(&set->terms[i])) {
                 idx[n] = i;
                 weights[n] = set->terms[i].weight;
                 labels[n++] = set->terms[i].label;
@@ -166,7 +223,7 @@ int bk_terms_mixed_table(const bk_term_set *set, int layer, bk_stream stream, in
     size_t n = (size_t)set->geometry.n_heads * (size_t)distances;
     int count = 0;
     for (int i = 0; i < set->n; i++)
-        count += set->terms[i].stream == stream;
+        count += set->terms[i].stream == stream && bk_term_has_table(&set->terms[i]);
     *n_terms = count;
     if (count == 0) {
         memset(out, 0, n * sizeof *out);
@@ -177,7 +234,7 @@ int bk_terms_mixed_table(const bk_term_set *set, int layer, bk_stream stream, in
     int rc = tables && weights ? BK_OK : bk_fail(err, BK_ERR_NOMEM, "out of memory mixing tables");
     for (int i = 0, k = 0; i < set->n && !rc; i++) {
         const bk_term *t = &set->terms[i];
-        if (t->stream != stream)
+        if (t->stream != stream || !bk_term_has_table(t))
             continue;
         weights[k] = t->weight;
         if (!(tables[k] = malloc(n * sizeof **tables)))

@@ -1,5 +1,14 @@
 /* The positional terms of an experiment: one plugin instance per [[term]], its parameters (one copy,
- * or one per layer), and the tables they produce. */
+ * or one per layer), and the tables they produce.
+ *
+ * What a term does follows from its plugin's capabilities (DESIGN.md §2):
+ *   table    a distance table on the term's stream, mixed with the other table terms of that stream;
+ *   segment  the segmenter of the model: token ids -> (segment index, position in segment), which is
+ *            what the `segment` stream reads (at most one such term; its stream defaults to segment);
+ *   embed    an absolute embedding added at the input, indexed by the term's stream: the token index
+ *            on `token`, the position inside the segment on `segment`;
+ *   rotary   RoPE on q and k by the term's stream positions (at most one such term).
+ * Only table terms take `weight` and `per_layer`: the others act once, at the input or on q and k. */
 #ifndef BK_TERMS_H
 #define BK_TERMS_H
 
@@ -15,7 +24,8 @@ typedef struct bk_term {
     int index;           /* 1-based [[term]] position */
     int32_t n_heads;     /* rows of the term's tables */
     bk_stream stream;
-    double weight;       /* mixing weight, completed by bk_mix_weights */
+    uint32_t caps;       /* the plugin's BIASKIT_CAP_* */
+    double weight;       /* mixing weight (table terms), completed by bk_mix_weights */
     int per_layer;
     int64_t n_params;    /* floats per copy */
     int n_copies;        /* n_layers when per_layer, else 1 */
@@ -27,7 +37,15 @@ typedef struct bk_term_set {
     int n;
     bk_mixing mixing;
     biaskit_geometry geometry;
+    int segmenter;       /* index of the term whose plugin segments, or -1 */
+    int rotary;          /* index of the rotary term, or -1 */
 } bk_term_set;
+
+/* 1 when `term` contributes a distance table on its stream. */
+static inline int bk_term_has_table(const bk_term *term)
+{
+    return (term->caps & BIASKIT_CAP_TABLE) != 0;
+}
 
 /* Load each term's plugin from `reg`, check its options, create its instance, allocate and
  * initialise its parameters (seeded from [train] seed, the term and the layer), project them, and

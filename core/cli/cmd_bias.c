@@ -98,7 +98,7 @@ static int run(bk_session *s, const bias_options *o, FILE *out, FILE *csv, bk_er
         size_t used = 0;
         for (int i = 0; i < set->n && !rc; i++) {
             const bk_term *t = &set->terms[i];
-            if ((int)t->stream != stream)
+            if ((int)t->stream != stream || !bk_term_has_table(t))
                 continue;
             if (!(tables[k] = malloc(n * sizeof **tables))) {
                 rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the table of term '%s'", t->label);

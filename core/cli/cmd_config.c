@@ -43,9 +43,12 @@ int bk_cmd_config(int argc, char **argv)
     bk_experiment_print_values(e, stdout);
     for (int i = 0; i < s.terms.n; i++) {
         const bk_term *t = &s.terms.terms[i];
-        printf("\n[[term]]  # %s\nplugin = \"%s\"\nname = \"%s\"\nstream = \"%s\"\nweight = %g\nper_layer = %s\n",
-               t->plugin->path, t->plugin->desc->name, t->label, bk_choice_name(BK_STREAM_CHOICES, t->stream, a, sizeof a), t->weight,
-               t->per_layer ? "true" : "false");
+        char caps[96];
+        printf("\n[[term]]  # %s (%s)\nplugin = \"%s\"\nname = \"%s\"\nstream = \"%s\"\n", t->plugin->path,
+               bk_capabilities_string(t->caps, caps, sizeof caps), t->plugin->desc->name, t->label,
+               bk_choice_name(BK_STREAM_CHOICES, t->stream, a, sizeof a));
+        if (bk_term_has_table(t))
+            printf("weight = %g\nper_layer = %s\n", t->weight, t->per_layer ? "true" : "false");
         printf("# %lld learnable parameter%s x %d cop%s\n", (long long)t->n_params, t->n_params == 1 ? "" : "s",
                t->n_copies, t->n_copies == 1 ? "y" : "ies");
     }

@@ -399,6 +399,7 @@ static int read_term(bk_term_config *term, const bk_toml_node *table, int index,
                               where, list, bk_toml_string(v));
         }
         term->stream = (bk_stream)s;
+        term->stream_set = 1;
     }
     if ((v = bk_toml_get(table, "weight"))) {
         bk_toml_type t = bk_toml_type_of(v);
@@ -569,12 +570,13 @@ void bk_experiment_print_keys(void *fp)
     fprintf(f, "  %-14s = %-10s  %s\n", "name", "<plugin>", "label of the term in output and checkpoints");
     char streams[64];
     bk_choices_text(BK_STREAM_CHOICES, streams, sizeof streams);
-    fprintf(f, "  %-14s = %-10s  one of %s; the position stream p(i) the term reads\n", "stream", "\"token\"",
-            streams);
+    fprintf(f, "  %-14s = %-10s  one of %s; the position stream p(i) the term reads (a segmenting\n"
+            "  %-14s   %-10s  plugin's own term defaults to segment: its embedding reads in-segment positions)\n",
+            "stream", "\"token\"", streams, "", "");
     fprintf(f, "  %-14s = %-10s  %s\n", "weight", "1 | 1/n",
-            "mixing weight (sum: 1.0; kernel: 1/n per stream, must be >= 0)");
+            "mixing weight of a table term (sum: 1.0; kernel: 1/n per stream, must be >= 0)");
     fprintf(f, "  %-14s = %-10s  %s\n", "per_layer", "<plugin>",
-            "one parameter copy per layer (true) or shared (false); default from the plugin");
+            "table terms: one parameter copy per layer (true) or shared (false); default from the plugin");
     fprintf(f, "  ...                          the plugin's own options: see `biaskit plugins`\n");
 }
 

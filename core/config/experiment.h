@@ -40,6 +40,7 @@ typedef struct bk_term_config {
     const char *plugin;         /* name or path of the plugin */
     const char *name;           /* the `name` key, or NULL (the term then takes its plugin's name) */
     bk_stream stream;           /* position stream of the term */
+    int stream_set;             /* 1 when the file gives `stream` (else the engine picks the default) */
     double weight;              /* mixing weight; NAN when not given (the mixer picks the default) */
     int per_layer;              /* 1, 0, or -1 when not given (the plugin's default applies) */
     const bk_toml_node *table;  /* the whole [[term]] table, plugin options included */

@@ -471,7 +471,7 @@ static void compute_order(bk_loader *ld)
         ld->order[i] = i;
     if (!ld->shuffle)
         return;
-    bk_rng rng = {bk_splitmix64(ld->seed ^ ((uint64_t)ld->epoch * 0x9E3779B97F4A7C15ull))};
+    bk_rng rng = {bk_splitmix64(ld->seed ^ ((uint64_t)ld->epoch * BIASKIT_SPLITMIX64_GAMMA))};
     for (int64_t i = ld->n_windows - 1; i > 0; i--) {
         uint64_t bound = (uint64_t)i + 1, limit = UINT64_MAX - UINT64_MAX % bound, r;
         do /* rejection keeps j uniform */

@@ -96,12 +96,13 @@ int bk_gpt_init(bk_gpt *m, int layers, int heads, int dim, int vocab, bk_bias *b
     if (layers < 1 || heads < 1 || dim < 1 || vocab < 2 || dim % heads)
         return bk_fail(err, BK_ERR_INVALID, "model shape: layers %d, heads %d, dim %d, vocab %d is not valid", layers,
                        heads, dim, vocab);
-    if (bias && bias->n_on[BK_STREAM_SEGMENT])
-        return bk_fail(err, BK_ERR_UNSUPPORTED,
-                       "a term uses the 'segment' stream, which needs a segmenting plugin; this engine version "
-                       "trains token-stream terms only");
     m->L = layers, m->H = heads, m->C = dim, m->V = vocab;
     m->bias = bias;
+    int rc = bk_positions_init(&m->pos, bias ? bias->set : NULL, err);
+    if (rc) {
+        bk_positions_free(&m->pos);
+        return rc;
+    }
     int64_t L = layers, C = dim, V = vocab;
     size_t off = 0;
     /* the order of bk_gpt_params */
@@ -121,8 +122,10 @@ int bk_gpt_init(bk_gpt *m, int layers, int heads, int dim, int vocab, bk_bias *b
     set_tensor(m, "lnfw", 1, C, 0, 0, 0, &off);
     set_tensor(m, "lnfb", 1, C, 0, 0, 0, &off);
     m->n_params = off;
-    if (!(m->params = malloc(off * sizeof(float))))
+    if (!(m->params = malloc(off * sizeof(float)))) {
+        bk_positions_free(&m->pos);
         return bk_fail(err, BK_ERR_NOMEM, "out of memory for %zu parameters", off);
+    }
     point(m, m->params, &m->p);
 
     bk_rng rng = {bk_derive_seed(seed, 0x6d6f64656c, 0)}; /* "model" */
@@ -147,6 +150,7 @@ void bk_gpt_free(bk_gpt *m)
     free(m->acts);
     free(m->dacts);
     free(m->losses);
+    bk_positions_free(&m->pos);
     memset(m, 0, sizeof *m);
 }
 
@@ -182,8 +186,10 @@ static void attention_bias(const bk_gpt *m, int layer, bk_attention_bias *ab)
     memset(ab, 0, sizeof *ab);
     if (!m->bias)
         return;
-    for (int s = 0; s < BK_STREAM_COUNT; s++)
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
         ab->table[s] = bk_bias_table(m->bias, layer, (bk_stream)s);
+        ab->positions[s] = ab->table[s] ? bk_positions_stream(&m->pos, (bk_stream)s) : NULL;
+    }
     ab->distances = m->bias->distances;
 }
 
@@ -206,7 +212,11 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
     const int C = m->C, H = m->H, BT = B * T;
     const bk_gpt_params *p = &m->p;
 
+    if ((rc = bk_positions_prepare(&m->pos, inputs, B, T, err)))
+        return rc;
     bk_encoder_forward(a.encoded, inputs, p->wte, B, T, C);
+    if ((rc = bk_embed_forward(&m->pos, a.encoded, err)))
+        return rc;
     for (int l = 0; l < m->L; l++) {
         size_t la = train ? (size_t)l : 0; /* activation slot of this layer */
         const float *residual = l == 0 ? a.encoded : a.res3 + (train ? la - 1 : 0) * BT * C;
@@ -220,6 +230,7 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
 
         bk_layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT, C);
         bk_matmul_forward(qkv, ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C);
+        bk_rotary_forward(&m->pos, qkv, C, H); /* qkv keeps the rotated q, k: attention backward reads them */
         bk_attention_bias ab;
         attention_bias(m, l, &ab);
         if ((rc = bk_attention_forward(atty, att, qkv, &ab, B, T, C, H, err)))
@@ -315,6 +326,7 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
         }
         if (dtable_mem && (rc = bk_bias_backward(m->bias, l, (const float *const *)dtable, err)))
             break;
+        bk_rotary_backward(&m->pos, d.qkv + o3, C, H);
         bk_matmul_backward(d.ln1 + oC, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, d.qkv + o3, a.ln1 + oC,
                            p->qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
         bk_layernorm_backward(dresidual, g->ln1w + l * C, g->ln1b + l * C, d.ln1 + oC, residual, p->ln1w + l * C,
@@ -322,6 +334,8 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     }
     if (!rc)
         bk_encoder_backward(g->wte, d.encoded, inputs, B, T, C);
+    if (!rc && m->bias)
+        rc = bk_embed_backward(&m->pos, d.encoded, m->bias->dtheta, err);
     free(dtable_mem);
     return rc;
 }

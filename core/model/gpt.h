@@ -1,7 +1,8 @@
 /* The model (DESIGN.md §4): a GPT-style decoder with no positional embedding of its own.
  *
- *   x = wte[token]
- *   per block l:  x += attn_proj(attention(ln1(x)) with the bias tables of layer l)
+ *   x = wte[token] + the embedding terms' A[p]           (none by default)
+ *   per block l:  x += attn_proj(attention(ln1(x)) with the bias tables of layer l and, when a
+ *                      rotary term is configured, q and k rotated by their positions)
  *                 x += mlp_proj(gelu(mlp_fc(ln2(x))))
  *   logits = lnf(x) . wte^T            (tied output head)
  *
@@ -12,6 +13,7 @@
 #define BK_GPT_H
 
 #include "bias/bias.h"
+#include "model/positions.h"
 #include "util/error.h"
 
 #include <stddef.h>
@@ -57,6 +59,7 @@ typedef struct bk_gpt {
     float *grads; /* allocated by the first backward */
     bk_gpt_params p, g;
     bk_bias *bias; /* not owned */
+    bk_positions pos; /* segments, embeddings and rotary angles of the last forward */
 
     /* activations for up to B x T tokens; `train` ones keep every layer and the attention
      * probabilities for backward, eval ones keep one layer at a time */

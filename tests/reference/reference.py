@@ -117,6 +117,49 @@ def alibi_slopes(opts, heads):
     return torch.tensor(s) * float(opts.get("slope_scale", 1.0))
 
 
+def t5_buckets(T, opts):
+    """Bucket of each causal distance 0..T-1, HF T5 _relative_position_bucket in float32 with
+    relative_position = -d (key before the query)."""
+    nb, max_distance = int(opts.get("buckets", 32)), int(opts.get("max_distance", 128))
+    if opts.get("bidirectional", False):
+        nb //= 2  # keys before the query use the lower half
+    n = torch.arange(T)
+    max_exact = nb // 2
+    large = max_exact + (torch.log(n.float() / max_exact) / math.log(max_distance / max_exact)
+                         * (nb - max_exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, nb - 1))
+    return torch.where(n < max_exact, n, large)
+
+
+def power(d, p):
+    """d ** p with 0 ** p = 0 and no NaN in the gradient with respect to p at d = 0."""
+    safe = torch.where(d > 0, d, torch.ones_like(d))
+    return torch.where(d > 0, safe ** p, torch.zeros_like(d))
+
+
+def bilevel_ids(tokens, opts):
+    """BiPE's (segment index, position in segment) of one row: a delimiter closes its segment."""
+    delims = [ord(c) for c in opts.get("delimiters", [".", "\n"])]
+    code = opts.get("semantics", "paper") == "code"
+    seg, pos, s, p = [], [], 0, 0
+    for n, tok in enumerate(tokens):
+        seg.append(s)
+        pos.append(p)
+        closes = tok in delims
+        if closes and code and tok != 10:
+            closes = n > 0 and tokens[n - 1] == 32
+        if closes:
+            s, p = s + 1, 0
+        else:
+            p += 1
+    return seg, pos
+
+
+TABLE_PLUGINS = ("alibi", "testlin", "kerple", "t5", "mep")
+KNOWN_PLUGINS = TABLE_PLUGINS + ("bipe", "rope", "ape")
+STREAMS = ("token", "segment")
+
+
 class Reference:
     def __init__(self, case, params):
         self.case = case
@@ -129,12 +172,30 @@ class Reference:
         if len(self.options) != len(self.terms):
             raise Malformed(f"{len(self.terms)} terms but {len(self.options)} option objects")
         for t in self.terms:
-            if t["stream"] != "token":
-                raise Malformed(f"term {t['label']}: stream {t['stream']}: the reference has token positions only")
-            if t["plugin"] not in ("alibi", "testlin"):
+            if t["plugin"] not in KNOWN_PLUGINS:
                 raise Malformed(f"term {t['label']}: the reference does not know plugin {t['plugin']}")
+        self.tables = [k for k, t in enumerate(self.terms) if t["plugin"] in TABLE_PLUGINS]
+        self.on = {s: [k for k in self.tables if self.terms[k]["stream"] == s] for s in STREAMS}
         # leaves: one tensor per optimizer group
         self.p = {name: value.clone().requires_grad_(True) for name, value in params.items()}
+
+    def n_params(self, k):
+        """Parameters of one copy of term k, from the description of the scheme alone."""
+        t, o, H, C = self.terms[k], self.options[k], self.H, self.C
+        rows = lambda key: int(o.get(key, 0)) or self.case["train_length"]  # noqa: E731
+        if t["plugin"] == "testlin":
+            return H
+        if t["plugin"] == "kerple":
+            return 0 if o.get("learnable", True) is False else (3 if o.get("variant") == "3para-log" else 2) * H
+        if t["plugin"] == "t5":
+            return H * int(o.get("buckets", 32))
+        if t["plugin"] == "mep":
+            return 2 * H if "kerple-log" in self.mep_kernels(o) else 0
+        if t["plugin"] == "bipe":
+            return rows("max_position") * C if o.get("intra_embedding", True) else 0
+        if t["plugin"] == "ape":
+            return rows("max_positions") * C if o.get("variant") == "learned" else 0
+        return 0
 
     def expected_groups(self):
         """Names, shapes and decay flags the optimizer must have, from the description alone."""
@@ -144,57 +205,158 @@ class Reference:
                   "fcw": [L, 4 * C, C], "fcb": [L, 4 * C], "fcprojw": [L, C, 4 * C], "fcprojb": [L, C],
                   "lnfw": [C], "lnfb": [C]}
         groups = {f"model.{n}": (shapes[n], n in DECAYED) for n in MODEL_TENSORS}
-        for t in self.terms:
-            if t["plugin"] == "testlin":
+        for k, t in enumerate(self.terms):
+            if self.n_params(k):
                 copies = self.L if t["per_layer"] else 1
-                groups[f"term.{t['label']}.theta"] = ([copies, self.H], False)
-        if self.learn and self.terms:
-            groups["mix.token"] = ([len(self.terms)], False)
+                groups[f"term.{t['label']}.theta"] = ([copies, self.n_params(k)], False)
+        if self.learn:
+            for s in STREAMS:
+                if self.on[s]:
+                    groups[f"mix.{s}"] = ([len(self.on[s])], False)
         return groups
 
     # -- positional bias
 
+    @staticmethod
+    def mep_kernels(o):
+        return o.get("kernels", ["kerple-log", "gauss"] if o.get("variant") == "param" else ["exp", "exp", "gauss"])
+
+    def theta(self, k, layer):
+        theta = self.p[f"term.{self.terms[k]['label']}.theta"]
+        return theta[layer if theta.shape[0] > 1 else 0]
+
     def term_table(self, k, layer):
         """(H, T) table of term k for one layer."""
-        t, opts = self.terms[k], self.options[k]
-        d = torch.arange(self.T, dtype=torch.float64)
+        t, o, H = self.terms[k], self.options[k], self.H
+        d = torch.arange(self.T, dtype=torch.float64)[None, :]
         if t["plugin"] == "alibi":
-            return -alibi_slopes(opts, self.H)[:, None] * d[None, :]
-        theta = self.p[f"term.{t['label']}.theta"]
-        a = theta[layer if theta.shape[0] > 1 else 0]
-        return -a[:, None] * d[None, :]
+            return -alibi_slopes(o, H)[:, None] * d
+        if t["plugin"] == "testlin":
+            return -self.theta(k, layer)[:, None] * d
+        if t["plugin"] == "kerple":
+            if o.get("learnable", True) is False:
+                r = [torch.tensor([float(v) for v in o[key]]) * torch.ones(H) for key in ("r1", "r2", "r3") if key in o]
+            else:
+                r = self.theta(k, layer).reshape(-1, H)
+            r = [x[:, None] for x in r]
+            variant = o.get("variant", "log")
+            if variant == "log":
+                return -r[0] * torch.log1p(r[1] * d)
+            if variant == "power":
+                return -r[0] * power(d, r[1])
+            return -r[0] * torch.log1p(r[1] * power(d, r[2]))
+        if t["plugin"] == "t5":
+            nb = int(o.get("buckets", 32))
+            w = self.theta(k, layer).reshape(H, nb)
+            return float(o.get("scale", 1.0)) * w[:, t5_buckets(self.T, o)]
+        if t["plugin"] == "mep":
+            kernels = self.mep_kernels(o)
+            n = len(kernels)
+            scales = o.get("slope_scales", [1.0, 1.0] if o.get("variant") == "param" else [1.0, 0.5, 1.0])
+            alpha = torch.tensor([float(v) for v in o.get("weights", [1.0] * n)])
+            alpha = alpha / alpha.sum()
+            slopes = torch.tensor(get_slopes(H))[:, None]
+            parts = []
+            for kern, sc in zip(kernels, scales):
+                if kern == "exp":
+                    parts.append(-float(sc) * slopes * d)
+                elif kern == "gauss":
+                    parts.append(-float(sc) * slopes * d * d)
+                else:
+                    r = self.theta(k, layer).reshape(2, H)
+                    parts.append(-r[0][:, None] * torch.log1p(r[1][:, None] * d))
+            return torch.logsumexp(torch.stack(parts) + torch.log(alpha)[:, None, None], dim=0)
+        raise Malformed(f"term {t['label']}: plugin {t['plugin']} has no table")
+
+    def table_weights(self):
+        """The weights of every table term, in term order."""
+        per = {s: self.weights(s) for s in STREAMS if self.on[s]}
+        return torch.stack([per[self.terms[k]["stream"]][self.on[self.terms[k]["stream"]].index(k)]
+                            for k in self.tables])
 
     def initial_weights(self):
         """The weights the configuration asks for: `weight` where given, else 1 (sum) or 1/n (kernel);
-        kernel weights are then normalised to sum to 1."""
-        n = len(self.terms)
-        given = [self.options[k].get("weight") for k in range(n)]
-        if self.mixing == "sum":
-            return torch.tensor([1.0 if g is None else float(g) for g in given])
-        w = torch.tensor([1.0 / n if g is None else float(g) for g in given])
-        return w / w.sum()
+        kernel weights are then normalised to sum to 1 per stream."""
+        out = {}
+        for s in STREAMS:
+            n = len(self.on[s])
+            given = [self.options[k].get("weight") for k in self.on[s]]
+            if self.mixing == "sum":
+                out[s] = [1.0 if g is None else float(g) for g in given]
+            else:
+                w = [1.0 / n if g is None else float(g) for g in given]
+                out[s] = [v / sum(w) for v in w]
+        return torch.tensor([out[self.terms[k]["stream"]][self.on[self.terms[k]["stream"]].index(k)]
+                             for k in self.tables])
 
-    def weights(self):
+    def weights(self, s):
         if self.learn:
-            a = self.p["mix.token"]
+            a = self.p[f"mix.{s}"]
             return a if self.mixing == "sum" else torch.softmax(a, dim=0)
-        return torch.tensor([float(t["weight"]) for t in self.terms])
+        return torch.tensor([float(self.terms[k]["weight"]) for k in self.on[s]])
 
-    def mixed(self, layer):
-        """(H, T) mixed token-stream table of one layer."""
-        tables = torch.stack([self.term_table(k, layer) for k in range(len(self.terms))])  # (n, H, T)
-        w = self.weights()
+    def mixed(self, layer, s):
+        """(H, T) mixed table of one stream and layer."""
+        tables = torch.stack([self.term_table(k, layer) for k in self.on[s]])  # (n, H, T)
+        w = self.weights(s)
         if self.mixing == "sum":
             return (w[:, None, None] * tables).sum(0)
         return torch.logsumexp(tables + torch.log(w)[:, None, None], dim=0)
 
-    def bias(self, layer):
-        """(H, T, T) bias of query i and key j: M[h, i - j] (the upper triangle is masked later)."""
-        if not self.terms:
-            return None
-        i = torch.arange(self.T)[:, None]
-        j = torch.arange(self.T)[None, :]
-        return self.mixed(layer)[:, (i - j).clamp(min=0)]
+    def positions(self, inputs):
+        """(B, T) positions of each stream (token; segment index) and in-segment positions."""
+        tok = torch.arange(self.T)[None, :].expand(self.B, self.T)
+        seg, intra = tok, tok
+        for k, t in enumerate(self.terms):
+            if "segment" in t["caps"].split(", "):
+                rows = [bilevel_ids(row.tolist(), self.options[k]) for row in inputs]
+                seg = torch.tensor([r[0] for r in rows])
+                intra = torch.tensor([r[1] for r in rows])
+        return {"token": tok, "segment": seg, "intra": intra}
+
+    def bias(self, layer, pos):
+        """(B, H, T, T) bias of query i and key j: sum over streams of M_s[h, p_s(i) - p_s(j)]."""
+        total = None
+        for s in STREAMS:
+            if not self.on[s]:
+                continue
+            p = pos[s]
+            delta = (p[:, :, None] - p[:, None, :]).clamp(min=0)  # (B, T, T); masked above the diagonal
+            m = self.mixed(layer, s)  # (H, T)
+            b = m[:, delta].permute(1, 0, 2, 3)  # (B, H, T, T)
+            total = b if total is None else total + b
+        return total
+
+    def embeddings(self, pos):
+        """(B, T, C) sum of the embedding terms' A[p]."""
+        out = torch.zeros(self.B, self.T, self.C)
+        for k, t in enumerate(self.terms):
+            o = self.options[k]
+            p = pos["intra"] if t["stream"] == "segment" else pos["token"]
+            if t["plugin"] == "bipe" and o.get("intra_embedding", True) or \
+                    t["plugin"] == "ape" and o.get("variant") == "learned":
+                table = self.theta(k, 0).reshape(-1, self.C)
+                out = out + table[p.clamp(max=table.shape[0] - 1)]
+            elif t["plugin"] == "ape":
+                half = self.C // 2
+                w = float(o.get("base", 10000.0)) ** (-2.0 * torch.arange(half) / self.C)
+                ang = p[..., None].double() * w
+                out = out + torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
+        return out
+
+    def rotate(self, x, pos):
+        """RoPE (rotate-half) of x (B, H, T, hd) by the rotary term's stream, if there is one."""
+        for k, t in enumerate(self.terms):
+            if t["plugin"] != "rope":
+                continue
+            hd = x.shape[-1]
+            half = hd // 2
+            inv = float(self.options[k].get("base", 10000.0)) ** (-2.0 * torch.arange(half) / hd)
+            ang = pos[t["stream"]][:, None, :, None].double() * inv  # (B, 1, T, half)
+            c, s = torch.cos(ang), torch.sin(ang)
+            x1, x2 = x[..., :half], x[..., half:]
+            return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+        return x
 
     # -- transformer
 
@@ -212,15 +374,17 @@ class Reference:
         p, B, T, C, H, V = self.p, self.B, self.T, self.C, self.H, self.V
         hd = C // H
         causal = torch.ones(T, T, dtype=torch.bool).tril()
-        x = p["model.wte"][inputs]
+        pos = self.positions(inputs)
+        x = p["model.wte"][inputs] + self.embeddings(pos)
         for l in range(self.L):
             h = self.layer_norm(x, p["model.ln1w"][l], p["model.ln1b"][l])
             qkv = h @ p["model.qkvw"][l].T + p["model.qkvb"][l]
             q, k, v = (z.reshape(B, T, H, hd).transpose(1, 2) for z in qkv.split(C, dim=-1))
+            q, k = self.rotate(q, pos), self.rotate(k, pos)
             s = q @ k.transpose(-1, -2) / math.sqrt(hd)
-            bias = self.bias(l)
+            bias = self.bias(l, pos)
             if bias is not None:
-                s = s + bias[None]
+                s = s + bias
             s = s.masked_fill(~causal, float("-inf"))
             y = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
             x = x + y @ p["model.attprojw"][l].T + p["model.attprojb"][l]
@@ -237,11 +401,25 @@ class Reference:
         """The plugins' param_project after an optimizer step; returns how many values it changed."""
         changed = 0
         with torch.no_grad():
-            for t in self.terms:
+            for k, t in enumerate(self.terms):
+                name = f"term.{t['label']}.theta"
+                if name not in self.p:
+                    continue
+                theta = self.p[name]
                 if t["plugin"] == "testlin":
-                    theta = self.p[f"term.{t['label']}.theta"]
-                    changed += int((theta < 0).sum())
-                    theta.clamp_(min=0.0)
+                    lo, hi = torch.zeros_like(theta), None
+                elif t["plugin"] in ("kerple", "mep"):
+                    lo = torch.full_like(theta, 0.01)
+                    hi = None
+                    variant = self.options[k].get("variant", "log")
+                    if t["plugin"] == "kerple" and variant in ("power", "3para-log"):
+                        hi = torch.full_like(theta, float("inf"))
+                        hi.view(theta.shape[0], -1, self.H)[:, 1 if variant == "power" else 2] = 2.0
+                else:
+                    continue
+                new = theta.clamp(min=lo) if hi is None else torch.max(torch.min(theta, hi), lo)
+                changed += int((new != theta).sum())
+                theta.copy_(new)
         return changed
 
 
@@ -340,7 +518,8 @@ def main(argv):
     print(f"reference: case {case['name']}: layers {case['layers']}, heads {case['heads']}, dim {case['dim']}, "
           f"vocab {case['vocab']}, batch {case['B']} x {case['T']}, mixing {case['mixing']}, "
           f"learn_weights {case['learn_weights']}, terms "
-          + (", ".join(f"{t['label']}({t['plugin']}{', per layer' if t['per_layer'] else ''}, w {t['weight']:.4g})"
+          + (", ".join(f"{t['label']}({t['plugin']} on {t['stream']}{', per layer' if t['per_layer'] else ''}"
+                       + (f", w {t['weight']:.4g})" if t["weight"] is not None else ")")
                        for t in case["terms"]) or "none (NoPE)"))
     for name in groups:
         if name not in tensors:
@@ -370,17 +549,21 @@ def main(argv):
 
     def compare_tables(prefix):
         with torch.no_grad():
-            for k, t in enumerate(ref.terms):
+            for k in ref.tables:
+                t = ref.terms[k]
                 mine = torch.stack([ref.term_table(k, l) for l in range(ref.L)])
                 rep.compare(f"{prefix}table.{t['label']}", tensors.get(f"{prefix}table.{t['label']}"), mine)
-            if ref.terms:
-                rep.compare(f"{prefix}mixed.token", tensors.get(f"{prefix}mixed.token"),
-                            torch.stack([ref.mixed(l) for l in range(ref.L)]))
-                rep.compare(f"{prefix}weights", tensors.get(f"{prefix}weights"), ref.weights())
+            for s in STREAMS:
+                if ref.on[s]:
+                    rep.compare(f"{prefix}mixed.{s}", tensors.get(f"{prefix}mixed.{s}"),
+                                torch.stack([ref.mixed(l, s) for l in range(ref.L)]))
+            if ref.tables:
+                rep.compare(f"{prefix}weights", tensors.get(f"{prefix}weights"), ref.table_weights())
 
     # tables, forward, backward
-    if ref.terms:
-        rep.compare("config weights", torch.tensor([float(t["weight"]) for t in ref.terms]), ref.initial_weights())
+    if ref.tables:
+        rep.compare("config weights", torch.tensor([float(ref.terms[k]["weight"]) for k in ref.tables]),
+                    ref.initial_weights())
     compare_tables("")
     logits, loss = ref.forward(inputs, targets)
     loss.backward()
@@ -429,7 +612,7 @@ def main(argv):
                         group=f"update of step {k}", relative=UPDATE_REL)
         rep.flush()
         if clamped:
-            print(f"  (step {k}: the projection clamped {clamped} slope(s) to 0)")
+            print(f"  (step {k}: the projection clamped {clamped} parameter value(s))")
     with torch.no_grad():
         for name in groups:
             ref.p[name].copy_(tensors[f"final.{name}"])
