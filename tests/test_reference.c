@@ -504,6 +504,66 @@ static void ape_sinusoidal(void **state)
     run_case(&(ref_case){"ape_sinusoidal", MODEL(4, 32) "[[term]]\nplugin = \"ape\"\n", "[{}]", 0, NULL});
 }
 
+/* T5 with few buckets, so that the 12-token batch reaches the log-spaced ones; a bidirectional table
+ * beside it (keys before the query use its lower half). */
+static void t5_buckets(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"t5",
+                         MODEL(4, 32) "[[term]]\nplugin = \"t5\"\nbuckets = 8\nmax_distance = 12\nscale = 2.0\n"
+                                      "[[term]]\nplugin = \"t5\"\nname = \"bidir\"\nbuckets = 8\nmax_distance = 10\n"
+                                      "bidirectional = true\nper_layer = true\n",
+                         "[{\"buckets\": 8, \"max_distance\": 12, \"scale\": 2.0}, "
+                         "{\"buckets\": 8, \"max_distance\": 10, \"bidirectional\": true}]",
+                         1, NULL});
+}
+
+/* KERPLE-log with its random initialisation (shared across layers, as the paper). */
+static void kerple_log(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"kerple_log", MODEL(4, 32) "[[term]]\nplugin = \"kerple\"\n", "[{}]", 1, NULL});
+}
+
+/* KERPLE-power per layer, exponents started at 1.99 so that the first steps push some past 2, where
+ * the projection clamps them (as the official code does). */
+static void kerple_power(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"kerple_power",
+                         MODEL(4, 32) "[[term]]\nplugin = \"kerple\"\nvariant = \"power\"\nr2 = [1.99]\nper_layer = true\n",
+                         "[{\"variant\": \"power\"}]", 1, NULL});
+}
+
+static void mep_free(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"mep_free", MODEL(6, 48) "[[term]]\nplugin = \"mep\"\n", "[{}]", 1, NULL});
+}
+
+static void mep_param(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"mep_param", MODEL(4, 32) "[[term]]\nplugin = \"mep\"\nvariant = \"param\"\n",
+                         "[{\"variant\": \"param\"}]", 1, NULL});
+}
+
+/* Two plugins mixed in kernel space with learned weights on the token stream (KERPLE-log + ALiBi),
+ * and BiPE with a T5 table on the segment stream beside them (its own learned weight). */
+static void kernel_mixture_two_plugins(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"kerple_alibi_kernel",
+                         MODEL(4, 32) "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
+                                      "[[term]]\nplugin = \"kerple\"\nweight = 0.7\n"
+                                      "[[term]]\nplugin = \"alibi\"\nweight = 0.3\n"
+                                      "[[term]]\nplugin = \"bipe\"\nintra_embedding = false\n"
+                                      "[[term]]\nplugin = \"t5\"\nstream = \"segment\"\nbuckets = 8\nmax_distance = 12\n",
+                         "[{\"weight\": 0.7}, {\"weight\": 0.3}, {\"intra_embedding\": false}, "
+                         "{\"buckets\": 8, \"max_distance\": 12}]",
+                         1, SEGMENT_TEXT});
+}
+
 int main(void)
 {
     if (system(PYTHON " -c 'import torch' >/dev/null 2>&1") != 0) {
@@ -525,6 +585,12 @@ int main(void)
         cmocka_unit_test(rope_tokens),
         cmocka_unit_test(ape_learned),
         cmocka_unit_test(ape_sinusoidal),
+        cmocka_unit_test(t5_buckets),
+        cmocka_unit_test(kerple_log),
+        cmocka_unit_test(kerple_power),
+        cmocka_unit_test(mep_free),
+        cmocka_unit_test(mep_param),
+        cmocka_unit_test(kernel_mixture_two_plugins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

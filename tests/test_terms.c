@@ -203,8 +203,10 @@ static void sum_mixing_across_plugins(void **state)
     const char *text = "[model]\nheads = 2\ndim = 16\n"
                        "[[term]]\nplugin = \"alibi\"\n"
                        "[[term]]\nplugin = \"testlin\"\nweight = 0.5\n"
-                       "[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\nslope_scale = 96.0\n";
-    assert_int_equal(open_terms(&f, text, &err), BK_OK);
+                       "[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\nslope_scale = 96.0\n"
+                       "[[term]]\nplugin = \"bipe\"\n"; /* the segmenter; not a table */
+    if (open_terms(&f, text, &err))
+        fail_msg("%s", err.message);
     float token[2 * 4], segment[2 * 4];
     int n;
     assert_int_equal(bk_terms_mixed_table(&f.set, 0, BK_STREAM_TOKEN, 4, token, &n, &err), BK_OK);

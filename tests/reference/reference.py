@@ -20,13 +20,21 @@ An independent implementation from the formulas, in float64 with autograd; the f
   x = wte[token];  per layer: x += proj(attn(LN1 x)),  x += fcproj(gelu_tanh(fc(LN2 x)))
   logits = LN_f(x) . wte^T;  loss = mean cross-entropy;  LayerNorm eps 1e-5; weights are (out, in)
   score(h, i, j) = q_i . k_j / sqrt(hd) + M_l[h, i - j]  for j <= i (causal); qkv rows [q | k | v]
+      + M_l,segment[h, seg(i) - seg(j)] for terms on the segment stream
   term tables: alibi   T_h(d) = -m_h d, m from the reference get_slopes (Press et al.) and options
                testlin T_h(d) = -a_h d, a learnable, one copy or one per layer
-  mixing:  sum  M = sum_t w_t T_t;  kernel  M = log sum_t w_t exp(T_t)
+               kerple  log -r1 ln(1 + r2 d); power -r1 d^r2; 3para-log -r1 ln(1 + r2 d^r3) (Chi et al.)
+               t5      scale * w[h, bucket(d)], HF's bucket arithmetic in float32 (Raffel et al.)
+               mep     logsumexp_k(B_k + ln alpha_k): exp -s d, Gaussian -s d^2, KERPLE-log (Gao)
+  positions: bipe  segments close at a delimiter (its own segment); paper or code semantics
+             embeddings (bipe intra-segment, ape learned: A[min(p, rows-1)]; ape sinusoidal
+             [sin p w, cos p w]) added to wte[token]; rope rotates q, k (rotate-half) by p base^(-2k/hd)
+  mixing:  sum  M = sum_t w_t T_t;  kernel  M = log sum_t w_t exp(T_t), per stream; streams add
   weights: the configured ones, else 1 (sum) or 1/n (kernel); kernel weights normalised to sum 1;
            learnable: sum trains w itself, kernel trains a with w = softmax(a)
   AdamW:   torch.optim.AdamW, weight decay only on wte and the block matrices (qkvw, attprojw, fcw,
-           fcprojw); after each step the projection (testlin: a >= 0)
+           fcprojw); after each step the projection (testlin: a >= 0; kerple, mep: >= 0.01,
+           exponents <= 2)
 
 Checks, in order: the optimizer's groups (names, shapes, decay flags); the weights; the tables; logits,
 loss and every gradient; then the steps, following the engine: step k starts from the engine's

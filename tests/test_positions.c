@@ -1,0 +1,264 @@
+/* Terms that are not distance tables: the segmenter (bipe), embeddings (bipe, ape) and RoPE. Their
+ * roles in an experiment (defaults, refusals with positions), BiPE's segmentation under both
+ * semantics, the positions the engine hands to the attention and the embeddings, and the rotation
+ * (an orthogonal map whose inverse is the backward). The whole model with these terms is checked
+ * against PyTorch in test_reference. */
+#include "test_util.h"
+
+#include "bias/terms.h"
+#include "model/positions.h"
+#include "model/rotary_math.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct fixture {
+    bk_experiment exp;
+    bk_registry reg;
+    bk_term_set set;
+} fixture;
+
+static const char *const dirs[] = {BK_TEST_PLUGIN_DIR, BK_TEST_PLUGINS_DIR};
+
+#define MODEL "[model]\nlayers = 2\nheads = 4\ndim = 32\nvocab = 256\n[train]\nlength = 16\n"
+
+static int open_terms(fixture *f, const char *text, bk_error *err)
+{
+    memset(f, 0, sizeof *f);
+    int rc = bk_experiment_parse(text, "exp.toml", NULL, 0, &f->exp, err);
+    if (rc)
+        return rc;
+    assert_int_equal(bk_registry_init_dirs(&f->reg, dirs, 2, err), BK_OK);
+    return bk_terms_create(&f->set, &f->exp, &f->reg, err);
+}
+
+static void close_terms(fixture *f)
+{
+    bk_terms_free(&f->set);
+    bk_registry_free(&f->reg);
+    bk_experiment_free(&f->exp);
+}
+
+static void expect_error(const char *text, const char *needle1, const char *needle2)
+{
+    fixture f;
+    bk_error err;
+    int rc = open_terms(&f, text, &err);
+    close_terms(&f);
+    if (rc == BK_OK)
+        fail_msg("expected an error containing \"%s\" for:\n%s", needle1, text);
+    assert_message_has(err.message, needle1);
+    if (needle2)
+        assert_message_has(err.message, needle2);
+}
+
+static void roles_and_defaults(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    assert_int_equal(open_terms(&f,
+                                MODEL "[[term]]\nplugin = \"bipe\"\n[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\n"
+                                      "[[term]]\nplugin = \"rope\"\n[[term]]\nplugin = \"ape\"\n",
+                                &err),
+                     BK_OK);
+    assert_int_equal(f.set.segmenter, 0);
+    assert_int_equal(f.set.rotary, 2);
+    assert_int_equal(f.set.terms[0].stream, BK_STREAM_SEGMENT); /* the segmenter's default */
+    assert_int_equal(f.set.terms[2].stream, BK_STREAM_TOKEN);
+    assert_int_equal(f.set.terms[3].stream, BK_STREAM_TOKEN);
+    assert_true(bk_term_has_table(&f.set.terms[1]));
+    assert_false(bk_term_has_table(&f.set.terms[0]));
+    assert_int_equal(f.set.terms[0].n_params, 16 * 32); /* intra-segment table: train length x dim */
+    assert_int_equal(f.set.terms[3].n_params, 0);       /* sinusoidal */
+    assert_true(f.set.terms[1].weight == 1.0);
+    int n;
+    float table[4 * 8];
+    assert_int_equal(bk_terms_mixed_table(&f.set, 0, BK_STREAM_TOKEN, 8, table, &n, &err), BK_OK);
+    assert_int_equal(n, 0); /* rope and ape are not tables */
+    assert_int_equal(bk_terms_mixed_table(&f.set, 0, BK_STREAM_SEGMENT, 8, table, &n, &err), BK_OK);
+    assert_int_equal(n, 1);
+    close_terms(&f);
+}
+
+static void refusals_name_the_term(void **state)
+{
+    (void)state;
+    expect_error(MODEL "[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\n", "exp.toml:8:1",
+                 "needs a segmenting term");
+    expect_error(MODEL "[[term]]\nplugin = \"rope\"\nstream = \"segment\"\n", "[[term]] #1 (rope)",
+                 "needs a segmenting term");
+    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\n[[term]]\nplugin = \"bipe\"\nname = \"b2\"\n",
+                 "a second segmenting term", "'bipe' already");
+    expect_error(MODEL "[[term]]\nplugin = \"rope\"\n[[term]]\nplugin = \"rope\"\nname = \"r2\"\n",
+                 "a second rotary term", "#2");
+    expect_error(MODEL "[[term]]\nplugin = \"ape\"\nper_layer = true\n", "per_layer = true needs a distance table",
+                 "'ape'");
+    expect_error(MODEL "[[term]]\nplugin = \"rope\"\nweight = 0.5\n", "'weight' mixes distance tables", "rope");
+    expect_error("[model]\nheads = 4\ndim = 36\n[[term]]\nplugin = \"rope\"\n", "head width must be even", "got 9");
+}
+
+static void bad_plugin_options(void **state)
+{
+    (void)state;
+    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiters = [\"..\"]\n", "delimiters", "one-byte string");
+    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiters = []\n", "delimiters", "at least one");
+    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiters = [\".\"]\ndelimiter_ids = [46]\n", "exclude each other",
+                 NULL);
+    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiter_ids = [300]\n", "delimiter_ids", "0 .. 255");
+    expect_error("[model]\nheads = 4\ndim = 32\nvocab = 50257\n[[term]]\nplugin = \"bipe\"\n", "delimiter_ids",
+                 "50257 tokens");
+    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\nsemantics = \"both\"\n", "semantics", "paper, code");
+    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\nmax_position = -1\n", "max_position", "expected");
+    expect_error(MODEL "[[term]]\nplugin = \"rope\"\nbase = 1.0\n", "base", "> 1");
+    expect_error(MODEL "[[term]]\nplugin = \"ape\"\nvariant = \"rotary\"\n", "variant", "sinusoidal, learned");
+    expect_error(MODEL "[[term]]\nplugin = \"ape\"\ninit_std = -1.0\n", "init_std", ">= 0");
+}
+
+/* The segments of one row through the engine: bk_positions_prepare with the bipe term. */
+static void segments_of(const char *extra, const char *text, int32_t *index, int32_t *position)
+{
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, MODEL "[[term]]\nplugin = \"bipe\"\n%s", extra);
+    fixture f;
+    bk_error err;
+    if (open_terms(&f, cfg, &err))
+        fail_msg("%s", err.message);
+    int T = (int)strlen(text);
+    int32_t tokens[64];
+    for (int i = 0; i < T; i++)
+        tokens[i] = (unsigned char)text[i];
+    bk_positions ps;
+    assert_int_equal(bk_positions_init(&ps, &f.set, &err), BK_OK);
+    if (bk_positions_prepare(&ps, tokens, 1, T, &err))
+        fail_msg("%s", err.message);
+    memcpy(index, bk_positions_stream(&ps, BK_STREAM_SEGMENT), (size_t)T * sizeof(int32_t));
+    memcpy(position, ps.segment_position, (size_t)T * sizeof(int32_t));
+    assert_null(bk_positions_stream(&ps, BK_STREAM_TOKEN));
+    for (int i = 0; i < T; i++)
+        assert_int_equal(ps.token_index[i], i);
+    bk_positions_free(&ps);
+    close_terms(&f);
+}
+
+static void expect_ints(const int32_t *got, const int32_t *want, int n, const char *what)
+{
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("%s[%d] = %d, expected %d", what, i, (int)got[i], (int)want[i]);
+}
+
+static void bipe_segmentation(void **state)
+{
+    (void)state;
+    int32_t idx[64], pos[64];
+    /* bipe.md §1.5: [A, B, '.', C, D, '\n', E] -> intra [0,1,2,0,1,2,0], seg [0,0,0,1,1,1,2] */
+    segments_of("", "AB.CD\nE", idx, pos);
+    expect_ints(idx, (const int32_t[]){0, 0, 0, 1, 1, 1, 2}, 7, "segment");
+    expect_ints(pos, (const int32_t[]){0, 1, 2, 0, 1, 2, 0}, 7, "position");
+    /* code semantics: '.' closes only after a space (Llama's '▁.'), a newline always */
+    segments_of("semantics = \"code\"\n", "a.b .c\nd", idx, pos);
+    expect_ints(idx, (const int32_t[]){0, 0, 0, 0, 0, 1, 1, 2}, 8, "segment (code)");
+    expect_ints(pos, (const int32_t[]){0, 1, 2, 3, 4, 0, 1, 0}, 8, "position (code)");
+    /* arithmetic: '=' closes */
+    segments_of("delimiters = [\"=\"]\n", "1+2=3=", idx, pos);
+    expect_ints(idx, (const int32_t[]){0, 0, 0, 0, 1, 1}, 6, "segment (=)");
+    /* token ids instead of bytes */
+    segments_of("delimiter_ids = [120]\n", "axbx", idx, pos);
+    expect_ints(idx, (const int32_t[]){0, 0, 1, 1}, 4, "segment (ids)");
+    /* no delimiter: one segment */
+    segments_of("", "abcdef", idx, pos);
+    expect_ints(idx, (const int32_t[]){0, 0, 0, 0, 0, 0}, 6, "segment (none)");
+    expect_ints(pos, (const int32_t[]){0, 1, 2, 3, 4, 5}, 6, "position (none)");
+}
+
+/* Learned intra-segment rows are clamped at the table size; embeddings add into what is there. */
+static void embeddings_add_and_clamp(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    assert_int_equal(open_terms(&f, MODEL "[[term]]\nplugin = \"bipe\"\nmax_position = 3\n", &err), BK_OK);
+    const bk_term *t = &f.set.terms[0];
+    assert_int_equal(t->n_params, 3 * 32);
+    const char *text = "abcde.f";
+    int32_t tokens[7];
+    for (int i = 0; i < 7; i++)
+        tokens[i] = (unsigned char)text[i];
+    bk_positions ps;
+    assert_int_equal(bk_positions_init(&ps, &f.set, &err), BK_OK);
+    assert_int_equal(bk_positions_prepare(&ps, tokens, 1, 7, &err), BK_OK);
+    float out[7 * 32], dout[7 * 32], dtheta[3 * 32] = {0};
+    for (int i = 0; i < 7 * 32; i++)
+        out[i] = 1.0f, dout[i] = (float)(i / 32 + 1);
+    assert_int_equal(bk_embed_forward(&ps, out, &err), BK_OK);
+    const int32_t row[7] = {0, 1, 2, 2, 2, 2, 0}; /* positions 0..5 then 0; rows clamp at 2 */
+    for (int n = 0; n < 7; n++)
+        for (int c = 0; c < 32; c++)
+            assert_float_equal(out[n * 32 + c], 1.0f + t->theta[row[n] * 32 + c], 1e-7);
+    float *dth[1] = {dtheta};
+    assert_int_equal(bk_embed_backward(&ps, dout, dth, &err), BK_OK);
+    for (int c = 0; c < 32; c++) {
+        assert_float_equal(dtheta[0 * 32 + c], 1 + 7, 1e-6);         /* tokens 0 and 6 */
+        assert_float_equal(dtheta[1 * 32 + c], 2, 1e-6);             /* token 1 */
+        assert_float_equal(dtheta[2 * 32 + c], 3 + 4 + 5 + 6, 1e-6); /* tokens 2..5 */
+    }
+    bk_positions_free(&ps);
+    close_terms(&f);
+}
+
+/* RoPE through the engine: q.k after rotation depends on the position difference only, v is not
+ * touched, and backward (the inverse rotation) undoes forward. */
+static void rotary_is_relative_and_invertible(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    assert_int_equal(open_terms(&f, MODEL "[[term]]\nplugin = \"rope\"\n", &err), BK_OK);
+    enum { T = 12, C = 32, H = 4, HD = 8 };
+    bk_positions ps;
+    assert_int_equal(bk_positions_init(&ps, &f.set, &err), BK_OK);
+    assert_int_equal(ps.pairs, HD / 2);
+    assert_float_equal(ps.inv_freq[1], pow(10000.0, -2.0 / HD), 1e-7);
+    int32_t tokens[T] = {0};
+    assert_int_equal(bk_positions_prepare(&ps, tokens, 1, T, &err), BK_OK);
+    static float qkv[T * 3 * C], orig[T * 3 * C];
+    for (int t = 0; t < T; t++) /* the same q and the same k at every position */
+        for (int c = 0; c < 3 * C; c++)
+            qkv[t * 3 * C + c] = orig[t * 3 * C + c] = (float)sin(0.7 * c + 0.3);
+    bk_rotary_forward(&ps, qkv, C, H);
+    for (int h = 0; h < H; h++) {
+        double dot_a = 0, dot_b = 0; /* (i, j) = (5, 2) and (11, 8): both 3 apart */
+        for (int k = 0; k < HD; k++) {
+            dot_a += qkv[5 * 3 * C + h * HD + k] * qkv[2 * 3 * C + C + h * HD + k];
+            dot_b += qkv[11 * 3 * C + h * HD + k] * qkv[8 * 3 * C + C + h * HD + k];
+        }
+        assert_float_equal(dot_a, dot_b, 1e-5);
+    }
+    for (int t = 0; t < T; t++)
+        for (int c = 2 * C; c < 3 * C; c++)
+            assert_true(qkv[t * 3 * C + c] == orig[t * 3 * C + c]);
+    bk_rotary_backward(&ps, qkv, C, H);
+    for (int i = 0; i < T * 3 * C; i++)
+        assert_float_equal(qkv[i], orig[i], 1e-5);
+    /* position 0 is not rotated; one pair by hand at position 1 */
+    float x1 = 1.0f, x2 = 2.0f;
+    bk_rotate_pair(&x1, &x2, cosf(0.5f), sinf(0.5f));
+    assert_float_equal(x1, cos(0.5) - 2 * sin(0.5), 1e-6);
+    assert_float_equal(x2, 2 * cos(0.5) + sin(0.5), 1e-6);
+    bk_positions_free(&ps);
+    close_terms(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(roles_and_defaults),
+        cmocka_unit_test(refusals_name_the_term),
+        cmocka_unit_test(bad_plugin_options),
+        cmocka_unit_test(bipe_segmentation),
+        cmocka_unit_test(embeddings_add_and_clamp),
+        cmocka_unit_test(rotary_is_relative_and_invertible),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
