@@ -70,6 +70,30 @@ check "config --keys documents every key" 0 "heads += 8 +integer in \[1, 1024\];
 check "config resolves defaults" 0 "^vocab = 256$" "$bk" config "$src/examples/alibi.toml"
 check "config --set bad value" 1 "--set model.heads=x.*expected an integer, got string" "$bk" config "$src/examples/alibi.toml" --set model.heads=x
 
+# biaskit check: one line per check, a closing count, exit 1 on any FAIL, 2 on bad usage
+check "help lists check" 0 "^  check +conformance checks of a plugin" "$bk" --help
+check "check help" 0 "usage: biaskit check <NAME\|PATH>" "$bk" check --help
+check "check alibi passes" 0 "^[0-9]+ passed, 0 failed, [0-9]+ skipped$" "$bk" check alibi
+check "check alibi: finite tables" 0 "^PASS  table finite up to 65536 distances \(default parameters\)$" "$bk" check alibi
+check "check alibi: option probes" 0 "^PASS  option slopes \(float array\): 10 probes handled" "$bk" check alibi
+check "check by path" 1 "^PASS  loads: testlin 0\.0\.1 from " "$bk" check "$testplugins/biaskit_testlin.so"
+check "check: testlin's NaN switch is caught" 1 "^FAIL  option nan_at \(int\): 2 of 6 probes fail: 0: table\(\) with 128 distances gives nan" \
+    "$bk" check "$testplugins/biaskit_testlin.so"
+check "check: a wrong gradient fails" 1 "^FAIL  table_backward gradient slope\[[0-9]+\]: analytic .* vs central difference" \
+    "$bk" check "$testplugins/biaskit_checkbad_grad.so"
+check "check: a crash is reported and the checks go on" 1 "crashed with signal 11 \(Segmentation fault\) in create\(\).* PASS  table finite" \
+    bash -c "set -o pipefail; '$bk' check '$testplugins/biaskit_checkbad_crash.so' 2>&1 | tr '\n' ' '"
+check "check: failures are counted" 1 "^[0-9]+ passed, 1 failed, [0-9]+ skipped$" "$bk" check "$testplugins/biaskit_checkbad_nan.so"
+check "check: smaller geometry" 0 "^PASS  create\(\) with the default configuration \(2 layers, 4 heads, d_model 32, d_head 8" \
+    "$bk" check alibi --heads 4 --dim 32 --distances 4096
+check "check: unknown plugin fails to load" 1 "^FAIL  plugin 'nosuch' not found" "$bk" check nosuch
+check "check: unknown option is a usage error" 2 "unknown key 'slope' \(did you mean 'slopes'\?\)" "$bk" check alibi --set slope=2
+check "check: geometry must divide" 2 "--dim: 100 is not a multiple of the number of heads \(12\)" "$bk" check alibi --dim 100
+check "check without a plugin" 2 "expected one plugin name or path" "$bk" check
+if "$bk" --version | grep -q "^device: cpu"; then
+    check "check: CUDA is skipped without a GPU" 0 "^SKIP  CUDA table vs host: " "$bk" check alibi
+fi
+
 if "$bk" --version | grep -q "^device: cpu"; then
     check "cuda asked for without a GPU" 1 "device cuda was asked for, but no GPU answers" \
         "$bk" bias "$src/examples/alibi.toml" --device cuda

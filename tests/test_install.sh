@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The installed SDK: `cmake --install` lays out headers, binary, plugins, CMake package and pkg-config
 # file; the out-of-tree example plugin builds against the installed SDK only (a copy of its folder,
-# away from the source tree), both with CMake (find_package(biaskit)) and with pkg-config, and the
-# installed biaskit loads it through BIASKIT_PLUGIN_PATH and by path.
+# away from the source tree), both with CMake (find_package(biaskit)) and with pkg-config, the
+# installed biaskit loads it through BIASKIT_PLUGIN_PATH and by path, and `biaskit check` passes it.
 # usage: test_install.sh <build dir> <source dir>
 set -u
 build=$1 src=$2
@@ -50,6 +50,8 @@ check "example builds with pkg-config alone" \
              \$(PKG_CONFIG_PATH='$prefix/lib/pkgconfig' pkg-config --cflags biaskit) '$work/gaussian/gaussian.c' -o '$work/biaskit_gaussian.so' -lm"
 check "pkg-config build loads by path" \
     bash -c "'$prefix/bin/biaskit' plugins '$work/biaskit_gaussian.so' | grep -q '^gaussian '"
+check "example passes biaskit check (by path)" \
+    "$prefix/bin/biaskit" check "$work/gaussian/build/biaskit_gaussian.so"
 
 echo "test_install: $passed passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -10,6 +10,7 @@
 
 int bk_cmd_plugins(int argc, char **argv);
 int bk_cmd_bias(int argc, char **argv);
+int bk_cmd_check(int argc, char **argv);
 int bk_cmd_config(int argc, char **argv);
 int bk_cmd_train(int argc, char **argv);
 int bk_cmd_eval(int argc, char **argv);

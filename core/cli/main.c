@@ -19,6 +19,7 @@ static const struct {
     {"eval", bk_cmd_eval, "perplexity of a checkpoint at many lengths (the extrapolation curve)"},
     {"plugins", bk_cmd_plugins, "list the plugins found, with capabilities and options"},
     {"bias", bk_cmd_bias, "print (or write as CSV) each head's distance table of an experiment"},
+    {"check", bk_cmd_check, "conformance checks of a plugin: ABI, bad options, finite tables, gradients, CUDA"},
     {"config", bk_cmd_config, "check an experiment file and print its resolved values; --keys lists every key"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

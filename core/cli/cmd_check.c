@@ -1,0 +1,125 @@
+/* biaskit check: the conformance checks of one plugin (core/plugin/check.h), one line per check. */
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "plugin/check.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int bk_cmd_check(int argc, char **argv);
+
+static const char help[] =
+    "usage: biaskit check <NAME|PATH> [--layers N] [--heads N] [--dim N] [--length L] [--vocab V]\n"
+    "                     [--set KEY=VALUE]... [--distances D] [--seeds N] [--timeout S]\n\n"
+    "Conformance checks for plugin authors. Loads the plugin (a name on the search path, or a path to\n"
+    "its .so) and prints one line per check, PASS, FAIL or SKIP, then 'N passed, N failed, N skipped':\n\n"
+    "  descriptor     ABI, name/version/summary, capabilities vs function pointers, option declarations\n"
+    "  create         create() with the default configuration; with 0 heads, 1 head, an odd d_head; and\n"
+    "                 with bad values of every option (numbers -1, 0, +-1e30, nan, +-inf; strings \"\" and\n"
+    "                 \"no-such-value\"; arrays empty, of 1 and n_heads+1 values, negative, huge, nan):\n"
+    "                 each must fail with a message, or succeed with finite outputs (the table over\n"
+    "                 train_length distances); a crash, hang or exit() fails\n"
+    "  tables         finite up to --distances (initial and random projected parameters); T[h][d] does\n"
+    "                 not depend on the number of distances asked for\n"
+    "  gradients      table_backward / embed_backward add (+=) and match central differences of\n"
+    "                 L = sum dtable*T (L = sum out*R), dtable ~ U[-1,1], computed in float64 at 64 and\n"
+    "                 300 distances: steps 0.1 x max(|theta|, 0.1 or 1e-3) / 1.4^k, Ridders-extrapolated;\n"
+    "                 relative error <= 1e-3, the denominator at least 5% of sum |dtable dT/dtheta|\n"
+    "                 (where the sum cancels); up to 256 (embed: 64) parameter entries per case\n"
+    "  project        idempotent (bitwise) and keeps wild parameters (random sign, 10^U(-3,6)) finite\n"
+    "                 with finite tables\n"
+    "  determinism    repeated calls give bit-identical results\n"
+    "  segment, embed, rotary   the contracts of those capabilities\n"
+    "  CUDA           when a GPU answers (else SKIP): table_cuda vs table, |cuda - host| <= 1e-5 |host|\n"
+    "                 + 1e-6 max|head|; table_backward_cuda vs table_backward, <= 1e-4 (|host| + max|host|)\n\n"
+    "Every call into the plugin runs in a child process: a crash is reported with its signal and the\n"
+    "checks go on.\n\n"
+    "  --layers N --heads N --dim N --length L --vocab V\n"
+    "                the model the plugin is created for (default 2, 12, 192, 128, 256: d_head 16)\n"
+    "  --set K=V     a plugin option, written as in the experiment file's [[term]] table (repeatable):\n"
+    "                --set slope_scale=2  --set 'slopes=[1, 0.5]'  --set 'variant=\"power\"'\n"
+    "  --distances D longest table checked (default 65536)\n"
+    "  --seeds N     random parameter sets for the table and gradient checks (default 3)\n"
+    "  --timeout S   time limit of each child process in seconds (default 60)\n\n"
+    "exit status: 0 no check failed (skips allowed), 1 a check failed or the plugin does not load,\n"
+    "2 bad usage.\n";
+
+/* The header (the first time), then the item. */
+static void print_item(void *ctx, const bk_check_item *it)
+{
+    const char **header = ctx;
+    if (*header) {
+        printf("%s\n", *header);
+        *header = NULL;
+    }
+    printf("%s  %s\n", bk_check_status_name(it->status), it->text);
+    fflush(stdout);
+}
+
+/* The integer flags into opt; BK_OK or a usage error. */
+static int read_geometry(const bk_args *args, bk_check_options *opt, bk_error *err)
+{
+    static const struct {
+        const char *name;
+        long min, max;
+    } flags[] = {{"layers", 1, 1024}, {"heads", 1, 1024},     {"dim", 1, 65536},   {"length", 1, 1L << 24},
+                 {"vocab", 2, 1L << 20}, {"distances", 1, 1L << 20}, {"seeds", 1, 100}, {"timeout", 1, 86400}};
+    long values[8] = {opt->layers, opt->heads, opt->dim, opt->length, opt->vocab, opt->max_distances, opt->n_seeds,
+                      (long)opt->timeout_s};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        const char *v = bk_args_get(args, flags[i].name);
+        int rc = v ? bk_args_int(flags[i].name, v, flags[i].min, flags[i].max, &values[i], err) : BK_OK;
+        if (rc)
+            return rc;
+    }
+    if (values[2] % values[1] != 0)
+        return bk_fail(err, BK_ERR_USAGE, "--dim: %ld is not a multiple of the number of heads (%ld)", values[2],
+                       values[1]);
+    opt->layers = (int32_t)values[0], opt->heads = (int32_t)values[1], opt->dim = (int32_t)values[2];
+    opt->length = (int32_t)values[3], opt->vocab = (int32_t)values[4], opt->max_distances = (int32_t)values[5];
+    opt->n_seeds = (int)values[6], opt->timeout_s = (unsigned)values[7];
+    return BK_OK;
+}
+
+int bk_cmd_check(int argc, char **argv)
+{
+    static const bk_arg_spec specs[] = {{"help", 0, 0},   {"layers", 1, 0},    {"heads", 1, 0},
+                                        {"dim", 1, 0},    {"length", 1, 0},    {"vocab", 1, 0},
+                                        {"set", 1, 1},    {"distances", 1, 0}, {"seeds", 1, 0},
+                                        {"timeout", 1, 0}};
+    bk_args args;
+    bk_error err;
+    if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit check", &args, &err))
+        return bk_report(&err);
+    if (bk_args_get(&args, "help")) {
+        fputs(help, stdout);
+        return 0;
+    }
+    if (args.n_positional != 1) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit check: expected one plugin name or path; see 'biaskit check --help'");
+        return bk_report(&err);
+    }
+    bk_check_options opt;
+    bk_check_options_default(&opt);
+    const char *sets[BK_ARGS_MAX];
+    opt.n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
+    opt.sets = sets;
+    if (read_geometry(&args, &opt, &err))
+        return bk_report(&err);
+
+    bk_registry reg;
+    if (bk_registry_init(&reg, &err))
+        return bk_report(&err);
+    char text[512];
+    snprintf(text, sizeof text, "checking plugin %s: %d layers, %d heads, d_model %d, d_head %d, vocab %d, "
+             "train_length %d", args.positional[0], opt.layers, opt.heads, opt.dim, opt.dim / opt.heads, opt.vocab,
+             opt.length);
+    const char *header = text; /* printed with the first item: a usage error prints nothing else */
+    bk_check_counts counts;
+    int rc = bk_check_plugin(&reg, args.positional[0], &opt, print_item, &header, &counts, &err);
+    bk_registry_free(&reg);
+    if (rc)
+        return bk_report(&err);
+    printf("%d passed, %d failed, %d skipped\n", counts.passed, counts.failed, counts.skipped);
+    return counts.failed ? 1 : 0;
+}

@@ -1,0 +1,77 @@
+/* `biaskit check`: the conformance checks a plugin author runs on a plugin before anyone trains
+ * with it. The plugin is loaded through a registry, then every check reports one item (PASS, FAIL or
+ * SKIP with a one-line text) through a callback; nothing is printed and nothing exits here.
+ *
+ * What is checked (docs: sdk/README.md, "Check your plugin"):
+ *   load, descriptor, capabilities, options    the descriptor, without calling the plugin
+ *   create, parameters                         create() with the default configuration (+ --set)
+ *   geometry, option:NAME                      create() with bad geometries and bad option values:
+ *                                              each probe must succeed (then its outputs must be
+ *                                              finite) or fail with a message, never crash
+ *   table-finite, table-prefix, table-random   finite tables up to max_distances; T[h][d] does not
+ *                                              depend on the number of distances asked for
+ *   table-backward-adds, table-gradient        table_backward adds (+=) and matches central finite
+ *                                              differences of L = sum dtable * T computed in float64
+ *   embed, embed-backward-adds, embed-gradient the same for the embedding
+ *   project, determinism, segment, rotary      idempotent projection into range; bit-identical
+ *                                              repeated calls; segment and rotary contracts
+ *   cuda-table, cuda-backward                  the plugin's CUDA code against its host code (SKIP
+ *                                              without a GPU, with the reason)
+ *   remaining                                  SKIP: create() with the default configuration failed,
+ *                                              so nothing that needs an instance ran
+ * Checks of capabilities the plugin does not declare are not reported.
+ *
+ * Every call into the plugin runs in a fork()ed child process, so a crash (signal), a hang (time
+ * limit) or an exit() inside the plugin is reported as a FAIL of the check that ran it and the
+ * remaining checks go on. */
+#ifndef BK_PLUGIN_CHECK_H
+#define BK_PLUGIN_CHECK_H
+
+#include "plugin/host.h"
+#include "util/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum bk_check_status { BK_CHECK_PASS = 0, BK_CHECK_FAIL = 1, BK_CHECK_SKIP = 2 } bk_check_status;
+
+/* One reported check. The strings are valid during the callback only. */
+typedef struct bk_check_item {
+    bk_check_status status;
+    const char *id;   /* stable name of the check ("table-gradient", "option:slopes"), for tests and tools */
+    const char *text; /* one line for a person: what was checked, with tolerances, or what went wrong */
+} bk_check_item;
+
+typedef void (*bk_check_report_fn)(void *ctx, const bk_check_item *item);
+
+typedef struct bk_check_options {
+    /* The model the plugin is created for: d_head = dim / heads. */
+    int32_t layers, heads, dim, vocab, length;
+    /* Plugin options as "KEY=VALUE", read as TOML values like the experiment file's [[term]] keys. */
+    const char *const *sets;
+    size_t n_sets;
+    int32_t max_distances; /* longest table checked for finiteness */
+    int n_seeds;           /* random parameter sets for the finiteness and gradient checks */
+    uint64_t seed;         /* base of every random choice: the same seed gives the same report */
+    unsigned timeout_s;    /* time limit of each child process (a hung plugin fails its check) */
+} bk_check_options;
+
+/* 2 layers, 12 heads, dim 192 (d_head 16), vocab 256, length 128; 65536 distances; 3 seeds; 60 s. */
+void bk_check_options_default(bk_check_options *opt);
+
+typedef struct bk_check_counts {
+    int passed, failed, skipped;
+} bk_check_counts;
+
+/* Load `name_or_path` into `reg` and run every check, reporting each item through `report` and
+ * counting them in *counts. A plugin that does not load is one FAIL item ("load") and nothing else.
+ * Returns BK_OK when the checks ran (whatever they found); BK_ERR_USAGE when the options are wrong
+ * (a geometry the engine would refuse, a --set value the plugin's declarations refuse), with the
+ * message in err; another code when the checks cannot run (no fork(), out of memory). */
+int bk_check_plugin(bk_registry *reg, const char *name_or_path, const bk_check_options *opt,
+                    bk_check_report_fn report, void *ctx, bk_check_counts *counts, bk_error *err);
+
+/* "PASS", "FAIL", "SKIP". */
+const char *bk_check_status_name(bk_check_status status);
+
+#endif

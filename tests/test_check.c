@@ -1,0 +1,364 @@
+/* biaskit check (core/plugin/check.c): it passes real plugins, and on each deliberately broken test
+ * plugin (tests/plugins/checkbad.c) it fails exactly the check that plugin breaks and passes the
+ * others; crashes, hangs and exit() inside a plugin are reported and the checks go on. */
+#include "test_util.h"
+
+#include "plugin/check.h"
+
+#include <stdlib.h>
+
+#define MAX_ITEMS 128
+
+typedef struct report {
+    int n;
+    struct {
+        bk_check_status status;
+        char id[64];
+        char text[8192];
+    } items[MAX_ITEMS];
+    bk_check_counts counts;
+} report;
+
+static void collect(void *ctx, const bk_check_item *it)
+{
+    report *r = ctx;
+    if (r->n == MAX_ITEMS)
+        fail_msg("more than %d items", MAX_ITEMS);
+    r->items[r->n].status = it->status;
+    snprintf(r->items[r->n].id, sizeof r->items[r->n].id, "%s", it->id);
+    snprintf(r->items[r->n].text, sizeof r->items[r->n].text, "%s", it->text);
+    r->n++;
+}
+
+static const char *const dirs[] = {BK_TEST_PLUGIN_DIR, BK_TEST_PLUGINS_DIR};
+
+/* Runs the check of `plugin` (a name or a file of the test plugin directory) with the default
+ * options changed by `sets` and `timeout`; returns the code, the report in *r. */
+static int run_check(const char *plugin, const char *const *sets, size_t n_sets, unsigned timeout, report *r,
+                     bk_error *err)
+{
+    char path[1024];
+    if (strstr(plugin, ".so"))
+        snprintf(path, sizeof path, "%s/%s", BK_TEST_PLUGINS_DIR, plugin);
+    else
+        snprintf(path, sizeof path, "%s", plugin);
+    bk_registry reg;
+    assert_int_equal(bk_registry_init_dirs(&reg, dirs, 2, err), BK_OK);
+    bk_check_options opt;
+    bk_check_options_default(&opt);
+    opt.sets = sets;
+    opt.n_sets = n_sets;
+    if (timeout)
+        opt.timeout_s = timeout;
+    memset(r, 0, sizeof *r);
+    int rc = bk_check_plugin(&reg, path, &opt, collect, r, &r->counts, err);
+    bk_registry_free(&reg);
+    return rc;
+}
+
+static report *checked(const char *plugin)
+{
+    report *r = malloc(sizeof *r);
+    bk_error err;
+    assert_non_null(r);
+    if (run_check(plugin, NULL, 0, 0, r, &err) != BK_OK)
+        fail_msg("bk_check_plugin(%s): %s", plugin, err.message);
+    return r;
+}
+
+static int find(const report *r, const char *id)
+{
+    for (int i = 0; i < r->n; i++)
+        if (strcmp(r->items[i].id, id) == 0)
+            return i;
+    return -1;
+}
+
+static void print_report(const report *r)
+{
+    for (int i = 0; i < r->n; i++)
+        fprintf(stderr, "    %s  [%s] %s\n", bk_check_status_name(r->items[i].status), r->items[i].id, r->items[i].text);
+}
+
+/* Item `id` is there with `status` and its text contains `needle` (may be NULL). */
+static void expect_item(const report *r, const char *id, bk_check_status status, const char *needle)
+{
+    int i = find(r, id);
+    if (i < 0) {
+        print_report(r);
+        fail_msg("no item '%s'", id);
+    }
+    if (r->items[i].status != status) {
+        print_report(r);
+        fail_msg("item '%s' is %s, expected %s", id, bk_check_status_name(r->items[i].status),
+                 bk_check_status_name(status));
+    }
+    if (needle)
+        assert_message_has(r->items[i].text, needle);
+}
+
+/* `failing` (a list ending in NULL) are the only FAIL items, and the counts add up. */
+static void expect_only_failures(const report *r, const char *const *failing)
+{
+    int failed = 0;
+    for (int i = 0; i < r->n; i++) {
+        int expected = 0;
+        for (const char *const *f = failing; *f; f++)
+            expected |= strcmp(*f, r->items[i].id) == 0;
+        if ((r->items[i].status == BK_CHECK_FAIL) != expected) {
+            print_report(r);
+            fail_msg("item '%s' is %s", r->items[i].id, bk_check_status_name(r->items[i].status));
+        }
+        failed += r->items[i].status == BK_CHECK_FAIL;
+    }
+    for (const char *const *f = failing; *f; f++)
+        expect_item(r, *f, BK_CHECK_FAIL, NULL);
+    assert_int_equal(r->counts.failed, failed);
+    assert_int_equal(r->counts.passed + r->counts.failed + r->counts.skipped, r->n);
+}
+
+/* The checks that every learnable table plugin gets, all passed. */
+static void expect_table_checks_pass(const report *r)
+{
+    static const char *const ids[] = {"load", "descriptor", "capabilities", "options", "create", "parameters",
+                                      "geometry", "option:init", "table-finite", "table-prefix", "table-random",
+                                      "table-backward-adds", "table-gradient", "project", "determinism"};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        int k = find(r, ids[i]);
+        if (k < 0 || r->items[k].status == BK_CHECK_FAIL)
+            continue; /* the one failing item is asserted by the caller */
+        expect_item(r, ids[i], BK_CHECK_PASS, NULL);
+    }
+}
+
+static void alibi_passes(void **state)
+{
+    (void)state;
+    report *r = checked("alibi");
+    static const char *const none[] = {NULL};
+    expect_only_failures(r, none);
+    expect_item(r, "load", BK_CHECK_PASS, "alibi");
+    expect_item(r, "table-finite", BK_CHECK_PASS, "table finite up to 65536 distances (default parameters)");
+    expect_item(r, "table-prefix", BK_CHECK_PASS, NULL);
+    expect_item(r, "option:slopes", BK_CHECK_PASS, "[0.5 x 13]");
+    expect_item(r, "option:slope_scale", BK_CHECK_PASS, "refused by create() with a message: -1, -1e30");
+    expect_item(r, "geometry", BK_CHECK_PASS, "0 heads");
+    expect_item(r, "table-gradient", BK_CHECK_SKIP, "no parameters");
+    assert_int_equal(find(r, "segment"), -1); /* capabilities it does not have are not reported */
+    int cuda = find(r, "cuda-table");
+    assert_true(cuda >= 0 && r->items[cuda].status != BK_CHECK_FAIL);
+    assert_true(r->counts.passed >= 12);
+    free(r);
+}
+
+/* testlin passes everything but its `nan_at` option, which makes the table NaN on purpose: the probes
+ * nan_at = 0 and 1 are accepted by create() and then give a NaN table, which the check reports. */
+static void testlin_passes_but_its_nan_option(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_testlin.so");
+    static const char *const failing[] = {"option:nan_at", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "option:nan_at", BK_CHECK_FAIL, "0: table() with 128 distances gives nan at head 0, distance 0");
+    expect_item(r, "option:nan_at", BK_CHECK_FAIL, "2 of 6 probes fail");
+    expect_item(r, "option:fail_create", BK_CHECK_PASS, "refused by create() with a message: true");
+    expect_item(r, "option:flavour", BK_CHECK_PASS, "rejected by the host before create(): \"\", \"no-such-value\"");
+    expect_item(r, "parameters", BK_CHECK_PASS, "slope[12x1]");
+    expect_item(r, "table-gradient", BK_CHECK_PASS, "worst rel. error");
+    expect_item(r, "project", BK_CHECK_PASS, NULL);
+    free(r);
+}
+
+static void same_seed_same_report(void **state)
+{
+    (void)state;
+    report *a = checked("biaskit_testlin.so"), *b = checked("biaskit_testlin.so");
+    assert_int_equal(a->n, b->n);
+    for (int i = 0; i < a->n; i++)
+        assert_string_equal(a->items[i].text, b->items[i].text);
+    free(a);
+    free(b);
+}
+
+static void wrong_gradient_fails_the_gradient(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad_grad.so");
+    static const char *const failing[] = {"table-gradient", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "table-gradient", BK_CHECK_FAIL, "analytic");
+    expect_item(r, "table-gradient", BK_CHECK_FAIL, "vs central difference");
+    expect_item(r, "table-gradient", BK_CHECK_FAIL, "> 0.001");
+    expect_table_checks_pass(r);
+    free(r);
+}
+
+static void crash_on_a_bad_value_is_reported_and_the_check_goes_on(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad_crash.so");
+    static const char *const failing[] = {"option:init", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "option:init", BK_CHECK_FAIL, "-1: crashed with signal");
+    expect_item(r, "option:init", BK_CHECK_FAIL, "Segmentation fault");
+    expect_item(r, "option:init", BK_CHECK_FAIL, "in create()");
+    expect_item(r, "option:init", BK_CHECK_FAIL, "-1e30: crashed");
+    expect_item(r, "option:init", BK_CHECK_FAIL, "accepted (finite outputs): 0, 1e30");
+    /* the checks after the crash ran */
+    expect_item(r, "table-gradient", BK_CHECK_PASS, NULL);
+    expect_item(r, "determinism", BK_CHECK_PASS, NULL);
+    expect_table_checks_pass(r);
+    free(r);
+}
+
+static void crash_in_the_default_create_skips_the_rest(void **state)
+{
+    (void)state;
+    const char *sets[] = {"init=-2"};
+    report *r = malloc(sizeof *r);
+    bk_error err;
+    assert_int_equal(run_check("biaskit_checkbad_crash.so", sets, 1, 0, r, &err), BK_OK);
+    expect_item(r, "create", BK_CHECK_FAIL, "crashed with signal");
+    expect_item(r, "remaining", BK_CHECK_SKIP, "create() with the default configuration failed");
+    assert_int_equal(find(r, "table-finite"), -1);
+    free(r);
+}
+
+static void project_not_idempotent(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad_project.so");
+    static const char *const failing[] = {"project", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "project", BK_CHECK_FAIL, "not idempotent");
+    expect_item(r, "project", BK_CHECK_FAIL, "after one projection");
+    expect_table_checks_pass(r);
+    free(r);
+}
+
+static void nondeterministic_table(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad_nondet.so");
+    static const char *const failing[] = {"determinism", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "determinism", BK_CHECK_FAIL, "table() with 1000 distances differs between two identical calls");
+    expect_table_checks_pass(r);
+    free(r);
+}
+
+static void nan_at_a_long_distance(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad_nan.so");
+    static const char *const failing[] = {"table-finite", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "table-finite", BK_CHECK_FAIL, "is nan at head 0, distance 40000");
+    expect_item(r, "table-prefix", BK_CHECK_PASS, NULL);
+    expect_item(r, "option:init", BK_CHECK_PASS, NULL);
+    expect_item(r, "table-random", BK_CHECK_SKIP, "no parameters");
+    free(r);
+}
+
+static void bad_declarations(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad_decl.so");
+    static const char *const failing[] = {"capabilities", "options", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "capabilities", BK_CHECK_FAIL, "table_backward_cuda() without table_cuda() is suspicious");
+    expect_item(r, "capabilities", BK_CHECK_FAIL, "has rotary_frequencies() but does not declare BIASKIT_CAP_ROTARY");
+    expect_item(r, "options", BK_CHECK_FAIL, "option 'flavour': default \"zzz\" is not one of its choices");
+    expect_item(r, "option:flavour", BK_CHECK_PASS, "accepted (finite outputs): \"plain\", \"fancy\"");
+    int cuda = find(r, "cuda-backward");
+    assert_true(cuda >= 0 && r->items[cuda].status == BK_CHECK_SKIP);
+    free(r);
+}
+
+static void hang_is_stopped_by_the_time_limit(void **state)
+{
+    (void)state;
+    report *r = malloc(sizeof *r);
+    bk_error err;
+    assert_int_equal(run_check("biaskit_checkbad_hang.so", NULL, 0, 3, r, &err), BK_OK); /* 3 s per child */
+    static const char *const failing[] = {"option:init", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "option:init", BK_CHECK_FAIL, "-1: did not finish within 3 s in create()");
+    expect_item(r, "table-gradient", BK_CHECK_PASS, NULL);
+    free(r);
+}
+
+static void exit_in_a_plugin_is_reported(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad_exit.so");
+    static const char *const failing[] = {"option:init", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "option:init", BK_CHECK_FAIL, "exit status 3 in create()");
+    expect_item(r, "option:init", BK_CHECK_FAIL, "must never call exit()");
+    free(r);
+}
+
+static void load_failure_is_one_fail(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_futureabi.so");
+    assert_int_equal(r->n, 1);
+    expect_item(r, "load", BK_CHECK_FAIL, "ABI version mismatch");
+    assert_int_equal(r->counts.failed, 1);
+    free(r);
+    r = checked("nosuch");
+    expect_item(r, "load", BK_CHECK_FAIL, "plugin 'nosuch' not found");
+    free(r);
+}
+
+static void bad_options_are_usage_errors(void **state)
+{
+    (void)state;
+    report *r = malloc(sizeof *r);
+    bk_error err;
+    const char *unknown[] = {"slope=2"};
+    assert_int_equal(run_check("alibi", unknown, 1, 0, r, &err), BK_ERR_USAGE);
+    assert_message_has(err.message, "unknown key 'slope'");
+    assert_message_has(err.message, "did you mean 'slopes'?");
+    const char *malformed[] = {"slopes"};
+    assert_int_equal(run_check("alibi", malformed, 1, 0, r, &err), BK_ERR_USAGE);
+    assert_message_has(err.message, "--set 'slopes': expected KEY=VALUE");
+    const char *wrong_type[] = {"slope_scale=\"big\""};
+    assert_int_equal(run_check("alibi", wrong_type, 1, 0, r, &err), BK_ERR_USAGE);
+    assert_message_has(err.message, "option 'slope_scale': expected a number, got string");
+    free(r);
+}
+
+static void set_options_reach_create(void **state)
+{
+    (void)state;
+    report *r = malloc(sizeof *r);
+    bk_error err;
+    const char *sets[] = {"fail_create=true"};
+    assert_int_equal(run_check("biaskit_testlin.so", sets, 1, 0, r, &err), BK_OK);
+    expect_item(r, "create", BK_CHECK_FAIL, "asked to fail, as a test");
+    free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(alibi_passes),
+        cmocka_unit_test(testlin_passes_but_its_nan_option),
+        cmocka_unit_test(same_seed_same_report),
+        cmocka_unit_test(wrong_gradient_fails_the_gradient),
+        cmocka_unit_test(crash_on_a_bad_value_is_reported_and_the_check_goes_on),
+        cmocka_unit_test(crash_in_the_default_create_skips_the_rest),
+        cmocka_unit_test(project_not_idempotent),
+        cmocka_unit_test(nondeterministic_table),
+        cmocka_unit_test(nan_at_a_long_distance),
+        cmocka_unit_test(bad_declarations),
+        cmocka_unit_test(hang_is_stopped_by_the_time_limit),
+        cmocka_unit_test(exit_in_a_plugin_is_reported),
+        cmocka_unit_test(load_failure_is_one_fail),
+        cmocka_unit_test(bad_options_are_usage_errors),
+        cmocka_unit_test(set_options_reach_create),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
