@@ -3,54 +3,18 @@
  * semantics, the positions the engine hands to the attention and the embeddings, and the rotation
  * (an orthogonal map whose inverse is the backward). The whole model with these terms is checked
  * against PyTorch in test_reference. */
-#include "test_util.h"
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#include "term_fixture.h"
 
 #include "bias/terms.h"
 #include "model/positions.h"
+#include "train/lm.h"
 #include "model/rotary_math.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-typedef struct fixture {
-    bk_experiment exp;
-    bk_registry reg;
-    bk_term_set set;
-} fixture;
-
-static const char *const dirs[] = {BK_TEST_PLUGIN_DIR, BK_TEST_PLUGINS_DIR};
-
 #define MODEL "[model]\nlayers = 2\nheads = 4\ndim = 32\nvocab = 256\n[train]\nlength = 16\n"
-
-static int open_terms(fixture *f, const char *text, bk_error *err)
-{
-    memset(f, 0, sizeof *f);
-    int rc = bk_experiment_parse(text, "exp.toml", NULL, 0, &f->exp, err);
-    if (rc)
-        return rc;
-    assert_int_equal(bk_registry_init_dirs(&f->reg, dirs, 2, err), BK_OK);
-    return bk_terms_create(&f->set, &f->exp, &f->reg, err);
-}
-
-static void close_terms(fixture *f)
-{
-    bk_terms_free(&f->set);
-    bk_registry_free(&f->reg);
-    bk_experiment_free(&f->exp);
-}
-
-static void expect_error(const char *text, const char *needle1, const char *needle2)
-{
-    fixture f;
-    bk_error err;
-    int rc = open_terms(&f, text, &err);
-    close_terms(&f);
-    if (rc == BK_OK)
-        fail_msg("expected an error containing \"%s\" for:\n%s", needle1, text);
-    assert_message_has(err.message, needle1);
-    if (needle2)
-        assert_message_has(err.message, needle2);
-}
 
 static void roles_and_defaults(void **state)
 {
@@ -84,35 +48,35 @@ static void roles_and_defaults(void **state)
 static void refusals_name_the_term(void **state)
 {
     (void)state;
-    expect_error(MODEL "[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\n", "exp.toml:8:1",
+    expect_term_error(MODEL "[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\n", "exp.toml:8:1",
                  "needs a segmenting term");
-    expect_error(MODEL "[[term]]\nplugin = \"rope\"\nstream = \"segment\"\n", "[[term]] #1 (rope)",
+    expect_term_error(MODEL "[[term]]\nplugin = \"rope\"\nstream = \"segment\"\n", "[[term]] #1 (rope)",
                  "needs a segmenting term");
-    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\n[[term]]\nplugin = \"bipe\"\nname = \"b2\"\n",
+    expect_term_error(MODEL "[[term]]\nplugin = \"bipe\"\n[[term]]\nplugin = \"bipe\"\nname = \"b2\"\n",
                  "a second segmenting term", "'bipe' already");
-    expect_error(MODEL "[[term]]\nplugin = \"rope\"\n[[term]]\nplugin = \"rope\"\nname = \"r2\"\n",
+    expect_term_error(MODEL "[[term]]\nplugin = \"rope\"\n[[term]]\nplugin = \"rope\"\nname = \"r2\"\n",
                  "a second rotary term", "#2");
-    expect_error(MODEL "[[term]]\nplugin = \"ape\"\nper_layer = true\n", "per_layer = true needs a distance table",
+    expect_term_error(MODEL "[[term]]\nplugin = \"ape\"\nper_layer = true\n", "per_layer = true needs a distance table",
                  "'ape'");
-    expect_error(MODEL "[[term]]\nplugin = \"rope\"\nweight = 0.5\n", "'weight' mixes distance tables", "rope");
-    expect_error("[model]\nheads = 4\ndim = 36\n[[term]]\nplugin = \"rope\"\n", "head width must be even", "got 9");
+    expect_term_error(MODEL "[[term]]\nplugin = \"rope\"\nweight = 0.5\n", "'weight' mixes distance tables", "rope");
+    expect_term_error("[model]\nheads = 4\ndim = 36\n[[term]]\nplugin = \"rope\"\n", "head width must be even", "got 9");
 }
 
 static void bad_plugin_options(void **state)
 {
     (void)state;
-    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiters = [\"..\"]\n", "delimiters", "one-byte string");
-    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiters = []\n", "delimiters", "at least one");
-    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiters = [\".\"]\ndelimiter_ids = [46]\n", "exclude each other",
+    expect_term_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiters = [\"..\"]\n", "delimiters", "one-byte string");
+    expect_term_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiters = []\n", "delimiters", "at least one");
+    expect_term_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiters = [\".\"]\ndelimiter_ids = [46]\n", "exclude each other",
                  NULL);
-    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiter_ids = [300]\n", "delimiter_ids", "0 .. 255");
-    expect_error("[model]\nheads = 4\ndim = 32\nvocab = 50257\n[[term]]\nplugin = \"bipe\"\n", "delimiter_ids",
+    expect_term_error(MODEL "[[term]]\nplugin = \"bipe\"\ndelimiter_ids = [300]\n", "delimiter_ids", "0 .. 255");
+    expect_term_error("[model]\nheads = 4\ndim = 32\nvocab = 50257\n[[term]]\nplugin = \"bipe\"\n", "delimiter_ids",
                  "50257 tokens");
-    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\nsemantics = \"both\"\n", "semantics", "paper, code");
-    expect_error(MODEL "[[term]]\nplugin = \"bipe\"\nmax_position = -1\n", "max_position", "expected");
-    expect_error(MODEL "[[term]]\nplugin = \"rope\"\nbase = 1.0\n", "base", "> 1");
-    expect_error(MODEL "[[term]]\nplugin = \"ape\"\nvariant = \"rotary\"\n", "variant", "sinusoidal, learned");
-    expect_error(MODEL "[[term]]\nplugin = \"ape\"\ninit_std = -1.0\n", "init_std", ">= 0");
+    expect_term_error(MODEL "[[term]]\nplugin = \"bipe\"\nsemantics = \"both\"\n", "semantics", "paper, code");
+    expect_term_error(MODEL "[[term]]\nplugin = \"bipe\"\nmax_position = -1\n", "max_position", "expected");
+    expect_term_error(MODEL "[[term]]\nplugin = \"rope\"\nbase = 1.0\n", "base", "> 1");
+    expect_term_error(MODEL "[[term]]\nplugin = \"ape\"\nvariant = \"rotary\"\n", "variant", "sinusoidal, learned");
+    expect_term_error(MODEL "[[term]]\nplugin = \"ape\"\ninit_std = -1.0\n", "init_std", ">= 0");
 }
 
 /* The segments of one row through the engine: bk_positions_prepare with the bipe term. */
@@ -250,6 +214,43 @@ static void rotary_is_relative_and_invertible(void **state)
     close_terms(&f);
 }
 
+/* BiPE with learnable tables on the segment stream (KERPLE-log and MEP-param mixed in kernel space),
+ * through the whole model: a training forward and backward on text with delimiters give a finite
+ * loss and non-zero gradients for both plugins' parameters and the intra-segment embedding. */
+static void bipe_with_kerple_and_mep(void **state)
+{
+    (void)state;
+    setenv("BIASKIT_PLUGIN_PATH", BK_TEST_PLUGIN_DIR, 1);
+    bk_lm lm;
+    bk_error err;
+    const char *text = MODEL "[attention]\nmixing = \"kernel\"\n[[term]]\nplugin = \"bipe\"\n"
+                             "[[term]]\nplugin = \"kerple\"\nstream = \"segment\"\n"
+                             "[[term]]\nplugin = \"mep\"\nvariant = \"param\"\nstream = \"segment\"\n";
+    if (bk_lm_open_text(&lm, text, "exp.toml", ".", NULL, 0, &err) || bk_gpt_alloc_grads(&lm.gpt, &err) ||
+        bk_bias_forward(&lm.bias, 16, &err))
+        fail_msg("%s", err.message);
+    const char *sample = "ab. cd\nef. gh.ij\nk. lm.nop\nqr.";
+    enum { B = 2, T = 16 };
+    int32_t in[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++)
+        in[i] = (unsigned char)sample[i % 31], tg[i] = (unsigned char)sample[(i + 1) % 31];
+    bk_lm_zero_grad(&lm);
+    if (bk_gpt_forward(&lm.gpt, in, tg, B, T, 1, &err) || bk_gpt_backward(&lm.gpt, in, tg, 1.0f, &err))
+        fail_msg("%s", err.message);
+    assert_true(isfinite(lm.gpt.loss));
+    for (int t = 0; t < 3; t++) {
+        const bk_term *term = &lm.terms.terms[t];
+        double norm = 0;
+        for (int64_t i = 0; i < term->n_params; i++) {
+            assert_true(isfinite(lm.bias.dtheta[t][i]));
+            norm += fabs(lm.bias.dtheta[t][i]);
+        }
+        if (!(norm > 0))
+            fail_msg("term '%s' got no gradient", term->label);
+    }
+    bk_lm_close(&lm);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -259,6 +260,7 @@ int main(void)
         cmocka_unit_test(bipe_segmentation),
         cmocka_unit_test(embeddings_add_and_clamp),
         cmocka_unit_test(rotary_is_relative_and_invertible),
+        cmocka_unit_test(bipe_with_kerple_and_mep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

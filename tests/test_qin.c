@@ -1,7 +1,7 @@
 /* The qin plugin (Qin et al., "Exploring Transformer Extrapolation"): each form's values at chosen
  * distances, the same table in every head, no parameters, long tables, the series the paper reasons
  * about, and bad options. The plugin is loaded through the engine. */
-#include "test_util.h"
+#include "term_fixture.h"
 
 #include "bias/terms.h"
 
@@ -9,44 +9,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-
-typedef struct fixture {
-    bk_experiment exp;
-    bk_registry reg;
-    bk_term_set set;
-} fixture;
-
-static const char *const dirs[] = {BK_TEST_PLUGIN_DIR};
-
-static int open_terms(fixture *f, const char *text, bk_error *err)
-{
-    memset(f, 0, sizeof *f);
-    int rc = bk_experiment_parse(text, "qin.toml", NULL, 0, &f->exp, err);
-    if (rc)
-        return rc;
-    assert_int_equal(bk_registry_init_dirs(&f->reg, dirs, 1, err), BK_OK);
-    return bk_terms_create(&f->set, &f->exp, &f->reg, err);
-}
-
-static void close_terms(fixture *f)
-{
-    bk_terms_free(&f->set);
-    bk_registry_free(&f->reg);
-    bk_experiment_free(&f->exp);
-}
-
-static void expect_error(const char *text, const char *needle1, const char *needle2)
-{
-    fixture f;
-    bk_error err;
-    int rc = open_terms(&f, text, &err);
-    close_terms(&f);
-    if (rc == BK_OK)
-        fail_msg("expected an error containing \"%s\" for:\n%s", needle1, text);
-    assert_message_has(err.message, needle1);
-    if (needle2)
-        assert_message_has(err.message, needle2);
-}
 
 /* The table of the term in `options` (3 heads) for distances 0 .. D-1, checked identical across heads;
  * returns head 0's row in `row`. */
@@ -165,14 +127,14 @@ static void series(void **state)
 static void bad_options(void **state)
 {
     (void)state;
-    expect_error("[[term]]\nplugin = \"qin\"\nform = \"nlogn\"\noffset = 1\n", "qin.toml:4:10: ",
+    expect_term_error("[[term]]\nplugin = \"qin\"\nform = \"nlogn\"\noffset = 1\n", "exp.toml:4:10: ",
                  "option 'offset': expected an integer >= 2 (n = t + offset and ln 1 = 0 makes n ln n = 0), got 1");
-    expect_error("[[term]]\nplugin = \"qin\"\nform = \"nlogn\"\noffset = 0\n", "option 'offset'", "got 0");
-    expect_error("[[term]]\nplugin = \"qin\"\noffset = -3\n", "option 'offset'", "got -3");
-    expect_error("[[term]]\nplugin = \"qin\"\nform = \"type3\"\n", "qin.toml:3:8: ",
+    expect_term_error("[[term]]\nplugin = \"qin\"\nform = \"nlogn\"\noffset = 0\n", "option 'offset'", "got 0");
+    expect_term_error("[[term]]\nplugin = \"qin\"\noffset = -3\n", "option 'offset'", "got -3");
+    expect_term_error("[[term]]\nplugin = \"qin\"\nform = \"type3\"\n", "exp.toml:3:8: ",
                  "option 'form': expected one of type1, type2, harmonic, nlogn, got 'type3'");
-    expect_error("[[term]]\nplugin = \"qin\"\nform = 1\n", "option 'form'", "expected a string");
-    expect_error("[[term]]\nplugin = \"qin\"\noffset = 2.5\n", "option 'offset'", "expected an integer");
+    expect_term_error("[[term]]\nplugin = \"qin\"\nform = 1\n", "option 'form'", "expected a string");
+    expect_term_error("[[term]]\nplugin = \"qin\"\noffset = 2.5\n", "option 'offset'", "expected an integer");
 }
 
 int main(void)

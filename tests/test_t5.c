@@ -1,7 +1,7 @@
 /* The t5 plugin: HF T5 bucketing against the test vectors of anchors.md §4.5 and kerple.md §3.2, the
  * table after param_init, the gradient (naive scatter, central finite differences, determinism), the
  * initialisation, bad options, and long tables. The plugin is loaded through the engine. */
-#include "test_util.h"
+#include "term_fixture.h"
 
 #include "bias/terms.h"
 
@@ -9,52 +9,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-
-typedef struct fixture {
-    bk_experiment exp;
-    bk_registry reg;
-    bk_term_set set;
-} fixture;
-
-static const char *const dirs[] = {BK_TEST_PLUGIN_DIR};
-
-static int open_terms(fixture *f, const char *text, bk_error *err)
-{
-    memset(f, 0, sizeof *f);
-    int rc = bk_experiment_parse(text, "t5.toml", NULL, 0, &f->exp, err);
-    if (rc)
-        return rc;
-    assert_int_equal(bk_registry_init_dirs(&f->reg, dirs, 1, err), BK_OK);
-    return bk_terms_create(&f->set, &f->exp, &f->reg, err);
-}
-
-static void open_ok(fixture *f, const char *text)
-{
-    bk_error err;
-    if (open_terms(f, text, &err) != BK_OK)
-        fail_msg("%s", err.message);
-    assert_int_equal(f->set.n, 1);
-}
-
-static void close_terms(fixture *f)
-{
-    bk_terms_free(&f->set);
-    bk_registry_free(&f->reg);
-    bk_experiment_free(&f->exp);
-}
-
-static void expect_error(const char *text, const char *needle1, const char *needle2)
-{
-    fixture f;
-    bk_error err;
-    int rc = open_terms(&f, text, &err);
-    close_terms(&f);
-    if (rc == BK_OK)
-        fail_msg("expected an error containing \"%s\" for:\n%s", needle1, text);
-    assert_message_has(err.message, needle1);
-    if (needle2)
-        assert_message_has(err.message, needle2);
-}
 
 static const biaskit_plugin *desc_of(const fixture *f)
 {
@@ -466,22 +420,22 @@ static void long_tables_are_finite(void **state)
 static void bad_options(void **state)
 {
     (void)state;
-    expect_error("[[term]]\nplugin = \"t5\"\nbuckets = 1\n", "t5.toml:3:11: ",
+    expect_term_error("[[term]]\nplugin = \"t5\"\nbuckets = 1\n", "exp.toml:3:11: ",
                  "option 'buckets': expected an integer in 2 .. 65536, got 1");
-    expect_error("[[term]]\nplugin = \"t5\"\nbuckets = 100000\n", "option 'buckets'", "got 100000");
-    expect_error("[[term]]\nplugin = \"t5\"\nbidirectional = true\nbuckets = 31\n", "t5.toml:4:11: ",
+    expect_term_error("[[term]]\nplugin = \"t5\"\nbuckets = 100000\n", "option 'buckets'", "got 100000");
+    expect_term_error("[[term]]\nplugin = \"t5\"\nbidirectional = true\nbuckets = 31\n", "exp.toml:4:11: ",
                  "option 'buckets': with bidirectional = true, expected an even integer in 4 .. 65536");
-    expect_error("[[term]]\nplugin = \"t5\"\nbidirectional = true\nbuckets = 2\n", "option 'buckets'", "got 2");
-    expect_error("[[term]]\nplugin = \"t5\"\nmax_distance = 16\n", "t5.toml:3:16: ",
+    expect_term_error("[[term]]\nplugin = \"t5\"\nbidirectional = true\nbuckets = 2\n", "option 'buckets'", "got 2");
+    expect_term_error("[[term]]\nplugin = \"t5\"\nmax_distance = 16\n", "exp.toml:3:16: ",
                  "option 'max_distance': expected an integer greater than the 16 exact buckets (buckets/2)");
-    expect_error("[[term]]\nplugin = \"t5\"\nbidirectional = true\nmax_distance = 8\n", "option 'max_distance'",
+    expect_term_error("[[term]]\nplugin = \"t5\"\nbidirectional = true\nmax_distance = 8\n", "option 'max_distance'",
                  "greater than the 8 exact buckets (buckets/4 when bidirectional)");
-    expect_error("[[term]]\nplugin = \"t5\"\nmax_distance = 4294967296\n", "option 'max_distance'",
+    expect_term_error("[[term]]\nplugin = \"t5\"\nmax_distance = 4294967296\n", "option 'max_distance'",
                  "at most 2147483647");
-    expect_error("[[term]]\nplugin = \"t5\"\nscale = inf\n", "option 'scale'", "finite");
-    expect_error("[[term]]\nplugin = \"t5\"\ninit_std = -0.1\n", "t5.toml:3:12: ",
+    expect_term_error("[[term]]\nplugin = \"t5\"\nscale = inf\n", "option 'scale'", "finite");
+    expect_term_error("[[term]]\nplugin = \"t5\"\ninit_std = -0.1\n", "exp.toml:3:12: ",
                  "option 'init_std': expected a finite std >= 0");
-    expect_error("[[term]]\nplugin = \"t5\"\nbucket = 16\n", "unknown key 'bucket'", "did you mean 'buckets'");
+    expect_term_error("[[term]]\nplugin = \"t5\"\nbucket = 16\n", "unknown key 'bucket'", "did you mean 'buckets'");
 }
 
 int main(void)

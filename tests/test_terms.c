@@ -1,51 +1,12 @@
 /* Terms: plugins created from [[term]] tables, option checking through the services table,
  * parameters, per-layer copies, tables, finiteness, and mixing across plugins. */
-#include "test_util.h"
+#include "term_fixture.h"
 
 #include "bias/mix.h"
 #include "bias/terms.h"
 
 #include <math.h>
 #include <stdlib.h>
-
-typedef struct fixture {
-    bk_experiment exp;
-    bk_registry reg;
-    bk_term_set set;
-} fixture;
-
-static const char *const dirs[] = {BK_TEST_PLUGIN_DIR, BK_TEST_PLUGINS_DIR};
-
-/* Builds the terms of `text`; returns the code and leaves the message in err. */
-static int open_terms(fixture *f, const char *text, bk_error *err)
-{
-    memset(f, 0, sizeof *f);
-    int rc = bk_experiment_parse(text, "exp.toml", NULL, 0, &f->exp, err);
-    if (rc)
-        return rc;
-    assert_int_equal(bk_registry_init_dirs(&f->reg, dirs, 2, err), BK_OK);
-    return bk_terms_create(&f->set, &f->exp, &f->reg, err);
-}
-
-static void close_terms(fixture *f)
-{
-    bk_terms_free(&f->set);
-    bk_registry_free(&f->reg);
-    bk_experiment_free(&f->exp);
-}
-
-static void expect_term_error(const char *text, const char *needle1, const char *needle2)
-{
-    fixture f;
-    bk_error err;
-    int rc = open_terms(&f, text, &err);
-    close_terms(&f);
-    if (rc == BK_OK)
-        fail_msg("expected an error containing \"%s\"", needle1);
-    assert_message_has(err.message, needle1);
-    if (needle2)
-        assert_message_has(err.message, needle2);
-}
 
 static void alibi_table_through_the_host(void **state)
 {
