@@ -63,23 +63,30 @@ static int reserve(bk_positions *ps, int64_t n, bk_error *err)
     return BK_OK;
 }
 
-/* What the attention and the embeddings rely on: segment 0 first, steps of 0 or 1, positions
- * 0, 1, 2, ... inside each segment. */
+int64_t bk_segments_first_violation(const int32_t *index, const int32_t *position, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++) {
+        int32_t step = k ? index[k] - index[k - 1] : index[k];
+        int32_t want = k == 0 || step == 1 ? 0 : position[k - 1] + 1;
+        if ((k == 0 ? step != 0 : step != 0 && step != 1) || position[k] != want)
+            return k;
+    }
+    return -1;
+}
+
+/* What the attention and the embeddings rely on, checked for one row. */
 static int check_segments(const bk_term *t, const int32_t *index, const int32_t *position, int T, int row,
                           bk_error *err)
 {
-    for (int i = 0; i < T; i++) {
-        int32_t want_index = i == 0 ? 0 : index[i - 1], want_position = i == 0 ? 0 : position[i - 1] + 1;
-        if (i > 0 && index[i] == index[i - 1] + 1)
-            want_index = index[i], want_position = 0;
-        if (index[i] != want_index || position[i] != want_position)
-            return bk_fail(err, BK_ERR_PLUGIN,
-                           "term '%s' (plugin %s): segment() gave token %d of row %d segment %d, position %d; expected "
-                           "segment %d (0 first, then steps of 0 or 1) and position %d (counting from 0 in each segment)",
-                           t->label, t->plugin->desc->name, i, row, (int)index[i], (int)position[i],
-                           (int)want_index, (int)want_position);
-    }
-    return BK_OK;
+    int64_t k = bk_segments_first_violation(index, position, T);
+    if (k < 0)
+        return BK_OK;
+    return bk_fail(err, BK_ERR_PLUGIN,
+                   "term '%s' (plugin %s): segment() gave token %lld of row %d segment %d, position %d (after "
+                   "segment %d, position %d); expected segment 0, position 0 first, then segments growing by 0 or 1 "
+                   "and positions restarting at 0 in a new segment, else growing by 1",
+                   t->label, t->plugin->desc->name, (long long)k, row, (int)index[k], (int)position[k],
+                   k ? (int)index[k - 1] : 0, k ? (int)position[k - 1] : 0);
 }
 
 static int prepare_rotary(bk_positions *ps, int T, bk_error *err)

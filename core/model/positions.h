@@ -39,6 +39,11 @@ void bk_positions_free(bk_positions *ps);
  * 0 in each segment) and names the plugin when it is wrong. */
 int bk_positions_prepare(bk_positions *ps, const int32_t *inputs, int B, int T, bk_error *err);
 
+/* The segment contract of the SDK (plugin.h): token 0 is segment 0, position 0; then each segment
+ * index grows by 0 or 1, and the position restarts at 0 in a new segment, else grows by 1. Returns
+ * the first of n tokens that breaks it, or -1. */
+int64_t bk_segments_first_violation(const int32_t *index, const int32_t *position, int64_t n);
+
 /* Positions of stream `s` for the attention: NULL for the token stream (the token index itself). */
 const int32_t *bk_positions_stream(const bk_positions *ps, bk_stream s);
 

@@ -11,6 +11,7 @@
 
 #include "config/experiment.h"
 #include "device.h"
+#include "model/positions.h"
 #include "plugin/services.h"
 #include "util/rng.h"
 
@@ -93,36 +94,17 @@ static const char *sb_text(const strbuf *b)
     return b->s ? b->s : "";
 }
 
-/* SplitMix64 over a counter, one stream per (seed, purpose). */
-typedef struct rng {
-    uint64_t state;
-} rng;
+/* The engine's SplitMix64 stream (util/rng.h), one per (seed, purpose, index). */
+typedef bk_rng rng;
 
 static rng rng_for(uint64_t seed, uint64_t purpose, uint64_t index)
 {
     return (rng){bk_derive_seed(seed, purpose, index)};
 }
 
-static uint64_t rng_next(rng *r)
+static double rng_sym(rng *r) /* (-1, 1] */
 {
-    r->state += 0x9E3779B97F4A7C15ull;
-    return bk_splitmix64(r->state);
-}
-
-static double rng_unit(rng *r) /* [0, 1) */
-{
-    return (double)(rng_next(r) >> 11) * 0x1.0p-53;
-}
-
-static double rng_sym(rng *r) /* [-1, 1) */
-{
-    return 2.0 * rng_unit(r) - 1.0;
-}
-
-static double rng_normal(rng *r)
-{
-    double u1 = 1.0 - rng_unit(r), u2 = rng_unit(r);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    return 2.0 * bk_rng_uniform(r) - 1.0;
 }
 
 /* Random purposes (the second argument of rng_for). */
@@ -707,7 +689,7 @@ static int random_params(const instance *in, uint64_t seed, char *why, size_t si
     rng r = rng_for(seed, R_PERTURB, 0);
     for (size_t i = 0; i < n_params(in); i++) {
         double t = in->theta[i];
-        in->theta[i] = (float)(t + (PERTURB_REL * fabs(t) + PERTURB_ABS) * rng_normal(&r));
+        in->theta[i] = (float)(t + (PERTURB_REL * fabs(t) + PERTURB_ABS) * bk_rng_normal(&r));
     }
     project(in, in->theta);
     return 0;
@@ -1163,7 +1145,7 @@ static size_t choose_entries(const float *analytic, size_t n, size_t cap, rng *r
     for (size_t i = 0; i < n; i++)
         order[i] = (int64_t)i;
     for (size_t i = n - 1; i > 0; i--) {
-        size_t j = (size_t)(rng_next(r) % (uint64_t)(i + 1));
+        size_t j = (size_t)(bk_rng_u64(r) % (uint64_t)(i + 1));
         int64_t tmp = order[i];
         order[i] = order[j];
         order[j] = tmp;
@@ -1209,8 +1191,8 @@ static void check_adds(const instance *in, const model_fn *m, const float *w, co
     char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
     rng r = rng_for(seed, R_START, 0);
     for (size_t i = 0; start && g1 && i < n; i++) {
-        double mag = (0.5 + 0.5 * rng_unit(&r)) * fmax(fabs((double)g0[i]), 1.0);
-        start[i] = (float)(rng_unit(&r) < 0.5 ? -mag : mag);
+        double mag = (0.5 + 0.5 * bk_rng_uniform(&r)) * fmax(fabs((double)g0[i]), 1.0);
+        start[i] = (float)(bk_rng_uniform(&r) < 0.5 ? -mag : mag);
         g1[i] = start[i];
     }
     if (!start || !g1)
@@ -1364,7 +1346,7 @@ static int32_t *embed_positions(int32_t L, int64_t count, int sequential, uint64
     int32_t *p = malloc((size_t)(count > 0 ? count : 1) * sizeof *p);
     rng r = rng_for(seed, R_POSITIONS, (uint64_t)count);
     for (int64_t n = 0; p && n < count; n++)
-        p[n] = sequential ? (int32_t)n : (int32_t)(rng_next(&r) % (uint64_t)L);
+        p[n] = sequential ? (int32_t)n : (int32_t)(bk_rng_u64(&r) % (uint64_t)L);
     return p;
 }
 
@@ -1414,8 +1396,8 @@ static void wild_params(float *theta, size_t n, uint64_t seed)
 {
     rng r = rng_for(seed, R_WILD, 0);
     for (size_t i = 0; i < n; i++) {
-        double mag = pow(10.0, WILD_MIN_EXP + (WILD_MAX_EXP - WILD_MIN_EXP) * rng_unit(&r));
-        double u = rng_unit(&r);
+        double mag = pow(10.0, WILD_MIN_EXP + (WILD_MAX_EXP - WILD_MIN_EXP) * bk_rng_uniform(&r));
+        double u = bk_rng_uniform(&r);
         theta[i] = u < 0.1 ? 0.0f : (float)(u < 0.55 ? -mag : mag);
     }
     if (n > 0)
@@ -1671,19 +1653,16 @@ static int check_segments(const instance *in, const char *label, const int32_t *
         snprintf(why, size, "segment() on %s failed: %s", label, pe.message[0] ? pe.message : "(no message)");
     else if (idx[n] != -7 || pos[n] != -7)
         snprintf(why, size, "segment() on %s wrote past the end of its %lld outputs", label, (long long)n);
-    else if (n > 0 && (idx[0] != 0 || pos[0] != 0))
-        snprintf(why, size, "segment() on %s: the first token has segment %d, position %d (expected 0, 0)", label,
-                 idx[0], pos[0]);
-    else
-        bad = 0;
-    for (int64_t k = 1; !bad && k < n; k++) {
-        int32_t step = idx[k] - idx[k - 1], want = step == 1 ? 0 : pos[k - 1] + 1;
-        if ((step != 0 && step != 1) || pos[k] != want) {
+    else {
+        int64_t k = bk_segments_first_violation(idx, pos, n);
+        bad = k >= 0;
+        if (k == 0)
+            snprintf(why, size, "segment() on %s: the first token has segment %d, position %d (expected 0, 0)",
+                     label, idx[0], pos[0]);
+        else if (k > 0)
             snprintf(why, size, "segment() on %s: token %lld has segment %d, position %d after segment %d, position "
                      "%d (segments must grow by 0 or 1; positions restart at 0 in a new segment, else grow by 1)",
                      label, (long long)k, idx[k], pos[k], idx[k - 1], pos[k - 1]);
-            bad = 1;
-        }
     }
     free(idx), free(pos);
     return bad;
@@ -1715,7 +1694,7 @@ static void unit_segment(checker *c, const void *arg)
     if (!bad) {
         rng r = rng_for(c->opt->seed, R_TOKENS, 0);
         for (int k = 0; k < 4096; k++)
-            tokens[k] = (int32_t)(rng_next(&r) % (uint64_t)V);
+            tokens[k] = (int32_t)(bk_rng_u64(&r) % (uint64_t)V);
         bad = check_segments(&in, "4096 random tokens", tokens, 4096, why, sizeof why);
     }
     if (bad)

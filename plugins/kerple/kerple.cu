@@ -4,6 +4,7 @@
 #include "kerple_cuda.h"
 #include "kerple_math.h"
 
+#include <biaskit/plugin_cuda.h>
 #include <cuda_runtime.h>
 
 #define KERPLE_THREADS 256
@@ -51,15 +52,10 @@ static __global__ void kerple_backward_kernel(int variant, const float *params, 
 extern "C" int bk_kerple_table_cuda(const biaskit_services *svc, int variant, int32_t heads, const float *params,
                                     int32_t distances, float *table, void *stream, biaskit_error *err)
 {
-    int blocks = (distances + KERPLE_THREADS - 1) / KERPLE_THREADS;
-    if (blocks > 1024)
-        blocks = 1024;
-    kerple_table_kernel<<<dim3((unsigned)blocks, (unsigned)heads), KERPLE_THREADS, 0, (cudaStream_t)stream>>>(
+    unsigned blocks = biaskit_cuda_blocks(distances, KERPLE_THREADS);
+    kerple_table_kernel<<<dim3(blocks, (unsigned)heads), KERPLE_THREADS, 0, (cudaStream_t)stream>>>(
         variant, params, heads, distances, table);
-    cudaError_t ce = cudaGetLastError();
-    if (ce != cudaSuccess)
-        return svc->error(err, BIASKIT_ERR_DEVICE, "launching the KERPLE table kernel: %s", cudaGetErrorString(ce));
-    return BIASKIT_OK;
+    return biaskit_cuda_launched(svc, "the KERPLE table kernel", err);
 }
 
 extern "C" int bk_kerple_table_backward_cuda(const biaskit_services *svc, int variant, int32_t heads,
@@ -68,34 +64,16 @@ extern "C" int bk_kerple_table_backward_cuda(const biaskit_services *svc, int va
 {
     kerple_backward_kernel<<<(unsigned)heads, KERPLE_THREADS, 0, (cudaStream_t)stream>>>(variant, params, heads,
                                                                                          distances, dtable, dtheta);
-    cudaError_t ce = cudaGetLastError();
-    if (ce != cudaSuccess)
-        return svc->error(err, BIASKIT_ERR_DEVICE, "launching the KERPLE gradient kernel: %s", cudaGetErrorString(ce));
-    return BIASKIT_OK;
+    return biaskit_cuda_launched(svc, "the KERPLE gradient kernel", err);
 }
 
 extern "C" int bk_kerple_upload(const biaskit_services *svc, const float *host, size_t count, float **device,
-                                void *stream, biaskit_error *err)
+                             void *stream, biaskit_error *err)
 {
-    if (*device)
-        return BIASKIT_OK;
-    float *dev = NULL;
-    cudaError_t ce = cudaMalloc((void **)&dev, sizeof(float) * count);
-    if (ce != cudaSuccess)
-        return svc->error(err, BIASKIT_ERR_DEVICE, "cudaMalloc of %zu KERPLE parameters: %s", count,
-                          cudaGetErrorString(ce));
-    ce = cudaMemcpyAsync(dev, host, sizeof(float) * count, cudaMemcpyHostToDevice, (cudaStream_t)stream);
-    if (ce != cudaSuccess) {
-        cudaFree(dev);
-        return svc->error(err, BIASKIT_ERR_DEVICE, "copying the fixed KERPLE parameters to the device: %s",
-                          cudaGetErrorString(ce));
-    }
-    *device = dev;
-    return BIASKIT_OK;
+    return biaskit_cuda_upload_once(svc, host, count, device, stream, "fixed KERPLE parameters", err);
 }
 
 extern "C" void bk_kerple_cuda_release(float *device)
 {
-    if (device)
-        cudaFree(device);
+    biaskit_cuda_free(device);
 }

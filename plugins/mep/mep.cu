@@ -4,6 +4,7 @@
 #include "mep_cuda.h"
 #include "mep_math.h"
 
+#include <biaskit/plugin_cuda.h>
 #include <cuda_runtime.h>
 
 #define MEP_THREADS 256
@@ -53,15 +54,10 @@ extern "C" int bk_mep_table_cuda(const biaskit_services *svc, const bk_mep_spec 
                                  const float *slopes, const float *theta, int32_t distances, float *table,
                                  void *stream, biaskit_error *err)
 {
-    int blocks = (distances + MEP_THREADS - 1) / MEP_THREADS;
-    if (blocks > 1024)
-        blocks = 1024;
-    mep_table_kernel<<<dim3((unsigned)blocks, (unsigned)heads), MEP_THREADS, 0, (cudaStream_t)stream>>>(
+    unsigned blocks = biaskit_cuda_blocks(distances, MEP_THREADS);
+    mep_table_kernel<<<dim3(blocks, (unsigned)heads), MEP_THREADS, 0, (cudaStream_t)stream>>>(
         *spec, slopes, theta, heads, distances, table);
-    cudaError_t ce = cudaGetLastError();
-    if (ce != cudaSuccess)
-        return svc->error(err, BIASKIT_ERR_DEVICE, "launching the MEP table kernel: %s", cudaGetErrorString(ce));
-    return BIASKIT_OK;
+    return biaskit_cuda_launched(svc, "the MEP table kernel", err);
 }
 
 extern "C" int bk_mep_table_backward_cuda(const biaskit_services *svc, const bk_mep_spec *spec, int32_t heads,
@@ -70,32 +66,16 @@ extern "C" int bk_mep_table_backward_cuda(const biaskit_services *svc, const bk_
 {
     mep_backward_kernel<<<(unsigned)heads, MEP_THREADS, 0, (cudaStream_t)stream>>>(*spec, slopes, theta, heads,
                                                                                    distances, dtable, dtheta);
-    cudaError_t ce = cudaGetLastError();
-    if (ce != cudaSuccess)
-        return svc->error(err, BIASKIT_ERR_DEVICE, "launching the MEP gradient kernel: %s", cudaGetErrorString(ce));
-    return BIASKIT_OK;
+    return biaskit_cuda_launched(svc, "the MEP gradient kernel", err);
 }
 
 extern "C" int bk_mep_upload(const biaskit_services *svc, const float *host, size_t count, float **device,
                              void *stream, biaskit_error *err)
 {
-    if (*device)
-        return BIASKIT_OK;
-    float *dev = NULL;
-    cudaError_t ce = cudaMalloc((void **)&dev, sizeof(float) * count);
-    if (ce != cudaSuccess)
-        return svc->error(err, BIASKIT_ERR_DEVICE, "cudaMalloc of %zu MEP slopes: %s", count, cudaGetErrorString(ce));
-    ce = cudaMemcpyAsync(dev, host, sizeof(float) * count, cudaMemcpyHostToDevice, (cudaStream_t)stream);
-    if (ce != cudaSuccess) {
-        cudaFree(dev);
-        return svc->error(err, BIASKIT_ERR_DEVICE, "copying the MEP slopes to the device: %s", cudaGetErrorString(ce));
-    }
-    *device = dev;
-    return BIASKIT_OK;
+    return biaskit_cuda_upload_once(svc, host, count, device, stream, "MEP slopes", err);
 }
 
 extern "C" void bk_mep_cuda_release(float *device)
 {
-    if (device)
-        cudaFree(device);
+    biaskit_cuda_free(device);
 }

@@ -3,6 +3,7 @@
 #include "qin_cuda.h"
 #include "qin_math.h"
 
+#include <biaskit/plugin_cuda.h>
 #include <cuda_runtime.h>
 
 #define QIN_THREADS 256
@@ -18,13 +19,8 @@ static __global__ void qin_table_kernel(int form, int32_t offset, int32_t distan
 extern "C" int bk_qin_table_cuda(const biaskit_services *svc, int form, int32_t offset, int32_t heads,
                                  int32_t distances, float *table, void *stream, biaskit_error *err)
 {
-    int blocks = (distances + QIN_THREADS - 1) / QIN_THREADS;
-    if (blocks > 1024)
-        blocks = 1024;
-    qin_table_kernel<<<dim3((unsigned)blocks, (unsigned)heads), QIN_THREADS, 0, (cudaStream_t)stream>>>(
+    unsigned blocks = biaskit_cuda_blocks(distances, QIN_THREADS);
+    qin_table_kernel<<<dim3(blocks, (unsigned)heads), QIN_THREADS, 0, (cudaStream_t)stream>>>(
         form, offset, distances, table);
-    cudaError_t ce = cudaGetLastError();
-    if (ce != cudaSuccess)
-        return svc->error(err, BIASKIT_ERR_DEVICE, "launching the qin table kernel: %s", cudaGetErrorString(ce));
-    return BIASKIT_OK;
+    return biaskit_cuda_launched(svc, "the qin table kernel", err);
 }

@@ -4,6 +4,7 @@
  * no atomics. */
 #include "t5_cuda.h"
 
+#include <biaskit/plugin_cuda.h>
 #include <cuda_runtime.h>
 
 #define T5_THREADS 256
@@ -48,15 +49,10 @@ static __global__ void t5_backward_kernel(bk_t5_shape s, int32_t distances, cons
 extern "C" int bk_t5_table_cuda(const biaskit_services *svc, bk_t5_shape shape, const float *theta,
                                 int32_t distances, float *table, void *stream, biaskit_error *err)
 {
-    int blocks = (distances + T5_THREADS - 1) / T5_THREADS;
-    if (blocks > 1024)
-        blocks = 1024;
-    t5_table_kernel<<<dim3((unsigned)blocks, (unsigned)shape.heads), T5_THREADS, 0, (cudaStream_t)stream>>>(
+    unsigned blocks = biaskit_cuda_blocks(distances, T5_THREADS);
+    t5_table_kernel<<<dim3(blocks, (unsigned)shape.heads), T5_THREADS, 0, (cudaStream_t)stream>>>(
         shape, theta, distances, table);
-    cudaError_t ce = cudaGetLastError();
-    if (ce != cudaSuccess)
-        return svc->error(err, BIASKIT_ERR_DEVICE, "launching the T5 table kernel: %s", cudaGetErrorString(ce));
-    return BIASKIT_OK;
+    return biaskit_cuda_launched(svc, "the T5 table kernel", err);
 }
 
 extern "C" int bk_t5_table_backward_cuda(const biaskit_services *svc, bk_t5_shape shape, int32_t distances,
@@ -64,8 +60,5 @@ extern "C" int bk_t5_table_backward_cuda(const biaskit_services *svc, bk_t5_shap
 {
     t5_backward_kernel<<<dim3((unsigned)shape.buckets, (unsigned)shape.heads), T5_THREADS, 0,
                          (cudaStream_t)stream>>>(shape, distances, dtable, dtheta);
-    cudaError_t ce = cudaGetLastError();
-    if (ce != cudaSuccess)
-        return svc->error(err, BIASKIT_ERR_DEVICE, "launching the T5 gradient kernel: %s", cudaGetErrorString(ce));
-    return BIASKIT_OK;
+    return biaskit_cuda_launched(svc, "the T5 gradient kernel", err);
 }
