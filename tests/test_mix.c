@@ -66,6 +66,33 @@ static void weight_completion(void **state)
     assert_message_has(err.message, "term 'b': weight -0.5 is negative");
 }
 
+/* A term of weight 0 whose table is far above the mixture (exp(T - M) overflows): forward leaves it
+ * out, and backward must too, instead of forming 0 * inf = NaN in its table gradient, and through the
+ * softmax backward in every learnable mixing parameter. */
+static void kernel_backward_with_zero_weight_is_finite(void **state)
+{
+    (void)state;
+    const float a[2] = {-1000.0f, -2.0f}, b[2] = {0.0f, 0.0f};
+    const float *tables[2] = {a, b};
+    const double w[2] = {1.0, 0.0};
+    float mixed[2], da[2] = {0, 0}, db[2] = {0, 0};
+    float *dtables[2] = {da, db};
+    const float dout[2] = {0.5f, -0.25f};
+    double dw[2] = {0, 0};
+    bk_mix_tables(BK_MIX_KERNEL, tables, w, 2, 2, mixed);
+    bk_mix_backward(BK_MIX_KERNEL, tables, w, 2, 2, mixed, dout, dtables, dw);
+    for (int k = 0; k < 2; k++) {
+        assert_float_equal(da[k], dout[k], 1e-6); /* M = T_a, so dM/dT_a = 1 */
+        assert_true(db[k] == 0.0f);
+    }
+    assert_true(isfinite(dw[0]) && isfinite(dw[1]));
+    assert_float_equal(dw[0], 0.5 - 0.25, 1e-6);
+    float dparams[2] = {0, 0};
+    bk_mix_params_backward(BK_MIX_KERNEL, w, dw, 2, dparams);
+    assert_true(isfinite(dparams[0]) && isfinite(dparams[1]));
+    assert_true(dparams[1] == 0.0f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -73,6 +100,7 @@ int main(void)
         cmocka_unit_test(kernel_mode_is_stable),
         cmocka_unit_test(kernel_mode_skips_zero_weights),
         cmocka_unit_test(weight_completion),
+        cmocka_unit_test(kernel_backward_with_zero_weight_is_finite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

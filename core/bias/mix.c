@@ -31,6 +31,11 @@ void bk_mix_backward(bk_mixing mode, const float *const *tables, const double *w
                      const float *mixed, const float *dout, float *const *dtables, double *dweights)
 {
     for (int t = 0; t < n_terms; t++) {
+        /* A kernel-mode term of weight 0 takes no part in M (see bk_mix_tables): its table gets no
+         * gradient, and dM/dw_t = exp(T_t - M) is left out too, since T_t - M may exceed the range of
+         * exp() and 0 * inf would poison the other terms' gradients through the softmax backward. */
+        if (mode == BK_MIX_KERNEL && !(weights[t] > 0.0))
+            continue;
         double dw = 0.0;
         for (size_t k = 0; k < n; k++) {
             double g = dout[k];
@@ -75,11 +80,15 @@ void bk_mix_params_backward(bk_mixing mode, const double *weights, const double 
             dparams[t] += (float)dweights[t];
         return;
     }
-    double mean = 0.0; /* softmax Jacobian: da_t = w_t (dw_t - sum_u w_u dw_u) */
+    /* softmax Jacobian: da_t = w_t (dw_t - sum_u w_u dw_u); a weight of exactly 0 (softmax underflow)
+     * contributes w_t dw_t -> 0, so it is skipped rather than multiplied into 0 * (a huge dw_t). */
+    double mean = 0.0;
     for (int t = 0; t < n; t++)
-        mean += weights[t] * dweights[t];
+        if (weights[t] > 0.0)
+            mean += weights[t] * dweights[t];
     for (int t = 0; t < n; t++)
-        dparams[t] += (float)(weights[t] * (dweights[t] - mean));
+        if (weights[t] > 0.0)
+            dparams[t] += (float)(weights[t] * (dweights[t] - mean));
 }
 
 int bk_mix_weights(bk_mixing mode, double *weights, const char *const *labels, int n, bk_error *err)

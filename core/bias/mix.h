@@ -17,7 +17,8 @@ void bk_mix_tables(bk_mixing mode, const float *const *tables, const double *wei
 /* Gradient of bk_mix_tables. Given dout = dL/dM (n values) and the forward's tables and output M:
  *   sum:    dL/dT_t += w_t dM,                 dL/dw_t += sum_k dM T_t
  *   kernel: dL/dT_t += dM w_t exp(T_t - M),    dL/dw_t += sum_k dM exp(T_t - M)
- * dtables[t] may be NULL (a term without parameters); dweights may be NULL. Sums are in double. */
+ * In kernel mode a term of weight 0 gets neither (it took no part in M). dtables[t] may be NULL (a
+ * term without parameters); dweights may be NULL. Sums are in double. */
 void bk_mix_backward(bk_mixing mode, const float *const *tables, const double *weights, int n_terms, size_t n,
                      const float *mixed, const float *dout, float *const *dtables, double *dweights);
 

@@ -37,16 +37,32 @@ void bk_adamw_free(bk_adamw *opt)
     memset(opt, 0, sizeof *opt);
 }
 
+/* The squared norm is summed in chunks of a fixed size, the chunks of a round in parallel, then the
+ * chunk sums in index order: the grouping of the additions depends on neither the thread count nor
+ * the order threads finish in (an OpenMP reduction(+) depends on both), so clipping — and with it
+ * every weight — is bit-identical however many threads run. */
+enum { NORM_CHUNK = 4096, NORM_ROUND = 256 };
+
 double bk_adamw_grad_norm(const bk_adamw *opt)
 {
     double total = 0.0;
     for (int i = 0; i < opt->n_groups; i++) {
         const bk_param_group *g = &opt->groups[i];
-        double part = 0.0;
-#pragma omp parallel for reduction(+ : part) schedule(static)
-        for (size_t k = 0; k < g->n; k++)
-            part += (double)g->grad[k] * g->grad[k];
-        total += part;
+        const size_t n_chunks = (g->n + NORM_CHUNK - 1) / NORM_CHUNK;
+        for (size_t first = 0; first < n_chunks; first += NORM_ROUND) {
+            double part[NORM_ROUND];
+            const int count = (int)(n_chunks - first < NORM_ROUND ? n_chunks - first : NORM_ROUND);
+#pragma omp parallel for schedule(static) if (count > 1)
+            for (int c = 0; c < count; c++) {
+                size_t lo = (first + (size_t)c) * NORM_CHUNK, hi = lo + NORM_CHUNK < g->n ? lo + NORM_CHUNK : g->n;
+                double sum = 0.0;
+                for (size_t k = lo; k < hi; k++)
+                    sum += (double)g->grad[k] * g->grad[k];
+                part[c] = sum;
+            }
+            for (int c = 0; c < count; c++)
+                total += part[c];
+        }
     }
     return sqrt(total);
 }
