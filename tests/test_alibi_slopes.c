@@ -1,5 +1,6 @@
-/* ALiBi's slopes against the reference get_slopes() values (anchors.md §4.2) and, for head counts
- * the anchors do not list, against the recursion written out independently here. */
+/* ALiBi's slopes against the reference get_slopes() values (the test vectors of
+ * plugins/alibi/README.md) and, for head counts not listed there, against the recursion written out
+ * independently here. */
 #include "test_util.h"
 
 #include "../plugins/alibi/alibi_math.h"
@@ -29,7 +30,7 @@ static void twelve_heads(void **state)
                              0.0078125, 0.00390625, 0.70710678, 0.35355339, 0.1767767, 0.08838835};
     double got[12];
     bk_alibi_slopes(12, got);
-    for (int h = 0; h < 12; h++) /* the anchors print 8 significant digits */
+    for (int h = 0; h < 12; h++) /* the test vectors have 8 significant digits */
         if (fabs(got[h] - want[h]) > 5e-9)
             fail_msg("n=12 head %d: got %.10g, want %.10g", h, got[h], want[h]);
 }

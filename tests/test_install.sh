@@ -3,6 +3,8 @@
 # file; the out-of-tree example plugin builds against the installed SDK only (a copy of its folder,
 # away from the source tree), both with CMake (find_package(biaskit)) and with pkg-config, the
 # installed biaskit loads it through BIASKIT_PLUGIN_PATH and by path, and `biaskit check` passes it.
+# The pkg-config build runs the very command lines of sdk/README.md (section "Build it"). With nvcc,
+# the CUDA kernels are built for sm_80 and sm_90 by default and for the project's choice otherwise.
 # usage: test_install.sh <build dir> <source dir>
 set -u
 build=$1 src=$2
@@ -38,6 +40,26 @@ rm -rf "$work/gaussian/build"
 check "example configures against the installed SDK" \
     cmake -S "$work/gaussian" -B "$work/gaussian/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_FLAGS="-Wall -Wextra -Werror"
 check "example builds" cmake --build "$work/gaussian/build"
+
+# CUDA architectures (when the example found nvcc): biaskit_add_plugin's default 80;90 replaces the
+# compiler's own default; an explicit CMAKE_CUDA_ARCHITECTURES or BIASKIT_CUDA_ARCHITECTURES wins.
+cuda_archs() { # the architectures a configured example build compiles its CUDA for, e.g. "sm_80 sm_90"
+    grep -ho 'sm_[0-9]*' "$1/CMakeFiles/biaskit_plugin_gaussian.dir/flags.make" 2>/dev/null | sort -u | paste -sd' '
+}
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    check "example builds its CUDA kernels (nvcc is present)" \
+        grep -q '^CUDA_FLAGS' "$work/gaussian/build/CMakeFiles/biaskit_plugin_gaussian.dir/flags.make"
+    archs=$(cuda_archs "$work/gaussian/build")
+    check "example's CUDA kernels default to sm_80 and sm_90 (got: $archs)" test "$archs" = "sm_80 sm_90"
+    cmake -S "$work/gaussian" -B "$work/arch" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CUDA_ARCHITECTURES=86 >/dev/null 2>&1
+    archs=$(cuda_archs "$work/arch")
+    check "an explicit CMAKE_CUDA_ARCHITECTURES=86 is respected (got: $archs)" test "$archs" = "sm_86"
+    cmake -S "$work/gaussian" -B "$work/arch" -DBIASKIT_CUDA_ARCHITECTURES=89 >/dev/null 2>&1
+    archs=$(cuda_archs "$work/arch")
+    check "BIASKIT_CUDA_ARCHITECTURES=89 wins (got: $archs)" test "$archs" = "sm_89"
+else
+    echo "skip: CUDA architectures (no nvcc)"
+fi
 check "example exports only the entry symbol" \
     bash -c "nm -D --defined-only '$work/gaussian/build/biaskit_gaussian.so' | awk '{print \$3}' | grep -v '^_' | grep -qx biaskit_plugin_entry && \
              [ \"\$(nm -D --defined-only '$work/gaussian/build/biaskit_gaussian.so' | awk '{print \$3}' | grep -v '^_' | wc -l)\" = 1 ]"
@@ -45,11 +67,17 @@ check "example is listed through BIASKIT_PLUGIN_PATH" \
     bash -c "BIASKIT_PLUGIN_PATH='$work/gaussian/build' '$prefix/bin/biaskit' plugins | grep -q '^gaussian '"
 check "example's table through the installed biaskit" \
     bash -c "cd '$work/gaussian' && BIASKIT_PLUGIN_PATH='$work/gaussian/build' '$prefix/bin/biaskit' bias gaussian.toml --length 4 --csv - | grep -q '^0,token,mixed,0,3,-2.25$'"
-check "example builds with pkg-config alone" \
-    bash -c "PKG_CONFIG_PATH='$prefix/lib/pkgconfig' cc -std=c11 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden \
-             \$(PKG_CONFIG_PATH='$prefix/lib/pkgconfig' pkg-config --cflags biaskit) '$work/gaussian/gaussian.c' -o '$work/biaskit_gaussian.so' -lm"
+# The guide's pkg-config lines, verbatim but for <prefix> and the plugin's name (mine -> gaussian),
+# run in a clean environment (no PKG_CONFIG_PATH of the caller's).
+guide=$(grep -E '^    (export PKG_CONFIG_PATH=|cc -std=c11 )' "$src/sdk/README.md" | sed -e 's/^    //' \
+        -e "s|<prefix>|$prefix|g" -e 's/mine/gaussian/g')
+check "sdk/README.md gives the pkg-config build (export PKG_CONFIG_PATH, cc ... -lm)" \
+    bash -c "printf '%s\n' \"\$1\" | grep -q '^export PKG_CONFIG_PATH=' && printf '%s\n' \"\$1\" | grep -q '^cc .* -lm\$'" _ "$guide"
+mkdir -p "$work/pc" && cp "$work/gaussian/gaussian.c" "$work/gaussian/gaussian_math.h" "$work/pc/"
+check "example builds with pkg-config alone, as sdk/README.md says" \
+    env -u PKG_CONFIG_PATH bash -c "cd '$work/pc' && set -e && $guide"
 check "pkg-config build loads by path" \
-    bash -c "'$prefix/bin/biaskit' plugins '$work/biaskit_gaussian.so' | grep -q '^gaussian '"
+    bash -c "'$prefix/bin/biaskit' plugins '$work/pc/biaskit_gaussian.so' | grep -q '^gaussian '"
 check "example passes biaskit check (by path)" \
     "$prefix/bin/biaskit" check "$work/gaussian/build/biaskit_gaussian.so"
 

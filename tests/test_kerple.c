@@ -1,5 +1,5 @@
 /* The KERPLE plugin: the formulas and derivatives of kerple_math.h against the check values of
- * kerple.md §2.2, and the plugin loaded through the engine: tables against an independent double
+ * plugins/kerple/README.md, and the plugin loaded through the engine: tables against an independent double
  * implementation, table_backward against central finite differences, initialisation, clamps,
  * frozen values (Qin et al.'s Type 1), rejected options and long tables. */
 #include "term_fixture.h"
@@ -21,7 +21,7 @@ static void expect_near(double got, double want, double rel, double abs_tol, con
         fail_msg("%s: got %.9g, want %.9g (rel %.3g)", what, got, want, fabs(got - want) / fmax(fabs(want), 1e-300));
 }
 
-/* ---- an independent double implementation (kerple.md §2.0), for references ---------------------- */
+/* ---- an independent double implementation (plugins/kerple/README.md), for references ------------- */
 
 static double ref_bias(int variant, const double *r, double d)
 {
@@ -32,7 +32,7 @@ static double ref_bias(int variant, const double *r, double d)
     }
 }
 
-/* ---- the math header against kerple.md §2.2 -------------------------------------------------------- */
+/* ---- the math header against the check values of plugins/kerple/README.md -------------------------- */
 
 static void log_check_values(void **state)
 {
@@ -121,7 +121,7 @@ static void zero_distance_is_finite(void **state)
     assert_true(g[0] == -1.0f);
 }
 
-/* Special cases of kerple.md §8.12: 3para-log with r3 = 1 is log; power with r2 = 1 is linear (ALiBi). */
+/* Special cases (plugins/kerple/README.md): 3para-log with r3 = 1 is log; power with r2 = 1 is linear (ALiBi). */
 static void special_cases(void **state)
 {
     (void)state;

@@ -1,5 +1,5 @@
 /* The MEP plugin through the engine: its tables against the paper's formulas written out in double
- * (parameter-free for 8 and 12 heads, parameterised), the long-range limits of mep.md, custom
+ * (parameter-free for 8 and 12 heads, parameterised), the long-range limits of plugins/mep/README.md, custom
  * mixtures, table_backward against central finite differences, init / clamps / tensors, rejected
  * options and tables at 65536 distances. */
 #include "term_fixture.h"
@@ -27,7 +27,7 @@ static void experiment(char *buf, size_t size, int heads, const char *options)
              options ? options : "");
 }
 
-/* ALiBi's slopes written out here (get_slopes; anchors.md §4.2), not taken from the plugin. */
+/* ALiBi's slopes written out here (get_slopes; plugins/alibi/README.md), not taken from the plugin. */
 static double slope_of(int heads, int h)
 {
     if (heads == 8)
@@ -121,7 +121,7 @@ static void parameterised_matches_the_formula(void **state)
     close_terms(&f);
 }
 
-/* mep.md: far away the parameter-free bias is ln(1/3) - s d / 2 (ALiBi at half slope), the
+/* plugins/mep/README.md: far away the parameter-free bias is ln(1/3) - s d / 2 (ALiBi at half slope), the
  * parameterised one KERPLE-log - ln 2. */
 static void long_range_limits(void **state)
 {

@@ -116,7 +116,7 @@ static void bipe_segmentation(void **state)
 {
     (void)state;
     int32_t idx[64], pos[64];
-    /* bipe.md §1.5: [A, B, '.', C, D, '\n', E] -> intra [0,1,2,0,1,2,0], seg [0,0,0,1,1,1,2] */
+    /* plugins/bipe/README.md: [A, B, '.', C, D, '\n', E] -> intra [0,1,2,0,1,2,0], seg [0,0,0,1,1,1,2] */
     segments_of("", "AB.CD\nE", idx, pos);
     expect_ints(idx, (const int32_t[]){0, 0, 0, 1, 1, 1, 2}, 7, "segment");
     expect_ints(pos, (const int32_t[]){0, 1, 2, 0, 1, 2, 0}, 7, "position");

@@ -115,7 +115,7 @@ static void series(void **state)
     }
     const double pi = 3.14159265358979323846;
     assert_float_equal(sums[0], pi * pi / 6 - 1.0 / (D + 0.5), 1e-5);     /* sum 1/(t+1)^2 */
-    assert_float_equal(sums[1], 2.2382, 1e-3);                          /* sum exp(-ln^2(t+1)), qin digest §5.5 */
+    assert_float_equal(sums[1], 2.2382, 1e-3);                          /* sum exp(-ln^2(t+1)), plugins/qin/README.md */
     assert_float_equal(sums[2], log((double)D) + 0.5772156649, 1e-4);   /* harmonic number H_D */
     assert_true(sums[3] > log(log(D + 1.0)) - log(log(3.0)));           /* sum 1/(n ln n) > ln ln(D+1) - ln ln 3 */
     free(row);

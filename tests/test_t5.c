@@ -1,4 +1,4 @@
-/* The t5 plugin: HF T5 bucketing against the test vectors of anchors.md §4.5 and kerple.md §3.2, the
+/* The t5 plugin: HF T5 bucketing against the test vectors of plugins/t5/README.md, the
  * table after param_init, the gradient (naive scatter, central finite differences, determinism), the
  * initialisation, bad options, and long tables. The plugin is loaded through the engine. */
 #include "term_fixture.h"
@@ -35,7 +35,7 @@ static double lcg(uint64_t *state)
 static void causal_test_vectors(void **state)
 {
     (void)state;
-    /* anchors.md §4.5 and kerple.md §3.2: causal, 32 buckets, max_distance 128, distance -> bucket */
+    /* plugins/t5/README.md, test vectors: causal, 32 buckets, max_distance 128, distance -> bucket */
     static const int32_t v[][2] = {{0, 0},    {1, 1},    {15, 15},  {16, 16},  {17, 16},  {18, 16},   {19, 17},
                                    {20, 17},  {22, 18},  {23, 18},  {24, 19},  {25, 19},  {32, 21},   {45, 23},
                                    {64, 26},  {90, 29},  {100, 30}, {127, 31}, {128, 31}, {1000, 31}};
@@ -54,7 +54,7 @@ static void causal_test_vectors(void **state)
 static void bidirectional_test_vectors(void **state)
 {
     (void)state;
-    /* anchors.md §4.5 / kerple.md §3.2: bidirectional, 32 buckets, 128, (key - query) -> bucket */
+    /* plugins/t5/README.md, test vectors: bidirectional, 32 buckets, 128, (key - query) -> bucket */
     static const int32_t v[][2] = {{-200, 15}, {-128, 15}, {-8, 8},  {-1, 1},   {0, 0},    {1, 17},
                                    {7, 23},    {8, 24},    {12, 25}, {127, 31}, {500, 31}};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
@@ -71,7 +71,7 @@ static void bidirectional_test_vectors(void **state)
 static void first_distance_of_each_bucket(void **state)
 {
     (void)state;
-    /* kerple.md §3.2: 0..16 -> buckets 0..16, then the first distance of buckets 17..31 */
+    /* plugins/t5/README.md: 0..16 -> buckets 0..16, then the first distance of buckets 17..31 */
     int32_t first[32];
     for (int b = 0; b <= 16; b++)
         first[b] = b;

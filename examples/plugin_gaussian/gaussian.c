@@ -3,7 +3,12 @@
  *
  * Options:
  *   init_width  initial w_h of every head (> 0)
- *   learnable   false: w is fixed at init_width (the plugin then has no parameters) */
+ *   learnable   false: w is fixed at init_width (the plugin then has no parameters)
+ *
+ * A learnable plugin reads its values from theta, which the engine owns on the host and, for the CUDA
+ * hooks, on the device. A frozen plugin (theta = NULL) keeps its fixed values itself: here `frozen`,
+ * and in CUDA builds a device copy made once by biaskit_cuda_upload_once() (gaussian.cu), freed in
+ * destroy(). */
 #include "gaussian_math.h"
 #ifdef BIASKIT_WITH_CUDA
 #include "gaussian_cuda.h"
@@ -17,6 +22,8 @@ typedef struct gaussian {
     int32_t heads;
     double init_width;
     int learnable;
+    float *frozen;        /* learnable = false: the fixed width of each head (host) */
+    float *device_frozen; /* its device copy, made on the first table_cuda() call (CUDA builds) */
 } gaussian;
 
 static const biaskit_option options[] = {
@@ -27,16 +34,24 @@ static const biaskit_option options[] = {
 static int create(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo, void **out,
                   biaskit_error *err)
 {
-    gaussian g = {svc, geo->n_heads, 0.0, 1};
+    gaussian g = {svc, geo->n_heads, 0.0, 1, NULL, NULL};
     int rc;
     if ((rc = svc->get_double(cfg, "init_width", &g.init_width, err)) ||
         (rc = svc->get_bool(cfg, "learnable", &g.learnable, err)))
         return rc;
     if (!isfinite(g.init_width) || g.init_width <= 0.0)
         return svc->config_error(cfg, "init_width", err, "expected a finite width > 0, got %g", g.init_width);
+    if (!g.learnable) {
+        if (g.heads > 0 && !(g.frozen = malloc(sizeof *g.frozen * (size_t)g.heads)))
+            return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory for %d widths", (int)g.heads);
+        for (int32_t h = 0; h < g.heads; h++)
+            g.frozen[h] = (float)g.init_width;
+    }
     gaussian *inst = malloc(sizeof *inst);
-    if (!inst)
+    if (!inst) {
+        free(g.frozen);
         return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory");
+    }
     *inst = g;
     *out = inst;
     return BIASKIT_OK;
@@ -44,7 +59,12 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
 
 static void destroy(void *inst)
 {
-    free(inst);
+    gaussian *g = inst;
+#ifdef BIASKIT_WITH_CUDA
+    gaussian_cuda_release(g->device_frozen);
+#endif
+    free(g->frozen);
+    free(g);
 }
 
 static int64_t param_count(const void *inst)
@@ -83,7 +103,7 @@ static int32_t param_tensors(const void *inst, biaskit_tensor_info *out, int32_t
 
 static float width_of(const gaussian *g, const float *theta, int32_t h)
 {
-    return g->learnable ? theta[h] : (float)g->init_width;
+    return g->learnable ? theta[h] : g->frozen[h];
 }
 
 static int table(const void *inst, const float *theta, int32_t distances, float *out, biaskit_error *err)
@@ -119,12 +139,11 @@ static int table_backward(const void *inst, const float *theta, int32_t distance
 static int table_cuda(const void *inst, const float *theta, int32_t distances, float *out, void *stream,
                       biaskit_error *err)
 {
-    const gaussian *g = inst;
+    gaussian *g = (gaussian *)inst; /* device_frozen is a cache the first call fills */
     if (distances <= 0)
         return g->svc->error(err, BIASKIT_ERR_INVALID, "distances must be positive, got %d", (int)distances);
-    /* fixed widths are not in theta: the kernel takes the one width by value */
-    return gaussian_table_cuda(g->svc, g->heads, g->learnable ? theta : NULL, (float)g->init_width, distances, out,
-                               stream, err);
+    return gaussian_table_cuda(g->svc, g->heads, g->learnable ? theta : NULL, g->frozen, &g->device_frozen, distances,
+                               out, stream, err);
 }
 
 static int table_backward_cuda(const void *inst, const float *theta, int32_t distances, const float *dtable,

@@ -4,7 +4,7 @@
  *   variant = "power"      T_h(d) = -r1_h d^r2_h  (0 < r2 <= 2)    theta = r1 (H), r2 (H)
  *   variant = "3para-log"  T_h(d) = -r1_h ln(1 + r2_h d^r3_h)     theta = r1 (H), r2 (H), r3 (H)
  *
- * Initialisation and clamps follow the official code (kerple.md §2.1): amplitudes and exponents
+ * Initialisation and clamps follow the official code (README.md, Parameters): amplitudes and exponents
  * ~ U(0,2) (power amplitude ~ U(0,1)), log scales ~ U(0,1); every parameter >= 0.01 and exponents <= 2,
  * enforced by param_project() after every optimizer step.
  *

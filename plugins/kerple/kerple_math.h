@@ -9,7 +9,7 @@
  *   power      T(d) = -r1 * d^r2                      r1 > 0, 0 < r2 <= 2
  *   3para-log  T(d) = -r1 * ln(1 + r2 * d^r3)         r1, r2 > 0, 0 < r3 <= 2
  *
- * and their partial derivatives (kerple.md §2.2). The terms d^p * ln(d) tend to 0 as d -> 0 for
+ * and their partial derivatives (README.md, Formulas). The terms d^p * ln(d) tend to 0 as d -> 0 for
  * p > 0; they are written as exactly 0 at d = 0 (never 0 * -inf = NaN). All functions take fp32
  * parameters and an integer distance and return fp32; callers accumulate gradients in double. */
 #ifndef BIASKIT_KERPLE_MATH_H

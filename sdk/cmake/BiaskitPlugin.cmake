@@ -11,6 +11,26 @@
 # plugin is host-only and the engine runs its host functions.
 # Installed (unless NO_INSTALL) into INSTALL_DESTINATION, default lib/biaskit/plugins under the
 # install prefix, where the engine looks for plugins.
+#
+# CUDA architectures: the kernels are built for 80;90 (Ampere and Hopper, as the engine) unless the
+# project chose: BIASKIT_CUDA_ARCHITECTURES, when set, always wins (e.g. -DBIASKIT_CUDA_ARCHITECTURES=86);
+# otherwise an explicit CMAKE_CUDA_ARCHITECTURES (-D on the command line, set() in the project, or the
+# CUDAARCHS environment variable) is respected. Only the value CMake fills in by itself when nothing
+# was chosen (the oldest architecture the compiler supports, e.g. sm_75 for CUDA 13) is replaced.
+
+# TRUE in `out` when the project chose its CUDA architectures, FALSE when CMAKE_CUDA_ARCHITECTURES
+# holds the default enable_language(CUDA) filled in (a cache entry with CMake's own help string).
+function(_biaskit_cuda_architectures_chosen out)
+  set(chosen TRUE)
+  get_property(help CACHE CMAKE_CUDA_ARCHITECTURES PROPERTY HELPSTRING)
+  get_property(cached CACHE CMAKE_CUDA_ARCHITECTURES PROPERTY VALUE)
+  if(NOT DEFINED ENV{CUDAARCHS} AND help STREQUAL "CUDA architectures"
+     AND "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL "${cached}")
+    set(chosen FALSE)
+  endif()
+  set(${out} ${chosen} PARENT_SCOPE)
+endfunction()
+
 function(biaskit_add_plugin name)
   cmake_parse_arguments(ARG "NO_INSTALL" "OUTPUT_DIRECTORY;INSTALL_DESTINATION" "SOURCES;CUDA_SOURCES" ${ARGN})
   if(NOT ARG_SOURCES)
@@ -45,6 +65,14 @@ function(biaskit_add_plugin name)
       target_sources(${target} PRIVATE ${ARG_CUDA_SOURCES})
       target_compile_definitions(${target} PRIVATE BIASKIT_WITH_CUDA=1)
       set_target_properties(${target} PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
+      _biaskit_cuda_architectures_chosen(_biaskit_chosen)
+      if(DEFINED BIASKIT_CUDA_ARCHITECTURES)
+        set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${BIASKIT_CUDA_ARCHITECTURES}")
+      elseif(NOT _biaskit_chosen)
+        set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "80;90")
+      endif()
+      get_target_property(_biaskit_archs ${target} CUDA_ARCHITECTURES)
+      message(STATUS "biaskit plugin ${name}: CUDA architectures ${_biaskit_archs}")
     else()
       message(STATUS "biaskit plugin ${name}: CUDA not enabled in this project, building host code only")
     endif()

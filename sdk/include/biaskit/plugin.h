@@ -8,7 +8,8 @@
  * its options from the experiment file, logging, reporting errors) arrives as a table of function
  * pointers, `biaskit_services`, handed to create().
  *
- * The math contract (DESIGN.md §2). For query token i and key token j <= i of head h,
+ * The math contract (docs/design.md §2 in the biaskit sources). For query token i and key token
+ * j <= i of head h,
  *
  *     score[h,i,j] = q_i . k_j / sqrt(d_head) + Bias[h, i, j]
  *     Bias[h,i,j]  = mix over terms t of T_t[h, p_t(i) - p_t(j)]
@@ -229,7 +230,9 @@ enum {
  *  - `inst` is what create() returned. Calls on one instance are not made concurrently.
  *  - `theta` is the plugin's parameter vector (param_count floats), owned by the engine, which
  *    trains it, checkpoints it and, for per-layer terms, keeps one copy per layer. A plugin with no
- *    parameters gets theta = NULL.
+ *    parameters gets theta = NULL (host and CUDA variants alike): its fixed values are its own, kept
+ *    in the instance, with a device copy for the CUDA variants (biaskit_cuda_upload_once() in
+ *    <biaskit/plugin_cuda.h>).
  *  - Gradients accumulate: backward functions add (+=) into their output.
  *  - Return BIASKIT_OK or an error code with `err` filled (see biaskit_error).
  *  - The CUDA variants take device pointers and a cudaStream_t passed as void*; they must only
@@ -275,8 +278,12 @@ typedef struct biaskit_plugin {
     int (*table_backward_cuda)(const void *inst, const float *theta, int32_t distances,
                                const float *dtable, float *dtheta, void *stream, biaskit_error *err);
 
-    /* BIASKIT_CAP_SEGMENT. For `count` tokens of one sequence, write each token's segment index
-     * (0-based, non-decreasing) and its position inside its segment (0-based). */
+    /* BIASKIT_CAP_SEGMENT. For `count` tokens of one sequence, write each token's segment index and
+     * its position inside its segment. The engine checks every row and rejects, naming the plugin and
+     * the first bad token, anything but: token 0 is segment 0, position 0; after that each segment
+     * index equals the previous one or exceeds it by exactly 1 (no gaps, never decreasing), and the
+     * position is 0 when the index stepped up, else the previous position + 1. Every sequence the
+     * engine hands over (a training window, an evaluation chunk) starts segment 0 afresh. */
     int (*segment)(const void *inst, const int32_t *tokens, int64_t count, int32_t *segment_index,
                    int32_t *segment_position, biaskit_error *err);
 
