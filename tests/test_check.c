@@ -1,9 +1,9 @@
-/* biaskit check (core/plugin/check.c): it passes real plugins, and on each deliberately broken test
+/* biaskit check (core/check/): it passes real plugins, and on each deliberately broken test
  * plugin (tests/plugins/checkbad.c) it fails exactly the check that plugin breaks and passes the
  * others; crashes, hangs and exit() inside a plugin are reported and the checks go on. */
 #include "test_util.h"
 
-#include "plugin/check.h"
+#include "check/check.h"
 
 #include <stdlib.h>
 
@@ -312,6 +312,30 @@ static void load_failure_is_one_fail(void **state)
     free(r);
 }
 
+/* The check and the loader read a descriptor with one validator: a capability bit this engine does
+ * not know fails the load, with the loader's message, instead of loading and failing one item. */
+static void unknown_capability_bits_fail_the_load(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_futurecap.so");
+    assert_int_equal(r->n, 1);
+    expect_item(r, "load", BK_CHECK_FAIL, "biaskit_futurecap.so' (futurecap): declares capability bits 0x200 that "
+                                          "this biaskit does not know");
+    free(r);
+}
+
+/* create() returning BIASKIT_OK without an instance is a broken create(), not a pass. */
+static void create_without_an_instance_fails(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_nullinst.so");
+    expect_item(r, "create", BK_CHECK_FAIL, "plugin 'nullinst' ('");
+    expect_item(r, "create", BK_CHECK_FAIL, "create() returned BIASKIT_OK but no instance");
+    expect_item(r, "geometry", BK_CHECK_FAIL, "returned BIASKIT_OK but no instance");
+    expect_item(r, "remaining", BK_CHECK_SKIP, NULL);
+    free(r);
+}
+
 static void bad_options_are_usage_errors(void **state)
 {
     (void)state;
@@ -357,6 +381,8 @@ int main(void)
         cmocka_unit_test(hang_is_stopped_by_the_time_limit),
         cmocka_unit_test(exit_in_a_plugin_is_reported),
         cmocka_unit_test(load_failure_is_one_fail),
+        cmocka_unit_test(unknown_capability_bits_fail_the_load),
+        cmocka_unit_test(create_without_an_instance_fails),
         cmocka_unit_test(bad_options_are_usage_errors),
         cmocka_unit_test(set_options_reach_create),
     };

@@ -1,7 +1,8 @@
-/* The plugin host: discovery, loading, and every rejection with its message (DESIGN.md §3). */
+/* The plugin host: discovery, loading, and every rejection with its message (docs/design.md §5). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "test_util.h"
 
+#include "plugin/descriptor.h"
 #include "plugin/host.h"
 
 #include <stdlib.h>
@@ -101,6 +102,145 @@ static void rejects_non_elf(void **state)
     expect_rejected("biaskit_junk.so", "cannot load plugin");
 }
 
+/* A capability bit from a newer SDK: refused with the file and the bits, not silently ignored. */
+static void rejects_unknown_capability_bits(void **state)
+{
+    (void)state;
+    expect_rejected("biaskit_futurecap.so", "(futurecap): declares capability bits 0x200 that this biaskit does not know");
+}
+
+/* The validator on descriptors built here: what the loader refuses and what it only flags. */
+typedef struct seen {
+    int refused, flawed;
+    char first[512];
+    bk_descriptor_part first_part;
+} seen;
+
+static void record_seen(void *ctx, bk_descriptor_part part, bk_descriptor_severity severity, const char *text)
+{
+    seen *s = ctx;
+    if (!s->refused && !s->flawed) {
+        snprintf(s->first, sizeof s->first, "%s", text);
+        s->first_part = part;
+    }
+    s->refused += severity == BK_DESCRIPTOR_REFUSED;
+    s->flawed += severity == BK_DESCRIPTOR_FLAWED;
+}
+
+static int dummy_create(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo,
+                        void **out, biaskit_error *err)
+{
+    (void)svc, (void)cfg, (void)geo, (void)err;
+    *out = NULL;
+    return BIASKIT_OK;
+}
+
+static void dummy_destroy(void *inst)
+{
+    (void)inst;
+}
+
+static int dummy_table(const void *inst, const float *theta, int32_t distances, float *out, biaskit_error *err)
+{
+    (void)inst, (void)theta, (void)distances, (void)out, (void)err;
+    return BIASKIT_OK;
+}
+
+static int dummy_rotary(const void *inst, float *inv_freq, biaskit_error *err)
+{
+    (void)inst, (void)inv_freq, (void)err;
+    return BIASKIT_OK;
+}
+
+static biaskit_plugin valid_descriptor(void)
+{
+    return (biaskit_plugin){.struct_size = sizeof(biaskit_plugin), .abi_version = BIASKIT_ABI_VERSION,
+                            .name = "ok", .version = "1", .summary = "fine", .capabilities = BIASKIT_CAP_TABLE,
+                            .create = dummy_create, .destroy = dummy_destroy, .table = dummy_table};
+}
+
+static seen problems_of(const biaskit_plugin *d)
+{
+    seen s = {0};
+    int refused = bk_descriptor_problems(d, record_seen, &s);
+    assert_int_equal(refused, s.refused);
+    return s;
+}
+
+static void descriptor_validator_refuses_what_the_engine_cannot_honour(void **state)
+{
+    (void)state;
+    biaskit_plugin d = valid_descriptor();
+    seen s = problems_of(&d);
+    assert_int_equal(s.refused + s.flawed, 0);
+
+    d.capabilities = BIASKIT_CAP_TABLE | (1u << 31);
+    s = problems_of(&d);
+    assert_int_equal(s.refused, 1);
+    assert_int_equal(s.first_part, BK_DESCRIPTOR_CAPABILITIES);
+    assert_message_has(s.first, "declares capability bits 0x80000000 that this biaskit does not know");
+
+    d.capabilities = BIASKIT_CAP_TABLE | BIASKIT_CAP_WEIGHT; /* reserved, not in ABI 1 */
+    s = problems_of(&d);
+    assert_int_equal(s.refused, 1);
+    assert_message_has(s.first, "BIASKIT_CAP_WEIGHT, which is reserved and not part of ABI 1");
+
+    d = valid_descriptor();
+    d.flags = BIASKIT_FLAG_PER_LAYER | (1u << 4);
+    s = problems_of(&d);
+    assert_int_equal(s.refused, 1);
+    assert_message_has(s.first, "declares flag bits 0x10 that this biaskit does not know");
+
+    d = valid_descriptor();
+    d.capabilities = BIASKIT_CAP_TABLE | BIASKIT_CAP_ROTARY; /* no rotary_frequencies */
+    s = problems_of(&d);
+    assert_int_equal(s.refused, 1);
+    assert_message_has(s.first, "declares the rotary capability but has no rotary_frequencies function");
+}
+
+static void descriptor_validator_only_flags_what_the_engine_tolerates(void **state)
+{
+    (void)state;
+    biaskit_plugin d = valid_descriptor();
+    d.summary = "two\nlines";
+    d.rotary_frequencies = dummy_rotary; /* without the rotary capability: never called */
+    seen s = problems_of(&d);
+    assert_int_equal(s.refused, 0);
+    assert_int_equal(s.flawed, 2);
+    assert_int_equal(s.first_part, BK_DESCRIPTOR_FIELDS);
+    assert_message_has(s.first, "summary must be a non-empty one-line string");
+}
+
+/* A descriptor of another ABI: one problem, and nothing else of it is read. */
+static void descriptor_validator_stops_at_a_foreign_abi(void **state)
+{
+    (void)state;
+    biaskit_plugin d = valid_descriptor();
+    d.abi_version = BIASKIT_ABI_VERSION + 1;
+    d.name = NULL;
+    d.capabilities = 1u << 30;
+    seen s = problems_of(&d);
+    assert_int_equal(s.refused, 1);
+    assert_int_equal(s.flawed, 0);
+    assert_message_has(s.first, "ABI version mismatch");
+}
+
+/* create() said OK without an instance: the one check every caller of create() makes. */
+static void null_instance_is_named(void **state)
+{
+    (void)state;
+    bk_registry reg;
+    bk_error err;
+    assert_int_equal(bk_registry_init_dirs(&reg, test_dirs, 1, &err), BK_OK);
+    const bk_plugin *p;
+    assert_int_equal(bk_registry_load_file(&reg, BK_TEST_PLUGINS_DIR "/biaskit_nullinst.so", &p, &err), BK_OK);
+    assert_int_equal(bk_plugin_check_created(p, p, &err), BK_OK);
+    assert_int_equal(bk_plugin_check_created(p, NULL, &err), BK_ERR_PLUGIN);
+    assert_message_has(err.message, "plugin 'nullinst' ('" BK_TEST_PLUGINS_DIR "/biaskit_nullinst.so'): create() "
+                                    "returned BIASKIT_OK but no instance");
+    bk_registry_free(&reg);
+}
+
 static void rejects_duplicate_name(void **state)
 {
     (void)state;
@@ -131,19 +271,23 @@ static void rejects_name_that_differs_from_file(void **state)
 
 typedef struct problems {
     int count;
-    int noentry, futureabi, tiny, nocreate, junk, shadowed;
+    int noentry, futureabi, tiny, nocreate, junk, futurecap, shadowed;
 } problems;
 
-static void record_problem(void *ctx, const char *path, const char *message)
+static void record_problem(void *ctx, bk_scan_problem kind, const char *path, const char *message)
 {
     problems *p = ctx;
     p->count++;
-    p->noentry += strstr(path, "noentry") && strstr(message, "no entry symbol");
-    p->futureabi += strstr(path, "futureabi") && strstr(message, "ABI version mismatch");
-    p->tiny += strstr(path, "tiny") && strstr(message, "descriptor is 16 bytes");
-    p->nocreate += strstr(path, "nocreate") && strstr(message, "create");
-    p->junk += strstr(path, "junk") && strstr(message, "cannot load");
-    p->shadowed += strstr(path, "dupalibi") && strstr(message, "shadowed");
+    p->noentry += kind == BK_SCAN_REJECTED && strstr(path, "noentry") && strstr(message, "no entry symbol");
+    p->futureabi += kind == BK_SCAN_REJECTED && strstr(path, "futureabi") && strstr(message, "ABI version mismatch");
+    p->tiny += kind == BK_SCAN_REJECTED && strstr(path, "tiny") && strstr(message, "descriptor is 16 bytes");
+    p->nocreate += kind == BK_SCAN_REJECTED && strstr(path, "nocreate") && strstr(message, "create");
+    p->junk += kind == BK_SCAN_REJECTED && strstr(path, "junk") && strstr(message, "cannot load");
+    p->futurecap += kind == BK_SCAN_REJECTED && strstr(path, "futurecap") && strstr(message, "capability bits 0x200");
+    /* a shadow names both files: the one skipped and the one that wins */
+    p->shadowed += kind == BK_SCAN_SHADOWED && strstr(path, "dupalibi") &&
+                   strstr(message, BK_TEST_PLUGINS_DIR "/biaskit_dupalibi.so' (plugin 'alibi') is shadowed by '") &&
+                   strstr(message, BK_TEST_PLUGIN_DIR "/biaskit_alibi.so', earlier in the search path");
 }
 
 static void scan_registers_good_and_reports_bad(void **state)
@@ -165,8 +309,25 @@ static void scan_registers_good_and_reports_bad(void **state)
     assert_int_equal(pr.tiny, 1);
     assert_int_equal(pr.nocreate, 1);
     assert_int_equal(pr.junk, 1);
+    assert_int_equal(pr.futurecap, 1);
     assert_int_equal(pr.shadowed, 1);
-    assert_int_equal(pr.count, 6);
+    assert_int_equal(pr.count, 7);
+    assert_null(bk_registry_find(&reg, "futurecap"));
+    bk_registry_free(&reg);
+}
+
+/* The same directory twice, and the same file by another path: one plugin each, nothing shadowed. */
+static void scan_same_file_twice_is_no_shadow(void **state)
+{
+    (void)state;
+    bk_registry reg;
+    bk_error err;
+    const char *dirs[] = {BK_TEST_PLUGIN_DIR, BK_TEST_PLUGIN_DIR "/.", BK_TEST_PLUGIN_DIR};
+    assert_int_equal(bk_registry_init_dirs(&reg, dirs, 3, &err), BK_OK);
+    problems pr = {0};
+    size_t n = bk_registry_scan(&reg, record_problem, &pr);
+    assert_true(n >= 1);
+    assert_int_equal(pr.count, 0);
     bk_registry_free(&reg);
 }
 
@@ -198,9 +359,15 @@ int main(void)
         cmocka_unit_test(rejects_small_descriptor),
         cmocka_unit_test(rejects_missing_create),
         cmocka_unit_test(rejects_non_elf),
+        cmocka_unit_test(rejects_unknown_capability_bits),
+        cmocka_unit_test(descriptor_validator_refuses_what_the_engine_cannot_honour),
+        cmocka_unit_test(descriptor_validator_only_flags_what_the_engine_tolerates),
+        cmocka_unit_test(descriptor_validator_stops_at_a_foreign_abi),
+        cmocka_unit_test(null_instance_is_named),
         cmocka_unit_test(rejects_duplicate_name),
         cmocka_unit_test(rejects_name_that_differs_from_file),
         cmocka_unit_test(scan_registers_good_and_reports_bad),
+        cmocka_unit_test(scan_same_file_twice_is_no_shadow),
         cmocka_unit_test(search_path_from_environment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,7 @@
-/* biaskit check: the conformance checks of one plugin (core/plugin/check.h), one line per check. */
+/* biaskit check: the conformance checks of one plugin (core/check/check.h), one line per check. */
+#include "check/check.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "plugin/check.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -13,7 +13,9 @@ static const char help[] =
     "                     [--set KEY=VALUE]... [--distances D] [--seeds N] [--timeout S]\n\n"
     "Conformance checks for plugin authors. Loads the plugin (a name on the search path, or a path to\n"
     "its .so) and prints one line per check, PASS, FAIL or SKIP, then 'N passed, N failed, N skipped':\n\n"
-    "  descriptor     ABI, name/version/summary, capabilities vs function pointers, option declarations\n"
+    "  descriptor     ABI, name/version/summary, capabilities vs function pointers, option declarations,\n"
+    "                 by the loader's own rules: what the engine refuses (capability or flag bits it does\n"
+    "                 not know, a capability without its function, ...) fails the load, with its message\n"
     "  create         create() with the default configuration; with 0 heads, 1 head, an odd d_head; and\n"
     "                 with bad values of every option (numbers -1, 0, +-1e30, nan, +-inf; strings \"\" and\n"
     "                 \"no-such-value\"; arrays empty, of 1 and n_heads+1 values, negative, huge, nan):\n"

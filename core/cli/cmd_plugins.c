@@ -15,14 +15,26 @@ static const char help[] =
     "file): name, version, file, capabilities, reference, learnable parameters and every option with\n"
     "its type, default and meaning. Files that are not valid plugins are reported on stderr.\n\n"
     "Search path: $BIASKIT_PLUGIN_PATH (colon-separated), <prefix>/lib/biaskit/plugins of this\n"
-    "executable, then the build directory. The first plugin of a name wins.\n";
+    "executable, then the build directory. The first plugin of a name wins; a later file of the same\n"
+    "name is noted on stderr as shadowed, with the file that wins.\n";
 
-static void on_problem(void *ctx, const char *path, const char *message)
+typedef struct scan_counts {
+    int rejected, shadowed;
+} scan_counts;
+
+/* A rejected file is a warning; a shadowed one is a note (an installed biaskit also searches the build
+ * directory it came from, whose plugins its own install directory shadows). */
+static void on_problem(void *ctx, bk_scan_problem kind, const char *path, const char *message)
 {
-    (void)path;
-    int *problems = ctx;
-    (*problems)++;
-    fprintf(stderr, "biaskit: warning: skipped: %s\n", message);
+    (void)path; /* every message names its file */
+    scan_counts *counts = ctx;
+    if (kind == BK_SCAN_SHADOWED) {
+        counts->shadowed++;
+        fprintf(stderr, "biaskit: note: %s\n", message);
+    } else {
+        counts->rejected++;
+        fprintf(stderr, "biaskit: warning: skipped: %s\n", message);
+    }
 }
 
 static void print_default(const biaskit_option *o)
@@ -57,11 +69,21 @@ static void print_parameters(const bk_plugin *p)
         printf("  parameters:   (default options need more: %s)\n", pe.message);
         return;
     }
+    if (bk_plugin_check_created(p, inst, &e)) {
+        printf("  parameters:   (create() with the default options: %s)\n", e.message);
+        return;
+    }
     int64_t count = d->param_count ? d->param_count(inst) : 0;
-    printf("  parameters:   %lld learnable for 8 heads, %s", (long long)count,
-           d->flags & BIASKIT_FLAG_PER_LAYER ? "per layer by default" : "shared across layers by default");
+    if (count == 0)
+        printf("  parameters:   none with the default options");
+    else if (d->capabilities & BIASKIT_CAP_TABLE)
+        printf("  parameters:   %lld learnable for 8 heads, %s", (long long)count,
+               d->flags & BIASKIT_FLAG_PER_LAYER ? "per layer by default" : "shared across layers by default");
+    else /* an embedding or a rotation acts once, so the engine keeps one copy (core/bias/terms.c) */
+        printf("  parameters:   %lld learnable for 8 heads, one copy (the term acts once, not per layer)",
+               (long long)count);
     biaskit_tensor_info tensors[16];
-    int32_t n = d->param_tensors ? d->param_tensors(inst, tensors, 16) : 0;
+    int32_t n = count > 0 && d->param_tensors ? d->param_tensors(inst, tensors, 16) : 0;
     for (int32_t i = 0; i < n && i < 16; i++)
         printf("%s %s[%dx%d]", i ? "," : ":", tensors[i].name, tensors[i].rows, tensors[i].cols);
     printf("\n");
@@ -120,7 +142,8 @@ int bk_cmd_plugins(int argc, char **argv)
     for (size_t i = 0; i < reg.n_search_dirs; i++)
         printf("  %zu. %s\n", i + 1, reg.search_dirs[i]);
 
-    int problems = 0, status = 0;
+    scan_counts problems = {0, 0};
+    int status = 0;
     if (args.n_positional == 0) {
         bk_registry_scan(&reg, on_problem, &problems);
     } else {
@@ -135,8 +158,10 @@ int bk_cmd_plugins(int argc, char **argv)
     if (reg.count == 0 && status == 0)
         printf("\nno plugins found\n");
     printf("\n%zu plugin%s", reg.count, reg.count == 1 ? "" : "s");
-    if (problems)
-        printf(", %d file%s skipped (see above)", problems, problems == 1 ? "" : "s");
+    if (problems.rejected)
+        printf(", %d file%s skipped (see above)", problems.rejected, problems.rejected == 1 ? "" : "s");
+    if (problems.shadowed)
+        printf(", %d shadowed (see above)", problems.shadowed);
     printf("\n");
     bk_registry_free(&reg);
     return status;

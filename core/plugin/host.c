@@ -1,7 +1,8 @@
 #define _GNU_SOURCE /* realpath, strdup, dladdr */
 #include "plugin/host.h"
 
-#include "config/experiment.h"
+#include "plugin/descriptor.h"
+#include "util/path.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -62,6 +63,9 @@ int bk_registry_init(bk_registry *reg, bk_error *err)
             rc = add_dir(reg, dir, err);
         free(copy);
     }
+    /* An installed binary searches its own install tree only: the build directory it was compiled in
+     * holds the same plugins and would shadow-report every one of them. */
+    int installed = 0;
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (!rc && n > 0) {
@@ -72,11 +76,13 @@ int bk_registry_init(bk_registry *reg, bk_error *err)
             char dir[PATH_MAX + 64];
             snprintf(dir, sizeof dir, "%s/../%s", exe, BK_INSTALL_PLUGIN_SUBDIR);
             char canon[PATH_MAX];
-            if (realpath(dir, canon))
+            if (realpath(dir, canon)) {
+                installed = 1;
                 rc = add_dir(reg, canon, err);
+            }
         }
     }
-    if (!rc)
+    if (!rc && !installed)
         rc = add_dir(reg, BK_BUILD_PLUGIN_DIR, err);
     if (rc)
         bk_registry_free(reg);
@@ -114,77 +120,42 @@ const bk_plugin *bk_registry_find(const bk_registry *reg, const char *name)
     return NULL;
 }
 
-static int valid_identifier(const char *s, int allow_dash)
+int bk_plugin_check_created(const bk_plugin *p, const void *instance, bk_error *err)
 {
-    if (!s || !*s)
-        return 0;
-    for (; *s; s++) {
-        char c = *s;
-        int ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || (allow_dash && c == '-');
-        if (!ok)
-            return 0;
-    }
-    return 1;
+    if (instance)
+        return BK_OK;
+    return bk_fail(err, BK_ERR_PLUGIN,
+                   "plugin '%s' ('%s'): create() returned BIASKIT_OK but no instance (*out is NULL); create() must "
+                   "set *out to its instance or fail with a message",
+                   p->desc->name, p->path);
 }
 
-/* Everything the host relies on in a descriptor, checked once at load time. */
+/* The first problem that makes the loader refuse a descriptor (plugin/descriptor.h). */
+typedef struct refusal {
+    char text[BK_ERROR_MESSAGE_MAX / 2];
+    int found;
+} refusal;
+
+static void keep_first_refusal(void *ctx, bk_descriptor_part part, bk_descriptor_severity severity, const char *text)
+{
+    (void)part;
+    refusal *r = ctx;
+    if (severity == BK_DESCRIPTOR_REFUSED && !r->found++)
+        snprintf(r->text, sizeof r->text, "%s", text);
+}
+
+/* Everything the host relies on in a descriptor, checked once at load time by the validator that
+ * `biaskit check` reports from; the message names the file, and the plugin when its name is valid. */
 static int check_descriptor(const biaskit_plugin *d, const char *path, bk_error *err)
 {
-    if (d->struct_size < BIASKIT_PLUGIN_V1_SIZE)
-        return bk_fail(err, BK_ERR_PLUGIN,
-                       "plugin '%s': descriptor is %u bytes, ABI %u needs at least %zu; rebuild it against this SDK",
-                       path, d->struct_size, BIASKIT_ABI_VERSION, (size_t)BIASKIT_PLUGIN_V1_SIZE);
-    if (d->abi_version != BIASKIT_ABI_VERSION)
-        return bk_fail(err, BK_ERR_PLUGIN,
-                       "plugin '%s': ABI version mismatch: built for ABI %u, this biaskit loads ABI %u; rebuild it against this SDK",
-                       path, d->abi_version, BIASKIT_ABI_VERSION);
-    if (!valid_identifier(d->name, 1))
-        return bk_fail(err, BK_ERR_PLUGIN,
-                       "plugin '%s': descriptor name '%s' is not valid (expected lower-case letters, digits, '_' or '-')",
-                       path, d->name ? d->name : "(null)");
-    if (!d->version || !d->summary)
-        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): descriptor lacks %s", path, d->name,
-                       !d->version ? "a version string" : "a summary");
-    if (!d->create || !d->destroy)
-        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): descriptor lacks the %s function", path,
-                       d->name, !d->create ? "create" : "destroy");
-    if ((d->capabilities & BIASKIT_CAP_TABLE) && !d->table)
-        return bk_fail(err, BK_ERR_PLUGIN,
-                       "plugin '%s' (%s): declares the table capability but has no table function", path, d->name);
-    if ((d->capabilities & BIASKIT_CAP_SEGMENT) && !d->segment)
-        return bk_fail(err, BK_ERR_PLUGIN,
-                       "plugin '%s' (%s): declares the segment capability but has no segment function", path, d->name);
-    if ((d->capabilities & BIASKIT_CAP_EMBED) && !d->embed)
-        return bk_fail(err, BK_ERR_PLUGIN,
-                       "plugin '%s' (%s): declares the embed capability but has no embed function", path, d->name);
-    if ((d->capabilities & BIASKIT_CAP_ROTARY) && !d->rotary_frequencies)
-        return bk_fail(err, BK_ERR_PLUGIN,
-                       "plugin '%s' (%s): declares the rotary capability but has no rotary_frequencies function",
-                       path, d->name);
-    if (d->param_count && !d->param_init)
-        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): has param_count but no param_init", path, d->name);
-    if (d->n_options && !d->options)
-        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): n_options is %u but options is NULL", path,
-                       d->name, d->n_options);
-    for (uint32_t i = 0; i < d->n_options; i++) {
-        const biaskit_option *o = &d->options[i];
-        if (!valid_identifier(o->name, 0))
-            return bk_fail(err, BK_ERR_PLUGIN,
-                           "plugin '%s' (%s): option #%u has an invalid name '%s' (expected [a-z0-9_]+)", path,
-                           d->name, i, o->name ? o->name : "(null)");
-        if (bk_term_key_is_reserved(o->name))
-            return bk_fail(err, BK_ERR_PLUGIN,
-                           "plugin '%s' (%s): option '%s' collides with an engine term key (%s)", path, d->name,
-                           o->name, BK_TERM_KEYS_TEXT);
-        if (o->type < BIASKIT_OPT_BOOL || o->type > BIASKIT_OPT_STRING_ARRAY)
-            return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): option '%s' has unknown type %d", path,
-                           d->name, o->name, (int)o->type);
-        for (uint32_t j = 0; j < i; j++)
-            if (strcmp(d->options[j].name, o->name) == 0)
-                return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): option '%s' is declared twice", path,
-                               d->name, o->name);
-    }
-    return BK_OK;
+    refusal r = {0};
+    if (bk_descriptor_problems(d, keep_first_refusal, &r) == 0)
+        return BK_OK;
+    int named = d->struct_size >= BIASKIT_PLUGIN_V1_SIZE && d->abi_version == BIASKIT_ABI_VERSION &&
+                bk_descriptor_identifier(d->name, 1);
+    if (named)
+        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): %s", path, d->name, r.text);
+    return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s': %s", path, r.text);
 }
 
 static int register_plugin(bk_registry *reg, bk_plugin *p, bk_error *err)
@@ -201,16 +172,21 @@ static int register_plugin(bk_registry *reg, bk_plugin *p, bk_error *err)
     return BK_OK;
 }
 
-/* Loads one file; *duplicate is set when the only problem is that its name is already taken. */
-static int load_file(bk_registry *reg, const char *path, const bk_plugin **out, int *duplicate,
+/* Loads one file; *same_name is set when the only problem is that its name is already taken, by
+ * that plugin. A file already registered, by this path or another (a symlink, a hard link, a
+ * directory listed twice), is the same plugin: its entry is returned, and dlopen() would return the
+ * same library anyway. */
+static int load_file(bk_registry *reg, const char *path, const bk_plugin **out, const bk_plugin **same_name,
                      bk_error *err)
 {
-    *duplicate = 0;
+    *same_name = NULL;
     char canon[PATH_MAX];
-    if (!realpath(path, canon))
+    struct stat st;
+    if (!realpath(path, canon) || stat(canon, &st) != 0)
         return bk_fail(err, BK_ERR_PLUGIN, "plugin file '%s' not found: %s", path, strerror(errno));
     for (size_t i = 0; i < reg->count; i++)
-        if (strcmp(reg->plugins[i]->path, canon) == 0) {
+        if (strcmp(reg->plugins[i]->path, canon) == 0 ||
+            (reg->plugins[i]->file_dev == st.st_dev && reg->plugins[i]->file_ino == st.st_ino)) {
             *out = reg->plugins[i];
             return BK_OK;
         }
@@ -238,7 +214,7 @@ static int load_file(bk_registry *reg, const char *path, const bk_plugin **out, 
     if (!rc) {
         const bk_plugin *same = bk_registry_find(reg, desc->name);
         if (same) {
-            *duplicate = 1;
+            *same_name = same;
             rc = bk_fail(err, BK_ERR_PLUGIN,
                          "plugin '%s': duplicate name '%s', already loaded from '%s'", canon, desc->name,
                          same->path);
@@ -256,6 +232,8 @@ static int load_file(bk_registry *reg, const char *path, const bk_plugin **out, 
     }
     p->desc = desc;
     p->handle = handle;
+    p->file_dev = st.st_dev;
+    p->file_ino = st.st_ino;
     if ((rc = register_plugin(reg, p, err))) {
         plugin_free(p);
         return rc;
@@ -266,8 +244,8 @@ static int load_file(bk_registry *reg, const char *path, const bk_plugin **out, 
 
 int bk_registry_load_file(bk_registry *reg, const char *path, const bk_plugin **out, bk_error *err)
 {
-    int duplicate;
-    return load_file(reg, path, out, &duplicate, err);
+    const bk_plugin *same_name;
+    return load_file(reg, path, out, &same_name, err);
 }
 
 static int names_a_path(const char *s)
@@ -284,9 +262,12 @@ static int file_exists(const char *path)
 
 int bk_registry_load(bk_registry *reg, const char *name_or_path, const bk_plugin **out, bk_error *err)
 {
-    if (names_a_path(name_or_path))
-        return bk_registry_load_file(reg, name_or_path, out, err);
-    if (!valid_identifier(name_or_path, 1))
+    if (names_a_path(name_or_path)) {
+        char path[PATH_MAX];
+        int rc = bk_path_resolve(reg->relative_to, name_or_path, path, sizeof path, err);
+        return rc ? rc : bk_registry_load_file(reg, path, out, err);
+    }
+    if (!bk_descriptor_identifier(name_or_path, 1))
         return bk_fail(err, BK_ERR_PLUGIN,
                        "'%s' is neither a plugin name (lower-case letters, digits, '_', '-') nor a path to a .so",
                        name_or_path);
@@ -352,15 +333,19 @@ size_t bk_registry_scan(bk_registry *reg, bk_scan_problem_fn on_problem, void *c
             char path[PATH_MAX];
             snprintf(path, sizeof path, "%s/%s", reg->search_dirs[i], files[k]);
             free(files[k]);
-            const bk_plugin *p;
+            const bk_plugin *p, *winner;
             bk_error e;
-            int duplicate;
-            if (load_file(reg, path, &p, &duplicate, &e) && on_problem) {
-                if (duplicate)
-                    on_problem(ctx, path, "shadowed by a plugin of the same name earlier in the search path");
-                else
-                    on_problem(ctx, path, e.message);
+            if (!load_file(reg, path, &p, &winner, &e) || !on_problem)
+                continue;
+            if (!winner) {
+                on_problem(ctx, BK_SCAN_REJECTED, path, e.message);
+                continue;
             }
+            char canon[PATH_MAX], message[2 * PATH_MAX + 256];
+            const char *shown = realpath(path, canon) ? canon : path;
+            snprintf(message, sizeof message, "'%s' (plugin '%s') is shadowed by '%s', earlier in the search path",
+                     shown, winner->desc->name, winner->path);
+            on_problem(ctx, BK_SCAN_SHADOWED, shown, message);
         }
         free(files);
     }

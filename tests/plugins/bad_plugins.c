@@ -1,5 +1,7 @@
 /* Broken plugins for the loader's rejection tests. Compiled once per BAD_KIND, each into its own
- * shared object; every one must be refused with a message naming the file and the reason. */
+ * shared object; every one must be refused with a message naming the file and the reason: by the
+ * loader (kinds 1-5, 7), or, for the one whose descriptor is fine but whose create() breaks its
+ * contract (kind 6), when the engine creates an instance. */
 #include <biaskit/plugin.h>
 
 #include <stddef.h>
@@ -45,12 +47,20 @@ static const biaskit_plugin descriptor = {
 #endif
 #if BAD_KIND == 5 /* a valid plugin that claims a name already taken by a built-in */
     .name = "alibi",
+#elif BAD_KIND == 6 /* create() says BIASKIT_OK but returns no instance */
+    .name = "nullinst",
+#elif BAD_KIND == 7 /* a capability bit from a newer SDK that this engine does not know */
+    .name = "futurecap",
 #else
     .name = "bad",
 #endif
     .version = "0",
     .summary = "broken on purpose",
+#if BAD_KIND == 7
+    .capabilities = BIASKIT_CAP_TABLE | (1u << 9),
+#else
     .capabilities = BIASKIT_CAP_TABLE,
+#endif
 #if BAD_KIND != 4 /* no create() */
     .create = create,
 #endif

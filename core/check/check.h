@@ -2,7 +2,7 @@
  * with it. The plugin is loaded through a registry, then every check reports one item (PASS, FAIL or
  * SKIP with a one-line text) through a callback; nothing is printed and nothing exits here.
  *
- * What is checked (docs: sdk/README.md, "Check your plugin"):
+ * What is checked (docs: sdk/README.md, "6. Check it"):
  *   load, descriptor, capabilities, options    the descriptor, without calling the plugin
  *   create, parameters                         create() with the default configuration (+ --set)
  *   geometry, option:NAME                      create() with bad geometries and bad option values:
@@ -23,9 +23,14 @@
  *
  * Every call into the plugin runs in a fork()ed child process, so a crash (signal), a hang (time
  * limit) or an exit() inside the plugin is reported as a FAIL of the check that ran it and the
- * remaining checks go on. */
-#ifndef BK_PLUGIN_CHECK_H
-#define BK_PLUGIN_CHECK_H
+ * remaining checks go on.
+ *
+ * The files of core/check/: harness.c (report lines, child processes), descriptor.c (the descriptor,
+ * through the loader's own validator, plugin/descriptor.h), instance.c (instances and wrapped
+ * calls), contracts.c (create, tables, project, determinism, segment, embed, rotary), gradient.c
+ * (finite differences), probes.c (bad options and geometries), cuda.c, and check.c (this API). */
+#ifndef BK_CHECK_CHECK_H
+#define BK_CHECK_CHECK_H
 
 #include "plugin/host.h"
 #include "util/error.h"

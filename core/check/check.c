@@ -1,0 +1,161 @@
+/* biaskit check (check/check.h): the options, the default configuration, and the order in which
+ * the checks run. */
+#include "check/internal.h"
+
+#include "config/experiment.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void bk_check_options_default(bk_check_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->layers = 2;
+    opt->heads = 12;
+    opt->dim = 192;
+    opt->vocab = 256;
+    opt->length = 128;
+    opt->max_distances = 65536;
+    opt->n_seeds = 3;
+    opt->seed = 20240611;
+    opt->timeout_s = 60;
+}
+
+static int usage_error(bk_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(bk_error *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    bk_vfail(err, BK_ERR_USAGE, fmt, ap);
+    va_end(ap);
+    return BK_ERR_USAGE;
+}
+
+/* An error of reading the configuration, as a usage error naming the command. */
+static int as_usage_error(bk_error *err)
+{
+    bk_error_prefix(err, "biaskit check: ");
+    err->code = BK_ERR_USAGE;
+    return BK_ERR_USAGE;
+}
+
+static int check_options_valid(const bk_check_options *o, bk_error *err)
+{
+    if (o->max_distances < 1 || o->n_seeds < 1 || o->timeout_s < 1)
+        return usage_error(err, "biaskit check: distances, seeds and time limit must be positive (got %d, %d, %u)",
+                           o->max_distances, o->n_seeds, o->timeout_s);
+    for (size_t i = 0; i < o->n_sets; i++) {
+        const char *eq = strchr(o->sets[i], '=');
+        if (!eq || eq == o->sets[i])
+            return usage_error(err, "--set '%s': expected KEY=VALUE, KEY one of the plugin's options", o->sets[i]);
+    }
+    return BK_OK;
+}
+
+/* The default configuration: an experiment with the geometry and one [[term]] carrying the --set
+ * options, checked against the plugin's declarations like any experiment file. */
+static int open_config(checker *c, bk_error *err)
+{
+    const bk_check_options *o = c->opt;
+    strbuf text = {0};
+    ck_sb_printf(&text, "[model]\nlayers = %d\nheads = %d\ndim = %d\nvocab = %d\n[train]\nlength = %d\n[[term]]\n"
+                 "plugin = \"%s\"\n", o->layers, o->heads, o->dim, o->vocab, o->length, c->d->name);
+    c->exp_text = text.s;
+    c->overrides = calloc(o->n_sets + 1, sizeof *c->overrides);
+    if (!c->exp_text || !c->overrides)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < o->n_sets; i++) {
+        strbuf b = {0};
+        ck_sb_printf(&b, "term.0.%s", o->sets[i]);
+        if (!(c->overrides[c->n_overrides++] = b.s))
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory");
+    }
+    int rc = bk_experiment_parse(c->exp_text, "(biaskit check)", (const char *const *)c->overrides, c->n_overrides,
+                                 &c->exp, err);
+    if (rc)
+        return as_usage_error(err);
+    c->have_exp = 1;
+    char label[128];
+    snprintf(label, sizeof label, "[[term]] (%s)", c->d->name);
+    if (bk_config_view_init(&c->view, c->d, c->exp.terms[0].table, c->exp.terms[0].pos, label, err))
+        return as_usage_error(err);
+    c->geo = (biaskit_geometry){sizeof(biaskit_geometry), o->layers, o->heads, o->dim, o->dim / o->heads, o->vocab,
+                                o->length};
+    return BK_OK;
+}
+
+static void close_config(checker *c)
+{
+    if (c->have_exp)
+        bk_experiment_free(&c->exp);
+    for (size_t i = 0; i < c->n_overrides; i++)
+        free(c->overrides[i]);
+    free(c->overrides);
+    free(c->exp_text);
+}
+
+typedef struct unit {
+    const char *id, *what;
+    uint32_t needs; /* a capability, or 0 */
+    child_fn fn;
+} unit;
+
+static const unit units[] = {
+    {"table-finite", "table checks", BIASKIT_CAP_TABLE, ck_unit_tables},
+    {"table-gradient", "table gradient", BIASKIT_CAP_TABLE, ck_unit_table_gradient},
+    {"embed", "embed checks", BIASKIT_CAP_EMBED, ck_unit_embed},
+    {"embed-gradient", "embed gradient", BIASKIT_CAP_EMBED, ck_unit_embed_gradient},
+    {"segment", "segment checks", BIASKIT_CAP_SEGMENT, ck_unit_segment},
+    {"rotary", "rotary checks", BIASKIT_CAP_ROTARY, ck_unit_rotary},
+    {"project", "project checks", 0, ck_unit_project},
+    {"determinism", "determinism checks", 0, ck_unit_determinism},
+    {"cuda-table", "CUDA checks", BIASKIT_CAP_TABLE, ck_unit_cuda},
+};
+
+static int run_checks(checker *c, bk_error *err)
+{
+    int rc, created = 0;
+    if ((rc = ck_run_unit(c, "create", "create() with the default configuration", ck_unit_create, NULL, &created, err)))
+        return rc;
+    if ((rc = ck_probe_geometries(c, err)))
+        return rc;
+    for (uint32_t i = 0; i < c->d->n_options && !rc; i++)
+        rc = ck_probe_option(c, &c->d->options[i], err);
+    if (rc)
+        return rc;
+    if (!created) {
+        ck_item(c, BK_CHECK_SKIP, "remaining", "tables, gradients, project, determinism and CUDA: create() with the "
+                "default configuration failed");
+        return BK_OK;
+    }
+    for (size_t i = 0; i < sizeof units / sizeof units[0] && !rc; i++)
+        if (!units[i].needs || (c->d->capabilities & units[i].needs))
+            rc = ck_run_unit(c, units[i].id, units[i].what, units[i].fn, NULL, NULL, err);
+    return rc;
+}
+
+int bk_check_plugin(bk_registry *reg, const char *name_or_path, const bk_check_options *opt,
+                    bk_check_report_fn report, void *ctx, bk_check_counts *counts, bk_error *err)
+{
+    memset(counts, 0, sizeof *counts);
+    int rc = check_options_valid(opt, err);
+    if (rc)
+        return rc;
+    checker c = {.opt = opt, .report = report, .ctx = ctx, .counts = counts, .out_fd = -1};
+    bk_error load_err;
+    if (bk_registry_load(reg, name_or_path, &c.plugin, &load_err)) {
+        ck_item(&c, BK_CHECK_FAIL, "load", "%s", load_err.message);
+        return BK_OK;
+    }
+    c.d = c.plugin->desc;
+    if ((rc = open_config(&c, err)) == BK_OK) { /* a bad --set is reported before any check */
+        ck_item(&c, BK_CHECK_PASS, "load", "loads: %s %s from %s (ABI %u, descriptor %u bytes)", c.d->name,
+                c.d->version, c.plugin->path, c.d->abi_version, c.d->struct_size);
+        ck_check_descriptor(&c);
+        rc = run_checks(&c, err);
+    }
+    close_config(&c);
+    return rc;
+}

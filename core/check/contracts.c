@@ -1,0 +1,616 @@
+/* biaskit check: the contracts of the plugin's functions, each unit in its own child process
+ * (check/harness.c): create() with the default configuration and its parameters, finite tables that
+ * do not depend on how many distances were asked for, project(), determinism, and the segment,
+ * embed and rotary contracts. The gradients are in check/gradient.c, CUDA in check/cuda.c. */
+#include "check/internal.h"
+
+#include "model/positions.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PREFIX_TOLERANCE 1e-6    /* the table at D distances vs the first D of the longest table */
+#define EMBED_ADD_TOLERANCE 1e-6 /* embed into a non-zero start: start + embedding, relative */
+#define WILD_MIN_EXP (-3)        /* wild parameters for project(): random sign, 10^U(-3, 6) */
+#define WILD_MAX_EXP 6
+
+static int32_t table_heads(const checker *c)
+{
+    return c->geo.n_heads;
+}
+
+/* ---- create() with the default configuration ---------------------------------------------------- */
+
+static void check_tensors(checker *c, const instance *in)
+{
+    const biaskit_plugin *d = c->d;
+    if (in->n_params == 0) {
+        ck_item(c, BK_CHECK_PASS, "parameters", "no learnable parameters with the default configuration");
+        return;
+    }
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 64];
+    if (ck_init_params(in, NULL, c->opt->seed, why, sizeof why)) {
+        ck_item(c, BK_CHECK_FAIL, "parameters", "%lld parameters: %s", (long long)in->n_params, why);
+        return;
+    }
+    if (!d->param_tensors) {
+        ck_item(c, BK_CHECK_PASS, "parameters", "%lld learnable parameters, param_init works (no param_tensors: entries "
+                "are called theta[i])", (long long)in->n_params);
+        return;
+    }
+    biaskit_tensor_info probe = {"(untouched)", -7, -7, -7};
+    ck_stage(c, "param_tensors()");
+    int32_t n = d->param_tensors(in->inst, &probe, 0);
+    strbuf bad = {0}, list = {0};
+    if (probe.offset != -7)
+        ck_sb_printf(&bad, "; param_tensors(capacity 0) wrote an entry");
+    biaskit_tensor_info *t = n > 0 ? calloc((size_t)n, sizeof *t) : NULL;
+    if (n < 0 || (n > 0 && !t))
+        ck_sb_printf(&bad, "; param_tensors() returned %d", n);
+    int32_t again = t ? d->param_tensors(in->inst, t, n) : 0;
+    if (t && again != n)
+        ck_sb_printf(&bad, "; param_tensors() returned %d, then %d", n, again);
+    int64_t covered = 0;
+    for (int32_t k = 0; t && k < n; k++) {
+        int64_t len = (int64_t)t[k].rows * t[k].cols;
+        if (!t[k].name || !*t[k].name || t[k].rows < 1 || t[k].cols < 1 || t[k].offset < 0 ||
+            t[k].offset + len > in->n_params)
+            ck_sb_printf(&bad, "; tensor #%d (%s) offset %lld, %dx%d is not inside theta (%lld values)", k,
+                         t[k].name ? t[k].name : "no name", (long long)t[k].offset, t[k].rows, t[k].cols,
+                         (long long)in->n_params);
+        for (int32_t j = 0; j < k; j++) {
+            if (t[j].name && t[k].name && strcmp(t[j].name, t[k].name) == 0)
+                ck_sb_printf(&bad, "; tensor name '%s' is used twice", t[k].name);
+            int64_t jl = (int64_t)t[j].rows * t[j].cols;
+            if (t[k].offset < t[j].offset + jl && t[j].offset < t[k].offset + len)
+                ck_sb_printf(&bad, "; tensors '%s' and '%s' overlap", t[j].name ? t[j].name : "?",
+                             t[k].name ? t[k].name : "?");
+        }
+        covered += len;
+        ck_sb_printf(&list, "%s%s[%dx%d]", k ? ", " : "", t[k].name ? t[k].name : "?", t[k].rows, t[k].cols);
+    }
+    if (t && !bad.len && covered != in->n_params)
+        ck_sb_printf(&bad, "; the tensors cover %lld of the %lld parameters", (long long)covered, (long long)in->n_params);
+    if (bad.len)
+        ck_item(c, BK_CHECK_FAIL, "parameters", "%lld parameters: %s", (long long)in->n_params, bad.s + 2);
+    else
+        ck_item(c, BK_CHECK_PASS, "parameters", "%lld learnable parameters (%s), param_init works",
+                (long long)in->n_params, ck_sb_text(&list));
+    free(t);
+    free(bad.s);
+    free(list.s);
+}
+
+void ck_unit_create(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    const biaskit_geometry *g = &c->geo;
+    char config[160];
+    snprintf(config, sizeof config, "%d layers, %d heads, d_model %d, d_head %d, vocab %d, train_length %d%s",
+             g->n_layers, g->n_heads, g->d_model, g->d_head, g->vocab_size, g->train_length,
+             c->opt->n_sets ? ", with --set options" : "");
+    if (ck_instance_create(c, &c->view, g, &in, why, sizeof why)) {
+        ck_item(c, BK_CHECK_FAIL, "create", "create() with the default configuration (%s): %s", config, why);
+        return;
+    }
+    ck_item(c, BK_CHECK_PASS, "create", "create() with the default configuration (%s)", config);
+    check_tensors(c, &in);
+    ck_instance_close(&in);
+}
+
+/* ---- tables ------------------------------------------------------------------------------------- */
+
+static void check_table_prefixes(checker *c, const instance *in, const float *longest, int32_t longest_d)
+{
+    int32_t L = c->geo.train_length;
+    int32_t lengths[] = {1, 2, 7, L, L + 1, 1000};
+    int32_t H = table_heads(c);
+    strbuf done = {0};
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    float *t = ck_guarded_alloc((size_t)H * (size_t)(L + 1 > 1000 ? L + 1 : 1000));
+    for (size_t k = 0; t && k < sizeof lengths / sizeof lengths[0]; k++) {
+        int32_t D = lengths[k];
+        if (D > longest_d || (k > 0 && D == lengths[k - 1]))
+            continue;
+        model_fn m = {FN_TABLE, D, NULL, 0};
+        if (ck_forward_finite(in, &m, in->theta, t, why, sizeof why)) {
+            ck_item(c, BK_CHECK_FAIL, "table-prefix", "table with %d distances: %s", D, why);
+            free(t), free(done.s);
+            return;
+        }
+        for (int32_t h = 0; h < H; h++)
+            for (int32_t d = 0; d < D; d++) {
+                double a = t[(size_t)h * (size_t)D + (size_t)d], b = longest[(size_t)h * (size_t)longest_d + (size_t)d];
+                if (fabs(a - b) > PREFIX_TOLERANCE * fmax(fabs(a), fabs(b))) {
+                    ck_item(c, BK_CHECK_FAIL, "table-prefix",
+                            "T[h][d] depends on the number of distances asked for: head %d, distance %d is %.9g with %d "
+                            "distances and %.9g with %d (T must be a function of theta only; tolerance %g relative)",
+                            h, d, a, D, b, longest_d, PREFIX_TOLERANCE);
+                    free(t), free(done.s);
+                    return;
+                }
+            }
+        ck_sb_printf(&done, "%s%d", done.len ? ", " : "", D);
+    }
+    if (!t)
+        ck_item(c, BK_CHECK_FAIL, "table-prefix", "out of memory for the table comparison");
+    else
+        ck_item(c, BK_CHECK_PASS, "table-prefix",
+                "tables with %s distances equal the first entries of the %d-distance table (within %g relative)",
+                ck_sb_text(&done), longest_d, PREFIX_TOLERANCE);
+    free(t);
+    free(done.s);
+}
+
+static void check_random_tables(checker *c, instance *in, float *t, int32_t D)
+{
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    if (in->n_params == 0) {
+        ck_item(c, BK_CHECK_SKIP, "table-random", "table with random parameters: no parameters");
+        return;
+    }
+    for (int s = 0; s < c->opt->n_seeds; s++) {
+        model_fn m = {FN_TABLE, D, NULL, 0};
+        if (ck_random_params(in, bk_derive_seed(c->opt->seed, 100, (uint64_t)s), why, sizeof why) ||
+            ck_forward_finite(in, &m, in->theta, t, why, sizeof why)) {
+            ck_item(c, BK_CHECK_FAIL, "table-random", "random projected parameters (set %d): %s", s + 1, why);
+            return;
+        }
+    }
+    ck_item(c, BK_CHECK_PASS, "table-random",
+            "table finite up to %d distances with %d random projected parameter sets (param_init, + N(0, (%g|theta| + "
+            "%g)^2), param_project)", D, c->opt->n_seeds, PERTURB_REL, PERTURB_ABS);
+}
+
+void ck_unit_tables(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "table-finite", c->opt->seed, 0, &in))
+        return;
+    int32_t D = c->opt->max_distances, H = table_heads(c);
+    float *t = ck_guarded_alloc((size_t)H * (size_t)D);
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    model_fn m = {FN_TABLE, D, NULL, 0};
+    int rc = t ? ck_forward(&in, &m, in.theta, NULL, t, why, sizeof why) : CALL_BROKEN;
+    long long k = rc == CALL_OK ? ck_first_non_finite(t, (size_t)H * (size_t)D) : -1;
+    if (!t)
+        ck_item(c, BK_CHECK_FAIL, "table-finite", "out of memory for a %d x %d table", H, D);
+    else if (rc != CALL_OK)
+        ck_item(c, BK_CHECK_FAIL, "table-finite", "table up to %d distances (default parameters): %s", D, why);
+    else if (k >= 0)
+        ck_item(c, BK_CHECK_FAIL, "table-finite", "table up to %d distances (default parameters) is %g at head %lld, "
+                "distance %lld", D, (double)t[k], k / D, k % D);
+    else
+        ck_item(c, BK_CHECK_PASS, "table-finite", "table finite up to %d distances (default parameters)", D);
+    if (rc == CALL_OK) /* the comparisons read only the first 1000 distances of the long table */
+        check_table_prefixes(c, &in, t, D);
+    if (t)
+        check_random_tables(c, &in, t, D);
+    free(t);
+    ck_instance_close(&in);
+}
+
+/* ---- project() ---------------------------------------------------------------------------------- */
+
+/* Wild parameters: random sign and magnitude 10^U(-3, 6), some exact zeros. */
+static void wild_params(float *theta, size_t n, uint64_t seed)
+{
+    rng r = ck_rng_for(seed, R_WILD, 0);
+    for (size_t i = 0; i < n; i++) {
+        double mag = pow(10.0, WILD_MIN_EXP + (WILD_MAX_EXP - WILD_MIN_EXP) * bk_rng_uniform(&r));
+        double u = bk_rng_uniform(&r);
+        theta[i] = u < 0.1 ? 0.0f : (float)(u < 0.55 ? -mag : mag);
+    }
+    if (n > 0)
+        theta[0] = (float)-pow(10.0, WILD_MAX_EXP);
+    if (n > 1)
+        theta[1] = (float)pow(10.0, WILD_MAX_EXP);
+}
+
+/* project(x) twice vs once, bitwise; 0 or 1 with why. */
+static int check_idempotent(const instance *in, float *x, float *y, const char *what, char *why, size_t size)
+{
+    size_t n = ck_n_params(in);
+    ck_project(in, x);
+    memcpy(y, x, n * sizeof *y);
+    ck_project(in, y);
+    size_t at;
+    if (ck_bits_equal(x, y, n, &at))
+        return 0;
+    char entry[64];
+    ck_entry_name(in, (int64_t)at, entry, sizeof entry);
+    snprintf(why, size, "not idempotent on %s: %s is %.9g after one projection and %.9g after two", what, entry,
+             (double)x[at], (double)y[at]);
+    return 1;
+}
+
+/* After projecting wild values: every parameter finite, and the outputs finite. */
+static int check_in_range(const instance *in, const float *x, char *why, size_t size)
+{
+    long long k = ck_first_non_finite(x, ck_n_params(in));
+    if (k >= 0) {
+        char entry[64];
+        ck_entry_name(in, k, entry, sizeof entry);
+        snprintf(why, size, "leaves %s = %g after projecting wild values", entry, (double)x[k]);
+        return 1;
+    }
+    const checker *c = in->c;
+    model_fn m = {FN_TABLE, c->opt->max_distances, NULL, 0};
+    int32_t L = c->geo.train_length;
+    int32_t *pos = NULL;
+    if (!(c->d->capabilities & BIASKIT_CAP_TABLE)) {
+        if (!(c->d->capabilities & BIASKIT_CAP_EMBED))
+            return 0;
+        pos = ck_embed_positions(L, L, 1, 0);
+        m = (model_fn){FN_EMBED, 0, pos, L};
+    }
+    float *out = ck_guarded_alloc(ck_fn_outputs(in, &m));
+    char inner[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    int bad = !out || (m.kind == FN_EMBED && !pos) || ck_forward_finite(in, &m, x, out, inner, sizeof inner);
+    if (bad)
+        snprintf(why, size, "after projecting wild values: %s", out ? inner : "out of memory");
+    free(out);
+    free(pos);
+    return bad;
+}
+
+void ck_unit_project(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "project", c->opt->seed, 0, &in))
+        return;
+    if (in.n_params == 0 || !c->d->param_project) {
+        ck_item(c, BK_CHECK_SKIP, "project", "project(): %s",
+                in.n_params == 0 ? "no parameters" : "no param_project (unconstrained parameters)");
+        ck_instance_close(&in);
+        return;
+    }
+    size_t n = ck_n_params(&in);
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300];
+    int bad = !x || !y;
+    if (bad)
+        snprintf(why, sizeof why, "out of memory for %zu parameters", n);
+    for (int s = 0; !bad && s < c->opt->n_seeds; s++) {
+        uint64_t seed = bk_derive_seed(c->opt->seed, 400, (uint64_t)s);
+        bad = ck_init_params(&in, x, seed, why, sizeof why) || check_idempotent(&in, x, y, "initial parameters", why, sizeof why);
+        if (!bad && !(bad = ck_random_params(&in, seed, why, sizeof why))) {
+            memcpy(x, in.theta, n * sizeof *x);
+            bad = check_idempotent(&in, x, y, "random parameters", why, sizeof why);
+        }
+        if (!bad) {
+            wild_params(x, n, seed);
+            bad = check_idempotent(&in, x, y, "wild parameters", why, sizeof why) || check_in_range(&in, x, why, sizeof why);
+        }
+    }
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "project", "project(): %s", why);
+    else
+        ck_item(c, BK_CHECK_PASS, "project",
+                "project() idempotent (bitwise) on initial, random and wild parameters (random sign, 10^U(%d,%d)); wild "
+                "values end finite with finite %s (%d sets)", WILD_MIN_EXP, WILD_MAX_EXP,
+                c->d->capabilities & BIASKIT_CAP_TABLE ? "tables" : "outputs", c->opt->n_seeds);
+    free(x);
+    free(y);
+    ck_instance_close(&in);
+}
+
+/* ---- determinism ---------------------------------------------------------------------------------- */
+
+static int twice_forward(const instance *in, const model_fn *m, char *why, size_t size)
+{
+    size_t n = ck_fn_outputs(in, m);
+    float *a = ck_guarded_alloc(n), *b = ck_guarded_alloc(n);
+    char label[96];
+    ck_fn_label(m, label, sizeof label);
+    int bad = !a || !b || ck_forward(in, m, in->theta, NULL, a, why, size) || ck_forward(in, m, in->theta, NULL, b, why, size) ||
+              ck_same_bits(a, b, n, label, why, size);
+    if (!a || !b)
+        snprintf(why, size, "out of memory for %zu values", n);
+    free(a);
+    free(b);
+    return bad;
+}
+
+static int twice_backward(const instance *in, const model_fn *m, char *why, size_t size)
+{
+    size_t n = ck_n_params(in), n_out = ck_fn_outputs(in, m);
+    float *w = malloc((n_out ? n_out : 1) * sizeof *w), *a = ck_guarded_alloc(n), *b = ck_guarded_alloc(n);
+    int bad = !w || !a || !b;
+    if (bad)
+        snprintf(why, size, "out of memory for %zu values", n);
+    if (!bad) {
+        rng r = ck_rng_for(0, R_WEIGHTS, 7);
+        ck_random_fill(w, n_out, &r);
+        memset(a, 0, n * sizeof *a);
+        memset(b, 0, n * sizeof *b);
+        bad = ck_backward(in, m, in->theta, w, a, why, size) || ck_backward(in, m, in->theta, w, b, why, size) ||
+              ck_same_bits(a, b, n, m->kind == FN_TABLE ? "table_backward()" : "embed_backward()", why, size);
+    }
+    free(w), free(a), free(b);
+    return bad;
+}
+
+static int twice_init(const instance *in, char *why, size_t size)
+{
+    size_t n = ck_n_params(in);
+    float *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
+    int bad = !a || !b || ck_init_params(in, a, 12345, why, size) || ck_init_params(in, b, 12345, why, size) ||
+              ck_same_bits(a, b, n, "param_init() + param_project() with one seed", why, size);
+    free(a), free(b);
+    return bad;
+}
+
+static int twice_segment(const instance *in, char *why, size_t size)
+{
+    static const char text[] = "The cat sat. The dog ran.\nx = 12 + 30\nno delimiter here";
+    int64_t n = (int64_t)sizeof text - 1;
+    int32_t tokens[sizeof text], ia[sizeof text], pa[sizeof text], ib[sizeof text], pb[sizeof text];
+    for (int64_t k = 0; k < n; k++)
+        tokens[k] = (unsigned char)text[k] % (in->geo.vocab_size > 0 ? in->geo.vocab_size : 256);
+    biaskit_error pe = {0};
+    ck_stage(in->c, "segment()");
+    int rc = in->c->d->segment(in->inst, tokens, n, ia, pa, &pe);
+    if (rc == BIASKIT_OK)
+        rc = in->c->d->segment(in->inst, tokens, n, ib, pb, &pe);
+    if (rc != BIASKIT_OK) {
+        snprintf(why, size, "segment() failed: %s", pe.message[0] ? pe.message : "(no message)");
+        return 1;
+    }
+    if (memcmp(ia, ib, (size_t)n * sizeof *ia) || memcmp(pa, pb, (size_t)n * sizeof *pa)) {
+        snprintf(why, size, "segment() differs between two identical calls");
+        return 1;
+    }
+    return 0;
+}
+
+static int twice_rotary(const instance *in, char *why, size_t size)
+{
+    int32_t half = in->geo.d_head / 2;
+    float *a = ck_guarded_alloc((size_t)half), *b = ck_guarded_alloc((size_t)half);
+    biaskit_error pe = {0};
+    ck_stage(in->c, "rotary_frequencies()");
+    int bad = !a || !b || in->c->d->rotary_frequencies(in->inst, a, &pe) != BIASKIT_OK ||
+              in->c->d->rotary_frequencies(in->inst, b, &pe) != BIASKIT_OK;
+    if (bad)
+        snprintf(why, size, "rotary_frequencies() failed: %s", pe.message[0] ? pe.message : "(no message)");
+    else
+        bad = ck_same_bits(a, b, (size_t)half, "rotary_frequencies()", why, size);
+    free(a), free(b);
+    return bad;
+}
+
+void ck_unit_determinism(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "determinism", bk_derive_seed(c->opt->seed, 500, 0), 1, &in))
+        return;
+    const biaskit_plugin *d = c->d;
+    uint32_t caps = d->capabilities;
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300];
+    strbuf done = {0};
+    int bad = 0;
+    int32_t L = c->geo.train_length;
+    int32_t *pos = ck_embed_positions(L, 64, 0, c->opt->seed);
+    model_fn table = {FN_TABLE, 1000, NULL, 0}, embed = {FN_EMBED, 0, pos, 64};
+    if (!bad && in.n_params > 0 && !(bad = twice_init(&in, why, sizeof why)))
+        ck_sb_printf(&done, ", param_init");
+    if (!bad && (caps & BIASKIT_CAP_TABLE) && !(bad = twice_forward(&in, &table, why, sizeof why)))
+        ck_sb_printf(&done, ", table");
+    if (!bad && (caps & BIASKIT_CAP_TABLE) && in.n_params > 0 && d->table_backward &&
+        !(bad = twice_backward(&in, &table, why, sizeof why)))
+        ck_sb_printf(&done, ", table_backward");
+    if (!bad && (caps & BIASKIT_CAP_EMBED) && pos && !(bad = twice_forward(&in, &embed, why, sizeof why)))
+        ck_sb_printf(&done, ", embed");
+    if (!bad && (caps & BIASKIT_CAP_EMBED) && pos && in.n_params > 0 && d->embed_backward &&
+        !(bad = twice_backward(&in, &embed, why, sizeof why)))
+        ck_sb_printf(&done, ", embed_backward");
+    if (!bad && (caps & BIASKIT_CAP_SEGMENT) && !(bad = twice_segment(&in, why, sizeof why)))
+        ck_sb_printf(&done, ", segment");
+    if (!bad && (caps & BIASKIT_CAP_ROTARY) && !(bad = twice_rotary(&in, why, sizeof why)))
+        ck_sb_printf(&done, ", rotary_frequencies");
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "determinism", "not deterministic: %s", why);
+    else if (done.len)
+        ck_item(c, BK_CHECK_PASS, "determinism", "deterministic: two calls give bit-identical results (%s)", done.s + 2);
+    else
+        ck_item(c, BK_CHECK_SKIP, "determinism", "determinism: nothing to call twice");
+    free(done.s);
+    free(pos);
+    ck_instance_close(&in);
+}
+
+/* ---- segment ------------------------------------------------------------------------------------ */
+
+/* The contract on one token sequence; 0 or 1 with why. */
+static int check_segments(const instance *in, const char *label, const int32_t *tokens, int64_t n, char *why,
+                          size_t size)
+{
+    int32_t *idx = malloc((size_t)(n + GUARD_FLOATS) * sizeof *idx), *pos = malloc((size_t)(n + GUARD_FLOATS) * sizeof *pos);
+    if (!idx || !pos) {
+        free(idx), free(pos);
+        snprintf(why, size, "out of memory for %lld tokens", (long long)n);
+        return 1;
+    }
+    for (int64_t k = 0; k < n + GUARD_FLOATS; k++)
+        idx[k] = pos[k] = -7;
+    biaskit_error pe = {0};
+    ck_stage(in->c, "segment() on %s", label);
+    int rc = in->c->d->segment(in->inst, tokens, n, idx, pos, &pe), bad = 1;
+    if (rc != BIASKIT_OK)
+        snprintf(why, size, "segment() on %s failed: %s", label, pe.message[0] ? pe.message : "(no message)");
+    else if (idx[n] != -7 || pos[n] != -7)
+        snprintf(why, size, "segment() on %s wrote past the end of its %lld outputs", label, (long long)n);
+    else {
+        int64_t k = bk_segments_first_violation(idx, pos, n);
+        bad = k >= 0;
+        if (k == 0)
+            snprintf(why, size, "segment() on %s: the first token has segment %d, position %d (expected 0, 0)",
+                     label, idx[0], pos[0]);
+        else if (k > 0)
+            snprintf(why, size, "segment() on %s: token %lld has segment %d, position %d after segment %d, position "
+                     "%d (segments must grow by 0 or 1; positions restart at 0 in a new segment, else grow by 1)",
+                     label, (long long)k, idx[k], pos[k], idx[k - 1], pos[k - 1]);
+    }
+    free(idx), free(pos);
+    return bad;
+}
+
+void ck_unit_segment(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "segment", c->opt->seed, 0, &in))
+        return;
+    static const char *const texts[][2] = {
+        {"text with '.' and '\\n'", "The cat sat on the mat. It was warm.\nThe dog did not mind. Then it rained.\n"},
+        {"arithmetic with '='", "12+34=46\n7*8=56\n100-1=99"},
+        {"text without any delimiter", "no delimiter at all in this sentence"},
+        {"one token", "."},
+        {"delimiters only", "..\n\n==.\n"},
+    };
+    int32_t V = c->geo.vocab_size > 0 ? c->geo.vocab_size : 256;
+    int32_t tokens[4096];
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300];
+    int bad = 0;
+    for (size_t t = 0; !bad && t < sizeof texts / sizeof texts[0]; t++) {
+        int64_t n = (int64_t)strlen(texts[t][1]);
+        for (int64_t k = 0; k < n; k++)
+            tokens[k] = (unsigned char)texts[t][1][k] % V;
+        bad = check_segments(&in, texts[t][0], tokens, n, why, sizeof why);
+    }
+    if (!bad) {
+        rng r = ck_rng_for(c->opt->seed, R_TOKENS, 0);
+        for (int k = 0; k < 4096; k++)
+            tokens[k] = (int32_t)(bk_rng_u64(&r) % (uint64_t)V);
+        bad = check_segments(&in, "4096 random tokens", tokens, 4096, why, sizeof why);
+    }
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "segment", "%s", why);
+    else
+        ck_item(c, BK_CHECK_PASS, "segment",
+                "segment(): indices start at 0 and grow by 0 or 1, positions restart at 0 in each new segment (text with "
+                "'.', '\\n', '=', without delimiters, one token, 4096 random tokens)");
+    ck_instance_close(&in);
+}
+
+/* ---- embed -------------------------------------------------------------------------------------- */
+
+/* embed() into a random start must give start + the embedding into zeros. */
+static int check_embed_adds(const instance *in, const model_fn *m, const float *alone, char *why, size_t size)
+{
+    size_t n = ck_fn_outputs(in, m);
+    float *start = malloc((n ? n : 1) * sizeof *start), *out = ck_guarded_alloc(n);
+    int bad = !start || !out;
+    if (bad)
+        snprintf(why, size, "out of memory for %zu values", n);
+    rng r = ck_rng_for(0, R_START, 1);
+    for (size_t k = 0; !bad && k < n; k++)
+        start[k] = (float)ck_rng_sym(&r);
+    if (!bad)
+        bad = ck_forward(in, m, in->theta, start, out, why, size);
+    for (size_t k = 0; !bad && k < n; k++) {
+        double want = (double)start[k] + (double)alone[k];
+        if (fabs((double)out[k] - want) > EMBED_ADD_TOLERANCE * (fabs((double)start[k]) + fabs((double)alone[k]))) {
+            char place[96];
+            ck_output_place(in, m, k, place, sizeof place);
+            snprintf(why, size, "embed() does not add into out at %s: started at %.9g, embedding %.9g, got %.9g "
+                     "(expected their sum: embed must +=)", place, (double)start[k], (double)alone[k], (double)out[k]);
+            bad = 1;
+        }
+    }
+    free(start), free(out);
+    return bad;
+}
+
+/* Positions past the training length: finite values or a refusal with a message. */
+static int check_far_positions(const instance *in, char *note, size_t note_size, char *why, size_t size)
+{
+    int32_t far[] = {in->geo.train_length, 2 * in->geo.train_length, 4095, in->c->opt->max_distances - 1};
+    model_fn m = {FN_EMBED, 0, far, 4};
+    float *out = ck_guarded_alloc(ck_fn_outputs(in, &m));
+    char inner[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    int bad = !out;
+    if (bad)
+        snprintf(why, size, "out of memory");
+    else if ((bad = ck_forward(in, &m, in->theta, NULL, out, inner, sizeof inner)) != CALL_OK) {
+        /* a refusal with a message is a fine answer; a broken call is not */
+        bad = bad == CALL_BROKEN;
+        if (bad)
+            snprintf(why, size, "%s", inner);
+        else
+            snprintf(note, note_size, "refused with a message");
+    } else if (ck_first_non_finite(out, ck_fn_outputs(in, &m)) >= 0) {
+        snprintf(why, size, "embed() of positions %d, %d, 4095, %d gives non-finite values", far[0], far[1], far[3]);
+        bad = 1;
+    } else {
+        snprintf(note, note_size, "finite");
+    }
+    free(out);
+    return bad;
+}
+
+void ck_unit_embed(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "embed", c->opt->seed, 0, &in))
+        return;
+    int32_t L = c->geo.train_length;
+    int32_t *pos = ck_embed_positions(L, L, 1, 0);
+    model_fn m = {FN_EMBED, 0, pos, L};
+    float *alone = pos ? ck_guarded_alloc(ck_fn_outputs(&in, &m)) : NULL;
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300], note[BIASKIT_ERROR_MESSAGE_MAX + 64] = "";
+    int bad = !alone;
+    if (bad)
+        snprintf(why, sizeof why, "out of memory");
+    bad = bad || ck_forward_finite(&in, &m, in.theta, alone, why, sizeof why) || check_embed_adds(&in, &m, alone, why, sizeof why) ||
+          check_far_positions(&in, note, sizeof note, why, sizeof why);
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "embed", "%s", why);
+    else
+        ck_item(c, BK_CHECK_PASS, "embed",
+                "embed() adds into out (+=, within %g relative) and is finite for positions 0..%d; positions %d..%d: %s",
+                EMBED_ADD_TOLERANCE, L - 1, L, c->opt->max_distances - 1, note);
+    free(alone), free(pos);
+    ck_instance_close(&in);
+}
+
+/* ---- rotary ------------------------------------------------------------------------------------- */
+
+void ck_unit_rotary(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "rotary", c->opt->seed, 0, &in))
+        return;
+    int32_t half = c->geo.d_head / 2;
+    float *f = ck_guarded_alloc((size_t)half);
+    biaskit_error pe = {0};
+    ck_stage(c, "rotary_frequencies()");
+    int rc = f ? c->d->rotary_frequencies(in.inst, f, &pe) : BIASKIT_ERR_NOMEM;
+    if (rc != BIASKIT_OK) {
+        ck_item(c, BK_CHECK_FAIL, "rotary", "rotary_frequencies() failed: %s", pe.message[0] ? pe.message : "(no message)");
+    } else if (!ck_guard_intact(f, (size_t)half)) {
+        ck_item(c, BK_CHECK_FAIL, "rotary", "rotary_frequencies() wrote more than d_head/2 = %d values", half);
+    } else {
+        int32_t k = 0;
+        while (k < half && isfinite(f[k]) && f[k] > 0.0f)
+            k++;
+        if (k < half)
+            ck_item(c, BK_CHECK_FAIL, "rotary", "rotary_frequencies(): inverse frequency %d is %s (expected finite and > 0)",
+                    k, ck_is_sentinel(f[k]) ? "unwritten" : "not positive and finite");
+        else
+            ck_item(c, BK_CHECK_PASS, "rotary", "rotary_frequencies(): d_head/2 = %d inverse frequencies, finite and > 0 "
+                    "(%.3g .. %.3g)", half, half ? (double)f[0] : 0.0, half ? (double)f[half - 1] : 0.0);
+    }
+    free(f);
+    ck_instance_close(&in);
+}

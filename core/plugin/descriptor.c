@@ -1,0 +1,252 @@
+/* The descriptor validator (descriptor.h): every rule about a descriptor, written once, each with
+ * the severity that decides whether the loader refuses the plugin. */
+#include "plugin/descriptor.h"
+
+#include "config/experiment.h"
+#include "plugin/host.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The capability and flag bits this engine implements. Anything else is refused, not ignored (see
+ * check_capabilities). */
+#define KNOWN_CAPABILITIES (BIASKIT_CAP_TABLE | BIASKIT_CAP_SEGMENT | BIASKIT_CAP_EMBED | BIASKIT_CAP_ROTARY)
+#define KNOWN_FLAGS ((uint32_t)BIASKIT_FLAG_PER_LAYER)
+
+typedef struct sink {
+    bk_descriptor_problem_fn fn;
+    void *ctx;
+    int refused;
+} sink;
+
+__attribute__((format(printf, 4, 5))) static void problem(sink *s, bk_descriptor_part part,
+                                                          bk_descriptor_severity severity, const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (severity == BK_DESCRIPTOR_REFUSED)
+        s->refused++;
+    if (s->fn)
+        s->fn(s->ctx, part, severity, text);
+}
+
+int bk_descriptor_identifier(const char *s, int allow_dash)
+{
+    if (!s || !*s)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' || (allow_dash && *s == '-')))
+            return 0;
+    return 1;
+}
+
+static int is_one_line(const char *s)
+{
+    return s && *s && !strchr(s, '\n') && !strchr(s, '\r');
+}
+
+/* A text field the engine prints: NULL is refused where the engine reads it unconditionally;
+ * empty or multi-line text only garbles listings. */
+static void check_text(sink *s, const char *value, const char *field, int may_be_null, const char *why_one_line)
+{
+    if (!value && !may_be_null)
+        problem(s, BK_DESCRIPTOR_FIELDS, BK_DESCRIPTOR_REFUSED, "descriptor lacks a %s string", field);
+    else if (value && !is_one_line(value))
+        problem(s, BK_DESCRIPTOR_FIELDS, BK_DESCRIPTOR_FLAWED, "%s must be %sa non-empty one-line string%s", field,
+                may_be_null ? "NULL or " : "", why_one_line);
+}
+
+/* 1 when the rest of the descriptor can be read (the size and the ABI are right). */
+static int check_fields(sink *s, const biaskit_plugin *d)
+{
+    if (d->struct_size < BIASKIT_PLUGIN_V1_SIZE) {
+        problem(s, BK_DESCRIPTOR_FIELDS, BK_DESCRIPTOR_REFUSED,
+                "descriptor is %u bytes, ABI %u needs at least %zu; rebuild it against this SDK", d->struct_size,
+                BIASKIT_ABI_VERSION, (size_t)BIASKIT_PLUGIN_V1_SIZE);
+        return 0;
+    }
+    if (d->abi_version != BIASKIT_ABI_VERSION) {
+        problem(s, BK_DESCRIPTOR_FIELDS, BK_DESCRIPTOR_REFUSED,
+                "ABI version mismatch: built for ABI %u, this biaskit loads ABI %u; rebuild it against this SDK",
+                d->abi_version, BIASKIT_ABI_VERSION);
+        return 0;
+    }
+    if (!bk_descriptor_identifier(d->name, 1))
+        problem(s, BK_DESCRIPTOR_FIELDS, BK_DESCRIPTOR_REFUSED,
+                "descriptor name '%s' is not valid (expected lower-case letters, digits, '_' or '-')",
+                d->name ? d->name : "(null)");
+    check_text(s, d->version, "version", 0, "");
+    check_text(s, d->summary, "summary", 0, " (`biaskit plugins` prints it on one line)");
+    check_text(s, d->reference, "reference", 1, "");
+    if (!d->create || !d->destroy)
+        problem(s, BK_DESCRIPTOR_FIELDS, BK_DESCRIPTOR_REFUSED, "descriptor lacks the %s function",
+                !d->create ? "create" : "destroy");
+    return 1;
+}
+
+static void check_capabilities(sink *s, const biaskit_plugin *d)
+{
+    const bk_descriptor_part part = BK_DESCRIPTOR_CAPABILITIES;
+    uint32_t caps = d->capabilities;
+    /* A bit this engine does not know comes from a newer SDK (the ABI lets the descriptor's meaning
+     * grow) and asks the engine to do something: call a function it has no slot for, or treat the
+     * parameters differently. Ignoring it would run a model other than the one the plugin describes,
+     * and nothing would say so; refusing costs an upgrade of biaskit, and the message says which bits.
+     * BIASKIT_CAP_WEIGHT is declared by the SDK but not implemented in ABI 1: the same case. */
+    uint32_t unknown = caps & ~(uint32_t)(KNOWN_CAPABILITIES | BIASKIT_CAP_WEIGHT);
+    if (unknown)
+        problem(s, part, BK_DESCRIPTOR_REFUSED,
+                "declares capability bits 0x%x that this biaskit does not know (ABI %u: table, segment, embed, "
+                "rotary); it would ignore what they ask for and compute another model, so it refuses the plugin "
+                "(use a biaskit that knows them)", unknown, BIASKIT_ABI_VERSION);
+    if (caps & BIASKIT_CAP_WEIGHT)
+        problem(s, part, BK_DESCRIPTOR_REFUSED,
+                "declares BIASKIT_CAP_WEIGHT, which is reserved and not part of ABI %u: this biaskit cannot honour it",
+                BIASKIT_ABI_VERSION);
+    if (d->flags & ~KNOWN_FLAGS)
+        problem(s, part, BK_DESCRIPTOR_REFUSED,
+                "declares flag bits 0x%x that this biaskit does not know (ABI %u: per_layer); it would ignore what "
+                "they ask for, so it refuses the plugin (use a biaskit that knows them)", d->flags & ~KNOWN_FLAGS,
+                BIASKIT_ABI_VERSION);
+    if (!caps)
+        problem(s, part, BK_DESCRIPTOR_FLAWED,
+                "declares no capability (TABLE, SEGMENT, EMBED or ROTARY): the engine has nothing to call");
+    const struct {
+        uint32_t bit;
+        int present;
+        const char *cap, *function;
+    } needs[] = {
+        {BIASKIT_CAP_TABLE, d->table != NULL, "table", "table"},
+        {BIASKIT_CAP_SEGMENT, d->segment != NULL, "segment", "segment"},
+        {BIASKIT_CAP_EMBED, d->embed != NULL, "embed", "embed"},
+        {BIASKIT_CAP_ROTARY, d->rotary_frequencies != NULL, "rotary", "rotary_frequencies"},
+    };
+    for (size_t i = 0; i < sizeof needs / sizeof needs[0]; i++)
+        if ((caps & needs[i].bit) && !needs[i].present)
+            problem(s, part, BK_DESCRIPTOR_REFUSED, "declares the %s capability but has no %s function", needs[i].cap,
+                    needs[i].function);
+    if (d->param_count && !d->param_init)
+        problem(s, part, BK_DESCRIPTOR_REFUSED, "has param_count but no param_init");
+    int table = (caps & BIASKIT_CAP_TABLE) != 0, embed = (caps & BIASKIT_CAP_EMBED) != 0;
+    if (table && d->param_count && !d->table_backward)
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "TABLE with parameters (param_count) needs table_backward()");
+    if (embed && d->param_count && !d->embed_backward)
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "EMBED with parameters (param_count) needs embed_backward()");
+    if (d->table_backward_cuda && !d->table_cuda)
+        problem(s, part, BK_DESCRIPTOR_FLAWED,
+                "table_backward_cuda() without table_cuda() is suspicious: the forward table would come from the "
+                "host and its gradient from the device");
+    if (!table && (d->table || d->table_backward || d->table_cuda || d->table_backward_cuda))
+        problem(s, part, BK_DESCRIPTOR_FLAWED,
+                "has table functions but does not declare BIASKIT_CAP_TABLE (the engine never calls them)");
+    if (!(caps & BIASKIT_CAP_SEGMENT) && d->segment)
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "has segment() but does not declare BIASKIT_CAP_SEGMENT");
+    if (!embed && (d->embed || d->embed_backward))
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "has embed functions but does not declare BIASKIT_CAP_EMBED");
+    if (!(caps & BIASKIT_CAP_ROTARY) && d->rotary_frequencies)
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "has rotary_frequencies() but does not declare BIASKIT_CAP_ROTARY");
+}
+
+/* Problems of a choice list "a|b|c": empty alternatives, repeats. */
+static void check_choice_list(sink *s, const biaskit_option *o)
+{
+    const char *c = o->choices;
+    size_t n = strlen(c);
+    if (n == 0 || c[0] == '|' || c[n - 1] == '|' || strstr(c, "||"))
+        problem(s, BK_DESCRIPTOR_OPTIONS, BK_DESCRIPTOR_FLAWED, "option '%s': choices \"%s\" has an empty alternative",
+                o->name, c);
+    for (const char *a = c; *a;) {
+        size_t len = strcspn(a, "|");
+        for (const char *b = a + len + (a[len] ? 1 : 0); *b;) {
+            size_t blen = strcspn(b, "|");
+            if (blen == len && len > 0 && strncmp(a, b, len) == 0)
+                problem(s, BK_DESCRIPTOR_OPTIONS, BK_DESCRIPTOR_FLAWED, "option '%s': choice '%.*s' is listed twice",
+                        o->name, (int)len, a);
+            b += blen + (b[blen] ? 1 : 0);
+        }
+        a += len + (a[len] ? 1 : 0);
+    }
+}
+
+/* The default of a well-named option of a known type. */
+static void check_default(sink *s, const biaskit_option *o)
+{
+    const bk_descriptor_part part = BK_DESCRIPTOR_OPTIONS;
+    const bk_descriptor_severity flawed = BK_DESCRIPTOR_FLAWED;
+    double v = o->default_number;
+    switch (o->type) {
+    case BIASKIT_OPT_BOOL:
+        if (v != 0.0 && v != 1.0)
+            problem(s, part, flawed, "option '%s': a bool default must be 0 or 1, got %g", o->name, v);
+        break;
+    case BIASKIT_OPT_INT:
+        if (!isfinite(v) || v != floor(v) || fabs(v) > 9007199254740992.0)
+            problem(s, part, flawed, "option '%s': an int default must be a whole number, got %g", o->name, v);
+        break;
+    case BIASKIT_OPT_DOUBLE:
+        if (!isfinite(v))
+            problem(s, part, flawed, "option '%s': a float default must be finite, got %g", o->name, v);
+        break;
+    case BIASKIT_OPT_STRING:
+        if (!o->default_string)
+            problem(s, part, flawed, "option '%s': a string default must not be NULL (give \"\" for none)", o->name);
+        break;
+    case BIASKIT_OPT_DOUBLE_ARRAY:
+    case BIASKIT_OPT_STRING_ARRAY: break;
+    }
+    if (o->choices && o->type != BIASKIT_OPT_STRING)
+        problem(s, part, flawed, "option '%s': choices are only checked for string options, this one is a %s", o->name,
+                bk_option_type_name(o->type));
+    if (o->choices && o->type == BIASKIT_OPT_STRING) {
+        check_choice_list(s, o);
+        if (o->default_string && bk_choice_index(o->choices, o->default_string) < 0)
+            problem(s, part, flawed, "option '%s': default \"%s\" is not one of its choices \"%s\"", o->name,
+                    o->default_string, o->choices);
+    }
+}
+
+static void check_options(sink *s, const biaskit_plugin *d)
+{
+    const bk_descriptor_part part = BK_DESCRIPTOR_OPTIONS;
+    const bk_descriptor_severity refused = BK_DESCRIPTOR_REFUSED;
+    if (d->n_options && !d->options) {
+        problem(s, part, refused, "n_options is %u but options is NULL", d->n_options);
+        return;
+    }
+    for (uint32_t i = 0; i < d->n_options; i++) {
+        const biaskit_option *o = &d->options[i];
+        if (!bk_descriptor_identifier(o->name, 0)) {
+            problem(s, part, refused, "option #%u has an invalid name '%s' (expected [a-z0-9_]+)", i,
+                    o->name ? o->name : "(null)");
+            continue;
+        }
+        if (bk_term_key_is_reserved(o->name))
+            problem(s, part, refused, "option '%s' collides with an engine term key (%s)", o->name, BK_TERM_KEYS_TEXT);
+        for (uint32_t j = 0; j < i; j++)
+            if (d->options[j].name && strcmp(d->options[j].name, o->name) == 0)
+                problem(s, part, refused, "option '%s' is declared twice", o->name);
+        if (o->type < BIASKIT_OPT_BOOL || o->type > BIASKIT_OPT_STRING_ARRAY) {
+            problem(s, part, refused, "option '%s' has unknown type %d", o->name, (int)o->type);
+            continue;
+        }
+        if (!is_one_line(o->doc))
+            problem(s, part, BK_DESCRIPTOR_FLAWED,
+                    "option '%s': doc must be a non-empty one-line string (`biaskit plugins` shows it)", o->name);
+        check_default(s, o);
+    }
+}
+
+int bk_descriptor_problems(const biaskit_plugin *d, bk_descriptor_problem_fn fn, void *ctx)
+{
+    sink s = {fn, ctx, 0};
+    if (check_fields(&s, d)) {
+        check_capabilities(&s, d);
+        check_options(&s, d);
+    }
+    return s.refused;
+}
