@@ -1,5 +1,7 @@
-/* safetensors files: round trips, the header as written on disk, atomic overwrite, and a message for each way a
- * file can be malformed (truncated, bad JSON, wrong dtype, mismatched or overlapping offsets). */
+/* safetensors files: round trips, the header as written on disk, atomic overwrite (one temp file per writer, so
+ * concurrent writers of one path never mix their bytes), the header-size cap, XXH64 against its reference values,
+ * and a message for each way a file can be malformed (truncated, bad JSON, wrong dtype, mismatched or overlapping
+ * offsets). */
 #define _POSIX_C_SOURCE 200809L
 
 #include "test_util.h"
@@ -14,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct fixture {
@@ -316,8 +319,22 @@ static void file_order_is_data_order(void **state)
     bk_safetensors_close(st);
 }
 
+/* Entries of `dir` whose name starts with `prefix` (the temp files a writer of `prefix` leaves). */
+static int count_prefixed(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
 static void overwrite_is_atomic(void **state)
 {
+    fixture *fx = *state;
     char path[600], tmp[700];
     path_in(state, "ckpt.safetensors", path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -328,6 +345,7 @@ static void overwrite_is_atomic(void **state)
     bk_error err;
     assert_int_equal(bk_safetensors_write(path, &t, 1, &m, 1, &err), BK_OK);
     assert_false(file_exists(tmp));
+    assert_int_equal(count_prefixed(fx->dir, "ckpt.safetensors.tmp"), 0);
     bk_safetensors *st = NULL;
     assert_int_equal(bk_safetensors_open(path, &st, &err), BK_OK);
     assert_int_equal(bk_safetensors_count(st), 1);
@@ -336,13 +354,13 @@ static void overwrite_is_atomic(void **state)
     assert_string_equal(bk_safetensors_meta(st, "format"), "np");
     bk_safetensors_close(st);
 
-    /* when the tmp file cannot be made the old file stays as it was */
+    /* another writer's temp file (here at the fixed name PATH.tmp that every writer once shared) is
+     * neither used nor removed: each write makes its own, with O_EXCL */
     assert_int_equal(mkdir(tmp, 0700), 0);
-    assert_int_equal(bk_safetensors_write(path, &t, 1, NULL, 0, &err), BK_ERR_IO);
-    assert_message_has(err.message, "cannot write '");
-    assert_message_has(err.message, path);
+    if (bk_safetensors_write(path, &t, 1, NULL, 0, &err))
+        fail_msg("%s", err.message);
     assert_int_equal(bk_safetensors_open(path, &st, &err), BK_OK);
-    assert_string_equal(bk_safetensors_meta(st, "format"), "np");
+    assert_null(bk_safetensors_meta(st, "format"));
     bk_safetensors_close(st);
     assert_int_equal(rmdir(tmp), 0); /* left alone: the writer did not make it */
 
@@ -356,6 +374,112 @@ static void overwrite_is_atomic(void **state)
     assert_message_has(err.message, dir_path);
     assert_message_has(err.message, "Is a directory");
     assert_false(file_exists(tmp));
+    assert_int_equal(count_prefixed(fx->dir, "adir.tmp"), 0);
+}
+
+/* A writer killed mid-write leaves its temp file; the next write of the same path removes it, but not
+ * the temp file of a writer still alive (here: this process) nor files of other names. */
+static void stale_temp_files_are_removed(void **state)
+{
+    fixture *fx = *state;
+    char path[600], dead[700], alive[700], other[700];
+    path_in(state, "run.safetensors", path, sizeof path);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0)
+        _exit(0);
+    assert_int_equal(waitpid(child, NULL, 0), child); /* reaped: its pid names no process now */
+    snprintf(dead, sizeof dead, "%s.tmp.%ld.0badc0de", path, (long)child);
+    snprintf(alive, sizeof alive, "%s.tmp.%ld.00c0ffee", path, (long)getpid());
+    snprintf(other, sizeof other, "%s/other.safetensors.tmp.%ld.0badc0de", fx->dir, (long)child);
+    write_bytes(dead, "partial", 7);
+    write_bytes(alive, "partial", 7);
+    write_bytes(other, "partial", 7);
+    write_sample(path);
+    assert_false(file_exists(dead));
+    assert_true(file_exists(alive));
+    assert_true(file_exists(other));
+}
+
+/* Two processes writing one path over and over: every file either sees is a complete one of the two
+ * (with one shared temp file, one writer truncated the other's file before its rename). */
+static void concurrent_writers(void **state)
+{
+    fixture *fx = *state;
+    char path[600];
+    path_in(state, "shared.safetensors", path, sizeof path);
+    enum { SMALL = 64, LARGE = 65536, ROUNDS = 150 };
+    pid_t pids[2];
+    for (int w = 0; w < 2; w++) {
+        pids[w] = fork();
+        assert_true(pids[w] >= 0);
+        if (pids[w] > 0)
+            continue;
+        int64_t n = w ? LARGE : SMALL;
+        float *v = malloc((size_t)n * sizeof *v);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (float)(w + 1);
+        bk_st_tensor t = {"w", 1, {n}, v};
+        int bad = 0;
+        for (int r = 0; r < ROUNDS && !bad; r++) {
+            bk_error err;
+            bk_safetensors *st = NULL;
+            bad = bk_safetensors_write(path, &t, 1, NULL, 0, &err) != BK_OK;
+            if (!bad && bk_safetensors_open(path, &st, &err) != BK_OK)
+                bad = 2;
+            if (!bad) {
+                const bk_st_tensor *got = bk_safetensors_find(st, "w");
+                int64_t len = got ? got->shape[0] : 0;
+                bad = !got || (len != SMALL && len != LARGE) || got->data[len - 1] != (len == SMALL ? 1.0f : 2.0f);
+            }
+            if (bad)
+                fprintf(stderr, "writer %d round %d: %s\n", w, r, bad == 2 ? err.message : "wrong contents");
+            bk_safetensors_close(st);
+        }
+        free(v);
+        _exit(bad);
+    }
+    for (int w = 0; w < 2; w++) {
+        int status = 0;
+        assert_int_equal(waitpid(pids[w], &status, 0), pids[w]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    assert_int_equal(count_prefixed(fx->dir, "shared.safetensors.tmp"), 0);
+}
+
+/* The length field is capped (100 MB, as the reference implementation) before anything is allocated for
+ * it: a file that really is that long with a corrupt length is refused without reading its header. */
+static void header_size_is_capped(void **state)
+{
+    char path[600];
+    path_in(state, "huge.safetensors", path, sizeof path);
+    const uint64_t claimed = (uint64_t)BK_ST_MAX_HEADER + 8;
+    write_raw(path, claimed, "{}", NULL, 0);
+    assert_int_equal(truncate(path, (off_t)(8 + claimed + 16)), 0); /* sparse: no disk used */
+    expect_open_fails(path, BK_ERR_PARSE, "its length field says 100000008 bytes, more than the 100000000");
+    /* exactly at the cap is a length like any other (here: a header of spaces after "{}") */
+    write_raw(path, BK_ST_MAX_HEADER, "{}", NULL, 0);
+    assert_int_equal(truncate(path, (off_t)(8 + BK_ST_MAX_HEADER)), 0);
+    expect_open_fails(path, BK_ERR_PARSE, "unexpected text after the JSON at byte 2"); /* NULs, not spaces */
+}
+
+/* XXH64 against the reference values of the xxHash specification, lengths that take every branch. */
+static void xxh64_reference_values(void **state)
+{
+    (void)state;
+    assert_true(bk_xxh64("", 0, 0) == 0xef46db3751d8e999ULL);
+    assert_true(bk_xxh64("", 0, 1) == 0xd5afba1336a3be4bULL);
+    assert_true(bk_xxh64("a", 1, 0) == 0xd24ec4f1a98c6e5bULL);
+    assert_true(bk_xxh64("as", 2, 0) == 0x1c330fb2d66be179ULL);
+    assert_true(bk_xxh64("asd", 3, 0) == 0x631c37ce72a97393ULL);
+    assert_true(bk_xxh64("asdf", 4, 0) == 0x415872f599cea71eULL);
+    assert_true(bk_xxh64("abc", 3, 0) == 0x44bc2cf5ad770999ULL);
+    assert_true(bk_xxh64("Call me Ishmael.", 16, 0) == 0x6d04390fc9d61a90ULL);
+    const char *long46 = "Some years ago--never mind how long precisely-";
+    assert_true(bk_xxh64(long46, strlen(long46), 0) == 0x8f26f2b986afdc52ULL);
+    const char *long39 = "Nobody inspects the spammish repetition";
+    assert_true(bk_xxh64(long39, strlen(long39), 0) == 0xfbcea83c8a378bf1ULL);
 }
 
 static void truncated_files(void **state)
@@ -583,6 +707,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(header_is_aligned_json, setup, teardown),
         cmocka_unit_test_setup_teardown(file_order_is_data_order, setup, teardown),
         cmocka_unit_test_setup_teardown(overwrite_is_atomic, setup, teardown),
+        cmocka_unit_test_setup_teardown(concurrent_writers, setup, teardown),
+        cmocka_unit_test_setup_teardown(stale_temp_files_are_removed, setup, teardown),
+        cmocka_unit_test_setup_teardown(header_size_is_capped, setup, teardown),
+        cmocka_unit_test(xxh64_reference_values),
         cmocka_unit_test_setup_teardown(truncated_files, setup, teardown),
         cmocka_unit_test_setup_teardown(header_length_too_large, setup, teardown),
         cmocka_unit_test_setup_teardown(invalid_json, setup, teardown),

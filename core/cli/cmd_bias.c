@@ -1,10 +1,11 @@
-/* biaskit bias: each head's distance table for one layer of an experiment: the first thing a plugin
- * author looks at. Prints the tables (a readable subset of distances, or all of them) and can write
- * every value as CSV. */
+/* biaskit bias: each head's distance table for one layer of an experiment, or of a trained checkpoint
+ * (with its learned parameters): the first thing a plugin author looks at. Prints the tables (a
+ * readable subset of distances, or all of them) and can write every value as CSV. */
 #include "bias/mix.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "device.h"
+#include "train/checkpoint.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,11 +13,15 @@
 #include <string.h>
 
 static const char help[] =
-    "usage: biaskit bias <experiment.toml> [--layer N] [--length L] [--all] [--terms]\n"
-    "                    [--csv FILE] [--device auto|cpu|cuda] [--set section.key=value]...\n\n"
+    "usage: biaskit bias <experiment.toml | checkpoint.safetensors> [--layer N] [--length L] [--all]\n"
+    "                    [--terms] [--csv FILE] [--device auto|cpu|cuda] [--set section.key=value]...\n"
+    "                    [--strict]\n\n"
     "Computes the distance table T[h][d] of every [[term]] of the experiment for one layer and\n"
     "prints, per position stream, the mixed table the attention adds to its scores (after the\n"
-    "1/sqrt(d_head) scale): one column per head, one row per distance d = i - j.\n\n"
+    "1/sqrt(d_head) scale): one column per head, one row per distance d = i - j. Given a checkpoint\n"
+    "(a .safetensors file written by 'biaskit train'), the tables come from its learned plugin\n"
+    "parameters and mixing weights, as 'biaskit eval' uses them; an experiment file gives the\n"
+    "initial ones.\n\n"
     "  --layer N     layer to show (default 0; matters for per-layer parameters)\n"
     "  --length L    sequence length: distances 0 .. L-1 (default [train] length)\n"
     "  --all         print every distance (default: 0..16, then powers of two, then L-1)\n"
@@ -25,7 +30,8 @@ static const char help[] =
     "                (table is a term's name, or \"mixed\"); FILE '-' is standard output\n"
     "  --device D    compute the tables with the plugins' CUDA code (cuda), on the host (cpu),\n"
     "                or as [run] device says (auto: CUDA when a GPU answers)\n"
-    "  --set K=V     override a value of the experiment file (repeatable)\n";
+    "  --set K=V     override a value of the experiment file (repeatable)\n"
+    "  --strict      checkpoint: refuse it when its plugins differ from the ones it was trained with\n";
 
 /* The rows shown without --all: every distance up to 16, then powers of two, then the last. */
 static int shown(int32_t d, int32_t distances, int all)
@@ -73,9 +79,8 @@ typedef struct bias_options {
 } bias_options;
 
 /* `out` gets the readable tables (NULL: none), `csv` the values (NULL: none). */
-static int run(bk_session *s, const bias_options *o, FILE *out, FILE *csv, bk_error *err)
+static int run(const bk_term_set *set, const bias_options *o, FILE *out, FILE *csv, bk_error *err)
 {
-    const bk_term_set *set = &s->terms;
     int32_t heads = set->geometry.n_heads, D = (int32_t)o->length;
     size_t n = (size_t)heads * (size_t)D;
     float *mixed = malloc(n * sizeof *mixed);
@@ -141,7 +146,8 @@ static int run(bk_session *s, const bias_options *o, FILE *out, FILE *csv, bk_er
 int bk_cmd_bias(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0},   {"layer", 1, 0}, {"length", 1, 0}, {"all", 0, 0},
-                                        {"terms", 0, 0},  {"csv", 1, 0},   {"device", 1, 0}, {"set", 1, 1}};
+                                        {"terms", 0, 0},  {"csv", 1, 0},   {"device", 1, 0}, {"set", 1, 1},
+                                        {"strict", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit bias", &args, &err))
@@ -151,27 +157,39 @@ int bk_cmd_bias(int argc, char **argv)
         return 0;
     }
     if (args.n_positional != 1) {
-        bk_fail(&err, BK_ERR_USAGE, "biaskit bias: expected one experiment file; see 'biaskit bias --help'");
+        bk_fail(&err, BK_ERR_USAGE,
+                "biaskit bias: expected one experiment file or checkpoint; see 'biaskit bias --help'");
         return bk_report(&err);
     }
     const char *sets[BK_ARGS_MAX];
     size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
-    bk_session s;
-    if (bk_session_open(&s, args.positional[0], sets, n_sets, &err))
+    /* a checkpoint (by extension or content) brings its learned parameters; else an experiment file */
+    const char *source = args.positional[0];
+    int from_checkpoint = bk_checkpoint_is_file(source);
+    bk_session s = {0};
+    bk_lm lm = {0};
+    bk_train_state ckpt_state = {0};
+    if (from_checkpoint) {
+        bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL};
+        if (bk_checkpoint_load_ex(source, &co, &lm, NULL, &ckpt_state, &err))
+            return bk_report(&err);
+    } else if (bk_session_open(&s, source, sets, n_sets, &err))
         return bk_report(&err);
+    const bk_experiment *exp = from_checkpoint ? &lm.exp : &s.exp;
+    const bk_term_set *terms = from_checkpoint ? &lm.terms : &s.terms;
 
     bias_options o = {0};
     o.all = bk_args_get(&args, "all") != NULL;
     o.terms = bk_args_get(&args, "terms") != NULL;
-    o.length = s.exp.train.length;
+    o.length = exp->train.length;
     o.csv = bk_args_get(&args, "csv");
     const char *v;
     int rc = BK_OK;
     if ((v = bk_args_get(&args, "layer")))
-        rc = bk_args_int("layer", v, 0, (long)s.exp.model.layers - 1, &o.layer, &err);
+        rc = bk_args_int("layer", v, 0, (long)exp->model.layers - 1, &o.layer, &err);
     if (!rc && (v = bk_args_get(&args, "length")))
         rc = bk_args_int("length", v, 1, 1L << 24, &o.length, &err);
-    int64_t device = s.exp.run.device;
+    int64_t device = exp->run.device;
     if (!rc && (v = bk_args_get(&args, "device"))) {
         device = bk_choice_index(BK_DEVICE_CHOICES, v);
         if (device < 0) {
@@ -197,19 +215,24 @@ int bk_cmd_bias(int argc, char **argv)
     if (!rc) {
         if (csv != stdout) {
             char mixing[16];
+            if (from_checkpoint)
+                printf("checkpoint: %s (step %lld: learned parameters)\n", source, (long long)ckpt_state.step);
             printf("experiment: %s\ndevice: %s\nmodel: %lld layers, %lld heads, d_head %lld; %d term%s, %s mixing; "
                    "distances 0..%ld\n",
-                   s.exp.path, o.use_cuda ? device_desc : "cpu", (long long)s.exp.model.layers,
-                   (long long)s.exp.model.heads, (long long)bk_experiment_head_dim(&s.exp), s.terms.n,
-                   s.terms.n == 1 ? "" : "s", bk_choice_name(BK_MIXING_CHOICES, s.terms.mixing, mixing, sizeof mixing),
+                   exp->path, o.use_cuda ? device_desc : "cpu", (long long)exp->model.layers,
+                   (long long)exp->model.heads, (long long)bk_experiment_head_dim(exp), terms->n,
+                   terms->n == 1 ? "" : "s", bk_choice_name(BK_MIXING_CHOICES, terms->mixing, mixing, sizeof mixing),
                    o.length - 1);
         }
-        rc = run(&s, &o, csv == stdout ? NULL : stdout, csv, &err); /* CSV on stdout: nothing else there */
+        rc = run(terms, &o, csv == stdout ? NULL : stdout, csv, &err); /* CSV on stdout: nothing else there */
     }
     if (csv && csv != stdout && fclose(csv) != 0 && !rc)
         rc = bk_fail(&err, BK_ERR_IO, "cannot finish CSV file '%s': %s", o.csv, strerror(errno));
     if (!rc && csv && csv != stdout)
         printf("\nwrote %s\n", o.csv);
-    bk_session_close(&s);
+    if (from_checkpoint)
+        bk_lm_close(&lm);
+    else
+        bk_session_close(&s);
     return rc ? bk_report(&err) : 0;
 }

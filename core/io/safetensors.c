@@ -2,15 +2,21 @@
 
 #include "io/safetensors.h"
 
+#include <stddef.h>
+
 #include <cjson/cJSON.h>
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The data section is the host's float bytes written and read as they are: the format is little-endian. */
@@ -87,7 +93,7 @@ static uint64_t shape_bytes(const int64_t *shape, int ndim, int *ok)
     return bytes;
 }
 
-static void format_shape(char *buf, size_t size, const int64_t *shape, int ndim)
+void bk_st_format_shape(char *buf, size_t size, const int64_t *shape, int ndim)
 {
     size_t used = 0;
     int n = snprintf(buf, size, "[");
@@ -105,6 +111,89 @@ static cJSON *json_u64(uint64_t v)
     char text[32]; /* printed as a plain integer, never 1e+15 */
     snprintf(text, sizeof text, "%" PRIu64, v);
     return cJSON_CreateRaw(text);
+}
+
+/* ---------------------------------------------------------------------------------------- XXH64 */
+
+/* The five primes and the steps of the XXH64 specification (doc/xxhash_spec.md of xxHash). */
+#define XXH_P1 0x9E3779B185EBCA87ULL
+#define XXH_P2 0xC2B2AE3D27D4EB4FULL
+#define XXH_P3 0x165667B19E3779F9ULL
+#define XXH_P4 0x85EBCA77C2B2AE63ULL
+#define XXH_P5 0x27D4EB2F165667C5ULL
+
+static uint64_t xxh_rotl(uint64_t x, int r)
+{
+    return (x << r) | (x >> (64 - r));
+}
+
+static uint64_t xxh_read64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8); /* the host is little-endian (checked above), as the specification reads */
+    return v;
+}
+
+static uint32_t xxh_read32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static uint64_t xxh_round(uint64_t acc, uint64_t input)
+{
+    acc += input * XXH_P2;
+    acc = xxh_rotl(acc, 31);
+    return acc * XXH_P1;
+}
+
+static uint64_t xxh_merge(uint64_t acc, uint64_t v)
+{
+    acc ^= xxh_round(0, v);
+    return acc * XXH_P1 + XXH_P4;
+}
+
+uint64_t bk_xxh64(const void *data, size_t len, uint64_t seed)
+{
+    const unsigned char *p = data, *end = p + len;
+    uint64_t h;
+    if (len >= 32) {
+        uint64_t v1 = seed + XXH_P1 + XXH_P2, v2 = seed + XXH_P2, v3 = seed, v4 = seed - XXH_P1;
+        for (; end - p >= 32; p += 32) {
+            v1 = xxh_round(v1, xxh_read64(p));
+            v2 = xxh_round(v2, xxh_read64(p + 8));
+            v3 = xxh_round(v3, xxh_read64(p + 16));
+            v4 = xxh_round(v4, xxh_read64(p + 24));
+        }
+        h = xxh_rotl(v1, 1) + xxh_rotl(v2, 7) + xxh_rotl(v3, 12) + xxh_rotl(v4, 18);
+        h = xxh_merge(h, v1);
+        h = xxh_merge(h, v2);
+        h = xxh_merge(h, v3);
+        h = xxh_merge(h, v4);
+    } else {
+        h = seed + XXH_P5;
+    }
+    h += (uint64_t)len;
+    for (; end - p >= 8; p += 8) {
+        h ^= xxh_round(0, xxh_read64(p));
+        h = xxh_rotl(h, 27) * XXH_P1 + XXH_P4;
+    }
+    if (end - p >= 4) {
+        h ^= (uint64_t)xxh_read32(p) * XXH_P1;
+        h = xxh_rotl(h, 23) * XXH_P2 + XXH_P3;
+        p += 4;
+    }
+    for (; p < end; p++) {
+        h ^= (uint64_t)*p * XXH_P5;
+        h = xxh_rotl(h, 11) * XXH_P1;
+    }
+    h ^= h >> 33;
+    h *= XXH_P2;
+    h ^= h >> 29;
+    h *= XXH_P3;
+    h ^= h >> 32;
+    return h;
 }
 
 /* ---------------------------------------------------------------------------------------- write */
@@ -213,6 +302,117 @@ static int write_all(FILE *f, const void *p, size_t n)
     return 0;
 }
 
+/* Creates "PATH.tmp.<pid>.<random>" with O_EXCL: a name no other writer (another process, or another
+ * thread here) uses at the same time. Returns the stream, the name in tmp[size]; NULL with errno. */
+static FILE *create_temp(const char *path, char *tmp, size_t size)
+{
+    static unsigned counter; /* only makes names differ; O_EXCL is what guarantees uniqueness */
+    for (int attempt = 0; attempt < 64; attempt++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t seed[4] = {(uint64_t)getpid(), (uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec,
+                            (uint64_t)(uintptr_t)&ts ^ ((uint64_t)++counter << 32) ^ (uint64_t)attempt};
+        uint64_t r = bk_xxh64(seed, sizeof seed, 0);
+        if (snprintf(tmp, size, "%s.tmp.%ld.%08" PRIx32, path, (long)getpid(), (uint32_t)r) >= (int)size) {
+            errno = ENAMETOOLONG;
+            return NULL;
+        }
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            FILE *f = fdopen(fd, "wb");
+            if (!f) {
+                int e = errno;
+                close(fd);
+                unlink(tmp);
+                errno = e;
+            }
+            return f;
+        }
+        if (errno != EEXIST)
+            return NULL;
+    }
+    errno = EEXIST;
+    return NULL;
+}
+
+/* Removes "PATH.tmp.<pid>.<8 hex>" files of writers that are gone (kill(pid, 0) says no such process):
+ * what a writer killed mid-write leaves, since its name is unique it would stay forever. Files of
+ * processes still alive are left alone. Best effort: nothing here fails a write. */
+static void remove_stale_temps(const char *path)
+{
+    size_t n = strlen(path);
+    char *dir = malloc(n + 2);
+    if (!dir)
+        return;
+    memcpy(dir, path, n + 1);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? path + (slash - dir) + 1 : path;
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    size_t base_len = strlen(base);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *name = e->d_name;
+        if (strncmp(name, base, base_len) != 0 || strncmp(name + base_len, ".tmp.", 5) != 0)
+            continue;
+        const char *p = name + base_len + 5;
+        char *end;
+        errno = 0;
+        long pid = strtol(p, &end, 10);
+        if (end == p || errno || pid <= 0 || *end != '.' || strlen(end + 1) != 8 ||
+            strspn(end + 1, "0123456789abcdef") != 8)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        size_t full = strlen(dir) + strlen(name) + 2;
+        char *victim = malloc(full);
+        if (victim) {
+            snprintf(victim, full, "%s/%s", dir, name);
+            unlink(victim);
+            free(victim);
+        }
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+}
+
+/* fsync of the directory holding `path`, so that a rename into it is durable. File systems that cannot
+ * sync a directory (EINVAL) are not an error: there is nothing more to do there. */
+static int sync_directory(const char *path)
+{
+    size_t n = strlen(path);
+    char *dir = malloc(n + 2);
+    if (!dir) {
+        errno = ENOMEM;
+        return -1;
+    }
+    memcpy(dir, path, n + 1);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && e == EINVAL)
+        return 0;
+    errno = e;
+    return rc;
+}
+
 int bk_safetensors_write(const char *path, const bk_st_tensor *tensors, int n_tensors, const bk_st_meta *meta,
                          int n_meta, bk_error *err)
 {
@@ -224,25 +424,30 @@ int bk_safetensors_write(const char *path, const bk_st_tensor *tensors, int n_te
         return rc;
 
     char *json = build_header(tensors, n_tensors, meta, n_meta);
-    size_t tmp_size = strlen(path) + 5;
+    size_t tmp_size = strlen(path) + 48;
     char *tmp = malloc(tmp_size);
     if (!json || !tmp) {
         cJSON_free(json);
         free(tmp);
         return bk_fail(err, BK_ERR_NOMEM, "cannot write '%s': out of memory building the header", path);
     }
-    snprintf(tmp, tmp_size, "%s.tmp", path);
 
     /* pad with spaces so that the data section starts at a multiple of 8 */
     size_t json_len = strlen(json), header_len = (json_len + 7) / 8 * 8;
+    if (header_len > BK_ST_MAX_HEADER) {
+        cJSON_free(json);
+        free(tmp);
+        return bk_fail(err, BK_ERR_INVALID, "cannot write '%s': the header would take %zu bytes, more than the %u a "
+                       "safetensors reader accepts", path, header_len, BK_ST_MAX_HEADER);
+    }
     unsigned char length[8];
     for (int i = 0; i < 8; i++)
         length[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
     static const char spaces[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
     errno = 0;
-    FILE *f = fopen(tmp, "wb");
-    int ok = f != NULL, saved = errno;
+    FILE *f = create_temp(path, tmp, tmp_size);
+    int ok = f != NULL, saved = errno, renamed = 0;
     if (f) { /* from here on a failure removes the tmp file */
         ok = write_all(f, length, sizeof length) && write_all(f, json, json_len) &&
              write_all(f, spaces, header_len - json_len);
@@ -260,11 +465,21 @@ int bk_safetensors_write(const char *path, const bk_st_tensor *tensors, int n_te
             ok = 0;
             saved = errno;
         }
+        renamed = ok;
         if (!ok)
             remove(tmp);
     }
+    if (renamed && sync_directory(path) != 0) {
+        ok = 0;
+        saved = errno;
+    }
+    if (renamed)
+        remove_stale_temps(path);
     cJSON_free(json);
     free(tmp);
+    if (!ok && renamed)
+        return bk_fail(err, BK_ERR_IO, "wrote '%s' but could not sync its directory: %s", path,
+                       strerror(saved ? saved : EIO));
     if (!ok)
         return bk_fail(err, BK_ERR_IO, "cannot write '%s': %s", path, strerror(saved ? saved : EIO));
     return BK_OK;
@@ -375,7 +590,7 @@ static int parse_tensor(const char *path, const cJSON *entry, uint64_t data_byte
     int fits;
     uint64_t bytes = shape_bytes(t->shape, ndim, &fits);
     char dims[160];
-    format_shape(dims, sizeof dims, t->shape, ndim);
+    bk_st_format_shape(dims, sizeof dims, t->shape, ndim);
     if (!fits)
         return bk_fail(err, BK_ERR_PARSE, "%s: tensor '%s': shape %s is too large", path, name, dims);
     if (e - b != bytes)
@@ -552,6 +767,14 @@ int bk_safetensors_open(const char *path, bk_safetensors **out, bk_error *err)
         return bk_fail(err, BK_ERR_PARSE,
                        "%s: truncated: the header claims %" PRIu64 " bytes, the file has only %" PRIu64, path,
                        header_len, size - 8);
+    }
+    /* a length beyond the file reads as truncation (above); within it, still capped before allocating */
+    if (header_len > BK_ST_MAX_HEADER) {
+        fclose(f);
+        return bk_fail(err, BK_ERR_PARSE,
+                       "%s: bad safetensors header: its length field says %" PRIu64 " bytes, more than the %u a "
+                       "header may have",
+                       path, header_len, BK_ST_MAX_HEADER);
     }
     uint64_t data_bytes = size - 8 - header_len;
     if (header_len >= (uint64_t)SIZE_MAX || data_bytes >= (uint64_t)SIZE_MAX) {

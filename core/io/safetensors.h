@@ -12,6 +12,11 @@
 
 #define BK_ST_MAX_DIMS 4
 
+/* The largest header the reader accepts, in bytes: the limit of the reference implementation
+ * (MAX_HEADER_SIZE of the Python/Rust safetensors package), so that a corrupt or hostile length field
+ * is refused before anything is allocated for it. */
+#define BK_ST_MAX_HEADER 100000000u
+
 typedef struct bk_st_tensor {
     const char *name;
     int ndim;
@@ -24,15 +29,18 @@ typedef struct bk_st_meta {
     const char *value;
 } bk_st_meta;
 
-/* Write atomically: to "PATH.tmp" in the same directory, fsync, then rename over PATH, so PATH is
- * either the old file or the complete new one. Tensor names must be unique. Errors: BK_ERR_IO naming
- * the path and the system's reason. */
+/* Write atomically: to a temp file "PATH.tmp.<pid>.<random>" made with O_EXCL in the same directory
+ * (so two writers of one PATH never share it), fsync, rename over PATH, then fsync the directory so
+ * the rename itself survives a crash. PATH is either the old file or the complete new one; on any
+ * failure the temp file is removed, and after a write the temp files of writers of PATH that died
+ * mid-write (their pid no longer exists) are removed too. Tensor names must be unique. Errors: BK_ERR_IO naming the path
+ * and the system's reason. */
 int bk_safetensors_write(const char *path, const bk_st_tensor *tensors, int n_tensors, const bk_st_meta *meta,
                          int n_meta, bk_error *err);
 
 typedef struct bk_safetensors bk_safetensors;
 
-/* Read and validate a whole file: header length within the file, valid JSON, every tensor F32 with
+/* Read and validate a whole file: header length within the file and at most BK_ST_MAX_HEADER, valid JSON, every tensor F32 with
  * offsets inside the data and matching its shape, no overlaps. Errors name the path and what is
  * wrong (BK_ERR_IO for unreadable, BK_ERR_PARSE for malformed or truncated:
  * "PATH: truncated: tensor 'NAME' ends at byte E of the data, the file holds D data bytes"). */
@@ -46,5 +54,14 @@ const bk_st_tensor *bk_safetensors_at(const bk_safetensors *st, int i);
 const bk_st_tensor *bk_safetensors_find(const bk_safetensors *st, const char *name);
 /* A __metadata__ value, or NULL. */
 const char *bk_safetensors_meta(const bk_safetensors *st, const char *key);
+
+/* "[2, 64]": a shape as messages show it (truncated to size). */
+void bk_st_format_shape(char *buf, size_t size, const int64_t *shape, int ndim);
+
+/* XXH64 (xxHash, 64-bit, https://github.com/Cyan4973/xxHash/blob/dev/doc/xxhash_spec.md) of `len`
+ * bytes with `seed`: the checksum biaskit stores per checkpoint tensor and per plugin file. Fast
+ * (several GB/s in portable C) and well defined; it detects corruption, it is not a cryptographic
+ * hash. */
+uint64_t bk_xxh64(const void *data, size_t len, uint64_t seed);
 
 #endif
