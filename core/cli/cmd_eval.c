@@ -27,7 +27,9 @@ static const char help[] =
     "  --csv FILE        write length,train_length,chunks,tokens,loss,ppl as CSV ('-' = stdout)\n"
     "  --json FILE       write the same as JSON, with the position-wise loss ('-' = stdout)\n"
     "  --positions FILE  write length,position,loss (loss at each position, averaged over chunks)\n"
-    "  --set K=V         override a value of the stored experiment (repeatable)\n";
+    "  --set K=V         override a value of the stored experiment (repeatable)\n"
+    "  --strict          refuse a checkpoint whose plugins differ from the ones it was trained with\n"
+    "                    (version, declarations or file bytes; by default a warning names the change)\n";
 
 static int parse_lengths(const char *text, int32_t *out, int cap, int *n, bk_error *err)
 {
@@ -69,7 +71,7 @@ int bk_cmd_eval(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0},  {"lengths", 1, 0}, {"sliding", 1, 0}, {"data", 1, 1},
                                         {"tokens", 1, 0}, {"csv", 1, 0},     {"json", 1, 0},    {"positions", 1, 0},
-                                        {"set", 1, 1}};
+                                        {"set", 1, 1},   {"strict", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit eval", &args, &err))
@@ -94,7 +96,8 @@ int bk_cmd_eval(int argc, char **argv)
 
     bk_lm lm;
     bk_train_state st;
-    if (bk_checkpoint_load(args.positional[0], sets, (int)n_sets, &lm, NULL, &st, &err))
+    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL};
+    if (bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err))
         return bk_report(&err);
     const bk_experiment *e = &lm.exp;
     if (e->run.threads > 0)
@@ -117,12 +120,13 @@ int bk_cmd_eval(int argc, char **argv)
         if (!paths || !ptr)
             rc = bk_fail(&err, BK_ERR_NOMEM, "out of memory");
         for (int i = 0; !rc && i < e->data.paths.n + n_val; i++) {
+            /* paths of the experiment are read from its file's directory, --data from the working one */
             if (i < e->data.paths.n)
-                bk_lm_data_path(&lm, e->data.paths.items[i], paths[i], sizeof paths[i]);
+                rc = bk_lm_path(&lm, e->data.paths.items[i], paths[i], sizeof paths[i], &err);
             else if (n_data)
                 bk_copy_text(paths[i], sizeof paths[i], data[i - e->data.paths.n]);
             else
-                bk_lm_data_path(&lm, e->data.val_paths.items[i - e->data.paths.n], paths[i], sizeof paths[i]);
+                rc = bk_lm_path(&lm, e->data.val_paths.items[i - e->data.paths.n], paths[i], sizeof paths[i], &err);
             ptr[i] = paths[i];
         }
         bk_data_config dc = {

@@ -20,6 +20,7 @@ typedef struct bk_session {
     bk_experiment exp;
     bk_registry reg;
     bk_term_set terms;
+    char dir[4096]; /* the experiment file's directory, absolute: a relative plugin path is read from it */
 } bk_session;
 
 /* Load `path` with its --set overrides, then load the plugins and create the terms. */

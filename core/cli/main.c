@@ -57,6 +57,9 @@ int main(int argc, char **argv)
         char device[256];
         bk_device_probe(device, sizeof device);
         printf("biaskit %s (plugin ABI %u)\ndevice: %s\n", BK_VERSION, BIASKIT_ABI_VERSION, device);
+        /* the GPU serves plugin tables only: there is no CUDA training path yet (README.md) */
+        printf("training and evaluation: cpu (no CUDA training path in this version; a GPU computes plugin "
+               "tables in 'biaskit bias --device cuda' and 'biaskit check')\n");
         return 0;
     }
     for (size_t i = 0; i < N_COMMANDS; i++)

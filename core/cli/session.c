@@ -1,18 +1,21 @@
 #include "cli/commands.h"
 
+#include "util/path.h"
+
 #include <string.h>
 
 int bk_session_open(bk_session *s, const char *path, const char *const *overrides, size_t n_overrides,
                     bk_error *err)
 {
     memset(s, 0, sizeof *s);
-    int rc = bk_experiment_load(path, overrides, n_overrides, &s->exp, err);
-    if (rc)
+    int rc = bk_path_dir_of(path, s->dir, sizeof s->dir, err);
+    if (rc || (rc = bk_experiment_load(path, overrides, n_overrides, &s->exp, err)))
         return rc;
     if ((rc = bk_registry_init(&s->reg, err))) {
         bk_experiment_free(&s->exp);
         return rc;
     }
+    s->reg.relative_to = s->dir;
     if ((rc = bk_terms_create(&s->terms, &s->exp, &s->reg, err)))
         bk_session_close(s);
     return rc;

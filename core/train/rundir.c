@@ -1,0 +1,189 @@
+#define _DEFAULT_SOURCE /* flock */
+#include "train/rundir.h"
+
+#include "util/path.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int bk_run_dir_choose(const bk_lm *lm, const char *out_dir, const char *resume, char *dir, size_t size,
+                      bk_error *err)
+{
+    const bk_experiment *e = &lm->exp;
+    if (out_dir)
+        return bk_path_resolve(NULL, out_dir, dir, size, err);
+    if (resume) { /* a resumed run continues in its checkpoint's directory */
+        char buf[PATH_MAX];
+        if (snprintf(buf, sizeof buf, "%s", resume) >= (int)sizeof buf)
+            return bk_fail(err, BK_ERR_INVALID, "checkpoint path '%s' is too long", resume);
+        char *slash = strrchr(buf, '/');
+        if (slash)
+            slash[slash == buf] = '\0'; /* "/ckpt" keeps "/" */
+        return bk_path_resolve(NULL, slash ? buf : ".", dir, size, err);
+    }
+    if (e->run.out_dir && e->run.out_dir[0])
+        return bk_path_resolve(lm->config_dir, e->run.out_dir, dir, size, err);
+    const char *base = strrchr(e->path, '/') ? strrchr(e->path, '/') + 1 : e->path;
+    size_t len = strlen(base);
+    if (len > 5 && strcmp(base + len - 5, ".toml") == 0)
+        len -= 5;
+    if (snprintf(dir, size, "runs/%.*s", (int)len, base) >= (int)size)
+        return bk_fail(err, BK_ERR_INVALID, "run directory name for '%s' is too long", e->path);
+    return BK_OK;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path, bk_error *err)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return bk_fail(err, BK_ERR_INVALID, "run directory '%s' is too long", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            struct stat st;
+            if (mkdir(buf, 0777) != 0) {
+                if (errno != EEXIST)
+                    return bk_fail(err, BK_ERR_IO, "cannot create the run directory '%s': %s: %s", path, buf,
+                                   strerror(errno));
+                if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+                    return bk_fail(err, BK_ERR_IO, "cannot create the run directory '%s': '%s' is not a directory",
+                                   path, buf);
+            }
+            *p = c;
+            if (!c)
+                break;
+        }
+    }
+    return BK_OK;
+}
+
+int bk_run_dir_open(bk_run_dir *rd, const char *dir, bk_error *err)
+{
+    memset(rd, 0, sizeof *rd);
+    rd->lock_fd = -1;
+    int rc = make_dirs(dir, err);
+    if (rc)
+        return rc;
+    bk_path_display(dir, rd->path, sizeof rd->path);
+    char lock[PATH_MAX + 32];
+    snprintf(lock, sizeof lock, "%s/%s", rd->path, BK_RUN_LOCK_FILE);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return bk_fail(err, BK_ERR_IO, "cannot write in the run directory '%s' (lock file %s): %s", rd->path,
+                       BK_RUN_LOCK_FILE, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int saved = errno;
+        char pid[32] = "";
+        ssize_t got = saved == EWOULDBLOCK ? pread(fd, pid, sizeof pid - 1, 0) : -1;
+        pid[got > 0 ? got : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(fd);
+        if (saved != EWOULDBLOCK)
+            return bk_fail(err, BK_ERR_IO, "cannot lock the run directory '%s' (%s): %s", rd->path, lock,
+                           strerror(saved));
+        return bk_fail(err, BK_ERR_IO, "the run directory '%s' is in use by another training (pid %s, lock %s); "
+                       "wait for it to end or write elsewhere with --out DIR", rd->path, pid[0] ? pid : "unknown",
+                       lock);
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        int saved = errno;
+        close(fd);
+        return bk_fail(err, BK_ERR_IO, "cannot write the lock file '%s': %s", lock, strerror(saved));
+    }
+    rd->lock_fd = fd;
+    /* Temporary files of checkpoint and metrics writes that a killed trainer left: with the lock held
+     * no one else writes here, so they are all stale. */
+    DIR *d = opendir(rd->path);
+    for (struct dirent *ent; d && (ent = readdir(d));)
+        if (strncmp(ent->d_name, BK_RUN_CHECKPOINT_FILE ".tmp", sizeof BK_RUN_CHECKPOINT_FILE + 3) == 0 ||
+            strncmp(ent->d_name, BK_RUN_METRICS_FILE ".tmp", sizeof BK_RUN_METRICS_FILE + 3) == 0) {
+            char stale[PATH_MAX + 300];
+            snprintf(stale, sizeof stale, "%s/%s", rd->path, ent->d_name);
+            remove(stale);
+        }
+    if (d)
+        closedir(d);
+    return BK_OK;
+}
+
+void bk_run_dir_close(bk_run_dir *rd)
+{
+    if (rd->lock_fd >= 0)
+        close(rd->lock_fd); /* releases the flock; the file stays (removing it would race a new trainer) */
+    rd->lock_fd = -1;
+}
+
+/* The step of one metrics record ({"step": N, ...}); 0 when it has none. */
+static int record_step(const char *line, long long *step)
+{
+    const char *p = strstr(line, "\"step\":");
+    if (!p)
+        return 0;
+    char *end;
+    errno = 0;
+    *step = strtoll(p + 7, &end, 10);
+    return end != p + 7 && !errno;
+}
+
+/* Rewrite `path` keeping the complete records with step <= `step`; a missing file is fine. */
+static int cut_metrics(const char *path, int64_t step, bk_error *err)
+{
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return errno == ENOENT ? BK_OK : bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    char tmp[PATH_MAX + 64];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path); /* the run directory's lock makes this name ours */
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        int saved = errno;
+        fclose(in);
+        return bk_fail(err, BK_ERR_IO, "cannot write '%s': %s", tmp, strerror(saved));
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int ok = 1;
+    long long s;
+    while (ok && (n = getline(&line, &cap, in)) > 0)
+        if (line[n - 1] == '\n' && record_step(line, &s) && s <= step) /* a torn last line goes too */
+            ok = fwrite(line, 1, (size_t)n, out) == (size_t)n;
+    int saved = errno, read_error = ferror(in);
+    free(line);
+    fclose(in);
+    ok = ok && !read_error && fflush(out) == 0 && fsync(fileno(out)) == 0;
+    if (!ok)
+        saved = errno;
+    if (fclose(out) != 0 && ok)
+        ok = 0, saved = errno;
+    if (ok && rename(tmp, path) != 0)
+        ok = 0, saved = errno;
+    if (!ok) {
+        remove(tmp);
+        return bk_fail(err, BK_ERR_IO, "cannot cut '%s' back to step %lld (through %s): %s", path, (long long)step,
+                       tmp, strerror(saved ? saved : EIO));
+    }
+    return BK_OK;
+}
+
+int bk_run_dir_metrics(const bk_run_dir *rd, int resume, int64_t step, FILE **out, bk_error *err)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", rd->path, BK_RUN_METRICS_FILE);
+    int rc = resume ? cut_metrics(path, step, err) : BK_OK;
+    if (rc)
+        return rc;
+    if (!(*out = fopen(path, resume ? "a" : "w")))
+        return bk_fail(err, BK_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    return BK_OK;
+}

@@ -1,0 +1,78 @@
+#define _XOPEN_SOURCE 700 /* realpath, getcwd */
+#include "util/path.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void bk_path_clean(char *path)
+{
+    const int absolute = path[0] == '/';
+    char *w = path;
+    if (absolute)
+        *w++ = '/';
+    for (const char *r = path; *r;) {
+        while (*r == '/')
+            r++;
+        const char *end = r;
+        while (*end && *end != '/')
+            end++;
+        size_t n = (size_t)(end - r);
+        if (n == 0 || (n == 1 && r[0] == '.')) {
+            r = end;
+            continue;
+        }
+        if (w > path + absolute)
+            *w++ = '/';
+        memmove(w, r, n);
+        w += n;
+        r = end;
+    }
+    *w = '\0';
+    if (!path[0])
+        strcpy(path, ".");
+}
+
+int bk_path_resolve(const char *base_dir, const char *path, char *out, size_t size, bk_error *err)
+{
+    int n = path[0] == '/' || !base_dir || !base_dir[0] ? snprintf(out, size, "%s", path)
+                                                        : snprintf(out, size, "%s/%s", base_dir, path);
+    if (n < 0 || (size_t)n >= size)
+        return bk_fail(err, BK_ERR_INVALID, "path '%s' read from '%s' is longer than %zu bytes", path,
+                       base_dir ? base_dir : ".", size - 1);
+    bk_path_clean(out);
+    return BK_OK;
+}
+
+int bk_path_dir_of(const char *file, char *out, size_t size, bk_error *err)
+{
+    char dir[PATH_MAX], real[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s", file) >= (int)sizeof dir)
+        return bk_fail(err, BK_ERR_INVALID, "path '%s' is longer than %zu bytes", file, sizeof dir - 1);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = '\0'; /* "/x.toml" */
+    else if (slash)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    if (realpath(dir, real))
+        return bk_path_resolve(NULL, real, out, size, err);
+    if (dir[0] == '/')
+        return bk_path_resolve(NULL, dir, out, size, err);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return bk_fail(err, BK_ERR_IO, "cannot read the working directory (to anchor '%s'): %s", file,
+                       strerror(errno));
+    return bk_path_resolve(cwd, dir, out, size, err);
+}
+
+void bk_path_display(const char *path, char *out, size_t size)
+{
+    char real[PATH_MAX];
+    bk_copy_text(out, size, realpath(path, real) ? real : path);
+    bk_path_clean(out);
+}

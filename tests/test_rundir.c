@@ -1,0 +1,166 @@
+/* Paths and run directories (util/path.h, train/rundir.h): the path rule's helpers, the default run
+ * directory, the run-directory lock, and the metrics log cut back to a checkpoint on resume. */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include "train/rundir.h"
+#include "util/path.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/bk_test_rundir_XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void clean(const char *in, const char *want)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", in);
+    bk_path_clean(buf);
+    assert_string_equal(buf, want);
+}
+
+static void test_clean(void **state)
+{
+    (void)state;
+    clean("examples/../runs/demo", "examples/../runs/demo"); /* ".." stays: "examples" may be a link */
+    clean("a//b/./c/", "a/b/c");
+    clean("./x", "x");
+    clean("/", "/");
+    clean("//a/./", "/a");
+    clean(".", ".");
+    clean("./", ".");
+    clean("", ".");
+}
+
+static void test_resolve(void **state)
+{
+    (void)state;
+    char out[64];
+    bk_error err;
+    assert_int_equal(bk_path_resolve("/exp/dir", "corpus", out, sizeof out, &err), BK_OK);
+    assert_string_equal(out, "/exp/dir/corpus");
+    assert_int_equal(bk_path_resolve("/exp/dir", "./plugins/x.so", out, sizeof out, &err), BK_OK);
+    assert_string_equal(out, "/exp/dir/plugins/x.so");
+    assert_int_equal(bk_path_resolve("/exp/dir", "/abs/data", out, sizeof out, &err), BK_OK);
+    assert_string_equal(out, "/abs/data");
+    assert_int_equal(bk_path_resolve(NULL, "rel/./d", out, sizeof out, &err), BK_OK); /* the working directory */
+    assert_string_equal(out, "rel/d");
+    char tiny[8];
+    assert_int_equal(bk_path_resolve("/exp/dir", "corpus", tiny, sizeof tiny, &err), BK_ERR_INVALID);
+    assert_message_has(err.message, "path 'corpus' read from '/exp/dir' is longer than 7 bytes");
+}
+
+static void test_dir_of(void **state)
+{
+    (void)state;
+    char out[4096], cwd[4096];
+    bk_error err;
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(bk_path_dir_of("exp.toml", out, sizeof out, &err), BK_OK);
+    assert_string_equal(out, cwd); /* absolute: a checkpoint stores it */
+    assert_int_equal(bk_path_dir_of("/no/such/dir/exp.toml", out, sizeof out, &err), BK_OK);
+    assert_string_equal(out, "/no/such/dir");
+    assert_int_equal(bk_path_dir_of("/exp.toml", out, sizeof out, &err), BK_OK);
+    assert_string_equal(out, "/");
+}
+
+static void test_lock(void **state)
+{
+    (void)state;
+    char run[512];
+    snprintf(run, sizeof run, "%s/deep/run", dir);
+    bk_run_dir a, b;
+    bk_error err;
+    assert_int_equal(bk_run_dir_open(&a, run, &err), BK_OK);
+    assert_true(a.lock_fd >= 0);
+    /* a second trainer (here: a second open file description) is refused at once, naming the holder */
+    assert_int_equal(bk_run_dir_open(&b, run, &err), BK_ERR_IO);
+    char want[9000];
+    snprintf(want, sizeof want, "the run directory '%s' is in use by another training (pid %ld, lock %s/%s)", a.path,
+             (long)getpid(), a.path, BK_RUN_LOCK_FILE);
+    assert_message_has(err.message, want);
+    bk_run_dir_close(&a);
+    assert_int_equal(bk_run_dir_open(&b, run, &err), BK_OK); /* released */
+    bk_run_dir_close(&b);
+}
+
+static void test_stale_temporaries_go(void **state)
+{
+    (void)state;
+    char run[512], tmp[4200], keep[4200];
+    snprintf(run, sizeof run, "%s/stale", dir);
+    bk_run_dir rd;
+    bk_error err;
+    assert_int_equal(bk_run_dir_open(&rd, run, &err), BK_OK);
+    bk_run_dir_close(&rd);
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp.123.abc", rd.path, BK_RUN_CHECKPOINT_FILE);
+    snprintf(keep, sizeof keep, "%s/notes.tmp", rd.path);
+    fclose(fopen(tmp, "w"));
+    fclose(fopen(keep, "w"));
+    assert_int_equal(bk_run_dir_open(&rd, run, &err), BK_OK);
+    assert_int_not_equal(access(tmp, F_OK), 0); /* a killed checkpoint write's leftover */
+    assert_int_equal(access(keep, F_OK), 0);    /* someone else's file stays */
+    bk_run_dir_close(&rd);
+}
+
+static void test_metrics_cut_on_resume(void **state)
+{
+    (void)state;
+    char run[512], path[4200];
+    snprintf(run, sizeof run, "%s/metrics", dir);
+    bk_run_dir rd;
+    bk_error err;
+    assert_int_equal(bk_run_dir_open(&rd, run, &err), BK_OK);
+    snprintf(path, sizeof path, "%s/%s", rd.path, BK_RUN_METRICS_FILE);
+    FILE *f = fopen(path, "w");
+    fputs("{\"step\": 1, \"loss\": 5.0}\n{\"step\": 2, \"loss\": 4.0}\n{\"step\": 2, \"val_loss\": 4.5}\n"
+          "{\"step\": 3, \"loss\": 3.0}\n{\"step\": 4, \"lo",
+          f);
+    fclose(f);
+    FILE *m = NULL;
+    assert_int_equal(bk_run_dir_metrics(&rd, 1, 2, &m, &err), BK_OK); /* resumed at step 2 */
+    fputs("{\"step\": 3, \"loss\": 3.5}\n", m);
+    fclose(m);
+    char text[512] = "";
+    f = fopen(path, "r");
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_string_equal(text, "{\"step\": 1, \"loss\": 5.0}\n{\"step\": 2, \"loss\": 4.0}\n{\"step\": 2, \"val_loss\": 4.5}\n"
+                              "{\"step\": 3, \"loss\": 3.5}\n");
+    /* a new run starts the log empty */
+    assert_int_equal(bk_run_dir_metrics(&rd, 0, 0, &m, &err), BK_OK);
+    fclose(m);
+    f = fopen(path, "r");
+    assert_int_equal(fgetc(f), EOF);
+    fclose(f);
+    bk_run_dir_close(&rd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_clean),
+        cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_dir_of),
+        cmocka_unit_test_setup_teardown(test_lock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_temporaries_go, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_cut_on_resume, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
