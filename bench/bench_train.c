@@ -2,6 +2,7 @@
  *
  *   bench_train --layers 4 --dim 256 --heads 8 --length 256 --batch 8 --steps 10 --warmup 3
  *               [--threads 2] [--vocab 256] [--alibi | --nope] [--name NAME] [--no-breakdown]
+ *               [--finite-checks]
  *
  * Builds the model from TOML text (bk_lm_open_text, an ALiBi [[term]] unless --nope; the plugin is
  * found through BIASKIT_PLUGIN_PATH or the build tree), feeds it random tokens and times full training
@@ -16,6 +17,12 @@
  * lm head), the other layer kernels, and the memset gpt.c does on its activation gradients. Each is
  * reported as a fraction of the measured step time; what is left is the optimizer, the bias tables
  * and anything the instrumented pass does not see.
+ *
+ * --finite-checks measures what the engine's non-finite checks cost (core/bias/bias.h): the checks
+ * of the plugins' tables (bk_bias_forward) and parameter gradients (bk_bias_backward), timed with
+ * bias.check_finite on and off over many calls, as a fraction of the median step; then whole steps
+ * alternately with the checks on and off (noisier: the difference is far below a step's jitter). The
+ * loss and gradient-norm checks of the training loop are two isfinite() on values computed anyway.
  *
  * Last line, machine-readable:
  *   RESULT name=... tokens_per_s=... ms_per_step=... attention_frac=... matmul_frac=... [more keys]
@@ -61,7 +68,7 @@ static double median(const double *v, int n)
 }
 
 typedef struct options {
-    int layers, dim, heads, length, batch, steps, warmup, threads, vocab, alibi, breakdown;
+    int layers, dim, heads, length, batch, steps, warmup, threads, vocab, alibi, breakdown, finite_checks;
     const char *name;
 } options;
 
@@ -69,7 +76,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_train [--layers N] [--dim N] [--heads N] [--length T] [--batch B] [--steps N]\n"
                "                   [--warmup N] [--threads N] [--vocab V] [--alibi | --nope] [--name NAME]\n"
-               "                   [--no-breakdown]\n"
+               "                   [--no-breakdown] [--finite-checks]\n"
                "defaults: --layers 4 --dim 256 --heads 8 --length 256 --batch 8 --steps 10 --warmup 3 --vocab 256\n"
                "          --alibi; --threads 0 keeps OMP_NUM_THREADS / every core\n");
 }
@@ -88,7 +95,7 @@ static int parse_int(const char *flag, const char *s, int min, int *out)
 
 static int parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){4, 256, 8, 256, 8, 10, 3, 0, 256, 1, 1, NULL};
+    *o = (options){4, 256, 8, 256, 8, 10, 3, 0, 256, 1, 1, 0, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct {
@@ -113,6 +120,8 @@ static int parse_args(int argc, char **argv, options *o)
             o->alibi = 0;
         else if (!strcmp(a, "--no-breakdown"))
             o->breakdown = 0;
+        else if (!strcmp(a, "--finite-checks"))
+            o->finite_checks = 1;
         else if (!strcmp(a, "--name") && v)
             o->name = v, i++;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -369,6 +378,80 @@ static int train_step(bk_lm *lm, bk_adamw *opt, const int32_t *in, const int32_t
     return BK_OK;
 }
 
+/* Seconds per call of bk_bias_forward and of one step's bk_bias_backward (every layer), with the
+ * checks off (index 0) and on (index 1): the minimum over `rounds` rounds of `reps` calls, the rounds
+ * alternating off and on so that a slow spell of the machine hits both. */
+static int time_bias(bk_lm *lm, int T, int reps, int rounds, double fwd[2], double bwd[2], bk_error *err)
+{
+    bk_bias *b = &lm->bias;
+    size_t n = (size_t)b->n_heads * (size_t)T;
+    float *dmem = calloc(BK_STREAM_COUNT * n, sizeof *dmem);
+    if (!dmem)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory");
+    const float *dmixed[BK_STREAM_COUNT];
+    for (int s = 0; s < BK_STREAM_COUNT; s++) /* a small finite dL/dM */
+        dmixed[s] = b->n_on[s] ? dmem + (size_t)s * n : NULL;
+    for (size_t i = 0; i < BK_STREAM_COUNT * n; i++)
+        dmem[i] = 1e-6f * (float)(i % 7);
+    int rc = BK_OK;
+    fwd[0] = fwd[1] = bwd[0] = bwd[1] = INFINITY;
+    for (int r = 0; r < 2 * rounds && !rc; r++) {
+        const int on = r % 2;
+        b->check_finite = on;
+        double t = now();
+        for (int i = 0; i < reps && !rc; i++)
+            rc = bk_bias_forward(b, T, err);
+        t = (now() - t) / reps;
+        fwd[on] = t < fwd[on] ? t : fwd[on];
+        t = now();
+        for (int i = 0; i < reps && !rc; i++) {
+            bk_bias_zero_grad(b);
+            for (int l = b->n_layers - 1; l >= 0 && !rc; l--)
+                rc = bk_bias_backward(b, l, dmixed, err);
+        }
+        t = (now() - t) / reps;
+        bwd[on] = t < bwd[on] ? t : bwd[on];
+    }
+    b->check_finite = 1;
+    free(dmem);
+    return rc;
+}
+
+/* --finite-checks: prints the cost of the non-finite checks; *frac = their share of the median step. */
+static int measure_finite_checks(bk_lm *lm, bk_adamw *opt, const int32_t *in, const int32_t *tg, int B, int T,
+                                 int steps, double step_med, double *frac, bk_error *err)
+{
+    double fwd[2], bwd[2];
+    int rc;
+    if ((rc = time_bias(lm, T, 1000, 25, fwd, bwd, err)))
+        return rc;
+    const double fwd_off = fwd[0], fwd_on = fwd[1], bwd_off = bwd[0], bwd_on = bwd[1];
+    double cost = (fwd_on - fwd_off) + (bwd_on - bwd_off);
+    *frac = cost / step_med;
+    printf("finite checks: bias tables %.3f us (%.3f with, %.3f without) + plugin gradients %.3f us (%.3f with, "
+           "%.3f without) = %.3f us per step = %.5f%% of the median step of %.2f ms\n",
+           1e6 * (fwd_on - fwd_off), 1e6 * fwd_on, 1e6 * fwd_off, 1e6 * (bwd_on - bwd_off), 1e6 * bwd_on,
+           1e6 * bwd_off, 1e6 * cost, 100 * *frac, 1e3 * step_med);
+    /* whole steps, alternately with and without the checks */
+    double on[64], off[64];
+    int n = steps < 64 ? steps : 64;
+    phase ph = {0};
+    for (int i = 0; i < 2 * n && !rc; i++) {
+        lm->bias.check_finite = i % 2 == 0;
+        double t = now();
+        rc = train_step(lm, opt, in, tg, B, T, &ph, err);
+        (i % 2 == 0 ? on : off)[i / 2] = now() - t;
+    }
+    lm->bias.check_finite = 1;
+    if (rc)
+        return rc;
+    double m_on = median(on, n), m_off = median(off, n);
+    printf("finite checks, whole steps alternately: median %.3f ms with, %.3f ms without (%+.2f%%, %d steps each; "
+           "step-to-step jitter dominates)\n",
+           1e3 * m_on, 1e3 * m_off, 100 * (m_on - m_off) / m_off, n);
+    return BK_OK;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -508,6 +591,14 @@ int main(int argc, char **argv)
                r.acts_size * 4.0 / (1 << 20));
         replica_free(&r);
     }
+    double checks_frac = -1;
+    if (o.finite_checks &&
+        (rc = measure_finite_checks(&lm, &opt, in, tg, B, T, o.steps, step_med, &checks_frac, &err))) {
+        fprintf(stderr, "bench_train: finite checks: %s\n", err.message);
+        return 1;
+    }
+    if (o.finite_checks) /* RESULT stays the last line */
+        printf("FINITE_CHECKS name=%s frac=%.7f\n", name, checks_frac);
     double other = 0;
     for (int c = CAT_LAYERNORM; c < CAT_COUNT; c++)
         other += frac[c];

@@ -206,8 +206,17 @@ static void kernel_mixing_across_plugins(void **state)
             assert_float_equal(mixed[h * 6 + d], want, 1e-6);
         }
     close_terms(&f);
+    /* weight errors name the file, line and column of the weight, like every other config error */
     expect_term_error("[attention]\nmixing = \"kernel\"\n[[term]]\nplugin = \"alibi\"\nweight = -1\n",
-                      "term 'alibi': weight -1 is negative; kernel mixing needs weights >= 0", NULL);
+                      "exp.toml:5:10: [[term]] #1 (alibi) weight: -1 is negative; kernel mixing needs weights >= 0",
+                      NULL);
+    expect_term_error("[attention]\nmixing = \"kernel\"\n[[term]]\nplugin = \"alibi\"\nweight = 0\n"
+                      "[[term]]\nplugin = \"testlin\"\nweight = 0.0\n",
+                      "exp.toml:5:10: [[term]] #1 (alibi) weight: ",
+                      "kernel mixing needs a positive total weight on the token stream, its terms' weights sum to 0");
+    /* sum mode takes any finite weight, negative included */
+    expect_term_error("[[term]]\nplugin = \"alibi\"\nweight = -1\n[[term]]\nplugin = \"nosuch\"\n", "exp.toml:4:1: ",
+                      "plugin 'nosuch' not found");
 }
 
 static void no_terms_is_nope(void **state)

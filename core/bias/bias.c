@@ -2,6 +2,8 @@
 
 #include "bias/mix.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +54,7 @@ int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, 
     b->n_layers = n_layers;
     b->n_heads = set->geometry.n_heads;
     b->learn_weights = learn_weights;
+    b->check_finite = 1;
     b->dtheta = calloc((size_t)(set->n ? set->n : 1), sizeof *b->dtheta);
     if (!b->dtheta)
         goto nomem;
@@ -121,7 +124,8 @@ int bk_bias_forward(bk_bias *b, int32_t distances, bk_error *err)
                 continue;
             if (l > 0 && term->n_copies == 1) /* shared parameters: the same table on every layer */
                 memcpy(term_table(b, l, t), term_table(b, 0, t), n * sizeof(float));
-            else if ((rc = bk_term_table(term, l, distances, term_table(b, l, t), err)))
+            else if ((rc = bk_term_table_at(term, term->n_copies > 1 ? l : -1, b->step, b->check_finite, distances,
+                                            term_table(b, l, t), err)))
                 return rc;
         }
         for (int s = 0; s < BK_STREAM_COUNT; s++) {
@@ -141,6 +145,26 @@ int bk_bias_forward(bk_bias *b, int32_t distances, bk_error *err)
 const float *bk_bias_table(const bk_bias *b, int layer, bk_stream stream)
 {
     return b->n_on[stream] ? mixed_table(b, layer, (int)stream) : NULL;
+}
+
+static int all_finite(const float *x, size_t n)
+{
+    float acc = 0.0f; /* x - x is 0 for a finite x, NaN for a NaN or an inf */
+    for (size_t i = 0; i < n; i++)
+        acc += x[i] - x[i];
+    return acc == acc;
+}
+
+static void note_nonfinite_grad(bk_bias *b, const bk_term *term, const float *dtheta, const char *where)
+{
+    int64_t i = 0;
+    while (i < term->n_params && isfinite(dtheta[i]))
+        i++;
+    snprintf(b->nonfinite, sizeof b->nonfinite,
+             "term '%s' (plugin %s, %s)%s: table_backward() gave a non-finite gradient %g for parameter %lld of "
+             "%lld from a finite dL/dT",
+             term->label, term->plugin->desc->name, term->plugin->path, where,
+             (double)dtheta[i < term->n_params ? i : 0], (long long)i, (long long)term->n_params);
 }
 
 int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_COUNT], bk_error *err)
@@ -175,11 +199,22 @@ int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_
                 return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s) has %lld parameters but no table_backward()",
                                term->label, d->name, (long long)term->n_params);
             int copy = term->n_copies > 1 ? layer : 0;
+            float *dtheta = b->dtheta[t] + (size_t)copy * (size_t)term->n_params;
+            int was_finite = b->check_finite && !b->nonfinite[0] && all_finite(dtheta, (size_t)term->n_params);
             biaskit_error pe = {0, ""};
-            if (d->table_backward(term->instance, bk_term_theta(term, layer), b->distances, dtables[k],
-                                  b->dtheta[t] + (size_t)copy * (size_t)term->n_params, &pe) != BIASKIT_OK)
-                return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): table_backward() failed: %s", term->label,
-                               d->name, pe.message);
+            bk_plugin_call_enter(term, "table_backward()", layer, b->step);
+            int rc = d->table_backward(term->instance, bk_term_theta(term, layer), b->distances, dtables[k], dtheta,
+                                       &pe);
+            bk_plugin_call_leave();
+            char where[64];
+            if (rc != BIASKIT_OK)
+                return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s, %s)%s: table_backward() failed: %s",
+                               term->label, d->name, term->plugin->path,
+                               bk_term_where(layer, b->step, where, sizeof where),
+                               pe.message[0] ? pe.message : "no message given");
+            /* blame the plugin only when what it was given, dL/dT, was finite */
+            if (was_finite && !all_finite(dtheta, (size_t)term->n_params) && all_finite(dtables[k], n))
+                note_nonfinite_grad(b, term, dtheta, bk_term_where(layer, b->step, where, sizeof where));
         }
     }
     return BK_OK;
@@ -187,6 +222,7 @@ int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_
 
 void bk_bias_zero_grad(bk_bias *b)
 {
+    b->nonfinite[0] = '\0';
     for (int t = 0; t < b->set->n; t++) {
         const bk_term *term = &b->set->terms[t];
         if (b->dtheta[t])
@@ -197,15 +233,27 @@ void bk_bias_zero_grad(bk_bias *b)
             memset(b->mix_grads[s], 0, (size_t)b->n_on[s] * sizeof(float));
 }
 
-void bk_bias_project(bk_bias *b)
+int bk_bias_project(bk_bias *b, bk_error *err)
 {
     for (int t = 0; t < b->set->n; t++) {
         const bk_term *term = &b->set->terms[t];
         if (!term->n_params || !term->plugin->desc->param_project)
             continue;
-        for (int c = 0; c < term->n_copies; c++)
-            term->plugin->desc->param_project(term->instance, term->theta + (size_t)c * (size_t)term->n_params);
+        for (int c = 0; c < term->n_copies; c++) {
+            float *theta = term->theta + (size_t)c * (size_t)term->n_params;
+            int layer = term->n_copies > 1 ? c : -1;
+            bk_plugin_call_enter(term, "param_project()", layer, b->step);
+            term->plugin->desc->param_project(term->instance, theta);
+            bk_plugin_call_leave();
+            if (b->check_finite && !all_finite(theta, (size_t)term->n_params)) {
+                char where[64];
+                return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s, %s)%s: param_project() left a parameter "
+                               "that is not finite", term->label, term->plugin->desc->name, term->plugin->path,
+                               bk_term_where(layer, b->step, where, sizeof where));
+            }
+        }
     }
+    return BK_OK;
 }
 
 void bk_bias_sync_weights(bk_bias *b)

@@ -1,12 +1,17 @@
 /* The positional bias of a model during training and evaluation: for every layer and position stream,
  * the mixed distance table the attention reads, and the way back from the attention's table gradient
- * to each plugin's parameters and to learnable mixing weights (DESIGN.md §2).
+ * to each plugin's parameters and to learnable mixing weights (docs/design.md §2.2).
  *
  *   forward:  T_t = plugin table of term t (its layer's parameters), M[l][s] = mix over terms on s
  *   backward: dM[l][s] (from the attention) -> dT_t (mixing rule) -> plugin table_backward -> dtheta_t
  *             and dM -> dw_t -> d(mixing parameters) when the weights are learned
  *
- * Tables are recomputed by bk_bias_forward() whenever parameters change (every optimizer step). */
+ * Tables are recomputed by bk_bias_forward() whenever parameters change (every optimizer step).
+ *
+ * A misbehaving plugin (tests/test_misbehave.sh): a table with a NaN or an inf, or a table()/table_backward()
+ * error, fails with a message naming the term, its plugin, the layer (of a per-layer term) and `step`;
+ * a non-finite parameter gradient computed from a finite dL/dT is recorded in `nonfinite` for the
+ * training loop, which names it when the gradient norm turns out not finite. */
 #ifndef BK_BIAS_H
 #define BK_BIAS_H
 
@@ -27,6 +32,10 @@ typedef struct bk_bias {
     float *term_tables;           /* [layer][term] n_heads * capacity */
     float *mixed;                 /* [layer][stream] n_heads * capacity */
     float *scratch;               /* n_terms * n_heads * capacity (backward) */
+    int64_t step;                 /* the training step being computed, named in messages (0: none) */
+    int check_finite;             /* 1 (the default): reject non-finite tables and note bad gradients */
+    char nonfinite[768];          /* since the last zero_grad: the first plugin gradient that went
+                                   * non-finite from a finite dL/dT, described; "" when none */
 } bk_bias;
 
 /* Set up for `set` (which must outlive the bias). With learn_weights the terms' current weights are
@@ -44,11 +53,12 @@ const float *bk_bias_table(const bk_bias *b, int layer, bk_stream stream);
  * without terms): plugin parameter gradients into dtheta, mixing-parameter gradients into mix_grads. */
 int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_COUNT], bk_error *err);
 
-/* Zero dtheta and mix_grads. */
+/* Zero dtheta and mix_grads; clears `nonfinite`. */
 void bk_bias_zero_grad(bk_bias *b);
 
-/* Apply each plugin's param_project() to every parameter copy (after every optimizer step). */
-void bk_bias_project(bk_bias *b);
+/* Apply each plugin's param_project() to every parameter copy (after every optimizer step). Fails,
+ * naming the term, when a projected parameter is not finite. */
+int bk_bias_project(bk_bias *b, bk_error *err);
 
 /* After the optimizer changed mix_params: recompute the terms' weights from them. */
 void bk_bias_sync_weights(bk_bias *b);

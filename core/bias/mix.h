@@ -1,4 +1,4 @@
-/* Mixing of distance tables (DESIGN.md §2): terms on one position stream combine into one table.
+/* Mixing of distance tables (docs/design.md §2.1): terms on one position stream combine into one table.
  *   sum:    M = sum_t w_t T_t                       (logit space)
  *   kernel: M = log sum_t w_t exp(T_t)              (kernel / probability space, MEP-style),
  *           computed as m + log sum_t w_t exp(T_t - m) with m = max over terms with w_t > 0. */
@@ -22,7 +22,7 @@ void bk_mix_tables(bk_mixing mode, const float *const *tables, const double *wei
 void bk_mix_backward(bk_mixing mode, const float *const *tables, const double *weights, int n_terms, size_t n,
                      const float *mixed, const float *dout, float *const *dtables, double *dweights);
 
-/* Learnable weights (DESIGN.md §2): sum mode trains the weights themselves; kernel mode keeps them on
+/* Learnable weights (docs/design.md §2.1): sum mode trains the weights themselves; kernel mode keeps them on
  * the simplex as w = softmax(a). These map parameters to weights and weight gradients back. */
 void bk_mix_weights_from_params(bk_mixing mode, const float *params, int n, double *weights);
 void bk_mix_params_from_weights(bk_mixing mode, const double *weights, int n, float *params);

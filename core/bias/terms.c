@@ -3,18 +3,86 @@
 #include "bias/mix.h"
 #include "device.h"
 #include "util/rng.h"
+#include "util/sigsafe.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Turns a plugin's biaskit_error into an engine error naming the term. */
-static int term_fail(bk_error *err, const bk_term *t, const biaskit_error *pe, const char *what)
+/* The plugin call in progress (bk_plugin_call_enter), read by a fatal-signal handler: plain stores
+ * of pointers to strings that live as long as the plugin is loaded, `active` written last. */
+static struct {
+    const char *volatile plugin, *volatile term, *volatile hook;
+    volatile int layer;
+    volatile int64_t step;
+    volatile sig_atomic_t active;
+} current_call;
+
+void bk_plugin_call_enter(const bk_term *term, const char *hook, int layer, int64_t step)
+{
+    current_call.plugin = term->plugin->desc->name;
+    current_call.term = term->label;
+    current_call.hook = hook;
+    current_call.layer = layer;
+    current_call.step = step;
+    current_call.active = 1;
+}
+
+void bk_plugin_call_leave(void)
+{
+    current_call.active = 0;
+}
+
+size_t bk_plugin_call_describe(char *buf, size_t size)
+{
+    if (!size)
+        return 0;
+    buf[0] = '\0';
+    if (!current_call.active)
+        return 0;
+    size_t at = bk_sigsafe_put(buf, size, 0, "plugin ");
+    at = bk_sigsafe_put(buf, size, at, current_call.plugin);
+    at = bk_sigsafe_put(buf, size, at, " (term '");
+    at = bk_sigsafe_put(buf, size, at, current_call.term);
+    at = bk_sigsafe_put(buf, size, at, "', ");
+    at = bk_sigsafe_put(buf, size, at, current_call.hook);
+    if (current_call.layer >= 0) {
+        at = bk_sigsafe_put(buf, size, at, ", layer ");
+        at = bk_sigsafe_put_int(buf, size, at, current_call.layer);
+    }
+    if (current_call.step > 0) {
+        at = bk_sigsafe_put(buf, size, at, ", step ");
+        at = bk_sigsafe_put_int(buf, size, at, current_call.step);
+    }
+    return bk_sigsafe_put(buf, size, at, ")");
+}
+
+const char *bk_term_where(int layer, int64_t step, char *buf, size_t size)
+{
+    if (layer >= 0 && step > 0)
+        snprintf(buf, size, " at layer %d, step %lld", layer, (long long)step);
+    else if (layer >= 0)
+        snprintf(buf, size, " at layer %d", layer);
+    else if (step > 0)
+        snprintf(buf, size, " at step %lld", (long long)step);
+    else if (size)
+        buf[0] = '\0';
+    return buf;
+}
+
+/* Turns a plugin's biaskit_error into an engine error naming the term (and where: " at layer 1, step 3"). */
+static int term_fail_at(bk_error *err, const bk_term *t, const biaskit_error *pe, const char *what, const char *where)
 {
     int code = pe->code ? pe->code : BK_ERR_PLUGIN;
-    return bk_fail(err, code, "term '%s' (plugin %s, %s): %s failed: %s", t->label, t->plugin->desc->name,
-                   t->plugin->path, what, pe->message[0] ? pe->message : "no message given");
+    return bk_fail(err, code, "term '%s' (plugin %s, %s)%s: %s failed: %s", t->label, t->plugin->desc->name,
+                   t->plugin->path, where, what, pe->message[0] ? pe->message : "no message given");
+}
+
+static int term_fail(bk_error *err, const bk_term *t, const biaskit_error *pe, const char *what)
+{
+    return term_fail_at(err, t, pe, what, "");
 }
 
 static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experiment *exp, bk_registry *reg,
@@ -57,15 +125,22 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
         return rc;
 
     biaskit_error pe = {0};
-    if ((rc = d->create(bk_services(), &t->view, geo, &t->instance, &pe)) != BIASKIT_OK) {
+    bk_plugin_call_enter(t, "create()", -1, 0);
+    rc = d->create(bk_services(), &t->view, geo, &t->instance, &pe);
+    bk_plugin_call_leave();
+    if (rc != BIASKIT_OK) {
         t->instance = NULL;
         return term_fail(err, t, &pe, "create()");
     }
+    if ((rc = bk_plugin_check_created(t->plugin, t->instance, err)))
+        return bk_error_prefix(err, "term '%s': ", t->label);
     t->per_layer = cfg->per_layer >= 0 ? cfg->per_layer : (d->flags & BIASKIT_FLAG_PER_LAYER) != 0;
     if (!(d->capabilities & BIASKIT_CAP_TABLE))
         t->per_layer = 0;
     t->n_copies = t->per_layer ? (int)exp->model.layers : 1;
+    bk_plugin_call_enter(t, "param_count()", -1, 0);
     t->n_params = d->param_count ? d->param_count(t->instance) : 0;
+    bk_plugin_call_leave();
     if (t->n_params < 0)
         return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): param_count() returned %lld", t->label, d->name,
                        (long long)t->n_params);
@@ -76,10 +151,16 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
         for (int l = 0; l < t->n_copies; l++) {
             float *theta = bk_term_theta(t, l);
             uint64_t seed = bk_derive_seed((uint64_t)exp->train.seed, (uint64_t)t->index, (uint64_t)l);
-            if (d->param_init(t->instance, theta, seed, &pe) != BIASKIT_OK)
+            bk_plugin_call_enter(t, "param_init()", t->per_layer ? l : -1, 0);
+            rc = d->param_init(t->instance, theta, seed, &pe);
+            bk_plugin_call_leave();
+            if (rc != BIASKIT_OK)
                 return term_fail(err, t, &pe, "param_init()");
-            if (d->param_project)
+            if (d->param_project) {
+                bk_plugin_call_enter(t, "param_project()", t->per_layer ? l : -1, 0);
                 d->param_project(t->instance, theta);
+                bk_plugin_call_leave();
+            }
         }
     }
     return BK_OK;
@@ -118,6 +199,40 @@ static int check_roles(bk_term_set *set, const bk_experiment *exp, bk_error *err
                                   "[[term]] #%d (%s): stream = \"segment\" needs a segmenting term (a plugin with the "
                                   "segment capability, e.g. plugin = \"bipe\") in the same experiment",
                                   set->terms[i].index, set->terms[i].plugin->desc->name);
+    return BK_OK;
+}
+
+/* Where the file sets a term's mixing weight: the value of its `weight` key, else its [[term]] table. */
+static bk_toml_pos weight_position(const bk_term_config *cfg)
+{
+    const bk_toml_node *v = bk_toml_get(cfg->table, "weight");
+    return v ? bk_toml_position(v) : cfg->pos;
+}
+
+/* Kernel mixing takes weights on the simplex: every weight >= 0 and a positive total on each stream.
+ * Checked before bk_mix_weights() completes and rescales them, so that the message names the position
+ * of the weight in the file. idx[0..n) are the table terms on `stream`; a weight not given is 1/n. */
+static int check_kernel_weights(const bk_term_set *set, const bk_experiment *exp, int stream, const int *idx, int n,
+                                bk_error *err)
+{
+    double total = 0.0;
+    for (int k = 0; k < n; k++) {
+        const bk_term *t = &set->terms[idx[k]];
+        double w = isnan(t->weight) ? 1.0 / n : t->weight;
+        if (w < 0.0)
+            return bk_fail_at(err, BK_ERR_CONFIG, weight_position(&exp->terms[idx[k]]),
+                              "[[term]] #%d (%s) weight: %g is negative; kernel mixing needs weights >= 0 (a mixture "
+                              "of kernels)",
+                              t->index, t->plugin->desc->name, w);
+        total += w;
+    }
+    if (n > 0 && !(total > 0.0)) {
+        const bk_term *t = &set->terms[idx[0]];
+        return bk_fail_at(err, BK_ERR_CONFIG, weight_position(&exp->terms[idx[0]]),
+                          "[[term]] #%d (%s) weight: kernel mixing needs a positive total weight on the %s stream, its "
+                          "terms' weights sum to %g",
+                          t->index, t->plugin->desc->name, stream == BK_STREAM_SEGMENT ? "segment" : "token", total);
+    }
     return BK_OK;
 }
 
@@ -162,6 +277,8 @@ int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg
                 weights[n] = set->terms[i].weight;
                 labels[n++] = set->terms[i].label;
             }
+        if (set->mixing == BK_MIX_KERNEL && (rc = check_kernel_weights(set, exp, s, idx, n, err)))
+            break;
         rc = bk_mix_weights(set->mixing, weights, labels, n, err);
         for (int k = 0; k < n && !rc; k++)
             set->terms[idx[k]].weight = weights[k];
@@ -177,8 +294,11 @@ void bk_terms_free(bk_term_set *set)
         return;
     for (int i = 0; i < set->n; i++) {
         bk_term *t = &set->terms[i];
-        if (t->instance)
+        if (t->instance) {
+            bk_plugin_call_enter(t, "destroy()", -1, 0);
             t->plugin->desc->destroy(t->instance);
+            bk_plugin_call_leave();
+        }
         free(t->theta);
     }
     free(set->terms);
@@ -193,28 +313,47 @@ float *bk_term_theta(const bk_term *term, int layer)
     return term->theta + (size_t)copy * (size_t)term->n_params;
 }
 
-static int check_finite(const bk_term *term, const float *table, int32_t heads, int32_t distances, const char *where,
-                        bk_error *err)
+/* `device` is "host" or "CUDA"; `where` is " at layer 1, step 3" or "". The scan is one branch-free
+ * pass (a NaN or an inf makes x - x a NaN, and NaN != NaN) over heads x distances floats; only when it
+ * finds something is the first bad value looked up for the message. */
+static int check_finite(const bk_term *term, const float *table, int32_t heads, int32_t distances, const char *device,
+                        const char *where, bk_error *err)
 {
-    for (int32_t h = 0; h < heads; h++)
-        for (int32_t d = 0; d < distances; d++) {
-            float v = table[(size_t)h * (size_t)distances + (size_t)d];
-            if (!isfinite(v))
-                return bk_fail(err, BK_ERR_PLUGIN,
-                               "term '%s' (plugin %s, %s): %s table has a non-finite value %g at head %d, distance %d",
-                               term->label, term->plugin->desc->name, term->plugin->path, where, (double)v, h, d);
-        }
+    const size_t n = (size_t)heads * (size_t)distances;
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        acc += table[i] - table[i];
+    if (acc == acc)
+        return BK_OK;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(table[i]))
+            return bk_fail(err, BK_ERR_PLUGIN,
+                           "term '%s' (plugin %s, %s)%s: %s table has a non-finite value %g at head %d, distance %d",
+                           term->label, term->plugin->desc->name, term->plugin->path, where, device,
+                           (double)table[i], (int)(i / (size_t)distances), (int)(i % (size_t)distances));
     return BK_OK;
 }
 
-int bk_term_table(const bk_term *term, int layer, int32_t distances, float *table, bk_error *err)
+int bk_term_table_at(const bk_term *term, int layer, int64_t step, int check, int32_t distances, float *table,
+                     bk_error *err)
 {
     if (distances <= 0)
         return bk_fail(err, BK_ERR_INVALID, "table length must be positive, got %d", distances);
     biaskit_error pe = {0};
-    if (term->plugin->desc->table(term->instance, bk_term_theta(term, layer), distances, table, &pe) != BIASKIT_OK)
-        return term_fail(err, term, &pe, "table()");
-    return check_finite(term, table, term->n_heads, distances, "host", err);
+    bk_plugin_call_enter(term, "table()", layer, step);
+    int rc = term->plugin->desc->table(term->instance, bk_term_theta(term, layer < 0 ? 0 : layer), distances, table,
+                                       &pe);
+    bk_plugin_call_leave();
+    char where[64];
+    bk_term_where(layer, step, where, sizeof where);
+    if (rc != BIASKIT_OK)
+        return term_fail_at(err, term, &pe, "table()", where);
+    return check ? check_finite(term, table, term->n_heads, distances, "host", where, err) : BK_OK;
+}
+
+int bk_term_table(const bk_term *term, int layer, int32_t distances, float *table, bk_error *err)
+{
+    return bk_term_table_at(term, layer, 0, 1, distances, table, err);
 }
 
 int bk_terms_mixed_table(const bk_term_set *set, int layer, bk_stream stream, int32_t distances, float *out,
@@ -269,12 +408,15 @@ int bk_term_table_cuda(const bk_term *term, int layer, int32_t distances, float 
         rc = bk_device_upload(dev_theta, bk_term_theta(term, layer), n_theta * sizeof(float), err);
     if (!rc) {
         biaskit_error pe = {0};
-        if (d->table_cuda(term->instance, dev_theta, distances, dev_table, NULL, &pe) != BIASKIT_OK)
+        bk_plugin_call_enter(term, "table_cuda()", layer, 0);
+        int prc = d->table_cuda(term->instance, dev_theta, distances, dev_table, NULL, &pe);
+        bk_plugin_call_leave();
+        if (prc != BIASKIT_OK)
             rc = term_fail(err, term, &pe, "table_cuda()");
     }
     if (!rc)
         rc = bk_device_download(table, dev_table, n * sizeof(float), err);
     bk_device_free(dev_table);
     bk_device_free(dev_theta);
-    return rc ? rc : check_finite(term, table, term->n_heads, distances, "CUDA", err);
+    return rc ? rc : check_finite(term, table, term->n_heads, distances, "CUDA", "", err);
 }

@@ -1,7 +1,7 @@
 /* The positional terms of an experiment: one plugin instance per [[term]], its parameters (one copy,
  * or one per layer), and the tables they produce.
  *
- * What a term does follows from its plugin's capabilities (DESIGN.md §2):
+ * What a term does follows from its plugin's capabilities (docs/design.md §2.3):
  *   table    a distance table on the term's stream, mixed with the other table terms of that stream;
  *   segment  the segmenter of the model: token ids -> (segment index, position in segment), which is
  *            what the `segment` stream reads (at most one such term; its stream defaults to segment);
@@ -59,6 +59,23 @@ float *bk_term_theta(const bk_term *term, int layer);
 /* Host table of one term for one layer: table[h * distances + d]; rejects non-finite values with a
  * message naming the plugin, head and distance. */
 int bk_term_table(const bk_term *term, int layer, int32_t distances, float *table, bk_error *err);
+
+/* The same inside a training step, for the messages: `layer` is named unless it is -1 (a table shared
+ * by every layer), `step` unless it is 0; `check` = 0 skips the finiteness check (benchmarks only). */
+int bk_term_table_at(const bk_term *term, int layer, int64_t step, int check, int32_t distances, float *table,
+                     bk_error *err);
+
+/* " at layer 2, step 3" (the parts that are set: layer >= 0, step > 0) into buf; returns buf. */
+const char *bk_term_where(int layer, int64_t step, char *buf, size_t size);
+
+/* The plugin call in progress, kept so that a crash inside a plugin can be reported (train.c's fatal
+ * signal handler). Enter before calling a plugin hook, leave after it returns; `hook` is a string
+ * literal such as "table()", `layer` -1 and `step` 0 when they do not apply. Calls are not nested. */
+void bk_plugin_call_enter(const bk_term *term, const char *hook, int layer, int64_t step);
+void bk_plugin_call_leave(void);
+/* Async-signal-safe: writes "plugin P (term 'T', hook(), layer L, step S)" into buf (at most size - 1
+ * bytes, terminated) when a call is in progress and returns its length; else returns 0. */
+size_t bk_plugin_call_describe(char *buf, size_t size);
 
 /* The mixed table of every term on `stream` for `layer` (n_heads * distances floats). *n_terms is
  * set to the number of terms on the stream; with none, the table is all zeros. */

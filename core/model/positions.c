@@ -23,7 +23,10 @@ int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err)
     if (!(ps->inv_freq = malloc((size_t)ps->pairs * sizeof(float))))
         return bk_fail(err, BK_ERR_NOMEM, "out of memory for rotary frequencies");
     biaskit_error pe = {0, ""};
-    if (t->plugin->desc->rotary_frequencies(t->instance, ps->inv_freq, &pe) != BIASKIT_OK)
+    bk_plugin_call_enter(t, "rotary_frequencies()", -1, 0);
+    int prc = t->plugin->desc->rotary_frequencies(t->instance, ps->inv_freq, &pe);
+    bk_plugin_call_leave();
+    if (prc != BIASKIT_OK)
         return plugin_fail(err, t, &pe, "rotary_frequencies()");
     for (int32_t k = 0; k < ps->pairs; k++)
         if (!isfinite(ps->inv_freq[k]))
@@ -126,8 +129,11 @@ int bk_positions_prepare(bk_positions *ps, const int32_t *inputs, int B, int T, 
         for (int b = 0; b < B; b++) {
             size_t row = (size_t)b * (size_t)T;
             biaskit_error pe = {0, ""};
-            if (t->plugin->desc->segment(t->instance, inputs + row, T, ps->segment_index + row,
-                                         ps->segment_position + row, &pe) != BIASKIT_OK)
+            bk_plugin_call_enter(t, "segment()", -1, ps->step);
+            int prc = t->plugin->desc->segment(t->instance, inputs + row, T, ps->segment_index + row,
+                                               ps->segment_position + row, &pe);
+            bk_plugin_call_leave();
+            if (prc != BIASKIT_OK)
                 return plugin_fail(err, t, &pe, "segment()");
             if ((rc = check_segments(t, ps->segment_index + row, ps->segment_position + row, T, b, err)))
                 return rc;
@@ -156,8 +162,11 @@ int bk_embed_forward(const bk_positions *ps, float *encoded, bk_error *err)
         if (!(t->caps & BIASKIT_CAP_EMBED))
             continue;
         biaskit_error pe = {0, ""};
-        if (t->plugin->desc->embed(t->instance, bk_term_theta(t, 0), embed_positions(ps, t), (int64_t)ps->B * ps->T,
-                                   encoded, &pe) != BIASKIT_OK)
+        bk_plugin_call_enter(t, "embed()", -1, ps->step);
+        int prc = t->plugin->desc->embed(t->instance, bk_term_theta(t, 0), embed_positions(ps, t),
+                                         (int64_t)ps->B * ps->T, encoded, &pe);
+        bk_plugin_call_leave();
+        if (prc != BIASKIT_OK)
             return plugin_fail(err, t, &pe, "embed()");
     }
     return BK_OK;
@@ -176,8 +185,11 @@ int bk_embed_backward(const bk_positions *ps, const float *dencoded, float *cons
             return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s) has %lld parameters but no embed_backward()",
                            t->label, d->name, (long long)t->n_params);
         biaskit_error pe = {0, ""};
-        if (d->embed_backward(t->instance, bk_term_theta(t, 0), embed_positions(ps, t), (int64_t)ps->B * ps->T,
-                              dencoded, dtheta[i], &pe) != BIASKIT_OK)
+        bk_plugin_call_enter(t, "embed_backward()", -1, ps->step);
+        int prc = d->embed_backward(t->instance, bk_term_theta(t, 0), embed_positions(ps, t), (int64_t)ps->B * ps->T,
+                                    dencoded, dtheta[i], &pe);
+        bk_plugin_call_leave();
+        if (prc != BIASKIT_OK)
             return plugin_fail(err, t, &pe, "embed_backward()");
     }
     return BK_OK;

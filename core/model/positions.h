@@ -1,4 +1,4 @@
-/* Positional terms that are not distance tables (DESIGN.md §2), for one batch of B x T tokens:
+/* Positional terms that are not distance tables (docs/design.md §2.3, §3), for one batch of B x T tokens:
  *
  *   segment  the segmenting term maps each row's token ids to (segment index, position inside the
  *            segment); the segment index is the `segment` stream the attention tables and RoPE read.
@@ -28,6 +28,7 @@ typedef struct bk_positions {
     float *inv_freq;            /* pairs */
     float *rot_cos, *rot_sin;   /* (rot_rows, pairs): cos and sin of p * inv_freq[k] for p < rot_rows */
     int32_t rot_rows;
+    int64_t step;               /* the training step, for the crash report's plugin-call record (0: none) */
 } bk_positions;
 
 /* Set up for the terms of `set` (NULL: nothing to do); asks the rotary term for its frequencies. */
