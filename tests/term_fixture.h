@@ -1,8 +1,9 @@
 /* Shared by the tests that build positional terms from experiment text: a fixture holding the
  * experiment, the plugin registry (the built-in plugins and the test plugins) and the terms; helpers
  * that expect success or an error message; and the CUDA-vs-host comparison of one term's table and
- * gradient. Functions are static inline so each test uses what it needs. The experiment text is named
- * "exp.toml" in messages. */
+ * gradient, which fails when the plugin lacks the CUDA entry points it is compared through. Functions
+ * are static inline so each test uses what it needs. The experiment text is named "exp.toml" in
+ * messages. */
 #ifndef BK_TERM_FIXTURE_H
 #define BK_TERM_FIXTURE_H
 
@@ -84,25 +85,71 @@ static inline double plugin_loss(const bk_term *t, const float *theta, int32_t D
     return s;
 }
 
-/* The CUDA table and gradient of term `t` at D distances equal the host ones; two CUDA gradients are
- * bit-identical. Needs a GPU (the caller checks bk_device_probe). The gradient tolerance is relative
- * to backward(|g|), the sum of |g dT/dtheta|, which for kernels with derivatives of one sign is the
- * size of the terms being summed. */
-static inline void compare_cuda(const bk_term *t, int32_t D)
+/* The plugin's own CUDA entry points must exist: bk_term_table_cuda falls back to the host table when
+ * a plugin has no table_cuda, so a CUDA-vs-host comparison through it alone would pass host against
+ * host. Every built-in table plugin has table_cuda, and table_backward_cuda when it has parameters. */
+static inline void require_cuda_entry_points(const bk_term *t)
 {
     const biaskit_plugin *desc = t->plugin->desc;
+    if (!desc->table_cuda)
+        fail_msg("term %s (plugin %s): the descriptor has no table_cuda, so a CUDA-vs-host comparison would "
+                 "compare the host table with itself",
+                 t->label, desc->name);
+    if (t->n_params > 0 && !desc->table_backward_cuda)
+        fail_msg("term %s (plugin %s): %lld learnable parameters but no table_backward_cuda: the CUDA gradient "
+                 "cannot be compared",
+                 t->label, desc->name, (long long)t->n_params);
+}
+
+/* The term's layer-0 table at D distances from the plugin's table_cuda, called here directly on device
+ * buffers (never the engine's host fallback), copied back into out (n_heads * D floats). */
+static inline void plugin_table_cuda(const bk_term *t, int32_t D, float *out)
+{
+    require_cuda_entry_points(t);
+    const biaskit_plugin *desc = t->plugin->desc;
+    size_t n = (size_t)t->n_heads * (size_t)D, P = t->theta ? (size_t)t->n_params : 0;
+    void *d_table = NULL, *d_theta = NULL;
+    bk_error err;
+    if (bk_device_alloc(&d_table, n * sizeof(float), &err) ||
+        (P && (bk_device_alloc(&d_theta, P * sizeof(float), &err) ||
+               bk_device_upload(d_theta, bk_term_theta(t, 0), P * sizeof(float), &err))))
+        fail_msg("%s", err.message);
+    biaskit_error pe = {0, ""};
+    if (desc->table_cuda(t->instance, d_theta, D, d_table, NULL, &pe) != BIASKIT_OK)
+        fail_msg("%s: table_cuda: %s", t->label, pe.message);
+    if (bk_device_download(out, d_table, n * sizeof(float), &err))
+        fail_msg("%s", err.message);
+    bk_device_free(d_table);
+    bk_device_free(d_theta);
+}
+
+/* The CUDA table of term `t` at D distances (from the plugin's table_cuda, which must exist) equals the
+ * host one, and the engine's bk_term_table_cuda returns exactly it; the CUDA gradient (table_backward_cuda,
+ * which must exist when the term has parameters) equals the host one, and two CUDA gradients are
+ * bit-identical. A term without parameters says that it has no gradient to compare. Needs a GPU (the
+ * caller checks bk_device_probe). The gradient tolerance is relative to backward(|g|), the sum of
+ * |g dT/dtheta|, which for kernels with derivatives of one sign is the size of the terms being summed. */
+static inline void compare_cuda(const bk_term *t, int32_t D)
+{
+    require_cuda_entry_points(t);
+    const biaskit_plugin *desc = t->plugin->desc;
     size_t n = (size_t)t->n_heads * (size_t)D;
-    float *host = malloc(sizeof *host * n), *dev = malloc(sizeof *dev * n);
+    float *host = malloc(sizeof *host * n), *dev = malloc(sizeof *dev * n), *engine = malloc(sizeof *engine * n);
     bk_error err;
     assert_int_equal(bk_term_table(t, 0, D, host, &err), BK_OK);
-    if (bk_term_table_cuda(t, 0, D, dev, &err) != BK_OK)
+    plugin_table_cuda(t, D, dev);
+    if (bk_term_table_cuda(t, 0, D, engine, &err) != BK_OK)
         fail_msg("%s", err.message);
+    if (memcmp(dev, engine, sizeof *dev * n) != 0)
+        fail_msg("%s: bk_term_table_cuda differs from the plugin's table_cuda", t->label);
     for (size_t i = 0; i < n; i++)
         if (!(fabs((double)host[i] - dev[i]) <= 2e-6 * (1.0 + fabs((double)host[i]))))
             fail_msg("%s: head %zu, d = %zu: host %.9g, cuda %.9g", t->label, i / (size_t)D, i % (size_t)D,
                      (double)host[i], (double)dev[i]);
     size_t P = (size_t)t->n_params;
-    if (P && desc->table_backward_cuda) {
+    if (!P) {
+        print_message("%s (plugin %s): no parameters, no gradient to compare\n", t->label, desc->name);
+    } else { /* require_cuda_entry_points: table_backward_cuda exists */
         float *g = malloc(sizeof *g * n), *absg = malloc(sizeof *absg * n);
         biaskit_rng rng = biaskit_rng_seeded(3);
         for (size_t i = 0; i < n; i++) {
@@ -142,6 +189,7 @@ static inline void compare_cuda(const bk_term *t, int32_t D)
     }
     free(host);
     free(dev);
+    free(engine);
 }
 
 #endif

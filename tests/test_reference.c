@@ -1,7 +1,8 @@
 /* The engine against an independent PyTorch implementation (tests/reference/reference.py).
  *
  * For each case: build a small model from configuration text, run one training forward and backward
- * on a fixed random batch, and write everything the reference needs to a safetensors file: every
+ * on a fixed random batch (2 x LENGTH = 12 tokens; long_blocked: 2 x 130, past the attention's 64-row
+ * query blocks), and write everything the reference needs to a safetensors file: every
  * optimizer group's parameters under its checkpoint name, "grad.<name>" its gradient, the batch,
  * logits and loss, every term's table ("table.<label>", all layers), the mixed token table and the
  * mixing weights. Then take three AdamW steps (each followed by bk_lm_after_step: projection, weight
@@ -30,7 +31,7 @@
 #define REFERENCE_SCRIPT BK_TEST_SOURCE_DIR "/tests/reference/reference.py"
 
 #define BATCH 2
-#define LENGTH 12
+#define LENGTH 12 /* the sequence length of run_case: below the attention's 64-row query blocks */
 #define STEPS 3
 #define LR 1e-2
 #define BETA1 0.9
@@ -173,14 +174,14 @@ static void check(int rc, const bk_error *err, const char *what)
 }
 
 /* The case description the reference reads. */
-static void describe(text *j, const ref_case *c, const bk_lm *lm, const bk_adamw *opt)
+static void describe(text *j, const ref_case *c, int T, const bk_lm *lm, const bk_adamw *opt)
 {
     const bk_experiment *e = &lm->exp;
     char mixing[16], stream[16];
     appendf(j, "{\"name\": \"%s\", \"layers\": %d, \"heads\": %d, \"dim\": %d, \"vocab\": %d, \"B\": %d, \"T\": %d, "
                "\"train_length\": %d, ",
-            c->name, (int)e->model.layers, (int)e->model.heads, (int)e->model.dim, (int)e->model.vocab, BATCH,
-            LENGTH, (int)e->train.length);
+            c->name, (int)e->model.layers, (int)e->model.heads, (int)e->model.dim, (int)e->model.vocab, BATCH, T,
+            (int)e->train.length);
     appendf(j, "\"mixing\": \"%s\", \"learn_weights\": %s, \"terms\": [",
             bk_choice_name(BK_MIXING_CHOICES, lm->terms.mixing, mixing, sizeof mixing),
             e->attention.learn_weights ? "true" : "false");
@@ -205,12 +206,12 @@ static void describe(text *j, const ref_case *c, const bk_lm *lm, const bk_adamw
 }
 
 /* Tables of every table term and layer, (L, H, T) each, and the mixed table of each stream. */
-static void add_tables(tensor_list *l, const bk_lm *lm, const char *prefix)
+static void add_tables(tensor_list *l, const bk_lm *lm, int T, const char *prefix)
 {
     const int L = lm->gpt.L, H = lm->gpt.H;
-    float *buf = malloc((size_t)L * H * LENGTH * sizeof(float));
+    float *buf = malloc((size_t)L * H * T * sizeof(float));
     assert_non_null(buf);
-    int64_t shape[3] = {L, H, LENGTH};
+    int64_t shape[3] = {L, H, T};
     char name[160];
     for (int i = 0; i < lm->terms.n; i++) {
         const bk_term *t = &lm->terms.terms[i];
@@ -218,7 +219,7 @@ static void add_tables(tensor_list *l, const bk_lm *lm, const char *prefix)
         if (!bk_term_has_table(t))
             continue;
         for (int layer = 0; layer < L; layer++)
-            check(bk_term_table(t, layer, LENGTH, buf + (size_t)layer * H * LENGTH, &err), &err, "bk_term_table");
+            check(bk_term_table(t, layer, T, buf + (size_t)layer * H * T, &err), &err, "bk_term_table");
         snprintf(name, sizeof name, "%stable.%s", prefix, t->label);
         add_tensor(l, name, buf, 3, shape);
     }
@@ -229,8 +230,7 @@ static void add_tables(tensor_list *l, const bk_lm *lm, const char *prefix)
             const float *m = bk_bias_table(&lm->bias, layer, (bk_stream)s);
             assert_non_null(m);
             for (int h = 0; h < H; h++) /* rows are lm->bias.distances long */
-                memcpy(buf + ((size_t)layer * H + h) * LENGTH, m + (size_t)h * lm->bias.distances,
-                       LENGTH * sizeof(float));
+                memcpy(buf + ((size_t)layer * H + h) * T, m + (size_t)h * lm->bias.distances, T * sizeof(float));
         }
         char stream[16];
         snprintf(name, sizeof name, "%smixed.%s", prefix, bk_choice_name(BK_STREAM_CHOICES, s, stream, sizeof stream));
@@ -283,7 +283,8 @@ static void large_weights(bk_gpt *m)
     }
 }
 
-static void run_case(const ref_case *c)
+/* The case at sequence length T. */
+static void run_case_at(const ref_case *c, int T)
 {
     bk_lm lm;
     bk_error err;
@@ -293,38 +294,40 @@ static void run_case(const ref_case *c)
     check(bk_lm_register(&lm, &opt, &err), &err, "bk_lm_register");
     if (c->large_weights)
         large_weights(&lm.gpt);
-    check(bk_bias_forward(&lm.bias, LENGTH, &err), &err, "bk_bias_forward");
+    check(bk_bias_forward(&lm.bias, T, &err), &err, "bk_bias_forward");
     const int V = lm.gpt.V;
 
     /* a fixed random batch: inputs and their next tokens from one random stream */
-    int32_t inputs[BATCH * LENGTH], targets[BATCH * LENGTH];
-    float finputs[BATCH * LENGTH], ftargets[BATCH * LENGTH];
+    int32_t *inputs = malloc(sizeof(int32_t) * BATCH * T), *targets = malloc(sizeof(int32_t) * BATCH * T);
+    float *finputs = malloc(sizeof(float) * BATCH * T), *ftargets = malloc(sizeof(float) * BATCH * T);
+    int32_t *seq = malloc(sizeof(int32_t) * (T + 1));
+    assert_true(inputs && targets && finputs && ftargets && seq);
     bk_rng rng = {bk_derive_seed(20240611, 0x726566, 0)};
     for (int b = 0; b < BATCH; b++) {
-        int32_t seq[LENGTH + 1];
         size_t na = c->alphabet ? strlen(c->alphabet) : 0;
-        for (int t = 0; t <= LENGTH; t++)
+        for (int t = 0; t <= T; t++)
             seq[t] = na ? (unsigned char)c->alphabet[bk_rng_u64(&rng) % na] : (int32_t)(bk_rng_u64(&rng) % (uint64_t)V);
-        for (int t = 0; t < LENGTH; t++) {
-            inputs[b * LENGTH + t] = seq[t];
-            targets[b * LENGTH + t] = seq[t + 1];
-            finputs[b * LENGTH + t] = (float)seq[t];
-            ftargets[b * LENGTH + t] = (float)seq[t + 1];
+        for (int t = 0; t < T; t++) {
+            inputs[b * T + t] = seq[t];
+            targets[b * T + t] = seq[t + 1];
+            finputs[b * T + t] = (float)seq[t];
+            ftargets[b * T + t] = (float)seq[t + 1];
         }
     }
+    free(seq);
 
     text j = {0}; /* the description, with the weights as they are before any step */
-    describe(&j, c, &lm, &opt);
+    describe(&j, c, T, &lm, &opt);
     tensor_list l = {0};
-    int64_t bt_shape[2] = {BATCH, LENGTH}, logit_shape[3] = {BATCH, LENGTH, V};
+    int64_t bt_shape[2] = {BATCH, T}, logit_shape[3] = {BATCH, T, V};
     add_tensor(&l, "inputs", finputs, 2, bt_shape);
     add_tensor(&l, "targets", ftargets, 2, bt_shape);
     add_groups(&l, &lm, &opt, "", 0);
-    add_tables(&l, &lm, "");
+    add_tables(&l, &lm, T, "");
     add_weights(&l, &lm, "weights");
 
     bk_lm_zero_grad(&lm);
-    check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, LENGTH, 1, &err), &err, "bk_gpt_forward");
+    check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, T, 1, &err), &err, "bk_gpt_forward");
     check(bk_gpt_backward(&lm.gpt, inputs, targets, 1.0f, &err), &err, "bk_gpt_backward");
     add_tensor(&l, "logits", bk_gpt_logits(&lm.gpt), 3, logit_shape);
     add_scalar(&l, "loss", lm.gpt.loss);
@@ -333,7 +336,7 @@ static void run_case(const ref_case *c)
     /* AdamW steps on the same batch */
     for (int k = 0; k < STEPS; k++) {
         bk_lm_zero_grad(&lm);
-        check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, LENGTH, 1, &err), &err, "bk_gpt_forward (step)");
+        check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, T, 1, &err), &err, "bk_gpt_forward (step)");
         check(bk_gpt_backward(&lm.gpt, inputs, targets, 1.0f, &err), &err, "bk_gpt_backward (step)");
         char name[32];
         snprintf(name, sizeof name, "loss_step%d", k);
@@ -345,15 +348,15 @@ static void run_case(const ref_case *c)
             add_groups(&l, &lm, &opt, name, 1);
         }
         bk_adamw_step(&opt, LR, BETA1, BETA2, EPS, WEIGHT_DECAY);
-        check(bk_lm_after_step(&lm, LENGTH, &err), &err, "bk_lm_after_step");
+        check(bk_lm_after_step(&lm, T, &err), &err, "bk_lm_after_step");
     }
     /* the loss of the final parameters (the tables were refreshed by bk_lm_after_step) */
-    check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, LENGTH, 1, &err), &err, "bk_gpt_forward (final)");
+    check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, T, 1, &err), &err, "bk_gpt_forward (final)");
     add_scalar(&l, "loss_final", lm.gpt.loss);
-    check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, LENGTH, 0, &err), &err, "bk_gpt_forward (eval)");
+    check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, T, 0, &err), &err, "bk_gpt_forward (eval)");
     add_scalar(&l, "loss_final_eval", lm.gpt.loss);
     add_groups(&l, &lm, &opt, "final.", 0);
-    add_tables(&l, &lm, "final.");
+    add_tables(&l, &lm, T, "final.");
     add_weights(&l, &lm, "final.weights");
 
     bk_st_meta meta[1] = {{"case", j.s}};
@@ -367,6 +370,7 @@ static void run_case(const ref_case *c)
     check(bk_safetensors_write(path, l.items, l.n, meta, 1, &err), &err, "bk_safetensors_write");
     free_tensors(&l);
     free(j.s);
+    free(inputs), free(targets), free(finputs), free(ftargets);
     bk_adamw_free(&opt);
     bk_lm_close(&lm);
 
@@ -380,6 +384,11 @@ static void run_case(const ref_case *c)
         printf("case %s: the file is kept for inspection: %s\n", c->name, path);
     if (rc != 0)
         fail_msg("case %s: the PyTorch reference disagrees (exit %d), see its output above", c->name, rc);
+}
+
+static void run_case(const ref_case *c)
+{
+    run_case_at(c, LENGTH);
 }
 
 /* ---- the cases ---- */
@@ -535,6 +544,40 @@ static void kerple_power(void **state)
                          "[{\"variant\": \"power\"}]", 1, NULL});
 }
 
+/* KERPLE 3-para-log per layer, exponents r3 started at 1.99 so that the first steps push some past 2,
+ * where the projection clamps them (as for power). */
+static void kerple_3para_log(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"kerple_3para_log",
+                         MODEL(4, 32) "[[term]]\nplugin = \"kerple\"\nvariant = \"3para-log\"\nr3 = [1.99]\n"
+                                      "per_layer = true\n",
+                         "[{\"variant\": \"3para-log\"}]", 1, NULL});
+}
+
+/* Qin et al.'s Type 1, as examples/qin_type1.toml uses it (the default form). */
+static void qin_type1(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"qin_type1", MODEL(4, 32) "[[term]]\nplugin = \"qin\"\n", "[{}]", 1, NULL});
+}
+
+/* Qin's Type 2 and the two divergent probes (nlogn with a non-default offset), summed with learned
+ * weights, so that each table also reaches a gradient (the weights'). */
+static void qin_forms(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"qin_forms",
+                         MODEL(4, 32) "[attention]\nmixing = \"sum\"\nlearn_weights = true\n"
+                                      "[[term]]\nplugin = \"qin\"\nform = \"type2\"\n"
+                                      "[[term]]\nplugin = \"qin\"\nname = \"h\"\nform = \"harmonic\"\nweight = 0.5\n"
+                                      "[[term]]\nplugin = \"qin\"\nname = \"n\"\nform = \"nlogn\"\noffset = 3\n"
+                                      "weight = 0.5\n",
+                         "[{\"form\": \"type2\"}, {\"form\": \"harmonic\", \"weight\": 0.5}, "
+                         "{\"form\": \"nlogn\", \"offset\": 3, \"weight\": 0.5}]",
+                         1, NULL});
+}
+
 static void mep_free(void **state)
 {
     (void)state;
@@ -564,6 +607,27 @@ static void kernel_mixture_two_plugins(void **state)
                          1, SEGMENT_TEXT});
 }
 
+/* T = 130, past the attention's 64-row query blocks: three blocks (64, 64, 2) in the training forward
+ * (probabilities kept), the evaluation forward (loss_final_eval, one block of scores at a time) and the
+ * backward's reduction of score gradients into table gradients, on both streams: KERPLE 3-para-log and
+ * ALiBi mixed in kernel space with learned weights on tokens, BiPE's segments with T5 (log-spaced
+ * buckets reached) on segment distances. */
+static void long_blocked(void **state)
+{
+    (void)state;
+    run_case_at(&(ref_case){"long_blocked",
+                            MODEL(4, 32) "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
+                                         "[[term]]\nplugin = \"kerple\"\nvariant = \"3para-log\"\nweight = 0.7\n"
+                                         "[[term]]\nplugin = \"alibi\"\nweight = 0.3\n"
+                                         "[[term]]\nplugin = \"bipe\"\nmax_position = 6\n"
+                                         "[[term]]\nplugin = \"t5\"\nstream = \"segment\"\n"
+                                         "buckets = 8\nmax_distance = 40\n",
+                            "[{\"variant\": \"3para-log\", \"weight\": 0.7}, {\"weight\": 0.3}, {\"max_position\": 6}, "
+                            "{\"buckets\": 8, \"max_distance\": 40}]",
+                            1, SEGMENT_TEXT},
+                130);
+}
+
 int main(void)
 {
     if (system(PYTHON " -c 'import torch' >/dev/null 2>&1") != 0) {
@@ -591,6 +655,10 @@ int main(void)
         cmocka_unit_test(mep_free),
         cmocka_unit_test(mep_param),
         cmocka_unit_test(kernel_mixture_two_plugins),
+        cmocka_unit_test(kerple_3para_log),
+        cmocka_unit_test(qin_type1),
+        cmocka_unit_test(qin_forms),
+        cmocka_unit_test(long_blocked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
-/* Training end to end on a small generated corpus: the loss goes down, an interrupted and resumed run
- * gives exactly the losses of an uninterrupted one, checkpoints round-trip and reject truncation,
- * evaluation runs beyond the training length. */
+/* Training end to end on a small generated corpus: the loss goes down; an interrupted and resumed run
+ * ends with a checkpoint whose every tensor is bit-identical to an uninterrupted run's; the validation
+ * loss the training reports equals one computed here from the checkpoint on the same tokens;
+ * checkpoints reject truncation; evaluation runs beyond the training length. */
 #define _POSIX_C_SOURCE 200809L
 #include "test_util.h"
 
@@ -99,6 +100,47 @@ static int run(const char *out, const char *resume, int64_t stop_after, const ch
     return rc;
 }
 
+/* Every tensor of checkpoint `a` is in `b` (found by name, whatever the names are) with the same shape
+ * and bit-identical data, and `b` holds no other tensor. Returns how many floats were compared. */
+static size_t assert_same_tensors(const char *a, const char *b)
+{
+    bk_safetensors *sa = NULL, *sb = NULL;
+    bk_error err;
+    if (bk_safetensors_open(a, &sa, &err) || bk_safetensors_open(b, &sb, &err))
+        fail_msg("%s", err.message);
+    int n = bk_safetensors_count(sa);
+    assert_true(n > 0);
+    if (bk_safetensors_count(sb) != n)
+        fail_msg("%s holds %d tensors, %s holds %d", a, n, b, bk_safetensors_count(sb));
+    size_t floats = 0;
+    for (int i = 0; i < n; i++) {
+        const bk_st_tensor *ta = bk_safetensors_at(sa, i);
+        assert_non_null(ta);
+        const bk_st_tensor *tb = bk_safetensors_find(sb, ta->name);
+        if (!tb)
+            fail_msg("tensor '%s' of %s is missing from %s", ta->name, a, b);
+        assert_int_equal(ta->ndim, tb->ndim);
+        size_t count = 1;
+        for (int d = 0; d < ta->ndim; d++) {
+            if (ta->shape[d] != tb->shape[d])
+                fail_msg("tensor '%s': dimension %d is %lld uninterrupted, %lld resumed", ta->name, d,
+                         (long long)ta->shape[d], (long long)tb->shape[d]);
+            count *= (size_t)ta->shape[d];
+        }
+        if (memcmp(ta->data, tb->data, count * sizeof(float)) != 0) {
+            size_t k = 0;
+            while (memcmp(ta->data + k, tb->data + k, sizeof(float)) == 0)
+                k++;
+            fail_msg("tensor '%s': element %zu of %zu differs: uninterrupted %.9g, resumed %.9g", ta->name, k, count,
+                     (double)ta->data[k], (double)tb->data[k]);
+        }
+        floats += count;
+    }
+    bk_safetensors_close(sa);
+    bk_safetensors_close(sb);
+    return floats;
+}
+
 static void loss_goes_down_and_resume_is_exact(void **state)
 {
     (void)state;
@@ -130,10 +172,53 @@ static void loss_goes_down_and_resume_is_exact(void **state)
     int na = read_losses(ma, la, 16), nb = read_losses(mb, lb, 16);
     assert_int_equal(na, 8);
     assert_int_equal(nb, 8);
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 8; i++) /* as printed (%.6f): a coarse check, the checkpoints below are the exact one */
         if (la[i] != lb[i])
             fail_msg("step %d: uninterrupted loss %.6f, resumed %.6f", i + 1, la[i], lb[i]);
     assert_true(la[7] < la[0] - 0.3); /* it learns */
+
+    /* the final checkpoints: every tensor (weights, plugin parameters, mixing weights, AdamW moments)
+     * bit for bit, interrupted + resumed against uninterrupted */
+    char ca[600], cb[600];
+    snprintf(ca, sizeof ca, "%s/checkpoint.safetensors", a);
+    snprintf(cb, sizeof cb, "%s/checkpoint.safetensors", b);
+    size_t floats = assert_same_tensors(ca, cb);
+    assert_true(floats > 3 * 256 * 32); /* at least the embedding and its two moments */
+    print_message("resume: %zu floats of the final checkpoints identical\n", floats);
+}
+
+/* The mean cross-entropy, in double from the logits, of the first `windows` non-overlapping windows of
+ * T+1 tokens of `val` (the windows the training's validation reads: stream order, starts at multiples
+ * of T), one window per forward. */
+static double validation_loss_here(bk_lm *lm, const bk_tokens *val, int64_t windows, int T)
+{
+    bk_error err;
+    const int V = lm->gpt.V;
+    assert_true(val->count >= windows * T + 1);
+    if (bk_bias_forward(&lm->bias, T, &err))
+        fail_msg("%s", err.message);
+    int32_t *in = malloc((size_t)T * sizeof *in), *tg = malloc((size_t)T * sizeof *tg);
+    assert_non_null(in);
+    assert_non_null(tg);
+    double total = 0.0;
+    for (int64_t w = 0; w < windows; w++) {
+        for (int t = 0; t < T; t++)
+            in[t] = val->tokens[w * T + t], tg[t] = val->tokens[w * T + t + 1];
+        if (bk_gpt_forward(&lm->gpt, in, tg, 1, T, 1, &err))
+            fail_msg("%s", err.message);
+        const float *logits = bk_gpt_logits(&lm->gpt);
+        for (int t = 0; t < T; t++) {
+            const float *z = logits + (size_t)t * V;
+            double max = z[0], sum = 0.0;
+            for (int v = 1; v < V; v++)
+                max = z[v] > max ? z[v] : max;
+            for (int v = 0; v < V; v++)
+                sum += exp((double)z[v] - max);
+            total += max + log(sum) - (double)z[tg[t]];
+        }
+    }
+    free(in), free(tg);
+    return total / (double)(windows * T);
 }
 
 static void checkpoint_round_trip_eval_and_truncation(void **state)
@@ -147,7 +232,10 @@ static void checkpoint_round_trip_eval_and_truncation(void **state)
         fail_msg("%s", err.message);
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", out);
 
-    /* the stored weights rebuild the same model: validation loss at the training length matches */
+    /* the stored weights rebuild the same model: the validation loss the training reported (and stored)
+     * matches one computed here on the same tokens, from the logits and by bk_eval */
+    const double reported = sum.val_loss;
+    assert_true(isfinite(reported) && reported > 0.0);
     bk_lm lm;
     bk_train_state st;
     if (bk_checkpoint_load(ckpt, NULL, 0, &lm, NULL, &st, &err))
@@ -161,6 +249,24 @@ static void checkpoint_round_trip_eval_and_truncation(void **state)
     bk_tokens train = {0}, val = {0};
     if (bk_data_load(&dc, 256, 33, &train, &val, &err))
         fail_msg("%s", err.message);
+    const int T = (int)lm.exp.train.length;
+    const int64_t windows = lm.exp.train.eval_batches * lm.exp.train.batch; /* 2 batches of 4 */
+    assert_int_equal(T, 32);
+    assert_int_equal(windows, 8);
+    const double here = validation_loss_here(&lm, &val, windows, T);
+    if (!(fabs(here - reported) <= 1e-6 * here))
+        fail_msg("validation loss: training reported %.9f, computed here %.9f", reported, here);
+    if (!(fabs(st.val_loss - reported) <= 1e-12 * reported))
+        fail_msg("validation loss: the checkpoint stores %.17g, the training reported %.17g", st.val_loss, reported);
+    bk_eval_result same;
+    const int32_t len_t = T;
+    if (bk_eval(&lm, &val, &len_t, 1, 0, windows * T + 1, &same, &err)) /* the same windows, eval forward */
+        fail_msg("%s", err.message);
+    assert_int_equal(same.chunks, windows);
+    if (!(fabs(same.loss - here) <= 1e-6 * here))
+        fail_msg("validation loss: bk_eval on the same tokens %.9f, computed here %.9f", same.loss, here);
+    print_message("validation loss: reported %.9f, here %.9f, bk_eval %.9f\n", reported, here, same.loss);
+    bk_eval_results_free(&same, 1);
     const int32_t lengths[3] = {32, 64, 128}; /* up to 4x the training length */
     bk_eval_result r[3];
     if (bk_eval(&lm, &val, lengths, 3, 0, 0, r, &err))

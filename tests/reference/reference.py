@@ -26,6 +26,8 @@ An independent implementation from the formulas, in float64 with autograd; the f
                kerple  log -r1 ln(1 + r2 d); power -r1 d^r2; 3para-log -r1 ln(1 + r2 d^r3) (Chi et al.)
                t5      scale * w[h, bucket(d)], HF's bucket arithmetic in float32 (Raffel et al.)
                mep     logsumexp_k(B_k + ln alpha_k): exp -s d, Gaussian -s d^2, KERPLE-log (Gao)
+               qin     type1 -2 ln(d+1); type2 -ln(d+1)^2; harmonic -ln(d+1); nlogn -ln(n ln n), n = d +
+                       offset (Qin et al.), the same in every head
   positions: bipe  segments close at a delimiter (its own segment); paper or code semantics
              embeddings (bipe intra-segment, ape learned: A[min(p, rows-1)]; ape sinusoidal
              [sin p w, cos p w]) added to wte[token]; rope rotates q, k (rotate-half) by p base^(-2k/hd)
@@ -163,7 +165,7 @@ def bilevel_ids(tokens, opts):
     return seg, pos
 
 
-TABLE_PLUGINS = ("alibi", "testlin", "kerple", "t5", "mep")
+TABLE_PLUGINS = ("alibi", "testlin", "kerple", "t5", "mep", "qin")
 KNOWN_PLUGINS = TABLE_PLUGINS + ("bipe", "rope", "ape")
 STREAMS = ("token", "segment")
 
@@ -274,6 +276,15 @@ class Reference:
                     r = self.theta(k, layer).reshape(2, H)
                     parts.append(-r[0][:, None] * torch.log1p(r[1][:, None] * d))
             return torch.logsumexp(torch.stack(parts) + torch.log(alpha)[:, None, None], dim=0)
+        if t["plugin"] == "qin":
+            form = o.get("form", "type1")
+            if form == "nlogn":
+                n = d + float(o.get("offset", 2))
+                row = -torch.log(n * torch.log(n))
+            else:
+                row = {"type1": -2.0 * torch.log(d + 1), "type2": -torch.log(d + 1) ** 2,
+                       "harmonic": -torch.log(d + 1)}[form]
+            return row.expand(H, self.T)
         raise Malformed(f"term {t['label']}: plugin {t['plugin']} has no table")
 
     def table_weights(self):
