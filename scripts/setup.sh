@@ -9,6 +9,10 @@ packages=(cmake make gcc g++ pkg-config libtomlplusplus-dev libcmocka-dev libope
 if [ "${1:-}" = "--tests" ]; then
     packages+=(python3-torch python3-numpy)
 fi
+# the fuzzers (scripts/fuzz.sh): clang with libFuzzer and the sanitizer runtimes
+if [ "${1:-}" = "--fuzz" ]; then
+    packages+=(clang libclang-rt-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -462,6 +462,61 @@ static void shard_errors(void **state)
     assert_message_has(err.message, ".bin");
 }
 
+/* A header that counts fewer tokens than the file holds used to be read short, silently dropping the
+ * rest: the size must match the header (as llm.c's own loader requires), and the error names the
+ * file and both counts. */
+static void shard_size_must_match_header(void **state)
+{
+    (void)state;
+    uint16_t tok[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    bk_tokens train, val;
+    bk_error err;
+    const char *one[1];
+    bk_data_config c = shard_config(one, 1, 0.5);
+
+    write_shard("under.bin", BK_SHARD_MAGIC, 1, 6, tok, 10);
+    one[0] = at("under.bin");
+    assert_int_equal(bk_data_load(&c, 65536, 1, &train, &val, &err), BK_ERR_PARSE);
+    assert_message_has(err.message, "under.bin: header says 6 tokens, but the file holds 10 (20 bytes after the "
+                                    "header, expected 12)");
+    assert_null(train.tokens);
+    assert_null(val.tokens);
+
+    /* one stray byte after the tokens */
+    size_t size = BK_SHARD_HEADER_INTS * 4 + 2 * 10 + 1;
+    unsigned char *buf = calloc(1, size);
+    assert_non_null(buf);
+    put_le32(buf, BK_SHARD_MAGIC);
+    put_le32(buf + 4, 1);
+    put_le32(buf + 8, 10);
+    write_bytes("odd.bin", buf, size);
+    one[0] = at("odd.bin");
+    assert_int_equal(bk_data_load(&c, 65536, 1, &train, &val, &err), BK_ERR_PARSE);
+    assert_message_has(err.message, "odd.bin: header says 10 tokens, but the file holds 10 (21 bytes after the header");
+
+    /* the memory entry point reads a shard exactly as a file */
+    bk_tokens t;
+    assert_int_equal(bk_data_read_memory(BK_DATA_SHARDS, buf, size, "mem.bin", 65536, 0, &t, &err), BK_ERR_PARSE);
+    assert_message_has(err.message, "mem.bin: header says 10 tokens, but the file holds 10 (21 bytes");
+    assert_null(t.tokens);
+    assert_int_equal(bk_data_read_memory(BK_DATA_SHARDS, buf, size - 1, "mem.bin", 65536, 0, &t, &err), BK_OK);
+    assert_int_equal(t.count, 10);
+    bk_tokens_free(&t);
+    assert_int_equal(bk_data_read_memory(BK_DATA_SHARDS, buf, 100, "mem.bin", 65536, 0, &t, &err), BK_ERR_PARSE);
+    assert_message_has(err.message, "mem.bin: truncated header (100 bytes, expected 1024)");
+    assert_int_equal(bk_data_read_memory(BK_DATA_SHARDS, buf, 0, "mem.bin", 65536, 0, &t, &err), BK_ERR_PARSE);
+    assert_message_has(err.message, "mem.bin: truncated header (0 bytes, expected 1024)");
+    free(buf);
+    assert_int_equal(bk_data_read_memory(BK_DATA_TEXT, "hello", 5, "mem.txt", 256, 3, &t, &err), BK_OK);
+    assert_int_equal(t.count, 3);
+    assert_int_equal(t.tokens[2], 'l');
+    bk_tokens_free(&t);
+    assert_int_equal(bk_data_read_memory(BK_DATA_TEXT, "", 0, "mem.txt", 256, 0, &t, &err), BK_OK);
+    assert_int_equal(t.count, 0);
+    assert_int_equal(bk_data_read_memory(BK_DATA_TEXT, "h\xe9", 2, "mem.txt", 128, 0, &t, &err), BK_ERR_PARSE);
+    assert_message_has(err.message, "mem.txt: byte 233 at offset 1 is outside the vocabulary (vocab 128)");
+}
+
 /* ---- loader ---- */
 
 /* tokens[i] = i: a window's first input is its start. */
@@ -674,6 +729,7 @@ int main(void)
         cmocka_unit_test(text_walk),        cmocka_unit_test(text_errors),
         cmocka_unit_test(split_by_fraction), cmocka_unit_test(split_by_paths),
         cmocka_unit_test(shards),           cmocka_unit_test(shard_errors),
+        cmocka_unit_test(shard_size_must_match_header),
         cmocka_unit_test(loader_windows_and_epochs), cmocka_unit_test(loader_shuffle_is_uniform),
         cmocka_unit_test(loader_seek),
     };

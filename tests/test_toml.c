@@ -4,7 +4,9 @@
 
 #include "test_util.h"
 
+#include "config/experiment.h"
 #include "config/toml.h"
+#include "train/lm.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -178,6 +180,148 @@ static void bad_overrides(void **state)
     bk_toml_free(doc);
 }
 
+/* A file of `size` bytes in /tmp (NUL bytes allowed); its path in path[64]. */
+static void write_temp(char *path, const char *bytes, size_t size)
+{
+    strcpy(path, "/tmp/bk_test_toml_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, bytes, size), (ssize_t)size);
+    close(fd);
+}
+
+/* `depth` levels of nesting, as a table header [a.a.a...] (0), a dotted key a.a.a... = 1 (1), or
+ * inline arrays x = [[[...]]] (2). */
+static char *nested(int kind, int depth)
+{
+    char *text = malloc((size_t)depth * 2 + 16);
+    assert_non_null(text);
+    size_t n = 0;
+    if (kind == 2) {
+        n += (size_t)sprintf(text, "x = ");
+        for (int i = 0; i < depth; i++)
+            text[n++] = '[';
+        for (int i = 0; i < depth; i++)
+            text[n++] = ']';
+        text[n++] = '\n';
+    } else {
+        if (kind == 0)
+            text[n++] = '[';
+        for (int i = 0; i < depth; i++) {
+            text[n++] = i ? '.' : 'a';
+            if (i)
+                text[n++] = 'a';
+        }
+        n += (size_t)sprintf(text + n, kind == 0 ? "]\nx = 1\n" : " = 1\n");
+    }
+    text[n] = '\0';
+    return text;
+}
+
+/* Deep nesting used to overflow the stack (a table header 20,000 levels deep segfaulted in the
+ * recursive conversion; 100,000 inside toml++ itself): it is refused with the file, line, column and
+ * the limit, at any depth, through every entry point. */
+static void deep_nesting_is_refused(void **state)
+{
+    (void)state;
+    static const int depths[] = {BK_TOML_MAX_DEPTH + 1, 20000, 100000};
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++) {
+            char *text = nested(kind, depths[d]);
+            bk_toml *doc = NULL;
+            bk_error err;
+            assert_int_equal(bk_toml_parse_string(text, "deep.toml", &doc, &err), BK_ERR_PARSE);
+            assert_null(doc);
+            assert_message_has(err.message, "deep.toml:1:");
+            assert_message_has(err.message, "nested more than 128 levels deep");
+            char path[64];
+            write_temp(path, text, strlen(text));
+            assert_int_equal(bk_toml_parse_file(path, &doc, &err), BK_ERR_PARSE);
+            assert_message_has(err.message, path);
+            assert_message_has(err.message, "BK_TOML_MAX_DEPTH");
+            bk_experiment exp;
+            assert_int_equal(bk_experiment_parse(text, "deep.toml", NULL, 0, &exp, &err), BK_ERR_PARSE);
+            unlink(path);
+            free(text);
+        }
+    /* at the limit it parses */
+    char *text = nested(1, BK_TOML_MAX_DEPTH);
+    bk_toml *doc = parse(text);
+    bk_toml_free(doc);
+    free(text);
+    /* floats, times, dotted strings and comments are not nesting */
+    doc = parse("a = [1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5]\nt = 07:32:00.25\ns = \"a.b.c.d.e\" # x.y.z\n");
+    bk_toml_free(doc);
+    /* --set paths are bounded the same way */
+    doc = parse("");
+    char set[2 * (BK_TOML_MAX_DEPTH + 2) + 8];
+    size_t n = 0;
+    for (int i = 0; i <= BK_TOML_MAX_DEPTH; i++)
+        n += (size_t)sprintf(set + n, "%sa", i ? "." : "");
+    sprintf(set + n, "=1");
+    bk_error err;
+    assert_int_equal(bk_toml_override(doc, set, &err), BK_ERR_USAGE);
+    assert_message_has(err.message, "more than 128 segments");
+    bk_toml_free(doc);
+}
+
+/* A NUL byte used to end the experiment for `train` (its own reader handed a C string on) while
+ * `config` refused the file: every reader now refuses it, naming file:line:column. */
+static void nul_byte_is_refused_by_every_reader(void **state)
+{
+    (void)state;
+    static const char bytes[] = "[model]\nlayers = 2\0\n[[term]]\nplugin = \"alibi\"\n";
+    char path[64];
+    write_temp(path, bytes, sizeof bytes - 1);
+    char where[96];
+    snprintf(where, sizeof where, "%s:2:11: invalid TOML: a NUL byte", path);
+    bk_error err;
+    bk_toml *doc = NULL;
+    assert_int_equal(bk_toml_parse_file(path, &doc, &err), BK_ERR_PARSE);
+    assert_message_has(err.message, where);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(bk_toml_read_file(path, &text, &len, &err), BK_ERR_PARSE);
+    assert_null(text);
+    assert_message_has(err.message, where);
+    bk_experiment exp;
+    assert_int_equal(bk_experiment_load(path, NULL, 0, &exp, &err), BK_ERR_PARSE); /* biaskit config */
+    assert_message_has(err.message, where);
+    bk_lm lm;
+    assert_int_equal(bk_lm_open_file(&lm, path, NULL, 0, &err), BK_ERR_PARSE); /* biaskit train */
+    assert_message_has(err.message, where);
+    assert_int_equal(bk_toml_parse_buffer(bytes, sizeof bytes - 1, "buf.toml", &doc, &err), BK_ERR_PARSE);
+    assert_message_has(err.message, "buf.toml:2:11: invalid TOML: a NUL byte");
+    unlink(path);
+    /* without the NUL the same reader returns every byte */
+    write_temp(path, "a = 1\n", 6);
+    assert_int_equal(bk_toml_read_file(path, &text, &len, &err), BK_OK);
+    assert_int_equal(len, 6);
+    assert_string_equal(text, "a = 1\n");
+    free(text);
+    assert_int_equal(bk_toml_parse_buffer("a = 1", 3, "buf.toml", &doc, &err), BK_ERR_PARSE); /* "a =" */
+    assert_int_equal(bk_toml_parse_buffer("a = 1", 5, "buf.toml", &doc, &err), BK_OK);
+    bk_toml_free(doc);
+    unlink(path);
+}
+
+/* toml++ 3.3.0 reaches __builtin_unreachable() when it asks whether a code point in U+00A1..U+0499 is
+ * whitespace (upstream issues 190 and 295; found again by fuzz/fuzz_toml.c, inputs in
+ * fuzz/corpus/toml/crash-tomlpp190-*). Valid TOML gets there; the results must still be right. */
+static void toml_plus_plus_unreachable_is_harmless(void **state)
+{
+    (void)state;
+    bk_toml *doc = parse("s = \"\"\"\\\n  \xc3\xa9lan \xc2\xa7\"\"\"\n"); /* line-ending backslash, then é */
+    assert_string_equal(bk_toml_string(bk_toml_get(bk_toml_root(doc), "s")), "\xc3\xa9lan \xc2\xa7");
+    bk_toml_free(doc);
+    static const char *const bad[] = {"a = 1\xc3\xa9\n", "[a.b\xc3\xa9]\n", "a = true\xd0\x96\n", "o\xc2\xb2 = 1\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bk_error err;
+        assert_int_equal(bk_toml_parse_string(bad[i], "u.toml", &doc, &err), BK_ERR_PARSE);
+        assert_message_has(err.message, "u.toml:1:");
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -189,6 +333,9 @@ int main(void)
         cmocka_unit_test(parses_a_file),
         cmocka_unit_test(overrides),
         cmocka_unit_test(bad_overrides),
+        cmocka_unit_test(deep_nesting_is_refused),
+        cmocka_unit_test(nul_byte_is_refused_by_every_reader),
+        cmocka_unit_test(toml_plus_plus_unreachable_is_harmless),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

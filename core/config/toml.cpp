@@ -9,12 +9,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <list>
 #include <memory>
 #include <sstream>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -76,8 +78,16 @@ bk_toml_pos make_pos(const toml::source_region &region, const position_map &map)
     return p;
 }
 
-std::unique_ptr<bk_toml_node> convert(const toml::node &node, const position_map &map)
+// Thrown by convert() at a node nested deeper than BK_TOML_MAX_DEPTH; caught in parse_text().
+struct too_deep {
+    toml::source_position where;
+};
+
+// Copies a toml++ node (recursively: `depth` is the node's nesting level, the root's is 0).
+std::unique_ptr<bk_toml_node> convert(const toml::node &node, const position_map &map, int depth)
 {
+    if (depth > BK_TOML_MAX_DEPTH)
+        throw too_deep{node.source().begin};
     auto out = std::make_unique<bk_toml_node>();
     out->pos = make_pos(node.source(), map);
     switch (node.type()) {
@@ -89,7 +99,7 @@ std::unique_ptr<bk_toml_node> convert(const toml::node &node, const position_map
             e.key_pos = make_pos(key.source(), map);
             if (!e.key_pos.line) // keys of inline tables may lack a region: use the value's
                 e.key_pos = make_pos(value.source(), map);
-            e.value = convert(value, map);
+            e.value = convert(value, map, depth + 1);
             out->entries.push_back(std::move(e));
         }
         // toml++ keeps keys sorted; report them in the order they were written
@@ -102,7 +112,7 @@ std::unique_ptr<bk_toml_node> convert(const toml::node &node, const position_map
     case toml::node_type::array:
         out->type = BK_TOML_ARRAY;
         for (const toml::node &element : *node.as_array())
-            out->elements.push_back(convert(element, map));
+            out->elements.push_back(convert(element, map, depth + 1));
         break;
     case toml::node_type::string:
         out->type = BK_TOML_STRING;
@@ -138,34 +148,141 @@ std::unique_ptr<bk_toml_node> convert(const toml::node &node, const position_map
     return out;
 }
 
-// Parse `text`; on success *root holds the document's table converted with `map`. On a TOML error,
-// fills description/line/column and returns false.
-bool parse_text(const std::string &text, const std::string &source, const position_map &map,
-                std::unique_ptr<bk_toml_node> *root, std::string *description, toml::source_position *where)
+// The position of the first NUL byte of text[0, len) (1-based line and byte column), or false.
+bool find_nul(const char *text, size_t len, toml::source_position *where)
 {
-#if TOML_EXCEPTIONS
-    try {
-        toml::table table = toml::parse(text, source);
-        *root = convert(table, map);
-        return true;
-    } catch (const toml::parse_error &e) {
-        *description = std::string(e.description());
-        *where = e.source().begin;
+    const char *nul = static_cast<const char *>(memchr(text, '\0', len));
+    if (!nul)
         return false;
-    }
-#else
-    toml::parse_result result = toml::parse(text, source);
-    if (!result) {
-        *description = std::string(result.error().description());
-        *where = result.error().source().begin;
-        return false;
-    }
-    *root = convert(result.table(), map);
+    uint32_t line = 1;
+    const char *line_start = text;
+    for (const char *p = text; p < nul; p++)
+        if (*p == '\n') {
+            line++;
+            line_start = p + 1;
+        }
+    where->line = line;
+    where->column = (uint32_t)(nul - line_start) + 1;
     return true;
-#endif
 }
 
-int parse_into(const std::string &text, const char *source_name, bk_toml **out, bk_error *err)
+// Before toml++ sees the text: whether a single key has more than BK_TOML_MAX_DEPTH dotted segments
+// or brackets nest more than BK_TOML_MAX_DEPTH deep, and where. toml++ builds, fixes up and frees its
+// tree recursively, so a document 100,000 levels deep overflows the stack inside the library before
+// convert() could count. This is a lexer's bound, not a parser: strings and comments are skipped, and
+// dots are counted between the characters that end a key ('=', ',', brackets, braces, newline), so a
+// float or a time (one dot) never counts. Together the bounds keep toml++'s tree a few hundred levels
+// deep at most; convert() then applies the exact limit.
+bool too_deep_text(std::string_view text, toml::source_position *where)
+{
+    uint32_t line = 1, column = 0;
+    int dots = 0, brackets = 0;
+    const size_t n = text.size();
+    for (size_t i = 0; i < n; i++) {
+        const char c = text[i];
+        column++;
+        if (c == '\n') {
+            line++;
+            column = 0;
+            dots = 0;
+            continue;
+        }
+        if (c == '#') { // a comment, to the end of the line
+            while (i + 1 < n && text[i + 1] != '\n')
+                i++;
+            continue;
+        }
+        if (c == '"' || c == '\'') {
+            const bool triple = i + 2 < n && text[i + 1] == c && text[i + 2] == c;
+            size_t j = i + (triple ? 3 : 1);
+            for (; j < n; j++) {
+                if (c == '"' && text[j] == '\\') {
+                    j++;
+                } else if (text[j] == '\n') {
+                    if (!triple)
+                        break; // an unterminated string: toml++ reports it
+                    line++;
+                    column = 0;
+                } else if (text[j] == c && (!triple || (j + 2 < n && text[j + 1] == c && text[j + 2] == c))) {
+                    j += triple ? 2 : 0;
+                    break;
+                }
+            }
+            column += (uint32_t)(j - i);
+            i = j < n && text[j] != '\n' ? j : j - 1;
+            continue;
+        }
+        bool deeper = false;
+        if (c == '.') {
+            deeper = ++dots > BK_TOML_MAX_DEPTH;
+        } else if (c == '=' || c == ',') {
+            dots = 0;
+        } else if (c == '[' || c == '{') {
+            dots = 0;
+            deeper = ++brackets > BK_TOML_MAX_DEPTH;
+        } else if (c == ']' || c == '}') {
+            dots = 0;
+            brackets -= brackets > 0;
+        }
+        if (deeper) {
+            where->line = line;
+            where->column = column;
+            return true;
+        }
+    }
+    return false;
+}
+
+std::string too_deep_description()
+{
+    return "tables, arrays and dotted keys are nested more than " + std::to_string(BK_TOML_MAX_DEPTH) +
+           " levels deep here (the limit, BK_TOML_MAX_DEPTH in core/config/toml.h)";
+}
+
+const char nul_description[] = "a NUL byte (\\0) is not allowed in a TOML document (is this a binary file?)";
+
+// Parse `text`; on success *root holds the document's table converted with `map`. On a TOML error,
+// fills description/line/column and returns false.
+bool parse_text(std::string_view text, const std::string &source, const position_map &map,
+                std::unique_ptr<bk_toml_node> *root, std::string *description, toml::source_position *where)
+{
+    if (find_nul(text.data(), text.size(), where)) { // toml++ would stop or complain less clearly
+        *description = nul_description;
+        return false;
+    }
+    if (too_deep_text(text, where)) {
+        *description = too_deep_description();
+        return false;
+    }
+    try {
+#if TOML_EXCEPTIONS
+        try {
+            toml::table table = toml::parse(text, source);
+            *root = convert(table, map, 0);
+            return true;
+        } catch (const toml::parse_error &e) {
+            *description = std::string(e.description());
+            *where = e.source().begin;
+            return false;
+        }
+#else
+        toml::parse_result result = toml::parse(text, source);
+        if (!result) {
+            *description = std::string(result.error().description());
+            *where = result.error().source().begin;
+            return false;
+        }
+        *root = convert(result.table(), map, 0);
+        return true;
+#endif
+    } catch (const too_deep &e) {
+        *description = too_deep_description();
+        *where = e.where;
+        return false;
+    }
+}
+
+int parse_into(std::string_view text, const char *source_name, bk_toml **out, bk_error *err)
 {
     *out = nullptr;
     auto doc = std::make_unique<bk_toml>();
@@ -220,6 +337,9 @@ int override_impl(bk_toml *doc, const char *assignment, bk_error *err)
     const std::string value_text = value_start == std::string::npos ? std::string() : trim(text.substr(value_start));
     if (path.empty())
         return usage("the key before '=' is empty");
+    if (std::count(path.begin(), path.end(), '.') >= BK_TOML_MAX_DEPTH)
+        return usage("the key has more than " + std::to_string(BK_TOML_MAX_DEPTH) +
+                     " segments (the nesting limit, BK_TOML_MAX_DEPTH in core/config/toml.h)");
     if (value_text.empty())
         return usage("the value after '=' is empty");
 
@@ -319,22 +439,75 @@ int bk_toml_parse_string(const char *text, const char *source_name, bk_toml **ou
     }
 }
 
+int bk_toml_parse_buffer(const char *text, size_t len, const char *source_name, bk_toml **out, bk_error *err)
+{
+    const char *name = source_name ? source_name : "<buffer>";
+    try {
+        return parse_into(std::string_view(text ? text : "", text ? len : 0), name, out, err);
+    } catch (const std::exception &e) {
+        return bk_fail(err, BK_ERR_INTERNAL, "%s: reading TOML: %s", name, e.what());
+    }
+}
+
+int bk_toml_read_file(const char *path, char **text, size_t *len, bk_error *err)
+{
+    *text = nullptr;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    size_t cap = 4096, used = 0;
+    char *buf = static_cast<char *>(malloc(cap));
+    int rc = BK_OK;
+    while (buf) {
+        size_t got = fread(buf + used, 1, cap - used - 1, f);
+        used += got;
+        if (got == 0) {
+            if (ferror(f))
+                rc = bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, errno ? strerror(errno) : "read error");
+            break;
+        }
+        if (used + 1 == cap) {
+            char *bigger = cap <= SIZE_MAX / 2 ? static_cast<char *>(realloc(buf, cap * 2)) : nullptr;
+            if (!bigger) {
+                free(buf);
+                buf = nullptr;
+                break;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory reading '%s'", path);
+    if (rc != BK_OK) {
+        free(buf);
+        return rc;
+    }
+    buf[used] = '\0';
+    toml::source_position where{};
+    if (find_nul(buf, used, &where)) {
+        free(buf);
+        return bk_fail(err, BK_ERR_PARSE, "%s:%u:%u: invalid TOML: %s", path, (unsigned)where.line,
+                       (unsigned)where.column, nul_description);
+    }
+    *text = buf;
+    *len = used;
+    return BK_OK;
+}
+
 int bk_toml_parse_file(const char *path, bk_toml **out, bk_error *err)
 {
     *out = nullptr;
-    try {
-        errno = 0;
-        std::ifstream in(path, std::ios::in | std::ios::binary);
-        if (!in)
-            return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, errno ? strerror(errno) : "cannot open");
-        std::ostringstream text;
-        text << in.rdbuf();
-        if (in.bad())
-            return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, errno ? strerror(errno) : "read error");
-        return parse_into(text.str(), path, out, err);
-    } catch (const std::exception &e) {
-        return bk_fail(err, BK_ERR_INTERNAL, "%s: reading TOML: %s", path, e.what());
-    }
+    char *text = nullptr;
+    size_t len = 0;
+    int rc = bk_toml_read_file(path, &text, &len, err);
+    if (rc != BK_OK)
+        return rc;
+    rc = bk_toml_parse_buffer(text, len, path, out, err);
+    free(text);
+    return rc;
 }
 
 void bk_toml_free(bk_toml *doc)

@@ -46,11 +46,26 @@ typedef struct bk_toml_entry {
     const bk_toml_node *value;
 } bk_toml_entry;
 
+/* The deepest nesting of tables and arrays a document may have (a table header [a.b.c] or a dotted
+ * key a.b.c = 1 counts one level per key). The tree is converted and freed recursively, so a bound
+ * keeps a hostile file from overflowing the stack; real experiment files nest 3 or 4 levels. */
+#define BK_TOML_MAX_DEPTH 128
+
+/* Read a whole TOML file into a NUL-terminated, malloc'd buffer (*len bytes, without the final NUL).
+ * The one reader of experiment files: `biaskit config` (bk_toml_parse_file) and `train`
+ * (core/train/lm.c) both read through it, so both see the same text. A NUL byte inside the file is
+ * refused (a C string would silently end there). Errors: BK_ERR_IO "cannot read 'PATH': REASON";
+ * BK_ERR_PARSE "PATH:LINE:COL: invalid TOML: a NUL byte ...". */
+int bk_toml_read_file(const char *path, char **text, size_t *len, bk_error *err);
+
 /* Parse a file. Errors: BK_ERR_IO "cannot read 'PATH': REASON"; BK_ERR_PARSE
- * "PATH:LINE:COL: invalid TOML: DESCRIPTION". */
+ * "PATH:LINE:COL: invalid TOML: DESCRIPTION", also for a NUL byte and for nesting deeper than
+ * BK_TOML_MAX_DEPTH. */
 int bk_toml_parse_file(const char *path, bk_toml **out, bk_error *err);
 /* Parse text; `source_name` is used in positions and messages. */
 int bk_toml_parse_string(const char *text, const char *source_name, bk_toml **out, bk_error *err);
+/* Parse `len` bytes that need not end in NUL (a NUL byte inside them is an error, as in a file). */
+int bk_toml_parse_buffer(const char *text, size_t len, const char *source_name, bk_toml **out, bk_error *err);
 void bk_toml_free(bk_toml *doc);
 
 const bk_toml_node *bk_toml_root(const bk_toml *doc);
@@ -81,8 +96,8 @@ const char *bk_toml_string(const bk_toml_node *node);
  * a segment that is a decimal number indexes an array (term.0.weight). Missing tables on the way
  * are created; an index past the end of an array, or a segment that crosses a scalar, is an error.
  * The value is read as a TOML value (12, 1.5, true, "x", [1, 2]); text that is not a TOML value is
- * taken as a bare string (mixing=kernel). The new node's position names the override.
- * Errors: BK_ERR_USAGE "--set 'TEXT': REASON". */
+ * taken as a bare string (mixing=kernel). The new node's position names the override. A path of
+ * more than BK_TOML_MAX_DEPTH segments is refused. Errors: BK_ERR_USAGE "--set 'TEXT': REASON". */
 int bk_toml_override(bk_toml *doc, const char *assignment, bk_error *err);
 
 #ifdef __cplusplus

@@ -217,12 +217,9 @@ static int token_buf_reserve(token_buf *b, int64_t extra, const char *path, bk_e
     return BK_OK;
 }
 
-/* Appends the bytes of a text file, at most `limit` of them (< 0 = all). */
-static int read_text(const char *path, int64_t limit, int32_t vocab, token_buf *b, bk_error *err)
+/* Appends the bytes of a text file open as `f`, at most `limit` of them (< 0 = all); `path` names it. */
+static int read_text_stream(FILE *f, const char *path, int64_t limit, int32_t vocab, token_buf *b, bk_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
     unsigned char chunk[BK_READ_CHUNK];
     int64_t offset = 0;
     int rc = BK_OK;
@@ -250,6 +247,15 @@ static int read_text(const char *path, int64_t limit, int32_t vocab, token_buf *
             break;
         offset += (int64_t)got;
     }
+    return rc;
+}
+
+static int read_text(const char *path, int64_t limit, int32_t vocab, token_buf *b, bk_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    int rc = read_text_stream(f, path, limit, vocab, b, err);
     fclose(f);
     return rc;
 }
@@ -260,12 +266,11 @@ static int32_t read_le32(const unsigned char *p)
     return (int32_t)v;
 }
 
-/* Appends the tokens of one llm.c shard. */
-static int read_shard(const char *path, int32_t vocab, token_buf *b, bk_error *err)
+/* Appends the tokens of one llm.c shard open as `f`; `path` names it. The file must hold exactly the
+ * header and the tokens its header counts, as llm.c's own loader (dataloader.h) requires: fewer is
+ * "truncated", more is refused too (a header that undercounts would silently drop the rest). */
+static int read_shard_stream(FILE *f, const char *path, int32_t vocab, token_buf *b, bk_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
     unsigned char chunk[BK_READ_CHUNK];
     int rc = BK_OK;
     size_t got = fread(chunk, 1, BK_SHARD_HEADER_BYTES, f);
@@ -313,6 +318,27 @@ static int read_shard(const char *path, int32_t vocab, token_buf *b, bk_error *e
                                      (int)n, (long long)done);
         }
     }
+    if (rc == BK_OK && fgetc(f) != EOF) { /* bytes after the counted tokens */
+        off_t end = fseeko(f, 0, SEEK_END) == 0 ? ftello(f) : -1;
+        long long extra = end >= 0 ? (long long)end - BK_SHARD_HEADER_BYTES - 2LL * n : -1;
+        if (extra < 0)
+            rc = bk_fail(err, BK_ERR_PARSE, "%s: header says %d tokens, but the file holds more data after them; "
+                         "expected exactly %d header bytes + 2 bytes per token", path, (int)n, BK_SHARD_HEADER_BYTES);
+        else
+            rc = bk_fail(err, BK_ERR_PARSE, "%s: header says %d tokens, but the file holds %lld (%lld bytes after the "
+                         "header, expected %lld); a shard's size must match its header", path, (int)n,
+                         (long long)(end - BK_SHARD_HEADER_BYTES) / 2, (long long)(end - BK_SHARD_HEADER_BYTES),
+                         2LL * n);
+    }
+    return rc;
+}
+
+static int read_shard(const char *path, int32_t vocab, token_buf *b, bk_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    int rc = read_shard_stream(f, path, vocab, b, err);
     fclose(f);
     return rc;
 }
@@ -452,6 +478,38 @@ int bk_data_load(const bk_data_config *cfg, int32_t vocab, int64_t min_tokens, b
         bk_tokens_free(val);
     }
     return rc;
+}
+
+int bk_data_read_memory(bk_data_format format, const void *bytes, size_t size, const char *name, int32_t vocab,
+                        int64_t max_bytes, bk_tokens *out, bk_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!name)
+        name = "<memory>";
+    if (format != BK_DATA_TEXT && format != BK_DATA_SHARDS)
+        return bk_fail(err, BK_ERR_CONFIG, "%s: unknown data format %d (expected text or shards)", name, (int)format);
+    if (vocab <= 0)
+        return bk_fail(err, BK_ERR_CONFIG, "%s: vocabulary size %d must be positive", name, (int)vocab);
+    static char empty[1];
+    /* fmemopen needs a buffer of at least one byte; an empty one is read as a stream with nothing in it */
+    FILE *f = fmemopen(size ? (void *)bytes : empty, size ? size : 1, "rb");
+    if (!f)
+        return bk_fail(err, BK_ERR_IO, "%s: cannot open %zu bytes as a stream: %s", name, size, strerror(errno));
+    if (!size)
+        (void)fgetc(f); /* at the end of the stream */
+    token_buf buf = {0};
+    int rc = format == BK_DATA_TEXT ? read_text_stream(f, name, max_bytes > 0 ? max_bytes : -1, vocab, &buf, err)
+                                    : read_shard_stream(f, name, vocab, &buf, err);
+    fclose(f);
+    if (rc != BK_OK) {
+        free(buf.tok);
+        return rc;
+    }
+    out->tokens = buf.tok;
+    out->count = buf.count;
+    out->n_files = 1;
+    bk_copy_text(out->name, sizeof out->name, name);
+    return BK_OK;
 }
 
 void bk_tokens_free(bk_tokens *t)

@@ -1,8 +1,9 @@
 /* Training data: token streams from text files (byte-level, vocab 256) or llm.c .bin shards
  * (uint16 GPT-2 tokens), a train/validation split, and a deterministic batch loader.
  *
- * llm.c shard format (anchors.md §1.5): a header of 256 int32 (little-endian): [0] = magic 20240520,
- * [1] = version 1, [2] = number of tokens N; then N uint16 tokens. */
+ * llm.c shard format (write_datafile in llm.c's dev/data/data_common.py): a header of 256 int32
+ * (little-endian): [0] = magic 20240520, [1] = version 1, [2] = number of tokens N; then N uint16
+ * tokens, and nothing after them. */
 #ifndef BK_DATA_H
 #define BK_DATA_H
 
@@ -41,11 +42,19 @@ typedef struct bk_tokens {
 
 /* Load the training and validation streams. Errors (each names the file or path): a path that does
  * not exist; no files found (with the extension filter); an empty corpus; a shard with a bad magic,
- * version, or fewer tokens than its header says ("truncated"); a token >= vocab; a validation split
+ * version, fewer tokens than its header says ("truncated") or more (the size must match the header);
+ * a token >= vocab; a validation split
  * that leaves fewer than `min_tokens` tokens on either side. */
 int bk_data_load(const bk_data_config *cfg, int32_t vocab, int64_t min_tokens, bk_tokens *train, bk_tokens *val,
                  bk_error *err);
 void bk_tokens_free(bk_tokens *t);
+
+/* Read one file's contents held in memory exactly as bk_data_load reads a file (the fuzzers and tests
+ * use it): the bytes of a text file (at most max_bytes when > 0) or one llm.c shard, whose size must
+ * match its header. `name` stands for the file in messages. out->tokens is malloc'd (NULL when there
+ * are none): free it with bk_tokens_free. */
+int bk_data_read_memory(bk_data_format format, const void *bytes, size_t size, const char *name, int32_t vocab,
+                        int64_t max_bytes, bk_tokens *out, bk_error *err);
 
 /* Batches of B windows of T+1 tokens (inputs = first T, targets = last T). The stream is cut into
  * non-overlapping windows starting at multiples of T; each epoch visits every window once in an

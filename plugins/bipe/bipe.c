@@ -24,6 +24,7 @@ typedef struct bipe {
     int32_t vocab;
     int32_t dim;
     int code_semantics;
+    int by_id;        /* delimiter_ids given: taken as they are under both semantics (README.md) */
     int32_t n_delims;
     int32_t delims[BIPE_MAX_DELIMITERS];
     int intra;        /* the learned intra-segment embedding is on */
@@ -52,6 +53,7 @@ static int read_delimiters(bipe *b, const biaskit_services *svc, const biaskit_c
     if (svc->is_set(cfg, "delimiters") && svc->is_set(cfg, "delimiter_ids"))
         return svc->config_error(cfg, "delimiter_ids", err, "'delimiters' and 'delimiter_ids' exclude each other; set one");
     if (svc->is_set(cfg, "delimiter_ids")) {
+        b->by_id = 1;
         double ids[BIPE_MAX_DELIMITERS];
         if ((rc = svc->get_double_array(cfg, "delimiter_ids", ids, BIPE_MAX_DELIMITERS, &b->n_delims, err)))
             return rc;
@@ -147,7 +149,7 @@ static int segment(const void *inst, const int32_t *tokens, int64_t count, int32
     int32_t seg = 0, pos = 0;
     for (int64_t n = 0; n < count; n++) {
         int closes = is_delimiter(b, tokens[n]);
-        if (closes && b->code_semantics && tokens[n] != BIPE_NEWLINE)
+        if (closes && b->code_semantics && !b->by_id && tokens[n] != BIPE_NEWLINE)
             closes = n > 0 && tokens[n - 1] == BIPE_SPACE; /* Llama's '▁.' is a period after a space */
         bk_bipe_step(closes, &seg, &pos, &segment_index[n], &segment_position[n]);
     }
