@@ -38,6 +38,37 @@ check "plugins from BIASKIT_PLUGIN_PATH" 0 "^testlin " env BIASKIT_PLUGIN_PATH="
 check "broken plugins are reported, not fatal" 0 "warning: skipped: plugin '.*biaskit_futureabi.so': ABI version mismatch" \
     env BIASKIT_PLUGIN_PATH="$testplugins" "$bk" plugins
 check "unknown plugin name" 1 "plugin 'nosuch' not found; searched: " "$bk" plugins nosuch
+check "plugins: no parameters is 'none'" 0 "^  parameters:   none with the default options$" "$bk" plugins alibi
+check "plugins: table parameters and their layers" 0 "^  parameters:   16 learnable for 8 heads, shared across layers by default: r1\[8x1\], r2\[8x1\]$" "$bk" plugins kerple
+check "plugins: an embedding's parameters are one copy" 0 "^  parameters:   65536 learnable for 8 heads, one copy \(the term acts once, not per layer\): intra\[256x256\]$" "$bk" plugins bipe
+
+# A plugin of a name found again later in the search path: both files named. The same file reached
+# twice (a symlink, a hard link, a directory listed twice) is one plugin, not a shadow.
+mkdir -p "$work/p1" "$work/p2" "$work/p3" "$work/p4"
+cp "$testplugins/biaskit_testlin.so" "$work/p1/" && cp "$testplugins/biaskit_testlin.so" "$work/p2/"
+ln -s "$work/p1/biaskit_testlin.so" "$work/p3/biaskit_testlin.so"
+ln "$work/p1/biaskit_testlin.so" "$work/p4/biaskit_testlin.so"
+check "plugins: a shadowed file is named with the file that wins" 0 \
+    "^biaskit: note: '$work/p2/biaskit_testlin.so' \(plugin 'testlin'\) is shadowed by '$work/p1/biaskit_testlin.so', earlier in the search path$" \
+    env BIASKIT_PLUGIN_PATH="$work/p1:$work/p2" "$bk" plugins
+check "plugins: shadows are counted" 0 "^[0-9]+ plugins, 1 shadowed \(see above\)$" env BIASKIT_PLUGIN_PATH="$work/p1:$work/p2" "$bk" plugins
+check "plugins: the same file twice is no shadow" 0 "^[0-9]+ plugins$" \
+    env BIASKIT_PLUGIN_PATH="$work/p1:$work/p3:$work/p4:$work/p1" "$bk" plugins
+
+# Descriptors: a capability bit this engine does not know is refused (naming the file and the bits),
+# by the loader and by biaskit check alike; create() returning no instance is refused at creation.
+check "plugins: unknown capability bits are refused" 1 "plugin '.*biaskit_futurecap.so' \(futurecap\): declares capability bits 0x200 that this biaskit does not know" \
+    "$bk" plugins "$testplugins/biaskit_futurecap.so"
+check "check: unknown capability bits fail the load" 1 "^FAIL  plugin '.*biaskit_futurecap.so' \(futurecap\): declares capability bits 0x200 that this biaskit does not know" \
+    "$bk" check "$testplugins/biaskit_futurecap.so"
+printf '[model]\nheads = 2\ndim = 16\n[[term]]\nplugin = "%s"\n' "$testplugins/biaskit_nullinst.so" >"$work/nullinst.toml"
+check "bias: create() without an instance is refused" 1 \
+    "term 'nullinst': plugin 'nullinst' \('.*biaskit_nullinst.so'\): create\(\) returned BIASKIT_OK but no instance" \
+    "$bk" bias "$work/nullinst.toml" --length 4
+check "plugins: create() without an instance is reported" 0 "^  parameters:   \(create\(\) with the default options: plugin 'nullinst' .*no instance" \
+    "$bk" plugins "$testplugins/biaskit_nullinst.so"
+check "check: create() without an instance fails create" 1 "^FAIL  create\(\) with the default configuration .*returned BIASKIT_OK but no instance" \
+    "$bk" check "$testplugins/biaskit_nullinst.so" --timeout 10
 
 # ALiBi, 8 heads: slopes 1/2 .. 1/256; T[h][d] = -m_h d
 check "bias prints the first head" 0 "^ +3 +-1\.5 +-0\.75 +-0\.375 " "$bk" bias "$src/examples/alibi.toml" --length 8
@@ -133,6 +164,140 @@ wait "$pid"
 check "Ctrl-C exits 130" 0 "^130$" echo $?
 check "Ctrl-C writes a checkpoint" 0 "stopped at step [0-9]+; checkpoint $work/int/checkpoint.safetensors" cat "$work/int.log"
 check "resume after Ctrl-C" 0 "resuming from .* at step [0-9]+" "$bk" train --resume "$work/int/checkpoint.safetensors" --stop-after 1 --plain
+
+# ---- run directories: paths, device, lock, metrics on resume, full disk ------------------------
+# Paths (README.md "Paths"): relative paths in an experiment file are read from the file's
+# directory (stored absolute in checkpoints), those on the command line from the working directory;
+# the default run directory is runs/<name> in the working directory. Train in A from B, then eval
+# and resume from C/sub (another depth: a relative directory stored in the checkpoint would break).
+bk_abs=$(cd "$(dirname "$bk")" && pwd)/$(basename "$bk")
+real=$(cd "$work" && pwd -P)
+mkdir -p "$work/A/plugins" "$work/B" "$work/C/sub"
+cp "$testplugins/biaskit_testlin.so" "$work/A/plugins/"
+cp -r "$work/corpus" "$work/A/corpus"
+rm -f "$work/A/corpus/empty.txt"
+printf '[model]\nlayers = 1\nheads = 2\ndim = 16\n[train]\nlength = 16\nbatch = 2\nsteps = 3\nwarmup = 1\nlog_every = 1\n[data]\npaths = ["corpus"]\n[[term]]\nplugin = "./plugins/biaskit_testlin.so"\n' >"$work/A/exp.toml"
+sed 's|^plugin = .*|plugin = "alibi"|' "$work/A/exp.toml" >"$work/A/named.toml" # for the blocks below the paths
+(cd "$work/B" && "$bk_abs" train ../A/exp.toml --plain) >"$work/paths.log" 2>&1
+check "paths: train A/exp.toml from B (data and plugin path read from A)" 0 "done: 3 steps" cat "$work/paths.log"
+check "paths: default run directory runs/<name> in the working directory, printed absolute" 0 \
+    "^writing $real/B/runs/exp$" cat "$work/paths.log"
+check "paths: eval from C/sub" 0 "^ +32 +2\.00 " \
+    bash -c "cd '$work/C/sub' && '$bk_abs' eval ../../B/runs/exp/checkpoint.safetensors --lengths 16,32 --tokens 2000"
+check "paths: resume from C/sub" 0 "done: 4 steps" \
+    bash -c "cd '$work/C/sub' && '$bk_abs' train --resume ../../B/runs/exp/checkpoint.safetensors --set train.steps=4 --plain"
+check "paths: bias reads the plugin path from the file's directory too" 0 "^model: 1 layers, 2 heads" \
+    bash -c "cd '$work/C/sub' && '$bk_abs' bias ../../A/exp.toml --length 2"
+{ cat "$work/A/exp.toml"; printf '[run]\nout_dir = "out/../out2"\n'; } >"$work/A/exp2.toml"
+check "paths: [run] out_dir is read from the experiment's directory, printed normalised" 0 "^writing $real/A/out2$" \
+    bash -c "cd '$work/C/sub' && '$bk_abs' train ../../A/exp2.toml --set train.steps=1 --plain"
+cp "$work/A/named.toml" "$work/A/my exp.toml"
+(cd "$work/B" && "$bk_abs" train "../A/my exp.toml" --set train.steps=1 --plain) >/dev/null 2>&1
+check "paths: a space in the experiment's name stays in the run directory" 0 "" test -f "$work/B/runs/my exp/checkpoint.safetensors"
+
+# [run] device = "cuda" is refused on the resolved experiment (file, --set, checkpoint), train and eval
+"$bk" train "$work/A/named.toml" --out "$work/m0" --set train.steps=1 >/dev/null 2>&1
+cp "$work/A/named.toml" "$work/A/dev.toml" && printf '[run]\ndevice = "cuda"\n' >>"$work/A/dev.toml"
+dev_msg='\[run\] device = "cuda": this version trains and evaluates on the CPU only'
+check "device: cuda in the file is refused, naming file:line:col" 1 "$work/A/dev.toml:16:10: $dev_msg" "$bk" train "$work/A/dev.toml"
+check "device: --set run.device=cuda is refused" 1 "--set run.device=cuda.*$dev_msg" "$bk" train "$work/A/named.toml" --set run.device=cuda
+check "device: eval refuses it too" 1 "$dev_msg" "$bk" eval "$work/m0/checkpoint.safetensors" --set run.device=cuda
+check "device: resume refuses it too" 1 "$dev_msg" "$bk" train --resume "$work/m0/checkpoint.safetensors" --set run.device=cuda
+check "device: --version says training runs on the CPU" 0 "^training and evaluation: cpu" "$bk" --version
+check "device: config --keys promises no CUDA training" 0 "device += \"auto\" .*train/eval: CPU \(no CUDA training path" "$bk" config --keys
+
+# one trainer per run directory: a second one fails at once, naming the directory and the holder
+"$bk" train "$work/A/named.toml" --set train.steps=1000000 --out "$work/lock" --plain >"$work/lock.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q "^step 1/" "$work/lock.log" 2>/dev/null && break; sleep 0.1; done
+check "lock: a second training of the same directory fails" 1 \
+    "run directory '$real/lock' is in use by another training \(pid $pid, lock $real/lock/\.train\.lock\)" \
+    "$bk" train "$work/A/named.toml" --out "$work/lock" --plain
+kill -INT "$pid"
+wait "$pid"
+check "lock: released when the first one ends" 0 "stopped at step" "$bk" train --resume "$work/lock/checkpoint.safetensors" --stop-after 1 --plain
+
+# a resumed run cuts metrics.jsonl back to its checkpoint: records logged after it (before a crash) go
+"$bk" train "$work/A/named.toml" --out "$work/m" --stop-after 2 --plain >/dev/null 2>&1
+printf '{"step": 3, "loss": 9.999999, "lr": 0, "grad_norm": 0, "tokens": 0, "tokens_per_s": 0}\n{"step": 4, "lo' \
+    >>"$work/m/metrics.jsonl"
+check "metrics: resume" 0 "done: 3 steps" "$bk" train --resume "$work/m/checkpoint.safetensors" --plain
+check "metrics: each step once" 0 "^1 1 1 1$" bash -c "for s in 1 2 3; do grep -c '\"step\": '\$s', \"loss\"' '$work/m/metrics.jsonl'; done \
+    | tr '\n' ' '; grep -c val_loss '$work/m/metrics.jsonl'"
+check "metrics: every line is one whole record" 0 "^0$" \
+    bash -c "grep -Evc '^\{\"step\": [0-9]+, \"(loss|val_loss)\": [0-9.]+, .*\}$' '$work/m/metrics.jsonl' || true"
+check "metrics: the stale record is gone" 1 "" grep -q "9\.999999" "$work/m/metrics.jsonl"
+
+# a full disk (RLIMIT_FSIZE: writes past the limit fail with EFBIG) or an unwritable run directory:
+# a clear error naming the file, and the previous checkpoint intact and loadable
+cp "$work/m/checkpoint.safetensors" "$work/m.before"
+(trap '' XFSZ; ulimit -f 16; exec "$bk" train --resume "$work/m/checkpoint.safetensors" --set train.steps=5 --plain) \
+    >"$work/full.log" 2>&1
+check "full disk: exit 1" 0 "^1$" echo $?
+check "full disk: the error names the checkpoint" 0 "error: cannot write '$real/m/checkpoint\.safetensors.*File too large" cat "$work/full.log"
+check "full disk: the previous checkpoint is unchanged" 0 "" cmp "$work/m.before" "$work/m/checkpoint.safetensors"
+check "full disk: no temporary file is left" 0 "^0$" bash -c "ls -A '$work/m' | grep tmp | wc -l"
+check "full disk: the previous checkpoint loads" 0 "step 3, trained at length 16" "$bk" eval "$work/m/checkpoint.safetensors" --lengths 16 --tokens 1000
+check "full disk: a metrics write that fails is an error naming the log" 1 "error: cannot write '$real/m/metrics\.jsonl': File too large" \
+    bash -c "trap '' XFSZ; ulimit -f 1; exec '$bk' train --resume '$work/m/checkpoint.safetensors' --set train.steps=200 \
+    --set train.checkpoint_every=0 --plain"
+check "full disk: ... and leaves the checkpoint unchanged" 0 "" cmp "$work/m.before" "$work/m/checkpoint.safetensors"
+: >"$work/plainfile"
+check "unwritable run directory: named" 1 "cannot create the run directory '$work/plainfile/run': '$work/plainfile' is not a directory" \
+    "$bk" train "$work/A/named.toml" --out "$work/plainfile/run"
+
+# ---- checkpoints: the learned tables, plugin records (train/checkpoint.h) -----------------------
+# biaskit bias reads a checkpoint: a learnable plugin's table is the trained one, not the initial
+# one, and it is what eval rebuilds: testlin's T_h(1) = -slope_h, slope_h stored as term.testlin.slope
+mkdir -p "$work/ck/plugins" "$work/ck/changed"
+cp "$testplugins/biaskit_testlin.so" "$work/ck/plugins/"
+printf '[model]\nlayers = 1\nheads = 2\ndim = 16\n[train]\nlength = 16\nbatch = 2\nsteps = 4\nwarmup = 1\nlr = 0.05\n[data]\npaths = ["%s"]\n[[term]]\nplugin = "testlin"\n' \
+    "$work/corpus" >"$work/ck/exp.toml"
+ck="$work/ck/run/checkpoint.safetensors"
+ckp=(env BIASKIT_PLUGIN_PATH="$work/ck/plugins")
+"${ckp[@]}" "$bk" train "$work/ck/exp.toml" --out "$work/ck/run" --plain >/dev/null 2>&1
+"${ckp[@]}" "$bk" bias "$work/ck/exp.toml" --length 4 --csv - >"$work/ck/init.csv" 2>&1
+"${ckp[@]}" "$bk" bias "$ck" --length 4 --csv - >"$work/ck/trained.csv" 2>&1
+check "bias: reads a checkpoint" 0 "^checkpoint: $ck \(step 4: learned parameters\)$" "${ckp[@]}" "$bk" bias "$ck" --length 4
+check "bias: a checkpoint without .safetensors is recognised by its content" 0 "^checkpoint: $work/ck/copy\.bin " \
+    bash -c "cp '$ck' '$work/ck/copy.bin' && BIASKIT_PLUGIN_PATH='$work/ck/plugins' '$bk' bias '$work/ck/copy.bin' --length 4"
+check "bias: the trained table differs from the initial one" 1 "" cmp -s "$work/ck/init.csv" "$work/ck/trained.csv"
+check "bias: both tables are complete" 0 "^0,token,testlin,1,3,-?[0-9.e-]+$" cat "$work/ck/trained.csv"
+if command -v python3 >/dev/null; then
+    check "bias: the checkpoint's table is its stored slope (T_h(1) = -slope_h)" 0 "^ok 2$" python3 -c '
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+t = json.loads(raw[8:8 + n])["term.testlin.slope"]
+b, e = t["data_offsets"]
+slope = struct.unpack("<%df" % ((e - b) // 4), raw[8 + n + b:8 + n + e])
+rows = [l.split(",") for l in open(sys.argv[2]) if l.startswith("0,token,testlin,")]
+got = {int(r[3]): float(r[5]) for r in rows if r[4] == "1"}
+ok = all(struct.pack("<f", -slope[h]) == struct.pack("<f", got[h]) for h in range(len(slope)))
+print("ok" if ok else "differ: %s vs %s" % (slope, got), len(slope))' "$ck" "$work/ck/trained.csv"
+fi
+# a plugin whose file changed since training (one byte appended: it still loads): a warning naming
+# the term, the plugin and both checksums; --strict refuses it in eval, train --resume and bias
+cp "$work/ck/plugins/biaskit_testlin.so" "$work/ck/changed/" && printf 'x' >>"$work/ck/changed/biaskit_testlin.so"
+ckc=(env BIASKIT_PLUGIN_PATH="$work/ck/changed")
+ckreal=$(cd "$work/ck/changed" && pwd -P)
+changed="term 'testlin' \(plugin testlin, $ckreal/biaskit_testlin\.so\): the plugin file's bytes changed: xxh64 [0-9a-f]{16} of .*/plugins/biaskit_testlin\.so at save, [0-9a-f]{16} of $ckreal/biaskit_testlin\.so now"
+check "eval: a changed plugin is a warning" 0 "^biaskit: warning: checkpoint '$ck': $changed; the model may compute differently" \
+    "${ckc[@]}" "$bk" eval "$ck" --lengths 16 --tokens 1000
+check "eval: unchanged plugins give no warning" 0 "^0$" \
+    bash -c "BIASKIT_PLUGIN_PATH='$work/ck/plugins' '$bk' eval '$ck' --lengths 16 --tokens 1000 2>&1 | grep -c warning || true"
+check "eval --strict refuses a changed plugin" 1 "^biaskit: error: checkpoint '$ck': $changed; refused \(--strict\)" \
+    "${ckc[@]}" "$bk" eval "$ck" --lengths 16 --tokens 1000 --strict
+check "train --resume --strict refuses it" 1 "error: checkpoint '$ck': $changed; refused" \
+    "${ckc[@]}" "$bk" train --resume "$ck" --set train.steps=5 --strict --plain
+check "bias --strict refuses it" 1 "error: checkpoint '$ck': $changed; refused" "${ckc[@]}" "$bk" bias "$ck" --strict
+check "train --strict needs --resume" 2 "--strict applies to --resume CHECKPOINT" "$bk" train "$work/ck/exp.toml" --strict
+cp -r "$work/ck/run" "$work/ck/run2"
+check "train --resume: a changed plugin is a warning, and training goes on" 0 \
+    "warning: checkpoint '$work/ck/run2/checkpoint\.safetensors': $changed.*done: 5 steps" \
+    bash -c "BIASKIT_PLUGIN_PATH='$work/ck/changed' '$bk' train --resume '$work/ck/run2/checkpoint.safetensors' --set train.steps=5 --plain 2>&1 | tr '\n' ' '"
+check "train --resume --strict with the same plugin trains" 0 "done: 5 steps" \
+    "${ckp[@]}" "$bk" train --resume "$ck" --set train.steps=5 --strict --plain
 
 echo "test_cli: $passed passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -34,6 +34,8 @@ for f in include/biaskit/plugin.h bin/biaskit lib/biaskit/plugins/biaskit_alibi.
 done
 check "installed biaskit finds its installed plugins" \
     bash -c "'$prefix/bin/biaskit' plugins alibi | grep -q 'file: *$prefix/lib/biaskit/plugins/biaskit_alibi.so'"
+check "installed biaskit does not search the build tree (nothing shadowed)" \
+    bash -c "! env -u BIASKIT_PLUGIN_PATH '$prefix/bin/biaskit' plugins 2>&1 | grep -i shadow"
 
 cp -r "$src/examples/plugin_gaussian" "$work/gaussian"
 rm -rf "$work/gaussian/build"

@@ -18,17 +18,24 @@ static const char help[] =
     "  --set K=V        override a value of the experiment file (repeatable); with --resume, applied\n"
     "                   on top of the experiment stored in the checkpoint (e.g. train.steps=2000)\n"
     "  --resume CKPT    continue a run exactly where its checkpoint left it\n"
+    "  --strict         with --resume: refuse a checkpoint whose plugins differ from the ones it was\n"
+    "                   trained with (version, declarations or file bytes; by default a warning)\n"
     "  --out DIR        write to DIR instead of [run] out_dir (on resume: the checkpoint's directory)\n"
     "  --stop-after N   stop after N steps of this run, writing a checkpoint (as Ctrl-C does, which\n"
     "                   exits with status 130)\n"
     "  --plain          plain log lines even on a terminal (no redrawn progress line)\n\n"
+    "Paths written in the experiment file (or --set) are read from the file's directory; paths on\n"
+    "the command line (--out, --resume) from the working directory. Only one training at a time\n"
+    "writes a run directory (it is locked); a resumed run cuts metrics.jsonl back to its checkpoint.\n\n"
     "Training runs on the CPU (OpenBLAS + OpenMP, [run] threads); the CUDA training path is not\n"
-    "part of this version, so [run] device = \"cuda\" is refused and \"auto\" uses the CPU.\n";
+    "part of this version, so [run] device = \"cuda\" (in the file, --set or the checkpoint) is\n"
+    "refused and \"auto\" uses the CPU.\n";
 
 int bk_cmd_train(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0}, {"set", 1, 1},       {"resume", 1, 0},
-                                        {"out", 1, 0},  {"stop-after", 1, 0}, {"plain", 0, 0}};
+                                        {"out", 1, 0},  {"stop-after", 1, 0}, {"plain", 0, 0},
+                                        {"strict", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit train", &args, &err))
@@ -58,11 +65,10 @@ int bk_cmd_train(int argc, char **argv)
     if (v && bk_args_int("stop-after", v, 1, 2147483647L, &stop, &err))
         return bk_report(&err);
     o.stop_after = stop;
-    for (size_t i = 0; i < n_sets; i++)
-        if (strncmp(sets[i], "run.device", 10) == 0 && strstr(sets[i], "cuda")) {
-            bk_fail(&err, BK_ERR_UNSUPPORTED, "--set %s: training runs on the CPU in this version", sets[i]);
-            return bk_report(&err);
-        }
+    if ((o.strict = bk_args_get(&args, "strict") != NULL) && !resume) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit train: --strict applies to --resume CHECKPOINT");
+        return bk_report(&err);
+    }
     char device[256];
     bk_device_probe(device, sizeof device);
     fprintf(stderr, "device: cpu (training); %s\n", device);

@@ -60,6 +60,9 @@ static const key_spec schema[] = {
     {"train", "checkpoint_every", KEY_INT, 0, 0, 1e12, NULL, "steps between checkpoints (0 = at the end only)",
      FIELD(train.checkpoint_every)},
     {"train", "log_every", KEY_INT, 10, 1, 1e12, NULL, "steps between log lines", FIELD(train.log_every)},
+    {"train", "nonfinite", KEY_CHOICE, BK_NONFINITE_STOP, 0, 0, BK_NONFINITE_CHOICES,
+     "a step whose loss or gradient norm is NaN/inf: stop (the last checkpoint stays), or skip its update "
+     "(logged; stops after " BK_NONFINITE_MAX_SKIPS_TEXT " skips in a row)", FIELD(train.nonfinite)},
     {"data", "format", KEY_CHOICE, 0, 0, 0, BK_DATA_FORMAT_CHOICES,
      "text = bytes of text files (vocab 256); shards = llm.c uint16 .bin token shards", FIELD(data.format)},
     {"data", "paths", KEY_STRINGS, 0, 0, 0, NULL, "training files or directories (relative to the experiment file)",
@@ -73,8 +76,11 @@ static const key_spec schema[] = {
     {"data", "max_bytes", KEY_INT, 0, 0, 9007199254740991.0, NULL, "text: read at most this many bytes (0 = all)",
      FIELD(data.max_bytes)},
     {"run", "device", KEY_CHOICE, BK_DEVICE_AUTO, 0, 0, BK_DEVICE_CHOICES,
-     "where to compute: auto = CUDA when a GPU answers, else CPU", FIELD(run.device)},
-    {"run", "out_dir", KEY_STRING, 0, 0, 0, "", "checkpoints and logs (\"\" = runs/<experiment name>)", FIELD(run.out_dir)},
+     "train/eval: CPU (no CUDA training path yet: cuda is refused); bias: auto = CUDA when a GPU answers",
+     FIELD(run.device)},
+    {"run", "out_dir", KEY_STRING, 0, 0, 0, "",
+     "checkpoints and logs, relative to the experiment file (\"\" = runs/<experiment name> in the working directory)",
+     FIELD(run.out_dir)},
     {"run", "threads", KEY_INT, 0, 0, 4096, NULL, "CPU threads (0 = every core)", FIELD(run.threads)},
 };
 #undef FIELD

@@ -6,7 +6,8 @@
  *
  *   [model]      layers, heads, dim, vocab
  *   [attention]  mixing ("sum" | "kernel"), learn_weights
- *   [train]      length, seed, batch, steps, learning-rate schedule, AdamW, clipping, evaluation cadence
+ *   [train]      length, seed, batch, steps, learning-rate schedule, AdamW, clipping, evaluation cadence,
+ *                nonfinite ("stop" | "skip")
  *   [data]       format ("text" | "shards"), paths, val_paths, val_fraction, extensions, max_bytes
  *   [run]        device ("auto" | "cpu" | "cuda"), out_dir, threads
  *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, plus the
@@ -26,11 +27,16 @@
 #define BK_MIXING_CHOICES "sum|kernel"
 #define BK_DEVICE_CHOICES "auto|cpu|cuda"
 #define BK_DATA_FORMAT_CHOICES "text|shards"
+#define BK_NONFINITE_CHOICES "stop|skip"
 
 typedef enum bk_stream { BK_STREAM_TOKEN = 0, BK_STREAM_SEGMENT = 1 } bk_stream;
 #define BK_STREAM_COUNT 2
 typedef enum bk_mixing { BK_MIX_SUM = 0, BK_MIX_KERNEL = 1 } bk_mixing;
 typedef enum bk_device_choice { BK_DEVICE_AUTO = 0, BK_DEVICE_CPU = 1, BK_DEVICE_CUDA = 2 } bk_device_choice;
+typedef enum bk_nonfinite { BK_NONFINITE_STOP = 0, BK_NONFINITE_SKIP = 1 } bk_nonfinite;
+/* [train] nonfinite = "skip": the run stops after this many skipped steps in a row. */
+#define BK_NONFINITE_MAX_SKIPS 10
+#define BK_NONFINITE_MAX_SKIPS_TEXT "10"
 
 /* The keys of a [[term]] table that belong to the engine; every other key is a plugin option. */
 #define BK_TERM_KEYS_TEXT "plugin, name, stream, weight, per_layer"
@@ -82,6 +88,7 @@ typedef struct bk_experiment {
         int64_t eval_batches;   /* validation micro-batches per validation */
         int64_t checkpoint_every; /* steps between checkpoints; 0 = only at the end */
         int64_t log_every;      /* steps between log lines */
+        int64_t nonfinite;      /* bk_nonfinite: a non-finite loss or gradient norm stops the run or skips the step */
     } train;
     struct {
         int64_t format;         /* bk_data_format: BK_DATA_FORMAT_CHOICES */

@@ -1,6 +1,6 @@
 /* Causal multi-head self-attention with additive distance-table biases, on the CPU in fp32.
  *
- * For batch row b, head h, query i and key j <= i (DESIGN.md §2):
+ * For batch row b, head h, query i and key j <= i (docs/design.md §2):
  *     s[i][j] = (q_i . k_j) / sqrt(hd) + sum over streams s of table_s[h][p_s(i) - p_s(j)]
  *     P = softmax_j(s) over j <= i;  out_i = sum_j P[i][j] v_j
  * Terms on one stream were already mixed into one table per (layer, stream) (bias/mix.h); streams

@@ -1,4 +1,4 @@
-/* The model (DESIGN.md §4): a GPT-style decoder with no positional embedding of its own.
+/* The model (docs/design.md §6): a GPT-style decoder with no positional embedding of its own.
  *
  *   x = wte[token] + the embedding terms' A[p]           (none by default)
  *   per block l:  x += attn_proj(attention(ln1(x)) with the bias tables of layer l and, when a

@@ -1,36 +1,26 @@
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "train/lm.h"
 
+#include "util/path.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static char *read_text(const char *path, bk_error *err)
+/* The model is built for the CPU: this version has no CUDA training path (README.md). Checked on the
+ * resolved experiment (file, --set, or the experiment stored in a checkpoint), so `train`, `train
+ * --resume` and `eval` refuse device = "cuda" the same way, naming where it was set. */
+static int check_device(const bk_experiment *e, bk_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, len = 0;
-    char *text = malloc(cap);
-    for (size_t got; text && (got = fread(text + len, 1, cap - len - 1, f)) > 0;) {
-        len += got;
-        if (len + 1 == cap) {
-            char *bigger = realloc(text, cap *= 2);
-            if (!bigger)
-                free(text);
-            text = bigger;
-        }
-    }
-    fclose(f);
-    if (!text) {
-        bk_fail(err, BK_ERR_NOMEM, "out of memory reading '%s'", path);
-        return NULL;
-    }
-    text[len] = '\0';
-    return text;
+    if (e->run.device != BK_DEVICE_CUDA)
+        return BK_OK;
+    const bk_toml_node *run = bk_toml_get(bk_toml_root(e->doc), "run");
+    const bk_toml_node *device = bk_toml_get(run, "device");
+    bk_toml_pos pos = device ? bk_toml_position(device) : (bk_toml_pos){e->path, 0, 0};
+    return bk_fail_at(err, BK_ERR_UNSUPPORTED, pos,
+                      "[run] device = \"cuda\": this version trains and evaluates on the CPU only (the CUDA "
+                      "training path is not built yet); use device = \"cpu\" or \"auto\"");
 }
 
 int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const char *config_dir,
@@ -39,9 +29,10 @@ int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const 
     memset(lm, 0, sizeof *lm);
     int rc;
     lm->config_text = strdup(text);
+    lm->config_source = strdup(source_name ? source_name : "");
     lm->config_dir = strdup(config_dir ? config_dir : ".");
     lm->overrides = calloc((size_t)(n_overrides > 0 ? n_overrides : 1), sizeof *lm->overrides);
-    if (!lm->config_text || !lm->config_dir || !lm->overrides) {
+    if (!lm->config_text || !lm->config_source || !lm->config_dir || !lm->overrides) {
         bk_lm_close(lm);
         return bk_fail(err, BK_ERR_NOMEM, "out of memory");
     }
@@ -53,10 +44,11 @@ int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const 
         lm->n_overrides++;
     }
     if ((rc = bk_experiment_parse(text, source_name, overrides, (size_t)n_overrides, &lm->exp, err)) ||
-        (rc = bk_registry_init(&lm->reg, err))) {
+        (rc = check_device(&lm->exp, err)) || (rc = bk_registry_init(&lm->reg, err))) {
         bk_lm_close(lm);
         return rc;
     }
+    lm->reg.relative_to = lm->config_dir; /* a [[term]] plugin path is read from the file's directory */
     const bk_experiment *e = &lm->exp;
     if ((rc = bk_terms_create(&lm->terms, e, &lm->reg, err)) ||
         (rc = bk_bias_init(&lm->bias, &lm->terms, (int)e->model.layers, e->attention.learn_weights, err)) ||
@@ -71,17 +63,16 @@ int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const 
 int bk_lm_open_file(bk_lm *lm, const char *path, const char *const *overrides, int n_overrides, bk_error *err)
 {
     memset(lm, 0, sizeof *lm);
-    char *text = read_text(path, err);
-    if (!text)
-        return err->code;
+    /* the reader `biaskit config` uses too (config/toml.h): a NUL byte is an error, not the file's end */
+    char *text = NULL;
+    size_t len = 0;
+    int read_rc = bk_toml_read_file(path, &text, &len, err);
+    if (read_rc)
+        return read_rc;
     char dir[4096];
-    bk_copy_text(dir, sizeof dir, path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    else
-        bk_copy_text(dir, sizeof dir, ".");
-    int rc = bk_lm_open_text(lm, text, path, dir, overrides, n_overrides, err);
+    int rc = bk_path_dir_of(path, dir, sizeof dir, err);
+    if (!rc)
+        rc = bk_lm_open_text(lm, text, path, dir, overrides, n_overrides, err);
     free(text);
     return rc;
 }
@@ -100,6 +91,7 @@ void bk_lm_close(bk_lm *lm)
         free(lm->overrides[i]);
     free(lm->overrides);
     free(lm->config_text);
+    free(lm->config_source);
     free(lm->config_dir);
     memset(lm, 0, sizeof *lm);
 }
@@ -148,18 +140,21 @@ void bk_lm_zero_grad(bk_lm *lm)
     bk_bias_zero_grad(&lm->bias);
 }
 
-int bk_lm_after_step(bk_lm *lm, int32_t distances, bk_error *err)
+int bk_lm_after_update(bk_lm *lm, bk_error *err)
 {
-    bk_bias_project(&lm->bias);
-    if (lm->exp.attention.learn_weights)
+    int rc = bk_bias_project(&lm->bias, err);
+    if (!rc && lm->exp.attention.learn_weights)
         bk_bias_sync_weights(&lm->bias);
-    return bk_bias_forward(&lm->bias, distances, err);
+    return rc;
 }
 
-void bk_lm_data_path(const bk_lm *lm, const char *path, char *out, size_t size)
+int bk_lm_after_step(bk_lm *lm, int32_t distances, bk_error *err)
 {
-    if (path[0] == '/' || !lm->config_dir[0])
-        bk_copy_text(out, size, path);
-    else if (snprintf(out, size, "%s/%s", lm->config_dir, path) >= (int)size)
-        bk_copy_text(out, size, path);
+    int rc = bk_lm_after_update(lm, err);
+    return rc ? rc : bk_bias_forward(&lm->bias, distances, err);
+}
+
+int bk_lm_path(const bk_lm *lm, const char *path, char *out, size_t size, bk_error *err)
+{
+    return bk_path_resolve(lm->config_dir, path, out, size, err);
 }

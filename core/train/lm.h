@@ -18,7 +18,8 @@ typedef struct bk_lm {
     bk_bias bias;
     bk_gpt gpt;
     char *config_text;   /* the experiment file's text */
-    char *config_dir;    /* its directory: relative [data] paths are read from there */
+    char *config_source; /* the experiment file's name as first given (checkpoints keep it unchanged) */
+    char *config_dir;    /* its directory, absolute: relative paths of the file are read from there */
     char **overrides;    /* the --set assignments applied on top */
     int n_overrides;
 } bk_lm;
@@ -42,8 +43,12 @@ void bk_lm_zero_grad(bk_lm *lm);
 
 /* After the optimizer moved the parameters: plugin projections, mixing weights, fresh tables. */
 int bk_lm_after_step(bk_lm *lm, int32_t distances, bk_error *err);
+/* The same without the tables (the training loop computes them when the next step starts, so that a
+ * plugin failing on them fails in that step, after the checkpoint of this one). */
+int bk_lm_after_update(bk_lm *lm, bk_error *err);
 
-/* Path of a [data] entry: absolute as is, else relative to the experiment file's directory. */
-void bk_lm_data_path(const bk_lm *lm, const char *path, char *out, size_t size);
+/* A path written in the experiment ([data] paths, [run] out_dir): absolute as is, else read from the
+ * experiment file's directory (util/path.h). */
+int bk_lm_path(const bk_lm *lm, const char *path, char *out, size_t size, bk_error *err);
 
 #endif

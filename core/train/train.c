@@ -1,9 +1,11 @@
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* POSIX 2008 with sigaltstack and SA_ONSTACK (the crash report) */
 #include "train/train.h"
 
 #include "data/data.h"
 #include "train/checkpoint.h"
 #include "train/lm.h"
+#include "train/rundir.h"
+#include "util/sigsafe.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static volatile sig_atomic_t interrupted;
 
@@ -29,23 +32,142 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *path, bk_error *err)
+/* ------------------------------------------------------------------------------------------------
+ * A crash during the step loop (tests/test_misbehave.sh). A fatal signal (a plugin writing through a bad
+ * pointer, say) cannot be recovered from, but the run can say where it died: the handler writes one
+ * line with write(2) (async-signal-safe, no stdio) naming the plugin call in progress
+ * (bk_plugin_call_describe, core/bias/terms.h), the step and the last checkpoint written; then, the
+ * handler being reset on entry (SA_RESETHAND), it re-raises the signal and the process dies of it as
+ * it would have. The handler runs on its own stack, so a stack overflow is reported too. Checkpoints
+ * are written to a temporary file and renamed (core/io/safetensors.c): the last one on disk is whole.
+ * ---------------------------------------------------------------------------------------------- */
+
+static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+#define N_CRASH_SIGNALS (sizeof crash_signals / sizeof crash_signals[0])
+
+static struct {
+    volatile int64_t step;            /* the step being computed */
+    volatile int64_t checkpoint_step; /* the step of the last checkpoint written or resumed from; -1: none */
+    char checkpoint[4096];
+    struct sigaction old[N_CRASH_SIGNALS];
+    stack_t old_stack;
+    int installed, alt_stack;
+} crash;
+static char crash_stack[1 << 16];
+
+static void on_crash(int sig)
 {
-    char buf[4096];
-    bk_copy_text(buf, sizeof buf, path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return bk_fail(err, BK_ERR_IO, "cannot create directory '%s': %s", buf, strerror(errno));
-            *p = c;
-            if (!c)
-                break;
+    static const struct {
+        int sig;
+        const char *name;
+    } names[] = {{SIGSEGV, "SIGSEGV, segmentation fault"}, {SIGBUS, "SIGBUS, bus error"},
+                 {SIGFPE, "SIGFPE, arithmetic exception"}, {SIGILL, "SIGILL, illegal instruction"},
+                 {SIGABRT, "SIGABRT, aborted"}};
+    char line[6144], call[1024];
+    size_t at = bk_sigsafe_put(line, sizeof line, 0, "\nbiaskit: error: crashed with signal ");
+    at = bk_sigsafe_put_int(line, sizeof line, at, sig);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].sig == sig) {
+            at = bk_sigsafe_put(line, sizeof line, at, " (");
+            at = bk_sigsafe_put(line, sizeof line, at, names[i].name);
+            at = bk_sigsafe_put(line, sizeof line, at, ")");
         }
+    if (bk_plugin_call_describe(call, sizeof call)) {
+        at = bk_sigsafe_put(line, sizeof line, at, " inside ");
+        at = bk_sigsafe_put(line, sizeof line, at, call);
+    } else {
+        at = bk_sigsafe_put(line, sizeof line, at, " at step ");
+        at = bk_sigsafe_put_int(line, sizeof line, at, crash.step);
+        at = bk_sigsafe_put(line, sizeof line, at, " (not inside a plugin call)");
     }
-    return BK_OK;
+    if (crash.checkpoint_step >= 0) {
+        at = bk_sigsafe_put(line, sizeof line, at, "; the last checkpoint, ");
+        at = bk_sigsafe_put(line, sizeof line, at, crash.checkpoint);
+        at = bk_sigsafe_put(line, sizeof line, at, ", holds step ");
+        at = bk_sigsafe_put_int(line, sizeof line, at, crash.checkpoint_step);
+    } else
+        at = bk_sigsafe_put(line, sizeof line, at, "; no checkpoint was written in this run");
+    at = bk_sigsafe_put(line, sizeof line, at, "\n");
+    ssize_t ignored = write(STDERR_FILENO, line, at);
+    (void)ignored;
+    raise(sig); /* the default action now: the process ends with this signal */
+}
+
+static void crash_guard_install(const char *checkpoint, int64_t checkpoint_step)
+{
+    bk_copy_text(crash.checkpoint, sizeof crash.checkpoint, checkpoint);
+    crash.checkpoint_step = checkpoint_step;
+    crash.step = 0;
+    stack_t ss = {.ss_sp = crash_stack, .ss_size = sizeof crash_stack, .ss_flags = 0};
+    crash.alt_stack = sigaltstack(&ss, &crash.old_stack) == 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_crash;
+    sa.sa_flags = SA_RESETHAND | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < N_CRASH_SIGNALS; i++)
+        sigaction(crash_signals[i], &sa, &crash.old[i]);
+    crash.installed = 1;
+}
+
+static void crash_guard_remove(void)
+{
+    if (!crash.installed)
+        return;
+    for (size_t i = 0; i < N_CRASH_SIGNALS; i++)
+        sigaction(crash_signals[i], &crash.old[i], NULL);
+    if (crash.alt_stack)
+        sigaltstack(&crash.old_stack, NULL);
+    crash.installed = 0;
+}
+
+/* Appends "; the last checkpoint, PATH, holds step N" (or that there is none) to a failure of the loop. */
+static void note_checkpoint(bk_error *err, const char *path, int64_t step)
+{
+    size_t len = strlen(err->message);
+    if (step >= 0)
+        snprintf(err->message + len, sizeof err->message - len, "; the last checkpoint, %s, holds step %lld", path,
+                 (long long)step);
+    else
+        snprintf(err->message + len, sizeof err->message - len, "; no checkpoint was written in this run");
+}
+
+/* What is not finite in a step: the loss, the gradient norm, and the first gradient at fault (a
+ * plugin's, named by the bias, else the first optimizer tensor with a NaN or an inf). */
+static void describe_nonfinite(const bk_lm *lm, const bk_adamw *opt, double loss, double norm, char *buf, size_t size)
+{
+    int at = snprintf(buf, size, "the loss is %g and the gradient norm is %g", loss, norm);
+    if (at < 0 || (size_t)at >= size)
+        return;
+    if (lm->bias.nonfinite[0]) {
+        snprintf(buf + at, size - (size_t)at, "; %s", lm->bias.nonfinite);
+        return;
+    }
+    for (int i = 0; i < opt->n_groups; i++) {
+        const bk_param_group *g = &opt->groups[i];
+        for (size_t k = 0; k < g->n; k++)
+            if (!isfinite(g->grad[k])) {
+                snprintf(buf + at, size - (size_t)at, "; first non-finite gradient: %s[%zu] = %g", g->name, k,
+                         (double)g->grad[k]);
+                return;
+            }
+    }
+}
+
+/* Name of the optimizer tensor with the largest gradient norm (for the warning about a huge norm). */
+static const char *largest_gradient(const bk_adamw *opt, double *out_norm)
+{
+    const char *name = "?";
+    double best = -1.0;
+    for (int i = 0; i < opt->n_groups; i++) {
+        double sq = 0.0;
+        for (size_t k = 0; k < opt->groups[i].n; k++)
+            sq += (double)opt->groups[i].grad[k] * opt->groups[i].grad[k];
+        if (sq > best)
+            best = sq, name = opt->groups[i].name;
+    }
+    *out_norm = sqrt(best > 0 ? best : 0);
+    return name;
 }
 
 /* Load [data], with relative paths read from the experiment file's directory. */
@@ -62,9 +184,15 @@ static int load_data(const bk_lm *lm, bk_tokens *train, bk_tokens *val, bk_error
         free(buf), free(ptr);
         return bk_fail(err, BK_ERR_NOMEM, "out of memory");
     }
-    for (int i = 0; i < nt + nv; i++) {
-        bk_lm_data_path(lm, i < nt ? e->data.paths.items[i] : e->data.val_paths.items[i - nt], buf[i], sizeof buf[i]);
+    int rc = BK_OK;
+    for (int i = 0; i < nt + nv && !rc; i++) {
+        rc = bk_lm_path(lm, i < nt ? e->data.paths.items[i] : e->data.val_paths.items[i - nt], buf[i], sizeof buf[i],
+                        err);
         ptr[i] = buf[i];
+    }
+    if (rc) {
+        free(buf), free(ptr);
+        return rc;
     }
     bk_data_config dc = {
         .format = (bk_data_format)e->data.format,
@@ -77,7 +205,7 @@ static int load_data(const bk_lm *lm, bk_tokens *train, bk_tokens *val, bk_error
         .n_extensions = e->data.extensions.n,
         .max_bytes = e->data.max_bytes,
     };
-    int rc = bk_data_load(&dc, (int32_t)e->model.vocab, e->train.length + 1, train, val, err);
+    rc = bk_data_load(&dc, (int32_t)e->model.vocab, e->train.length + 1, train, val, err);
     free(buf), free(ptr);
     return rc;
 }
@@ -99,6 +227,20 @@ static int validate(bk_lm *lm, const bk_tokens *val, int B, int T, int64_t batch
     }
     bk_loader_free(&ld);
     *out = total / (double)(n ? n : 1);
+    return rc;
+}
+
+/* Before the work of `step` (1-based; a validation counts as the next step's, whose tables it reads):
+ * the step that messages and the crash report name, and the tables, computed only when the parameters
+ * moved since (*tables_for is the step the bias holds tables for; -1 once they moved). */
+static int enter_step(bk_lm *lm, int64_t step, int T, int64_t *tables_for, bk_error *err)
+{
+    crash.step = lm->bias.step = lm->gpt.pos.step = step;
+    if (*tables_for == step)
+        return BK_OK;
+    int rc = bk_bias_forward(&lm->bias, T, err);
+    if (!rc)
+        *tables_for = step;
     return rc;
 }
 
@@ -125,10 +267,14 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
     bk_loader ld = {0};
     int32_t *in = NULL, *tg = NULL;
     FILE *metrics = NULL;
+    bk_run_dir run = {.lock_fd = -1};
     int rc;
 
     if (o->resume)
-        rc = bk_checkpoint_load(o->resume, o->overrides, o->n_overrides, &lm, &opt, &st, err);
+        rc = bk_checkpoint_load_ex(o->resume,
+                                   &(bk_checkpoint_options){.overrides = o->overrides, .n_overrides = o->n_overrides,
+                                                            .strict = o->strict},
+                                   &lm, &opt, &st, err);
     else if (!(rc = bk_lm_open_file(&lm, o->config, o->overrides, o->n_overrides, err)) &&
              (rc = bk_lm_register(&lm, &opt, err)))
         bk_lm_close(&lm);
@@ -142,49 +288,29 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
     const int B = (int)e->train.batch, T = (int)e->train.length;
     const int64_t steps = e->train.steps;
 
+    /* the run directory (README.md "Paths"), locked before anything is read or written in it */
     char dir[4096];
-    if (o->out_dir)
-        bk_copy_text(dir, sizeof dir, o->out_dir);
-    else if (o->resume) { /* a resumed run continues in its checkpoint's directory */
-        bk_copy_text(dir, sizeof dir, o->resume);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        else
-            bk_copy_text(dir, sizeof dir, ".");
-    } else if (e->run.out_dir[0])
-        bk_lm_data_path(&lm, e->run.out_dir, dir, sizeof dir);
-    else {
-        const char *base = strrchr(e->path, '/') ? strrchr(e->path, '/') + 1 : e->path;
-        int len = (int)strcspn(base, " ");
-        if (len > 5 && strncmp(base + len - 5, ".toml", 5) == 0)
-            len -= 5;
-        snprintf(dir, sizeof dir, "runs/%.*s", len, base);
-    }
-    if (snprintf(sum->checkpoint, sizeof sum->checkpoint, "%s/checkpoint.safetensors", dir) >=
+    if ((rc = bk_run_dir_choose(&lm, o->out_dir, o->resume, dir, sizeof dir, err)) ||
+        (rc = bk_run_dir_open(&run, dir, err)))
+        goto done;
+    if (snprintf(sum->checkpoint, sizeof sum->checkpoint, "%s/" BK_RUN_CHECKPOINT_FILE, run.path) >=
         (int)sizeof sum->checkpoint) {
-        rc = bk_fail(err, BK_ERR_INVALID, "output directory name too long: '%s'", dir);
+        rc = bk_fail(err, BK_ERR_INVALID, "run directory name too long: '%s'", run.path);
         goto done;
     }
-    if ((rc = load_data(&lm, &train, &val, err)) || (rc = make_dirs(dir, err)) ||
+    if ((rc = load_data(&lm, &train, &val, err)) ||
         (rc = bk_loader_init(&ld, &train, B, T, (uint64_t)e->train.seed, 1, err)))
         goto done;
     if (o->resume && (rc = bk_loader_seek(&ld, st.data_epoch, st.data_index, err)))
         goto done;
-    char metrics_path[4200];
-    snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", dir);
-    if (!(metrics = fopen(metrics_path, o->resume ? "a" : "w"))) {
-        rc = bk_fail(err, BK_ERR_IO, "cannot write '%s': %s", metrics_path, strerror(errno));
+    if ((rc = bk_run_dir_metrics(&run, o->resume != NULL, st.step, &metrics, err)))
         goto done;
-    }
     in = malloc((size_t)B * T * sizeof *in);
     tg = malloc((size_t)B * T * sizeof *tg);
     if (!in || !tg) {
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for batches");
         goto done;
     }
-    if ((rc = bk_bias_forward(&lm.bias, T, err)))
-        goto done;
 
     fprintf(out, "train: %s; %d layers, %d heads, dim %d, vocab %d; %zu model parameters, %d term%s\n", e->path,
             lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
@@ -192,7 +318,7 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
             train.name, (long long)train.count, val.name, (long long)val.count, B, T, (long long)e->train.accumulate);
     if (o->resume)
         fprintf(out, "resuming from %s at step %lld\n", o->resume, (long long)st.step);
-    fprintf(out, "writing %s\n", dir);
+    fprintf(out, "writing %s\n", run.path);
 
     interrupted = 0;
     struct sigaction sa, old;
@@ -203,7 +329,16 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
     const double start = now_seconds();
     double window_start = start;
     int64_t window_tokens = 0, first_step = st.step;
+    /* The tables are computed at the start of the step that reads them (and before a validation), so
+     * that a plugin failing on them fails in that step, after the checkpoint of the one before. */
+    int64_t tables_for = -1;     /* the step whose tables the bias holds */
+    int64_t skipped_in_row = 0;  /* [train] nonfinite = "skip" */
+    double norm_ema = 0.0;       /* running mean of the gradient norm, for the warning about a huge one */
+    int64_t checkpoint_step = o->resume ? st.step : -1;
+    crash_guard_install(sum->checkpoint, checkpoint_step);
     while (st.step < steps && !rc) {
+        if ((rc = enter_step(&lm, st.step + 1, T, &tables_for, err)))
+            break;
         bk_lm_zero_grad(&lm);
         double loss = 0.0;
         for (int64_t micro = 0; micro < e->train.accumulate && !rc; micro++) {
@@ -214,18 +349,47 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
         }
         if (rc)
             break;
+        /* A NaN or an inf anywhere in the step shows in the loss or the gradient norm, both computed
+         * anyway: the check costs two comparisons. */
         double norm = bk_adamw_grad_norm(&opt);
-        if (!isfinite(norm) || !isfinite(loss)) {
-            rc = bk_fail(err, BK_ERR_INTERNAL, "step %lld: the loss or the gradient is not finite (loss %g, "
-                         "gradient norm %g); lower [train] lr", (long long)st.step + 1, loss, norm);
-            break;
-        }
-        if (e->train.grad_clip > 0 && norm > e->train.grad_clip)
-            bk_adamw_scale_grads(&opt, (float)(e->train.grad_clip / norm));
         double lr = bk_lr_schedule(st.step, steps, e->train.warmup, e->train.lr, e->train.final_lr);
-        bk_adamw_step(&opt, lr, e->train.beta1, e->train.beta2, e->train.eps, e->train.weight_decay);
-        if ((rc = bk_lm_after_step(&lm, T, err)))
-            break;
+        int skipped = !isfinite(norm) || !isfinite(loss);
+        if (skipped) {
+            char why[1536];
+            describe_nonfinite(&lm, &opt, loss, norm, why, sizeof why);
+            if (e->train.nonfinite != BK_NONFINITE_SKIP) {
+                rc = bk_fail(err, BK_ERR_INTERNAL, "step %lld: %s; stopped (%sset [train] nonfinite = \"skip\" to "
+                             "skip such steps)", (long long)st.step + 1, why,
+                             lm.bias.nonfinite[0] ? "" : "lower [train] lr, or ");
+                break;
+            }
+            if (++skipped_in_row >= BK_NONFINITE_MAX_SKIPS) {
+                rc = bk_fail(err, BK_ERR_INTERNAL, "step %lld: %s; stopped after %d steps in a row skipped "
+                             "([train] nonfinite = \"skip\")", (long long)st.step + 1, why, BK_NONFINITE_MAX_SKIPS);
+                break;
+            }
+            fprintf(out, "%sstep %lld: skipped, not finite: %s ([train] nonfinite = \"skip\"; %lld in a row)\n",
+                    o->progress ? "\n" : "", (long long)st.step + 1, why, (long long)skipped_in_row);
+        } else {
+            skipped_in_row = 0;
+            /* Exploding but finite: clipping bounds the update; a jump far above the usual norm is
+             * worth a line naming the tensor that carries it. */
+            if (st.step > first_step && norm_ema > 0 && norm > 1000.0 * norm_ema) {
+                double part;
+                const char *name = largest_gradient(&opt, &part);
+                fprintf(out, "%sstep %lld: warning: gradient norm %.3g is %.3g times its running mean %.3g "
+                        "(largest: %s, %.3g)%s\n", o->progress ? "\n" : "", (long long)st.step + 1, norm,
+                        norm / norm_ema, norm_ema, name, part,
+                        e->train.grad_clip > 0 ? "; clipped to [train] grad_clip" : "");
+            }
+            norm_ema = st.step == first_step ? norm : 0.9 * norm_ema + 0.1 * norm;
+            if (e->train.grad_clip > 0 && norm > e->train.grad_clip)
+                bk_adamw_scale_grads(&opt, (float)(e->train.grad_clip / norm));
+            bk_adamw_step(&opt, lr, e->train.beta1, e->train.beta2, e->train.eps, e->train.weight_decay);
+            if ((rc = bk_lm_after_update(&lm, err)))
+                break;
+            tables_for = -1; /* the parameters moved */
+        }
         st.step++;
         st.tokens += (int64_t)B * T * e->train.accumulate;
         window_tokens += (int64_t)B * T * e->train.accumulate;
@@ -234,8 +398,18 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
 
         double t = now_seconds();
         double rate = window_tokens / (t - window_start > 1e-9 ? t - window_start : 1e-9);
-        fprintf(metrics, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens\": %lld, "
-                "\"tokens_per_s\": %.1f}\n", (long long)st.step, loss, lr, norm, (long long)st.tokens, rate);
+        if (skipped) { /* JSON has no NaN: a value that is not finite is written as null */
+            char loss_text[32] = "null", norm_text[32] = "null";
+            if (isfinite(loss))
+                snprintf(loss_text, sizeof loss_text, "%.6f", loss);
+            if (isfinite(norm))
+                snprintf(norm_text, sizeof norm_text, "%.6g", norm);
+            fprintf(metrics, "{\"step\": %lld, \"skipped\": \"nonfinite\", \"loss\": %s, \"lr\": %.6g, "
+                    "\"grad_norm\": %s, \"tokens\": %lld}\n", (long long)st.step, loss_text, lr, norm_text,
+                    (long long)st.tokens);
+        } else
+            fprintf(metrics, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens\": %lld, "
+                    "\"tokens_per_s\": %.1f}\n", (long long)st.step, loss, lr, norm, (long long)st.tokens, rate);
         int last = st.step == steps;
         if (o->progress || st.step % e->train.log_every == 0 || last || st.step == first_step + 1) {
             char eta[32];
@@ -248,6 +422,8 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
                 window_start = t, window_tokens = 0;
         }
         if ((e->train.eval_every > 0 && st.step % e->train.eval_every == 0) || last) {
+            if ((rc = enter_step(&lm, st.step + 1, T, &tables_for, err)))
+                break;
             if ((rc = validate(&lm, &val, B, T, e->train.eval_batches, in, tg, &st.val_loss, err)))
                 break;
             sum->val_loss = st.val_loss;
@@ -256,11 +432,15 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
             fprintf(out, "%sstep %lld: validation loss %.4f (perplexity %.3f)\n", o->progress ? "\n" : "",
                     (long long)st.step, st.val_loss, exp(st.val_loss));
         }
-        fflush(metrics);
+        if (fflush(metrics) != 0 || ferror(metrics)) { /* a full disk: say so rather than lose the log */
+            rc = bk_fail(err, BK_ERR_IO, "cannot write '%s/" BK_RUN_METRICS_FILE "': %s", run.path, strerror(errno));
+            break;
+        }
         int stop = interrupted || (o->stop_after > 0 && st.step - first_step >= o->stop_after);
         if (last || stop || (e->train.checkpoint_every > 0 && st.step % e->train.checkpoint_every == 0)) {
             if ((rc = bk_checkpoint_save(sum->checkpoint, &lm, &opt, &st, err)))
                 break;
+            crash.checkpoint_step = checkpoint_step = st.step;
         }
         if (stop && !last) {
             sum->interrupted = 1;
@@ -270,6 +450,9 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
             break;
         }
     }
+    crash_guard_remove();
+    if (rc)
+        note_checkpoint(err, sum->checkpoint, checkpoint_step);
     sigaction(SIGINT, &old, NULL);
     sum->steps = st.step;
     sum->seconds = now_seconds() - start;
@@ -281,6 +464,7 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
 done:
     if (metrics)
         fclose(metrics);
+    bk_run_dir_close(&run);
     free(in), free(tg);
     bk_loader_free(&ld);
     bk_tokens_free(&train);

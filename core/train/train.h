@@ -1,4 +1,4 @@
-/* The training loop (DESIGN.md §4): micro-batches with gradient accumulation, global-norm clipping,
+/* The training loop (docs/design.md §6): micro-batches with gradient accumulation, global-norm clipping,
  * AdamW with warm-up + cosine, plugin projections after every step, periodic validation, a metrics
  * log (metrics.jsonl), a progress line, and atomic checkpoints (at checkpoint_every, at the end, on
  * Ctrl-C). A resumed run continues exactly: the same losses as an uninterrupted one. */
@@ -15,6 +15,7 @@ typedef struct bk_train_options {
     const char *const *overrides;  /* --set assignments */
     int n_overrides;
     const char *resume;            /* checkpoint to continue from, or NULL */
+    int strict;                    /* with resume: plugins that differ from the checkpoint's records are an error */
     const char *out_dir;           /* overrides [run] out_dir (and, on resume, the checkpoint's directory) */
     int64_t stop_after;            /* stop with a checkpoint after this many steps of this run (0 = never) */
     int progress;                  /* 1: redraw one progress line (terminal); 0: plain log lines */
