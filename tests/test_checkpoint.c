@@ -52,12 +52,12 @@ static int teardown(void **state)
 
 /* Every parameter and moment set to a value that tells its group and position apart, then saved at
  * step 3. */
-static void write_checkpoint(const char *path)
+static void write_checkpoint_of(const char *experiment, const char *path)
 {
     bk_lm lm;
     bk_adamw opt = {0};
     bk_error err;
-    if (bk_lm_open_file(&lm, exp_path, NULL, 0, &err) || bk_lm_register(&lm, &opt, &err))
+    if (bk_lm_open_file(&lm, experiment, NULL, 0, &err) || bk_lm_register(&lm, &opt, &err))
         fail_msg("%s", err.message);
     for (int g = 0; g < opt.n_groups; g++)
         for (size_t i = 0; i < opt.groups[g].n; i++) {
@@ -71,6 +71,11 @@ static void write_checkpoint(const char *path)
         fail_msg("%s", err.message);
     bk_adamw_free(&opt);
     bk_lm_close(&lm);
+}
+
+static void write_checkpoint(const char *path)
+{
+    write_checkpoint_of(exp_path, path);
 }
 
 /* Rewrites `path` with its tensors (maybe edited by `edit_tensor`) and its metadata JSON edited by
@@ -199,6 +204,49 @@ static void plugin_parameters_are_named_tensors(void **state)
         }
     bk_adamw_free(&opt), bk_adamw_free(&ref);
     bk_lm_close(&lm), bk_lm_close(&saved);
+}
+
+/* A plugin with parameters but no param_tensors: its theta is stored whole, (copies, n_params), with
+ * its moments, and comes back exactly. */
+static void parameters_without_names_are_stored_as_theta(void **state)
+{
+    (void)state;
+    char exp2[600], ckpt2[600];
+    snprintf(exp2, sizeof exp2, "%s/unnamed.toml", dir);
+    snprintf(ckpt2, sizeof ckpt2, "%s/unnamed.safetensors", dir);
+    FILE *f = fopen(exp2, "w");
+    assert_non_null(f);
+    fprintf(f, "[model]\nlayers = 2\nheads = 4\ndim = 32\n[train]\nlength = 32\n"
+               "[[term]]\nplugin = \"testlin_unnamed\"\nper_layer = true\n");
+    fclose(f);
+    write_checkpoint_of(exp2, ckpt2);
+    bk_safetensors *st = NULL;
+    bk_error err;
+    if (bk_safetensors_open(ckpt2, &st, &err))
+        fail_msg("%s", err.message);
+    const char *names[] = {"term.testlin_unnamed.theta", "adam.m.term.testlin_unnamed.theta",
+                           "adam.v.term.testlin_unnamed.theta"};
+    for (int i = 0; i < 3; i++) {
+        const bk_st_tensor *t = bk_safetensors_find(st, names[i]);
+        if (!t)
+            fail_msg("no tensor '%s' in the checkpoint", names[i]);
+        assert_int_equal(t->ndim, 2);
+        assert_int_equal(t->shape[0], 2); /* copies: per layer */
+        assert_int_equal(t->shape[1], 4); /* one slope per head */
+    }
+    bk_safetensors_close(st);
+    bk_lm lm;
+    bk_adamw opt = {0};
+    bk_train_state ts;
+    if (bk_checkpoint_load(ckpt2, NULL, 0, &lm, &opt, &ts, &err))
+        fail_msg("%s", err.message);
+    for (int g = 0; g < opt.n_groups; g++)
+        for (size_t i = 0; i < opt.groups[g].n; i++)
+            if (opt.groups[g].param[i] != 0.25f + (float)g + 0.001f * (float)i ||
+                opt.groups[g].v[i] != 2.0f + (float)g + 0.002f * (float)i)
+                fail_msg("group %s [%zu] did not come back", opt.groups[g].name, i);
+    bk_adamw_free(&opt);
+    bk_lm_close(&lm);
 }
 
 static void set_step_negative(cJSON *m)
@@ -500,6 +548,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(plugin_parameters_are_named_tensors),
+        cmocka_unit_test(parameters_without_names_are_stored_as_theta),
         cmocka_unit_test(metadata_numbers_are_validated),
         cmocka_unit_test(another_shape_is_refused),
         cmocka_unit_test(flipped_byte_is_detected),

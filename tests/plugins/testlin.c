@@ -69,12 +69,14 @@ static void param_project(const void *inst, float *theta)
             theta[h] = 0.0f;
 }
 
+#ifndef TESTLIN_UNNAMED
 static int32_t param_tensors(const void *inst, biaskit_tensor_info *out, int32_t capacity)
 {
     if (capacity > 0)
         out[0] = (biaskit_tensor_info){"slope", 0, ((const testlin *)inst)->heads, 1};
     return 1;
 }
+#endif
 
 static int table(const void *inst, const float *theta, int32_t distances, float *out, biaskit_error *err)
 {
@@ -104,7 +106,11 @@ static int table_backward(const void *inst, const float *theta, int32_t distance
 static const biaskit_plugin descriptor = {
     .struct_size = sizeof(biaskit_plugin),
     .abi_version = BIASKIT_ABI_VERSION,
+#ifdef TESTLIN_UNNAMED /* the same plugin without param_tensors: checkpoints store its theta whole */
+    .name = "testlin_unnamed",
+#else
     .name = "testlin",
+#endif
     .version = "0.0.1",
     .summary = "test plugin: learnable per-head linear bias -a_h * d",
     .capabilities = BIASKIT_CAP_TABLE,
@@ -116,7 +122,9 @@ static const biaskit_plugin descriptor = {
     .param_count = param_count,
     .param_init = param_init,
     .param_project = param_project,
+#ifndef TESTLIN_UNNAMED
     .param_tensors = param_tensors,
+#endif
     .table = table,
     .table_backward = table_backward,
 };
