@@ -12,7 +12,8 @@
  * metadata "case" (JSON) describes the model, the terms and the optimizer. The reference recomputes
  * all of it in float64 with autograd and exits non-zero on any mismatch, naming the tensor.
  *
- * Needs /usr/bin/python3 with torch (python3-torch); without it the whole test exits 77 (skipped).
+ * Needs /usr/bin/python3 with torch (python3-torch), or the python BIASKIT_PYTHON names; without it
+ * the whole test exits 77 (skipped).
  * BK_REFERENCE_KEEP=1 keeps the files (their paths are printed); a failing case always keeps its. */
 #define _POSIX_C_SOURCE 200809L /* setenv, mkstemp */
 #include "test_util.h"
@@ -27,7 +28,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PYTHON "/usr/bin/python3"
+/* Debian's python3 with python3-torch; BIASKIT_PYTHON names another one (a machine whose torch lives
+ * in a virtual environment, as scripts/gpu-test.sh sets it). */
+static const char *python(void)
+{
+    const char *p = getenv("BIASKIT_PYTHON");
+    return p && *p ? p : "/usr/bin/python3";
+}
 #define REFERENCE_SCRIPT BK_TEST_SOURCE_DIR "/tests/reference/reference.py"
 
 #define BATCH 2
@@ -257,7 +264,7 @@ static void add_weights(tensor_list *l, const bk_lm *lm, const char *name)
 static int run_reference(const char *path)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s'", PYTHON, REFERENCE_SCRIPT, path);
+    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s'", python(), REFERENCE_SCRIPT, path);
     fflush(stdout);
     fflush(stderr);
     int status = system(cmd);
@@ -630,8 +637,11 @@ static void long_blocked(void **state)
 
 int main(void)
 {
-    if (system(PYTHON " -c 'import torch' >/dev/null 2>&1") != 0) {
-        printf("test_reference: skipped: " PYTHON " cannot import torch (install python3-torch)\n");
+    char probe[600];
+    snprintf(probe, sizeof probe, "'%s' -c 'import torch' >/dev/null 2>&1", python());
+    if (system(probe) != 0) {
+        printf("test_reference: skipped: %s cannot import torch (install python3-torch, or set BIASKIT_PYTHON)\n",
+               python());
         return 77;
     }
     setenv("BIASKIT_PLUGIN_PATH", BK_TEST_PLUGIN_DIR ":" BK_TEST_PLUGINS_DIR, 1);
