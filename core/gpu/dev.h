@@ -1,0 +1,113 @@
+/* The device backend's code is written once and compiled twice (core/model/backend.h):
+ *
+ *   core/cuda/backend_cuda.cu       as CUDA C++: kernels on a stream, cuBLAS for the GEMMs;
+ *   core/gpu/backend_emulated.c     as C11: each kernel launch a loop over its thread indices, each
+ *                                   GEMM a column-major cblas_sgemm per batch entry.
+ *
+ * What is shared lives in headers under core/gpu/ and must be valid C11 and CUDA C++ at once (no
+ * designated initialisers, no compound literals, explicit casts from void *, no VLAs):
+ *
+ *   kernels_*.h   kernel bodies: `static inline BK_DEV_HD void k_name(int64_t i, const void *args)`,
+ *                 where i is the thread index in [0, n) and args points to a `k_name_args` struct.
+ *                 A body writes only outputs that belong to index i (no two indices write one
+ *                 address, no atomics), so the result cannot depend on the order threads run in:
+ *                 that is what makes the emulation a faithful test and every GPU run deterministic.
+ *   ops_*.h       the backend functions (backend.h's table) as `static` functions that launch
+ *                 kernels (BK_LAUNCH) and call GEMMs (dev_gemm) through the primitives below.
+ *
+ * The primitives each instantiation defines as `static` functions before including ops_*.h:
+ *
+ *   int dev_gemm(bk_dev *d, int transa, int transb, int m, int n, int k, float alpha,
+ *                const float *A, int lda, int64_t strideA, const float *B, int ldb, int64_t strideB,
+ *                float beta, float *C, int ldc, int64_t strideC, int batch, bk_error *err);
+ *       cublasSgemmStridedBatched's meaning exactly: column-major, C = alpha op(A) op(B) + beta C for
+ *       each of `batch` matrices (A + b * strideA, ...); transa/transb are 0 (N) or 1 (T).
+ *   int dev_launched(bk_dev *d, const char *what, bk_error *err);   after a launch
+ *   int dev_scratch(bk_dev *d, int slot, size_t bytes, void **out, bk_error *err);
+ *       a buffer of at least `bytes` that stays valid until the next dev_scratch of the same slot
+ *       (grown on demand, never shrunk; contents undefined). Slots: BK_DEV_SCRATCH_*.
+ *   int dev_upload(bk_dev *d, void *dst, const void *src_host, size_t bytes, bk_error *err);
+ *   int dev_download(bk_dev *d, void *dst_host, const void *src, size_t bytes, bk_error *err); waits
+ *   int dev_zero(bk_dev *d, void *ptr, size_t bytes, bk_error *err);
+ */
+#ifndef BK_GPU_DEV_H
+#define BK_GPU_DEV_H
+
+#include "util/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define BK_DEV_HD __host__ __device__
+#else
+#define BK_DEV_HD
+#endif
+
+/* Threads per block of every grid launch. */
+#define BK_DEV_THREADS 256
+/* Most blocks of a grid-stride launch. */
+#define BK_DEV_MAX_BLOCKS 65535
+
+/* Scratch slots (dev_scratch). */
+enum {
+    BK_DEV_SCRATCH_ATT_Q = 0,   /* attention: q, k, v permuted to (B, H, T, hd) */
+    BK_DEV_SCRATCH_ATT_K,
+    BK_DEV_SCRATCH_ATT_V,
+    BK_DEV_SCRATCH_ATT_O,       /* attention output / its gradient in (B, H, T, hd) */
+    BK_DEV_SCRATCH_ATT_S,       /* scores of one query block (forward without saved probabilities) */
+    BK_DEV_SCRATCH_ATT_DS,      /* score gradient of one query block */
+    BK_DEV_SCRATCH_ATT_DQ,
+    BK_DEV_SCRATCH_ATT_DK,
+    BK_DEV_SCRATCH_ATT_DV,
+    BK_DEV_SCRATCH_ATT_G,       /* per-(b, h) table-gradient partials */
+    BK_DEV_SCRATCH_PARTIAL,     /* per-chunk partial sums of the reductions */
+    BK_DEV_SCRATCH_PARTIAL2,
+    BK_DEV_SCRATCH_HOST_ARGS,   /* small argument arrays uploaded for one call */
+    BK_DEV_SCRATCH_COUNT
+};
+
+typedef struct bk_dev {
+    void *stream;            /* cudaStream_t (NULL when emulated) */
+    void *blas;              /* cublasHandle_t (NULL when emulated) */
+    int tf32;                /* TF32 matmuls */
+    void *scratch[BK_DEV_SCRATCH_COUNT];
+    size_t scratch_bytes[BK_DEV_SCRATCH_COUNT];
+} bk_dev;
+
+typedef void (*bk_dev_kernel)(int64_t i, const void *args);
+
+#if defined(__CUDACC__)
+
+static inline unsigned bk_dev_blocks(int64_t n)
+{
+    int64_t b = (n + BK_DEV_THREADS - 1) / BK_DEV_THREADS;
+    return (unsigned)(b < 1 ? 1 : b > BK_DEV_MAX_BLOCKS ? BK_DEV_MAX_BLOCKS : b);
+}
+
+/* One grid-stride loop runs any kernel body: thread i of n calls F(i, &args). */
+template <typename A, void (*F)(int64_t, const void *)>
+__global__ void bk_dev_grid(int64_t n, A args)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        F(i, &args);
+}
+
+/* Launch kernel body F over n indices with `args` (an lvalue of type A); evaluates to BK_OK or the
+ * launch error. */
+#define BK_LAUNCH(d, F, A, n, args, err)                                                                 \
+    (bk_dev_grid<A, F><<<bk_dev_blocks((int64_t)(n)), BK_DEV_THREADS, 0, (cudaStream_t)(d)->stream>>>( \
+         (int64_t)(n), (args)),                                                                        \
+     dev_launched((d), #F, (err)))
+
+#else
+
+/* The emulation: every index in turn (in parallel over host threads; bodies write disjoint outputs,
+ * so the order does not matter). Defined in backend_emulated.c. */
+int bk_emulated_launch(int64_t n, bk_dev_kernel f, const void *args);
+
+#define BK_LAUNCH(d, F, A, n, args, err) ((void)(d), (void)(err), bk_emulated_launch((int64_t)(n), F, &(args)))
+
+#endif
+
+#endif

@@ -1,0 +1,183 @@
+/* The seam between the model and the hardware that computes it (docs/design.md §6.1).
+ *
+ * The model (gpt.c), the bias runtime (bias.c, positions.c) and the optimizer (adamw.c) hold their
+ * tensors in a backend's memory and run every layer through one table of functions, one
+ * forward/backward pair per layer (llm.c's shape). Three backends implement the table:
+ *
+ *   cpu       the reference: OpenBLAS + OpenMP on host memory (core/cpu/backend_cpu.c); its memory
+ *             is ordinary host memory, so nothing is copied;
+ *   cuda      fp32 kernels and cuBLAS on one CUDA stream (core/cuda/backend_cuda.cu); memory is
+ *             device memory: only upload/download cross the bus;
+ *   emulated  the cuda backend's own code (core/gpu/) compiled as C: every kernel body runs as a
+ *             loop over its thread indices and the cuBLAS calls as column-major sgemms on the host.
+ *             Slow; it exists so that the device algorithms — their tiling, the fixed order of
+ *             every reduction, the GEMM arguments — are tested on machines without a GPU.
+ *
+ * Conventions:
+ *  - Pointers passed to the functions below are in the backend's memory unless named *_host.
+ *  - Shapes and semantics are those of the CPU layers (model/layers.h, cpu/attention.h): backward
+ *    functions accumulate (+=) into parameter gradients exactly as documented there.
+ *  - Every function returns BK_OK or an error code with `err` filled. Device backends may report a
+ *    failure of queued work at the next call that waits (download, sync).
+ *  - Results never depend on thread counts or scheduling: every reduction runs in a fixed order. */
+#ifndef BK_BACKEND_H
+#define BK_BACKEND_H
+
+#include "config/experiment.h"
+#include "cpu/attention.h"
+#include "util/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum bk_backend_kind {
+    BK_BACKEND_CPU = 0,
+    BK_BACKEND_CUDA = 1,
+    BK_BACKEND_EMULATED = 2
+} bk_backend_kind;
+
+/* Matmul precision of the device backends ([run] matmul): "fp32" keeps IEEE fp32 products, "tf32"
+ * lets cuBLAS use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation). The CPU ignores it. */
+typedef enum bk_matmul_mode {
+    BK_MATMUL_FP32 = 0,
+    BK_MATMUL_TF32 = 1
+} bk_matmul_mode;
+
+/* Rotary embedding of q and k (positions.h): pair k of a head is (x[k], x[k + pairs]), rotated by
+ * the angle whose cosine and sine are cos[p * pairs + k], sin[p * pairs + k], p = positions[n] (or
+ * the token index n % T when positions is NULL). */
+typedef struct bk_rotary_view {
+    const float *cos, *sin; /* (rows, pairs) */
+    const int32_t *positions;
+    int32_t pairs, rows;
+} bk_rotary_view;
+
+/* The token ids of a batch, encoder backward's bucketing of them (computed on the host when the
+ * batch is loaded, so that the device sums every embedding row's contributions in a fixed order with
+ * no atomics), all in backend memory except *_host. */
+typedef struct bk_batch_view {
+    const int32_t *inputs, *targets;       /* (B, T); targets may be NULL */
+    const int32_t *inputs_host;            /* the same ids on the host */
+    /* Buckets: the distinct input ids (n_buckets of them, ascending), and for bucket u the token
+     * indices bucket_tokens[bucket_start[u] .. bucket_start[u + 1]) in ascending order. */
+    const int32_t *bucket_ids, *bucket_start, *bucket_tokens;
+    int32_t n_buckets;
+} bk_batch_view;
+
+typedef struct bk_backend bk_backend;
+
+struct bk_backend {
+    bk_backend_kind kind;
+    const char *name;    /* "cpu", "cuda", "emulated" */
+    char description[192]; /* one line for the banner: "cuda:0 NVIDIA H100 80GB HBM3 (sm_90), fp32 matmuls" */
+    int on_device;       /* 1: memory is not host memory; go through upload/download */
+    bk_matmul_mode matmul;
+    void *impl;          /* the backend's own state */
+
+    /* --- memory ------------------------------------------------------------------------------ */
+    /* Zeroed allocation of `bytes` (0 gives a valid, unique pointer). */
+    int (*alloc)(bk_backend *be, void **ptr, size_t bytes, bk_error *err);
+    void (*release)(bk_backend *be, void *ptr);
+    int (*upload)(bk_backend *be, void *dst, const void *src_host, size_t bytes, bk_error *err);
+    /* Waits for queued work, then copies. */
+    int (*download)(bk_backend *be, void *dst_host, const void *src, size_t bytes, bk_error *err);
+    int (*copy)(bk_backend *be, void *dst, const void *src, size_t bytes, bk_error *err);
+    int (*zero)(bk_backend *be, void *ptr, size_t bytes, bk_error *err);
+    /* Waits for queued work and reports its failure. */
+    int (*sync)(bk_backend *be, bk_error *err);
+    /* The cudaStream_t plugins' CUDA variants enqueue on; NULL on the CPU and when emulated (plugins'
+     * CUDA code is not called there: the host variant and a copy stand in). */
+    void *(*stream)(bk_backend *be);
+
+    /* --- layers (model/layers.h) --------------------------------------------------------------- */
+    int (*encoder_forward)(bk_backend *be, float *out, const bk_batch_view *batch, const float *wte, int B, int T,
+                           int C, bk_error *err);
+    int (*encoder_backward)(bk_backend *be, float *dwte, const float *dout, const bk_batch_view *batch, int B, int T,
+                            int C, bk_error *err);
+    int (*layernorm_forward)(bk_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                             const float *weight, const float *bias, int N, int C, bk_error *err);
+    int (*layernorm_backward)(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight, const float *mean, const float *rstd, int N,
+                              int C, bk_error *err);
+    int (*matmul_forward)(bk_backend *be, float *out, const float *inp, const float *weight, const float *bias, int N,
+                          int C, int OC, bk_error *err);
+    int (*matmul_backward)(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, int N, int C, int OC, bk_error *err);
+    int (*gelu_forward)(bk_backend *be, float *out, const float *inp, size_t n, bk_error *err);
+    int (*gelu_backward)(bk_backend *be, float *dinp, const float *inp, const float *dout, size_t n, bk_error *err);
+    int (*residual_forward)(bk_backend *be, float *out, const float *a, const float *b, size_t n, bk_error *err);
+    int (*residual_backward)(bk_backend *be, float *da, float *db, const float *dout, size_t n, bk_error *err);
+    /* Fused softmax + cross-entropy over N rows of V logits: losses[n]; probs kept when not NULL. */
+    int (*crossentropy_forward)(bk_backend *be, float *losses, float *probs, const float *logits,
+                                const int32_t *targets, int N, int V, bk_error *err);
+    int (*crossentropy_backward)(bk_backend *be, float *dlogits, const float *probs, const int32_t *targets,
+                                 float dloss, int N, int V, bk_error *err);
+    /* sign +1: rotate q and k of qkv (N, 3C) forward; -1: the inverse rotation (backward). */
+    int (*rotary)(bk_backend *be, float *qkv, const bk_rotary_view *rot, int B, int T, int C, int H, float sign,
+                  bk_error *err);
+
+    /* --- attention (cpu/attention.h) ------------------------------------------------------------
+     * The interface the fused kernel of a later backend implements too: forward keeps, in `saved`,
+     * whatever its backward needs (attention_saved floats: the probabilities here, row statistics
+     * for a flash-style kernel); with saved == NULL it is forward-only and needs no T x T buffer.
+     * The bias's tables and positions are in backend memory. */
+    size_t (*attention_saved)(bk_backend *be, int B, int T, int H);
+    int (*attention_forward)(bk_backend *be, float *out, float *saved, const float *qkv,
+                             const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err);
+    /* dtable[s] (H x distances), when not NULL, += the diagonal-reduced score gradient. */
+    int (*attention_backward)(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
+                              const float *qkv, const float *saved, const bk_attention_bias *bias, int B, int T,
+                              int C, int H, bk_error *err);
+
+    /* --- bias tables (bias/mix.h) ---------------------------------------------------------------- */
+    /* out[k] = mix of tables[t][k], k < n (tables: n_terms pointers in backend memory, the array itself
+     * on the host; weights on the host). */
+    int (*mix_forward)(bk_backend *be, bk_mixing mode, const float *const *tables, const double *weights,
+                       int n_terms, size_t n, float *out, bk_error *err);
+    /* dtables[t] (NULL: skip) += ..., and dweights_host[t] (NULL: skip) += sum_k ..., as bk_mix_backward. */
+    int (*mix_backward)(bk_backend *be, bk_mixing mode, const float *const *tables, const double *weights,
+                        int n_terms, size_t n, const float *mixed, const float *dout, float *const *dtables,
+                        double *dweights_host, bk_error *err);
+    /* *index_host = the first k < n with x[k] not finite, or -1. */
+    int (*first_nonfinite)(bk_backend *be, const float *x, size_t n, int64_t *index_host, bk_error *err);
+
+    /* --- optimizer (train/adamw.h) ------------------------------------------------------------- */
+    /* *out_host = sum of grad[k]^2 in double, summed in chunks of BK_NORM_CHUNK values in index order,
+     * then the chunk sums in index order: the CPU's order, so equal gradients give equal bits. */
+    int (*sumsq)(bk_backend *be, const float *x, size_t n, double *out_host, bk_error *err);
+    int (*scale)(bk_backend *be, float *x, size_t n, float s, bk_error *err);
+    /* One AdamW step of n values (adamw.h), bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t. */
+    int (*adamw)(bk_backend *be, float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                 float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2, bk_error *err);
+
+    void (*destroy)(bk_backend *be);
+};
+
+/* Values per chunk of the gradient norm's first summation level (adamw.c and every backend). */
+#define BK_NORM_CHUNK 4096
+
+/* The CPU backend (a static object: destroy is a no-op). */
+bk_backend *bk_backend_cpu(void);
+
+/* A CUDA backend on device 0 with its own stream and cuBLAS handle; BK_ERR_DEVICE naming what failed
+ * when no GPU answers, BK_ERR_UNSUPPORTED in a build without CUDA. */
+int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, bk_error *err);
+
+/* The emulated device backend (core/gpu/backend_emulated.c). */
+int bk_backend_emulated_create(bk_backend **out, bk_error *err);
+
+void bk_backend_destroy(bk_backend *be);
+
+/* Build the encoder-backward buckets of a batch on the host: ids (n_buckets), start (n_buckets + 1),
+ * tokens (n) from inputs (n); scratch arrays of n + 1 entries each. Returns n_buckets. */
+int32_t bk_batch_buckets(const int32_t *inputs, int64_t n, int32_t *ids, int32_t *start, int32_t *tokens);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
