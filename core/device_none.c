@@ -1,5 +1,6 @@
 /* device.h for a build without CUDA (-DBIASKIT_CUDA=OFF or no nvcc). */
 #include "device.h"
+#include "model/backend.h"
 
 #include <stdio.h>
 
@@ -36,4 +37,14 @@ int bk_device_download(void *dst, const void *src, size_t bytes, bk_error *err)
 {
     (void)dst, (void)src, (void)bytes;
     return no_cuda(err);
+}
+
+/* model/backend.h: the CUDA backend of a build without CUDA. */
+int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, bk_error *err)
+{
+    (void)matmul;
+    *out = NULL;
+    return bk_fail(err, BK_ERR_UNSUPPORTED,
+                   "this biaskit was built without CUDA: no cuda backend (rebuild with nvcc available, "
+                   "or use the cpu backend)");
 }

@@ -1,4 +1,5 @@
 #include "model/layers.h"
+#include "model/gelu_math.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -124,44 +125,19 @@ void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
     }
 }
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_CUBIC 0.044715f
-/* Past exp(-2u) = exp(80), s = 1/(1+e) < 2e-35 is taken as 0: e stays finite (e * s * s below would
- * be inf * 0 otherwise) and GELU(x) = x * s is exactly -0 for every very negative x, as the tanh form. */
-#define GELU_EXP_MAX 80.0f
-
-/* GELU-tanh, 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3), written with
- * 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)) = s: glibc's expf is several times faster than its tanhf,
- * and the result differs from the tanhf form by a few ulp. d/dx = s + x * s' where
- * s' = 2 s (1 - s) du/dx = 2 e s^2 du/dx (e = exp(-2u)), i.e. 0.5 x sech^2(u) du/dx. */
-static inline float gelu_sigmoid(float x, float *e_out)
-{
-    float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-    float a = -2.0f * u;
-    float e = expf(fminf(a, GELU_EXP_MAX));
-    *e_out = e;
-    return a > GELU_EXP_MAX ? 0.0f : 1.0f / (1.0f + e);
-}
-
+/* GELU-tanh: the per-element formulas are in model/gelu_math.h, shared with the device kernels. */
 void bk_gelu_forward(float *out, const float *inp, size_t n)
 {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float e;
-        out[i] = inp[i] * gelu_sigmoid(inp[i], &e);
-    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = bk_gelu(inp[i]);
 }
 
 void bk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i], e;
-        float s = gelu_sigmoid(x, &e);
-        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-        float grad = s + 2.0f * x * (e * s) * s * du;
-        dinp[i] += grad * dout[i];
-    }
+    for (size_t i = 0; i < n; i++)
+        dinp[i] += bk_gelu_grad(inp[i]) * dout[i];
 }
 
 void bk_residual_forward(float *out, const float *a, const float *b, size_t n)

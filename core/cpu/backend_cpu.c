@@ -1,0 +1,316 @@
+/* The CPU backend (model/backend.h): the reference every other backend is tested against. Its
+ * memory is host memory and its layers are the functions of model/layers.h, cpu/attention.h and
+ * bias/mix.h; this file only adapts them to the table. */
+#include "model/backend.h"
+
+#include "bias/mix.h"
+#include "model/layers.h"
+#include "model/rotary_math.h"
+#include "train/adamw_math.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cpu_alloc(bk_backend *be, void **ptr, size_t bytes, bk_error *err)
+{
+    (void)be;
+    *ptr = calloc(1, bytes ? bytes : 1);
+    return *ptr ? BK_OK : bk_fail(err, BK_ERR_NOMEM, "out of memory for %zu bytes", bytes);
+}
+
+static void cpu_release(bk_backend *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
+static int cpu_copy(bk_backend *be, void *dst, const void *src, size_t bytes, bk_error *err)
+{
+    (void)be, (void)err;
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+    return BK_OK;
+}
+
+static int cpu_zero(bk_backend *be, void *ptr, size_t bytes, bk_error *err)
+{
+    (void)be, (void)err;
+    if (bytes)
+        memset(ptr, 0, bytes);
+    return BK_OK;
+}
+
+static int cpu_sync(bk_backend *be, bk_error *err)
+{
+    (void)be, (void)err;
+    return BK_OK;
+}
+
+static void *cpu_stream(bk_backend *be)
+{
+    (void)be;
+    return NULL;
+}
+
+static int cpu_encoder_forward(bk_backend *be, float *out, const bk_batch_view *batch, const float *wte, int B, int T,
+                               int C, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_encoder_forward(out, batch->inputs, wte, B, T, C);
+    return BK_OK;
+}
+
+static int cpu_encoder_backward(bk_backend *be, float *dwte, const float *dout, const bk_batch_view *batch, int B,
+                                int T, int C, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_encoder_backward(dwte, dout, batch->inputs, B, T, C);
+    return BK_OK;
+}
+
+static int cpu_layernorm_forward(bk_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                 const float *weight, const float *bias, int N, int C, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    return BK_OK;
+}
+
+static int cpu_layernorm_backward(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                                  const float *inp, const float *weight, const float *mean, const float *rstd, int N,
+                                  int C, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    return BK_OK;
+}
+
+static int cpu_matmul_forward(bk_backend *be, float *out, const float *inp, const float *weight, const float *bias,
+                              int N, int C, int OC, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_matmul_forward(out, inp, weight, bias, N, C, OC);
+    return BK_OK;
+}
+
+static int cpu_matmul_backward(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, int N, int C, int OC, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    return BK_OK;
+}
+
+static int cpu_gelu_forward(bk_backend *be, float *out, const float *inp, size_t n, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_gelu_forward(out, inp, n);
+    return BK_OK;
+}
+
+static int cpu_gelu_backward(bk_backend *be, float *dinp, const float *inp, const float *dout, size_t n, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_gelu_backward(dinp, inp, dout, n);
+    return BK_OK;
+}
+
+static int cpu_residual_forward(bk_backend *be, float *out, const float *a, const float *b, size_t n, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_residual_forward(out, a, b, n);
+    return BK_OK;
+}
+
+static int cpu_residual_backward(bk_backend *be, float *da, float *db, const float *dout, size_t n, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_residual_backward(da, db, dout, n);
+    return BK_OK;
+}
+
+static int cpu_crossentropy_forward(bk_backend *be, float *losses, float *probs, const float *logits,
+                                    const int32_t *targets, int N, int V, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_crossentropy_forward(losses, probs, logits, targets, N, V);
+    return BK_OK;
+}
+
+static int cpu_crossentropy_backward(bk_backend *be, float *dlogits, const float *probs, const int32_t *targets,
+                                     float dloss, int N, int V, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_crossentropy_backward(dlogits, probs, targets, dloss, N, V);
+    return BK_OK;
+}
+
+/* sign = +1 rotates by +theta (forward), -1 by -theta (the transpose: backward). */
+static int cpu_rotary(bk_backend *be, float *qkv, const bk_rotary_view *rot, int B, int T, int C, int H, float sign,
+                      bk_error *err)
+{
+    (void)be, (void)err;
+    const int hd = C / H, half = rot->pairs;
+    const int64_t n = (int64_t)B * T;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t p = rot->positions ? rot->positions[i] : (int32_t)(i % T);
+        const float *c = rot->cos + (size_t)p * half, *s = rot->sin + (size_t)p * half;
+        for (int part = 0; part < 2; part++) /* q, then k */
+            for (int h = 0; h < H; h++) {
+                float *x = qkv + (size_t)i * 3 * C + (size_t)part * C + (size_t)h * hd;
+                for (int k = 0; k < half; k++)
+                    bk_rotate_pair(&x[k], &x[k + half], c[k], sign * s[k]);
+            }
+    }
+    return BK_OK;
+}
+
+static size_t cpu_attention_saved(bk_backend *be, int B, int T, int H)
+{
+    (void)be;
+    return (size_t)B * H * T * T;
+}
+
+static int cpu_attention_forward(bk_backend *be, float *out, float *saved, const float *qkv,
+                                 const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+{
+    (void)be;
+    return bk_attention_forward(out, saved, qkv, bias, B, T, C, H, err);
+}
+
+static int cpu_attention_backward(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
+                                  const float *qkv, const float *saved, const bk_attention_bias *bias, int B, int T,
+                                  int C, int H, bk_error *err)
+{
+    (void)be;
+    return bk_attention_backward(dqkv, dtable, dout, qkv, saved, bias, B, T, C, H, err);
+}
+
+static int cpu_mix_forward(bk_backend *be, bk_mixing mode, const float *const *tables, const double *weights,
+                           int n_terms, size_t n, float *out, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_mix_tables(mode, tables, weights, n_terms, n, out);
+    return BK_OK;
+}
+
+static int cpu_mix_backward(bk_backend *be, bk_mixing mode, const float *const *tables, const double *weights,
+                            int n_terms, size_t n, const float *mixed, const float *dout, float *const *dtables,
+                            double *dweights_host, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_mix_backward(mode, tables, weights, n_terms, n, mixed, dout, dtables, dweights_host);
+    return BK_OK;
+}
+
+static int cpu_first_nonfinite(bk_backend *be, const float *x, size_t n, int64_t *index_host, bk_error *err)
+{
+    (void)be, (void)err;
+    *index_host = -1;
+    for (size_t k = 0; k < n; k++)
+        if (!isfinite(x[k])) {
+            *index_host = (int64_t)k;
+            break;
+        }
+    return BK_OK;
+}
+
+/* Chunk sums of BK_NORM_CHUNK values, a round of them in parallel, then the chunk sums in index order:
+ * the grouping of the additions depends on neither the thread count nor the order threads finish in
+ * (an OpenMP reduction(+) depends on both), so gradient clipping — and with it every weight — is
+ * bit-identical however many threads run, and the device backends reproduce it exactly. */
+enum { NORM_ROUND = 256 };
+
+static int cpu_sumsq(bk_backend *be, const float *x, size_t n, double *out_host, bk_error *err)
+{
+    (void)be, (void)err;
+    const size_t n_chunks = (n + BK_NORM_CHUNK - 1) / BK_NORM_CHUNK;
+    double total = 0.0;
+    for (size_t first = 0; first < n_chunks; first += NORM_ROUND) {
+        double part[NORM_ROUND];
+        const int count = (int)(n_chunks - first < NORM_ROUND ? n_chunks - first : NORM_ROUND);
+#pragma omp parallel for schedule(static) if (count > 1)
+        for (int c = 0; c < count; c++) {
+            size_t lo = (first + (size_t)c) * BK_NORM_CHUNK, hi = lo + BK_NORM_CHUNK < n ? lo + BK_NORM_CHUNK : n;
+            double sum = 0.0;
+            for (size_t k = lo; k < hi; k++)
+                sum += (double)x[k] * x[k];
+            part[c] = sum;
+        }
+        for (int c = 0; c < count; c++)
+            total += part[c];
+    }
+    *out_host = total;
+    return BK_OK;
+}
+
+static int cpu_scale(bk_backend *be, float *x, size_t n, float s, bk_error *err)
+{
+    (void)be, (void)err;
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < n; k++)
+        x[k] *= s;
+    return BK_OK;
+}
+
+static int cpu_adamw(bk_backend *be, float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2, bk_error *err)
+{
+    (void)be, (void)err;
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < n; k++)
+        bk_adamw_update(&param[k], grad[k], &m[k], &v[k], lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+    return BK_OK;
+}
+
+static void cpu_destroy(bk_backend *be)
+{
+    (void)be; /* static */
+}
+
+static bk_backend cpu_backend = {
+    .kind = BK_BACKEND_CPU,
+    .name = "cpu",
+    .description = "cpu (OpenBLAS + OpenMP, fp32)",
+    .on_device = 0,
+    .matmul = BK_MATMUL_FP32,
+    .impl = NULL,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .stream = cpu_stream,
+    .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .residual_forward = cpu_residual_forward,
+    .residual_backward = cpu_residual_backward,
+    .crossentropy_forward = cpu_crossentropy_forward,
+    .crossentropy_backward = cpu_crossentropy_backward,
+    .rotary = cpu_rotary,
+    .attention_saved = cpu_attention_saved,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .mix_forward = cpu_mix_forward,
+    .mix_backward = cpu_mix_backward,
+    .first_nonfinite = cpu_first_nonfinite,
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
+    .adamw = cpu_adamw,
+    .destroy = cpu_destroy,
+};
+
+bk_backend *bk_backend_cpu(void)
+{
+    return &cpu_backend;
+}

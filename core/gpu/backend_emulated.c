@@ -1,0 +1,212 @@
+/* The emulated device backend (model/backend.h): the CUDA backend's own code (gpu/ops_*.h and the
+ * kernel bodies of gpu/kernels_*.h) compiled as C11. Each kernel launch runs its body over every
+ * thread index (OpenMP-parallel: the bodies write disjoint outputs, so the order is irrelevant) and
+ * each GEMM is a column-major cblas_sgemm per batch entry, with cublasSgemmStridedBatched's
+ * arguments unchanged. Memory is host memory, but the model goes through upload/download as it
+ * would for a GPU (on_device = 1), so that a missing transfer shows up here too. */
+#include "gpu/dev.h"
+#include "model/backend.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bk_emulated {
+    bk_dev dev; /* first: the ops cast be->impl to bk_dev * */
+} bk_emulated;
+
+/* Below this many indices a launch runs on the calling thread: starting the team costs more. */
+#define EMULATED_PARALLEL_MIN 256
+
+int bk_emulated_launch(int64_t n, bk_dev_kernel f, const void *args)
+{
+#pragma omp parallel for schedule(static) if (n >= EMULATED_PARALLEL_MIN)
+    for (int64_t i = 0; i < n; i++)
+        f(i, args);
+    return BK_OK;
+}
+
+/* --- the primitives of gpu/dev.h ------------------------------------------------------------------ */
+
+static int dev_gemm(bk_dev *d, int transa, int transb, int m, int n, int k, float alpha, const float *A, int lda,
+                    int64_t strideA, const float *B, int ldb, int64_t strideB, float beta, float *C, int ldc,
+                    int64_t strideC, int batch, bk_error *err)
+{
+    (void)d;
+    if (m < 0 || n < 0 || k < 0 || batch < 0)
+        return bk_fail(err, BK_ERR_INVALID, "emulated GEMM: sizes m = %d, n = %d, k = %d, batch = %d; expected >= 0",
+                       m, n, k, batch);
+    for (int b = 0; b < batch; b++)
+        cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n, k,
+                    alpha, A + (int64_t)b * strideA, lda, B + (int64_t)b * strideB, ldb, beta, C + (int64_t)b * strideC,
+                    ldc);
+    return BK_OK;
+}
+
+/* Nothing is queued, so nothing can fail after the fact (the emulated BK_LAUNCH does not call it; the
+ * ops may). */
+__attribute__((unused)) static int dev_launched(bk_dev *d, const char *what, bk_error *err)
+{
+    (void)d, (void)what, (void)err;
+    return BK_OK;
+}
+
+static int dev_scratch(bk_dev *d, int slot, size_t bytes, void **out, bk_error *err)
+{
+    if (slot < 0 || slot >= BK_DEV_SCRATCH_COUNT)
+        return bk_fail(err, BK_ERR_INTERNAL, "emulated scratch: slot %d; expected 0..%d", slot,
+                       BK_DEV_SCRATCH_COUNT - 1);
+    if (bytes > d->scratch_bytes[slot] || !d->scratch[slot]) {
+        /* contents need not survive: free and allocate instead of realloc's copy */
+        free(d->scratch[slot]);
+        d->scratch[slot] = malloc(bytes ? bytes : 1);
+        d->scratch_bytes[slot] = d->scratch[slot] ? bytes : 0;
+        if (!d->scratch[slot])
+            return bk_fail(err, BK_ERR_NOMEM, "emulated device: out of memory for %zu bytes of scratch (slot %d)",
+                           bytes, slot);
+    }
+    *out = d->scratch[slot];
+    return BK_OK;
+}
+
+static int dev_upload(bk_dev *d, void *dst, const void *src_host, size_t bytes, bk_error *err)
+{
+    (void)d, (void)err;
+    if (bytes)
+        memcpy(dst, src_host, bytes);
+    return BK_OK;
+}
+
+static int dev_download(bk_dev *d, void *dst_host, const void *src, size_t bytes, bk_error *err)
+{
+    (void)d, (void)err;
+    if (bytes)
+        memcpy(dst_host, src, bytes);
+    return BK_OK;
+}
+
+static int dev_zero(bk_dev *d, void *ptr, size_t bytes, bk_error *err)
+{
+    (void)d, (void)err;
+    if (bytes)
+        memset(ptr, 0, bytes);
+    return BK_OK;
+}
+
+#include "gpu/ops_attention.h"
+#include "gpu/ops_layers.h"
+
+/* --- memory of the table ------------------------------------------------------------------------- */
+
+static int emu_alloc(bk_backend *be, void **ptr, size_t bytes, bk_error *err)
+{
+    (void)be;
+    *ptr = calloc(bytes ? bytes : 1, 1); /* a unique pointer for 0 bytes too */
+    if (!*ptr)
+        return bk_fail(err, BK_ERR_NOMEM, "emulated device: out of memory allocating %zu bytes", bytes);
+    return BK_OK;
+}
+
+static void emu_release(bk_backend *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
+static int emu_upload(bk_backend *be, void *dst, const void *src_host, size_t bytes, bk_error *err)
+{
+    return dev_upload((bk_dev *)be->impl, dst, src_host, bytes, err);
+}
+
+static int emu_download(bk_backend *be, void *dst_host, const void *src, size_t bytes, bk_error *err)
+{
+    return dev_download((bk_dev *)be->impl, dst_host, src, bytes, err);
+}
+
+static int emu_copy(bk_backend *be, void *dst, const void *src, size_t bytes, bk_error *err)
+{
+    (void)be, (void)err;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return BK_OK;
+}
+
+static int emu_zero(bk_backend *be, void *ptr, size_t bytes, bk_error *err)
+{
+    return dev_zero((bk_dev *)be->impl, ptr, bytes, err);
+}
+
+static int emu_sync(bk_backend *be, bk_error *err)
+{
+    (void)be, (void)err;
+    return BK_OK;
+}
+
+static void *emu_stream(bk_backend *be)
+{
+    (void)be;
+    return NULL;
+}
+
+typedef struct bk_emulated_backend {
+    bk_backend be;
+    bk_emulated impl;
+} bk_emulated_backend;
+
+static void emu_destroy(bk_backend *be)
+{
+    bk_emulated_backend *e = (bk_emulated_backend *)be;
+    for (int s = 0; s < BK_DEV_SCRATCH_COUNT; s++)
+        free(e->impl.dev.scratch[s]);
+    free(e);
+}
+
+int bk_backend_emulated_create(bk_backend **out, bk_error *err)
+{
+    *out = NULL;
+    bk_emulated_backend *e = calloc(1, sizeof *e);
+    if (!e)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory creating the emulated device backend");
+    bk_backend *be = &e->be;
+    be->kind = BK_BACKEND_EMULATED;
+    be->name = "emulated";
+    bk_copy_text(be->description, sizeof be->description, "emulated device (CUDA code run as C on the host), fp32 matmuls");
+    be->on_device = 1;
+    be->matmul = BK_MATMUL_FP32;
+    be->impl = &e->impl;
+
+    be->alloc = emu_alloc;
+    be->release = emu_release;
+    be->upload = emu_upload;
+    be->download = emu_download;
+    be->copy = emu_copy;
+    be->zero = emu_zero;
+    be->sync = emu_sync;
+    be->stream = emu_stream;
+
+    be->encoder_forward = dev_encoder_forward;
+    be->encoder_backward = dev_encoder_backward;
+    be->layernorm_forward = dev_layernorm_forward;
+    be->layernorm_backward = dev_layernorm_backward;
+    be->matmul_forward = dev_matmul_forward;
+    be->matmul_backward = dev_matmul_backward;
+    be->gelu_forward = dev_gelu_forward;
+    be->gelu_backward = dev_gelu_backward;
+    be->residual_forward = dev_residual_forward;
+    be->residual_backward = dev_residual_backward;
+    be->crossentropy_forward = dev_crossentropy_forward;
+    be->crossentropy_backward = dev_crossentropy_backward;
+    be->rotary = dev_rotary;
+    be->attention_saved = dev_attention_saved;
+    be->attention_forward = dev_attention_forward;
+    be->attention_backward = dev_attention_backward;
+    be->mix_forward = dev_mix_forward;
+    be->mix_backward = dev_mix_backward;
+    be->first_nonfinite = dev_first_nonfinite;
+    be->sumsq = dev_sumsq;
+    be->scale = dev_scale;
+    be->adamw = dev_adamw;
+    be->destroy = emu_destroy;
+    *out = be;
+    return BK_OK;
+}

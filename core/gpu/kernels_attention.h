@@ -1,0 +1,274 @@
+/* Kernel bodies of the device attention (ops_attention.h), valid C11 and CUDA C++ (gpu/dev.h).
+ *
+ * Layouts. The model's qkv is (B, T, 3C) with row t = [q | k | v] and head h in columns h*hd ..
+ * h*hd+hd-1 of each third (cpu/attention.h). The GEMMs want each (b, h) as one contiguous T x hd
+ * matrix so that a single strided-batched call covers all B*H of them, so q, k and v are first
+ * permuted to (B, H, T, hd) ("bh-major") and results are permuted back.
+ *
+ * Score blocks. For a query block [q0, q1) the scores of (b, h) form a rows x q1 row-major matrix
+ * (rows = q1 - q0, only the causal key prefix [0, q1)) with leading dimension `ld` and bh-stride
+ * `bh_stride`: either inside the saved probabilities (ld = T, stride T*T, offset q0*T) or in a
+ * scratch buffer (ld = q1, stride rows*q1).
+ *
+ * Every body writes only what belongs to its own index (dev.h): no atomics, and every sum below runs
+ * in a fixed order, the CPU's order wherever the CPU has one (cpu/attention.c). */
+#ifndef BK_GPU_KERNELS_ATTENTION_H
+#define BK_GPU_KERNELS_ATTENTION_H
+
+#include "config/experiment.h"
+#include "gpu/dev.h"
+
+#include <math.h>
+#include <stdint.h>
+
+/* ---- permutations ---------------------------------------------------------------------------- */
+
+/* qkv (B, T, 3C) -> q, k, v (B, H, T, hd). Index over 3 * B*H*T*hd in the order
+ * (part, b, h, t, d): consecutive indices read and write consecutive addresses within a head. */
+typedef struct k_att_split_args {
+    const float *qkv;
+    float *part[3]; /* q, k, v */
+    int B, T, C, H;
+} k_att_split_args;
+
+static inline BK_DEV_HD void k_att_split(int64_t i, const void *args)
+{
+    const k_att_split_args *a = (const k_att_split_args *)args;
+    const int hd = a->C / a->H;
+    const int64_t per = (int64_t)a->B * a->H * a->T * hd; /* elements of one part */
+    const int which = (int)(i / per);
+    const int64_t e = i % per;
+    const int d = (int)(e % hd);
+    const int t = (int)((e / hd) % a->T);
+    const int64_t bh = e / ((int64_t)hd * a->T);
+    const int h = (int)(bh % a->H);
+    const int64_t b = bh / a->H;
+    a->part[which][e] = a->qkv[(b * a->T + t) * 3 * (int64_t)a->C + (int64_t)which * a->C + (int64_t)h * hd + d];
+}
+
+/* x (B, T, C) <-> y (B, H, T, hd), index over B*H*T*hd in y's order. to_bh = 1: dst = y = the
+ * permutation of src = x (dout into dO); to_bh = 0: dst = x = the inverse permutation of src = y (the
+ * output). Assignment, not accumulation: the forward output is overwritten as on the CPU. */
+typedef struct k_att_heads_args {
+    const float *src;
+    float *dst;
+    int B, T, C, H;
+    int to_bh;
+} k_att_heads_args;
+
+static inline BK_DEV_HD void k_att_heads(int64_t i, const void *args)
+{
+    const k_att_heads_args *a = (const k_att_heads_args *)args;
+    const int hd = a->C / a->H;
+    const int d = (int)(i % hd);
+    const int t = (int)((i / hd) % a->T);
+    const int64_t bh = i / ((int64_t)hd * a->T);
+    const int h = (int)(bh % a->H);
+    const int64_t b = bh / a->H;
+    const int64_t xi = (b * a->T + t) * (int64_t)a->C + (int64_t)h * hd + d;
+    if (a->to_bh)
+        a->dst[i] = a->src[xi];
+    else
+        a->dst[xi] = a->src[i];
+}
+
+/* dqkv (B, T, 3C) += dq, dk, dv (B, H, T, hd): the CPU's backward accumulates into dqkv. Index over
+ * B*T*3C in dqkv's order (each element of dqkv has exactly one source). */
+typedef struct k_att_merge_grad_args {
+    float *dqkv;
+    const float *part[3]; /* dq, dk, dv */
+    int B, T, C, H;
+} k_att_merge_grad_args;
+
+static inline BK_DEV_HD void k_att_merge_grad(int64_t i, const void *args)
+{
+    const k_att_merge_grad_args *a = (const k_att_merge_grad_args *)args;
+    const int hd = a->C / a->H;
+    const int64_t C3 = 3 * (int64_t)a->C;
+    const int64_t col = i % C3;
+    const int64_t bt = i / C3;
+    const int t = (int)(bt % a->T);
+    const int64_t b = bt / a->T;
+    const int which = (int)(col / a->C);
+    const int h = (int)((col % a->C) / hd);
+    const int d = (int)(col % hd);
+    a->dqkv[i] += a->part[which][((b * a->H + h) * a->T + t) * hd + d];
+}
+
+/* ---- softmax ----------------------------------------------------------------------------------- */
+
+/* The bias of a row: for every stream s with a table, tab_s[h][p_s(i) - p_s(j)] (positions NULL:
+ * the token index). The device trusts that every distance is inside [0, distances) (the model checks
+ * the host positions, see ops_attention.h); a distance outside turns the score into NaN instead of
+ * reading outside the table, so that a broken promise shows as a non-finite loss, not as silently
+ * wrong numbers. */
+typedef struct k_att_bias {
+    const float *table[BK_STREAM_COUNT];       /* H x distances, or NULL */
+    const int32_t *positions[BK_STREAM_COUNT]; /* B x T, or NULL (token index) */
+    int32_t distances;
+} k_att_bias;
+
+/* Forward softmax of one query block, index per (bh, r) over B*H*rows: row r of the block (query
+ * i = q0 + r) holds scale * q_i . k_j for j < q1 (the GEMM applied the scale, as the CPU's sgemm
+ * does). Adds the bias of the streams in stream order, then softmax over j <= i in float exactly as
+ * cpu/attention.c's softmax_row (max subtracted, expf, the sum in ascending j, one reciprocal), and
+ * writes 0 to columns i+1 .. zero_to-1 (zero_to = T in the saved probabilities, so that no entry past
+ * the diagonal is left stale; q1 in scratch). */
+typedef struct k_att_softmax_args {
+    float *S;
+    int64_t bh_stride;
+    int ld, rows, q0, zero_to, T, H;
+    k_att_bias bias;
+} k_att_softmax_args;
+
+static inline BK_DEV_HD void k_att_softmax(int64_t idx, const void *args)
+{
+    const k_att_softmax_args *a = (const k_att_softmax_args *)args;
+    const int r = (int)(idx % a->rows);
+    const int64_t bh = idx / a->rows;
+    const int h = (int)(bh % a->H);
+    const int64_t b = bh / a->H;
+    const int i = a->q0 + r;
+    float *row = a->S + bh * a->bh_stride + (int64_t)r * a->ld;
+    const int64_t D = a->bias.distances;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        const float *tab = a->bias.table[s];
+        if (!tab)
+            continue;
+        tab += (int64_t)h * D;
+        const int32_t *p = a->bias.positions[s] ? a->bias.positions[s] + b * a->T : (const int32_t *)0;
+        const int64_t pi = p ? (int64_t)p[i] : (int64_t)i;
+        for (int j = 0; j <= i; j++) {
+            const int64_t dist = pi - (p ? (int64_t)p[j] : (int64_t)j);
+            row[j] += (dist >= 0 && dist < D) ? tab[dist] : (float)NAN;
+        }
+    }
+    float max = -INFINITY;
+    for (int j = 0; j <= i; j++)
+        max = row[j] > max ? row[j] : max;
+    float sum = 0.0f;
+    for (int j = 0; j <= i; j++) {
+        row[j] = expf(row[j] - max);
+        sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int j = 0; j <= i; j++)
+        row[j] *= inv;
+    for (int j = i + 1; j < a->zero_to; j++)
+        row[j] = 0.0f;
+}
+
+/* Softmax backward of one query block, index per (bh, r): dS holds dP = dO V^T for the block
+ * (rows x q1, leading dimension ld_ds); P the block's probabilities (leading dimension ld_p).
+ * In place: dS_ij = P_ij (dP_ij - sum_{k<=i} P_ik dP_ik) for j <= i, 0 for i < j < q1, the dot
+ * product summed in double in ascending k and rounded to float once, as the CPU does. The 1/sqrt(hd)
+ * of the scores is applied by the dQ and dK GEMMs (alpha); the bias enters unscaled, so dS itself
+ * is the table's score gradient. */
+typedef struct k_att_softmax_bwd_args {
+    float *dS;
+    const float *P;
+    int64_t ds_bh_stride, p_bh_stride;
+    int ld_ds, ld_p, rows, q0, q1;
+} k_att_softmax_bwd_args;
+
+static inline BK_DEV_HD void k_att_softmax_bwd(int64_t idx, const void *args)
+{
+    const k_att_softmax_bwd_args *a = (const k_att_softmax_bwd_args *)args;
+    const int r = (int)(idx % a->rows);
+    const int64_t bh = idx / a->rows;
+    const int i = a->q0 + r;
+    float *row = a->dS + bh * a->ds_bh_stride + (int64_t)r * a->ld_ds;
+    const float *P = a->P + bh * a->p_bh_stride + (int64_t)r * a->ld_p;
+    double dot = 0.0;
+    for (int j = 0; j <= i; j++)
+        dot += (double)P[j] * (double)row[j];
+    const float fdot = (float)dot;
+    for (int j = 0; j <= i; j++)
+        row[j] = P[j] * (row[j] - fdot);
+    for (int j = i + 1; j < a->q1; j++)
+        row[j] = 0.0f;
+}
+
+/* ---- table gradient ---------------------------------------------------------------------------- */
+
+/* Table-gradient partials of one stream for one query block, index per (bh, delta) over
+ * B*H*width (width = the stream's span): G[bh * width + delta] += sum of dS[b,h,i,j] over the
+ * block's queries i and keys j <= i with p(i) - p(j) = delta, in double.
+ *
+ * Order: the running value G[...] is loaded, every term added to it in ascending (i, j), and
+ * stored: across query blocks (launched in ascending order) that is the CPU's order exactly, which
+ * adds dS[i][j] into its per-(b, h) double slice for i ascending and, within a row, j ascending.
+ *  - token stream (positions NULL): the one key is j = i - delta (when >= 0);
+ *  - a stream with positions: p is non-decreasing along the row, so the keys j <= i with
+ *    p(j) = p(i) - delta form one contiguous range [lo, hi), found by two binary searches over
+ *    [0, i]. */
+typedef struct k_att_table_partial_args {
+    double *G;
+    const float *dS;
+    const int32_t *positions; /* B x T, or NULL */
+    int64_t ds_bh_stride;
+    int ld_ds, rows, q0, T, H, width;
+} k_att_table_partial_args;
+
+/* The first j in [lo, hi) with p[j] >= target (hi when none); p non-decreasing. */
+static inline BK_DEV_HD int k_att_lower_bound(const int32_t *p, int lo, int hi, int64_t target)
+{
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if ((int64_t)p[mid] < target)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static inline BK_DEV_HD void k_att_table_partial(int64_t idx, const void *args)
+{
+    const k_att_table_partial_args *a = (const k_att_table_partial_args *)args;
+    const int delta = (int)(idx % a->width);
+    const int64_t bh = idx / a->width;
+    const int64_t b = bh / a->H;
+    const float *dS = a->dS + bh * a->ds_bh_stride;
+    double acc = a->G[idx];
+    if (!a->positions) {
+        for (int r = 0; r < a->rows; r++) {
+            const int j = a->q0 + r - delta;
+            if (j >= 0)
+                acc += (double)dS[(int64_t)r * a->ld_ds + j];
+        }
+    } else {
+        const int32_t *p = a->positions + b * a->T;
+        for (int r = 0; r < a->rows; r++) {
+            const int i = a->q0 + r;
+            const int64_t target = (int64_t)p[i] - delta;
+            const int lo = k_att_lower_bound(p, 0, i + 1, target);
+            const int hi = k_att_lower_bound(p, lo, i + 1, target + 1);
+            const float *row = dS + (int64_t)r * a->ld_ds;
+            for (int j = lo; j < hi; j++)
+                acc += (double)row[j];
+        }
+    }
+    a->G[idx] = acc;
+}
+
+/* dtable[h * distances + delta] += (float)(sum over b = 0, 1, ..., B-1 of G[(b*H + h) * width + delta]),
+ * summed in double in ascending b, index per (h, delta) over H*width: the CPU's final reduction. */
+typedef struct k_att_table_reduce_args {
+    float *dtable;
+    const double *G;
+    int B, H, width, distances;
+} k_att_table_reduce_args;
+
+static inline BK_DEV_HD void k_att_table_reduce(int64_t idx, const void *args)
+{
+    const k_att_table_reduce_args *a = (const k_att_table_reduce_args *)args;
+    const int delta = (int)(idx % a->width);
+    const int h = (int)(idx / a->width);
+    double sum = 0.0;
+    for (int b = 0; b < a->B; b++)
+        sum += a->G[((int64_t)b * a->H + h) * a->width + delta];
+    a->dtable[(int64_t)h * a->distances + delta] += (float)sum;
+}
+
+#endif

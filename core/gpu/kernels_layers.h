@@ -1,0 +1,496 @@
+/* Kernel bodies of the device layers, the optimizer and the bias-table mixing (gpu/dev.h explains
+ * the form: k_name(i, args) computes the outputs of thread index i, valid C11 and CUDA C++ at once).
+ *
+ * Every body is the device form of a CPU reference and keeps its arithmetic and, for every sum, its
+ * order: the references are model/layers.c, train/adamw.c (train/adamw_math.h) and bias/mix.c. Where a sum over many rows
+ * or values must be split to give the GPU enough threads, it is split into fixed chunks whose partial
+ * sums (in double) a second kernel — or the host — adds up in chunk order, so the result depends only
+ * on the data and the chunk size, never on thread counts or scheduling:
+ *
+ *   column sums over rows (LayerNorm dweight/dbias, matmul dbias): chunks of BK_DEV_ROW_CHUNK rows,
+ *       partial[chunk][c] summed over the chunk's rows in order, then over chunks in order
+ *       (k_column_sum), then added to the float gradient. The CPU sums all rows of a column in one
+ *       double: the two differ only in the rounding of double additions (~1e-16 relative), which the
+ *       final float conversion almost always hides;
+ *   the gradient norm (sumsq): chunks of BK_NORM_CHUNK values, each summed in index order in double,
+ *       then the chunk sums in chunk order — exactly adamw.c's grouping, hence equal bits;
+ *   the mixing weights' gradients and first_nonfinite: chunks of BK_DEV_SCAN_CHUNK values.
+ */
+#ifndef BK_GPU_KERNELS_LAYERS_H
+#define BK_GPU_KERNELS_LAYERS_H
+
+#include "config/experiment.h"
+#include "gpu/dev.h"
+#include "model/gelu_math.h"
+#include "model/rotary_math.h"
+#include "train/adamw_math.h"
+
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Rows per partial sum of the column reductions. */
+#define BK_DEV_ROW_CHUNK 32
+/* Values per partial of the mixing weights' gradient and of first_nonfinite. */
+#define BK_DEV_SCAN_CHUNK 1024
+/* LayerNorm's epsilon (model/layers.c: LAYERNORM_EPS). */
+#define BK_DEV_LAYERNORM_EPS 1e-5f
+
+/* sum + x^2 in double, rounded after the product and after the sum as the CPU does: nvcc would fuse
+ * the two into one FMA (a single rounding) and change the bits of the gradient norm. */
+static inline BK_DEV_HD double k_add_square(double sum, float x)
+{
+#if defined(__CUDA_ARCH__)
+    return __dadd_rn(sum, __dmul_rn((double)x, (double)x));
+#else
+    return sum + (double)x * (double)x;
+#endif
+}
+
+/* isfinite() without relying on which overloads <math.h> offers in device code: NaN compares false,
+ * +-inf exceeds FLT_MAX. */
+static inline BK_DEV_HD int k_finite(float x)
+{
+    return fabsf(x) <= FLT_MAX;
+}
+
+/* --- encoder ----------------------------------------------------------------------------------- */
+
+/* index (n, c) of (N, C): out[n, c] = wte[inp[n], c] */
+typedef struct k_encoder_forward_args {
+    float *out;
+    const int32_t *inp;
+    const float *wte;
+    int64_t C;
+} k_encoder_forward_args;
+
+static inline BK_DEV_HD void k_encoder_forward(int64_t i, const void *args)
+{
+    const k_encoder_forward_args *a = (const k_encoder_forward_args *)args;
+    int64_t n = i / a->C, c = i % a->C;
+    a->out[i] = a->wte[(int64_t)a->inp[n] * a->C + c];
+}
+
+/* index (u, c) of (n_buckets, C): dwte[ids[u], c] += dout[t, c] for the bucket's tokens t in ascending
+ * order, one float addition at a time — the CPU's loop over all tokens in order, restricted to the
+ * tokens of one id, so the bits are the CPU's. Each (id, c) has one thread: no atomics. */
+typedef struct k_encoder_backward_args {
+    float *dwte;
+    const float *dout;
+    const int32_t *ids, *start, *tokens;
+    int64_t C;
+} k_encoder_backward_args;
+
+static inline BK_DEV_HD void k_encoder_backward(int64_t i, const void *args)
+{
+    const k_encoder_backward_args *a = (const k_encoder_backward_args *)args;
+    int64_t u = i / a->C, c = i % a->C;
+    float *w = a->dwte + (int64_t)a->ids[u] * a->C + c;
+    float acc = *w;
+    for (int32_t j = a->start[u]; j < a->start[u + 1]; j++)
+        acc += a->dout[(int64_t)a->tokens[j] * a->C + c];
+    *w = acc;
+}
+
+/* --- layernorm --------------------------------------------------------------------------------- */
+
+/* index n (row): model/layers.c bk_layernorm_forward, double mean and variance in channel order */
+typedef struct k_layernorm_forward_args {
+    float *out, *mean, *rstd;
+    const float *inp, *weight, *bias;
+    int64_t C;
+} k_layernorm_forward_args;
+
+static inline BK_DEV_HD void k_layernorm_forward(int64_t n, const void *args)
+{
+    const k_layernorm_forward_args *a = (const k_layernorm_forward_args *)args;
+    const int64_t C = a->C;
+    const float *x = a->inp + n * C;
+    double m = 0.0, v = 0.0;
+    for (int64_t c = 0; c < C; c++)
+        m += x[c];
+    m /= (double)C;
+    for (int64_t c = 0; c < C; c++)
+        v += (x[c] - m) * (x[c] - m);
+    v /= (double)C;
+    float s = 1.0f / sqrtf((float)v + BK_DEV_LAYERNORM_EPS);
+    float *y = a->out + n * C;
+    for (int64_t c = 0; c < C; c++)
+        y[c] = (float)(x[c] - m) * s * a->weight[c] + a->bias[c];
+    a->mean[n] = (float)m;
+    a->rstd[n] = s;
+}
+
+/* index n (row): dinp[n, :] += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = w dy,
+ * the two means in double in channel order (model/layers.c bk_layernorm_backward) */
+typedef struct k_layernorm_backward_args {
+    float *dinp;
+    double *part_w, *part_b; /* (chunks, C) partials of dweight and dbias */
+    const float *dout, *inp, *weight, *mean, *rstd;
+    int64_t N, C;
+} k_layernorm_backward_args;
+
+static inline BK_DEV_HD void k_layernorm_backward_dinp(int64_t n, const void *args)
+{
+    const k_layernorm_backward_args *a = (const k_layernorm_backward_args *)args;
+    const int64_t C = a->C;
+    const float *dy = a->dout + n * C, *x = a->inp + n * C;
+    const float mu = a->mean[n], rs = a->rstd[n];
+    float *dx = a->dinp + n * C;
+    double dnorm_mean = 0.0, dnorm_norm_mean = 0.0;
+    for (int64_t c = 0; c < C; c++) {
+        float norm = (x[c] - mu) * rs;
+        float dnorm = a->weight[c] * dy[c];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= (double)C;
+    dnorm_norm_mean /= (double)C;
+    for (int64_t c = 0; c < C; c++) {
+        float norm = (x[c] - mu) * rs;
+        float dnorm = a->weight[c] * dy[c];
+        dx[c] += (dnorm - (float)dnorm_mean - norm * (float)dnorm_norm_mean) * rs;
+    }
+}
+
+/* index (chunk, c) of (ceil(N / BK_DEV_ROW_CHUNK), C): the chunk's rows in order, in double:
+ * part_w = sum norm * dy, part_b = sum dy (first stage of dweight, dbias; k_column_sum is the second) */
+static inline BK_DEV_HD void k_layernorm_backward_params(int64_t i, const void *args)
+{
+    const k_layernorm_backward_args *a = (const k_layernorm_backward_args *)args;
+    const int64_t C = a->C, chunk = i / C, c = i % C;
+    const int64_t lo = chunk * BK_DEV_ROW_CHUNK, hi = lo + BK_DEV_ROW_CHUNK < a->N ? lo + BK_DEV_ROW_CHUNK : a->N;
+    double dw = 0.0, db = 0.0;
+    for (int64_t n = lo; n < hi; n++) {
+        float dy = a->dout[n * C + c];
+        dw += (double)((a->inp[n * C + c] - a->mean[n]) * a->rstd[n]) * dy;
+        db += dy;
+    }
+    a->part_w[i] = dw;
+    a->part_b[i] = db;
+}
+
+/* --- column reductions (matmul dbias; second stage of every column sum) ------------------------- */
+
+/* index (chunk, c) of (ceil(N / BK_DEV_ROW_CHUNK), C): part[chunk, c] = sum of x[n, c] over the
+ * chunk's rows in order, in double */
+typedef struct k_column_partials_args {
+    double *part;
+    const float *x;
+    int64_t N, C;
+} k_column_partials_args;
+
+static inline BK_DEV_HD void k_column_partials(int64_t i, const void *args)
+{
+    const k_column_partials_args *a = (const k_column_partials_args *)args;
+    const int64_t C = a->C, chunk = i / C, c = i % C;
+    const int64_t lo = chunk * BK_DEV_ROW_CHUNK, hi = lo + BK_DEV_ROW_CHUNK < a->N ? lo + BK_DEV_ROW_CHUNK : a->N;
+    double acc = 0.0;
+    for (int64_t n = lo; n < hi; n++)
+        acc += a->x[n * C + c];
+    a->part[i] = acc;
+}
+
+/* index c: out[c] += (float)(sum of part[chunk, c] over chunks in order) */
+typedef struct k_column_sum_args {
+    float *out;
+    const double *part;
+    int64_t chunks, C;
+} k_column_sum_args;
+
+static inline BK_DEV_HD void k_column_sum(int64_t c, const void *args)
+{
+    const k_column_sum_args *a = (const k_column_sum_args *)args;
+    double acc = 0.0;
+    for (int64_t k = 0; k < a->chunks; k++)
+        acc += a->part[k * a->C + c];
+    a->out[c] += (float)acc;
+}
+
+/* --- matmul bias ------------------------------------------------------------------------------- */
+
+/* index (n, o) of (N, OC): out[n, o] += bias[o], after the GEMM (the CPU's order of the two) */
+typedef struct k_bias_add_args {
+    float *out;
+    const float *bias;
+    int64_t OC;
+} k_bias_add_args;
+
+static inline BK_DEV_HD void k_bias_add(int64_t i, const void *args)
+{
+    const k_bias_add_args *a = (const k_bias_add_args *)args;
+    a->out[i] += a->bias[i % a->OC];
+}
+
+/* --- elementwise ------------------------------------------------------------------------------- */
+
+typedef struct k_unary_args {
+    float *out;
+    const float *x, *dout;
+    float s;
+} k_unary_args;
+
+/* out = GELU(x) */
+static inline BK_DEV_HD void k_gelu_forward(int64_t i, const void *args)
+{
+    const k_unary_args *a = (const k_unary_args *)args;
+    a->out[i] = bk_gelu(a->x[i]);
+}
+
+/* out (dinp) += GELU'(x) dout */
+static inline BK_DEV_HD void k_gelu_backward(int64_t i, const void *args)
+{
+    const k_unary_args *a = (const k_unary_args *)args;
+    a->out[i] += bk_gelu_grad(a->x[i]) * a->dout[i];
+}
+
+/* out *= s (gradient clipping) */
+static inline BK_DEV_HD void k_scale(int64_t i, const void *args)
+{
+    const k_unary_args *a = (const k_unary_args *)args;
+    a->out[i] *= a->s;
+}
+
+typedef struct k_residual_args {
+    float *out, *out2;
+    const float *a, *b;
+} k_residual_args;
+
+/* out = a + b */
+static inline BK_DEV_HD void k_residual_forward(int64_t i, const void *args)
+{
+    const k_residual_args *r = (const k_residual_args *)args;
+    r->out[i] = r->a[i] + r->b[i];
+}
+
+/* out (da) += a (dout), out2 (db) += a (dout) */
+static inline BK_DEV_HD void k_residual_backward(int64_t i, const void *args)
+{
+    const k_residual_args *r = (const k_residual_args *)args;
+    r->out[i] += r->a[i];
+    r->out2[i] += r->a[i];
+}
+
+/* --- softmax + cross-entropy ------------------------------------------------------------------- */
+
+typedef struct k_crossentropy_args {
+    float *losses, *probs, *dlogits;
+    const float *logits, *probs_in;
+    const int32_t *targets;
+    float dloss;
+    int64_t V;
+} k_crossentropy_args;
+
+/* index n (row): model/layers.c bk_crossentropy_forward — max in float, sum of exp in double in
+ * vocabulary order, loss = log(total) - (z[target] - max), probabilities when asked */
+static inline BK_DEV_HD void k_crossentropy_forward(int64_t n, const void *args)
+{
+    const k_crossentropy_args *a = (const k_crossentropy_args *)args;
+    const int64_t V = a->V;
+    const float *z = a->logits + n * V;
+    float m = -INFINITY;
+    for (int64_t v = 0; v < V; v++)
+        m = z[v] > m ? z[v] : m;
+    double total = 0.0;
+    for (int64_t v = 0; v < V; v++)
+        total += exp((double)(z[v] - m));
+    double log_total = log(total);
+    a->losses[n] = (float)(log_total - (double)(z[a->targets[n]] - m));
+    if (a->probs)
+        for (int64_t v = 0; v < V; v++)
+            a->probs[n * V + v] = (float)exp((double)(z[v] - m) - log_total);
+}
+
+/* index (n, v): dlogits = (probs - onehot(target)) dloss, overwritten */
+static inline BK_DEV_HD void k_crossentropy_backward(int64_t i, const void *args)
+{
+    const k_crossentropy_args *a = (const k_crossentropy_args *)args;
+    const int64_t n = i / a->V, v = i % a->V;
+    a->dlogits[i] = (a->probs_in[i] - (v == (int64_t)a->targets[n] ? 1.0f : 0.0f)) * a->dloss;
+}
+
+/* --- rotary ------------------------------------------------------------------------------------ */
+
+/* index n (token of B*T): rotate every head of q, then of k, in qkv (N, 3C) by the angles of the
+ * token's position (positions[n], or n % T), pair k = (x[k], x[k + pairs]) (model/positions.c rotate) */
+typedef struct k_rotary_args {
+    float *qkv;
+    const float *cos, *sin;
+    const int32_t *positions;
+    int64_t T, C, H, pairs;
+    float sign;
+} k_rotary_args;
+
+static inline BK_DEV_HD void k_rotary(int64_t n, const void *args)
+{
+    const k_rotary_args *a = (const k_rotary_args *)args;
+    const int64_t p = a->positions ? (int64_t)a->positions[n] : n % a->T;
+    const int64_t hd = a->C / a->H, half = a->pairs;
+    const float *c = a->cos + p * half, *s = a->sin + p * half;
+    for (int64_t part = 0; part < 2; part++) /* q, then k */
+        for (int64_t h = 0; h < a->H; h++) {
+            float *x = a->qkv + n * 3 * a->C + part * a->C + h * hd;
+            for (int64_t k = 0; k < half; k++)
+                bk_rotate_pair(&x[k], &x[k + half], c[k], a->sign * s[k]);
+        }
+}
+
+/* --- reductions to the host ---------------------------------------------------------------------- */
+
+/* index chunk: part[chunk] = sum of x[k]^2 over the chunk's BK_NORM_CHUNK values in index order, in
+ * double (train/adamw.c bk_adamw_grad_norm's first level) */
+typedef struct k_sumsq_args {
+    double *part;
+    const float *x;
+    int64_t n, chunk;
+} k_sumsq_args;
+
+static inline BK_DEV_HD void k_sumsq_partials(int64_t i, const void *args)
+{
+    const k_sumsq_args *a = (const k_sumsq_args *)args;
+    const int64_t lo = i * a->chunk, hi = lo + a->chunk < a->n ? lo + a->chunk : a->n;
+    double sum = 0.0;
+    for (int64_t k = lo; k < hi; k++)
+        sum = k_add_square(sum, a->x[k]);
+    a->part[i] = sum;
+}
+
+/* index r: out[r] = sum of part[r * count + j] over j in order (the second level of a chunked sum) */
+typedef struct k_sum_rows_args {
+    double *out;
+    const double *part;
+    int64_t count;
+} k_sum_rows_args;
+
+static inline BK_DEV_HD void k_sum_rows(int64_t r, const void *args)
+{
+    const k_sum_rows_args *a = (const k_sum_rows_args *)args;
+    double sum = 0.0;
+    for (int64_t j = 0; j < a->count; j++)
+        sum += a->part[r * a->count + j];
+    a->out[r] = sum;
+}
+
+/* index chunk: part[chunk] = the first k of the chunk's BK_DEV_SCAN_CHUNK values with x[k] not
+ * finite, or -1; k_first_index (one index) then takes the first chunk's answer that is not -1 */
+typedef struct k_nonfinite_args {
+    int64_t *part, *out;
+    const float *x;
+    int64_t n, chunks;
+} k_nonfinite_args;
+
+static inline BK_DEV_HD void k_nonfinite_partials(int64_t i, const void *args)
+{
+    const k_nonfinite_args *a = (const k_nonfinite_args *)args;
+    const int64_t lo = i * BK_DEV_SCAN_CHUNK, hi = lo + BK_DEV_SCAN_CHUNK < a->n ? lo + BK_DEV_SCAN_CHUNK : a->n;
+    int64_t found = -1;
+    for (int64_t k = lo; k < hi && found < 0; k++)
+        if (!k_finite(a->x[k]))
+            found = k;
+    a->part[i] = found;
+}
+
+static inline BK_DEV_HD void k_first_index(int64_t i, const void *args)
+{
+    const k_nonfinite_args *a = (const k_nonfinite_args *)args;
+    int64_t found = -1;
+    for (int64_t c = 0; c < a->chunks && found < 0; c++)
+        found = a->part[c];
+    a->out[i] = found;
+}
+
+/* --- AdamW ------------------------------------------------------------------------------------- */
+
+/* index k: one AdamW update (train/adamw_math.h, the host loops' formula: the same fp32 bits where the
+ * compiler does not contract it into FMAs) */
+typedef struct k_adamw_args {
+    float *param, *m, *v;
+    const float *grad;
+    float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+} k_adamw_args;
+
+static inline BK_DEV_HD void k_adamw(int64_t k, const void *args)
+{
+    const k_adamw_args *a = (const k_adamw_args *)args;
+    bk_adamw_update(&a->param[k], a->grad[k], &a->m[k], &a->v[k], a->lr, a->beta1, a->beta2, a->eps,
+                    a->weight_decay, a->bc1, a->bc2);
+}
+
+/* --- mixing of bias tables (bias/mix.c) ------------------------------------------------------------ */
+
+typedef struct k_mix_args {
+    const float *const *tables;  /* n_terms device pointers, in device memory */
+    float *const *dtables;       /* n_terms device pointers (entries may be NULL), or NULL */
+    const double *weights;       /* n_terms, in device memory */
+    const float *mixed, *dout;
+    float *out;
+    double *part;                /* (n_terms, chunks) partials of the weights' gradients */
+    int64_t n, chunks;
+    int n_terms, mode;           /* bk_mixing */
+} k_mix_args;
+
+/* Whether term t takes part: every term when summing, terms of weight > 0 in kernel mode. */
+static inline BK_DEV_HD int k_mix_active(const k_mix_args *a, int t)
+{
+    return a->mode == BK_MIX_SUM || a->weights[t] > 0.0;
+}
+
+/* dM/dw_t at k: T_t (sum) or exp(T_t - M) (kernel); dM/dT_t is w_t in sum mode, w_t dM/dw_t in kernel mode */
+static inline BK_DEV_HD double k_mix_dm_dw(const k_mix_args *a, int t, int64_t k)
+{
+    return a->mode == BK_MIX_SUM ? (double)a->tables[t][k] : exp((double)a->tables[t][k] - (double)a->mixed[k]);
+}
+
+/* index k: out[k] = sum_t w_t T_t[k] (sum) or m + log sum_t w_t exp(T_t[k] - m) over active terms,
+ * m their largest table value (kernel); terms in order, in double */
+static inline BK_DEV_HD void k_mix_forward(int64_t k, const void *args)
+{
+    const k_mix_args *a = (const k_mix_args *)args;
+    if (a->mode == BK_MIX_SUM) {
+        double acc = 0.0;
+        for (int t = 0; t < a->n_terms; t++)
+            acc += a->weights[t] * (double)a->tables[t][k];
+        a->out[k] = (float)acc;
+        return;
+    }
+    double m = -INFINITY;
+    for (int t = 0; t < a->n_terms; t++)
+        if (a->weights[t] > 0.0 && a->tables[t][k] > m)
+            m = a->tables[t][k];
+    double acc = 0.0;
+    for (int t = 0; t < a->n_terms; t++)
+        if (a->weights[t] > 0.0)
+            acc += a->weights[t] * exp((double)a->tables[t][k] - m);
+    a->out[k] = (float)(m + log(acc));
+}
+
+/* index k: dtables[t][k] += (float)(dout[k] dM/dT_t) for every active term with a gradient table */
+static inline BK_DEV_HD void k_mix_backward_tables(int64_t k, const void *args)
+{
+    const k_mix_args *a = (const k_mix_args *)args;
+    double g = a->dout[k];
+    for (int t = 0; t < a->n_terms; t++) {
+        if (!k_mix_active(a, t) || !a->dtables[t])
+            continue;
+        double dm_dt = a->mode == BK_MIX_SUM ? a->weights[t] : a->weights[t] * k_mix_dm_dw(a, t, k);
+        a->dtables[t][k] += (float)(g * dm_dt);
+    }
+}
+
+/* index (t, chunk) of (n_terms, chunks): part[t, chunk] = sum of dout[k] dM/dw_t over the chunk's
+ * BK_DEV_SCAN_CHUNK values in index order, in double (0 for an inactive term) */
+static inline BK_DEV_HD void k_mix_backward_weights(int64_t i, const void *args)
+{
+    const k_mix_args *a = (const k_mix_args *)args;
+    const int t = (int)(i / a->chunks);
+    const int64_t lo = (i % a->chunks) * BK_DEV_SCAN_CHUNK;
+    const int64_t hi = lo + BK_DEV_SCAN_CHUNK < a->n ? lo + BK_DEV_SCAN_CHUNK : a->n;
+    double dw = 0.0;
+    if (k_mix_active(a, t))
+        for (int64_t k = lo; k < hi; k++)
+            dw += (double)a->dout[k] * k_mix_dm_dw(a, t, k);
+    a->part[i] = dw;
+}
+
+#endif

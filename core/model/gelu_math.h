@@ -1,0 +1,47 @@
+/* GELU, tanh approximation (GPT-2; PyTorch gelu(approximate="tanh")), per element, written once for
+ * the host (model/layers.c) and the device kernels (gpu/kernels_layers.h).
+ *
+ * 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3) is computed as x * s with
+ * s = 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)): glibc's expf is several times faster than its tanhf, and
+ * the result differs from the tanhf form by a few ulp. d/dx = s + x * s' where
+ * s' = 2 s (1 - s) du/dx = 2 e s^2 du/dx (e = exp(-2u)), i.e. 0.5 x sech^2(u) du/dx. */
+#ifndef BK_GELU_MATH_H
+#define BK_GELU_MATH_H
+
+#include <biaskit/plugin.h>
+
+#include <math.h>
+
+#define BK_GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+#define BK_GELU_CUBIC 0.044715f
+/* Past exp(-2u) = exp(80), s = 1/(1+e) < 2e-35 is taken as 0: e stays finite (e * s * s below would
+ * be inf * 0 otherwise) and GELU(x) = x * s is exactly -0 for every very negative x, as the tanh form. */
+#define BK_GELU_EXP_MAX 80.0f
+
+/* s = 0.5 (1 + tanh u), and e = exp(-2u) (clamped) in *e_out. */
+static inline BIASKIT_HD float bk_gelu_sigmoid(float x, float *e_out)
+{
+    float u = BK_GELU_SCALE * (x + BK_GELU_CUBIC * x * x * x);
+    float a = -2.0f * u;
+    float e = expf(fminf(a, BK_GELU_EXP_MAX));
+    *e_out = e;
+    return a > BK_GELU_EXP_MAX ? 0.0f : 1.0f / (1.0f + e);
+}
+
+/* GELU(x) */
+static inline BIASKIT_HD float bk_gelu(float x)
+{
+    float e;
+    return x * bk_gelu_sigmoid(x, &e);
+}
+
+/* dGELU/dx at x */
+static inline BIASKIT_HD float bk_gelu_grad(float x)
+{
+    float e;
+    float s = bk_gelu_sigmoid(x, &e);
+    float du = BK_GELU_SCALE * (1.0f + 3.0f * BK_GELU_CUBIC * x * x);
+    return s + 2.0f * x * (e * s) * s * du;
+}
+
+#endif

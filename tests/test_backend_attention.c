@@ -1,0 +1,465 @@
+/* The device attention (core/gpu/ops_attention.h) against the CPU reference (cpu/attention.c), on the
+ * emulated backend (the device code compiled as C) and, when a GPU answers, on the CUDA backend:
+ * forward output and saved probabilities, forward-only output, dqkv (accumulated into a nonzero
+ * start) and the table gradients (likewise), for no bias, the token table, a segment stream with
+ * repeated positions and gaps, both streams, explicit token positions, head sizes 8 and 64, and
+ * lengths of one and of several query blocks that are not multiples of the block; then that two
+ * runs give the same bits, and the argument errors.
+ *
+ * Tolerances (|device - cpu| <= atol + rtol |cpu|): the device sums its GEMMs in other orders and
+ * in other query blocks than the CPU (dK and dV accumulate over 128-row blocks, the CPU's over 64),
+ * so results agree to float rounding, not bit for bit:
+ *   out, probabilities      atol 1e-6, rtol 1e-5  (largest error seen emulated: 1.3e-7)
+ *   dqkv                    atol 1e-5, rtol 1e-4  (seen: 8.3e-7)
+ *   dtable                  atol 2e-5, rtol 1e-4  (seen: 4.8e-7; sums of up to B*T*T/2 score
+ *                                                   gradients, each carrying float rounding)
+ * about ten times what was seen, for cuBLAS's and the GPU's expf's different rounding.
+ * Saved and forward-only outputs run the same GEMM shapes and per-row arithmetic: bit-identical
+ * when emulated, within 1e-6 on CUDA (cuBLAS may choose its kernel by leading dimension). */
+#include "test_util.h"
+
+#include "cpu/attention.h"
+#include "device.h"
+#include "model/backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+enum {
+    BIAS_TOKEN = 1,          /* token-stream table, positions NULL (the token index) */
+    BIAS_SEGMENT = 2,        /* segment-stream table with positions: repeats and gaps */
+    BIAS_TOKEN_EXPLICIT = 4, /* token-stream positions given explicitly (repeats, an offset) */
+    BIAS_SPAN_UNKNOWN = 8    /* span left 0: the device works over all of the table's distances */
+};
+
+typedef struct problem {
+    int B, T, C, H, D, flags;
+    float *qkv, *dout;               /* (B, T, 3C), (B, T, C) */
+    float *dqkv0;                    /* the starting value of dqkv: backward accumulates */
+    float *table[BK_STREAM_COUNT];   /* H x D, or NULL */
+    float *dtable0[BK_STREAM_COUNT]; /* the starting value of dtable[s] */
+    int32_t *pos[BK_STREAM_COUNT];   /* B x T, or NULL */
+    int32_t span[BK_STREAM_COUNT];
+} problem;
+
+typedef struct result {
+    float *out, *out_fwd_only, *probs, *dqkv;
+    float *dtable[BK_STREAM_COUNT];
+} result;
+
+static uint64_t rng_state;
+
+static double uniform(void) /* xorshift64*, in [-1, 1) */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 0x2545F4914F6CDD1DULL) >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static float *random_floats(size_t n, double amplitude)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(amplitude * uniform());
+    return x;
+}
+
+static int32_t *positions(int B, int T, int first_of_row, double p_repeat, double p_gap)
+{
+    int32_t *p = malloc((size_t)B * T * sizeof *p);
+    assert_non_null(p);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            if (t == 0) {
+                p[b * T] = first_of_row * b;
+                continue;
+            }
+            const double u = 0.5 * (uniform() + 1.0);
+            p[b * T + t] = p[b * T + t - 1] + (u < p_repeat ? 0 : u < p_repeat + p_gap ? 3 : 1);
+        }
+    return p;
+}
+
+static problem make_problem(int B, int T, int C, int H, int flags, uint64_t seed)
+{
+    rng_state = seed;
+    problem pb;
+    memset(&pb, 0, sizeof pb);
+    pb.B = B, pb.T = T, pb.C = C, pb.H = H, pb.flags = flags;
+    pb.qkv = random_floats((size_t)B * T * 3 * C, 1.0);
+    pb.dout = random_floats((size_t)B * T * C, 1.0);
+    pb.dqkv0 = random_floats((size_t)B * T * 3 * C, 0.5);
+    if (flags & BIAS_TOKEN_EXPLICIT)
+        pb.pos[0] = positions(B, T, 7, 0.2, 0.0);
+    if (flags & BIAS_SEGMENT)
+        pb.pos[1] = positions(B, T, 0, 0.6, 0.1);
+    /* span[s] = 1 + the largest distance of the batch; the tables hold a few distances more */
+    int32_t far = 0;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        if (!(s == 0 ? flags & (BIAS_TOKEN | BIAS_TOKEN_EXPLICIT) : flags & BIAS_SEGMENT))
+            continue;
+        pb.span[s] = 1;
+        for (int b = 0; b < B; b++) {
+            const int32_t d = pb.pos[s] ? pb.pos[s][b * T + T - 1] - pb.pos[s][b * T] : T - 1;
+            pb.span[s] = d + 1 > pb.span[s] ? d + 1 : pb.span[s];
+        }
+        far = pb.span[s] > far ? pb.span[s] : far;
+    }
+    pb.D = far + 5;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        if (!pb.span[s])
+            continue;
+        pb.table[s] = random_floats((size_t)H * pb.D, 1.0);
+        pb.dtable0[s] = random_floats((size_t)H * pb.D, 0.5);
+        if (flags & BIAS_SPAN_UNKNOWN)
+            pb.span[s] = 0;
+    }
+    return pb;
+}
+
+static void free_problem(problem *pb)
+{
+    free(pb->qkv);
+    free(pb->dout);
+    free(pb->dqkv0);
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        free(pb->table[s]);
+        free(pb->dtable0[s]);
+        free(pb->pos[s]);
+    }
+}
+
+static void free_result(result *r)
+{
+    free(r->out);
+    free(r->out_fwd_only);
+    free(r->probs);
+    free(r->dqkv);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        free(r->dtable[s]);
+    memset(r, 0, sizeof *r);
+}
+
+static float *copy_floats(const float *x, size_t n)
+{
+    float *y = malloc((n ? n : 1) * sizeof *y);
+    assert_non_null(y);
+    if (n)
+        memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+static size_t table_floats(const problem *pb)
+{
+    return (size_t)pb->H * pb->D;
+}
+
+/* The CPU reference: forward with probabilities, backward into copies of dqkv0 and dtable0. */
+static result run_cpu(const problem *pb)
+{
+    const size_t nqkv = (size_t)pb->B * pb->T * 3 * pb->C, nout = (size_t)pb->B * pb->T * pb->C;
+    const size_t nprobs = (size_t)pb->B * pb->H * pb->T * pb->T;
+    result r;
+    memset(&r, 0, sizeof r);
+    r.out = malloc(nout * sizeof(float));
+    r.probs = malloc(nprobs * sizeof(float));
+    assert_non_null(r.out);
+    assert_non_null(r.probs);
+    r.dqkv = copy_floats(pb->dqkv0, nqkv);
+    bk_attention_bias bias;
+    memset(&bias, 0, sizeof bias);
+    bias.distances = pb->D;
+    float *dtable[BK_STREAM_COUNT] = {NULL, NULL};
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        bias.table[s] = pb->table[s];
+        bias.positions[s] = pb->pos[s];
+        bias.span[s] = pb->span[s];
+        if (pb->table[s])
+            dtable[s] = r.dtable[s] = copy_floats(pb->dtable0[s], table_floats(pb));
+    }
+    bk_error err = {0};
+    int rc = bk_attention_forward(r.out, r.probs, pb->qkv, &bias, pb->B, pb->T, pb->C, pb->H, &err);
+    if (rc != BK_OK)
+        fail_msg("cpu attention forward: %s", err.message);
+    rc = bk_attention_backward(r.dqkv, dtable, pb->dout, pb->qkv, r.probs, &bias, pb->B, pb->T, pb->C, pb->H, &err);
+    if (rc != BK_OK)
+        fail_msg("cpu attention backward: %s", err.message);
+    return r;
+}
+
+/* ---- backend memory -------------------------------------------------------------------------- */
+
+static void *dev_alloc(bk_backend *be, size_t bytes)
+{
+    void *p = NULL;
+    bk_error err = {0};
+    if (be->alloc(be, &p, bytes, &err) != BK_OK)
+        fail_msg("%s: alloc of %zu bytes: %s", be->name, bytes, err.message);
+    return p;
+}
+
+static void *dev_copy_of(bk_backend *be, const void *host, size_t bytes)
+{
+    void *p = dev_alloc(be, bytes);
+    bk_error err = {0};
+    if (bytes && be->upload(be, p, host, bytes, &err) != BK_OK)
+        fail_msg("%s: upload of %zu bytes: %s", be->name, bytes, err.message);
+    return p;
+}
+
+static float *host_copy_of(bk_backend *be, const void *dev, size_t n)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    assert_non_null(h);
+    bk_error err = {0};
+    if (n && be->download(be, h, dev, n * sizeof *h, &err) != BK_OK)
+        fail_msg("%s: download of %zu floats: %s", be->name, n, err.message);
+    return h;
+}
+
+/* The problem on backend `be`: forward into a `saved` buffer first filled with NaN (so that an entry
+ * the forward does not write shows), forward-only, backward into dqkv0 and dtable0. */
+static result run_device(bk_backend *be, const problem *pb)
+{
+    const size_t nqkv = (size_t)pb->B * pb->T * 3 * pb->C, nout = (size_t)pb->B * pb->T * pb->C;
+    const size_t nsaved = be->attention_saved(be, pb->B, pb->T, pb->H);
+    assert_true(nsaved >= (size_t)pb->B * pb->H * pb->T * pb->T);
+    const size_t nfill = nsaved > nout ? nsaved : nout;
+    float *nan_fill = malloc(nfill * sizeof *nan_fill);
+    assert_non_null(nan_fill);
+    for (size_t k = 0; k < nfill; k++)
+        nan_fill[k] = NAN;
+
+    float *qkv = dev_copy_of(be, pb->qkv, nqkv * sizeof(float));
+    float *dout = dev_copy_of(be, pb->dout, nout * sizeof(float));
+    float *dqkv = dev_copy_of(be, pb->dqkv0, nqkv * sizeof(float));
+    float *saved = dev_copy_of(be, nan_fill, nsaved * sizeof(float));
+    float *out = dev_copy_of(be, nan_fill, nout * sizeof(float));
+    float *out2 = dev_copy_of(be, nan_fill, nout * sizeof(float));
+    free(nan_fill);
+    bk_attention_bias bias;
+    memset(&bias, 0, sizeof bias);
+    bias.distances = pb->D;
+    float *dtable[BK_STREAM_COUNT] = {NULL, NULL};
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        bias.span[s] = pb->span[s];
+        if (pb->table[s]) {
+            bias.table[s] = dev_copy_of(be, pb->table[s], table_floats(pb) * sizeof(float));
+            dtable[s] = dev_copy_of(be, pb->dtable0[s], table_floats(pb) * sizeof(float));
+        }
+        if (pb->pos[s])
+            bias.positions[s] = dev_copy_of(be, pb->pos[s], (size_t)pb->B * pb->T * sizeof(int32_t));
+    }
+
+    bk_error err = {0};
+    if (be->attention_forward(be, out, saved, qkv, &bias, pb->B, pb->T, pb->C, pb->H, &err) != BK_OK)
+        fail_msg("%s attention forward (saved): %s", be->name, err.message);
+    if (be->attention_forward(be, out2, NULL, qkv, &bias, pb->B, pb->T, pb->C, pb->H, &err) != BK_OK)
+        fail_msg("%s attention forward (forward-only): %s", be->name, err.message);
+    if (be->attention_backward(be, dqkv, dtable, dout, qkv, saved, &bias, pb->B, pb->T, pb->C, pb->H, &err) !=
+        BK_OK)
+        fail_msg("%s attention backward: %s", be->name, err.message);
+
+    result r;
+    memset(&r, 0, sizeof r);
+    r.out = host_copy_of(be, out, nout);
+    r.out_fwd_only = host_copy_of(be, out2, nout);
+    r.probs = host_copy_of(be, saved, (size_t)pb->B * pb->H * pb->T * pb->T);
+    r.dqkv = host_copy_of(be, dqkv, nqkv);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (dtable[s])
+            r.dtable[s] = host_copy_of(be, dtable[s], table_floats(pb));
+
+    be->release(be, qkv);
+    be->release(be, dout);
+    be->release(be, dqkv);
+    be->release(be, saved);
+    be->release(be, out);
+    be->release(be, out2);
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        be->release(be, (void *)bias.table[s]);
+        be->release(be, (void *)bias.positions[s]);
+        be->release(be, dtable[s]);
+    }
+    return r;
+}
+
+/* ---- comparisons ----------------------------------------------------------------------------- */
+
+/* Fails at the first element outside atol + rtol |want| (NaN included); returns the largest absolute
+ * error otherwise. */
+static double expect_close(const char *what, const char *label, const float *got, const float *want, size_t n,
+                           double atol, double rtol)
+{
+    double worst = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        const double e = fabs((double)got[k] - (double)want[k]);
+        if (!(e <= atol + rtol * fabs((double)want[k])))
+            fail_msg("%s: %s[%zu] = %.9g, expected %.9g (error %.3g > %.3g + %.3g * |expected|)", label, what, k,
+                     (double)got[k], (double)want[k], e, atol, rtol);
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+static void expect_same_bits(const char *what, const char *label, const float *a, const float *b, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (memcmp(&a[k], &b[k], sizeof *a))
+            fail_msg("%s: %s differs between two runs at [%zu]: %.9g vs %.9g", label, what, k, (double)a[k],
+                     (double)b[k]);
+}
+
+static void check_case(bk_backend *be, int B, int T, int C, int H, int flags, uint64_t seed)
+{
+    char label[160];
+    snprintf(label, sizeof label, "%s B=%d T=%d C=%d H=%d bias=%s%s%s%s", be->name, B, T, C, H,
+             flags & BIAS_TOKEN ? "token " : "", flags & BIAS_TOKEN_EXPLICIT ? "token-positions " : "",
+             flags & BIAS_SEGMENT ? "segment " : "", flags & BIAS_SPAN_UNKNOWN ? "span-unknown" : "");
+    problem pb = make_problem(B, T, C, H, flags, seed);
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nprobs = (size_t)B * H * T * T;
+    result want = run_cpu(&pb);
+    result got = run_device(be, &pb);
+
+    double e_out = expect_close("out", label, got.out, want.out, nout, 1e-6, 1e-5);
+    expect_close("saved probabilities", label, got.probs, want.probs, nprobs, 1e-6, 1e-5);
+    if (be->kind == BK_BACKEND_EMULATED)
+        expect_same_bits("forward-only out vs saved out", label, got.out_fwd_only, got.out, nout);
+    else
+        expect_close("forward-only out vs saved out", label, got.out_fwd_only, got.out, nout, 1e-6, 1e-6);
+    double e_dqkv = expect_close("dqkv", label, got.dqkv, want.dqkv, nqkv, 1e-5, 1e-4);
+    double e_dtab = 0.0;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        if (!pb.table[s])
+            continue;
+        double e = expect_close(s == 0 ? "dtable[token]" : "dtable[segment]", label, got.dtable[s], want.dtable[s],
+                                table_floats(&pb), 2e-5, 1e-4);
+        e_dtab = e > e_dtab ? e : e_dtab;
+    }
+    print_message("%-70s max error out %.2g, dqkv %.2g, dtable %.2g\n", label, e_out, e_dqkv, e_dtab);
+
+    /* a second run gives the same bits, the table gradients included */
+    result again = run_device(be, &pb);
+    expect_same_bits("out", label, again.out, got.out, nout);
+    expect_same_bits("out (forward-only)", label, again.out_fwd_only, got.out_fwd_only, nout);
+    expect_same_bits("saved probabilities", label, again.probs, got.probs, nprobs);
+    expect_same_bits("dqkv", label, again.dqkv, got.dqkv, nqkv);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (pb.table[s])
+            expect_same_bits(s == 0 ? "dtable[token]" : "dtable[segment]", label, again.dtable[s], got.dtable[s],
+                             table_floats(&pb));
+
+    free_result(&again);
+    free_result(&got);
+    free_result(&want);
+    free_problem(&pb);
+}
+
+/* Every case on one backend. T = 37 is one query block, 130 two (128 + 2), 300 three; none is a
+ * multiple of the block. */
+static void check_all(bk_backend *be)
+{
+    static const int lengths[] = {37, 130};
+    static const int biases[] = {0, BIAS_TOKEN, BIAS_SEGMENT, BIAS_TOKEN | BIAS_SEGMENT};
+    uint64_t seed = 1;
+    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++)
+        for (size_t k = 0; k < sizeof biases / sizeof *biases; k++)
+            check_case(be, 3, lengths[l], 96, 12, biases[k], seed++); /* hd 8 */
+    check_case(be, 3, 130, 128, 2, 0, seed++);                         /* hd 64 */
+    check_case(be, 3, 130, 128, 2, BIAS_TOKEN | BIAS_SEGMENT, seed++);
+    check_case(be, 3, 37, 128, 2, BIAS_SEGMENT, seed++);
+    check_case(be, 3, 300, 96, 12, BIAS_TOKEN | BIAS_SEGMENT, seed++); /* three blocks */
+    check_case(be, 2, 130, 96, 12, BIAS_TOKEN_EXPLICIT | BIAS_SEGMENT, seed++);
+    check_case(be, 2, 130, 96, 12, BIAS_TOKEN | BIAS_SEGMENT | BIAS_SPAN_UNKNOWN, seed++);
+}
+
+/* What the host can check without reading backend memory fails with a message naming it. */
+static void check_errors(bk_backend *be)
+{
+    const int B = 1, T = 20, C = 16, H = 2;
+    float *qkv = dev_alloc(be, (size_t)B * T * 3 * C * sizeof(float));
+    float *dqkv = dev_alloc(be, (size_t)B * T * 3 * C * sizeof(float));
+    float *out = dev_alloc(be, (size_t)B * T * C * sizeof(float));
+    float *saved = dev_alloc(be, be->attention_saved(be, B, T, H) * sizeof(float));
+    float *table = dev_alloc(be, (size_t)H * 32 * sizeof(float));
+    int32_t *pos = dev_alloc(be, (size_t)B * T * sizeof(int32_t));
+    bk_attention_bias bias;
+    memset(&bias, 0, sizeof bias);
+    bk_error err = {0};
+
+    assert_int_equal(be->attention_forward(be, out, saved, qkv, NULL, B, T, 15, H, &err), BK_ERR_INVALID);
+    assert_message_has(err.message, "C divisible by H");
+    assert_message_has(err.message, "C=15");
+
+    /* the token stream without positions reaches distance T - 1 = 19: a table of 10 is too short */
+    bias.table[0] = table, bias.distances = 10;
+    assert_int_equal(be->attention_forward(be, out, saved, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
+    assert_message_has(err.message, "stream 'token'");
+    assert_message_has(err.message, "outside the bias table");
+    assert_message_has(err.message, "0 .. 9");
+
+    /* a span beyond the table */
+    memset(&bias, 0, sizeof bias);
+    bias.table[1] = table, bias.positions[1] = pos, bias.distances = 32, bias.span[1] = 33;
+    assert_int_equal(be->attention_forward(be, out, NULL, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
+    assert_message_has(err.message, "stream 'segment'");
+    assert_message_has(err.message, "span 33");
+    assert_message_has(err.message, "0 .. 31");
+    float *dtable[BK_STREAM_COUNT] = {NULL, table};
+    assert_int_equal(be->attention_backward(be, dqkv, dtable, out, qkv, saved, &bias, B, T, C, H, &err),
+                     BK_ERR_INVALID);
+    assert_message_has(err.message, "attention backward");
+    assert_message_has(err.message, "span 33");
+
+    bias.span[1] = 5;
+    assert_int_equal(be->attention_backward(be, dqkv, dtable, out, qkv, NULL, &bias, B, T, C, H, &err),
+                     BK_ERR_INVALID);
+    assert_message_has(err.message, "saved by the forward pass");
+
+    be->release(be, qkv);
+    be->release(be, dqkv);
+    be->release(be, out);
+    be->release(be, saved);
+    be->release(be, table);
+    be->release(be, pos);
+}
+
+static void emulated_matches_cpu(void **state)
+{
+    (void)state;
+    bk_backend *be = NULL;
+    bk_error err = {0};
+    if (bk_backend_emulated_create(&be, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create: %s", err.message);
+    check_all(be);
+    check_errors(be);
+    bk_backend_destroy(be);
+}
+
+static void cuda_matches_cpu(void **state)
+{
+    (void)state;
+    char desc[256];
+    if (!bk_device_probe(desc, sizeof desc)) {
+        print_message("skipping the CUDA backend: no GPU answers (%s)\n", desc);
+        skip();
+    }
+    bk_backend *be = NULL;
+    bk_error err = {0};
+    if (bk_backend_cuda_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+        fail_msg("a GPU answers (%s) but bk_backend_cuda_create failed: %s", desc, err.message);
+    check_all(be);
+    check_errors(be);
+    bk_backend_destroy(be);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(emulated_matches_cpu),
+        cmocka_unit_test(cuda_matches_cpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,823 @@
+/* The device backend's layers, optimizer and mixing (core/gpu/ops_layers.h) against the CPU reference
+ * functions (model/layers.h, train/adamw.c, bias/mix.h), run twice: on the emulated backend (the
+ * device code compiled as C, always) and on the CUDA backend when a GPU answers (otherwise every
+ * CUDA case prints why and is skipped). Shapes are awkward on purpose: B = 3, T = 37 or 130, C = 96,
+ * H = 12, V = 67, so that no row count is a multiple of a chunk, block or tile.
+ *
+ * Tolerances. Where the device does exactly the CPU's float operations in the CPU's order (copies,
+ * single additions or products, the encoder's per-id sums, the gradient norm) the results must be
+ * equal bit for bit on both backends. Elsewhere the error of element i is measured relative to its
+ * magnitude, |got - want| / (|want| + rms(want)) (the rms term is a floor for entries that cancel to
+ * near 0); the bounds, stated at each check, allow what a GPU may legitimately change: fused
+ * multiply-adds (one rounding instead of two, ~6e-8), device expf (2 ulp), cuBLAS's summation order
+ * (~sqrt(k) ulp of the largest partial sums) and a different grouping of double sums (~1e-16). */
+#include "test_util.h"
+
+#include "bias/mix.h"
+#include "device.h"
+#include "model/backend.h"
+#include "model/layers.h"
+#include "model/rotary_math.h"
+#include "train/adamw.h"
+#include "util/rng.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+enum { B = 3, T_SHORT = 37, T_LONG = 130, C = 96, H = 12, V = 67 };
+
+typedef struct fixture {
+    int kind; /* bk_backend_kind */
+    bk_backend *be;
+    char why[512]; /* why the backend is missing */
+} fixture;
+
+/* --- helpers ------------------------------------------------------------------------------------- */
+
+#define OK(expr)                                                                                                \
+    do {                                                                                                        \
+        bk_error err_;                                                                                          \
+        bk_error_clear(&err_);                                                                                  \
+        int rc_ = (expr);                                                                                       \
+        if (rc_ != BK_OK)                                                                                       \
+            fail_msg("%s returned %d: %s", #expr, rc_, err_.message);                                          \
+    } while (0)
+
+/* the backend of the case, or skip with the reason */
+static bk_backend *backend_of(void **state)
+{
+    fixture *f = (fixture *)*state;
+    if (!f->be) {
+        printf("skipped: %s\n", f->why);
+        skip();
+    }
+    return f->be;
+}
+
+static float *normal_floats(bk_rng *r, size_t n, double scale)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(scale * bk_rng_normal(r));
+    return x;
+}
+
+static float *copy_floats(const float *x, size_t n)
+{
+    float *y = malloc((n ? n : 1) * sizeof *y);
+    assert_non_null(y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+/* a device buffer holding `bytes` of host data */
+static void *put(bk_backend *be, const void *host, size_t bytes)
+{
+    void *p = NULL;
+    OK(be->alloc(be, &p, bytes, &err_));
+    assert_non_null(p);
+    if (host)
+        OK(be->upload(be, p, host, bytes, &err_));
+    return p;
+}
+
+/* a new host array with `count` floats of device buffer p */
+static float *get(bk_backend *be, const float *p, size_t count)
+{
+    float *h = malloc((count ? count : 1) * sizeof *h);
+    assert_non_null(h);
+    OK(be->download(be, h, p, count * sizeof *h, &err_));
+    return h;
+}
+
+/* equal bit for bit (what the device must reproduce exactly) */
+static void expect_same(const char *what, const float *got, const float *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+            fail_msg("%s: element %zu is %.9g (bits differ), expected exactly %.9g (of %zu)", what, i, got[i],
+                     want[i], n);
+}
+
+/* max_i |got - want| / (|want| + rms(want)) <= tol */
+static void expect_close(const char *what, const float *got, const float *want, size_t n, double tol)
+{
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++)
+        ss += (double)want[i] * want[i];
+    const double rms = n ? sqrt(ss / (double)n) : 0.0;
+    double worst = 0.0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]) / (fabs(want[i]) + rms + 1e-30);
+        if (!(e <= worst)) { /* NaN counts as the worst */
+            worst = e, at = i;
+            if (isnan(e))
+                break;
+        }
+    }
+    if (!(worst <= tol))
+        fail_msg("%s: element %zu is %.9g, expected %.9g: relative error %.3g exceeds %.3g (of %zu values)", what,
+                 at, got[at], want[at], worst, tol, n);
+}
+
+/* a device buffer with the same content as host array x, checked against it after the call */
+typedef struct pair {
+    float *host, *dev;
+    size_t n;
+} pair;
+
+static pair pair_of(bk_backend *be, const float *x, size_t n)
+{
+    pair p;
+    p.n = n;
+    p.host = copy_floats(x, n);
+    p.dev = (float *)put(be, x, n * sizeof(float));
+    return p;
+}
+
+static void pair_check(bk_backend *be, const char *what, const pair *p, double tol)
+{
+    float *got = get(be, p->dev, p->n);
+    if (tol == 0.0)
+        expect_same(what, got, p->host, p->n);
+    else
+        expect_close(what, got, p->host, p->n, tol);
+    free(got);
+}
+
+static void pair_free(bk_backend *be, pair *p)
+{
+    be->release(be, p->dev);
+    free(p->host);
+    p->host = p->dev = NULL;
+}
+
+/* --- memory ------------------------------------------------------------------------------------ */
+
+static void memory_functions(void **state)
+{
+    bk_backend *be = backend_of(state);
+    enum { N = 1000 };
+    bk_rng r = biaskit_rng_seeded(1);
+    float *x = normal_floats(&r, N, 1.0), zeros[N];
+    memset(zeros, 0, sizeof zeros);
+
+    float *a = (float *)put(be, NULL, N * sizeof(float)); /* alloc zeroes */
+    float *h = get(be, a, N);
+    expect_same("a new allocation", h, zeros, N);
+    free(h);
+
+    OK(be->upload(be, a, x, N * sizeof(float), &err_));
+    h = get(be, a, N);
+    expect_same("upload then download", h, x, N);
+    free(h);
+
+    float *b = (float *)put(be, NULL, N * sizeof(float));
+    OK(be->copy(be, b, a, N * sizeof(float), &err_));
+    OK(be->zero(be, b + 100, 200 * sizeof(float), &err_));
+    OK(be->sync(be, &err_));
+    h = get(be, b, N);
+    memset(x + 100, 0, 200 * sizeof(float));
+    expect_same("copy, then zero of [100, 300)", h, x, N);
+    free(h);
+
+    void *e1 = NULL, *e2 = NULL;
+    OK(be->alloc(be, &e1, 0, &err_));
+    OK(be->alloc(be, &e2, 0, &err_));
+    if (!e1 || !e2 || e1 == e2)
+        fail_msg("alloc of 0 bytes gave %p and %p; expected two distinct valid pointers", e1, e2);
+    be->release(be, e1), be->release(be, e2), be->release(be, a), be->release(be, b);
+    free(x);
+}
+
+/* --- encoder ------------------------------------------------------------------------------------- */
+
+/* the batch's ids: many repeats (ids 0..9 mostly, a few 66), so dwte rows sum several tokens */
+static void batch_ids(bk_rng *r, int32_t *ids, int n)
+{
+    for (int i = 0; i < n; i++)
+        ids[i] = bk_rng_uniform(r) < 0.1 ? V - 1 : (int32_t)(bk_rng_u64(r) % 10);
+}
+
+static void batch_buckets_are_sorted(void **state)
+{
+    (void)state;
+    enum { N = B * T_LONG };
+    bk_rng r = biaskit_rng_seeded(2);
+    int32_t in[N], ids[N + 1], start[N + 1], tokens[N + 1];
+    batch_ids(&r, in, N);
+    int32_t u = bk_batch_buckets(in, N, ids, start, tokens);
+    int distinct = 0;
+    for (int v = 0; v < V; v++)
+        for (int i = 0; i < N; i++)
+            if (in[i] == v) {
+                distinct++;
+                break;
+            }
+    if (u != distinct)
+        fail_msg("bk_batch_buckets: %d buckets for %d distinct ids", (int)u, distinct);
+    if (start[0] != 0 || start[u] != N)
+        fail_msg("bk_batch_buckets: buckets span [%d, %d), expected [0, %d)", (int)start[0], (int)start[u], N);
+    for (int32_t k = 0; k < u; k++) {
+        if (k > 0 && ids[k] <= ids[k - 1])
+            fail_msg("bk_batch_buckets: ids %d then %d, expected strictly ascending", (int)ids[k - 1], (int)ids[k]);
+        for (int32_t j = start[k]; j < start[k + 1]; j++) {
+            if (in[tokens[j]] != ids[k])
+                fail_msg("bk_batch_buckets: token %d (id %d) in the bucket of id %d", (int)tokens[j],
+                         (int)in[tokens[j]], (int)ids[k]);
+            if (j > start[k] && tokens[j] <= tokens[j - 1])
+                fail_msg("bk_batch_buckets: tokens %d then %d in the bucket of id %d, expected ascending",
+                         (int)tokens[j - 1], (int)tokens[j], (int)ids[k]);
+        }
+    }
+    assert_int_equal(bk_batch_buckets(in, 0, ids, start, tokens), 0);
+    assert_int_equal(start[0], 0);
+}
+
+/* forward and backward are copies and float additions in the CPU's order: equal bits */
+static void encoder_matches_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    enum { N = B * T_SHORT };
+    bk_rng r = biaskit_rng_seeded(3);
+    int32_t in[N], ids[N + 1], start[N + 1], tokens[N + 1];
+    batch_ids(&r, in, N);
+    int32_t u = bk_batch_buckets(in, N, ids, start, tokens);
+    float *wte = normal_floats(&r, (size_t)V * C, 1.0), *dout = normal_floats(&r, (size_t)N * C, 1.0);
+    float *dwte0 = normal_floats(&r, (size_t)V * C, 0.5), out_cpu[N * C];
+
+    bk_batch_view view;
+    memset(&view, 0, sizeof view);
+    view.inputs = (const int32_t *)put(be, in, sizeof in);
+    view.inputs_host = in;
+    view.bucket_ids = (const int32_t *)put(be, ids, (size_t)u * sizeof(int32_t));
+    view.bucket_start = (const int32_t *)put(be, start, (size_t)(u + 1) * sizeof(int32_t));
+    view.bucket_tokens = (const int32_t *)put(be, tokens, (size_t)N * sizeof(int32_t));
+    view.n_buckets = u;
+    float *wte_d = (float *)put(be, wte, (size_t)V * C * sizeof(float));
+    float *out_d = (float *)put(be, NULL, (size_t)N * C * sizeof(float));
+    float *dout_d = (float *)put(be, dout, (size_t)N * C * sizeof(float));
+
+    bk_encoder_forward(out_cpu, in, wte, B, T_SHORT, C);
+    OK(be->encoder_forward(be, out_d, &view, wte_d, B, T_SHORT, C, &err_));
+    float *h = get(be, out_d, (size_t)N * C);
+    expect_same("encoder forward", h, out_cpu, (size_t)N * C);
+    free(h);
+
+    pair dwte = pair_of(be, dwte0, (size_t)V * C);
+    bk_encoder_backward(dwte.host, dout, in, B, T_SHORT, C);
+    OK(be->encoder_backward(be, dwte.dev, dout_d, &view, B, T_SHORT, C, &err_));
+    pair_check(be, "encoder backward (dwte, repeated ids)", &dwte, 0.0);
+
+    pair_free(be, &dwte);
+    be->release(be, (void *)view.inputs), be->release(be, (void *)view.bucket_ids);
+    be->release(be, (void *)view.bucket_start), be->release(be, (void *)view.bucket_tokens);
+    be->release(be, wte_d), be->release(be, out_d), be->release(be, dout_d);
+    free(wte), free(dout), free(dwte0);
+}
+
+/* --- layernorm ----------------------------------------------------------------------------------- */
+
+static void layernorm_matches_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    enum { N = B * T_LONG }; /* 390 rows: 12 full chunks of 32 and one of 6 */
+    bk_rng r = biaskit_rng_seeded(4);
+    float *x = normal_floats(&r, (size_t)N * C, 2.0), *w = normal_floats(&r, C, 1.0), *b = normal_floats(&r, C, 0.3);
+    for (int i = 0; i < N * C; i++)
+        x[i] += 0.5f; /* a mean that is not 0 */
+    float *dy = normal_floats(&r, (size_t)N * C, 1.0), *dx0 = normal_floats(&r, (size_t)N * C, 0.5);
+    float *dw0 = normal_floats(&r, C, 0.5), *db0 = normal_floats(&r, C, 0.5);
+    float *out = malloc((size_t)N * C * sizeof *out), mean[N], rstd[N];
+    assert_non_null(out);
+    bk_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+
+    float *x_d = (float *)put(be, x, (size_t)N * C * sizeof(float)), *w_d = (float *)put(be, w, C * sizeof(float));
+    float *b_d = (float *)put(be, b, C * sizeof(float)), *dy_d = (float *)put(be, dy, (size_t)N * C * sizeof(float));
+    float *out_d = (float *)put(be, NULL, (size_t)N * C * sizeof(float));
+    float *mean_d = (float *)put(be, NULL, N * sizeof(float)), *rstd_d = (float *)put(be, NULL, N * sizeof(float));
+    OK(be->layernorm_forward(be, out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
+    /* forward: double statistics as the CPU; a GPU may fuse (x - m) s w + b: 1e-6 */
+    float *h = get(be, out_d, (size_t)N * C);
+    expect_close("layernorm forward out", h, out, (size_t)N * C, 1e-6);
+    free(h);
+    h = get(be, mean_d, N);
+    expect_close("layernorm forward mean", h, mean, N, 1e-6);
+    free(h);
+    h = get(be, rstd_d, N);
+    expect_close("layernorm forward rstd", h, rstd, N, 1e-6);
+    free(h);
+
+    /* backward from the CPU's statistics, so that only the backward is compared */
+    OK(be->upload(be, mean_d, mean, sizeof mean, &err_));
+    OK(be->upload(be, rstd_d, rstd, sizeof rstd, &err_));
+    pair dx = pair_of(be, dx0, (size_t)N * C), dw = pair_of(be, dw0, C), db = pair_of(be, db0, C);
+    bk_layernorm_backward(dx.host, dw.host, db.host, dy, x, w, mean, rstd, N, C);
+    OK(be->layernorm_backward(be, dx.dev, dw.dev, db.dev, dy_d, x_d, w_d, mean_d, rstd_d, N, C, &err_));
+    /* dinp: the CPU's per-row double means, float products a GPU may fuse: 1e-5 */
+    pair_check(be, "layernorm backward dinp", &dx, 1e-5);
+    /* dweight, dbias: double sums over 390 rows grouped by chunks of 32 instead of in one run: 1e-6 */
+    pair_check(be, "layernorm backward dweight", &dw, 1e-6);
+    pair_check(be, "layernorm backward dbias", &db, 1e-6);
+
+    pair_free(be, &dx), pair_free(be, &dw), pair_free(be, &db);
+    be->release(be, x_d), be->release(be, w_d), be->release(be, b_d), be->release(be, dy_d);
+    be->release(be, out_d), be->release(be, mean_d), be->release(be, rstd_d);
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(out);
+}
+
+/* --- matmul -------------------------------------------------------------------------------------- */
+
+static void matmul_case(bk_backend *be, int N, int Cin, int OC, int with_bias, uint64_t seed)
+{
+    bk_rng r = biaskit_rng_seeded(seed);
+    float *x = normal_floats(&r, (size_t)N * Cin, 1.0), *w = normal_floats(&r, (size_t)OC * Cin, 0.2);
+    float *bias = normal_floats(&r, OC, 1.0), *dy = normal_floats(&r, (size_t)N * OC, 1.0);
+    float *dx0 = normal_floats(&r, (size_t)N * Cin, 1.0), *dw0 = normal_floats(&r, (size_t)OC * Cin, 1.0);
+    float *db0 = normal_floats(&r, OC, 1.0);
+    float *x_d = (float *)put(be, x, (size_t)N * Cin * sizeof(float));
+    float *w_d = (float *)put(be, w, (size_t)OC * Cin * sizeof(float));
+    float *bias_d = (float *)put(be, bias, OC * sizeof(float));
+    float *dy_d = (float *)put(be, dy, (size_t)N * OC * sizeof(float));
+    char what[128];
+
+    /* forward: sums of Cin products in cuBLAS's order instead of OpenBLAS's: 1e-5 */
+    pair out = pair_of(be, dy, (size_t)N * OC); /* garbage in out: the forward overwrites */
+    bk_matmul_forward(out.host, x, w, with_bias ? bias : NULL, N, Cin, OC);
+    OK(be->matmul_forward(be, out.dev, x_d, w_d, with_bias ? bias_d : NULL, N, Cin, OC, &err_));
+    snprintf(what, sizeof what, "matmul forward (N %d, C %d, OC %d, bias %d)", N, Cin, OC, with_bias);
+    pair_check(be, what, &out, 1e-5);
+
+    /* backward, accumulating onto nonzero gradients: GEMM sums over OC (dinp) and N (dweight): 1e-5;
+     * dbias: double column sums in chunks of 32 rows: 1e-6 */
+    pair dx = pair_of(be, dx0, (size_t)N * Cin), dw = pair_of(be, dw0, (size_t)OC * Cin), db = pair_of(be, db0, OC);
+    bk_matmul_backward(dx.host, dw.host, with_bias ? db.host : NULL, dy, x, w, N, Cin, OC);
+    OK(be->matmul_backward(be, dx.dev, dw.dev, with_bias ? db.dev : NULL, dy_d, x_d, w_d, N, Cin, OC, &err_));
+    snprintf(what, sizeof what, "matmul backward dinp (N %d, C %d, OC %d)", N, Cin, OC);
+    pair_check(be, what, &dx, 1e-5);
+    snprintf(what, sizeof what, "matmul backward dweight (N %d, C %d, OC %d)", N, Cin, OC);
+    pair_check(be, what, &dw, 1e-5);
+    snprintf(what, sizeof what, "matmul backward dbias (N %d, C %d, OC %d, bias %d)", N, Cin, OC, with_bias);
+    pair_check(be, what, &db, with_bias ? 1e-6 : 0.0); /* no bias: untouched */
+
+    pair_free(be, &out), pair_free(be, &dx), pair_free(be, &dw), pair_free(be, &db);
+    be->release(be, x_d), be->release(be, w_d), be->release(be, bias_d), be->release(be, dy_d);
+    free(x), free(w), free(bias), free(dy), free(dx0), free(dw0), free(db0);
+}
+
+static void matmul_matches_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    matmul_case(be, B * T_LONG, C, V, 1, 5);     /* odd output width */
+    matmul_case(be, B * T_SHORT, C, 3 * C, 1, 6); /* the qkv projection's shape */
+    matmul_case(be, B * T_SHORT, 4 * C, C, 0, 7); /* no bias */
+}
+
+/* --- elementwise --------------------------------------------------------------------------------- */
+
+static void gelu_residual_scale_match_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    const size_t n = (size_t)B * T_SHORT * 4 * C + 3;
+    bk_rng r = biaskit_rng_seeded(8);
+    float *x = normal_floats(&r, n, 3.0), *dy = normal_floats(&r, n, 1.0), *d0 = normal_floats(&r, n, 0.5);
+    float *d1 = normal_floats(&r, n, 0.5);
+    const float extremes[] = {0.0f, -0.0f, 12.0f, -12.0f, 100.0f, -100.0f, 1e-20f, -60.0f};
+    memcpy(x, extremes, sizeof extremes);
+    float *x_d = (float *)put(be, x, n * sizeof(float)), *dy_d = (float *)put(be, dy, n * sizeof(float));
+
+    /* GELU: the same formula (model/gelu_math.h); device expf is within 2 ulp of glibc's: 1e-6 */
+    pair out = pair_of(be, dy, n);
+    bk_gelu_forward(out.host, x, n);
+    OK(be->gelu_forward(be, out.dev, x_d, n, &err_));
+    pair_check(be, "gelu forward", &out, 1e-6);
+    pair dx = pair_of(be, d0, n);
+    bk_gelu_backward(dx.host, x, dy, n);
+    OK(be->gelu_backward(be, dx.dev, x_d, dy_d, n, &err_));
+    pair_check(be, "gelu backward", &dx, 1e-6);
+    pair_free(be, &out), pair_free(be, &dx);
+
+    /* residual and scale: one IEEE addition or product per element: equal bits */
+    out = pair_of(be, d0, n);
+    bk_residual_forward(out.host, x, dy, n);
+    OK(be->residual_forward(be, out.dev, x_d, dy_d, n, &err_));
+    pair_check(be, "residual forward", &out, 0.0);
+    pair da = pair_of(be, d0, n), db = pair_of(be, d1, n);
+    bk_residual_backward(da.host, db.host, dy, n);
+    OK(be->residual_backward(be, da.dev, db.dev, dy_d, n, &err_));
+    pair_check(be, "residual backward da", &da, 0.0);
+    pair_check(be, "residual backward db", &db, 0.0);
+    pair s = pair_of(be, x, n);
+    for (size_t i = 0; i < n; i++)
+        s.host[i] *= 0.37f;
+    OK(be->scale(be, s.dev, n, 0.37f, &err_));
+    pair_check(be, "scale", &s, 0.0);
+
+    pair_free(be, &out), pair_free(be, &da), pair_free(be, &db), pair_free(be, &s);
+    be->release(be, x_d), be->release(be, dy_d);
+    free(x), free(dy), free(d0), free(d1);
+}
+
+/* --- cross-entropy ------------------------------------------------------------------------------- */
+
+static void crossentropy_matches_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    enum { N = B * T_SHORT };
+    bk_rng r = biaskit_rng_seeded(9);
+    float *z = normal_floats(&r, (size_t)N * V, 4.0), *garbage = normal_floats(&r, (size_t)N * V, 1.0);
+    z[5] = 80.0f, z[V + 3] = -80.0f; /* far from the others: exp underflows to 0 in float */
+    int32_t targets[N];
+    for (int i = 0; i < N; i++)
+        targets[i] = (int32_t)(bk_rng_u64(&r) % V);
+    targets[1] = 3; /* row 1's target is its -80 logit */
+    float *z_d = (float *)put(be, z, (size_t)N * V * sizeof(float));
+    int32_t *t_d = (int32_t *)put(be, targets, sizeof targets);
+
+    /* forward: exp and log in double as the CPU; the float results agree to rounding: 1e-6 */
+    pair losses = pair_of(be, garbage, N), probs = pair_of(be, garbage, (size_t)N * V);
+    bk_crossentropy_forward(losses.host, probs.host, z, targets, N, V);
+    OK(be->crossentropy_forward(be, losses.dev, probs.dev, z_d, t_d, N, V, &err_));
+    pair_check(be, "crossentropy forward losses", &losses, 1e-6);
+    pair_check(be, "crossentropy forward probs", &probs, 1e-6);
+    pair losses2 = pair_of(be, garbage, N);
+    bk_crossentropy_forward(losses2.host, NULL, z, targets, N, V);
+    OK(be->crossentropy_forward(be, losses2.dev, NULL, z_d, t_d, N, V, &err_));
+    pair_check(be, "crossentropy forward losses without probs", &losses2, 1e-6);
+
+    /* backward from the CPU's probabilities: one subtraction and one product: equal bits */
+    OK(be->upload(be, probs.dev, probs.host, (size_t)N * V * sizeof(float), &err_));
+    pair dz = pair_of(be, garbage, (size_t)N * V);
+    bk_crossentropy_backward(dz.host, probs.host, targets, 1.0f / N, N, V);
+    OK(be->crossentropy_backward(be, dz.dev, probs.dev, t_d, 1.0f / N, N, V, &err_));
+    pair_check(be, "crossentropy backward", &dz, 0.0);
+
+    pair_free(be, &losses), pair_free(be, &probs), pair_free(be, &losses2), pair_free(be, &dz);
+    be->release(be, z_d), be->release(be, t_d);
+    free(z), free(garbage);
+}
+
+/* --- rotary -------------------------------------------------------------------------------------- */
+
+/* model/positions.c's rotate() on the host */
+static void rotate_ref(float *qkv, const float *cs, const float *sn, const int32_t *pos, int pairs, int Tt, int sign)
+{
+    const int hd = C / H;
+    for (int n = 0; n < B * Tt; n++) {
+        const int p = pos ? pos[n] : n % Tt;
+        for (int part = 0; part < 2; part++)
+            for (int h = 0; h < H; h++) {
+                float *x = qkv + (size_t)n * 3 * C + (size_t)part * C + (size_t)h * hd;
+                for (int k = 0; k < pairs; k++)
+                    bk_rotate_pair(&x[k], &x[k + pairs], cs[p * pairs + k], (float)sign * sn[p * pairs + k]);
+            }
+    }
+}
+
+static void rotary_matches_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    enum { N = B * T_SHORT, ROWS = 50, PAIRS = C / H / 2 };
+    bk_rng r = biaskit_rng_seeded(10);
+    float cs[ROWS * PAIRS], sn[ROWS * PAIRS];
+    for (int p = 0; p < ROWS; p++)
+        for (int k = 0; k < PAIRS; k++) {
+            double theta = p * pow(10000.0, -2.0 * k / (C / H));
+            cs[p * PAIRS + k] = (float)cos(theta), sn[p * PAIRS + k] = (float)sin(theta);
+        }
+    int32_t pos[N];
+    for (int i = 0; i < N; i++)
+        pos[i] = (int32_t)(bk_rng_u64(&r) % ROWS);
+    float *qkv = normal_floats(&r, (size_t)N * 3 * C, 1.0);
+    bk_rotary_view view;
+    view.cos = (const float *)put(be, cs, sizeof cs);
+    view.sin = (const float *)put(be, sn, sizeof sn);
+    int32_t *pos_d = (int32_t *)put(be, pos, sizeof pos);
+    view.pairs = PAIRS, view.rows = ROWS;
+
+    /* products and a difference per value (bk_rotate_pair) a GPU may fuse: 1e-6 */
+    for (int with_positions = 0; with_positions < 2; with_positions++)
+        for (int sign = 1; sign >= -1; sign -= 2) {
+            view.positions = with_positions ? pos_d : NULL;
+            pair x = pair_of(be, qkv, (size_t)N * 3 * C);
+            rotate_ref(x.host, cs, sn, with_positions ? pos : NULL, PAIRS, T_SHORT, sign);
+            OK(be->rotary(be, x.dev, &view, B, T_SHORT, C, H, (float)sign, &err_));
+            char what[96];
+            snprintf(what, sizeof what, "rotary (sign %+d, %s)", sign, with_positions ? "positions" : "token index");
+            pair_check(be, what, &x, 1e-6);
+            pair_free(be, &x);
+        }
+    be->release(be, (void *)view.cos), be->release(be, (void *)view.sin), be->release(be, pos_d);
+    free(qkv);
+}
+
+/* --- gradient norm, AdamW, first non-finite --------------------------------------------------------- */
+
+/* adamw.c's grouping written out: chunk sums of BK_NORM_CHUNK squares, then the chunk sums in order */
+static double sumsq_ref(const float *x, size_t n)
+{
+    double total = 0.0;
+    for (size_t lo = 0; lo < n; lo += BK_NORM_CHUNK) {
+        double sum = 0.0;
+        for (size_t k = lo; k < n && k < lo + BK_NORM_CHUNK; k++)
+            sum += (double)x[k] * x[k];
+        total += sum;
+    }
+    return total;
+}
+
+/* the squared norm must equal the CPU's bit for bit, on every backend */
+static void sumsq_equals_cpu_bits(void **state)
+{
+    bk_backend *be = backend_of(state);
+    const size_t sizes[] = {3 * BK_NORM_CHUNK + 1234, 2 * BK_NORM_CHUNK, 100, 1, 0};
+    bk_rng r = biaskit_rng_seeded(11);
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        const size_t n = sizes[s];
+        float *x = normal_floats(&r, n, 1.0);
+        for (size_t i = 0; i < n; i++) /* exponents over 12 decades: every addition rounds */
+            x[i] *= (float)pow(10.0, 6.0 * bk_rng_uniform(&r) - 3.0);
+        float *x_d = (float *)put(be, x, n * sizeof(float));
+        double got = -1.0;
+        OK(be->sumsq(be, x_d, n, &got, &err_));
+        const double want = sumsq_ref(x, n);
+        if (memcmp(&got, &want, sizeof got) != 0)
+            fail_msg("sumsq of %zu values: %.17g, expected exactly %.17g (the CPU's chunked sum)", n, got, want);
+        /* and the optimizer's own norm of one group of these gradients */
+        bk_adamw opt;
+        memset(&opt, 0, sizeof opt);
+        OK(bk_adamw_add(&opt, "x", x, x, n, 1, &err_));
+        double norm = -1.0;
+        OK(bk_adamw_grad_norm(&opt, &norm, &err_));
+        const double root = sqrt(got);
+        if (memcmp(&norm, &root, sizeof norm) != 0)
+            fail_msg("sqrt(sumsq) of %zu values: %.17g, expected exactly bk_adamw_grad_norm's %.17g", n, root, norm);
+        bk_adamw_free(&opt);
+        be->release(be, x_d);
+        free(x);
+    }
+}
+
+/* three steps against bk_adamw_step: the same float formula; a GPU may fuse its products: 1e-6 */
+static void adamw_matches_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    enum { N = 5003 };
+    const double lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1;
+    bk_rng r = biaskit_rng_seeded(12);
+    float *param = normal_floats(&r, N, 1.0), *grad = normal_floats(&r, N, 1.0);
+    bk_adamw opt;
+    memset(&opt, 0, sizeof opt);
+    OK(bk_adamw_add(&opt, "p", param, grad, N, 1, &err_));
+    float *p_d = (float *)put(be, param, N * sizeof(float)), *g_d = (float *)put(be, NULL, N * sizeof(float));
+    float *m_d = (float *)put(be, NULL, N * sizeof(float)), *v_d = (float *)put(be, NULL, N * sizeof(float));
+    for (int step = 1; step <= 3; step++) {
+        for (int i = 0; i < N; i++)
+            grad[i] = (float)bk_rng_normal(&r) * (step == 2 ? 1e-3f : 1.0f);
+        OK(be->upload(be, g_d, grad, N * sizeof(float), &err_));
+        OK(bk_adamw_step(&opt, lr, beta1, beta2, eps, wd, &err_));
+        const float bc1 = (float)(1.0 - pow(beta1, step)), bc2 = (float)(1.0 - pow(beta2, step));
+        OK(be->adamw(be, p_d, g_d, m_d, v_d, N, (float)lr, (float)beta1, (float)beta2, (float)eps, (float)wd, bc1, bc2,
+                     &err_));
+        char what[64];
+        float *h = get(be, p_d, N);
+        snprintf(what, sizeof what, "adamw step %d: param", step);
+        expect_close(what, h, opt.groups[0].param, N, 1e-6);
+        free(h);
+        h = get(be, m_d, N);
+        snprintf(what, sizeof what, "adamw step %d: m", step);
+        expect_close(what, h, opt.groups[0].m, N, 1e-6);
+        free(h);
+        h = get(be, v_d, N);
+        snprintf(what, sizeof what, "adamw step %d: v", step);
+        expect_close(what, h, opt.groups[0].v, N, 1e-6);
+        free(h);
+    }
+    bk_adamw_free(&opt);
+    be->release(be, p_d), be->release(be, g_d), be->release(be, m_d), be->release(be, v_d);
+    free(param), free(grad);
+}
+
+static void first_nonfinite_finds_the_first(void **state)
+{
+    bk_backend *be = backend_of(state);
+    enum { N = 5000 };
+    bk_rng r = biaskit_rng_seeded(13);
+    float *x = normal_floats(&r, N, 1e30); /* large but finite */
+    float *x_d = (float *)put(be, x, N * sizeof(float));
+    struct {
+        int at[2];
+        float value[2];
+        int64_t want;
+        size_t n;
+    } cases[] = {
+        {{-1, -1}, {0, 0}, -1, N},
+        {{3000, 4500}, {NAN, INFINITY}, 3000, N},
+        {{2060, 2050}, {NAN, INFINITY}, 2050, N}, /* two in one chunk */
+        {{4500, 3000}, {NAN, INFINITY}, 3000, N},
+        {{0, 2000}, {-INFINITY, NAN}, 0, N},
+        {{N - 1, -1}, {INFINITY, 0}, N - 1, N},
+        {{1024, 1023}, {NAN, -INFINITY}, 1023, N},
+        {{1024, -1}, {NAN, 0}, 1024, N},
+        {{1024, -1}, {NAN, 0}, -1, 1024}, /* past n: not seen */
+        {{0, -1}, {NAN, 0}, -1, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        OK(be->upload(be, x_d, x, N * sizeof(float), &err_));
+        for (int j = 0; j < 2; j++)
+            if (cases[c].at[j] >= 0)
+                OK(be->upload(be, x_d + cases[c].at[j], &cases[c].value[j], sizeof(float), &err_));
+        int64_t got = -2;
+        OK(be->first_nonfinite(be, x_d, cases[c].n, &got, &err_));
+        if (got != cases[c].want)
+            fail_msg("first_nonfinite case %zu (n %zu): %lld, expected %lld", c, cases[c].n, (long long)got,
+                     (long long)cases[c].want);
+    }
+    be->release(be, x_d);
+    free(x);
+}
+
+/* --- mixing -------------------------------------------------------------------------------------- */
+
+static void mix_case(bk_backend *be, bk_mixing mode, const double *weights, int with_dtable1, uint64_t seed)
+{
+    enum { NT = 3, N = H * 257 };
+    bk_rng r = biaskit_rng_seeded(seed);
+    float *tab[NT], *tab_d[NT], *dt0[NT];
+    for (int t = 0; t < NT; t++) {
+        tab[t] = normal_floats(&r, N, 2.0);
+        tab_d[t] = (float *)put(be, tab[t], N * sizeof(float));
+        dt0[t] = normal_floats(&r, N, 0.5);
+    }
+    float *dout = normal_floats(&r, N, 1.0), *garbage = normal_floats(&r, N, 1.0);
+    float *dout_d = (float *)put(be, dout, N * sizeof(float));
+    const char *mode_name = mode == BK_MIX_SUM ? "sum" : "kernel";
+    char what[96];
+
+    /* forward: double sums over the terms in order, exp and log in double: 1e-6 */
+    pair mixed = pair_of(be, garbage, N);
+    bk_mix_tables(mode, (const float *const *)tab, weights, NT, N, mixed.host);
+    OK(be->mix_forward(be, mode, (const float *const *)tab_d, weights, NT, N, mixed.dev, &err_));
+    snprintf(what, sizeof what, "mix forward (%s)", mode_name);
+    pair_check(be, what, &mixed, 1e-6);
+
+    /* backward from the CPU's mixed table */
+    OK(be->upload(be, mixed.dev, mixed.host, N * sizeof(float), &err_));
+    pair dt[NT];
+    float *dt_host[NT], *dt_dev[NT];
+    for (int t = 0; t < NT; t++) {
+        dt[t] = pair_of(be, dt0[t], N);
+        dt_host[t] = t == 1 && !with_dtable1 ? NULL : dt[t].host;
+        dt_dev[t] = t == 1 && !with_dtable1 ? NULL : dt[t].dev;
+    }
+    double dw_cpu[NT] = {0.25, -1.0, 3.0}, dw_dev[NT] = {0.25, -1.0, 3.0};
+    bk_mix_backward(mode, (const float *const *)tab, weights, NT, N, mixed.host, dout, dt_host, dw_cpu);
+    OK(be->mix_backward(be, mode, (const float *const *)tab_d, weights, NT, N, mixed.dev, dout_d, dt_dev, dw_dev,
+                        &err_));
+    for (int t = 0; t < NT; t++) {
+        /* one product per element, exp in double: 1e-6; a missing gradient table stays as it was */
+        snprintf(what, sizeof what, "mix backward (%s) dtable %d", mode_name, t);
+        pair_check(be, what, &dt[t], 1e-6);
+        /* double sums of 3084 products, grouped in chunks of 1024 instead of one run: 1e-12 */
+        if (!(fabs(dw_dev[t] - dw_cpu[t]) <= 1e-12 * (fabs(dw_cpu[t]) + 1.0)))
+            fail_msg("mix backward (%s) dweight %d: %.17g, expected %.17g (relative 1e-12)", mode_name, t, dw_dev[t],
+                     dw_cpu[t]);
+    }
+    /* dweights NULL and dtables NULL: nothing happens, nothing fails */
+    OK(be->mix_backward(be, mode, (const float *const *)tab_d, weights, NT, N, mixed.dev, dout_d, NULL, NULL, &err_));
+    pair_check(be, "mix backward with nothing to write: dtable 0 unchanged", &dt[0], 1e-6);
+
+    for (int t = 0; t < NT; t++) {
+        pair_free(be, &dt[t]);
+        be->release(be, tab_d[t]);
+        free(tab[t]), free(dt0[t]);
+    }
+    pair_free(be, &mixed);
+    be->release(be, dout_d);
+    free(dout), free(garbage);
+}
+
+static void mix_matches_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    const double sum_weights[3] = {0.7, -0.3, 1.2}, kernel_weights[3] = {0.5, 0.0, 0.5};
+    mix_case(be, BK_MIX_SUM, sum_weights, 1, 14);
+    mix_case(be, BK_MIX_SUM, sum_weights, 0, 15);
+    mix_case(be, BK_MIX_KERNEL, kernel_weights, 1, 16); /* term 1 (weight 0) takes no part */
+    mix_case(be, BK_MIX_KERNEL, sum_weights + 0, 0, 17); /* a negative weight in kernel mode: skipped too */
+}
+
+/* --- determinism --------------------------------------------------------------------------------- */
+
+/* The reductions of one sequence of calls, run twice from the same inputs: equal bits. */
+static void run_sequence(bk_backend *be, float **out_host, size_t *n_out, double *sq)
+{
+    enum { N = B * T_LONG };
+    const size_t n = (size_t)N * C + (size_t)C * C + 3 * C + 2 * N;
+    bk_rng r = biaskit_rng_seeded(18);
+    float *x = normal_floats(&r, (size_t)N * C, 1.0), *w = normal_floats(&r, (size_t)C * C, 0.3);
+    float *dy = normal_floats(&r, (size_t)N * C, 1.0);
+    float *x_d = (float *)put(be, x, (size_t)N * C * sizeof(float));
+    float *w_d = (float *)put(be, w, (size_t)C * C * sizeof(float));
+    float *dy_d = (float *)put(be, dy, (size_t)N * C * sizeof(float));
+    float *g_d = (float *)put(be, NULL, n * sizeof(float));
+    /* g_d: dx (N, C), dw (C, C), db, dlnw, dlnb (C each), mean, rstd (N each) */
+    float *dx = g_d, *dw = dx + (size_t)N * C, *db = dw + C * C, *dlnw = db + C, *dlnb = dlnw + C;
+    float *mean = dlnb + C, *rstd = mean + N;
+    OK(be->matmul_backward(be, dx, dw, db, dy_d, x_d, w_d, N, C, C, &err_));
+    OK(be->layernorm_forward(be, dy_d, mean, rstd, x_d, w_d, w_d + C, N, C, &err_));
+    OK(be->layernorm_backward(be, dx, dlnw, dlnb, dy_d, x_d, w_d, mean, rstd, N, C, &err_));
+    OK(be->sumsq(be, g_d, n, sq, &err_));
+    *out_host = get(be, g_d, n);
+    *n_out = n;
+    be->release(be, x_d), be->release(be, w_d), be->release(be, dy_d), be->release(be, g_d);
+    free(x), free(w), free(dy);
+}
+
+static void two_runs_are_identical(void **state)
+{
+    bk_backend *be = backend_of(state);
+    float *a, *b;
+    size_t na, nb;
+    double sa, sb;
+    run_sequence(be, &a, &na, &sa);
+    run_sequence(be, &b, &nb, &sb);
+    assert_int_equal(na, nb);
+    expect_same("the gradients and statistics of a second identical run", b, a, na);
+    if (memcmp(&sa, &sb, sizeof sa) != 0)
+        fail_msg("sumsq of a second identical run: %.17g, first %.17g", sb, sa);
+    free(a), free(b);
+}
+
+/* --- groups -------------------------------------------------------------------------------------- */
+
+static int emulated_setup(void **state)
+{
+    static fixture f;
+    bk_error err;
+    f.kind = BK_BACKEND_EMULATED;
+    if (bk_backend_emulated_create(&f.be, &err) != BK_OK) {
+        printf("bk_backend_emulated_create failed: %s\n", err.message);
+        return -1;
+    }
+    if (strcmp(f.be->name, "emulated") != 0 || !f.be->on_device || f.be->stream(f.be) != NULL) {
+        printf("emulated backend: name '%s', on_device %d; expected 'emulated', 1 and a NULL stream\n", f.be->name,
+               f.be->on_device);
+        return -1;
+    }
+    *state = &f;
+    return 0;
+}
+
+static int cuda_setup(void **state)
+{
+    static fixture f;
+    char desc[256];
+    bk_error err;
+    f.kind = BK_BACKEND_CUDA;
+    *state = &f;
+    if (!bk_device_probe(desc, sizeof desc)) {
+        snprintf(f.why, sizeof f.why, "the CUDA cases need a GPU: %s", desc);
+        bk_backend *be = NULL;
+        if (bk_backend_cuda_create(&be, BK_MATMUL_FP32, &err) == BK_OK || be) {
+            printf("bk_backend_cuda_create succeeded where no GPU answers\n");
+            return -1;
+        }
+        return 0;
+    }
+    if (bk_backend_cuda_create(&f.be, BK_MATMUL_FP32, &err) != BK_OK) {
+        printf("a GPU answers (%s) but bk_backend_cuda_create failed: %s\n", desc, err.message);
+        return -1;
+    }
+    printf("CUDA backend: %s\n", f.be->description);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = (fixture *)*state;
+    bk_backend_destroy(f->be);
+    f->be = NULL;
+    return 0;
+}
+
+#define CASES                                                                                                  \
+    cmocka_unit_test(memory_functions), cmocka_unit_test(encoder_matches_cpu),                                 \
+        cmocka_unit_test(layernorm_matches_cpu), cmocka_unit_test(matmul_matches_cpu),                         \
+        cmocka_unit_test(gelu_residual_scale_match_cpu), cmocka_unit_test(crossentropy_matches_cpu),           \
+        cmocka_unit_test(rotary_matches_cpu), cmocka_unit_test(sumsq_equals_cpu_bits),                         \
+        cmocka_unit_test(adamw_matches_cpu), cmocka_unit_test(first_nonfinite_finds_the_first),                \
+        cmocka_unit_test(mix_matches_cpu), cmocka_unit_test(two_runs_are_identical)
+
+int main(void)
+{
+    const struct CMUnitTest host[] = {cmocka_unit_test(batch_buckets_are_sorted)};
+    const struct CMUnitTest emulated[] = {CASES};
+    const struct CMUnitTest cuda[] = {CASES};
+    int failed = cmocka_run_group_tests_name("host", host, NULL, NULL);
+    failed += cmocka_run_group_tests_name("emulated", emulated, emulated_setup, teardown);
+    failed += cmocka_run_group_tests_name("cuda", cuda, cuda_setup, teardown);
+    return failed ? 1 : 0;
+}
