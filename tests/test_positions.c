@@ -101,6 +101,9 @@ static void segments_of(const char *extra, const char *text, int32_t *index, int
     assert_null(bk_positions_stream(&ps, BK_STREAM_TOKEN));
     for (int i = 0; i < T; i++)
         assert_int_equal(ps.token_index[i], i);
+    /* spans: every distance on the token stream, 1 + the last segment index on the segment stream */
+    assert_int_equal(bk_positions_span(&ps, BK_STREAM_TOKEN), T);
+    assert_int_equal(bk_positions_span(&ps, BK_STREAM_SEGMENT), index[T - 1] + 1);
     bk_positions_free(&ps);
     close_terms(&f);
 }
@@ -152,6 +155,8 @@ static void embeddings_add_and_clamp(void **state)
     bk_positions ps;
     assert_int_equal(bk_positions_init(&ps, &f.set, &err), BK_OK);
     assert_int_equal(bk_positions_prepare(&ps, tokens, 1, 7, &err), BK_OK);
+    bk_rotary_view view;
+    assert_int_equal(bk_positions_rotary(&ps, &view), 0); /* no rotary term */
     float out[7 * 32], dout[7 * 32], dtheta[3 * 32] = {0};
     for (int i = 0; i < 7 * 32; i++)
         out[i] = 1.0f, dout[i] = (float)(i / 32 + 1);
@@ -190,7 +195,15 @@ static void rotary_is_relative_and_invertible(void **state)
     for (int t = 0; t < T; t++) /* the same q and the same k at every position */
         for (int c = 0; c < 3 * C; c++)
             qkv[t * 3 * C + c] = orig[t * 3 * C + c] = (float)sin(0.7 * c + 0.3);
-    bk_rotary_forward(&ps, qkv, C, H);
+    /* the model's path: the view of the positions, rotated by the backend (the CPU's here) */
+    bk_rotary_view view;
+    assert_int_equal(bk_positions_rotary(&ps, &view), 1);
+    assert_int_equal(view.pairs, HD / 2);
+    assert_true(view.rows >= T);
+    assert_null(view.positions); /* the token stream: the token index itself */
+    bk_backend *cpu = bk_backend_cpu();
+    if (cpu->rotary(cpu, qkv, &view, 1, T, C, H, 1.0f, &err))
+        fail_msg("%s", err.message);
     for (int h = 0; h < H; h++) {
         double dot_a = 0, dot_b = 0; /* (i, j) = (5, 2) and (11, 8): both 3 apart */
         for (int k = 0; k < HD; k++) {
@@ -202,7 +215,8 @@ static void rotary_is_relative_and_invertible(void **state)
     for (int t = 0; t < T; t++)
         for (int c = 2 * C; c < 3 * C; c++)
             assert_true(qkv[t * 3 * C + c] == orig[t * 3 * C + c]);
-    bk_rotary_backward(&ps, qkv, C, H);
+    if (cpu->rotary(cpu, qkv, &view, 1, T, C, H, -1.0f, &err))
+        fail_msg("%s", err.message);
     for (int i = 0; i < T * 3 * C; i++)
         assert_float_equal(qkv[i], orig[i], 1e-5);
     /* position 0 is not rotated; one pair by hand at position 1 */
@@ -234,8 +248,8 @@ static void bipe_with_kerple_and_mep(void **state)
     int32_t in[B * T], tg[B * T];
     for (int i = 0; i < B * T; i++)
         in[i] = (unsigned char)sample[i % 31], tg[i] = (unsigned char)sample[(i + 1) % 31];
-    bk_lm_zero_grad(&lm);
-    if (bk_gpt_forward(&lm.gpt, in, tg, B, T, 1, &err) || bk_gpt_backward(&lm.gpt, in, tg, 1.0f, &err))
+    if (bk_lm_zero_grad(&lm, &err) || bk_gpt_forward(&lm.gpt, in, tg, B, T, 1, &err) ||
+        bk_gpt_backward(&lm.gpt, in, tg, 1.0f, &err))
         fail_msg("%s", err.message);
     assert_true(isfinite(lm.gpt.loss));
     for (int t = 0; t < 3; t++) {

@@ -1,6 +1,7 @@
 #include "bias/bias.h"
 
 #include "bias/mix.h"
+#include "plugin/services.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +23,46 @@ static float *mixed_table(const bk_bias *b, int layer, int stream)
     return b->mixed + ((size_t)layer * BK_STREAM_COUNT + (size_t)stream) * table_size(b);
 }
 
+/* Tables in the backend's memory: on a device backend its buffers, else host (malloc). */
+static int on_device(const bk_bias *b)
+{
+    return b->be && b->be->on_device;
+}
+
+/* Plugins' CUDA functions are called on a CUDA backend only (never emulated, never the CPU). */
+static int calls_cuda(const bk_bias *b)
+{
+    return b->be && b->be->kind == BK_BACKEND_CUDA;
+}
+
+static void table_buffers_free(bk_bias *b)
+{
+    if (on_device(b)) {
+        b->be->release(b->be, b->term_tables);
+        b->be->release(b->be, b->mixed);
+        b->be->release(b->be, b->scratch);
+    } else {
+        free(b->term_tables), free(b->mixed), free(b->scratch);
+    }
+    free(b->host_table);
+    b->term_tables = b->mixed = b->scratch = b->host_table = NULL;
+    b->capacity = 0;
+}
+
+/* Everything bk_bias_set_backend allocated in the backend's memory. */
+static void device_state_free(bk_bias *b)
+{
+    for (int t = 0; b->set && t < b->set->n; t++) {
+        if (b->theta_dev && b->theta_dev[t])
+            b->be->release(b->be, b->theta_dev[t]);
+        if (b->dtheta_dev && b->dtheta_dev[t])
+            b->be->release(b->be, b->dtheta_dev[t]);
+    }
+    free(b->theta_dev), free(b->dtheta_dev), free(b->host_grad);
+    b->theta_dev = b->dtheta_dev = NULL;
+    b->host_grad = NULL;
+}
+
 void bk_bias_free(bk_bias *b)
 {
     if (!b)
@@ -34,9 +75,10 @@ void bk_bias_free(bk_bias *b)
     for (int t = 0; b->dtheta && t < b->set->n; t++)
         free(b->dtheta[t]);
     free(b->dtheta);
-    free(b->term_tables);
-    free(b->mixed);
-    free(b->scratch);
+    table_buffers_free(b);
+    device_state_free(b);
+    free(b->cuda_tables), free(b->host_tables), free(b->cuda_backwards), free(b->host_backwards);
+    free(b->logged), free(b->dtable_nonfinite);
     memset(b, 0, sizeof *b);
 }
 
@@ -55,8 +97,16 @@ int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, 
     b->n_heads = set->geometry.n_heads;
     b->learn_weights = learn_weights;
     b->check_finite = 1;
-    b->dtheta = calloc((size_t)(set->n ? set->n : 1), sizeof *b->dtheta);
-    if (!b->dtheta)
+    size_t n_terms = (size_t)(set->n ? set->n : 1);
+    b->dtheta = calloc(n_terms, sizeof *b->dtheta);
+    b->cuda_tables = calloc(n_terms, sizeof *b->cuda_tables);
+    b->host_tables = calloc(n_terms, sizeof *b->host_tables);
+    b->cuda_backwards = calloc(n_terms, sizeof *b->cuda_backwards);
+    b->host_backwards = calloc(n_terms, sizeof *b->host_backwards);
+    b->logged = calloc(n_terms, 1);
+    b->dtable_nonfinite = calloc(n_terms, 1);
+    if (!b->dtheta || !b->cuda_tables || !b->host_tables || !b->cuda_backwards || !b->host_backwards || !b->logged ||
+        !b->dtable_nonfinite)
         goto nomem;
     for (int t = 0; t < set->n; t++) {
         const bk_term *term = &set->terms[t];
@@ -89,22 +139,176 @@ nomem:
     return bk_fail(err, BK_ERR_NOMEM, "out of memory setting up the positional terms");
 }
 
+int bk_bias_set_backend(bk_bias *b, bk_backend *be, bk_error *err)
+{
+    if (b->be == be)
+        return BK_OK;
+    table_buffers_free(b); /* reallocated in the new memory by the next forward */
+    device_state_free(b);
+    b->be = be;
+    b->zero_pending = 0;
+    if (!on_device(b) || !calls_cuda(b))
+        return BK_OK;
+    size_t n_terms = (size_t)(b->set->n ? b->set->n : 1), largest = 0;
+    b->theta_dev = calloc(n_terms, sizeof *b->theta_dev);
+    b->dtheta_dev = calloc(n_terms, sizeof *b->dtheta_dev);
+    if (!b->theta_dev || !b->dtheta_dev)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory setting up the positional terms on the %s backend", be->name);
+    for (int t = 0; t < b->set->n; t++) {
+        const bk_term *term = &b->set->terms[t];
+        const biaskit_plugin *d = term->plugin->desc;
+        size_t bytes = (size_t)term->n_copies * (size_t)term->n_params * sizeof(float);
+        if (!bk_term_has_table(term) || !term->n_params)
+            continue;
+        int rc = BK_OK;
+        if (d->table_cuda || d->table_backward_cuda)
+            rc = be->alloc(be, (void **)&b->theta_dev[t], bytes, err);
+        if (!rc && d->table_backward_cuda) {
+            rc = be->alloc(be, (void **)&b->dtheta_dev[t], bytes, err);
+            largest = bytes > largest ? bytes : largest;
+        }
+        if (rc)
+            return bk_error_prefix(err, "device parameters of term '%s' (plugin %s, %lld floats): ", term->label,
+                                   d->name, (long long)(bytes / sizeof(float)));
+    }
+    if (largest && !(b->host_grad = malloc(largest)))
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for the staging of device gradients");
+    return BK_OK;
+}
+
+/* n floats of the bias's memory: the backend's on a device, else the host's. */
+static int table_alloc(bk_bias *b, float **out, size_t n, bk_error *err)
+{
+    if (on_device(b))
+        return b->be->alloc(b->be, (void **)out, n * sizeof(float), err);
+    *out = malloc(n * sizeof(float));
+    return *out ? BK_OK : bk_fail(err, BK_ERR_NOMEM, "out of memory for %zu table values", n);
+}
+
 static int reserve(bk_bias *b, int32_t distances, bk_error *err)
 {
     if (distances <= b->capacity)
         return BK_OK;
+    table_buffers_free(b);
     size_t per = (size_t)b->n_heads * (size_t)distances;
     size_t n_terms = (size_t)(b->set->n ? b->set->n : 1);
-    float *terms = malloc((size_t)b->n_layers * n_terms * per * sizeof(float));
-    float *mixed = malloc((size_t)b->n_layers * BK_STREAM_COUNT * per * sizeof(float));
-    float *scratch = malloc(n_terms * per * sizeof(float));
-    if (!terms || !mixed || !scratch) {
-        free(terms), free(mixed), free(scratch);
-        return bk_fail(err, BK_ERR_NOMEM, "out of memory for distance tables of length %d", (int)distances);
+    int rc = table_alloc(b, &b->term_tables, (size_t)b->n_layers * n_terms * per, err);
+    if (!rc)
+        rc = table_alloc(b, &b->mixed, (size_t)b->n_layers * BK_STREAM_COUNT * per, err);
+    if (!rc)
+        rc = table_alloc(b, &b->scratch, n_terms * per, err);
+    if (!rc && on_device(b) && !(b->host_table = malloc(per * sizeof(float))))
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory");
+    if (rc) {
+        table_buffers_free(b);
+        return bk_error_prefix(err, "distance tables of length %d on the %s backend: ", (int)distances,
+                               b->be ? b->be->name : "cpu");
     }
-    free(b->term_tables), free(b->mixed), free(b->scratch);
-    b->term_tables = terms, b->mixed = mixed, b->scratch = scratch;
     b->capacity = distances;
+    return BK_OK;
+}
+
+/* Once per term and run: the engine's log says that its plugin's host code stands in on the device. */
+static void log_host_path(bk_bias *b, const bk_term *term, unsigned what)
+{
+    if (b->logged[term - b->set->terms] & what)
+        return;
+    b->logged[term - b->set->terms] |= (unsigned char)what;
+    const biaskit_plugin *d = term->plugin->desc;
+    const char *why = b->be->kind != BK_BACKEND_CUDA ? "the emulated backend never calls plugins' CUDA code"
+                      : what == 1                     ? "the plugin has no table_cuda()"
+                                                      : "the plugin has no table_backward_cuda()";
+    bk_services()->log(BIASKIT_LOG_INFO, d->name, "term '%s': %s computed on the host and copied %s the %s device (%s)",
+                       term->label, what == 1 ? "table" : "table gradient", what == 1 ? "to" : "from", b->be->name,
+                       why);
+}
+
+static int plugin_failed(bk_error *err, const bk_term *term, const char *hook, int layer, int64_t step,
+                         const biaskit_error *pe)
+{
+    char where[64];
+    return bk_fail(err, pe->code ? pe->code : BK_ERR_PLUGIN, "term '%s' (plugin %s, %s)%s: %s failed: %s", term->label,
+                   term->plugin->desc->name, term->plugin->path, bk_term_where(layer, step, where, sizeof where), hook,
+                   pe->message[0] ? pe->message : "no message given");
+}
+
+/* The table of term t for `layer` (-1: shared by every layer) into `table` in the backend's memory. */
+static int device_table(bk_bias *b, int t, int layer, int32_t distances, float *table, bk_error *err)
+{
+    bk_backend *be = b->be;
+    const bk_term *term = &b->set->terms[t];
+    const biaskit_plugin *d = term->plugin->desc;
+    size_t n = (size_t)b->n_heads * (size_t)distances;
+    int rc;
+    if (!calls_cuda(b) || !d->table_cuda) { /* the host table, checked there, then the copy */
+        log_host_path(b, term, 1);
+        if ((rc = bk_term_table_at(term, layer, b->step, b->check_finite, distances, b->host_table, err)))
+            return rc;
+        b->host_tables[t]++;
+        return be->upload(be, table, b->host_table, n * sizeof(float), err);
+    }
+    const float *theta = b->theta_dev[t] ? b->theta_dev[t] + (size_t)(layer < 0 ? 0 : layer) * (size_t)term->n_params
+                                         : NULL;
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(term, "table_cuda()", layer, b->step);
+    int prc = d->table_cuda(term->instance, theta, distances, table, be->stream(be), &pe);
+    bk_plugin_call_leave();
+    if (prc != BIASKIT_OK)
+        return plugin_failed(err, term, "table_cuda()", layer, b->step, &pe);
+    b->cuda_tables[t]++;
+    if (!b->check_finite)
+        return BK_OK;
+    int64_t bad = -1;
+    float value = 0.0f;
+    if ((rc = be->first_nonfinite(be, table, n, &bad, err)) ||
+        (bad >= 0 && (rc = be->download(be, &value, table + bad, sizeof value, err))))
+        return bk_error_prefix(err, "term '%s' (plugin %s): checking its CUDA table: ", term->label, d->name);
+    if (bad < 0)
+        return BK_OK;
+    char where[64];
+    return bk_fail(err, BK_ERR_PLUGIN,
+                   "term '%s' (plugin %s, %s)%s: CUDA table has a non-finite value %g at head %d, distance %d",
+                   term->label, d->name, term->plugin->path, bk_term_where(layer, b->step, where, sizeof where),
+                   (double)value, (int)(bad / distances), (int)(bad % distances));
+}
+
+/* The forward of a device backend: tables on the device (or from the host), mixed there. */
+static int device_forward(bk_bias *b, int32_t distances, bk_error *err)
+{
+    bk_backend *be = b->be;
+    size_t n = (size_t)b->n_heads * (size_t)distances;
+    int rc = BK_OK;
+    for (int t = 0; t < b->set->n && b->theta_dev && !rc; t++) /* the host theta is authoritative */
+        if (b->theta_dev[t])
+            rc = be->upload(be, b->theta_dev[t], b->set->terms[t].theta,
+                            (size_t)b->set->terms[t].n_copies * (size_t)b->set->terms[t].n_params * sizeof(float), err);
+    if (rc)
+        return bk_error_prefix(err, "uploading the positional terms' parameters: ");
+    for (int l = 0; l < b->n_layers; l++) {
+        for (int t = 0; t < b->set->n; t++) {
+            const bk_term *term = &b->set->terms[t];
+            if (!bk_term_has_table(term))
+                continue;
+            if (l > 0 && term->n_copies == 1) /* shared parameters: the same table on every layer */
+                rc = be->copy(be, term_table(b, l, t), term_table(b, 0, t), n * sizeof(float), err);
+            else
+                rc = device_table(b, t, term->n_copies > 1 ? l : -1, distances, term_table(b, l, t), err);
+            if (rc)
+                return rc;
+        }
+        for (int s = 0; s < BK_STREAM_COUNT; s++) {
+            if (!b->n_on[s])
+                continue;
+            const float *tables[b->n_on[s]];
+            double w[b->n_on[s]];
+            for (int k = 0; k < b->n_on[s]; k++)
+                tables[k] = term_table(b, l, b->on[s][k]);
+            stream_weights(b, s, w);
+            if ((rc = be->mix_forward(be, b->set->mixing, tables, w, b->n_on[s], n, mixed_table(b, l, s), err)))
+                return bk_error_prefix(err, "mixing the %s-stream tables of layer %d: ",
+                                       s == BK_STREAM_SEGMENT ? "segment" : "token", l);
+        }
+    }
     return BK_OK;
 }
 
@@ -116,6 +320,8 @@ int bk_bias_forward(bk_bias *b, int32_t distances, bk_error *err)
     if (rc)
         return rc;
     b->distances = distances;
+    if (on_device(b))
+        return device_forward(b, distances, err);
     size_t n = (size_t)b->n_heads * (size_t)distances;
     for (int l = 0; l < b->n_layers; l++) {
         for (int t = 0; t < b->set->n; t++) {
@@ -127,6 +333,8 @@ int bk_bias_forward(bk_bias *b, int32_t distances, bk_error *err)
             else if ((rc = bk_term_table_at(term, term->n_copies > 1 ? l : -1, b->step, b->check_finite, distances,
                                             term_table(b, l, t), err)))
                 return rc;
+            else
+                b->host_tables[t]++;
         }
         for (int s = 0; s < BK_STREAM_COUNT; s++) {
             if (!b->n_on[s])
@@ -155,21 +363,102 @@ static int all_finite(const float *x, size_t n)
     return acc == acc;
 }
 
-static void note_nonfinite_grad(bk_bias *b, const bk_term *term, const float *dtheta, const char *where)
+static void note_nonfinite_grad(bk_bias *b, const bk_term *term, const float *dtheta, const char *hook,
+                                const char *where)
 {
     int64_t i = 0;
     while (i < term->n_params && isfinite(dtheta[i]))
         i++;
     snprintf(b->nonfinite, sizeof b->nonfinite,
-             "term '%s' (plugin %s, %s)%s: table_backward() gave a non-finite gradient %g for parameter %lld of "
-             "%lld from a finite dL/dT",
-             term->label, term->plugin->desc->name, term->plugin->path, where,
+             "term '%s' (plugin %s, %s)%s: %s gave a non-finite gradient %g for parameter %lld of %lld from a finite "
+             "dL/dT",
+             term->label, term->plugin->desc->name, term->plugin->path, where, hook,
              (double)dtheta[i < term->n_params ? i : 0], (long long)i, (long long)term->n_params);
+}
+
+/* The host table_backward() of term t at `layer` from the host dL/dT `dtable` into the host dtheta. */
+static int host_table_backward(bk_bias *b, int t, int layer, const float *dtable, bk_error *err)
+{
+    const bk_term *term = &b->set->terms[t];
+    const biaskit_plugin *d = term->plugin->desc;
+    size_t n = (size_t)b->n_heads * (size_t)b->distances;
+    if (!d->table_backward)
+        return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s) has %lld parameters but no table_backward()",
+                       term->label, d->name, (long long)term->n_params);
+    int copy = term->n_copies > 1 ? layer : 0;
+    float *dtheta = b->dtheta[t] + (size_t)copy * (size_t)term->n_params;
+    int was_finite = b->check_finite && !b->nonfinite[0] && all_finite(dtheta, (size_t)term->n_params);
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(term, "table_backward()", layer, b->step);
+    int rc = d->table_backward(term->instance, bk_term_theta(term, layer), b->distances, dtable, dtheta, &pe);
+    bk_plugin_call_leave();
+    char where[64];
+    if (rc != BIASKIT_OK)
+        return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s, %s)%s: table_backward() failed: %s", term->label,
+                       d->name, term->plugin->path, bk_term_where(layer, b->step, where, sizeof where),
+                       pe.message[0] ? pe.message : "no message given");
+    b->host_backwards[t]++;
+    /* blame the plugin only when what it was given, dL/dT, was finite */
+    if (was_finite && !all_finite(dtheta, (size_t)term->n_params) && all_finite(dtable, n))
+        note_nonfinite_grad(b, term, dtheta, "table_backward()", bk_term_where(layer, b->step, where, sizeof where));
+    return BK_OK;
+}
+
+/* The gradient of term t at `layer` from dL/dT `dtable` in the backend's memory. */
+static int device_table_backward(bk_bias *b, int t, int layer, const float *dtable, bk_error *err)
+{
+    bk_backend *be = b->be;
+    const bk_term *term = &b->set->terms[t];
+    const biaskit_plugin *d = term->plugin->desc;
+    size_t n = (size_t)b->n_heads * (size_t)b->distances;
+    int rc;
+    if (!b->dtheta_dev || !b->dtheta_dev[t]) { /* no table_backward_cuda here: dL/dT to the host */
+        log_host_path(b, term, 2);
+        if ((rc = be->download(be, b->host_table, dtable, n * sizeof(float), err)))
+            return bk_error_prefix(err, "term '%s' (plugin %s): copying dL/dT to the host: ", term->label, d->name);
+        return host_table_backward(b, t, layer, b->host_table, err);
+    }
+    if (b->check_finite && !b->dtable_nonfinite[t]) { /* to blame the plugin only for a finite dL/dT */
+        int64_t bad = -1;
+        if ((rc = be->first_nonfinite(be, dtable, n, &bad, err)))
+            return bk_error_prefix(err, "term '%s' (plugin %s): checking dL/dT: ", term->label, d->name);
+        b->dtable_nonfinite[t] = bad >= 0;
+    }
+    size_t offset = (size_t)(term->n_copies > 1 ? layer : 0) * (size_t)term->n_params;
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(term, "table_backward_cuda()", layer, b->step);
+    int prc = d->table_backward_cuda(term->instance, b->theta_dev[t] + offset, b->distances, dtable,
+                                     b->dtheta_dev[t] + offset, be->stream(be), &pe);
+    bk_plugin_call_leave();
+    if (prc != BIASKIT_OK)
+        return plugin_failed(err, term, "table_backward_cuda()", layer, b->step, &pe);
+    b->cuda_backwards[t]++;
+    return BK_OK;
+}
+
+/* Before the device dtheta is added into after a zero_grad or a bk_bias_gradients_to_host. */
+static int zero_device_grads(bk_bias *b, bk_error *err)
+{
+    if (!b->zero_pending)
+        return BK_OK;
+    for (int t = 0; b->dtheta_dev && t < b->set->n; t++) {
+        const bk_term *term = &b->set->terms[t];
+        int rc = b->dtheta_dev[t] ? b->be->zero(b->be, b->dtheta_dev[t],
+                                                (size_t)term->n_copies * (size_t)term->n_params * sizeof(float), err)
+                                  : BK_OK;
+        if (rc)
+            return bk_error_prefix(err, "zeroing the device gradient of term '%s': ", term->label);
+    }
+    b->zero_pending = 0;
+    return BK_OK;
 }
 
 int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_COUNT], bk_error *err)
 {
     size_t n = (size_t)b->n_heads * (size_t)b->distances;
+    int device = on_device(b), rc;
+    if (device && (rc = zero_device_grads(b, err)))
+        return rc;
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         int count = b->n_on[s];
         if (!count || !dmixed[s])
@@ -181,48 +470,69 @@ int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_
             const bk_term *term = &b->set->terms[b->on[s][k]];
             tables[k] = term_table(b, layer, b->on[s][k]);
             dtables[k] = term->n_params ? b->scratch + (size_t)k * n : NULL;
-            if (dtables[k])
+            if (dtables[k] && !device)
                 memset(dtables[k], 0, n * sizeof(float));
+            else if (dtables[k] && (rc = b->be->zero(b->be, dtables[k], n * sizeof(float), err)))
+                return rc;
             dw[k] = 0.0;
         }
         stream_weights(b, s, w);
-        bk_mix_backward(b->set->mixing, tables, w, count, n, mixed_table(b, layer, s), dmixed[s], dtables, dw);
+        if (!device)
+            bk_mix_backward(b->set->mixing, tables, w, count, n, mixed_table(b, layer, s), dmixed[s], dtables, dw);
+        else if ((rc = b->be->mix_backward(b->be, b->set->mixing, tables, w, count, n, mixed_table(b, layer, s),
+                                           dmixed[s], dtables, b->learn_weights ? dw : NULL, err)))
+            return bk_error_prefix(err, "mixing backward of the %s-stream tables of layer %d: ",
+                                   s == BK_STREAM_SEGMENT ? "segment" : "token", layer);
         if (b->learn_weights)
             bk_mix_params_backward(b->set->mixing, w, dw, count, b->mix_grads[s]);
         for (int k = 0; k < count; k++) {
             if (!dtables[k])
                 continue;
-            int t = b->on[s][k];
-            const bk_term *term = &b->set->terms[t];
-            const biaskit_plugin *d = term->plugin->desc;
-            if (!d->table_backward)
-                return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s) has %lld parameters but no table_backward()",
-                               term->label, d->name, (long long)term->n_params);
-            int copy = term->n_copies > 1 ? layer : 0;
-            float *dtheta = b->dtheta[t] + (size_t)copy * (size_t)term->n_params;
-            int was_finite = b->check_finite && !b->nonfinite[0] && all_finite(dtheta, (size_t)term->n_params);
-            biaskit_error pe = {0, ""};
-            bk_plugin_call_enter(term, "table_backward()", layer, b->step);
-            int rc = d->table_backward(term->instance, bk_term_theta(term, layer), b->distances, dtables[k], dtheta,
-                                       &pe);
-            bk_plugin_call_leave();
-            char where[64];
-            if (rc != BIASKIT_OK)
-                return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s, %s)%s: table_backward() failed: %s",
-                               term->label, d->name, term->plugin->path,
-                               bk_term_where(layer, b->step, where, sizeof where),
-                               pe.message[0] ? pe.message : "no message given");
-            /* blame the plugin only when what it was given, dL/dT, was finite */
-            if (was_finite && !all_finite(dtheta, (size_t)term->n_params) && all_finite(dtables[k], n))
-                note_nonfinite_grad(b, term, dtheta, bk_term_where(layer, b->step, where, sizeof where));
+            rc = device ? device_table_backward(b, b->on[s][k], layer, dtables[k], err)
+                        : host_table_backward(b, b->on[s][k], layer, dtables[k], err);
+            if (rc)
+                return rc;
         }
     }
+    return BK_OK;
+}
+
+int bk_bias_gradients_to_host(bk_bias *b, bk_error *err)
+{
+    if (!on_device(b) || !b->dtheta_dev || b->zero_pending)
+        return BK_OK; /* host gradients are complete, or nothing was added on the device since zeroed */
+    for (int t = 0; t < b->set->n; t++) {
+        if (!b->dtheta_dev[t])
+            continue;
+        const bk_term *term = &b->set->terms[t];
+        size_t m = (size_t)term->n_copies * (size_t)term->n_params;
+        int rc = b->be->download(b->be, b->host_grad, b->dtheta_dev[t], m * sizeof(float), err);
+        if (rc)
+            return bk_error_prefix(err, "copying the gradient of term '%s' (plugin %s) to the host: ", term->label,
+                                   term->plugin->desc->name);
+        if (b->check_finite && !b->nonfinite[0] && !b->dtable_nonfinite[t] && all_finite(b->dtheta[t], m) &&
+            !all_finite(b->host_grad, m)) {
+            int c = 0;
+            while (c < term->n_copies - 1 && all_finite(b->host_grad + (size_t)c * (size_t)term->n_params,
+                                                        (size_t)term->n_params))
+                c++;
+            char where[64];
+            note_nonfinite_grad(b, term, b->host_grad + (size_t)c * (size_t)term->n_params, "table_backward_cuda()",
+                                bk_term_where(term->n_copies > 1 ? c : -1, b->step, where, sizeof where));
+        }
+        for (size_t i = 0; i < m; i++)
+            b->dtheta[t][i] += b->host_grad[i];
+    }
+    b->zero_pending = 1; /* moved: the next backward starts from zero */
     return BK_OK;
 }
 
 void bk_bias_zero_grad(bk_bias *b)
 {
     b->nonfinite[0] = '\0';
+    b->zero_pending = b->dtheta_dev != NULL;
+    if (b->set->n)
+        memset(b->dtable_nonfinite, 0, (size_t)b->set->n);
     for (int t = 0; t < b->set->n; t++) {
         const bk_term *term = &b->set->terms[t];
         if (b->dtheta[t])

@@ -112,6 +112,7 @@ static const unit units[] = {
     {"project", "project checks", 0, ck_unit_project},
     {"determinism", "determinism checks", 0, ck_unit_determinism},
     {"cuda-table", "CUDA checks", BIASKIT_CAP_TABLE, ck_unit_cuda},
+    {"cuda-embed", "CUDA embedding checks", BIASKIT_CAP_EMBED, ck_unit_cuda_embed},
 };
 
 static int run_checks(checker *c, bk_error *err)

@@ -38,8 +38,9 @@ void ck_check_descriptor(checker *c)
     if (bad->len)
         ck_item(c, BK_CHECK_FAIL, "capabilities", "capabilities (%s): %s", names, bad->s + 2);
     else
-        ck_item(c, BK_CHECK_PASS, "capabilities", "capabilities (%s%s%s) match the function pointers", names,
-                d->param_count ? "; learnable" : "", d->table_cuda ? "; CUDA table" : "");
+        ck_item(c, BK_CHECK_PASS, "capabilities", "capabilities (%s%s%s%s) match the function pointers", names,
+                d->param_count ? "; learnable" : "", d->table_cuda ? "; CUDA table" : "",
+                bk_descriptor_embed_cuda(d) ? "; CUDA embed" : "");
 
     bad = &f.part[BK_DESCRIPTOR_OPTIONS];
     if (bad->len)

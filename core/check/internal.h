@@ -178,6 +178,8 @@ void ck_unit_segment(checker *c, const void *arg);
 void ck_unit_embed(checker *c, const void *arg);
 void ck_unit_rotary(checker *c, const void *arg);
 void ck_unit_cuda(checker *c, const void *arg);
+/* embed_cuda / embed_backward_cuda against the host embedding (cuda.c), for EMBED plugins. */
+void ck_unit_cuda_embed(checker *c, const void *arg);
 
 /* probes.c: the "option:NAME" item of one option, and the "geometry" item. */
 int ck_probe_option(checker *c, const biaskit_option *o, bk_error *err);

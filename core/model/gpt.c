@@ -1,7 +1,5 @@
 #include "model/gpt.h"
 
-#include "cpu/attention.h"
-#include "model/layers.h"
 #include "util/rng.h"
 
 #include <math.h>
@@ -28,7 +26,7 @@ static void act_sizes(const bk_gpt *m, int B, int T, int train, size_t sizes[N_A
         BT * C,                                            /* encoded */
         La * BT * C, La * BT, La * BT,                     /* ln1, mean, rstd */
         La * BT * 3 * C, La * BT * C,                      /* qkv, atty */
-        train ? La * B * (size_t)m->H * T * T : 0,         /* att: probabilities kept for backward */
+        train ? La * m->be->attention_saved(m->be, B, T, m->H) : 0, /* att: what attention backward reads */
         La * BT * C, La * BT * C,                          /* attproj, res2 */
         La * BT * C, La * BT, La * BT,                     /* ln2, mean, rstd */
         La * BT * 4 * C, La * BT * 4 * C, La * BT * C, La * BT * C, /* fch, fch_gelu, fcproj, res3 */
@@ -47,6 +45,23 @@ static void carve(float *base, const size_t sizes[N_ACTS], acts *a)
     }
 }
 
+static void release(bk_gpt *m, void *ptr)
+{
+    if (ptr)
+        m->be->release(m->be, ptr);
+}
+
+static void free_acts(bk_gpt *m)
+{
+    release(m, m->acts);
+    release(m, m->dacts);
+    if (m->wlosses != m->losses)
+        release(m, m->wlosses);
+    free(m->losses);
+    m->acts = m->dacts = m->wlosses = m->losses = NULL;
+    m->acts_size = 0;
+}
+
 static int reserve_acts(bk_gpt *m, int B, int T, int train, bk_error *err)
 {
     if (m->acts && B == m->B && T == m->T && train == m->train)
@@ -55,18 +70,72 @@ static int reserve_acts(bk_gpt *m, int B, int T, int train, bk_error *err)
     act_sizes(m, B, T, train, sizes);
     for (size_t i = 0; i < N_ACTS; i++)
         total += sizes[i];
-    free(m->acts), free(m->dacts), free(m->losses);
-    m->acts = malloc(total * sizeof(float));
-    m->dacts = train ? calloc(total, sizeof(float)) : NULL;
-    m->losses = malloc((size_t)B * T * sizeof(float));
-    if (!m->acts || (train && !m->dacts) || !m->losses) {
-        free(m->acts), free(m->dacts), free(m->losses);
-        m->acts = m->dacts = m->losses = NULL;
-        return bk_fail(err, BK_ERR_NOMEM, "out of memory for activations of %d x %d tokens (%.1f GiB)", B, T,
-                       (double)total * sizeof(float) * (train ? 2 : 1) / (1024.0 * 1024 * 1024));
+    free_acts(m);
+    bk_backend *be = m->be;
+    int rc = be->alloc(be, (void **)&m->acts, total * sizeof(float), err);
+    if (!rc && train)
+        rc = be->alloc(be, (void **)&m->dacts, total * sizeof(float), err);
+    if (!rc && !(m->losses = malloc((size_t)B * T * sizeof(float))))
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for %d x %d losses", B, T);
+    if (!rc && be->on_device)
+        rc = be->alloc(be, (void **)&m->wlosses, (size_t)B * T * sizeof(float), err);
+    else
+        m->wlosses = m->losses;
+    if (rc) {
+        free_acts(m);
+        return bk_error_prefix(err, "activations of %d x %d tokens (%.1f GiB on %s): ", B, T,
+                               (double)total * sizeof(float) * (train ? 2 : 1) / (1024.0 * 1024 * 1024), be->name);
     }
     m->acts_size = total;
     m->B = B, m->T = T, m->train = train;
+    return BK_OK;
+}
+
+/* The batch in the backend's memory; on the CPU the caller's arrays themselves. With `train`, the
+ * buckets of the token ids for the encoder backward (bk_batch_buckets). */
+static int upload_batch(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int B, int T, int train,
+                        bk_error *err)
+{
+    bk_backend *be = m->be;
+    const int64_t n = (int64_t)B * T;
+    bk_batch_view *bv = &m->batch;
+    memset(bv, 0, sizeof *bv);
+    bv->inputs_host = inputs;
+    if (n > m->batch_capacity) {
+        release(m, m->d_inputs), release(m, m->d_targets), release(m, m->d_buckets);
+        free(m->h_buckets);
+        m->d_inputs = m->d_targets = m->d_buckets = m->h_buckets = NULL;
+        m->batch_capacity = 0;
+        size_t bytes = (size_t)n * sizeof(int32_t), bucket_bytes = 3 * (size_t)(n + 1) * sizeof(int32_t);
+        int rc = BK_OK;
+        if (be->on_device && ((rc = be->alloc(be, (void **)&m->d_inputs, bytes, err)) ||
+                              (rc = be->alloc(be, (void **)&m->d_targets, bytes, err)) ||
+                              (rc = be->alloc(be, (void **)&m->d_buckets, bucket_bytes, err))))
+            return rc;
+        if (be->on_device && !(m->h_buckets = malloc(bucket_bytes)))
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory for the buckets of %lld tokens", (long long)n);
+        m->batch_capacity = n;
+    }
+    if (!be->on_device) {
+        bv->inputs = inputs, bv->targets = targets;
+        return BK_OK;
+    }
+    int rc = be->upload(be, m->d_inputs, inputs, (size_t)n * sizeof(int32_t), err);
+    if (!rc && targets)
+        rc = be->upload(be, m->d_targets, targets, (size_t)n * sizeof(int32_t), err);
+    if (rc)
+        return rc;
+    bv->inputs = m->d_inputs;
+    bv->targets = targets ? m->d_targets : NULL;
+    if (train) {
+        int32_t *ids = m->h_buckets, *start = ids + n + 1, *tokens = start + n + 1;
+        bv->n_buckets = bk_batch_buckets(inputs, n, ids, start, tokens);
+        if ((rc = be->upload(be, m->d_buckets, m->h_buckets, 3 * (size_t)(n + 1) * sizeof(int32_t), err)))
+            return rc;
+        bv->bucket_ids = m->d_buckets;
+        bv->bucket_start = m->d_buckets + n + 1;
+        bv->bucket_tokens = m->d_buckets + 2 * (n + 1);
+    }
     return BK_OK;
 }
 
@@ -122,10 +191,13 @@ int bk_gpt_init(bk_gpt *m, int layers, int heads, int dim, int vocab, bk_bias *b
     set_tensor(m, "lnfw", 1, C, 0, 0, 0, &off);
     set_tensor(m, "lnfb", 1, C, 0, 0, 0, &off);
     m->n_params = off;
+    m->be = bk_backend_cpu();
     if (!(m->params = malloc(off * sizeof(float)))) {
         bk_positions_free(&m->pos);
         return bk_fail(err, BK_ERR_NOMEM, "out of memory for %zu parameters", off);
     }
+    m->wparams = m->params;
+    point(m, m->params, &m->wp);
     point(m, m->params, &m->p);
 
     bk_rng rng = {bk_derive_seed(seed, 0x6d6f64656c, 0)}; /* "model" */
@@ -145,11 +217,19 @@ void bk_gpt_free(bk_gpt *m)
 {
     if (!m)
         return;
+    if (m->be) {
+        free_acts(m);
+        if (m->wparams != m->params)
+            release(m, m->wparams);
+        if (m->wgrads != m->grads)
+            release(m, m->wgrads);
+        if (m->be->on_device)
+            release(m, m->d_inputs), release(m, m->d_targets), release(m, m->d_buckets);
+        release(m, m->dtable_mem);
+    }
     free(m->params);
     free(m->grads);
-    free(m->acts);
-    free(m->dacts);
-    free(m->losses);
+    free(m->h_buckets);
     bk_positions_free(&m->pos);
     memset(m, 0, sizeof *m);
 }
@@ -160,25 +240,97 @@ int bk_gpt_alloc_grads(bk_gpt *m, bk_error *err)
         return BK_OK;
     if (!(m->grads = calloc(m->n_params, sizeof(float))))
         return bk_fail(err, BK_ERR_NOMEM, "out of memory for %zu gradients", m->n_params);
+    if (!m->be->on_device)
+        m->wgrads = m->grads;
+    else {
+        int rc = m->be->alloc(m->be, (void **)&m->wgrads, m->n_params * sizeof(float), err);
+        if (rc) {
+            free(m->grads);
+            m->grads = NULL;
+            return bk_error_prefix(err, "%zu gradients: ", m->n_params);
+        }
+    }
     point(m, m->grads, &m->g);
+    point(m, m->wgrads, &m->wg);
     return BK_OK;
 }
 
-void bk_gpt_zero_grad(bk_gpt *m)
+int bk_gpt_zero_grad(bk_gpt *m, bk_error *err)
 {
-    if (m->grads)
-        memset(m->grads, 0, m->n_params * sizeof(float));
+    if (!m->wgrads)
+        return BK_OK;
+    return m->be->zero(m->be, m->wgrads, m->n_params * sizeof(float), err);
 }
 
-const float *bk_gpt_logits(const bk_gpt *m)
+int bk_gpt_set_backend(bk_gpt *m, bk_backend *be, bk_error *err)
 {
-    if (!m->acts || !m->train)
-        return NULL;
+    if (be == m->be)
+        return BK_OK;
+    if (m->be->on_device || m->acts)
+        return bk_fail(err, BK_ERR_INVALID, "the model can move to another backend only once, before its first forward "
+                       "(it is on %s)", m->be->name);
+    int rc = bk_positions_set_backend(&m->pos, be, err);
+    if (rc)
+        return rc;
+    m->be = be;
+    if (!be->on_device)
+        return BK_OK;
+    m->wparams = NULL, m->wgrads = NULL;
+    const size_t bytes = m->n_params * sizeof(float);
+    if ((rc = be->alloc(be, (void **)&m->wparams, bytes, err)) ||
+        (rc = be->upload(be, m->wparams, m->params, bytes, err)) ||
+        (m->grads && ((rc = be->alloc(be, (void **)&m->wgrads, bytes, err)) ||
+                      (rc = be->upload(be, m->wgrads, m->grads, bytes, err))))) {
+        release(m, m->wparams), release(m, m->wgrads);
+        m->wparams = m->params, m->wgrads = m->grads;
+        m->be = bk_backend_cpu();
+        return bk_error_prefix(err, "moving %zu model parameters to %s: ", m->n_params, be->name);
+    }
+    point(m, m->wparams, &m->wp);
+    if (m->wgrads)
+        point(m, m->wgrads, &m->wg);
+    return BK_OK;
+}
+
+int bk_gpt_to_host(bk_gpt *m, bk_error *err)
+{
+    if (!m->be->on_device)
+        return BK_OK;
+    const size_t bytes = m->n_params * sizeof(float);
+    int rc = m->be->download(m->be, m->params, m->wparams, bytes, err);
+    if (!rc && m->grads)
+        rc = m->be->download(m->be, m->grads, m->wgrads, bytes, err);
+    return rc;
+}
+
+int bk_gpt_to_device(bk_gpt *m, bk_error *err)
+{
+    if (!m->be->on_device)
+        return BK_OK;
+    return m->be->upload(m->be, m->wparams, m->params, m->n_params * sizeof(float), err);
+}
+
+static float *logits_of(const bk_gpt *m)
+{
     size_t sizes[N_ACTS];
     act_sizes(m, m->B, m->T, 1, sizes);
     acts a;
     carve(m->acts, sizes, &a);
     return a.logits;
+}
+
+const float *bk_gpt_logits(const bk_gpt *m)
+{
+    if (!m->acts || !m->train || m->be->on_device)
+        return NULL;
+    return logits_of(m);
+}
+
+int bk_gpt_copy_logits(const bk_gpt *m, float *dst, bk_error *err)
+{
+    if (!m->acts || !m->train)
+        return bk_fail(err, BK_ERR_INVALID, "no logits: they are kept by a training forward pass only");
+    return m->be->download(m->be, dst, logits_of(m), (size_t)m->B * m->T * m->V * sizeof(float), err);
 }
 
 static void attention_bias(const bk_gpt *m, int layer, bk_attention_bias *ab)
@@ -189,9 +341,17 @@ static void attention_bias(const bk_gpt *m, int layer, bk_attention_bias *ab)
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         ab->table[s] = bk_bias_table(m->bias, layer, (bk_stream)s);
         ab->positions[s] = ab->table[s] ? bk_positions_stream(&m->pos, (bk_stream)s) : NULL;
+        ab->span[s] = ab->table[s] ? bk_positions_span(&m->pos, (bk_stream)s) : 0;
     }
     ab->distances = m->bias->distances;
 }
+
+/* Every backend call below returns BK_OK or fails with err set: stop at the first failure. */
+#define TRY(call)                   \
+    do {                            \
+        if ((rc = (call)) != BK_OK) \
+            goto fail;              \
+    } while (0)
 
 int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int B, int T, int train, bk_error *err)
 {
@@ -203,139 +363,164 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
         if (inputs[n] < 0 || inputs[n] >= m->V || (targets && (targets[n] < 0 || targets[n] >= m->V)))
             return bk_fail(err, BK_ERR_INVALID, "token %lld is outside the vocabulary of %d",
                            (long long)(inputs[n] < 0 || inputs[n] >= m->V ? inputs[n] : targets[n]), m->V);
-    if ((rc = reserve_acts(m, B, T, train, err)))
+    if ((rc = reserve_acts(m, B, T, train, err)) || (rc = upload_batch(m, inputs, targets, B, T, train, err)))
         return rc;
     size_t sizes[N_ACTS];
     act_sizes(m, B, T, train, sizes);
     acts a;
     carve(m->acts, sizes, &a);
     const int C = m->C, H = m->H, BT = B * T;
-    const bk_gpt_params *p = &m->p;
-
+    const bk_gpt_params *p = &m->wp;
+    bk_backend *be = m->be;
+    const int32_t *tg = m->batch.targets;
     if ((rc = bk_positions_prepare(&m->pos, inputs, B, T, err)))
         return rc;
-    bk_encoder_forward(a.encoded, inputs, p->wte, B, T, C);
-    if ((rc = bk_embed_forward(&m->pos, a.encoded, err)))
-        return rc;
+    bk_rotary_view rot; /* valid after prepare: angles for positions < T, on the backend */
+    const int rotary = bk_positions_rotary(&m->pos, &rot);
+    TRY(be->encoder_forward(be, a.encoded, &m->batch, p->wte, B, T, C, err));
+    TRY(bk_embed_forward(&m->pos, a.encoded, err));
     for (int l = 0; l < m->L; l++) {
         size_t la = train ? (size_t)l : 0; /* activation slot of this layer */
         const float *residual = l == 0 ? a.encoded : a.res3 + (train ? la - 1 : 0) * BT * C;
         float *ln1 = a.ln1 + la * BT * C, *ln1_mean = a.ln1_mean + la * BT, *ln1_rstd = a.ln1_rstd + la * BT;
         float *qkv = a.qkv + la * BT * 3 * C, *atty = a.atty + la * BT * C;
-        float *att = train ? a.att + la * (size_t)B * H * T * T : NULL;
+        float *att = train ? a.att + la * be->attention_saved(be, B, T, H) : NULL;
         float *attproj = a.attproj + la * BT * C, *res2 = a.res2 + la * BT * C;
         float *ln2 = a.ln2 + la * BT * C, *ln2_mean = a.ln2_mean + la * BT, *ln2_rstd = a.ln2_rstd + la * BT;
         float *fch = a.fch + la * BT * 4 * C, *fch_gelu = a.fch_gelu + la * BT * 4 * C;
         float *fcproj = a.fcproj + la * BT * C, *res3 = a.res3 + la * BT * C;
 
-        bk_layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT, C);
-        bk_matmul_forward(qkv, ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C);
-        bk_rotary_forward(&m->pos, qkv, C, H); /* qkv keeps the rotated q, k: attention backward reads them */
+        TRY(be->layernorm_forward(be, ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT, C,
+                                  err));
+        TRY(be->matmul_forward(be, qkv, ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C,
+                               err));
+        if (rotary) /* qkv keeps the rotated q, k: attention backward reads them */
+            TRY(be->rotary(be, qkv, &rot, B, T, C, H, 1.0f, err));
         bk_attention_bias ab;
         attention_bias(m, l, &ab);
-        if ((rc = bk_attention_forward(atty, att, qkv, &ab, B, T, C, H, err)))
+        if ((rc = be->attention_forward(be, atty, att, qkv, &ab, B, T, C, H, err)))
             return bk_error_prefix(err, "layer %d attention: ", l);
-        bk_matmul_forward(attproj, atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, BT, C, C);
-        bk_residual_forward(res2, residual, attproj, (size_t)BT * C); /* eval: reads res3 before it is rewritten */
-        bk_layernorm_forward(ln2, ln2_mean, ln2_rstd, res2, p->ln2w + l * C, p->ln2b + l * C, BT, C);
-        bk_matmul_forward(fch, ln2, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C, BT, C, 4 * C);
-        bk_gelu_forward(fch_gelu, fch, (size_t)BT * 4 * C);
-        bk_matmul_forward(fcproj, fch_gelu, p->fcprojw + (size_t)l * C * 4 * C, p->fcprojb + l * C, BT, 4 * C, C);
-        bk_residual_forward(res3, res2, fcproj, (size_t)BT * C);
+        TRY(be->matmul_forward(be, attproj, atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, BT, C, C,
+                               err));
+        /* eval: reads res3 before it is rewritten */
+        TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
+        TRY(be->layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2, p->ln2w + l * C, p->ln2b + l * C, BT, C, err));
+        TRY(be->matmul_forward(be, fch, ln2, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C, BT, C, 4 * C, err));
+        TRY(be->gelu_forward(be, fch_gelu, fch, (size_t)BT * 4 * C, err));
+        TRY(be->matmul_forward(be, fcproj, fch_gelu, p->fcprojw + (size_t)l * C * 4 * C, p->fcprojb + l * C, BT,
+                               4 * C, C, err));
+        TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
     }
     const float *last = a.res3 + (train ? (size_t)(m->L - 1) : 0) * BT * C;
-    bk_layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C);
+    TRY(be->layernorm_forward(be, a.lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err));
 
     if (train) {
-        bk_matmul_forward(a.logits, a.lnf, p->wte, NULL, BT, C, m->V);
+        TRY(be->matmul_forward(be, a.logits, a.lnf, p->wte, NULL, BT, C, m->V, err));
         if (targets)
-            bk_crossentropy_forward(m->losses, a.probs, a.logits, targets, BT, m->V);
+            TRY(be->crossentropy_forward(be, m->wlosses, a.probs, a.logits, tg, BT, m->V, err));
     } else if (targets) {
         for (int row = 0; row < BT; row += EVAL_LOGIT_ROWS) {
             int rows = BT - row < EVAL_LOGIT_ROWS ? BT - row : EVAL_LOGIT_ROWS;
-            bk_matmul_forward(a.logits, a.lnf + (size_t)row * C, p->wte, NULL, rows, C, m->V);
-            bk_crossentropy_forward(m->losses + row, NULL, a.logits, targets + row, rows, m->V);
+            TRY(be->matmul_forward(be, a.logits, a.lnf + (size_t)row * C, p->wte, NULL, rows, C, m->V, err));
+            TRY(be->crossentropy_forward(be, m->wlosses + row, NULL, a.logits, tg + row, rows, m->V, err));
         }
     }
     if (targets) {
+        if (m->wlosses != m->losses) /* the loss comes down */
+            TRY(be->download(be, m->losses, m->wlosses, (size_t)BT * sizeof(float), err));
         double total = 0.0;
         for (int n = 0; n < BT; n++)
             total += m->losses[n];
         m->loss = (float)(total / BT);
     }
     return BK_OK;
+fail:
+    return rc;
 }
 
 int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, float loss_scale, bk_error *err)
 {
+    (void)inputs, (void)targets; /* the forward's batch, kept in m->batch */
     if (!m->acts || !m->train)
         return bk_fail(err, BK_ERR_INVALID, "backward needs a training forward pass first");
+    if (!m->batch.targets)
+        return bk_fail(err, BK_ERR_INVALID, "backward needs a forward pass with targets");
     int rc = bk_gpt_alloc_grads(m, err);
     if (rc)
         return rc;
+    bk_backend *be = m->be;
     const int B = m->B, T = m->T, C = m->C, H = m->H, L = m->L, BT = B * T;
     size_t sizes[N_ACTS];
     act_sizes(m, B, T, 1, sizes);
     acts a, d;
     carve(m->acts, sizes, &a);
     carve(m->dacts, sizes, &d);
-    memset(m->dacts, 0, m->acts_size * sizeof(float));
-    const bk_gpt_params *p = &m->p, *g = &m->g;
+    if ((rc = be->zero(be, m->dacts, m->acts_size * sizeof(float), err)))
+        return rc;
+    const bk_gpt_params *p = &m->wp, *g = &m->wg;
+    const size_t saved = be->attention_saved(be, B, T, H);
+    bk_rotary_view rot;
+    const int rotary = bk_positions_rotary(&m->pos, &rot);
 
-    /* dtable buffers per stream for the bias gradient of one layer */
+    /* table gradients of one layer, per stream, in the backend's memory */
     int32_t D = m->bias ? m->bias->distances : 0;
-    float *dtable_mem = NULL;
     float *dtable[BK_STREAM_COUNT] = {NULL, NULL};
+    const size_t dtable_floats = (size_t)BK_STREAM_COUNT * H * (size_t)D;
     if (m->bias && m->bias->set->n) {
-        if (!(dtable_mem = malloc((size_t)BK_STREAM_COUNT * H * D * sizeof(float))))
-            return bk_fail(err, BK_ERR_NOMEM, "out of memory for table gradients");
+        if (dtable_floats > m->dtable_capacity) {
+            release(m, m->dtable_mem);
+            m->dtable_mem = NULL, m->dtable_capacity = 0;
+            if ((rc = be->alloc(be, (void **)&m->dtable_mem, dtable_floats * sizeof(float), err)))
+                return bk_error_prefix(err, "table gradients: ");
+            m->dtable_capacity = dtable_floats;
+        }
         for (int s = 0; s < BK_STREAM_COUNT; s++)
             if (m->bias->n_on[s])
-                dtable[s] = dtable_mem + (size_t)s * H * D;
+                dtable[s] = m->dtable_mem + (size_t)s * H * D;
     }
 
-    bk_crossentropy_backward(d.logits, a.probs, targets, loss_scale / (float)BT, BT, m->V);
-    bk_matmul_backward(d.lnf, g->wte, NULL, d.logits, a.lnf, p->wte, BT, C, m->V);
+    TRY(be->crossentropy_backward(be, d.logits, a.probs, m->batch.targets, loss_scale / (float)BT, BT, m->V, err));
+    TRY(be->matmul_backward(be, d.lnf, g->wte, NULL, d.logits, a.lnf, p->wte, BT, C, m->V, err));
     size_t last = (size_t)(L - 1) * BT * C;
-    bk_layernorm_backward(d.res3 + last, g->lnfw, g->lnfb, d.lnf, a.res3 + last, p->lnfw, a.lnf_mean, a.lnf_rstd, BT,
-                          C);
-    for (int l = L - 1; l >= 0 && !rc; l--) {
+    TRY(be->layernorm_backward(be, d.res3 + last, g->lnfw, g->lnfb, d.lnf, a.res3 + last, p->lnfw, a.lnf_mean,
+                               a.lnf_rstd, BT, C, err));
+    for (int l = L - 1; l >= 0; l--) {
         size_t o1 = (size_t)l * BT, oC = o1 * C, o3 = oC * 3, o4 = oC * 4;
         const float *residual = l == 0 ? a.encoded : a.res3 + (size_t)(l - 1) * BT * C;
         float *dresidual = l == 0 ? d.encoded : d.res3 + (size_t)(l - 1) * BT * C;
 
-        bk_residual_backward(d.res2 + oC, d.fcproj + oC, d.res3 + oC, (size_t)BT * C);
-        bk_matmul_backward(d.fch_gelu + o4, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C, d.fcproj + oC,
-                           a.fch_gelu + o4, p->fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C);
-        bk_gelu_backward(d.fch + o4, a.fch + o4, d.fch_gelu + o4, (size_t)BT * 4 * C);
-        bk_matmul_backward(d.ln2 + oC, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, d.fch + o4, a.ln2 + oC,
-                           p->fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
-        bk_layernorm_backward(d.res2 + oC, g->ln2w + l * C, g->ln2b + l * C, d.ln2 + oC, a.res2 + oC, p->ln2w + l * C,
-                              a.ln2_mean + o1, a.ln2_rstd + o1, BT, C);
-        bk_residual_backward(dresidual, d.attproj + oC, d.res2 + oC, (size_t)BT * C);
-        bk_matmul_backward(d.atty + oC, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, d.attproj + oC,
-                           a.atty + oC, p->attprojw + (size_t)l * C * C, BT, C, C);
+        TRY(be->residual_backward(be, d.res2 + oC, d.fcproj + oC, d.res3 + oC, (size_t)BT * C, err));
+        TRY(be->matmul_backward(be, d.fch_gelu + o4, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C,
+                                d.fcproj + oC, a.fch_gelu + o4, p->fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C,
+                                err));
+        TRY(be->gelu_backward(be, d.fch + o4, a.fch + o4, d.fch_gelu + o4, (size_t)BT * 4 * C, err));
+        TRY(be->matmul_backward(be, d.ln2 + oC, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, d.fch + o4,
+                                a.ln2 + oC, p->fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, err));
+        TRY(be->layernorm_backward(be, d.res2 + oC, g->ln2w + l * C, g->ln2b + l * C, d.ln2 + oC, a.res2 + oC,
+                                   p->ln2w + l * C, a.ln2_mean + o1, a.ln2_rstd + o1, BT, C, err));
+        TRY(be->residual_backward(be, dresidual, d.attproj + oC, d.res2 + oC, (size_t)BT * C, err));
+        TRY(be->matmul_backward(be, d.atty + oC, g->attprojw + (size_t)l * C * C, g->attprojb + l * C,
+                                d.attproj + oC, a.atty + oC, p->attprojw + (size_t)l * C * C, BT, C, C, err));
         bk_attention_bias ab;
         attention_bias(m, l, &ab);
-        if (dtable_mem)
-            memset(dtable_mem, 0, (size_t)BK_STREAM_COUNT * H * D * sizeof(float));
-        if ((rc = bk_attention_backward(d.qkv + o3, dtable, d.atty + oC, a.qkv + o3,
-                                        a.att + (size_t)l * B * H * T * T, &ab, B, T, C, H, err))) {
-            bk_error_prefix(err, "layer %d attention backward: ", l);
-            break;
-        }
-        if (dtable_mem && (rc = bk_bias_backward(m->bias, l, (const float *const *)dtable, err)))
-            break;
-        bk_rotary_backward(&m->pos, d.qkv + o3, C, H);
-        bk_matmul_backward(d.ln1 + oC, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, d.qkv + o3, a.ln1 + oC,
-                           p->qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
-        bk_layernorm_backward(dresidual, g->ln1w + l * C, g->ln1b + l * C, d.ln1 + oC, residual, p->ln1w + l * C,
-                              a.ln1_mean + o1, a.ln1_rstd + o1, BT, C);
+        if (m->dtable_mem)
+            TRY(be->zero(be, m->dtable_mem, dtable_floats * sizeof(float), err));
+        if ((rc = be->attention_backward(be, d.qkv + o3, dtable, d.atty + oC, a.qkv + o3, a.att + (size_t)l * saved,
+                                         &ab, B, T, C, H, err)))
+            return bk_error_prefix(err, "layer %d attention backward: ", l);
+        if (m->dtable_mem)
+            TRY(bk_bias_backward(m->bias, l, (const float *const *)dtable, err));
+        if (rotary)
+            TRY(be->rotary(be, d.qkv + o3, &rot, B, T, C, H, -1.0f, err));
+        TRY(be->matmul_backward(be, d.ln1 + oC, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, d.qkv + o3,
+                                a.ln1 + oC, p->qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, err));
+        TRY(be->layernorm_backward(be, dresidual, g->ln1w + l * C, g->ln1b + l * C, d.ln1 + oC, residual,
+                                   p->ln1w + l * C, a.ln1_mean + o1, a.ln1_rstd + o1, BT, C, err));
     }
-    if (!rc)
-        bk_encoder_backward(g->wte, d.encoded, inputs, B, T, C);
-    if (!rc && m->bias)
-        rc = bk_embed_backward(&m->pos, d.encoded, m->bias->dtheta, err);
-    free(dtable_mem);
+    TRY(be->encoder_backward(be, g->wte, d.encoded, &m->batch, B, T, C, err));
+    if (m->bias)
+        TRY(bk_embed_backward(&m->pos, d.encoded, m->bias->dtheta, err));
+    return BK_OK;
+fail:
     return rc;
 }

@@ -6,13 +6,18 @@
  *                 x += mlp_proj(gelu(mlp_fc(ln2(x))))
  *   logits = lnf(x) . wte^T            (tied output head)
  *
- * Every layer is a forward/backward pair of plain functions (layers.h), llm.c style. Parameters
- * live in one allocation carved into named tensors; so do their gradients and the activations.
+ * Every layer is a forward/backward pair run through a backend (backend.h: the CPU reference, CUDA, or
+ * the CUDA code emulated on the CPU), llm.c style; the model logic below is the same for all of them.
+ * Parameters live in one allocation carved into named tensors; so do their gradients and the
+ * activations. On a device backend the working parameters, gradients and activations stay in device
+ * memory: a step uploads the batch (and its encoder buckets) and downloads the per-token losses; the
+ * host copies `params` and `grads` are refreshed only on request (bk_gpt_to_host: checkpoints).
  * Positional information comes only from the bias terms (bias/bias.h); with no terms it is NoPE. */
 #ifndef BK_GPT_H
 #define BK_GPT_H
 
 #include "bias/bias.h"
+#include "model/backend.h"
 #include "model/positions.h"
 #include "util/error.h"
 
@@ -55,16 +60,27 @@ typedef struct bk_gpt {
     bk_gpt_tensor tensors[BK_GPT_N_TENSORS];
     int n_tensors;
     size_t n_params;
-    float *params;
-    float *grads; /* allocated by the first backward */
+    float *params; /* host copy (initialisation, checkpoints) */
+    float *grads;  /* host copy, allocated with the working gradients */
     bk_gpt_params p, g;
+    bk_backend *be;          /* computes the layers: the CPU backend unless bk_gpt_set_backend (not owned) */
+    float *wparams, *wgrads; /* the working copies in be's memory; the same arrays as params, grads on the CPU */
+    bk_gpt_params wp, wg;
+    /* the batch of the last forward in be's memory (aliases of the caller's arrays on the CPU), and
+     * the encoder backward's buckets of its token ids */
+    int32_t *d_inputs, *d_targets, *d_buckets, *h_buckets;
+    int64_t batch_capacity;
+    bk_batch_view batch;
+    float *wlosses;          /* (B, T) per-token losses in be's memory (== losses on the CPU) */
+    float *dtable_mem;       /* table gradients of one layer, BK_STREAM_COUNT x H x capacity, in be's memory */
+    size_t dtable_capacity;
     bk_bias *bias; /* not owned */
     bk_positions pos; /* segments, embeddings and rotary angles of the last forward */
 
     /* activations for up to B x T tokens; `train` ones keep every layer and the attention
      * probabilities for backward, eval ones keep one layer at a time */
     int B, T, train;
-    float *acts;
+    float *acts; /* in be's memory */
     size_t acts_size;
     float *dacts;
     float *losses;   /* (B, T) loss of every token of the last forward */
@@ -85,11 +101,22 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
  * terms' gradients through bk_bias_backward. */
 int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, float loss_scale, bk_error *err);
 
-/* Logits (B, T, V) of the last train forward. */
+/* Logits (B, T, V) of the last train forward: NULL on a device backend (use bk_gpt_copy_logits). */
 const float *bk_gpt_logits(const bk_gpt *m);
+/* The same copied into host memory dst (B * T * V floats), on any backend. */
+int bk_gpt_copy_logits(const bk_gpt *m, float *dst, bk_error *err);
 
-/* Allocate the (zeroed) gradients, once; m->g then points into them. */
+/* Allocate the (zeroed) gradients, once; m->g and m->wg then point into them. */
 int bk_gpt_alloc_grads(bk_gpt *m, bk_error *err);
-void bk_gpt_zero_grad(bk_gpt *m);
+int bk_gpt_zero_grad(bk_gpt *m, bk_error *err);
+
+/* Move the model to backend `be` (not owned; it must outlive the model), once, before the first
+ * forward: the working parameters (and gradients, when allocated) are copied there, and the model's
+ * positions (segments, rotary angles) follow. The CPU backend is where bk_gpt_init leaves it. */
+int bk_gpt_set_backend(bk_gpt *m, bk_backend *be, bk_error *err);
+/* Host copies from the working ones: params, and grads when allocated. No-op on the CPU. */
+int bk_gpt_to_host(bk_gpt *m, bk_error *err);
+/* Working parameters from the host copy `params` (after a checkpoint load). No-op on the CPU. */
+int bk_gpt_to_device(bk_gpt *m, bk_error *err);
 
 #endif

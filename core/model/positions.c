@@ -1,6 +1,7 @@
 #include "model/positions.h"
 
-#include "model/rotary_math.h"
+#include "plugin/descriptor.h"
+#include "plugin/services.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +17,17 @@ int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err)
 {
     memset(ps, 0, sizeof *ps);
     ps->set = set;
+    if (set && set->n) {
+        size_t n = (size_t)set->n;
+        ps->cuda_embeds = calloc(n, sizeof *ps->cuda_embeds);
+        ps->host_embeds = calloc(n, sizeof *ps->host_embeds);
+        ps->cuda_embed_backwards = calloc(n, sizeof *ps->cuda_embed_backwards);
+        ps->host_embed_backwards = calloc(n, sizeof *ps->host_embed_backwards);
+        ps->logged = calloc(n, 1);
+        if (!ps->cuda_embeds || !ps->host_embeds || !ps->cuda_embed_backwards || !ps->host_embed_backwards ||
+            !ps->logged)
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory for the positions of %d terms", set->n);
+    }
     if (!set || set->rotary < 0)
         return BK_OK;
     const bk_term *t = &set->terms[set->rotary];
@@ -35,10 +47,58 @@ int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err)
     return BK_OK;
 }
 
+static int on_device(const bk_positions *ps)
+{
+    return ps->be && ps->be->on_device;
+}
+
+static void release(bk_positions *ps, void *ptr)
+{
+    if (ptr)
+        ps->be->release(ps->be, ptr);
+}
+
+/* The device copies of the per-batch arrays (token indices, segments, embedding buffers). */
+static void device_batch_free(bk_positions *ps)
+{
+    if (!on_device(ps))
+        return;
+    release(ps, ps->token_index_dev), release(ps, ps->segment_index_dev), release(ps, ps->segment_position_dev);
+    release(ps, ps->embed_dev);
+    free(ps->embed_host);
+    ps->token_index_dev = ps->segment_index_dev = ps->segment_position_dev = NULL;
+    ps->embed_dev = ps->embed_host = NULL;
+    ps->dev_capacity = 0;
+    ps->dev_B = ps->dev_T = 0;
+}
+
+/* Everything bk_positions_set_backend allocated in the backend's memory. */
+static void device_free(bk_positions *ps)
+{
+    if (!on_device(ps))
+        return;
+    device_batch_free(ps);
+    release(ps, ps->rot_cos_dev), release(ps, ps->rot_sin_dev);
+    ps->rot_cos_dev = ps->rot_sin_dev = NULL;
+    ps->rot_rows_dev = 0;
+    for (int t = 0; ps->set && t < ps->set->n; t++) {
+        if (ps->embed_theta_dev)
+            release(ps, ps->embed_theta_dev[t]);
+        if (ps->embed_dtheta_dev)
+            release(ps, ps->embed_dtheta_dev[t]);
+    }
+    free(ps->embed_theta_dev), free(ps->embed_dtheta_dev), free(ps->grad_host);
+    ps->embed_theta_dev = ps->embed_dtheta_dev = NULL;
+    ps->grad_host = NULL;
+}
+
 void bk_positions_free(bk_positions *ps)
 {
     if (!ps)
         return;
+    device_free(ps);
+    free(ps->cuda_embeds), free(ps->host_embeds), free(ps->cuda_embed_backwards), free(ps->host_embed_backwards);
+    free(ps->logged);
     free(ps->token_index);
     free(ps->segment_index);
     free(ps->segment_position);
@@ -115,6 +175,99 @@ static int prepare_rotary(bk_positions *ps, int T, bk_error *err)
     return BK_OK;
 }
 
+/* A CUDA backend and a plugin with embed_cuda: the embedding runs on the device. */
+static int embeds_on_device(const bk_positions *ps, const bk_term *t)
+{
+    return ps->be && ps->be->kind == BK_BACKEND_CUDA && bk_descriptor_embed_cuda(t->plugin->desc);
+}
+
+int bk_positions_set_backend(bk_positions *ps, bk_backend *be, bk_error *err)
+{
+    if (ps->be == be)
+        return BK_OK;
+    device_free(ps);
+    ps->be = be;
+    ps->B = ps->T = 0; /* the next prepare uploads */
+    if (!on_device(ps) || !ps->set || !ps->set->n)
+        return BK_OK;
+    size_t n = (size_t)ps->set->n, largest = 0;
+    ps->embed_theta_dev = calloc(n, sizeof *ps->embed_theta_dev);
+    ps->embed_dtheta_dev = calloc(n, sizeof *ps->embed_dtheta_dev);
+    if (!ps->embed_theta_dev || !ps->embed_dtheta_dev)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory setting up the positions on the %s backend", be->name);
+    for (int i = 0; i < ps->set->n; i++) {
+        const bk_term *t = &ps->set->terms[i];
+        size_t bytes = (size_t)t->n_params * sizeof(float);
+        if (!(t->caps & BIASKIT_CAP_EMBED) || !t->n_params || !embeds_on_device(ps, t))
+            continue;
+        int rc = be->alloc(be, (void **)&ps->embed_theta_dev[i], bytes, err);
+        if (!rc && bk_descriptor_embed_backward_cuda(t->plugin->desc)) {
+            rc = be->alloc(be, (void **)&ps->embed_dtheta_dev[i], bytes, err);
+            largest = bytes > largest ? bytes : largest;
+        }
+        if (rc)
+            return bk_error_prefix(err, "device parameters of term '%s' (plugin %s, %lld floats): ", t->label,
+                                   t->plugin->desc->name, (long long)t->n_params);
+    }
+    if (largest && !(ps->grad_host = malloc(largest)))
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for the staging of embedding gradients");
+    return BK_OK;
+}
+
+/* After the host arrays of a prepare: the device copies of what the device reads. */
+static int upload_batch(bk_positions *ps, bk_error *err)
+{
+    bk_backend *be = ps->be;
+    int64_t n = (int64_t)ps->B * ps->T;
+    int segments = ps->set && ps->set->segmenter >= 0;
+    int embeds = 0;
+    for (int i = 0; ps->set && i < ps->set->n; i++)
+        embeds |= (ps->set->terms[i].caps & BIASKIT_CAP_EMBED) != 0;
+    int rc = BK_OK;
+    if (n > ps->dev_capacity) {
+        device_batch_free(ps);
+        size_t ints = (size_t)n * sizeof(int32_t);
+        size_t floats = embeds ? (size_t)n * (size_t)ps->set->geometry.d_model * sizeof(float) : 0;
+        rc = be->alloc(be, (void **)&ps->token_index_dev, ints, err);
+        if (!rc && segments)
+            rc = be->alloc(be, (void **)&ps->segment_index_dev, ints, err);
+        if (!rc && segments)
+            rc = be->alloc(be, (void **)&ps->segment_position_dev, ints, err);
+        if (!rc && embeds)
+            rc = be->alloc(be, (void **)&ps->embed_dev, floats, err);
+        if (!rc && embeds && !(ps->embed_host = malloc(floats)))
+            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory");
+        if (rc) {
+            device_batch_free(ps);
+            return bk_error_prefix(err, "the positions of %lld tokens on the %s backend: ", (long long)n, be->name);
+        }
+        ps->dev_capacity = n;
+    }
+    size_t bytes = (size_t)n * sizeof(int32_t);
+    if (ps->dev_B != ps->B || ps->dev_T != ps->T) { /* token indices depend on the shape only */
+        if ((rc = be->upload(be, ps->token_index_dev, ps->token_index, bytes, err)))
+            return rc;
+        ps->dev_B = ps->B, ps->dev_T = ps->T;
+    }
+    if (segments && ((rc = be->upload(be, ps->segment_index_dev, ps->segment_index, bytes, err)) ||
+                     (rc = be->upload(be, ps->segment_position_dev, ps->segment_position, bytes, err))))
+        return rc;
+    if (ps->pairs && ps->rot_rows_dev < ps->rot_rows) { /* the angles grow with the longest T seen */
+        size_t rot = (size_t)ps->rot_rows * (size_t)ps->pairs * sizeof(float);
+        release(ps, ps->rot_cos_dev), release(ps, ps->rot_sin_dev);
+        ps->rot_cos_dev = ps->rot_sin_dev = NULL;
+        ps->rot_rows_dev = 0;
+        if ((rc = be->alloc(be, (void **)&ps->rot_cos_dev, rot, err)) ||
+            (rc = be->alloc(be, (void **)&ps->rot_sin_dev, rot, err)) ||
+            (rc = be->upload(be, ps->rot_cos_dev, ps->rot_cos, rot, err)) ||
+            (rc = be->upload(be, ps->rot_sin_dev, ps->rot_sin, rot, err)))
+            return bk_error_prefix(err, "rotary angles of %d positions on the %s backend: ", (int)ps->rot_rows,
+                                   be->name);
+        ps->rot_rows_dev = ps->rot_rows;
+    }
+    return BK_OK;
+}
+
 int bk_positions_prepare(bk_positions *ps, const int32_t *inputs, int B, int T, bk_error *err)
 {
     int64_t n = (int64_t)B * T;
@@ -124,6 +277,8 @@ int bk_positions_prepare(bk_positions *ps, const int32_t *inputs, int B, int T, 
     ps->B = B, ps->T = T;
     for (int64_t i = 0; i < n; i++)
         ps->token_index[i] = (int32_t)(i % T);
+    ps->span[BK_STREAM_TOKEN] = T;
+    ps->span[BK_STREAM_SEGMENT] = 0;
     if (ps->set && ps->set->segmenter >= 0) {
         const bk_term *t = &ps->set->terms[ps->set->segmenter];
         for (int b = 0; b < B; b++) {
@@ -137,91 +292,195 @@ int bk_positions_prepare(bk_positions *ps, const int32_t *inputs, int B, int T, 
                 return plugin_fail(err, t, &pe, "segment()");
             if ((rc = check_segments(t, ps->segment_index + row, ps->segment_position + row, T, b, err)))
                 return rc;
+            /* indices start at 0 and never decrease: the row's largest distance is its last index */
+            int32_t span = T > 0 ? ps->segment_index[row + (size_t)T - 1] + 1 : 0;
+            ps->span[BK_STREAM_SEGMENT] = span > ps->span[BK_STREAM_SEGMENT] ? span : ps->span[BK_STREAM_SEGMENT];
         }
     }
-    return prepare_rotary(ps, T, err);
+    if ((rc = prepare_rotary(ps, T, err)))
+        return rc;
+    return on_device(ps) ? upload_batch(ps, err) : BK_OK;
+}
+
+int32_t bk_positions_span(const bk_positions *ps, bk_stream s)
+{
+    return (int)s >= 0 && s < BK_STREAM_COUNT ? ps->span[s] : 0;
 }
 
 const int32_t *bk_positions_stream(const bk_positions *ps, bk_stream s)
 {
-    return s == BK_STREAM_SEGMENT ? ps->segment_index : NULL;
+    if (s != BK_STREAM_SEGMENT)
+        return NULL;
+    return on_device(ps) ? ps->segment_index_dev : ps->segment_index;
 }
 
-/* An embedding term reads the token index, or the position inside the segment. */
-static const int32_t *embed_positions(const bk_positions *ps, const bk_term *t)
+int bk_positions_rotary(const bk_positions *ps, bk_rotary_view *view)
 {
-    return t->stream == BK_STREAM_SEGMENT ? ps->segment_position : ps->token_index;
+    memset(view, 0, sizeof *view);
+    if (!ps->pairs)
+        return 0;
+    const bk_term *t = &ps->set->terms[ps->set->rotary];
+    int device = on_device(ps);
+    view->cos = device ? ps->rot_cos_dev : ps->rot_cos;
+    view->sin = device ? ps->rot_sin_dev : ps->rot_sin;
+    view->positions = t->stream == BK_STREAM_SEGMENT ? bk_positions_stream(ps, BK_STREAM_SEGMENT) : NULL;
+    view->pairs = ps->pairs;
+    view->rows = device ? ps->rot_rows_dev : ps->rot_rows;
+    return 1;
 }
 
-int bk_embed_forward(const bk_positions *ps, float *encoded, bk_error *err)
+/* An embedding term reads the token index, or the position inside the segment (host or device copy). */
+static const int32_t *embed_positions(const bk_positions *ps, const bk_term *t, int device)
+{
+    if (t->stream == BK_STREAM_SEGMENT)
+        return device ? ps->segment_position_dev : ps->segment_position;
+    return device ? ps->token_index_dev : ps->token_index;
+}
+
+/* Once per term and run: the engine's log says that its plugin's host code stands in on the device. */
+static void log_host_path(bk_positions *ps, int i, unsigned what)
+{
+    if (ps->logged[i] & what)
+        return;
+    ps->logged[i] |= (unsigned char)what;
+    const bk_term *t = &ps->set->terms[i];
+    const char *why = ps->be->kind != BK_BACKEND_CUDA ? "the emulated backend never calls plugins' CUDA code"
+                      : what == 1                      ? "the plugin has no embed_cuda()"
+                                                       : "the plugin has no embed_backward_cuda()";
+    bk_services()->log(BIASKIT_LOG_INFO, t->plugin->desc->name,
+                       "term '%s': %s computed on the host and copied %s the %s device (%s)", t->label,
+                       what == 1 ? "embedding" : "embedding gradient", what == 1 ? "to" : "from", ps->be->name, why);
+}
+
+/* The host embed() of term i into `out` (host, (B*T, C)), adding. */
+static int host_embed(bk_positions *ps, int i, float *out, bk_error *err)
+{
+    const bk_term *t = &ps->set->terms[i];
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(t, "embed()", -1, ps->step);
+    int prc = t->plugin->desc->embed(t->instance, bk_term_theta(t, 0), embed_positions(ps, t, 0),
+                                     (int64_t)ps->B * ps->T, out, &pe);
+    bk_plugin_call_leave();
+    if (prc != BIASKIT_OK)
+        return plugin_fail(err, t, &pe, "embed()");
+    ps->host_embeds[i]++;
+    return BK_OK;
+}
+
+/* Term i on a device backend: embed_cuda on the stream, or the host embedding uploaded and added. */
+static int device_embed(bk_positions *ps, int i, float *encoded, bk_error *err)
+{
+    bk_backend *be = ps->be;
+    const bk_term *t = &ps->set->terms[i];
+    const int64_t count = (int64_t)ps->B * ps->T;
+    const size_t n = (size_t)count * (size_t)ps->set->geometry.d_model;
+    int rc;
+    if (!embeds_on_device(ps, t)) {
+        log_host_path(ps, i, 1);
+        memset(ps->embed_host, 0, n * sizeof(float));
+        if ((rc = host_embed(ps, i, ps->embed_host, err)) ||
+            (rc = be->upload(be, ps->embed_dev, ps->embed_host, n * sizeof(float), err)) ||
+            (rc = be->residual_forward(be, encoded, encoded, ps->embed_dev, n, err)))
+            return rc;
+        return BK_OK;
+    }
+    float *theta = ps->embed_theta_dev[i];
+    if (theta && (rc = be->upload(be, theta, bk_term_theta(t, 0), (size_t)t->n_params * sizeof(float), err)))
+        return bk_error_prefix(err, "uploading the parameters of term '%s': ", t->label);
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(t, "embed_cuda()", -1, ps->step);
+    int prc = bk_descriptor_embed_cuda(t->plugin->desc)(t->instance, theta, embed_positions(ps, t, 1), count,
+                                                        encoded, be->stream(be), &pe);
+    bk_plugin_call_leave();
+    if (prc != BIASKIT_OK)
+        return plugin_fail(err, t, &pe, "embed_cuda()");
+    ps->cuda_embeds[i]++;
+    return BK_OK;
+}
+
+int bk_embed_forward(bk_positions *ps, float *encoded, bk_error *err)
 {
     if (!ps->set)
         return BK_OK;
     for (int i = 0; i < ps->set->n; i++) {
-        const bk_term *t = &ps->set->terms[i];
-        if (!(t->caps & BIASKIT_CAP_EMBED))
+        if (!(ps->set->terms[i].caps & BIASKIT_CAP_EMBED))
             continue;
-        biaskit_error pe = {0, ""};
-        bk_plugin_call_enter(t, "embed()", -1, ps->step);
-        int prc = t->plugin->desc->embed(t->instance, bk_term_theta(t, 0), embed_positions(ps, t),
-                                         (int64_t)ps->B * ps->T, encoded, &pe);
-        bk_plugin_call_leave();
-        if (prc != BIASKIT_OK)
-            return plugin_fail(err, t, &pe, "embed()");
+        int rc = on_device(ps) ? device_embed(ps, i, encoded, err) : host_embed(ps, i, encoded, err);
+        if (rc)
+            return rc;
     }
     return BK_OK;
 }
 
-int bk_embed_backward(const bk_positions *ps, const float *dencoded, float *const *dtheta, bk_error *err)
+/* The host embed_backward() of term i from the host dencoded into the host dtheta. */
+static int host_embed_backward(bk_positions *ps, int i, const float *dencoded, float *dtheta, bk_error *err)
+{
+    const bk_term *t = &ps->set->terms[i];
+    const biaskit_plugin *d = t->plugin->desc;
+    if (!d->embed_backward)
+        return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s) has %lld parameters but no embed_backward()",
+                       t->label, d->name, (long long)t->n_params);
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(t, "embed_backward()", -1, ps->step);
+    int prc = d->embed_backward(t->instance, bk_term_theta(t, 0), embed_positions(ps, t, 0), (int64_t)ps->B * ps->T,
+                                dencoded, dtheta, &pe);
+    bk_plugin_call_leave();
+    if (prc != BIASKIT_OK)
+        return plugin_fail(err, t, &pe, "embed_backward()");
+    ps->host_embed_backwards[i]++;
+    return BK_OK;
+}
+
+/* Term i on a device backend: embed_backward_cuda into a zeroed device gradient, downloaded and added
+ * into the host dtheta; or dencoded downloaded (once for every host-path term) for the host variant. */
+static int device_embed_backward(bk_positions *ps, int i, const float *dencoded, float *dtheta, int *downloaded,
+                                 bk_error *err)
+{
+    bk_backend *be = ps->be;
+    const bk_term *t = &ps->set->terms[i];
+    const int64_t count = (int64_t)ps->B * ps->T;
+    int rc;
+    float *grad = ps->embed_dtheta_dev ? ps->embed_dtheta_dev[i] : NULL;
+    if (!grad) {
+        log_host_path(ps, i, 2);
+        size_t n = (size_t)count * (size_t)ps->set->geometry.d_model;
+        if (!*downloaded && (rc = be->download(be, ps->embed_host, dencoded, n * sizeof(float), err)))
+            return bk_error_prefix(err, "term '%s': copying the input gradient to the host: ", t->label);
+        *downloaded = 1;
+        return host_embed_backward(ps, i, ps->embed_host, dtheta, err);
+    }
+    size_t bytes = (size_t)t->n_params * sizeof(float);
+    if ((rc = be->zero(be, grad, bytes, err)))
+        return rc;
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(t, "embed_backward_cuda()", -1, ps->step);
+    int prc = bk_descriptor_embed_backward_cuda(t->plugin->desc)(t->instance, ps->embed_theta_dev[i],
+                                                                 embed_positions(ps, t, 1), count, dencoded, grad,
+                                                                 be->stream(be), &pe);
+    bk_plugin_call_leave();
+    if (prc != BIASKIT_OK)
+        return plugin_fail(err, t, &pe, "embed_backward_cuda()");
+    if ((rc = be->download(be, ps->grad_host, grad, bytes, err)))
+        return bk_error_prefix(err, "term '%s': copying its embedding gradient to the host: ", t->label);
+    for (int64_t k = 0; k < t->n_params; k++)
+        dtheta[k] += ps->grad_host[k];
+    ps->cuda_embed_backwards[i]++;
+    return BK_OK;
+}
+
+int bk_embed_backward(bk_positions *ps, const float *dencoded, float *const *dtheta, bk_error *err)
 {
     if (!ps->set)
         return BK_OK;
+    int downloaded = 0;
     for (int i = 0; i < ps->set->n; i++) {
         const bk_term *t = &ps->set->terms[i];
         if (!(t->caps & BIASKIT_CAP_EMBED) || !t->n_params)
             continue;
-        const biaskit_plugin *d = t->plugin->desc;
-        if (!d->embed_backward)
-            return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s) has %lld parameters but no embed_backward()",
-                           t->label, d->name, (long long)t->n_params);
-        biaskit_error pe = {0, ""};
-        bk_plugin_call_enter(t, "embed_backward()", -1, ps->step);
-        int prc = d->embed_backward(t->instance, bk_term_theta(t, 0), embed_positions(ps, t), (int64_t)ps->B * ps->T,
-                                    dencoded, dtheta[i], &pe);
-        bk_plugin_call_leave();
-        if (prc != BIASKIT_OK)
-            return plugin_fail(err, t, &pe, "embed_backward()");
+        int rc = on_device(ps) ? device_embed_backward(ps, i, dencoded, dtheta[i], &downloaded, err)
+                               : host_embed_backward(ps, i, dencoded, dtheta[i], err);
+        if (rc)
+            return rc;
     }
     return BK_OK;
-}
-
-/* sign = +1 rotates by +theta (forward), -1 by -theta (the transpose: backward). */
-static void rotate(const bk_positions *ps, float *qkv, int C, int H, float sign)
-{
-    if (!ps->pairs)
-        return;
-    const bk_term *t = &ps->set->terms[ps->set->rotary];
-    const int32_t *pos = t->stream == BK_STREAM_SEGMENT ? ps->segment_index : ps->token_index;
-    const int hd = C / H, half = ps->pairs;
-    const int64_t n = (int64_t)ps->B * ps->T;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        const float *c = ps->rot_cos + (size_t)pos[i] * half, *s = ps->rot_sin + (size_t)pos[i] * half;
-        for (int part = 0; part < 2; part++) /* q, then k */
-            for (int h = 0; h < H; h++) {
-                float *x = qkv + (size_t)i * 3 * C + (size_t)part * C + (size_t)h * hd;
-                for (int k = 0; k < half; k++)
-                    bk_rotate_pair(&x[k], &x[k + half], c[k], sign * s[k]);
-            }
-    }
-}
-
-void bk_rotary_forward(const bk_positions *ps, float *qkv, int C, int H)
-{
-    rotate(ps, qkv, C, H, 1.0f);
-}
-
-void bk_rotary_backward(const bk_positions *ps, float *dqkv, int C, int H)
-{
-    rotate(ps, dqkv, C, H, -1.0f);
 }

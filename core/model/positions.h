@@ -8,11 +8,19 @@
  *   rotary   the rotary term's inverse frequencies rotate q and k of every head (rotate-half layout:
  *            pair k of a head is (x[k], x[k + hd/2])) by the angle p * inv_freq[k], p from its stream.
  *
- * bk_positions_prepare() runs once per forward; backward reuses what it computed. */
+ * bk_positions_prepare() runs once per forward; backward reuses what it computed.
+ *
+ * On a device backend (bk_positions_set_backend; model/backend.h) the segments and the rotary angles
+ * are still computed on the host (the segmenter is host code), then uploaded: what the attention, the
+ * rotation and the embeddings read (bk_positions_stream, bk_positions_rotary) is in the backend's
+ * memory. An embedding runs on the device through the plugin's embed_cuda / embed_backward_cuda on a
+ * CUDA backend when the plugin has them; otherwise its host embed() fills a host buffer that is
+ * uploaded and added (backward: dencoded is downloaded for the host embed_backward()). */
 #ifndef BK_POSITIONS_H
 #define BK_POSITIONS_H
 
 #include "bias/terms.h"
+#include "model/backend.h"
 #include "util/error.h"
 
 #include <stdint.h>
@@ -29,32 +37,62 @@ typedef struct bk_positions {
     float *rot_cos, *rot_sin;   /* (rot_rows, pairs): cos and sin of p * inv_freq[k] for p < rot_rows */
     int32_t rot_rows;
     int64_t step;               /* the training step, for the crash report's plugin-call record (0: none) */
+    int32_t span[BK_STREAM_COUNT]; /* bk_positions_span */
+
+    /* Where each embedding came from, per term (indices of set->terms): the plugin's embed_cuda /
+     * embed_backward_cuda, or its host embed() / embed_backward() (the CPU, or the host fallback). */
+    int64_t *cuda_embeds, *host_embeds, *cuda_embed_backwards, *host_embed_backwards;
+
+    /* --- device backend (bk_positions_set_backend) --- */
+    bk_backend *be;              /* NULL (the default) or the CPU: the host arrays above are what is read */
+    int64_t dev_capacity;        /* tokens the device arrays hold */
+    int dev_B, dev_T;            /* the shape whose token indices are on the device */
+    int32_t *token_index_dev, *segment_index_dev, *segment_position_dev;
+    float *rot_cos_dev, *rot_sin_dev;
+    int32_t rot_rows_dev;
+    float *embed_host;           /* host fallback: (B*T, C) of one term's embedding or dencoded */
+    float *embed_dev;            /* the same on the device, added into encoded */
+    float **embed_theta_dev;     /* per term: device theta for embed_cuda (uploaded every forward) */
+    float **embed_dtheta_dev;    /* per term: device gradient of embed_backward_cuda */
+    float *grad_host;            /* host staging of the largest device embedding gradient */
+    unsigned char *logged;       /* per term: 1 host-path embed logged, 2 host-path gradient logged */
 } bk_positions;
 
 /* Set up for the terms of `set` (NULL: nothing to do); asks the rotary term for its frequencies. */
 int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err);
 void bk_positions_free(bk_positions *ps);
 
-/* Segments of every row of `inputs` (B, T), the token indices and the rotary angles for positions
- * < T. Checks what the segmenter returns (index 0 first, steps of 0 or 1, positions counting up from
- * 0 in each segment) and names the plugin when it is wrong. */
+/* Compute on backend `be` from now on (the model calls it once, before the first prepare; `be` must
+ * outlive the positions). The CPU keeps everything on the host, with no copies. */
+int bk_positions_set_backend(bk_positions *ps, bk_backend *be, bk_error *err);
+
+/* Segments of every row of `inputs` (B, T; host memory), the token indices and the rotary angles for
+ * positions < T, and the spans. Checks what the segmenter returns (index 0 first, steps of 0 or 1,
+ * positions counting up from 0 in each segment) and names the plugin when it is wrong. On a device
+ * backend, then uploads what the device reads. */
 int bk_positions_prepare(bk_positions *ps, const int32_t *inputs, int B, int T, bk_error *err);
+
+/* 1 + the largest p(i) - p(j), j <= i, over the batch of the last prepare on stream s: T on the token
+ * stream, 1 + the largest last segment index of a row on the segment stream (0 without a segmenter). */
+int32_t bk_positions_span(const bk_positions *ps, bk_stream s);
 
 /* The segment contract of the SDK (plugin.h): token 0 is segment 0, position 0; then each segment
  * index grows by 0 or 1, and the position restarts at 0 in a new segment, else grows by 1. Returns
  * the first of n tokens that breaks it, or -1. */
 int64_t bk_segments_first_violation(const int32_t *index, const int32_t *position, int64_t n);
 
-/* Positions of stream `s` for the attention: NULL for the token stream (the token index itself). */
+/* Positions of stream `s` for the attention, in the backend's memory: NULL for the token stream (the
+ * token index itself). */
 const int32_t *bk_positions_stream(const bk_positions *ps, bk_stream s);
 
-/* encoded (B*T, C) += every embedding term's A[p]; dtheta[t] += their gradients from dencoded. */
-int bk_embed_forward(const bk_positions *ps, float *encoded, bk_error *err);
-int bk_embed_backward(const bk_positions *ps, const float *dencoded, float *const *dtheta, bk_error *err);
+/* With a rotary term: fills `view` (cos, sin, positions in the backend's memory; positions NULL on the
+ * token stream) for the backend's rotary() and returns 1; else returns 0. Valid until the next prepare. */
+int bk_positions_rotary(const bk_positions *ps, bk_rotary_view *view);
 
-/* Rotate q and k of qkv (B*T, 3C) in place; backward applies the inverse rotation to dq and dk of
- * dqkv, turning gradients with respect to the rotated q, k into gradients of the unrotated ones. */
-void bk_rotary_forward(const bk_positions *ps, float *qkv, int C, int H);
-void bk_rotary_backward(const bk_positions *ps, float *dqkv, int C, int H);
+/* encoded (B*T, C; backend memory) += every embedding term's A[p]; dtheta[t] (host, per term of the
+ * set) += their gradients from dencoded (backend memory). The parameters are the host theta of each
+ * term (uploaded for embed_cuda on every forward: the host copy is authoritative, see bias.h). */
+int bk_embed_forward(bk_positions *ps, float *encoded, bk_error *err);
+int bk_embed_backward(bk_positions *ps, const float *dencoded, float *const *dtheta, bk_error *err);
 
 #endif

@@ -146,8 +146,14 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
                 "has table functions but does not declare BIASKIT_CAP_TABLE (the engine never calls them)");
     if (!(caps & BIASKIT_CAP_SEGMENT) && d->segment)
         problem(s, part, BK_DESCRIPTOR_FLAWED, "has segment() but does not declare BIASKIT_CAP_SEGMENT");
-    if (!embed && (d->embed || d->embed_backward))
+    bk_embed_cuda_fn embed_cuda = bk_descriptor_embed_cuda(d); /* NULL past an older struct_size */
+    bk_embed_backward_cuda_fn embed_backward_cuda = bk_descriptor_embed_backward_cuda(d);
+    if (!embed && (d->embed || d->embed_backward || embed_cuda || embed_backward_cuda))
         problem(s, part, BK_DESCRIPTOR_FLAWED, "has embed functions but does not declare BIASKIT_CAP_EMBED");
+    if (embed_backward_cuda && !embed_cuda)
+        problem(s, part, BK_DESCRIPTOR_FLAWED,
+                "embed_backward_cuda() without embed_cuda() is suspicious: the forward embedding would come from the "
+                "host and its gradient from the device");
     if (!(caps & BIASKIT_CAP_ROTARY) && d->rotary_frequencies)
         problem(s, part, BK_DESCRIPTOR_FLAWED, "has rotary_frequencies() but does not declare BIASKIT_CAP_ROTARY");
 }

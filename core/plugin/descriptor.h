@@ -33,6 +33,26 @@ typedef void (*bk_descriptor_problem_fn)(void *ctx, bk_descriptor_part part, bk_
  * not be there or may mean something else). Returns the number of BK_DESCRIPTOR_REFUSED problems. */
 int bk_descriptor_problems(const biaskit_plugin *d, bk_descriptor_problem_fn fn, void *ctx);
 
+/* The descriptor fields appended after BIASKIT_PLUGIN_V1_SIZE, read only when the plugin's struct_size
+ * holds them (BIASKIT_HAS_FIELD): a plugin built against an older SDK gets NULL, which means "not
+ * provided" (the engine runs the host variant and copies). Every reader of these fields goes through
+ * these accessors. */
+typedef int (*bk_embed_cuda_fn)(const void *inst, const float *theta, const int32_t *positions, int64_t count,
+                                float *out, void *stream, biaskit_error *err);
+typedef int (*bk_embed_backward_cuda_fn)(const void *inst, const float *theta, const int32_t *positions,
+                                         int64_t count, const float *dout, float *dtheta, void *stream,
+                                         biaskit_error *err);
+
+static inline bk_embed_cuda_fn bk_descriptor_embed_cuda(const biaskit_plugin *d)
+{
+    return BIASKIT_HAS_FIELD(d, biaskit_plugin, embed_cuda) ? d->embed_cuda : NULL;
+}
+
+static inline bk_embed_backward_cuda_fn bk_descriptor_embed_backward_cuda(const biaskit_plugin *d)
+{
+    return BIASKIT_HAS_FIELD(d, biaskit_plugin, embed_backward_cuda) ? d->embed_backward_cuda : NULL;
+}
+
 /* Whether `s` is a plugin name ([a-z0-9_-]+, allow_dash) or an option name ([a-z0-9_]+). */
 int bk_descriptor_identifier(const char *s, int allow_dash);
 

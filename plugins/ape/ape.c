@@ -11,6 +11,10 @@
 #include <math.h>
 #include <stdlib.h>
 
+#ifdef BIASKIT_WITH_CUDA
+#include "ape_cuda.h"
+#endif
+
 #define APE_SINUSOIDAL 0
 #define APE_LEARNED 1
 
@@ -23,6 +27,8 @@ typedef struct ape {
     double init_std;   /* learned */
     float *cache;      /* sinusoidal: cached_rows x dim values */
     int32_t cached_rows;
+    int64_t *device_runs;      /* CUDA builds: scratch of embed_backward_cuda */
+    int64_t device_runs_capacity;
 } ape;
 
 static const biaskit_option options[] = {
@@ -36,8 +42,12 @@ static const biaskit_option options[] = {
 static void destroy(void *inst)
 {
     ape *a = inst;
-    if (a)
+    if (a) {
         free(a->cache);
+#ifdef BIASKIT_WITH_CUDA
+        bk_ape_cuda_release(a->device_runs);
+#endif
+    }
     free(a);
 }
 
@@ -152,6 +162,30 @@ static int embed_backward(const void *inst, const float *theta, const int32_t *p
     return BIASKIT_OK;
 }
 
+#ifdef BIASKIT_WITH_CUDA
+static int embed_cuda(const void *inst, const float *theta, const int32_t *positions, int64_t count, float *out,
+                      void *stream, biaskit_error *err)
+{
+    const ape *a = inst;
+    if (a->variant == APE_LEARNED && !theta)
+        return a->svc->error(err, BIASKIT_ERR_INVALID, "expected %lld parameters (theta), got NULL",
+                             (long long)param_count(inst));
+    return bk_ape_embed_cuda(a->svc, a->variant == APE_LEARNED ? theta : NULL, a->rows, a->base, a->dim, positions,
+                             count, out, stream, err);
+}
+
+static int embed_backward_cuda(const void *inst, const float *theta, const int32_t *positions, int64_t count,
+                               const float *dout, float *dtheta, void *stream, biaskit_error *err)
+{
+    (void)theta;
+    ape *a = (ape *)inst; /* the device scratch is a cache */
+    if (a->variant != APE_LEARNED)
+        return BIASKIT_OK;
+    return bk_ape_embed_backward_cuda(a->svc, a->rows, a->dim, positions, count, dout, dtheta, &a->device_runs,
+                                      &a->device_runs_capacity, stream, err);
+}
+#endif
+
 static const biaskit_plugin descriptor = {
     .struct_size = sizeof(biaskit_plugin),
     .abi_version = BIASKIT_ABI_VERSION,
@@ -170,6 +204,10 @@ static const biaskit_plugin descriptor = {
     .param_tensors = param_tensors,
     .embed = embed,
     .embed_backward = embed_backward,
+#ifdef BIASKIT_WITH_CUDA
+    .embed_cuda = embed_cuda,
+    .embed_backward_cuda = embed_backward_cuda,
+#endif
 };
 
 BIASKIT_DEFINE_PLUGIN(descriptor)

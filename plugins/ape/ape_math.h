@@ -30,15 +30,20 @@ static inline BIASKIT_HD int32_t bk_ape_row(int32_t p, int32_t rows)
     return p < 0 ? 0 : p >= rows ? rows - 1 : p;
 }
 
+/* Channel c of A[p] of a learned table of `rows` rows, C channels. */
+static inline BIASKIT_HD float bk_ape_learned(const float *table, int32_t rows, int32_t C, int32_t p, int32_t c)
+{
+    return table[(size_t)bk_ape_row(p, rows) * (size_t)C + (size_t)c];
+}
+
 /* out[n C + c] += A[row(p_n)][c] for n < count. */
 static inline void bk_ape_learned_embed(const float *table, int32_t rows, int32_t C, const int32_t *positions,
                                         int64_t count, float *out)
 {
     for (int64_t n = 0; n < count; n++) {
-        const float *a = table + (size_t)bk_ape_row(positions[n], rows) * (size_t)C;
         float *o = out + (size_t)n * (size_t)C;
         for (int32_t c = 0; c < C; c++)
-            o[c] += a[c];
+            o[c] += bk_ape_learned(table, rows, C, positions[n], c);
     }
 }
 

@@ -15,6 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef BIASKIT_WITH_CUDA
+#include "../ape/ape_cuda.h"
+#endif
+
 #define BIPE_MAX_DELIMITERS 64
 #define BIPE_NEWLINE 10
 #define BIPE_SPACE 32
@@ -30,6 +34,8 @@ typedef struct bipe {
     int intra;        /* the learned intra-segment embedding is on */
     int32_t rows;     /* its table rows; positions past them read the last row */
     double init_std;
+    int64_t *device_runs; /* CUDA builds: scratch of embed_backward_cuda */
+    int64_t device_runs_capacity;
 } bipe;
 
 static const biaskit_option options[] = {
@@ -44,6 +50,10 @@ static const biaskit_option options[] = {
 
 static void destroy(void *inst)
 {
+#ifdef BIASKIT_WITH_CUDA
+    if (inst)
+        bk_ape_cuda_release(((bipe *)inst)->device_runs);
+#endif
     free(inst);
 }
 
@@ -200,6 +210,31 @@ static int embed_backward(const void *inst, const float *theta, const int32_t *p
     return BIASKIT_OK;
 }
 
+#ifdef BIASKIT_WITH_CUDA
+static int embed_cuda(const void *inst, const float *theta, const int32_t *positions, int64_t count, float *out,
+                      void *stream, biaskit_error *err)
+{
+    const bipe *b = inst;
+    if (!b->intra)
+        return BIASKIT_OK;
+    if (!theta)
+        return b->svc->error(err, BIASKIT_ERR_INVALID, "expected %lld parameters (theta), got NULL",
+                             (long long)param_count(inst));
+    return bk_ape_embed_cuda(b->svc, theta, b->rows, 0.0, b->dim, positions, count, out, stream, err);
+}
+
+static int embed_backward_cuda(const void *inst, const float *theta, const int32_t *positions, int64_t count,
+                               const float *dout, float *dtheta, void *stream, biaskit_error *err)
+{
+    (void)theta;
+    bipe *b = (bipe *)inst; /* the device scratch is a cache */
+    if (!b->intra)
+        return BIASKIT_OK;
+    return bk_ape_embed_backward_cuda(b->svc, b->rows, b->dim, positions, count, dout, dtheta, &b->device_runs,
+                                      &b->device_runs_capacity, stream, err);
+}
+#endif
+
 static const biaskit_plugin descriptor = {
     .struct_size = sizeof(biaskit_plugin),
     .abi_version = BIASKIT_ABI_VERSION,
@@ -219,6 +254,10 @@ static const biaskit_plugin descriptor = {
     .segment = segment,
     .embed = embed,
     .embed_backward = embed_backward,
+#ifdef BIASKIT_WITH_CUDA
+    .embed_cuda = embed_cuda,
+    .embed_backward_cuda = embed_backward_cuda,
+#endif
 };
 
 BIASKIT_DEFINE_PLUGIN(descriptor)

@@ -298,9 +298,27 @@ typedef struct biaskit_plugin {
     /* BIASKIT_CAP_ROTARY. Write the d_head/2 inverse frequencies: pair k of q and k at position p is
      * rotated by the angle p * inv_freq[k]. */
     int (*rotary_frequencies)(const void *inst, float *inv_freq, biaskit_error *err);
+
+    /* --- appended in ABI 1 (read by the host only through BIASKIT_HAS_FIELD: a plugin compiled
+     * against an older header has a smaller struct_size and gets the host variants + a copy) --- */
+
+    /* BIASKIT_CAP_EMBED on the device, optional: embed and embed_backward with device pointers
+     * (theta, positions, out, dout, dtheta), work enqueued on `stream` only. Same semantics as the
+     * host variants: out[n * d_model + c] += A[positions[n]][c]; dtheta += dA. embed_backward_cuda
+     * must be deterministic (no float atomics: every output element summed in a fixed order). The
+     * positions come in sequences (a batch is several): the token index 0, 1, 2, ... of each, or the
+     * position inside the segment, which restarts at 0 with every segment; so they are not sorted.
+     * plugins/ape/ape.cu shows one way (runs of non-decreasing positions, searched by bisection). */
+    int (*embed_cuda)(const void *inst, const float *theta, const int32_t *positions, int64_t count,
+                      float *out, void *stream, biaskit_error *err);
+    int (*embed_backward_cuda)(const void *inst, const float *theta, const int32_t *positions,
+                               int64_t count, const float *dout, float *dtheta, void *stream,
+                               biaskit_error *err);
 } biaskit_plugin;
 
-/* The size of the first version of the descriptor: the host refuses anything smaller. */
+/* The size of the first version of the descriptor: the host refuses anything smaller. A descriptor
+ * that ends there (a plugin built before embed_cuda was appended) loads: the host reads the fields
+ * after rotary_frequencies only when BIASKIT_HAS_FIELD says they are inside struct_size. */
 #define BIASKIT_PLUGIN_V1_SIZE (offsetof(biaskit_plugin, rotary_frequencies) + sizeof(void (*)(void)))
 
 /* The entry point's type. `host_abi_version` lets a plugin that supports several ABIs pick one. */
