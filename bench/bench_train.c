@@ -361,7 +361,8 @@ static int train_step(bk_lm *lm, bk_adamw *opt, const int32_t *in, const int32_t
     const bk_experiment *e = &lm->exp;
     int rc;
     double t0 = now();
-    bk_lm_zero_grad(lm);
+    if ((rc = bk_lm_zero_grad(lm, err)))
+        return rc;
     double t1 = now();
     if ((rc = bk_gpt_forward(&lm->gpt, in, tg, B, T, 1, err)))
         return rc;
@@ -369,7 +370,9 @@ static int train_step(bk_lm *lm, bk_adamw *opt, const int32_t *in, const int32_t
     if ((rc = bk_gpt_backward(&lm->gpt, in, tg, 1.0f, err)))
         return rc;
     double t3 = now();
-    bk_adamw_step(opt, e->train.lr, e->train.beta1, e->train.beta2, e->train.eps, e->train.weight_decay);
+    if ((rc = bk_adamw_step(opt, e->train.lr, e->train.beta1, e->train.beta2, e->train.eps, e->train.weight_decay,
+                            err)))
+        return rc;
     double t4 = now();
     if ((rc = bk_lm_after_step(lm, T, err)))
         return rc;

@@ -14,9 +14,12 @@
 #                                       configures with CUDA for the GPU's architecture (nvidia-smi
 #                                       compute_cap, else 90; BIASKIT_CUDA_ARCH=NN overrides), builds
 #                                       with warnings as errors, runs the CUDA tests first
-#                                       (test_cuda_tables, every check_<plugin> and the term fixture
-#                                       tests test_kerple, test_mep, test_t5, test_qin), then the whole
-#                                       suite. A GPU test that is skipped, or whose output says its GPU
+#                                       (test_cuda_tables, every check_<plugin>, the term fixture
+#                                       tests test_kerple, test_mep, test_t5, test_qin, the backend
+#                                       tests test_backend_layers, test_backend_attention and
+#                                       test_device_step_cuda), then the whole suite; with
+#                                       BIASKIT_GPU_BENCH=1, then bench/gpu/run.sh (GPT-2 small
+#                                       tokens/s against PyTorch; its table lands in $OUT too). A GPU test that is skipped, or whose output says its GPU
 #                                       part was skipped, counts as a failure here: the point is the GPU.
 #   scripts/gpu-test.sh --check-prefix  HERE (no GPU needed): the same unpack + configure (CUDA on when
 #                                       nvcc is found) + build + ctest, against ONLY the unpacked
@@ -43,9 +46,10 @@ multiarch=x86_64-linux-gnu
 packages=(libtomlplusplus-dev libtomlplusplus3 libcmocka-dev libcmocka0 libcjson-dev libcjson1
           libopenblas-dev libopenblas0 libopenblas-openmp-dev libopenblas0-openmp libgfortran5 libquadmath0
           pkg-config pkgconf pkgconf-bin libpkgconf3)
-# The CUDA tests: the CUDA tables, `biaskit check` of every plugin (its CUDA table vs host check), and
-# the term fixture tests (their CUDA comparisons).
-gpu_tests_re='cuda|check_|^test_(kerple|mep|t5|qin)$'
+# The CUDA tests: the CUDA tables, `biaskit check` of every plugin (its CUDA table vs host check), the
+# term fixture tests (their CUDA comparisons), the backend layer and attention tests (CUDA backend vs
+# CPU) and test_device_step_cuda (whole training steps, determinism, CPU -> GPU -> CPU resume).
+gpu_tests_re='cuda|check_|backend|^test_(kerple|mep|t5|qin)$'
 
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'
@@ -435,6 +439,11 @@ main() {
     section "the whole suite"
     nice -n 10 ctest --test-dir "$build" -j"$jobs" --output-on-failure \
         "${ctest_out[@]}" --output-junit "$build/all-tests.xml" || all_rc=$?
+
+    if [ "$mode" = gpu ] && [ "${BIASKIT_GPU_BENCH:-0}" = 1 ]; then
+        section "benchmark: bench/gpu/run.sh (GPT-2 small, ALiBi)"
+        BUILD_DIR=$build OUT=$(dirname "$log") bash "$src/bench/gpu/run.sh" || failures+=("bench/gpu/run.sh failed")
+    fi
 
     section "summary ($mode mode, sm_$arch, $((SECONDS - start)) s)"
     if [ "$use_prefix" = 1 ]; then

@@ -195,16 +195,122 @@ cp "$work/A/named.toml" "$work/A/my exp.toml"
 (cd "$work/B" && "$bk_abs" train "../A/my exp.toml" --set train.steps=1 --plain) >/dev/null 2>&1
 check "paths: a space in the experiment's name stays in the run directory" 0 "" test -f "$work/B/runs/my exp/checkpoint.safetensors"
 
-# [run] device = "cuda" is refused on the resolved experiment (file, --set, checkpoint), train and eval
+# ---- [run] device (README.md "Devices"): checked on the resolved experiment (file, --set, checkpoint) ----
 "$bk" train "$work/A/named.toml" --out "$work/m0" --set train.steps=1 >/dev/null 2>&1
 cp "$work/A/named.toml" "$work/A/dev.toml" && printf '[run]\ndevice = "cuda"\n' >>"$work/A/dev.toml"
-dev_msg='\[run\] device = "cuda": this version trains and evaluates on the CPU only'
-check "device: cuda in the file is refused, naming file:line:col" 1 "$work/A/dev.toml:16:10: $dev_msg" "$bk" train "$work/A/dev.toml"
-check "device: --set run.device=cuda is refused" 1 "--set run.device=cuda.*$dev_msg" "$bk" train "$work/A/named.toml" --set run.device=cuda
-check "device: eval refuses it too" 1 "$dev_msg" "$bk" eval "$work/m0/checkpoint.safetensors" --set run.device=cuda
-check "device: resume refuses it too" 1 "$dev_msg" "$bk" train --resume "$work/m0/checkpoint.safetensors" --set run.device=cuda
-check "device: --version says training runs on the CPU" 0 "^training and evaluation: cpu" "$bk" --version
-check "device: config --keys promises no CUDA training" 0 "device += \"auto\" .*train/eval: CPU \(no CUDA training path" "$bk" config --keys
+check "device: a bad value names file:line:col and the choices" 1 \
+    "$work/A/bad_dev.toml:16:10: \[run\] device: expected one of auto, cpu, cuda, emulated, got 'gpu'" \
+    bash -c "sed 's/\"cuda\"/\"gpu\"/' '$work/A/dev.toml' >'$work/A/bad_dev.toml' && '$bk' train '$work/A/bad_dev.toml'"
+check "device: a bad --set value names it" 1 "--set run.device=gpu.*expected one of auto, cpu, cuda, emulated, got 'gpu'" \
+    "$bk" train "$work/A/named.toml" --set run.device=gpu
+check "device: a bad matmul names the choices" 1 "--set run.matmul=bf16.*expected one of fp32, tf32, got 'bf16'" \
+    "$bk" config "$work/A/named.toml" --set run.matmul=bf16
+check "device: --version says which backends are built" 0 "^backends: cpu, (cuda \(built with CUDA\), emulated|emulated \(built without CUDA)" \
+    "$bk" --version
+check "device: config --keys documents run.device" 0 "device += \"auto\" .*cuda = the GPU.*emulated = the CUDA engine's code run on the CPU" \
+    "$bk" config --keys
+check "device: config --keys documents run.matmul" 0 "matmul += \"fp32\" .*tf32 = TF32 tensor cores" "$bk" config --keys
+check "device: the training banner names the device" 0 "^device: cpu" \
+    "$bk" train "$work/A/named.toml" --out "$work/dcpu" --set train.steps=1 --set run.device=cpu --plain
+check "device: eval names it too" 0 "^device: (cpu|cuda)" "$bk" eval "$work/m0/checkpoint.safetensors" --lengths 16 --tokens 1000
+# a GPU-trained checkpoint (device = "cuda" in its experiment, no override) on a machine without one:
+# made by training dev.toml with --set run.device=cpu and dropping that override from the metadata
+"$bk" train "$work/A/dev.toml" --out "$work/gpuck" --set run.device=cpu --set train.steps=2 --plain >/dev/null 2>&1
+gpuck="$work/gpuck/checkpoint.safetensors"
+have_py=0
+command -v python3 >/dev/null && have_py=1
+if [ "$have_py" = 1 ]; then
+    python3 - "$gpuck" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+raw = open(path, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+meta = json.loads(head["__metadata__"]["biaskit"])
+meta["overrides"] = [o for o in meta["overrides"] if not o.startswith("run.device=")]
+head["__metadata__"]["biaskit"] = json.dumps(meta, separators=(",", ":"))
+text = json.dumps(head, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+fi
+if "$bk" --version | grep -q "^device: cpu"; then # no GPU answers: cuda is an error naming where it was set
+    no_gpu='but no GPU answers: cpu \(.*\); use "auto" or "cpu"'
+    check "device: cuda in the file without a GPU names file:line:col" 1 \
+        "\[run\] device = \"cuda\" \($work/A/dev.toml:16:10\) $no_gpu" "$bk" train "$work/A/dev.toml"
+    check "device: --set run.device=cuda without a GPU" 1 "\[run\] device = \"cuda\" \(--set run.device=cuda[:0-9]*\) $no_gpu" \
+        "$bk" train "$work/A/named.toml" --set run.device=cuda
+    check "device: eval with cuda and no GPU" 1 "device = \"cuda\" .* but no GPU answers" \
+        "$bk" eval "$work/m0/checkpoint.safetensors" --set run.device=cuda
+    check "device: resume with cuda and no GPU" 1 "device = \"cuda\" .* but no GPU answers" \
+        "$bk" train --resume "$work/m0/checkpoint.safetensors" --set run.device=cuda
+    if [ "$have_py" = 1 ]; then
+        check "device: a GPU checkpoint (device = \"cuda\") is refused here as it is" 1 "device = \"cuda\" .* but no GPU answers" \
+            "$bk" eval "$gpuck" --lengths 16 --tokens 1000
+        check "device: ... and evaluates with --set run.device=cpu" 0 "^device: cpu" \
+            "$bk" eval "$gpuck" --lengths 16 --tokens 1000 --set run.device=cpu
+        check "device: ... and resumes with --set run.device=cpu" 0 "done: 3 steps" \
+            "$bk" train --resume "$gpuck" --set run.device=cpu --set train.steps=3 --plain
+        check "device: ... and with device = \"auto\"" 0 "done: 3 steps" \
+            "$bk" train --resume "$gpuck" --set run.device=auto --set train.steps=3 --plain
+    fi
+fi
+# emulated: the CUDA engine's code on the CPU trains the same model as the CPU, to within rounding
+# (reductions in another order: |loss difference| <= 1e-3 at each of 2 steps and the validation)
+"$bk" train "$work/A/named.toml" --out "$work/ecpu" --set train.steps=2 --set run.device=cpu --plain >"$work/ecpu.log" 2>&1
+"$bk" train "$work/A/named.toml" --out "$work/eemu" --set train.steps=2 --set run.device=emulated --plain \
+    >"$work/eemu.log" 2>&1
+check "emulated: trains, and says so" 0 "device: emulated.*done: 2 steps" bash -c "tr '\n' ' ' <'$work/eemu.log'; echo"
+losses() { grep -Eo '"(loss|val_loss)": [0-9.]+' "$1" | awk '{print $2}' | tr '\n' ' '; }
+echo "    cpu losses:      $(losses "$work/ecpu/metrics.jsonl")"
+echo "    emulated losses: $(losses "$work/eemu/metrics.jsonl")"
+check "emulated: losses match the CPU's (|diff| <= 1e-3)" 0 "^same 3$" \
+    awk -v a="$(losses "$work/ecpu/metrics.jsonl")" -v b="$(losses "$work/eemu/metrics.jsonl")" 'BEGIN {
+        n = split(a, x, " "); m = split(b, y, " "); ok = n == m && n == 3
+        for (i = 1; i <= n && ok; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-3) ok = 0 }
+        print (ok ? "same " n : "differ: " a " vs " b) }'
+check "emulated: its checkpoint evaluates on the CPU" 0 "device: cpu.* 16 +1\.00 " \
+    bash -c "'$bk' eval '$work/eemu/checkpoint.safetensors' --lengths 16 --tokens 1000 --set run.device=cpu | tr '\n' ' '"
+check "emulated: ... and resumes on the CPU" 0 "done: 3 steps" \
+    "$bk" train --resume "$work/eemu/checkpoint.safetensors" --out "$work/eemu2" --set run.device=cpu --set train.steps=3 --plain
+check "emulated: a CPU checkpoint resumes emulated" 0 "device: emulated.*done: 3 steps" \
+    bash -c "'$bk' train --resume '$work/ecpu/checkpoint.safetensors' --out '$work/ecpu2' --set run.device=emulated --set train.steps=3 --plain 2>&1 | tr '\n' ' '"
+# the checkpoint format does not depend on the device: the same tensors (names, shapes, dtypes) from
+# the CPU and the emulated run, with values within 1e-3 (rounding of two training steps); and a CPU
+# checkpoint resumed emulated continues as it does on the CPU (parameters and AdamW moments uploaded)
+if [ "$have_py" = 1 ]; then
+    cat >"$work/same_tensors.py" <<'PY'
+import json, struct, sys
+def read(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    head.pop("__metadata__", None)
+    out = {}
+    for name, t in head.items():
+        b, e = t["data_offsets"]
+        out[name] = (t["dtype"], t["shape"], struct.unpack("<%df" % ((e - b) // 4), raw[8 + n + b:8 + n + e]))
+    return out
+a, b = read(sys.argv[1]), read(sys.argv[2])
+if sorted(a) != sorted(b):
+    sys.exit("names differ: %s" % sorted(set(a) ^ set(b)))
+worst, where = 0.0, ""
+for name in a:
+    if a[name][:2] != b[name][:2]:
+        sys.exit("%s: %s vs %s" % (name, a[name][:2], b[name][:2]))
+    for x, y in zip(a[name][2], b[name][2]):
+        if abs(x - y) > worst:
+            worst, where = abs(x - y), name
+print("same %d tensors; largest difference %.3g (%s)" % (len(a), worst, where))
+sys.exit(0 if worst <= 1e-3 else 1)
+PY
+    check "emulated: the checkpoint's tensors are the CPU's" 0 "^same [0-9]+ tensors" \
+        python3 "$work/same_tensors.py" "$work/ecpu/checkpoint.safetensors" "$work/eemu/checkpoint.safetensors"
+    "$bk" train --resume "$work/ecpu/checkpoint.safetensors" --out "$work/ecpu3" --set run.device=cpu \
+        --set train.steps=3 --plain >/dev/null 2>&1
+    check "emulated: a CPU checkpoint resumed emulated continues as on the CPU" 0 "^same [0-9]+ tensors" \
+        python3 "$work/same_tensors.py" "$work/ecpu3/checkpoint.safetensors" "$work/ecpu2/checkpoint.safetensors"
+fi
 
 # one trainer per run directory: a second one fails at once, naming the directory and the holder
 "$bk" train "$work/A/named.toml" --set train.steps=1000000 --out "$work/lock" --plain >"$work/lock.log" 2>&1 &

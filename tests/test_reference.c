@@ -333,7 +333,7 @@ static void run_case_at(const ref_case *c, int T)
     add_tables(&l, &lm, T, "");
     add_weights(&l, &lm, "weights");
 
-    bk_lm_zero_grad(&lm);
+    check(bk_lm_zero_grad(&lm, &err), &err, "bk_lm_zero_grad");
     check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, T, 1, &err), &err, "bk_gpt_forward");
     check(bk_gpt_backward(&lm.gpt, inputs, targets, 1.0f, &err), &err, "bk_gpt_backward");
     add_tensor(&l, "logits", bk_gpt_logits(&lm.gpt), 3, logit_shape);
@@ -342,7 +342,7 @@ static void run_case_at(const ref_case *c, int T)
 
     /* AdamW steps on the same batch */
     for (int k = 0; k < STEPS; k++) {
-        bk_lm_zero_grad(&lm);
+        check(bk_lm_zero_grad(&lm, &err), &err, "bk_lm_zero_grad (step)");
         check(bk_gpt_forward(&lm.gpt, inputs, targets, BATCH, T, 1, &err), &err, "bk_gpt_forward (step)");
         check(bk_gpt_backward(&lm.gpt, inputs, targets, 1.0f, &err), &err, "bk_gpt_backward (step)");
         char name[32];
@@ -354,7 +354,7 @@ static void run_case_at(const ref_case *c, int T)
             snprintf(name, sizeof name, "step%d.grad.", k);
             add_groups(&l, &lm, &opt, name, 1);
         }
-        bk_adamw_step(&opt, LR, BETA1, BETA2, EPS, WEIGHT_DECAY);
+        check(bk_adamw_step(&opt, LR, BETA1, BETA2, EPS, WEIGHT_DECAY, &err), &err, "bk_adamw_step");
         check(bk_lm_after_step(&lm, T, &err), &err, "bk_lm_after_step");
     }
     /* the loss of the final parameters (the tables were refreshed by bk_lm_after_step) */

@@ -187,6 +187,52 @@ static void loss_goes_down_and_resume_is_exact(void **state)
     print_message("resume: %zu floats of the final checkpoints identical\n", floats);
 }
 
+/* [run] device = "emulated" (the CUDA backend's code run on the host, model/backend.h): an interrupted
+ * and resumed run is bit-identical to an uninterrupted one (the moments and parameters go through the
+ * host mirrors of the checkpoint and back to the device), and its losses are the CPU's within 1e-4
+ * (reductions may run in another order; printed, they are usually equal). */
+static void emulated_resume_is_exact_and_matches_the_cpu(void **state)
+{
+    (void)state;
+    char a[512], b[512], c[512], ckpt[600];
+    snprintf(a, sizeof a, "%s/emu_full", dir);
+    snprintf(b, sizeof b, "%s/emu_split", dir);
+    snprintf(c, sizeof c, "%s/emu_cpu", dir);
+    bk_train_summary sum;
+    bk_error err;
+    if (run(a, NULL, 0, "run.device=emulated", &sum, &err))
+        fail_msg("%s", err.message);
+    assert_int_equal(sum.steps, 8);
+    if (run(b, NULL, 3, "run.device=emulated", &sum, &err))
+        fail_msg("%s", err.message);
+    assert_int_equal(sum.steps, 3);
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", b);
+    if (run(b, ckpt, 0, NULL, &sum, &err)) /* the checkpoint keeps the override: emulated again */
+        fail_msg("%s", err.message);
+    assert_int_equal(sum.steps, 8);
+    if (run(c, NULL, 0, "run.device=cpu", &sum, &err))
+        fail_msg("%s", err.message);
+    char ca[600], cb[600];
+    snprintf(ca, sizeof ca, "%s/checkpoint.safetensors", a);
+    snprintf(cb, sizeof cb, "%s/checkpoint.safetensors", b);
+    size_t floats = assert_same_tensors(ca, cb);
+    print_message("emulated resume: %zu floats of the final checkpoints identical\n", floats);
+
+    double le[16], lc[16];
+    char me[600], mc[600];
+    snprintf(me, sizeof me, "%s/metrics.jsonl", a);
+    snprintf(mc, sizeof mc, "%s/metrics.jsonl", c);
+    assert_int_equal(read_losses(me, le, 16), 8);
+    assert_int_equal(read_losses(mc, lc, 16), 8);
+    double worst = 0.0;
+    for (int i = 0; i < 8; i++) {
+        if (fabs(le[i] - lc[i]) > 1e-4)
+            fail_msg("step %d: emulated loss %.6f, cpu %.6f", i + 1, le[i], lc[i]);
+        worst = fmax(worst, fabs(le[i] - lc[i]));
+    }
+    print_message("emulated vs cpu: 8 losses, largest difference %.3g\n", worst);
+}
+
 /* The mean cross-entropy, in double from the logits, of the first `windows` non-overlapping windows of
  * T+1 tokens of `val` (the windows the training's validation reads: stream order, starts at multiples
  * of T), one window per forward. */
@@ -317,6 +363,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(loss_goes_down_and_resume_is_exact),
+        cmocka_unit_test(emulated_resume_is_exact_and_matches_the_cpu),
         cmocka_unit_test(checkpoint_round_trip_eval_and_truncation),
         cmocka_unit_test(bad_data_is_reported),
     };

@@ -14,7 +14,7 @@
 
 static const char help[] =
     "usage: biaskit bias <experiment.toml | checkpoint.safetensors> [--layer N] [--length L] [--all]\n"
-    "                    [--terms] [--csv FILE] [--device auto|cpu|cuda] [--set section.key=value]...\n"
+    "                    [--terms] [--csv FILE] [--device auto|cpu|cuda|emulated] [--set section.key=value]...\n"
     "                    [--strict]\n\n"
     "Computes the distance table T[h][d] of every [[term]] of the experiment for one layer and\n"
     "prints, per position stream, the mixed table the attention adds to its scores (after the\n"
@@ -28,8 +28,9 @@ static const char help[] =
     "  --terms       also print each term's own table before the mix\n"
     "  --csv FILE    write every value as CSV: layer,stream,table,head,distance,value\n"
     "                (table is a term's name, or \"mixed\"); FILE '-' is standard output\n"
-    "  --device D    compute the tables with the plugins' CUDA code (cuda), on the host (cpu),\n"
-    "                or as [run] device says (auto: CUDA when a GPU answers)\n"
+    "  --device D    compute the tables with the plugins' CUDA code (cuda), on the host (cpu, and\n"
+    "                emulated, whose device code never runs plugins' CUDA code), or as [run] device\n"
+    "                says (auto: CUDA when a GPU answers)\n"
     "  --set K=V     override a value of the experiment file (repeatable)\n"
     "  --strict      checkpoint: refuse it when its plugins differ from the ones it was trained with\n";
 
@@ -202,7 +203,8 @@ int bk_cmd_bias(int argc, char **argv)
     int have_gpu = bk_device_probe(device_desc, sizeof device_desc);
     if (!rc && device == BK_DEVICE_CUDA && !have_gpu)
         rc = bk_fail(&err, BK_ERR_DEVICE, "device cuda was asked for, but no GPU answers: %s", device_desc);
-    o.use_cuda = !rc && device != BK_DEVICE_CPU && have_gpu;
+    /* emulated: the plugins' CUDA code is not run there (model/backend.h); their host tables are */
+    o.use_cuda = !rc && (device == BK_DEVICE_AUTO || device == BK_DEVICE_CUDA) && have_gpu;
 
     FILE *csv = NULL;
     if (!rc && o.csv) {

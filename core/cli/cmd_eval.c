@@ -166,6 +166,7 @@ int bk_cmd_eval(int argc, char **argv)
             base = results[i].ppl;
     printf("checkpoint: %s (step %lld, trained at length %lld)\n", args.positional[0], (long long)st.step,
            (long long)e->train.length);
+    printf("device: %s\n", lm.be ? lm.be->description : "cpu");
     printf("data: %s, %lld tokens used; %s\n\n", val.name,
            (long long)(max_tokens > 0 && max_tokens < val.count ? max_tokens : val.count),
            stride ? "sliding window" : "non-overlapping chunks");

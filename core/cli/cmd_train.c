@@ -1,7 +1,6 @@
 /* biaskit train: train a model described by an experiment file (or continue a checkpoint). */
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "device.h"
 #include "train/train.h"
 
 #include <stdio.h>
@@ -27,9 +26,11 @@ static const char help[] =
     "Paths written in the experiment file (or --set) are read from the file's directory; paths on\n"
     "the command line (--out, --resume) from the working directory. Only one training at a time\n"
     "writes a run directory (it is locked); a resumed run cuts metrics.jsonl back to its checkpoint.\n\n"
-    "Training runs on the CPU (OpenBLAS + OpenMP, [run] threads); the CUDA training path is not\n"
-    "part of this version, so [run] device = \"cuda\" (in the file, --set or the checkpoint) is\n"
-    "refused and \"auto\" uses the CPU.\n";
+    "[run] device picks what trains: \"auto\" (the default) the GPU when one answers, else the CPU\n"
+    "(OpenBLAS + OpenMP, [run] threads); \"cuda\" the GPU or an error; \"cpu\"; \"emulated\" the CUDA\n"
+    "engine's code run on the CPU (very slow; for testing without a GPU). [run] matmul = \"fp32\"\n"
+    "| \"tf32\" sets the GPU's matmul precision. Checkpoints do not depend on the device: one trained\n"
+    "on a GPU resumes or evaluates on the CPU (with \"auto\", or --set run.device=cpu).\n";
 
 int bk_cmd_train(int argc, char **argv)
 {
@@ -69,10 +70,7 @@ int bk_cmd_train(int argc, char **argv)
         bk_fail(&err, BK_ERR_USAGE, "biaskit train: --strict applies to --resume CHECKPOINT");
         return bk_report(&err);
     }
-    char device[256];
-    bk_device_probe(device, sizeof device);
-    fprintf(stderr, "device: cpu (training); %s\n", device);
-    bk_train_summary sum;
+    bk_train_summary sum; /* the banner names the device that trains ([run] device) */
     if (bk_train(&o, &sum, &err))
         return bk_report(&err);
     return sum.signalled ? 130 : 0; /* 128 + SIGINT, as a shell reports an interrupted command */

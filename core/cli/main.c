@@ -55,11 +55,16 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "--version") == 0) {
         char device[256];
-        bk_device_probe(device, sizeof device);
+        int gpu = bk_device_probe(device, sizeof device);
         printf("biaskit %s (plugin ABI %u)\ndevice: %s\n", BK_VERSION, BIASKIT_ABI_VERSION, device);
-        /* the GPU serves plugin tables only: there is no CUDA training path yet (README.md) */
-        printf("training and evaluation: cpu (no CUDA training path in this version; a GPU computes plugin "
-               "tables in 'biaskit bias --device cuda' and 'biaskit check')\n");
+#ifdef BK_HAVE_CUDA
+        printf("backends: cpu, cuda (built with CUDA), emulated; [run] device = \"auto\" trains on %s\n",
+               gpu ? "the GPU (cuda)" : "the CPU (no GPU answers)");
+#else
+        (void)gpu;
+        printf("backends: cpu, emulated (built without CUDA: no cuda backend); [run] device = \"auto\" trains "
+               "on the CPU\n");
+#endif
         return 0;
     }
     for (size_t i = 0; i < N_COMMANDS; i++)

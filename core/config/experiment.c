@@ -76,8 +76,15 @@ static const key_spec schema[] = {
     {"data", "max_bytes", KEY_INT, 0, 0, 9007199254740991.0, NULL, "text: read at most this many bytes (0 = all)",
      FIELD(data.max_bytes)},
     {"run", "device", KEY_CHOICE, BK_DEVICE_AUTO, 0, 0, BK_DEVICE_CHOICES,
-     "train/eval: CPU (no CUDA training path yet: cuda is refused); bias: auto = CUDA when a GPU answers",
+     "what trains and evaluates: auto = cuda when a GPU answers, else cpu; cpu = OpenBLAS + OpenMP; cuda = the "
+     "GPU (an error when none answers); emulated = the CUDA engine's code run on the CPU, very slow, for "
+     "testing without a GPU",
      FIELD(run.device)},
+    {"run", "matmul", KEY_CHOICE, 0, 0, 0, BK_MATMUL_CHOICES,
+     "matmul precision on a GPU: fp32 = IEEE fp32 products (the parity mode); tf32 = TF32 tensor cores, fp32 "
+     "accumulation (faster, ~1e-3 relative error); the CPU always computes fp32. The default is provisional: "
+     "it is to be re-chosen by measurement on a GPU",
+     FIELD(run.matmul)},
     {"run", "out_dir", KEY_STRING, 0, 0, 0, "",
      "checkpoints and logs, relative to the experiment file (\"\" = runs/<experiment name> in the working directory)",
      FIELD(run.out_dir)},

@@ -9,7 +9,7 @@
  *   [train]      length, seed, batch, steps, learning-rate schedule, AdamW, clipping, evaluation cadence,
  *                nonfinite ("stop" | "skip")
  *   [data]       format ("text" | "shards"), paths, val_paths, val_fraction, extensions, max_bytes
- *   [run]        device ("auto" | "cpu" | "cuda"), out_dir, threads
+ *   [run]        device ("auto" | "cpu" | "cuda" | "emulated"), matmul ("fp32" | "tf32"), out_dir, threads
  *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, plus the
  *                plugin's own options (checked against the plugin's declarations when it loads)
  */
@@ -25,14 +25,22 @@
 /* Each choice list in the order of its enum: the one place these names are written. */
 #define BK_STREAM_CHOICES "token|segment"
 #define BK_MIXING_CHOICES "sum|kernel"
-#define BK_DEVICE_CHOICES "auto|cpu|cuda"
+#define BK_DEVICE_CHOICES "auto|cpu|cuda|emulated"
+#define BK_MATMUL_CHOICES "fp32|tf32" /* the order of bk_matmul_mode (model/backend.h) */
 #define BK_DATA_FORMAT_CHOICES "text|shards"
 #define BK_NONFINITE_CHOICES "stop|skip"
 
 typedef enum bk_stream { BK_STREAM_TOKEN = 0, BK_STREAM_SEGMENT = 1 } bk_stream;
 #define BK_STREAM_COUNT 2
 typedef enum bk_mixing { BK_MIX_SUM = 0, BK_MIX_KERNEL = 1 } bk_mixing;
-typedef enum bk_device_choice { BK_DEVICE_AUTO = 0, BK_DEVICE_CPU = 1, BK_DEVICE_CUDA = 2 } bk_device_choice;
+/* auto: cuda when a GPU answers (device.h), else cpu; emulated: the CUDA backend's code run on the host
+ * (model/backend.h), slow, for testing the device code paths without a GPU. */
+typedef enum bk_device_choice {
+    BK_DEVICE_AUTO = 0,
+    BK_DEVICE_CPU = 1,
+    BK_DEVICE_CUDA = 2,
+    BK_DEVICE_EMULATED = 3
+} bk_device_choice;
 typedef enum bk_nonfinite { BK_NONFINITE_STOP = 0, BK_NONFINITE_SKIP = 1 } bk_nonfinite;
 /* [train] nonfinite = "skip": the run stops after this many skipped steps in a row. */
 #define BK_NONFINITE_MAX_SKIPS 10
@@ -100,6 +108,7 @@ typedef struct bk_experiment {
     } data;
     struct {
         int64_t device;         /* bk_device_choice */
+        int64_t matmul;         /* bk_matmul_mode (model/backend.h): BK_MATMUL_CHOICES */
         const char *out_dir;    /* "" = runs/<experiment file name without .toml> */
         int64_t threads;        /* 0 = every core */
     } run;

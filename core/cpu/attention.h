@@ -31,6 +31,10 @@ typedef struct bk_attention_bias {
     const int32_t *positions[BK_STREAM_COUNT];
     /* Row length of the tables: every p_s(i) - p_s(j) that occurs must be < distances. */
     int32_t distances;
+    /* span[s]: 1 + the largest p_s(i) - p_s(j), j <= i, in the batch (the table gradient is zero
+     * beyond it), or 0 when not known (then distances). The CPU computes its own; the device
+     * attention reads it to size its table-gradient work (the model sets it from the host positions). */
+    int32_t span[BK_STREAM_COUNT];
 } bk_attention_bias;
 
 /* Forward. `probs` (B, H, T, T), when not NULL, receives the attention probabilities for the

@@ -5,7 +5,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-int bk_adamw_add(bk_adamw *opt, const char *name, float *param, float *grad, size_t n, int decay, bk_error *err)
+/* The functions a group's arithmetic runs through: its backend's, or for host memory the CPU
+ * backend's loops (the reference every backend reproduces). */
+static bk_backend *ops_of(const bk_param_group *g)
+{
+    return g->be ? g->be : bk_backend_cpu();
+}
+
+/* 1 when the group's memory is not host memory (mirrors are separate arrays). */
+static int on_device(const bk_param_group *g)
+{
+    return g->be && g->be->on_device;
+}
+
+static void release_group(bk_param_group *g)
+{
+    if (g->be) {
+        if (g->m)
+            g->be->release(g->be, g->m);
+        if (g->v)
+            g->be->release(g->be, g->v);
+    } else
+        free(g->m), free(g->v);
+    if (on_device(g)) {
+        free(g->m_host), free(g->v_host);
+        if (g->owns_param_host)
+            free(g->param_host);
+    }
+    g->m = g->v = g->m_host = g->v_host = g->param_host = NULL;
+}
+
+int bk_adamw_add_on(bk_adamw *opt, bk_backend *be, const char *name, float *param, float *grad, float *param_host,
+                    size_t n, int decay, bk_error *err)
 {
     if (opt->n_groups == opt->capacity) {
         int cap = opt->capacity ? 2 * opt->capacity : 32;
@@ -18,83 +49,154 @@ int bk_adamw_add(bk_adamw *opt, const char *name, float *param, float *grad, siz
     bk_param_group *g = &opt->groups[opt->n_groups];
     memset(g, 0, sizeof *g);
     bk_copy_text(g->name, sizeof g->name, name);
+    g->be = be;
     g->param = param, g->grad = grad, g->n = n, g->decay = decay;
-    g->m = calloc(n ? n : 1, sizeof(float));
-    g->v = calloc(n ? n : 1, sizeof(float));
-    if (!g->m || !g->v) {
-        free(g->m), free(g->v);
-        return bk_fail(err, BK_ERR_NOMEM, "out of memory for the moments of '%s' (%zu values)", name, n);
+    const size_t bytes = (n ? n : 1) * sizeof(float);
+    if (!be) {
+        g->m = calloc(n ? n : 1, sizeof(float));
+        g->v = calloc(n ? n : 1, sizeof(float));
+        if (!g->m || !g->v) {
+            release_group(g);
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory for the moments of '%s' (%zu values)", name, n);
+        }
+    } else {
+        int rc = be->alloc(be, (void **)&g->m, bytes, err);
+        if (!rc)
+            rc = be->alloc(be, (void **)&g->v, bytes, err);
+        if (rc) {
+            release_group(g);
+            return rc;
+        }
     }
+    if (on_device(g)) {
+        g->m_host = calloc(n ? n : 1, sizeof(float));
+        g->v_host = calloc(n ? n : 1, sizeof(float));
+        g->param_host = param_host;
+        if (!param_host) {
+            g->param_host = calloc(n ? n : 1, sizeof(float));
+            g->owns_param_host = 1;
+        }
+        if (!g->m_host || !g->v_host || !g->param_host) {
+            release_group(g);
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory for the host copies of '%s' (%zu values)", name, n);
+        }
+    } else
+        g->param_host = param, g->m_host = g->m, g->v_host = g->v;
     opt->n_groups++;
     return BK_OK;
+}
+
+int bk_adamw_add(bk_adamw *opt, const char *name, float *param, float *grad, size_t n, int decay, bk_error *err)
+{
+    return bk_adamw_add_on(opt, NULL, name, param, grad, NULL, n, decay, err);
 }
 
 void bk_adamw_free(bk_adamw *opt)
 {
     for (int i = 0; i < opt->n_groups; i++)
-        free(opt->groups[i].m), free(opt->groups[i].v);
+        release_group(&opt->groups[i]);
     free(opt->groups);
     memset(opt, 0, sizeof *opt);
 }
 
-/* The squared norm is summed in chunks of a fixed size, the chunks of a round in parallel, then the
- * chunk sums in index order: the grouping of the additions depends on neither the thread count nor
- * the order threads finish in (an OpenMP reduction(+) depends on both), so clipping — and with it
- * every weight — is bit-identical however many threads run. */
-enum { NORM_CHUNK = 4096, NORM_ROUND = 256 };
-
-double bk_adamw_grad_norm(const bk_adamw *opt)
+/* Each group's squared norm is summed by its backend in chunks of BK_NORM_CHUNK values, then the chunk
+ * sums in index order (model/backend.h: the CPU's order, so the grouping of the additions depends on
+ * neither the thread count, nor the order threads finish in, nor the device), and the groups' sums are
+ * added in group order here: clipping — and with it every weight — is bit-identical however many
+ * threads run and whichever backend holds a tensor. */
+int bk_adamw_grad_norm(const bk_adamw *opt, double *norm, bk_error *err)
 {
     double total = 0.0;
+    *norm = NAN;
     for (int i = 0; i < opt->n_groups; i++) {
         const bk_param_group *g = &opt->groups[i];
-        const size_t n_chunks = (g->n + NORM_CHUNK - 1) / NORM_CHUNK;
-        for (size_t first = 0; first < n_chunks; first += NORM_ROUND) {
-            double part[NORM_ROUND];
-            const int count = (int)(n_chunks - first < NORM_ROUND ? n_chunks - first : NORM_ROUND);
-#pragma omp parallel for schedule(static) if (count > 1)
-            for (int c = 0; c < count; c++) {
-                size_t lo = (first + (size_t)c) * NORM_CHUNK, hi = lo + NORM_CHUNK < g->n ? lo + NORM_CHUNK : g->n;
-                double sum = 0.0;
-                for (size_t k = lo; k < hi; k++)
-                    sum += (double)g->grad[k] * g->grad[k];
-                part[c] = sum;
-            }
-            for (int c = 0; c < count; c++)
-                total += part[c];
-        }
+        bk_backend *be = ops_of(g);
+        double sum = 0.0;
+        int rc = be->sumsq(be, g->grad, g->n, &sum, err);
+        if (rc)
+            return rc;
+        total += sum;
     }
-    return sqrt(total);
+    *norm = sqrt(total);
+    return BK_OK;
 }
 
-void bk_adamw_scale_grads(bk_adamw *opt, float s)
+int bk_adamw_scale_grads(bk_adamw *opt, float s, bk_error *err)
 {
     for (int i = 0; i < opt->n_groups; i++) {
         bk_param_group *g = &opt->groups[i];
-#pragma omp parallel for schedule(static)
-        for (size_t k = 0; k < g->n; k++)
-            g->grad[k] *= s;
+        bk_backend *be = ops_of(g);
+        int rc = be->scale(be, g->grad, g->n, s, err);
+        if (rc)
+            return rc;
     }
+    return BK_OK;
 }
 
-void bk_adamw_step(bk_adamw *opt, double lr, double beta1, double beta2, double eps, double weight_decay)
+int bk_adamw_step(bk_adamw *opt, double lr, double beta1, double beta2, double eps, double weight_decay,
+                  bk_error *err)
 {
     opt->t++;
-    const float b1 = (float)beta1, b2 = (float)beta2;
+    /* every fp32 argument computed once, here, for every group and backend */
+    const float b1 = (float)beta1, b2 = (float)beta2, flr = (float)lr, feps = (float)eps;
     const float c1 = (float)(1.0 - pow(beta1, (double)opt->t)), c2 = (float)(1.0 - pow(beta2, (double)opt->t));
     for (int i = 0; i < opt->n_groups; i++) {
         bk_param_group *g = &opt->groups[i];
-        const float wd = g->decay ? (float)weight_decay : 0.0f, flr = (float)lr, feps = (float)eps;
-#pragma omp parallel for schedule(static)
-        for (size_t k = 0; k < g->n; k++) {
-            float grad = g->grad[k];
-            float m = b1 * g->m[k] + (1.0f - b1) * grad;
-            float v = b2 * g->v[k] + (1.0f - b2) * grad * grad;
-            g->m[k] = m, g->v[k] = v;
-            float mhat = m / c1, vhat = v / c2;
-            g->param[k] -= flr * (mhat / (sqrtf(vhat) + feps) + wd * g->param[k]);
-        }
+        bk_backend *be = ops_of(g);
+        const float wd = g->decay ? (float)weight_decay : 0.0f;
+        int rc = be->adamw(be, g->param, g->grad, g->m, g->v, g->n, flr, b1, b2, feps, wd, c1, c2, err);
+        if (rc)
+            return rc;
     }
+    return BK_OK;
+}
+
+int bk_adamw_to_host(bk_adamw *opt, bk_error *err)
+{
+    for (int i = 0; i < opt->n_groups; i++) {
+        bk_param_group *g = &opt->groups[i];
+        if (!on_device(g))
+            continue;
+        const size_t bytes = g->n * sizeof(float);
+        int rc = g->be->download(g->be, g->param_host, g->param, bytes, err);
+        if (!rc)
+            rc = g->be->download(g->be, g->m_host, g->m, bytes, err);
+        if (!rc)
+            rc = g->be->download(g->be, g->v_host, g->v, bytes, err);
+        if (rc)
+            return rc;
+    }
+    return BK_OK;
+}
+
+int bk_adamw_to_device(bk_adamw *opt, bk_error *err)
+{
+    for (int i = 0; i < opt->n_groups; i++) {
+        bk_param_group *g = &opt->groups[i];
+        if (!on_device(g))
+            continue;
+        const size_t bytes = g->n * sizeof(float);
+        int rc = g->be->upload(g->be, g->param, g->param_host, bytes, err);
+        if (!rc)
+            rc = g->be->upload(g->be, g->m, g->m_host, bytes, err);
+        if (!rc)
+            rc = g->be->upload(g->be, g->v, g->v_host, bytes, err);
+        if (rc)
+            return rc;
+    }
+    return BK_OK;
+}
+
+int bk_adamw_grad_to_host(const bk_adamw *opt, int i, float *dst_host, bk_error *err)
+{
+    if (i < 0 || i >= opt->n_groups)
+        return bk_fail(err, BK_ERR_INVALID, "optimizer group %d of %d", i, opt->n_groups);
+    const bk_param_group *g = &opt->groups[i];
+    if (!on_device(g)) {
+        memcpy(dst_host, g->grad, g->n * sizeof(float));
+        return BK_OK;
+    }
+    return g->be->download(g->be, dst_host, g->grad, g->n * sizeof(float), err);
 }
 
 double bk_lr_schedule(int64_t s, int64_t steps, int64_t warmup, double lr, double final_fraction)

@@ -130,9 +130,11 @@ static int build_slots(const bk_lm *lm, const bk_adamw *opt, slot **out, int *n_
     return BK_OK;
 }
 
+/* The host copies checkpoints read and write (adamw.h: the arrays themselves for host memory; for a
+ * device group the mirrors bk_adamw_to_host / bk_adamw_to_device synchronise). */
 static float *group_array(const bk_param_group *g, int which)
 {
-    return which == 0 ? g->param : which == 1 ? g->m : g->v;
+    return which == 0 ? g->param_host : which == 1 ? g->m_host : g->v_host;
 }
 
 static const char *const array_prefix[3] = {"", "adam.m.", "adam.v."};
@@ -638,6 +640,9 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
     if (rc)
         goto done;
     use->t = adam_t;
+    /* what was read went into the host copies: the working copies in the backend's memory follow */
+    if ((rc = opt ? bk_adamw_to_device(opt, err) : bk_gpt_to_device(&lm->gpt, err)))
+        goto done;
     if (lm->exp.attention.learn_weights)
         bk_bias_sync_weights(&lm->bias);
     if (state) {

@@ -42,6 +42,8 @@ typedef struct bk_train_state {
     double val_loss;       /* last validation loss, NAN if none */
 } bk_train_state;
 
+/* Writes the host copies of the optimizer's groups (adamw.h): after training on a device backend, call
+ * bk_adamw_to_host first (a no-op on the CPU). The file is the same whichever backend trained. */
 int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, const bk_train_state *st,
                        bk_error *err);
 
@@ -58,7 +60,8 @@ typedef struct bk_checkpoint_options {
 
 /* Rebuild the model from a checkpoint: the experiment stored in it (with the options' overrides on
  * top), then every tensor. With `opt` the optimizer is set up and its moments restored (resume); with
- * NULL only the weights are read (evaluation). Errors name the file and the tensor or field that is
+ * NULL only the weights are read (evaluation). The model is built on the backend its [run] device names
+ * (overrides included) and what was read is uploaded there. Errors name the file and the tensor or field that is
  * missing, malformed, of another shape or whose checksum differs. `o` may be NULL (no overrides, not
  * strict, warnings on stderr). */
 int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_lm *lm, bk_adamw *opt,

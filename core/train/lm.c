@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "train/lm.h"
 
+#include "device.h"
 #include "util/path.h"
 
 #include <errno.h>
@@ -8,19 +9,48 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The model is built for the CPU: this version has no CUDA training path (README.md). Checked on the
- * resolved experiment (file, --set, or the experiment stored in a checkpoint), so `train`, `train
- * --resume` and `eval` refuse device = "cuda" the same way, naming where it was set. */
-static int check_device(const bk_experiment *e, bk_error *err)
+/* Where [run] device was set, for messages: "FILE:LINE:COL", "--set run.device=..." or the file. */
+static void device_origin(const bk_experiment *e, char *out, size_t size)
 {
-    if (e->run.device != BK_DEVICE_CUDA)
-        return BK_OK;
     const bk_toml_node *run = bk_toml_get(bk_toml_root(e->doc), "run");
     const bk_toml_node *device = bk_toml_get(run, "device");
     bk_toml_pos pos = device ? bk_toml_position(device) : (bk_toml_pos){e->path, 0, 0};
-    return bk_fail_at(err, BK_ERR_UNSUPPORTED, pos,
-                      "[run] device = \"cuda\": this version trains and evaluates on the CPU only (the CUDA "
-                      "training path is not built yet); use device = \"cpu\" or \"auto\"");
+    if (pos.source && pos.line && strncmp(pos.source, "--set ", 6) != 0) /* "--set K=V" says it all */
+        snprintf(out, size, "%s:%u:%u", pos.source, pos.line, pos.column);
+    else
+        snprintf(out, size, "%s", pos.source ? pos.source : "the experiment");
+}
+
+/* The backend [run] device and matmul ask for. Resolved on the final experiment (file, --set, or the
+ * one stored in a checkpoint), so a checkpoint trained on a GPU with device = "cuda" evaluates and
+ * resumes on a machine without one under --set run.device=cpu, and under "auto" without anything. */
+static int create_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
+{
+    *out = NULL;
+    const bk_matmul_mode matmul = e->run.matmul == BK_MATMUL_TF32 ? BK_MATMUL_TF32 : BK_MATMUL_FP32;
+    char probe[256];
+    switch ((bk_device_choice)e->run.device) {
+    case BK_DEVICE_CPU:
+        *out = bk_backend_cpu();
+        return BK_OK;
+    case BK_DEVICE_EMULATED:
+        return bk_backend_emulated_create(out, err);
+    case BK_DEVICE_AUTO:
+        if (!bk_device_probe(probe, sizeof probe)) {
+            *out = bk_backend_cpu();
+            return BK_OK;
+        }
+        return bk_backend_cuda_create(out, matmul, err);
+    case BK_DEVICE_CUDA:
+        if (!bk_device_probe(probe, sizeof probe)) {
+            char where[512];
+            device_origin(e, where, sizeof where);
+            return bk_fail(err, BK_ERR_DEVICE, "[run] device = \"cuda\" (%s) but no GPU answers: %s; use \"auto\" or "
+                           "\"cpu\" (e.g. --set run.device=cpu)", where, probe);
+        }
+        return bk_backend_cuda_create(out, matmul, err);
+    }
+    return bk_fail(err, BK_ERR_INTERNAL, "[run] device: unknown choice %lld", (long long)e->run.device);
 }
 
 int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const char *config_dir,
@@ -44,7 +74,7 @@ int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const 
         lm->n_overrides++;
     }
     if ((rc = bk_experiment_parse(text, source_name, overrides, (size_t)n_overrides, &lm->exp, err)) ||
-        (rc = check_device(&lm->exp, err)) || (rc = bk_registry_init(&lm->reg, err))) {
+        (rc = bk_registry_init(&lm->reg, err))) {
         bk_lm_close(lm);
         return rc;
     }
@@ -53,7 +83,9 @@ int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const 
     if ((rc = bk_terms_create(&lm->terms, e, &lm->reg, err)) ||
         (rc = bk_bias_init(&lm->bias, &lm->terms, (int)e->model.layers, e->attention.learn_weights, err)) ||
         (rc = bk_gpt_init(&lm->gpt, (int)e->model.layers, (int)e->model.heads, (int)e->model.dim, (int)e->model.vocab,
-                          &lm->bias, (uint64_t)e->train.seed, err))) {
+                          &lm->bias, (uint64_t)e->train.seed, err)) ||
+        (rc = create_backend(e, &lm->be, err)) || (rc = bk_gpt_set_backend(&lm->gpt, lm->be, err)) ||
+        (rc = bk_bias_set_backend(&lm->bias, lm->be, err))) {
         bk_lm_close(lm);
         return rc;
     }
@@ -84,6 +116,8 @@ void bk_lm_close(bk_lm *lm)
     bk_gpt_free(&lm->gpt);
     if (lm->bias.set)
         bk_bias_free(&lm->bias);
+    if (lm->be) /* after the model and the bias, whose memory it holds */
+        bk_backend_destroy(lm->be);
     bk_terms_free(&lm->terms); /* instances go before the plugins' code is unloaded */
     bk_registry_free(&lm->reg);
     bk_experiment_free(&lm->exp);
@@ -107,8 +141,8 @@ int bk_lm_register(bk_lm *lm, bk_adamw *opt, bk_error *err)
     for (int i = 0; i < m->n_tensors; i++) {
         const bk_gpt_tensor *t = &m->tensors[i];
         snprintf(name, sizeof name, "model.%s", t->name);
-        if ((rc = bk_adamw_add(opt, name, m->params + t->offset, m->grads + t->offset, t->count,
-                               t->decay || decay_all, err)))
+        if ((rc = bk_adamw_add_on(opt, m->be, name, m->wparams + t->offset, m->wgrads + t->offset,
+                                  m->params + t->offset, t->count, t->decay || decay_all, err)))
             return rc;
     }
     for (int t = 0; t < lm->terms.n; t++) {
@@ -134,10 +168,17 @@ int bk_lm_register(bk_lm *lm, bk_adamw *opt, bk_error *err)
     return BK_OK;
 }
 
-void bk_lm_zero_grad(bk_lm *lm)
+int bk_lm_zero_grad(bk_lm *lm, bk_error *err)
 {
-    bk_gpt_zero_grad(&lm->gpt);
-    bk_bias_zero_grad(&lm->bias);
+    int rc = bk_gpt_zero_grad(&lm->gpt, err);
+    if (!rc)
+        bk_bias_zero_grad(&lm->bias);
+    return rc;
+}
+
+int bk_lm_gradients_ready(bk_lm *lm, bk_error *err)
+{
+    return bk_bias_gradients_to_host(&lm->bias, err);
 }
 
 int bk_lm_after_update(bk_lm *lm, bk_error *err)

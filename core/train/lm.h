@@ -1,6 +1,7 @@
 /* A language model ready to train or evaluate: the experiment, its plugins and terms, the bias
  * runtime and the transformer, plus the exact configuration text it was built from (checkpoints
- * carry that text, so `biaskit eval` rebuilds the same model). */
+ * carry that text, so `biaskit eval` rebuilds the same model), and the backend that computes it,
+ * chosen by [run] device and matmul (model/backend.h). */
 #ifndef BK_LM_H
 #define BK_LM_H
 
@@ -17,6 +18,7 @@ typedef struct bk_lm {
     bk_term_set terms;
     bk_bias bias;
     bk_gpt gpt;
+    bk_backend *be;      /* computes the model and the bias (owned; the CPU backend is a static object) */
     char *config_text;   /* the experiment file's text */
     char *config_source; /* the experiment file's name as first given (checkpoints keep it unchanged) */
     char *config_dir;    /* its directory, absolute: relative paths of the file are read from there */
@@ -24,7 +26,9 @@ typedef struct bk_lm {
     int n_overrides;
 } bk_lm;
 
-/* Build from an experiment file and --set overrides. */
+/* Build from an experiment file and --set overrides, on the backend [run] device names: auto = the
+ * GPU when one answers (device.h), else the CPU; cuda with no GPU is BK_ERR_DEVICE naming where the
+ * device was set; emulated = the CUDA backend's code run on the host (slow; tests). */
 int bk_lm_open_file(bk_lm *lm, const char *path, const char *const *overrides, int n_overrides, bk_error *err);
 /* Build from configuration text; `source_name` names it in messages, `config_dir` anchors relative paths. */
 int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const char *config_dir,
@@ -32,14 +36,19 @@ int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const 
 void bk_lm_close(bk_lm *lm);
 
 /* Register every trainable tensor with the optimizer under its checkpoint name:
- *   model.<tensor>               transformer tensors (decay: matrices and embedding)
- *   term.<label>.theta           a term's parameters, shape (copies, n_params)
- *   mix.<stream>                 learnable mixing parameters of a stream
+ *   model.<tensor>               transformer tensors (decay: matrices and embedding), as groups in the
+ *                                backend's memory (the model's working copies; host mirror: its params)
+ *   term.<label>.theta           a term's parameters, shape (copies, n_params), host memory
+ *   mix.<stream>                 learnable mixing parameters of a stream, host memory
  * Allocates the gradients. Plugin parameters and mixing weights are not decayed unless decay_all. */
 int bk_lm_register(bk_lm *lm, bk_adamw *opt, bk_error *err);
 
 /* Zero every gradient (model, terms, mixing). */
-void bk_lm_zero_grad(bk_lm *lm);
+int bk_lm_zero_grad(bk_lm *lm, bk_error *err);
+
+/* Once per step, after the backward passes and before the gradient norm: the bias's device gradients
+ * into its host ones (bk_bias_gradients_to_host). */
+int bk_lm_gradients_ready(bk_lm *lm, bk_error *err);
 
 /* After the optimizer moved the parameters: plugin projections, mixing weights, fresh tables. */
 int bk_lm_after_step(bk_lm *lm, int32_t distances, bk_error *err);

@@ -132,8 +132,27 @@ static void note_checkpoint(bk_error *err, const char *path, int64_t step)
         snprintf(err->message + len, sizeof err->message - len, "; no checkpoint was written in this run");
 }
 
+/* A group's gradient on the host: its own array for host memory, else a download into *scratch
+ * (grown as needed). NULL with err filled when the download fails. */
+static const float *host_gradient(const bk_adamw *opt, int i, float **scratch, size_t *cap, bk_error *err)
+{
+    const bk_param_group *g = &opt->groups[i];
+    if (!g->be || !g->be->on_device)
+        return g->grad;
+    if (*cap < g->n) {
+        float *bigger = realloc(*scratch, (g->n ? g->n : 1) * sizeof(float));
+        if (!bigger) {
+            bk_fail(err, BK_ERR_NOMEM, "out of memory reading the gradient of '%s' (%zu values)", g->name, g->n);
+            return NULL;
+        }
+        *scratch = bigger, *cap = g->n;
+    }
+    return bk_adamw_grad_to_host(opt, i, *scratch, err) ? NULL : *scratch;
+}
+
 /* What is not finite in a step: the loss, the gradient norm, and the first gradient at fault (a
- * plugin's, named by the bias, else the first optimizer tensor with a NaN or an inf). */
+ * plugin's, named by the bias, else the first optimizer tensor with a NaN or an inf; gradients in a
+ * device's memory are downloaded, on this rare path only). */
 static void describe_nonfinite(const bk_lm *lm, const bk_adamw *opt, double loss, double norm, char *buf, size_t size)
 {
     int at = snprintf(buf, size, "the loss is %g and the gradient norm is %g", loss, norm);
@@ -143,29 +162,49 @@ static void describe_nonfinite(const bk_lm *lm, const bk_adamw *opt, double loss
         snprintf(buf + at, size - (size_t)at, "; %s", lm->bias.nonfinite);
         return;
     }
+    float *scratch = NULL;
+    size_t cap = 0;
     for (int i = 0; i < opt->n_groups; i++) {
         const bk_param_group *g = &opt->groups[i];
-        for (size_t k = 0; k < g->n; k++)
-            if (!isfinite(g->grad[k])) {
-                snprintf(buf + at, size - (size_t)at, "; first non-finite gradient: %s[%zu] = %g", g->name, k,
-                         (double)g->grad[k]);
-                return;
-            }
+        bk_error derr;
+        const float *grad = host_gradient(opt, i, &scratch, &cap, &derr);
+        if (!grad) {
+            snprintf(buf + at, size - (size_t)at, "; the gradient of %s could not be read: %.400s", g->name,
+                     derr.message);
+            break;
+        }
+        size_t k = 0;
+        while (k < g->n && isfinite(grad[k]))
+            k++;
+        if (k < g->n) {
+            snprintf(buf + at, size - (size_t)at, "; first non-finite gradient: %s[%zu] = %g", g->name, k,
+                     (double)grad[k]);
+            break;
+        }
     }
+    free(scratch);
 }
 
-/* Name of the optimizer tensor with the largest gradient norm (for the warning about a huge norm). */
+/* Name of the optimizer tensor with the largest gradient norm (for the warning about a huge norm);
+ * gradients in a device's memory are downloaded (this warning is rare). */
 static const char *largest_gradient(const bk_adamw *opt, double *out_norm)
 {
     const char *name = "?";
     double best = -1.0;
+    float *scratch = NULL;
+    size_t cap = 0;
     for (int i = 0; i < opt->n_groups; i++) {
+        bk_error derr;
+        const float *grad = host_gradient(opt, i, &scratch, &cap, &derr);
+        if (!grad)
+            continue; /* a warning's detail: a tensor that cannot be read is left out */
         double sq = 0.0;
         for (size_t k = 0; k < opt->groups[i].n; k++)
-            sq += (double)opt->groups[i].grad[k] * opt->groups[i].grad[k];
+            sq += (double)grad[k] * grad[k];
         if (sq > best)
             best = sq, name = opt->groups[i].name;
     }
+    free(scratch);
     *out_norm = sqrt(best > 0 ? best : 0);
     return name;
 }
@@ -314,6 +353,7 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
 
     fprintf(out, "train: %s; %d layers, %d heads, dim %d, vocab %d; %zu model parameters, %d term%s\n", e->path,
             lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
+    fprintf(out, "device: %s\n", lm.be ? lm.be->description : "cpu");
     fprintf(out, "data: %s (%lld tokens) / validation %s (%lld tokens); batch %d x %d x %lld accumulated\n",
             train.name, (long long)train.count, val.name, (long long)val.count, B, T, (long long)e->train.accumulate);
     if (o->resume)
@@ -339,7 +379,8 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
     while (st.step < steps && !rc) {
         if ((rc = enter_step(&lm, st.step + 1, T, &tables_for, err)))
             break;
-        bk_lm_zero_grad(&lm);
+        if ((rc = bk_lm_zero_grad(&lm, err)))
+            break;
         double loss = 0.0;
         for (int64_t micro = 0; micro < e->train.accumulate && !rc; micro++) {
             bk_loader_next(&ld, in, tg);
@@ -351,7 +392,9 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
             break;
         /* A NaN or an inf anywhere in the step shows in the loss or the gradient norm, both computed
          * anyway: the check costs two comparisons. */
-        double norm = bk_adamw_grad_norm(&opt);
+        double norm;
+        if ((rc = bk_lm_gradients_ready(&lm, err)) || (rc = bk_adamw_grad_norm(&opt, &norm, err)))
+            break;
         double lr = bk_lr_schedule(st.step, steps, e->train.warmup, e->train.lr, e->train.final_lr);
         int skipped = !isfinite(norm) || !isfinite(loss);
         if (skipped) {
@@ -383,10 +426,12 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
                         e->train.grad_clip > 0 ? "; clipped to [train] grad_clip" : "");
             }
             norm_ema = st.step == first_step ? norm : 0.9 * norm_ema + 0.1 * norm;
-            if (e->train.grad_clip > 0 && norm > e->train.grad_clip)
-                bk_adamw_scale_grads(&opt, (float)(e->train.grad_clip / norm));
-            bk_adamw_step(&opt, lr, e->train.beta1, e->train.beta2, e->train.eps, e->train.weight_decay);
-            if ((rc = bk_lm_after_update(&lm, err)))
+            if (e->train.grad_clip > 0 && norm > e->train.grad_clip &&
+                (rc = bk_adamw_scale_grads(&opt, (float)(e->train.grad_clip / norm), err)))
+                break;
+            if ((rc = bk_adamw_step(&opt, lr, e->train.beta1, e->train.beta2, e->train.eps, e->train.weight_decay,
+                                    err)) ||
+                (rc = bk_lm_after_update(&lm, err)))
                 break;
             tables_for = -1; /* the parameters moved */
         }
@@ -438,7 +483,8 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
         }
         int stop = interrupted || (o->stop_after > 0 && st.step - first_step >= o->stop_after);
         if (last || stop || (e->train.checkpoint_every > 0 && st.step % e->train.checkpoint_every == 0)) {
-            if ((rc = bk_checkpoint_save(sum->checkpoint, &lm, &opt, &st, err)))
+            /* the checkpoint reads the host copies: parameters and moments come back from the device */
+            if ((rc = bk_adamw_to_host(&opt, err)) || (rc = bk_checkpoint_save(sum->checkpoint, &lm, &opt, &st, err)))
                 break;
             crash.checkpoint_step = checkpoint_step = st.step;
         }

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# GPT-2 small ALiBi training speed on a GPU: biaskit (examples/gpt2_small_alibi.toml) against the same
+# model in PyTorch (bench/gpu/gpt2_torch.py: eager attention, and SDPA with the bias as a float mask),
+# in fp32 and TF32 matmuls. Prints a markdown table; docs/performance.md says how to read it.
+#
+#   bash bench/gpu/run.sh                 # after scripts/gpu-test.sh built ./build-gpu
+#
+# Environment: BUILD_DIR (default ./build-gpu), STEPS (20 timed steps), WARMUP (3), PYTHON (python3),
+# OUT (where the log goes; default the build dir). Batch 8 x 1,024 tokens for both.
+# biaskit's rate per step is the metrics.jsonl "tokens_per_s" of each step (log_every = 1), median
+# over the timed steps; PyTorch's is the median step time, synchronised, loss copied to the host.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+STEPS=${STEPS:-20}
+WARMUP=${WARMUP:-3}
+PY=${PYTHON:-python3}
+LOG=${OUT:-$BUILD}/bench-gpt2.log
+BIN=$BUILD/biaskit
+[ -x "$BIN" ] || { echo "bench/gpu/run.sh: $BIN not found: build first (scripts/gpu-test.sh)" >&2; exit 1; }
+mkdir -p "$(dirname "$LOG")"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# 16 MB of text-like bytes: the speed does not depend on the text
+"$PY" -c "import random; random.seed(1); open('$work/corpus.txt','w').write(''.join(random.choice('abcdefghij klmnop\n') for _ in range(16_000_000)))"
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+{
+    echo "# GPT-2 small (124M), ALiBi, batch 8 x 1024, $(date -u +%Y-%m-%d)"
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
+    echo
+    echo "| engine | attention | matmul | tokens/s |"
+    echo "|---|---|---|---|"
+    for prec in fp32 tf32; do
+        out=$work/run-$prec
+        "$BIN" train "$ROOT/examples/gpt2_small_alibi.toml" --out "$out" --set run.device=cuda \
+            --set run.matmul=$prec --set train.steps=$((STEPS + WARMUP)) --set train.log_every=1 \
+            --set train.eval_every=0 --set train.eval_batches=1 --set data.paths="$work/corpus.txt" \
+            >"$work/train-$prec.log" 2>&1 || { cat "$work/train-$prec.log"; exit 1; }
+        rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/metrics.jsonl" | awk -v w="$WARMUP" 'NR > w {print $2}' | median)
+        echo "| biaskit | materialized (cuBLAS) | $prec | $rate |"
+        for mode in eager sdpa; do
+            line=$("$PY" "$ROOT/bench/gpu/gpt2_torch.py" --mode $mode --precision $prec --steps "$STEPS" --warmup "$WARMUP")
+            echo "| ${line%%:*} | $mode | $prec | $(echo "$line" | sed -E 's/.*: ([0-9]+) tokens\/s.*/\1/') |"
+            echo "<!-- $line -->"
+        done
+    done
+} | tee "$LOG"

@@ -1,0 +1,412 @@
+/* A whole training step on a device backend against the CPU engine, scheme by scheme (model/backend.h):
+ * the loss, the logits, every gradient (transformer tensors, plugin parameters, mixing parameters)
+ * after one forward/backward, then every parameter after three AdamW steps; two device runs give the
+ * same bits; a run moves CPU -> device -> CPU through checkpoints and ends where the CPU alone ends.
+ *
+ * The device is the emulated backend always (the CUDA backend's code run on the host: its kernels,
+ * tiling, reduction orders and GEMM arguments) and the CUDA backend when a GPU answers; without one
+ * the CUDA cases are reported as skipped.
+ *
+ * Shapes are awkward on purpose: B = 3, T = 37 (no block size divides it), 12 heads of 8 channels. */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include "device.h"
+#include "io/safetensors.h"
+#include "train/lm.h"
+#include "train/train.h"
+#include "util/rng.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { B = 3, T = 37, STEPS = 3 };
+
+typedef struct scheme {
+    const char *name;
+    const char *text; /* [attention] and [[term]] tables */
+} scheme;
+
+static const scheme schemes[] = {
+    {"alibi", "[[term]]\nplugin = \"alibi\"\n"},
+    {"kerple_log", "[[term]]\nplugin = \"kerple\"\nvariant = \"log\"\n"},
+    {"t5", "[[term]]\nplugin = \"t5\"\nbuckets = 8\nmax_distance = 24\n"},
+    {"mep_param", "[[term]]\nplugin = \"mep\"\nvariant = \"param\"\n"},
+    {"bipe_alibi", "[[term]]\nplugin = \"bipe\"\n[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\n"},
+    {"rope", "[[term]]\nplugin = \"rope\"\n"},
+    {"ape_learned", "[[term]]\nplugin = \"ape\"\nvariant = \"learned\"\n"},
+    {"kernel_mix_learned", "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
+                           "[[term]]\nplugin = \"kerple\"\nvariant = \"log\"\n[[term]]\nplugin = \"alibi\"\n"},
+};
+#define N_SCHEMES (sizeof schemes / sizeof schemes[0])
+
+static void check(int rc, const bk_error *err, const char *what)
+{
+    if (rc)
+        fail_msg("%s: %s", what, err->message);
+}
+
+static char *experiment(const scheme *s)
+{
+    static const char head[] = "[model]\nlayers = 2\nheads = 12\ndim = 96\nvocab = 256\n"
+                               "[train]\nlength = 37\nbatch = 3\nlr = 3e-3\nweight_decay = 0.1\nseed = 5\n";
+    size_t n = strlen(head) + strlen(s->text) + 1;
+    char *text = malloc(n);
+    assert_non_null(text);
+    snprintf(text, n, "%s%s", head, s->text);
+    return text;
+}
+
+/* Sentence-like bytes: BiPE's segmenter splits at '.' and newlines, so rows hold several segments. */
+static void make_batch(int32_t *in, int32_t *tg, uint64_t seed)
+{
+    static const char *const words[] = {"the ", "cat ", "sat. ", "on a ", "mat.\n", "x", "y ", "end. "};
+    bk_rng rng = {seed};
+    char text[B * (T + 1) + 16];
+    size_t n = 0;
+    while (n < sizeof text - 8) {
+        const char *w = words[bk_rng_u64(&rng) % 8];
+        for (size_t k = 0; w[k] && n < sizeof text - 1; k++)
+            text[n++] = w[k];
+    }
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            in[b * T + t] = (unsigned char)text[b * (T + 1) + t];
+            tg[b * T + t] = (unsigned char)text[b * (T + 1) + t + 1];
+        }
+}
+
+typedef struct run {
+    bk_lm lm;
+    bk_adamw opt;
+    double loss[STEPS];
+} run;
+
+static int open_run(run *r, const scheme *s, const char *device, bk_error *err)
+{
+    memset(r, 0, sizeof *r);
+    char *text = experiment(s), set[64];
+    snprintf(set, sizeof set, "run.device=%s", device);
+    const char *sets[1] = {set};
+    int rc = bk_lm_open_text(&r->lm, text, s->name, ".", sets, 1, err);
+    free(text);
+    if (rc)
+        return rc;
+    if ((rc = bk_lm_register(&r->lm, &r->opt, err))) {
+        bk_lm_close(&r->lm);
+        bk_adamw_free(&r->opt);
+    }
+    return rc;
+}
+
+static void close_run(run *r)
+{
+    bk_adamw_free(&r->opt);
+    bk_lm_close(&r->lm);
+}
+
+/* One forward/backward of the step's batch; the loss into r->loss[step]. */
+static void forward_backward(run *r, int step)
+{
+    bk_error err;
+    int32_t in[B * T], tg[B * T];
+    make_batch(in, tg, 100 + (uint64_t)step);
+    check(bk_bias_forward(&r->lm.bias, T, &err), &err, "bias forward");
+    check(bk_lm_zero_grad(&r->lm, &err), &err, "zero grad");
+    check(bk_gpt_forward(&r->lm.gpt, in, tg, B, T, 1, &err), &err, "forward");
+    check(bk_gpt_backward(&r->lm.gpt, in, tg, 1.0f, &err), &err, "backward");
+    check(bk_lm_gradients_ready(&r->lm, &err), &err, "gradients to host");
+    r->loss[step] = r->lm.gpt.loss;
+}
+
+static void update(run *r, int step)
+{
+    bk_error err;
+    const bk_experiment *e = &r->lm.exp;
+    double norm;
+    check(bk_adamw_grad_norm(&r->opt, &norm, &err), &err, "gradient norm");
+    assert_true(isfinite(norm));
+    if (norm > e->train.grad_clip)
+        check(bk_adamw_scale_grads(&r->opt, (float)(e->train.grad_clip / norm), &err), &err, "clip");
+    double lr = bk_lr_schedule(step, STEPS, 0, e->train.lr, 1.0);
+    check(bk_adamw_step(&r->opt, lr, e->train.beta1, e->train.beta2, e->train.eps, e->train.weight_decay, &err),
+          &err, "AdamW step");
+    check(bk_lm_after_update(&r->lm, &err), &err, "after update");
+}
+
+/* max |a - b| <= rel * max |b| + abs, else fail naming the tensor and the worst element. */
+static void assert_close(const char *what, const char *scheme_name, const float *a, const float *b, size_t n,
+                         double rel, double abs_tol)
+{
+    double scale = 0.0, worst = 0.0;
+    size_t at = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (!isfinite(a[k]))
+            fail_msg("%s, %s[%zu]: the device value is %g", scheme_name, what, k, (double)a[k]);
+        scale = fmax(scale, fabs((double)b[k]));
+        double d = fabs((double)a[k] - (double)b[k]);
+        if (d > worst)
+            worst = d, at = k;
+    }
+    if (worst > rel * scale + abs_tol)
+        fail_msg("%s, %s: element %zu of %zu differs by %.3g (device %.9g, cpu %.9g); allowed %.3g (max |cpu| %.3g)",
+                 scheme_name, what, at, n, worst, (double)a[at], (double)b[at], rel * scale + abs_tol, scale);
+}
+
+/* Gradient of optimizer group i on the host. */
+static float *group_grad(const run *r, int i)
+{
+    bk_error err;
+    float *g = malloc(r->opt.groups[i].n * sizeof(float) + 1);
+    assert_non_null(g);
+    check(bk_adamw_grad_to_host(&r->opt, i, g, &err), &err, "gradient download");
+    return g;
+}
+
+/* Tolerances, fp32 throughout. The device and the CPU compute the same sums with different GEMM
+ * kernels and reduction orders, so they agree to rounding: the forward to ~1e-6 relative, gradients
+ * (through two layers of backward) to ~1e-5 of their largest magnitude; we allow 10x that. After
+ * three AdamW steps the parameters agree to a small fraction of the learning rate (AdamW's update
+ * is ~lr per step whatever the gradient's size, so an element whose gradient is ~0 can move by
+ * different signs: that is bounded by 2 * lr * STEPS and does not happen at these sizes). */
+#define TOL_LOSS 1e-5
+#define TOL_LOGITS 1e-5
+#define TOL_GRAD 1e-4
+#define TOL_PARAM_LR 0.05 /* of the learning rate, absolute */
+
+static void compare_with_cpu(const scheme *s, const char *device)
+{
+    bk_error err;
+    run cpu, dev;
+    check(open_run(&cpu, s, "cpu", &err), &err, "open on the CPU");
+    check(open_run(&dev, s, device, &err), &err, device);
+    assert_int_equal(cpu.opt.n_groups, dev.opt.n_groups);
+
+    forward_backward(&cpu, 0);
+    forward_backward(&dev, 0);
+    if (fabs(dev.loss[0] - cpu.loss[0]) > TOL_LOSS * fabs(cpu.loss[0]))
+        fail_msg("%s on %s: loss %.9g, cpu %.9g", s->name, device, dev.loss[0], cpu.loss[0]);
+    size_t nl = (size_t)B * T * cpu.lm.gpt.V;
+    float *logits = malloc(nl * sizeof(float));
+    assert_non_null(logits);
+    check(bk_gpt_copy_logits(&dev.lm.gpt, logits, &err), &err, "logits");
+    assert_close("logits", s->name, logits, bk_gpt_logits(&cpu.lm.gpt), nl, TOL_LOGITS, 1e-6);
+    free(logits);
+    for (int i = 0; i < cpu.opt.n_groups; i++) {
+        assert_string_equal(cpu.opt.groups[i].name, dev.opt.groups[i].name);
+        assert_int_equal(cpu.opt.groups[i].n, dev.opt.groups[i].n);
+        float *gd = group_grad(&dev, i), *gc = group_grad(&cpu, i);
+        char what[128];
+        snprintf(what, sizeof what, "gradient of %s", cpu.opt.groups[i].name);
+        assert_close(what, s->name, gd, gc, cpu.opt.groups[i].n, TOL_GRAD, 1e-7);
+        free(gd), free(gc);
+    }
+    update(&cpu, 0);
+    update(&dev, 0);
+    for (int step = 1; step < STEPS; step++) {
+        forward_backward(&cpu, step), update(&cpu, step);
+        forward_backward(&dev, step), update(&dev, step);
+    }
+    check(bk_adamw_to_host(&cpu.opt, &err), &err, "to host");
+    check(bk_adamw_to_host(&dev.opt, &err), &err, "to host");
+    const double lr = cpu.lm.exp.train.lr;
+    for (int i = 0; i < cpu.opt.n_groups; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "%s after %d AdamW steps", cpu.opt.groups[i].name, STEPS);
+        assert_close(what, s->name, dev.opt.groups[i].param_host, cpu.opt.groups[i].param_host,
+                     cpu.opt.groups[i].n, 0.0, TOL_PARAM_LR * lr);
+    }
+    printf("%-20s %s: loss %.7f, cpu %.7f; %d groups match after %d steps\n", s->name, device, dev.loss[0],
+           cpu.loss[0], cpu.opt.n_groups, STEPS);
+    close_run(&cpu);
+    close_run(&dev);
+}
+
+/* Two runs of STEPS steps on `device`: every loss and every parameter bit-identical. */
+static void assert_deterministic(const scheme *s, const char *device)
+{
+    bk_error err;
+    run a, b;
+    check(open_run(&a, s, device, &err), &err, device);
+    check(open_run(&b, s, device, &err), &err, device);
+    for (int step = 0; step < STEPS; step++) {
+        forward_backward(&a, step), update(&a, step);
+        forward_backward(&b, step), update(&b, step);
+        if (memcmp(&a.loss[step], &b.loss[step], sizeof(double)))
+            fail_msg("%s on %s: step %d loss %.17g then %.17g", s->name, device, step, a.loss[step], b.loss[step]);
+    }
+    check(bk_adamw_to_host(&a.opt, &err), &err, "to host");
+    check(bk_adamw_to_host(&b.opt, &err), &err, "to host");
+    for (int i = 0; i < a.opt.n_groups; i++) {
+        const bk_param_group *ga = &a.opt.groups[i], *gb = &b.opt.groups[i];
+        if (memcmp(ga->param_host, gb->param_host, ga->n * sizeof(float)) ||
+            memcmp(ga->m_host, gb->m_host, ga->n * sizeof(float)) ||
+            memcmp(ga->v_host, gb->v_host, ga->n * sizeof(float)))
+            fail_msg("%s on %s: %s differs between two identical runs", s->name, device, ga->name);
+    }
+    close_run(&a);
+    close_run(&b);
+}
+
+static void test_emulated_matches_cpu(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_SCHEMES; i++)
+        compare_with_cpu(&schemes[i], "emulated");
+}
+
+static void test_emulated_deterministic(void **state)
+{
+    (void)state;
+    assert_deterministic(&schemes[1], "emulated");           /* learnable table */
+    assert_deterministic(&schemes[N_SCHEMES - 1], "emulated"); /* learned kernel mixing */
+}
+
+static void test_cuda_matches_cpu(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_SCHEMES; i++)
+        compare_with_cpu(&schemes[i], "cuda");
+}
+
+static void test_cuda_deterministic(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_SCHEMES; i++)
+        assert_deterministic(&schemes[i], "cuda");
+}
+
+/* ---- CPU -> device -> CPU through checkpoints ------------------------------------------------- */
+
+static char dir[256];
+
+static int train(const char *out, const char *resume, int64_t stop_after, const char *device, bk_train_summary *sum,
+                 bk_error *err)
+{
+    char config[512], set[64];
+    snprintf(config, sizeof config, "%s/exp.toml", dir);
+    snprintf(set, sizeof set, "run.device=%s", device);
+    const char *sets[1] = {set};
+    bk_train_options o = {0};
+    o.config = resume ? NULL : config;
+    o.overrides = sets;
+    o.n_overrides = 1;
+    o.resume = resume;
+    o.out_dir = out;
+    o.stop_after = stop_after;
+    o.out = fopen("/dev/null", "w");
+    int rc = bk_train(&o, sum, err);
+    fclose(o.out);
+    return rc;
+}
+
+/* Checkpoints a and b hold the same tensor names and shapes, and values within `tol` (absolute). */
+static void assert_same_layout(const char *a, const char *b, double tol)
+{
+    bk_safetensors *sa = NULL, *sb = NULL;
+    bk_error err;
+    if (bk_safetensors_open(a, &sa, &err) || bk_safetensors_open(b, &sb, &err))
+        fail_msg("%s", err.message);
+    int n = bk_safetensors_count(sa);
+    assert_true(n > 0);
+    assert_int_equal(n, bk_safetensors_count(sb));
+    for (int i = 0; i < n; i++) {
+        const bk_st_tensor *ta = bk_safetensors_at(sa, i), *tb = bk_safetensors_find(sb, ta->name);
+        if (!tb)
+            fail_msg("tensor '%s' of %s is missing from %s", ta->name, a, b);
+        assert_int_equal(ta->ndim, tb->ndim);
+        size_t count = 1;
+        for (int d = 0; d < ta->ndim; d++) {
+            assert_int_equal(ta->shape[d], tb->shape[d]);
+            count *= (size_t)ta->shape[d];
+        }
+        assert_close(ta->name, "cpu->device->cpu", ta->data, tb->data, count, 0.0, tol);
+    }
+    bk_safetensors_close(sa);
+    bk_safetensors_close(sb);
+}
+
+static void resume_across(const char *device)
+{
+    snprintf(dir, sizeof dir, "/tmp/bk_test_device_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char path[512], a[512], b[512], ca[600], cb[600];
+    snprintf(path, sizeof path, "%s/corpus.txt", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    bk_rng rng = {3};
+    static const char *const words[] = {"alpha ", "beta ", "gamma. ", "delta\n"};
+    for (int n = 0; n < 30000; n += 6)
+        fputs(words[bk_rng_u64(&rng) % 4], f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/exp.toml", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "[model]\nlayers = 2\nheads = 4\ndim = 32\n[train]\nlength = 24\nbatch = 2\nsteps = 6\nlr = 3e-3\n"
+               "warmup = 1\neval_every = 0\neval_batches = 1\nlog_every = 100\n"
+               "[data]\npaths = [\"corpus.txt\"]\nval_fraction = 0.1\n"
+               "[[term]]\nplugin = \"kerple\"\nvariant = \"log\"\n");
+    fclose(f);
+    snprintf(a, sizeof a, "%s/straight", dir);
+    snprintf(b, sizeof b, "%s/moved", dir);
+    snprintf(ca, sizeof ca, "%s/checkpoint.safetensors", a);
+    snprintf(cb, sizeof cb, "%s/checkpoint.safetensors", b);
+    bk_train_summary sum;
+    bk_error err;
+    check(train(a, NULL, 0, "cpu", &sum, &err), &err, "6 steps on the CPU");
+    check(train(b, NULL, 2, "cpu", &sum, &err), &err, "2 steps on the CPU");
+    assert_int_equal(sum.steps, 2);
+    check(train(NULL, cb, 2, device, &sum, &err), &err, "2 more on the device");
+    assert_int_equal(sum.steps, 4);
+    check(train(NULL, cb, 0, "cpu", &sum, &err), &err, "the last 2 on the CPU");
+    assert_int_equal(sum.steps, 6);
+    /* the same file layout whatever trained it, and the same values to rounding (2 of 6 steps
+     * computed by the device's kernels: AdamW moves each weight by at most ~lr per step) */
+    assert_same_layout(ca, cb, 1e-3);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    printf("cpu -> %s -> cpu: 6 steps, the same tensors as 6 on the cpu\n", device);
+}
+
+static void test_resume_across_devices(void **state)
+{
+    (void)state;
+    resume_across("emulated");
+}
+
+static void test_cuda_resume_across_devices(void **state)
+{
+    (void)state;
+    resume_across("cuda");
+}
+
+/* `test_device_step` runs the emulated cases; `test_device_step cuda` (ctest: test_device_step_cuda) the
+ * CUDA ones, exiting 77 (skipped) with the reason printed when no GPU answers. */
+int main(int argc, char **argv)
+{
+    setenv("BIASKIT_PLUGIN_PATH", BK_TEST_PLUGIN_DIR ":" BK_TEST_PLUGINS_DIR, 1);
+    omp_set_num_threads(2);
+    if (argc > 1 && !strcmp(argv[1], "cuda")) {
+        char desc[256];
+        if (!bk_device_probe(desc, sizeof desc)) {
+            printf("skipped: no GPU answers here: %s\n", desc);
+            return 77;
+        }
+        const struct CMUnitTest gpu[] = {
+            cmocka_unit_test(test_cuda_matches_cpu),
+            cmocka_unit_test(test_cuda_deterministic),
+            cmocka_unit_test(test_cuda_resume_across_devices),
+        };
+        return cmocka_run_group_tests(gpu, NULL, NULL);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_emulated_matches_cpu),
+        cmocka_unit_test(test_emulated_deterministic),
+        cmocka_unit_test(test_resume_across_devices),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
