@@ -9,6 +9,7 @@
  * is the same whichever thread runs it. */
 #include "cpu/attention.h"
 
+#include "model/softmax_math.h"
 #include "util/error.h"
 
 #include <cblas.h>
@@ -112,19 +113,7 @@ static void softmax_row(float *row, int i, int width, const row_bias *rb)
                 row[j] += tab[i - j];
         }
     }
-    float max = -INFINITY;
-    for (int j = 0; j <= i; j++)
-        max = row[j] > max ? row[j] : max;
-    float sum = 0.0f;
-    for (int j = 0; j <= i; j++) {
-        row[j] = expf(row[j] - max);
-        sum += row[j];
-    }
-    const float inv = 1.0f / sum;
-    for (int j = 0; j <= i; j++)
-        row[j] *= inv;
-    for (int j = i + 1; j < width; j++)
-        row[j] = 0.0f;
+    bk_causal_softmax_row(row, i + 1, width);
 }
 
 int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,

@@ -124,8 +124,7 @@ static int dev_zero(bk_dev *d, void *ptr, size_t bytes, bk_error *err)
     return e == cudaSuccess ? BK_OK : cuda_fail(err, "cudaMemsetAsync", e);
 }
 
-#include "gpu/ops_attention.h"
-#include "gpu/ops_layers.h"
+#include "gpu/ops.h"
 
 // --- memory of the table -----------------------------------------------------------------------------
 
@@ -270,28 +269,7 @@ extern "C" int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, b
     be->sync = cuda_sync;
     be->stream = cuda_stream;
 
-    be->encoder_forward = dev_encoder_forward;
-    be->encoder_backward = dev_encoder_backward;
-    be->layernorm_forward = dev_layernorm_forward;
-    be->layernorm_backward = dev_layernorm_backward;
-    be->matmul_forward = dev_matmul_forward;
-    be->matmul_backward = dev_matmul_backward;
-    be->gelu_forward = dev_gelu_forward;
-    be->gelu_backward = dev_gelu_backward;
-    be->residual_forward = dev_residual_forward;
-    be->residual_backward = dev_residual_backward;
-    be->crossentropy_forward = dev_crossentropy_forward;
-    be->crossentropy_backward = dev_crossentropy_backward;
-    be->rotary = dev_rotary;
-    be->attention_saved = dev_attention_saved;
-    be->attention_forward = dev_attention_forward;
-    be->attention_backward = dev_attention_backward;
-    be->mix_forward = dev_mix_forward;
-    be->mix_backward = dev_mix_backward;
-    be->first_nonfinite = dev_first_nonfinite;
-    be->sumsq = dev_sumsq;
-    be->scale = dev_scale;
-    be->adamw = dev_adamw;
+    dev_set_ops(be);
     be->destroy = cuda_destroy;
     *out = be;
     return BK_OK;

@@ -13,9 +13,10 @@
  *                 address, no atomics), so the result cannot depend on the order threads run in:
  *                 that is what makes the emulation a faithful test and every GPU run deterministic.
  *   ops_*.h       the backend functions (backend.h's table) as `static` functions that launch
- *                 kernels (BK_LAUNCH) and call GEMMs (dev_gemm) through the primitives below.
+ *                 kernels (BK_LAUNCH) and call GEMMs (dev_gemm) through the primitives below;
+ *                 ops.h includes them and puts them into a table (dev_set_ops).
  *
- * The primitives each instantiation defines as `static` functions before including ops_*.h:
+ * The primitives each instantiation defines as `static` functions before including gpu/ops.h:
  *
  *   int dev_gemm(bk_dev *d, int transa, int transb, int m, int n, int k, float alpha,
  *                const float *A, int lda, int64_t strideA, const float *B, int ldb, int64_t strideB,

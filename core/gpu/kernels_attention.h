@@ -17,6 +17,7 @@
 
 #include "config/experiment.h"
 #include "gpu/dev.h"
+#include "model/softmax_math.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -143,19 +144,7 @@ static inline BK_DEV_HD void k_att_softmax(int64_t idx, const void *args)
             row[j] += (dist >= 0 && dist < D) ? tab[dist] : (float)NAN;
         }
     }
-    float max = -INFINITY;
-    for (int j = 0; j <= i; j++)
-        max = row[j] > max ? row[j] : max;
-    float sum = 0.0f;
-    for (int j = 0; j <= i; j++) {
-        row[j] = expf(row[j] - max);
-        sum += row[j];
-    }
-    const float inv = 1.0f / sum;
-    for (int j = 0; j <= i; j++)
-        row[j] *= inv;
-    for (int j = i + 1; j < a->zero_to; j++)
-        row[j] = 0.0f;
+    bk_causal_softmax_row(row, i + 1, a->zero_to);
 }
 
 /* Softmax backward of one query block, index per (bh, r): dS holds dP = dO V^T for the block

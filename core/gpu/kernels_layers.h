@@ -23,6 +23,7 @@
 #include "gpu/dev.h"
 #include "model/gelu_math.h"
 #include "model/rotary_math.h"
+#include "model/softmax_math.h"
 #include "train/adamw_math.h"
 
 #include <float.h>
@@ -282,24 +283,13 @@ typedef struct k_crossentropy_args {
     int64_t V;
 } k_crossentropy_args;
 
-/* index n (row): model/layers.c bk_crossentropy_forward — max in float, sum of exp in double in
+/* index n (row): bk_crossentropy_row (model/softmax_math.h, the CPU layer's code) — max in float, sum of exp in double in
  * vocabulary order, loss = log(total) - (z[target] - max), probabilities when asked */
 static inline BK_DEV_HD void k_crossentropy_forward(int64_t n, const void *args)
 {
     const k_crossentropy_args *a = (const k_crossentropy_args *)args;
     const int64_t V = a->V;
-    const float *z = a->logits + n * V;
-    float m = -INFINITY;
-    for (int64_t v = 0; v < V; v++)
-        m = z[v] > m ? z[v] : m;
-    double total = 0.0;
-    for (int64_t v = 0; v < V; v++)
-        total += exp((double)(z[v] - m));
-    double log_total = log(total);
-    a->losses[n] = (float)(log_total - (double)(z[a->targets[n]] - m));
-    if (a->probs)
-        for (int64_t v = 0; v < V; v++)
-            a->probs[n * V + v] = (float)exp((double)(z[v] - m) - log_total);
+    bk_crossentropy_row(a->logits + n * V, V, a->targets[n], &a->losses[n], a->probs ? a->probs + n * V : (float *)0);
 }
 
 /* index (n, v): dlogits = (probs - onehot(target)) dloss, overwritten */

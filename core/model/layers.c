@@ -1,5 +1,6 @@
 #include "model/layers.h"
 #include "model/gelu_math.h"
+#include "model/softmax_math.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -160,18 +161,7 @@ void bk_crossentropy_forward(float *losses, float *probs, const float *logits, c
 {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *z = logits + (size_t)n * V;
-        float m = -INFINITY;
-        for (int v = 0; v < V; v++)
-            m = z[v] > m ? z[v] : m;
-        double total = 0.0;
-        for (int v = 0; v < V; v++)
-            total += exp((double)(z[v] - m));
-        double log_total = log(total);
-        losses[n] = (float)(log_total - (double)(z[targets[n]] - m));
-        if (probs)
-            for (int v = 0; v < V; v++)
-                probs[(size_t)n * V + v] = (float)exp((double)(z[v] - m) - log_total);
+        bk_crossentropy_row(logits + (size_t)n * V, V, targets[n], &losses[n], probs ? probs + (size_t)n * V : NULL);
     }
 }
 

@@ -1,0 +1,36 @@
+/* The device backend's functions (ops_layers.h, ops_attention.h) put into a backend table, once for
+ * both instantiations (gpu/dev.h): each includes this after defining its primitives, then fills the
+ * memory entries and `destroy` itself. */
+#ifndef BK_GPU_OPS_H
+#define BK_GPU_OPS_H
+
+#include "gpu/ops_attention.h"
+#include "gpu/ops_layers.h"
+
+static void dev_set_ops(bk_backend *be)
+{
+    be->encoder_forward = dev_encoder_forward;
+    be->encoder_backward = dev_encoder_backward;
+    be->layernorm_forward = dev_layernorm_forward;
+    be->layernorm_backward = dev_layernorm_backward;
+    be->matmul_forward = dev_matmul_forward;
+    be->matmul_backward = dev_matmul_backward;
+    be->gelu_forward = dev_gelu_forward;
+    be->gelu_backward = dev_gelu_backward;
+    be->residual_forward = dev_residual_forward;
+    be->residual_backward = dev_residual_backward;
+    be->crossentropy_forward = dev_crossentropy_forward;
+    be->crossentropy_backward = dev_crossentropy_backward;
+    be->rotary = dev_rotary;
+    be->attention_saved = dev_attention_saved;
+    be->attention_forward = dev_attention_forward;
+    be->attention_backward = dev_attention_backward;
+    be->mix_forward = dev_mix_forward;
+    be->mix_backward = dev_mix_backward;
+    be->first_nonfinite = dev_first_nonfinite;
+    be->sumsq = dev_sumsq;
+    be->scale = dev_scale;
+    be->adamw = dev_adamw;
+}
+
+#endif
