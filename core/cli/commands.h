@@ -14,6 +14,10 @@ int bk_cmd_check(int argc, char **argv);
 int bk_cmd_config(int argc, char **argv);
 int bk_cmd_train(int argc, char **argv);
 int bk_cmd_eval(int argc, char **argv);
+int bk_cmd_report(int argc, char **argv);
+int bk_cmd_sweep(int argc, char **argv);
+int bk_cmd_trf(int argc, char **argv);
+int bk_cmd_erf(int argc, char **argv);
 
 /* An experiment opened for a command: the validated file, the plugin registry and the created terms. */
 typedef struct bk_session {

@@ -17,10 +17,14 @@ static const struct {
 } commands[] = {
     {"train", bk_cmd_train, "train a model (or --resume a checkpoint) on the experiment's data"},
     {"eval", bk_cmd_eval, "perplexity of a checkpoint at many lengths (the extrapolation curve)"},
+    {"trf", bk_cmd_trf, "theoretical receptive field of each head's distance table (Qin et al., AAAI 2024)"},
+    {"erf", bk_cmd_erf, "empirical receptive field of a checkpoint's attention, against its TRF"},
     {"plugins", bk_cmd_plugins, "list the plugins found, with capabilities and options"},
     {"bias", bk_cmd_bias, "print (or write as CSV) each head's distance table of an experiment"},
     {"check", bk_cmd_check, "conformance checks of a plugin: ABI, bad options, finite tables, gradients, CUDA"},
     {"config", bk_cmd_config, "check an experiment file and print its resolved values; --keys lists every key"},
+    {"sweep", bk_cmd_sweep, "train and evaluate a grid of experiments (variants x corpora x seeds x grid), resumably"},
+    {"report", bk_cmd_report, "the report of a sweep: perplexity tables (mean +- std over seeds), figures, CSV"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -333,6 +333,17 @@ int bk_gpt_copy_logits(const bk_gpt *m, float *dst, bk_error *err)
     return m->be->download(m->be, dst, logits_of(m), (size_t)m->B * m->T * m->V * sizeof(float), err);
 }
 
+const float *bk_gpt_attention_probs(const bk_gpt *m, int layer)
+{
+    if (!m->acts || !m->train || m->be != bk_backend_cpu() || layer < 0 || layer >= m->L)
+        return NULL;
+    size_t sizes[N_ACTS];
+    act_sizes(m, m->B, m->T, 1, sizes);
+    acts a;
+    carve(m->acts, sizes, &a);
+    return a.att + (size_t)layer * m->be->attention_saved(m->be, m->B, m->T, m->H);
+}
+
 static void attention_bias(const bk_gpt *m, int layer, bk_attention_bias *ab)
 {
     memset(ab, 0, sizeof *ab);

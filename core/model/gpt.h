@@ -106,6 +106,13 @@ const float *bk_gpt_logits(const bk_gpt *m);
 /* The same copied into host memory dst (B * T * V floats), on any backend. */
 int bk_gpt_copy_logits(const bk_gpt *m, float *dst, bk_error *err);
 
+/* Attention probabilities (B, H, T, T) of `layer` kept by the last forward with train = 1: row
+ * (b, h, i) holds P[i][j] for keys j <= i (entries j > i are 0). On the CPU backend only: NULL when
+ * the model computes on a device (its kernels may keep row statistics instead: run on the CPU, e.g.
+ * --set run.device=cpu), when the last forward was not a training one, or for a layer out of range.
+ * Valid until the next forward. */
+const float *bk_gpt_attention_probs(const bk_gpt *m, int layer);
+
 /* Allocate the (zeroed) gradients, once; m->g and m->wg then point into them. */
 int bk_gpt_alloc_grads(bk_gpt *m, bk_error *err);
 int bk_gpt_zero_grad(bk_gpt *m, bk_error *err);

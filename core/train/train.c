@@ -283,6 +283,34 @@ static int enter_step(bk_lm *lm, int64_t step, int T, int64_t *tables_for, bk_er
     return rc;
 }
 
+/* With [attention] learn_weights: the mixing weights after this step, per stream that has terms, in
+ * the order of the stream's terms in the experiment (bias->on[s]): `, "mix": {"token": [w0, w1]}`
+ * (`biaskit report` plots them). A weight that is not finite is written as null. Nothing otherwise. */
+static void write_mix_weights(FILE *f, const bk_bias *b)
+{
+    if (!b->learn_weights)
+        return;
+    int first = 1;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        if (b->n_on[s] == 0)
+            continue;
+        char name[16];
+        bk_choice_name(BK_STREAM_CHOICES, s, name, sizeof name);
+        fprintf(f, "%s\"%s\": [", first ? ", \"mix\": {" : ", ", name);
+        for (int k = 0; k < b->n_on[s]; k++) {
+            double w = b->set->terms[b->on[s][k]].weight;
+            if (isfinite(w))
+                fprintf(f, "%s%.6g", k ? ", " : "", w);
+            else
+                fprintf(f, "%snull", k ? ", " : "");
+        }
+        fprintf(f, "]");
+        first = 0;
+    }
+    if (!first)
+        fprintf(f, "}");
+}
+
 static void format_duration(double s, char *buf, size_t size)
 {
     long t = (long)(s + 0.5);
@@ -452,9 +480,12 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
             fprintf(metrics, "{\"step\": %lld, \"skipped\": \"nonfinite\", \"loss\": %s, \"lr\": %.6g, "
                     "\"grad_norm\": %s, \"tokens\": %lld}\n", (long long)st.step, loss_text, lr, norm_text,
                     (long long)st.tokens);
-        } else
+        } else {
             fprintf(metrics, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens\": %lld, "
-                    "\"tokens_per_s\": %.1f}\n", (long long)st.step, loss, lr, norm, (long long)st.tokens, rate);
+                    "\"tokens_per_s\": %.1f", (long long)st.step, loss, lr, norm, (long long)st.tokens, rate);
+            write_mix_weights(metrics, &lm.bias);
+            fprintf(metrics, "}\n");
+        }
         int last = st.step == steps;
         if (o->progress || st.step % e->train.log_every == 0 || last || st.step == first_step + 1) {
             char eta[32];

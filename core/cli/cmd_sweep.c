@@ -1,0 +1,568 @@
+/* biaskit sweep: a grid of experiments trained and evaluated end to end, resumably (docs/sweeps.md).
+ *
+ * Each phase of a run (train, eval, the sliding eval) is a child process of this binary
+ * (/proc/self/exe train|eval ...): a crash or an abort in one run cannot take the sweep down, each
+ * child sets its own thread count, and what a run prints goes to its own log. */
+#define _GNU_SOURCE /* prctl, setenv, dprintf */
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "sweep/sweep.h"
+#include "util/path.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char help_head[] =
+    "usage: biaskit sweep <sweep.toml> [--jobs N] [--dry-run] [--only NAME-GLOB]\n\n"
+    "Trains and evaluates every run of a sweep file: a base experiment crossed with [[variant]]s\n"
+    "(positional schemes), [[corpus]]es, [grid] values and seeds. Every run is resolved and\n"
+    "validated before anything runs. Runs already done are skipped; an interrupted run resumes from\n"
+    "its checkpoint; a failed run is reported with its error while the others go on, and the exit\n"
+    "status is then 1 (130 after Ctrl-C, which stops every run at a checkpoint).\n\n"
+    "  --jobs N         run N runs at a time; each gets [run] threads / N CPU threads (the machine's\n"
+    "                   cores when [run] threads is 0), at least 1 (default 1)\n"
+    "  --dry-run        resolve and list the runs, their state and settings; write nothing (exit 1\n"
+    "                   when a run cannot train)\n"
+    "  --only GLOB      only the runs whose name matches the shell pattern, e.g. 'alibi-*'\n\n"
+    "The sweep directory holds sweep.json (the runs), and per run <name>/: experiment.toml (the\n"
+    "resolved experiment), the training's files, eval.json (and eval-sliding.json), status.json,\n"
+    "train.log and eval.log. See docs/sweeps.md.\n\n";
+
+/* ------------------------------------------------------------------------------------------------
+ * Signals: Ctrl-C (SIGINT) or SIGTERM stop the sweep; they are passed on to the children, which run
+ * in their own process groups (so that a terminal's Ctrl-C reaches them once, through here).
+ * ---------------------------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t stop_signals;
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    stop_signals++;
+}
+
+static void on_child(int sig)
+{
+    (void)sig;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Runs in flight
+ * ---------------------------------------------------------------------------------------------- */
+
+enum { PHASE_TRAIN = 0, PHASE_EVAL = 1, PHASE_SLIDING = 2 };
+
+typedef struct job {
+    bk_sweep_run *run;
+    bk_run_status st;
+    int number;         /* 1-based among the runs started */
+    int phase;
+    pid_t pid;          /* 0 when no child */
+    double started;     /* of the phase */
+    long log_offset;    /* where this phase's output starts in its log */
+    int signalled;      /* stop signals passed on to the child */
+    int resumed;
+    char *prepare_error; /* why its directory could not be prepared, or NULL */
+} job;
+
+typedef struct sweep_ctx {
+    const bk_sweep *sw;
+    int jobs;
+    long threads_per_run_total; /* the machine's cores */
+    int total;                  /* runs to start */
+    int n_done, n_failed, n_interrupted;
+    char **failures;            /* "NAME: error" */
+    int n_failures;
+} sweep_ctx;
+
+static int run_threads(const sweep_ctx *c, const bk_sweep_run *run)
+{
+    long total = run->threads > 0 ? (long)run->threads : c->threads_per_run_total;
+    long t = total / c->jobs;
+    return t < 1 ? 1 : (int)t;
+}
+
+static void log_path(const job *j, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/%s", j->run->dir, j->phase == PHASE_TRAIN ? BK_SWEEP_TRAIN_LOG : BK_SWEEP_EVAL_LOG);
+}
+
+static void json_path(const job *j, int tmp, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/%s%s", j->run->dir, j->phase == PHASE_SLIDING ? BK_SWEEP_EVAL_SLIDING_FILE : BK_SWEEP_EVAL_FILE,
+             tmp ? ".tmp" : "");
+}
+
+/* Start the child of the job's phase: fork, then exec this binary. */
+static int spawn(sweep_ctx *c, job *j, bk_error *err)
+{
+    char ckpt[4200], exp[4200], log[4200], json[4200], threads[64], lengths[BK_SWEEP_MAX_LENGTHS * 12 + 1] = "";
+    char tokens[32], sliding[32];
+    const bk_sweep_run *r = j->run;
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", r->dir);
+    snprintf(exp, sizeof exp, "%s/" BK_SWEEP_EXPERIMENT_FILE, r->dir);
+    snprintf(threads, sizeof threads, "run.threads=%d", run_threads(c, r));
+    log_path(j, log, sizeof log);
+    json_path(j, 1, json, sizeof json);
+    size_t used = 0;
+    for (int i = 0; i < c->sw->n_lengths; i++)
+        used += (size_t)snprintf(lengths + used, sizeof lengths - used, "%s%d", i ? "," : "", (int)c->sw->lengths[i]);
+    snprintf(tokens, sizeof tokens, "%lld", (long long)c->sw->tokens);
+    snprintf(sliding, sizeof sliding, "%lld", (long long)c->sw->sliding);
+
+    const char *argv[24];
+    int n = 0;
+    argv[n++] = "biaskit";
+    if (j->phase == PHASE_TRAIN) {
+        argv[n++] = "train";
+        if (j->resumed) {
+            argv[n++] = "--resume";
+            argv[n++] = ckpt;
+        } else {
+            argv[n++] = exp;
+            argv[n++] = "--out";
+            argv[n++] = r->dir;
+        }
+        argv[n++] = "--plain";
+    } else {
+        argv[n++] = "eval";
+        argv[n++] = ckpt;
+        argv[n++] = "--lengths";
+        argv[n++] = lengths;
+        argv[n++] = "--tokens";
+        argv[n++] = tokens;
+        argv[n++] = "--json";
+        argv[n++] = json;
+        if (j->phase == PHASE_SLIDING) {
+            argv[n++] = "--sliding";
+            argv[n++] = sliding;
+        }
+    }
+    argv[n++] = "--set";
+    argv[n++] = threads;
+    argv[n] = NULL;
+
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return bk_fail(err, BK_ERR_IO, "run '%s': cannot write '%s': %s", r->name, log, strerror(errno));
+    struct stat sb;
+    j->log_offset = fstat(fd, &sb) == 0 ? (long)sb.st_size : 0;
+    dprintf(fd, "$");
+    for (int i = 0; i < n; i++)
+        dprintf(fd, " %s", argv[i]);
+    dprintf(fd, "\n");
+
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(fd);
+        return bk_fail(err, BK_ERR_INTERNAL, "run '%s': cannot start a process: %s", r->name, strerror(e));
+    }
+    if (pid == 0) {
+        /* the child: its own process group, stopped (with a checkpoint) when the sweep dies */
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGINT);
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGINT, &dfl, NULL), sigaction(SIGTERM, &dfl, NULL), sigaction(SIGCHLD, &dfl, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        int in = open("/dev/null", O_RDONLY);
+        if (in >= 0)
+            dup2(in, 0);
+        dup2(fd, 1), dup2(fd, 2);
+        if (c->jobs > 1) /* idle OpenMP threads that spin would take the cores of the other runs */
+            setenv("OMP_WAIT_POLICY", "passive", 0);
+        execv("/proc/self/exe", (char *const *)argv);
+        dprintf(2, "biaskit: error: cannot run /proc/self/exe: %s\n", strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid); /* also here: no race with a signal passed on before the child ran */
+    close(fd);
+    j->pid = pid;
+    j->started = now();
+    j->signalled = 0;
+    return BK_OK;
+}
+
+/* The last "biaskit: error: " line the phase wrote, else a description of how it ended. */
+static void child_error(const job *j, int status, char *out, size_t size)
+{
+    char log[4200];
+    log_path(j, log, sizeof log);
+    const char *what = j->phase == PHASE_TRAIN ? "train" : j->phase == PHASE_EVAL ? "eval" : "eval --sliding";
+    if (WIFSIGNALED(status))
+        snprintf(out, size, "%s killed by signal %d (%s); see %.1024s", what, WTERMSIG(status), strsignal(WTERMSIG(status)),
+                 log);
+    else
+        snprintf(out, size, "%s exited with status %d; see %.1024s", what, WEXITSTATUS(status), log);
+    FILE *f = fopen(log, "r");
+    if (!f)
+        return;
+    fseek(f, j->log_offset, SEEK_SET);
+    char line[BK_ERROR_MESSAGE_MAX + 64];
+    static const char tag[] = "biaskit: error: ";
+    while (fgets(line, sizeof line, f)) {
+        char *p = strstr(line, tag);
+        if (!p)
+            continue;
+        p += sizeof tag - 1;
+        p[strcspn(p, "\n")] = '\0';
+        snprintf(out, size, "%s: %s", what, p);
+    }
+    fclose(f);
+}
+
+static void note_failure(sweep_ctx *c, const bk_sweep_run *r, const char *error)
+{
+    char **f = realloc(c->failures, (size_t)(c->n_failures + 1) * sizeof *f);
+    if (!f)
+        return;
+    c->failures = f;
+    size_t n = strlen(r->name) + strlen(error) + 3;
+    if ((f[c->n_failures] = malloc(n)))
+        snprintf(f[c->n_failures++], n, "%s: %s", r->name, error);
+}
+
+static void save_status(job *j)
+{
+    bk_error err;
+    if (bk_sweep_write_status(j->run, &j->st, &err))
+        fprintf(stderr, "biaskit: warning: %s\n", err.message);
+}
+
+static void fail_run(sweep_ctx *c, job *j, const char *error, double seconds)
+{
+    j->st.state = BK_RUN_FAILED;
+    bk_copy_text(j->st.error, sizeof j->st.error, error);
+    save_status(j);
+    c->n_failed++;
+    note_failure(c, j->run, error);
+    printf("[%d/%d] %s: FAILED after %.1f s: %s\n", j->number, c->total, j->run->name, seconds, error);
+    fflush(stdout);
+}
+
+/* Start the job's current phase; a run that cannot start fails. Returns 1 when a child runs. */
+static int start_phase(sweep_ctx *c, job *j)
+{
+    bk_error err;
+    j->st.state = j->phase == PHASE_TRAIN ? BK_RUN_TRAINING : BK_RUN_EVALUATING;
+    j->st.error[0] = '\0';
+    save_status(j);
+    if (spawn(c, j, &err)) {
+        fail_run(c, j, err.message, 0.0);
+        return 0;
+    }
+    if (j->phase == PHASE_TRAIN)
+        printf("[%d/%d] %s: %s (%d thread%s)\n", j->number, c->total, j->run->name,
+               j->resumed ? "resuming from its checkpoint" : "training", run_threads(c, j->run),
+               run_threads(c, j->run) == 1 ? "" : "s");
+    fflush(stdout);
+    return 1;
+}
+
+/* The sweep is stopping: the run keeps the state of what was under way; the next sweep resumes it. */
+static void interrupt_run(sweep_ctx *c, job *j, bk_run_state state, const char *what, double seconds)
+{
+    j->st.state = state;
+    snprintf(j->st.error, sizeof j->st.error, "interrupted %s; the next sweep resumes it", what);
+    save_status(j);
+    c->n_interrupted++;
+    printf("[%d/%d] %s: interrupted %s after %.1f s\n", j->number, c->total, j->run->name, what, seconds);
+    fflush(stdout);
+}
+
+/* A child of `j` ended with `status`: the next phase, or the run's end. Returns 1 when a child runs. */
+static int child_ended(sweep_ctx *c, job *j, int status)
+{
+    double seconds = now() - j->started;
+    j->pid = 0;
+    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (j->phase == PHASE_TRAIN)
+        j->st.train_seconds += seconds;
+    else
+        j->st.eval_seconds += seconds;
+    if (!ok && stop_signals &&
+        ((WIFEXITED(status) && WEXITSTATUS(status) == 130) ||
+         (WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGKILL)))) {
+        interrupt_run(c, j, j->phase == PHASE_TRAIN ? BK_RUN_TRAINING : BK_RUN_EVALUATING,
+                      j->phase == PHASE_TRAIN ? "while training" : "while evaluating", seconds);
+        return 0;
+    }
+    if (!ok) {
+        char error[BK_ERROR_MESSAGE_MAX];
+        child_error(j, status, error, sizeof error);
+        fail_run(c, j, error, seconds);
+        return 0;
+    }
+    if (j->phase != PHASE_TRAIN) { /* the evaluation's JSON, complete: into place */
+        char tmp[4200], final[4200];
+        json_path(j, 1, tmp, sizeof tmp);
+        json_path(j, 0, final, sizeof final);
+        if (rename(tmp, final) != 0) {
+            char error[BK_ERROR_MESSAGE_MAX];
+            snprintf(error, sizeof error, "cannot move '%.900s' to '%.900s': %s", tmp, final, strerror(errno));
+            fail_run(c, j, error, seconds);
+            return 0;
+        }
+    } else {
+        printf("[%d/%d] %s: trained in %.1f s\n", j->number, c->total, j->run->name, seconds);
+        fflush(stdout);
+    }
+    if (j->phase == PHASE_TRAIN || (j->phase == PHASE_EVAL && c->sw->sliding > 0)) {
+        if (stop_signals) {
+            interrupt_run(c, j, BK_RUN_EVALUATING, "before evaluating", 0.0);
+            return 0;
+        }
+        j->phase = j->phase == PHASE_TRAIN ? PHASE_EVAL : PHASE_SLIDING;
+        return start_phase(c, j);
+    }
+    j->st.state = BK_RUN_DONE;
+    j->st.error[0] = '\0';
+    save_status(j);
+    c->n_done++;
+    printf("[%d/%d] %s: done (train %.1f s, eval %.1f s)\n", j->number, c->total, j->run->name, j->st.train_seconds,
+           j->st.eval_seconds);
+    fflush(stdout);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The command
+ * ---------------------------------------------------------------------------------------------- */
+
+static void print_run(const bk_sweep_run *r, const bk_run_status *st)
+{
+    printf("%s  [%s]%s%s\n", r->name, bk_run_state_name(st->state), st->error[0] ? "  " : "", st->error);
+    for (int i = r->n_common_sets; i < r->n_sets; i++)
+        printf("    %s\n", r->sets[i]);
+    if (r->invalid)
+        printf("    cannot train: %s\n", r->invalid);
+}
+
+static int dry_run(const bk_sweep *sw, const char *only, const bk_run_status *sts)
+{
+    int invalid = 0, n = 0;
+    char shown[4096];
+    bk_path_display(sw->path, shown, sizeof shown);
+    printf("sweep: %s\n", shown);
+    bk_path_display(sw->out_dir, shown, sizeof shown);
+    printf("sweep directory: %s\n", shown);
+    if (sw->base)
+        bk_path_display(sw->base, shown, sizeof shown);
+    printf("base: %s\n", sw->base ? shown : "(inline [base])");
+    for (int i = 0; sw->n_runs && i < sw->runs[0].n_common_sets; i++)
+        printf("    %s\n", sw->runs[0].sets[i]);
+    printf("train length %lld; evaluation at", (long long)sw->train_length);
+    for (int i = 0; i < sw->n_lengths; i++)
+        printf("%s%d", i ? "," : " ", (int)sw->lengths[i]);
+    printf(" (non-overlapping");
+    if (sw->sliding)
+        printf("; sliding, stride %lld", (long long)sw->sliding);
+    printf("), %lld tokens\n\n", (long long)sw->tokens);
+    for (int i = 0; i < sw->n_runs; i++) {
+        if (!bk_sweep_run_selected(&sw->runs[i], only))
+            continue;
+        print_run(&sw->runs[i], &sts[i]);
+        invalid += sw->runs[i].invalid != NULL;
+        n++;
+    }
+    printf("\n%d run%s", n, n == 1 ? "" : "s");
+    if (invalid)
+        printf(", %d cannot train", invalid);
+    printf(" (dry run: nothing written)\n");
+    return invalid ? 1 : 0;
+}
+
+int bk_cmd_sweep(int argc, char **argv)
+{
+    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"jobs", 1, 0}, {"dry-run", 0, 0}, {"only", 1, 0}};
+    bk_args args;
+    bk_error err;
+    if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit sweep", &args, &err))
+        return bk_report(&err);
+    if (bk_args_get(&args, "help")) {
+        fputs(help_head, stdout);
+        fputs(bk_sweep_format_help, stdout);
+        return 0;
+    }
+    if (args.n_positional != 1) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit sweep: expected one sweep file; see 'biaskit sweep --help'");
+        return bk_report(&err);
+    }
+    long jobs = 1;
+    const char *v = bk_args_get(&args, "jobs");
+    if (v && bk_args_int("jobs", v, 1, 256, &jobs, &err))
+        return bk_report(&err);
+    const char *only = bk_args_get(&args, "only");
+
+    bk_sweep sw;
+    if (bk_sweep_load(args.positional[0], &sw, &err))
+        return bk_report(&err);
+    int selected = 0;
+    for (int i = 0; i < sw.n_runs; i++)
+        selected += bk_sweep_run_selected(&sw.runs[i], only);
+    if (!selected) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit sweep: no run of '%s' matches --only '%s' (%d runs, e.g. '%s')", sw.path,
+                only, sw.n_runs, sw.runs[0].name);
+        bk_sweep_free(&sw);
+        return bk_report(&err);
+    }
+    bk_run_status *sts = calloc((size_t)sw.n_runs, sizeof *sts);
+    job *jobsv = calloc((size_t)sw.n_runs, sizeof *jobsv);
+    if (!sts || !jobsv) {
+        free(sts), free(jobsv);
+        bk_sweep_free(&sw);
+        bk_fail(&err, BK_ERR_NOMEM, "out of memory");
+        return bk_report(&err);
+    }
+    int rc = 0;
+    for (int i = 0; i < sw.n_runs && !rc; i++)
+        if (bk_sweep_read_status(&sw.runs[i], &sts[i], &err)) {
+            /* a damaged status file: the run starts again (from its checkpoint, if any) */
+            fprintf(stderr, "biaskit: warning: %s\n", err.message);
+            sts[i].state = BK_RUN_PENDING;
+        }
+    if (bk_args_get(&args, "dry-run")) {
+        rc = dry_run(&sw, only, sts);
+        free(sts), free(jobsv);
+        bk_sweep_free(&sw);
+        return rc;
+    }
+
+    sweep_ctx c = {&sw, (int)jobs, sysconf(_SC_NPROCESSORS_ONLN), 0, 0, 0, 0, NULL, 0};
+    if (c.threads_per_run_total < 1)
+        c.threads_per_run_total = 1;
+    if (bk_sweep_write_index(&sw, &err)) {
+        free(sts), free(jobsv);
+        bk_sweep_free(&sw);
+        return bk_report(&err);
+    }
+
+    /* the queue: every selected run not yet done */
+    int n_queue = 0, skipped = 0;
+    for (int i = 0; i < sw.n_runs; i++) {
+        if (!bk_sweep_run_selected(&sw.runs[i], only))
+            continue;
+        if (sts[i].state == BK_RUN_DONE) {
+            skipped++;
+            continue;
+        }
+        job *j = &jobsv[n_queue++];
+        j->run = &sw.runs[i];
+        j->st = sts[i];
+        j->st.error[0] = '\0';
+        /* every run's directory from the start: experiment.toml, and status.json "pending" when new */
+        j->resumed = bk_sweep_has_checkpoint(j->run);
+        if (bk_sweep_prepare_run(j->run, j->resumed, &err)) {
+            if (!(j->prepare_error = strdup(err.message)))
+                j->prepare_error = (char *)"out of memory";
+        } else if (sts[i].state == BK_RUN_PENDING && bk_sweep_write_status(j->run, &j->st, &err))
+            fprintf(stderr, "biaskit: warning: %s\n", err.message);
+    }
+    c.total = n_queue;
+    char shown[4096];
+    bk_path_display(sw.out_dir, shown, sizeof shown);
+    printf("sweep: %d run%s in %s", selected, selected == 1 ? "" : "s", shown);
+    if (skipped)
+        printf("; %d already done, skipped", skipped);
+    printf("; %d to run, %d at a time\n", n_queue, c.jobs);
+    fflush(stdout);
+
+    struct sigaction sa, old_int, old_term, old_chld;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigaction(SIGINT, &sa, &old_int), sigaction(SIGTERM, &sa, &old_term);
+    sa.sa_handler = on_child;
+    sa.sa_flags = SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, &old_chld);
+    sigset_t block, orig;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT), sigaddset(&block, SIGTERM), sigaddset(&block, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &block, &orig);
+    stop_signals = 0;
+
+    int next = 0, active = 0, started = 0;
+    for (;;) {
+        int progress = 0;
+        while (!stop_signals && active < c.jobs && next < n_queue) {
+            job *j = &jobsv[next++];
+            j->number = ++started;
+            progress = 1;
+            if (j->prepare_error || j->run->invalid) {
+                fail_run(&c, j, j->prepare_error ? j->prepare_error : j->run->invalid, 0.0);
+                continue;
+            }
+            /* "evaluating" is written once training ended: such a run only evaluates again */
+            j->phase = j->resumed && j->st.state == BK_RUN_EVALUATING ? PHASE_EVAL : PHASE_TRAIN;
+            if (j->phase == PHASE_EVAL) {
+                printf("[%d/%d] %s: trained before; evaluating\n", j->number, c.total, j->run->name);
+                fflush(stdout);
+            }
+            active += start_phase(&c, j);
+        }
+        if (stop_signals) /* pass each stop on to the children (a third one kills them) */
+            for (int i = 0; i < next; i++)
+                if (jobsv[i].pid > 0 && jobsv[i].signalled < stop_signals) {
+                    kill(jobsv[i].pid, stop_signals >= 3 ? SIGKILL : SIGINT);
+                    jobsv[i].signalled = stop_signals;
+                }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            progress = 1;
+            for (int i = 0; i < next; i++)
+                if (jobsv[i].pid == pid) {
+                    if (!child_ended(&c, &jobsv[i], status))
+                        active--;
+                    break;
+                }
+        }
+        if (active == 0 && (stop_signals || next == n_queue))
+            break;
+        if (!progress)
+            sigsuspend(&orig);
+    }
+    sigprocmask(SIG_SETMASK, &orig, NULL);
+    sigaction(SIGINT, &old_int, NULL), sigaction(SIGTERM, &old_term, NULL), sigaction(SIGCHLD, &old_chld, NULL);
+
+    int not_started = n_queue - next;
+    printf("\nsweep: %d run%s: %d done (%d before this sweep), %d failed", selected, selected == 1 ? "" : "s",
+           c.n_done + skipped, skipped, c.n_failed);
+    if (c.n_interrupted || not_started)
+        printf(", %d interrupted, %d not started", c.n_interrupted, not_started);
+    printf("\n");
+    for (int i = 0; i < c.n_failures; i++)
+        printf("  FAILED %s\n", c.failures[i]);
+    if (stop_signals)
+        printf("stopped by a signal: run the same command again to resume\n");
+    rc = stop_signals ? 130 : c.n_failed ? 1 : 0;
+    for (int i = 0; i < c.n_failures; i++)
+        free(c.failures[i]);
+    free(c.failures);
+    for (int i = 0; i < n_queue; i++)
+        if (jobsv[i].prepare_error && strcmp(jobsv[i].prepare_error, "out of memory") != 0)
+            free(jobsv[i].prepare_error);
+    free(sts), free(jobsv);
+    bk_sweep_free(&sw);
+    return rc;
+}

@@ -1,0 +1,500 @@
+/* Line plots through gnuplot (plot.h): PATH.gp, PATH.dat, then `gnuplot PATH.gp` draws PATH.png.
+ *
+ * The data file holds one gnuplot data block per drawn series (`index N`), two blank lines apart; a
+ * single blank line inside a block breaks the line there (a non-finite value, or one that a log axis
+ * cannot show). The script finds the data and names the image relative to its own path (ARG0), so
+ * `gnuplot some/dir/PATH.gp` redraws the figure from any working directory. gnuplot runs in a child
+ * process (fork + execvp, no shell), its standard error captured for the message when it fails. */
+#define _POSIX_C_SOURCE 200809L
+#include "report/plot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PLOT_PATH_MAX 4096
+#define STDERR_KEEP 1536       /* bytes of gnuplot's standard error kept for a message */
+#define GNUPLOT_TIMEOUT_S 120  /* a figure of a few thousand points takes well under a second */
+
+/* ------------------------------------------------------------------------------------------------
+ * Paths and text
+ * ---------------------------------------------------------------------------------------------- */
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* `s` as a gnuplot single-quoted string: '' stands for a quote, nothing else is special; a line
+ * break (which would end the command) becomes a space. */
+static void put_quoted(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; s && *s; s++) {
+        if (*s == '\'')
+            fputs("''", f);
+        else if (*s == '\n' || *s == '\r')
+            fputc(' ', f);
+        else
+            fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+/* `s` on one comment line of the data file. */
+static void put_comment_text(FILE *f, const char *s)
+{
+    for (; s && *s; s++)
+        fputc(*s == '\n' || *s == '\r' ? ' ' : *s, f);
+}
+
+/* A point the figure can show: both coordinates finite, and positive on a logarithmic axis. */
+static int drawable(const bk_plot *p, double x, double y)
+{
+    return isfinite(x) && isfinite(y) && (!p->logx || x > 0) && (!p->logy || y > 0);
+}
+
+static size_t drawable_points(const bk_plot *p, const bk_plot_series *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++)
+        n += drawable(p, s->x[i], s->y[i]);
+    return n;
+}
+
+/* The base of a logarithmic x axis: 2 when the data spans at most 2^12 (sequence lengths, distances:
+ * a tick at every power of two), else 10. */
+static int log_base_x(const bk_plot *p)
+{
+    double lo = INFINITY, hi = 0;
+    for (int k = 0; k < p->n_series; k++)
+        for (size_t i = 0; i < p->series[k].n; i++)
+            if (drawable(p, p->series[k].x[i], p->series[k].y[i])) {
+                double x = p->series[k].x[i];
+                lo = x < lo ? x : lo;
+                hi = x > hi ? x : hi;
+            }
+    return hi > 0 && lo > 0 && hi / lo <= 4096.0 ? 2 : 10;
+}
+
+/* A round step (1, 2 or 5 times a power of ten) near `raw`. */
+static double nice_step(double raw)
+{
+    double e = pow(10.0, floor(log10(raw))), m = raw / e;
+    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * e;
+}
+
+/* Ticks of a logarithmic y axis, which gnuplot would label only at powers of ten (none at all when
+ * the data lies inside one decade): over less than a decade, round values evenly spaced between the
+ * smallest and the largest value; over more, 1-2-5 steps (1 per decade beyond 10^4). Writes
+ * "set ytics (...)" or nothing. */
+static void put_log_y_ticks(FILE *f, const bk_plot *p)
+{
+    double lo = INFINITY, hi = 0;
+    for (int k = 0; k < p->n_series; k++)
+        for (size_t i = 0; i < p->series[k].n; i++)
+            if (drawable(p, p->series[k].x[i], p->series[k].y[i])) {
+                double y = p->series[k].y[i];
+                lo = y < lo ? y : lo;
+                hi = y > hi ? y : hi;
+            }
+    if (!(hi > lo) || !isfinite(lo))
+        return;
+    double ticks[64];
+    int n = 0;
+    if (hi / lo <= 10) {
+        double step = nice_step((hi - lo) / 5);
+        for (int tries = 0; tries < 4; tries++, step = nice_step(step / 2.5)) {
+            n = 0;
+            for (double v = ceil(lo / step) * step; v <= hi * (1 + 1e-12) && n < 64; v += step)
+                ticks[n++] = v;
+            if (n >= 3)
+                break;
+        }
+    } else {
+        static const double steps[] = {1, 2, 5};
+        int n_steps = hi / lo > 1e4 ? 1 : 3;
+        for (int e = (int)floor(log10(lo)); e <= (int)ceil(log10(hi)) && n < 64; e++)
+            for (int m = 0; m < n_steps && n < 64; m++) {
+                double v = steps[m] * pow(10.0, e);
+                if (v >= lo * (1 - 1e-12) && v <= hi * (1 + 1e-12))
+                    ticks[n++] = v;
+            }
+    }
+    if (n < 2)
+        return;
+    fprintf(f, "set ytics (");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%.6g", i ? ", " : "", ticks[i]);
+    fprintf(f, ")\n");
+}
+
+static int check_plot(const bk_plot *p, size_t *n_png, bk_error *err)
+{
+    if (!p || !p->png || !*p->png)
+        return bk_fail(err, BK_ERR_INVALID, "plot: no output path given");
+    size_t n = strlen(p->png);
+    if (n < 5 || strcmp(p->png + n - 4, ".png") != 0)
+        return bk_fail(err, BK_ERR_INVALID, "plot '%s': the output path must end in .png", p->png);
+    if (n + 1 > PLOT_PATH_MAX)
+        return bk_fail(err, BK_ERR_INVALID, "plot '%.200s...': path too long", p->png);
+    if (p->n_series < 0 || (p->n_series > 0 && !p->series))
+        return bk_fail(err, BK_ERR_INVALID, "plot '%s': %d series but no series array", p->png, p->n_series);
+    size_t total = 0;
+    for (int k = 0; k < p->n_series; k++) {
+        const bk_plot_series *s = &p->series[k];
+        if (s->n > 0 && (!s->x || !s->y))
+            return bk_fail(err, BK_ERR_INVALID, "plot '%s': series %d ('%s') has %zu points but no x or y array",
+                           p->png, k + 1, s->title ? s->title : "", s->n);
+        total += drawable_points(p, s);
+    }
+    if (total == 0)
+        return bk_fail(err, BK_ERR_INVALID,
+                       "plot '%s': nothing to draw: no series has a finite point%s", p->png,
+                       p->logx || p->logy ? " (positive on the logarithmic axes)" : "");
+    *n_png = n;
+    return BK_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The data file and the script
+ * ---------------------------------------------------------------------------------------------- */
+
+static int write_data(const bk_plot *p, const char *path, const char *stem_base, bk_error *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return bk_fail(err, BK_ERR_IO, "cannot write plot data '%s': %s", path, strerror(errno));
+    fprintf(f, "# data of %s.png, drawn by %s.gp: one block per series (gnuplot `index N`), two blank lines\n"
+               "# apart; columns x y; a blank line inside a block is a gap (a value that is not finite, or not\n"
+               "# positive on a logarithmic axis). A series with nothing to draw has no block.\n",
+            stem_base, stem_base);
+    int block = 0;
+    for (int k = 0; k < p->n_series; k++) {
+        const bk_plot_series *s = &p->series[k];
+        if (!drawable_points(p, s))
+            continue;
+        fprintf(f, "%s# index %d: ", block ? "\n\n" : "", block);
+        put_comment_text(f, s->title);
+        fputc('\n', f);
+        int gap = 0, any = 0;
+        for (size_t i = 0; i < s->n; i++) {
+            if (!drawable(p, s->x[i], s->y[i])) {
+                gap = any; /* a gap only between drawn points */
+                continue;
+            }
+            if (gap)
+                fputc('\n', f);
+            gap = 0, any = 1;
+            fprintf(f, "%.10g %.10g\n", s->x[i], s->y[i]);
+        }
+        block++;
+    }
+    if (ferror(f) | (fclose(f) != 0))
+        return bk_fail(err, BK_ERR_IO, "cannot write plot data '%s': %s", path, strerror(errno));
+    return BK_OK;
+}
+
+static int write_script(const bk_plot *p, const char *path, const char *stem_base, bk_error *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return bk_fail(err, BK_ERR_IO, "cannot write plot script '%s': %s", path, strerror(errno));
+    char script[PLOT_PATH_MAX + 8], data[PLOT_PATH_MAX + 8], png[PLOT_PATH_MAX + 8];
+    snprintf(script, sizeof script, "%s.gp", stem_base);
+    snprintf(data, sizeof data, "%s.dat", stem_base);
+    snprintf(png, sizeof png, "%s.png", stem_base);
+
+    fprintf(f, "# Drawn by biaskit. Restyle the figure by editing this script, then run\n"
+               "#     gnuplot %s\n"
+               "# (from any directory: the data and the image are found beside the script).\n\n", script);
+    fprintf(f, "script = ");
+    put_quoted(f, script);
+    fprintf(f, "\nhere = ''\n"
+               "if (exists(\"ARG0\") && strlen(ARG0) > strlen(script) && \\\n"
+               "    ARG0[strlen(ARG0) - strlen(script) + 1:] eq script) here = ARG0[1:strlen(ARG0) - strlen(script)]\n"
+               "data = here.");
+    put_quoted(f, data);
+    fprintf(f, "\n\n# pngcairo (antialiased) when this gnuplot has it, else the plain png terminal\n"
+               "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
+               "    set terminal pngcairo size 900,600 noenhanced font \"sans,10\" linewidth 1.5\n"
+               "} else {\n"
+               "    set terminal png size 900,600 noenhanced\n"
+               "}\n"
+               "set output here.");
+    put_quoted(f, png);
+    fprintf(f, "\n\nset title ");
+    put_quoted(f, p->title ? p->title : "");
+    fprintf(f, "\nset xlabel ");
+    put_quoted(f, p->xlabel ? p->xlabel : "");
+    fprintf(f, "\nset ylabel ");
+    put_quoted(f, p->ylabel ? p->ylabel : "");
+    fprintf(f, "\n");
+    if (p->logx)
+        fprintf(f, "set logscale x %d\nset format x \"%%g\"\n", log_base_x(p));
+    if (p->logy)
+{
+        fprintf(f, "set logscale y 10\nset format y \"%%g\"\n");
+        put_log_y_ticks(f, p);
+    }
+    fprintf(f, "set grid xtics ytics mxtics mytics lc rgb \"#dddddd\" lt 1, lc rgb \"#eeeeee\" lt 1\n"
+               "set key outside right top noenhanced spacing 1.2\n"
+               "set border 3\n"
+               "set tics nomirror\n"
+               "# the ranges hug the data, with a small margin\n"
+               "set autoscale xfixmin\nset autoscale xfixmax\nset autoscale yfixmin\nset autoscale yfixmax\n"
+               "set offsets graph 0.02, graph 0.02, graph 0.05, graph 0.05\n\n");
+
+    int block = 0, first = 1;
+    for (int k = 0; k < p->n_series; k++) {
+        const bk_plot_series *s = &p->series[k];
+        if (!drawable_points(p, s)) {
+            fprintf(f, "# series %d, ", k + 1);
+            put_comment_text(f, s->title);
+            fprintf(f, ": no finite value to draw\n");
+        }
+    }
+    for (int k = 0; k < p->n_series; k++) {
+        const bk_plot_series *s = &p->series[k];
+        if (!drawable_points(p, s))
+            continue;
+        /* gnuplot's 8 colours, then the same colours dashed */
+        fprintf(f, "%s data index %d using 1:2 with %s lt %d dt %d lw 1.5%s title ", first ? "plot" : ", \\\n    ",
+                block, p->points ? "linespoints" : "lines", block % 8 + 1, block / 8 % 5 + 1,
+                p->points ? " pt 7 ps 0.8" : "");
+        put_quoted(f, s->title ? s->title : "");
+        first = 0;
+        block++;
+    }
+    fprintf(f, "\nunset output\n");
+    if (ferror(f) | (fclose(f) != 0))
+        return bk_fail(err, BK_ERR_IO, "cannot write plot script '%s': %s", path, strerror(errno));
+    return BK_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Running gnuplot
+ * ---------------------------------------------------------------------------------------------- */
+
+/* 1 when an executable `gnuplot` is on PATH (execvp's search). */
+static int gnuplot_on_path(void)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/bin:/bin";
+    while (*path) {
+        const char *end = strchr(path, ':');
+        size_t n = end ? (size_t)(end - path) : strlen(path);
+        char file[PLOT_PATH_MAX];
+        if (n + sizeof "/gnuplot" < sizeof file) {
+            if (n == 0)
+                snprintf(file, sizeof file, "./gnuplot");
+            else
+                snprintf(file, sizeof file, "%.*s/gnuplot", (int)n, path);
+            struct stat st;
+            if (stat(file, &st) == 0 && S_ISREG(st.st_mode) && access(file, X_OK) == 0)
+                return 1;
+        }
+        if (!end)
+            break;
+        path = end + 1;
+    }
+    return 0;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Run gnuplot with `argv` (argv[0] = "gnuplot"), standard input from /dev/null, standard output
+ * discarded, standard error kept (the last STDERR_KEEP bytes, terminated) in `errtext`. *status is
+ * the exit status, or -1 (killed by a signal, or by the time limit). Fails only when it could not run. */
+static int run_gnuplot(char *const argv[], int *status, char *errtext, size_t errsize, bk_error *err)
+{
+    int pipefd[2];
+    errtext[0] = '\0';
+    if (pipe(pipefd) != 0)
+        return bk_fail(err, BK_ERR_IO, "cannot run gnuplot: pipe: %s", strerror(errno));
+    fflush(NULL); /* the child must not write our buffered output again */
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(pipefd[0]), close(pipefd[1]);
+        return bk_fail(err, BK_ERR_IO, "cannot run gnuplot: fork: %s", strerror(e));
+    }
+    if (pid == 0) { /* the child: only async-signal-safe calls until exec */
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            dup2(null, STDIN_FILENO);
+            dup2(null, STDOUT_FILENO);
+        }
+        dup2(pipefd[1], STDERR_FILENO);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        execvp(argv[0], argv);
+        static const char msg[] = "cannot execute gnuplot\n";
+        ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)ignored;
+        _exit(127);
+    }
+    close(pipefd[1]);
+    size_t used = 0;
+    char buf[512];
+    double deadline = now_seconds() + GNUPLOT_TIMEOUT_S;
+    int timed_out = 0;
+    for (;;) {
+        struct pollfd pfd = {pipefd[0], POLLIN, 0};
+        int left_ms = (int)((deadline - now_seconds()) * 1000.0);
+        if (left_ms <= 0) {
+            timed_out = 1;
+            kill(pid, SIGKILL);
+            break;
+        }
+        int r = poll(&pfd, 1, left_ms);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            continue; /* the time limit is checked above */
+        ssize_t got = read(pipefd[0], buf, sizeof buf);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        /* keep the end: gnuplot's last lines say what went wrong */
+        size_t g = (size_t)got;
+        if (g >= errsize - 1) {
+            memcpy(errtext, buf + g - (errsize - 1), errsize - 1);
+            used = errsize - 1;
+        } else {
+            if (used + g > errsize - 1) {
+                size_t drop = used + g - (errsize - 1);
+                memmove(errtext, errtext + drop, used - drop);
+                used -= drop;
+            }
+            memcpy(errtext + used, buf, g);
+            used += g;
+        }
+        errtext[used] = '\0';
+    }
+    close(pipefd[0]);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0)
+        if (errno != EINTR) {
+            *status = -1;
+            return bk_fail(err, BK_ERR_IO, "cannot run gnuplot: waitpid: %s", strerror(errno));
+        }
+    *status = !timed_out && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    if (timed_out)
+        snprintf(errtext, errsize, "stopped after %d s without finishing", GNUPLOT_TIMEOUT_S);
+    return BK_OK;
+}
+
+/* gnuplot's standard error on one line: line breaks become " | ", leading space dropped. */
+static void describe_stderr(const char *text, char *out, size_t size)
+{
+    size_t n = 0;
+    int pending = 0;
+    for (const char *r = text; *r && n + 4 < size; r++) {
+        if (*r == '\n' || *r == '\r') {
+            pending = n > 0;
+            continue;
+        }
+        if (pending) {
+            memcpy(out + n, " | ", 3);
+            n += 3;
+            pending = 0;
+        }
+        if (*r == ' ' && n == 0)
+            continue;
+        out[n++] = *r;
+    }
+    out[n] = '\0';
+    if (n == 0)
+        bk_copy_text(out, size, "(nothing on its standard error)");
+}
+
+/* 1 when `path` is a non-empty file that starts with the PNG signature. */
+static int is_png(const char *path)
+{
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    unsigned char head[8];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return got == sizeof head && memcmp(head, sig, sizeof sig) == 0;
+}
+
+int bk_plot_write(const bk_plot *p, bk_error *err)
+{
+    size_t n = 0;
+    int rc = check_plot(p, &n, err);
+    if (rc)
+        return rc;
+    char stem[PLOT_PATH_MAX], gp[PLOT_PATH_MAX + 4], dat[PLOT_PATH_MAX + 4];
+    memcpy(stem, p->png, n - 4);
+    stem[n - 4] = '\0';
+    snprintf(gp, sizeof gp, "%s.gp", stem);
+    snprintf(dat, sizeof dat, "%s.dat", stem);
+    if ((rc = write_data(p, dat, base_name(stem), err)) || (rc = write_script(p, gp, base_name(stem), err)))
+        return rc;
+    if (!gnuplot_on_path())
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "plot '%s': gnuplot was not found on PATH; the script '%s' and its data are written: "
+                       "install gnuplot (Debian: apt-get install gnuplot-nox), then run 'gnuplot %s'",
+                       p->png, gp, gp);
+    /* an image left from before must not pass for this one */
+    if (unlink(p->png) != 0 && errno != ENOENT)
+        return bk_fail(err, BK_ERR_IO, "plot '%s': cannot replace the old image: %s", p->png, strerror(errno));
+    char errtext[STDERR_KEEP], message[STDERR_KEEP + 512];
+    int status;
+    char prog[] = "gnuplot";
+    char *argv[] = {prog, gp, NULL};
+    if ((rc = run_gnuplot(argv, &status, errtext, sizeof errtext, err)))
+        return bk_error_prefix(err, "plot '%s': ", p->png);
+    describe_stderr(errtext, message, sizeof message);
+    if (status == 127 && strstr(errtext, "cannot execute gnuplot"))
+        return bk_fail(err, BK_ERR_UNSUPPORTED, "plot '%s': gnuplot could not be executed; the script '%s' is written",
+                       p->png, gp);
+    if (status != 0)
+        return bk_fail(err, BK_ERR_IO, "plot '%s': gnuplot %s on '%s': %s", p->png,
+                       status < 0 ? "was stopped" : "failed", gp, message);
+    if (!is_png(p->png))
+        return bk_fail(err, BK_ERR_IO, "plot '%s': gnuplot ran '%s' but wrote no PNG image there; it said: %s", p->png,
+                       gp, message);
+    return BK_OK;
+}
+
+int bk_plot_available(void)
+{
+    if (!gnuplot_on_path())
+        return 0;
+    /* an unknown terminal is an error, and gnuplot -e exits non-zero on one */
+    static const char *const terminals[] = {"set terminal pngcairo", "set terminal png"};
+    for (size_t i = 0; i < sizeof terminals / sizeof terminals[0]; i++) {
+        char prog[] = "gnuplot", opt[] = "-e", command[64];
+        bk_copy_text(command, sizeof command, terminals[i]);
+        char *argv[] = {prog, opt, command, NULL};
+        char errtext[256];
+        int status;
+        bk_error ignored;
+        if (run_gnuplot(argv, &status, errtext, sizeof errtext, &ignored) == BK_OK && status == 0)
+            return 1;
+    }
+    return 0;
+}

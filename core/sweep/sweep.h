@@ -1,0 +1,106 @@
+/* A sweep: a grid of experiments (base x variant x corpus x grid point x seed) run end to end and
+ * resumably by `biaskit sweep` (docs/sweeps.md).
+ *
+ * This part reads the sweep file, expands it into runs, resolves each run through the experiment
+ * layer (so every engine key is validated, with errors naming the sweep file's line and column),
+ * writes each run's experiment text, and reads and writes the run states (status.json) and the
+ * sweep index (sweep.json). Running the runs (child processes) is the command's job:
+ * core/cli/cmd_sweep.c. */
+#ifndef BK_SWEEP_H
+#define BK_SWEEP_H
+
+#include "util/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BK_SWEEP_INDEX_FILE "sweep.json"
+#define BK_SWEEP_STATUS_FILE "status.json"
+#define BK_SWEEP_EXPERIMENT_FILE "experiment.toml"
+#define BK_SWEEP_EVAL_FILE "eval.json"
+#define BK_SWEEP_EVAL_SLIDING_FILE "eval-sliding.json"
+#define BK_SWEEP_TRAIN_LOG "train.log"
+#define BK_SWEEP_EVAL_LOG "eval.log"
+#define BK_SWEEP_MAX_LENGTHS 64
+
+/* The states of status.json, in the order of bk_run_state. */
+#define BK_RUN_STATE_CHOICES "pending|training|evaluating|done|failed"
+typedef enum bk_run_state {
+    BK_RUN_PENDING = 0,
+    BK_RUN_TRAINING = 1,
+    BK_RUN_EVALUATING = 2,
+    BK_RUN_DONE = 3,
+    BK_RUN_FAILED = 4
+} bk_run_state;
+
+typedef struct bk_run_status {
+    bk_run_state state;
+    char error[BK_ERROR_MESSAGE_MAX]; /* "" when none */
+    double train_seconds;           /* summed over the sessions that trained the run */
+    double eval_seconds;
+} bk_run_status;
+
+/* One run of the sweep, resolved. */
+typedef struct bk_sweep_run {
+    char *name;          /* <variant>-<corpus>-s<seed>[-<grid point>]: also its directory's name */
+    char *dir;           /* <sweep dir>/<name>, absolute */
+    const char *variant; /* names, borrowed from the sweep */
+    const char *corpus;
+    int64_t seed;
+    int n_grid;          /* the grid point: key and value text of each grid key */
+    char **grid_keys;
+    char **grid_values;
+    char **sets;         /* every "key=value" the sweep applied to the base, in order */
+    int n_sets;
+    int n_common_sets;   /* the first ones: an inline base and [sweep] set, the same for every run */
+    char *text;          /* the resolved experiment text (experiment.toml) */
+    int64_t train_length;
+    int64_t threads;     /* [run] threads of the resolved experiment (0 = every core) */
+    char *invalid;       /* NULL, or why the run cannot train (a plugin refused its terms) */
+} bk_sweep_run;
+
+typedef struct bk_sweep {
+    char *path;          /* the sweep file, absolute */
+    char *dir;           /* the sweep file's directory, absolute */
+    char *out_dir;       /* the sweep directory, absolute */
+    char *base;          /* the base experiment file, absolute; NULL when the base is inline */
+    int32_t lengths[BK_SWEEP_MAX_LENGTHS]; /* evaluation lengths */
+    int n_lengths;
+    int64_t sliding;     /* sliding-window stride; 0 = non-overlapping only */
+    int64_t tokens;      /* evaluation tokens (0 = all) */
+    int64_t train_length; /* shared by every run */
+    bk_sweep_run *runs;
+    int n_runs;
+    void *priv;          /* the parsed sweep file (names of runs point into it) */
+} bk_sweep;
+
+/* Read `path`, expand it and resolve every run. Errors in the sweep file, in the base or in a
+ * value the sweep gives to an engine key name FILE:LINE:COLUMN (and the run) and what was expected;
+ * nothing is created or written. A run whose plugins refuse their terms (an unknown plugin, a bad
+ * plugin option) is not an error here: its `invalid` says why, and it fails alone when run. */
+int bk_sweep_load(const char *path, bk_sweep *out, bk_error *err);
+void bk_sweep_free(bk_sweep *sw);
+
+/* 1 when the run's name matches the shell glob `pattern` (fnmatch), or pattern is NULL. */
+int bk_sweep_run_selected(const bk_sweep_run *run, const char *pattern);
+
+/* Write <out_dir>/sweep.json (atomically: temporary file + rename), creating out_dir. */
+int bk_sweep_write_index(const bk_sweep *sw, bk_error *err);
+
+/* Create the run's directory and write experiment.toml when it differs (or is missing). When the
+ * directory holds a checkpoint trained from a different experiment text, fails naming the run
+ * and the file (the checkpoint would resume the old experiment). */
+int bk_sweep_prepare_run(const bk_sweep_run *run, int has_checkpoint, bk_error *err);
+
+/* status.json of a run: a missing file is state pending; a malformed one an error naming it. */
+int bk_sweep_read_status(const bk_sweep_run *run, bk_run_status *st, bk_error *err);
+int bk_sweep_write_status(const bk_sweep_run *run, const bk_run_status *st, bk_error *err);
+const char *bk_run_state_name(bk_run_state state);
+
+/* 1 when <run dir>/checkpoint.safetensors exists. */
+int bk_sweep_has_checkpoint(const bk_sweep_run *run);
+
+/* The help text of `biaskit sweep` that describes the file format (shared by --help and the docs). */
+extern const char bk_sweep_format_help[];
+
+#endif

@@ -1,0 +1,305 @@
+/* Plots through gnuplot (core/report/plot.h): the script and the data are written and readable, the
+ * PNG is drawn (it starts with the PNG signature), log axes and gaps are in the script and the data,
+ * paths with spaces and quotes work, the script redraws the figure from another directory, and with no
+ * gnuplot on PATH the script is still written and BK_ERR_UNSUPPORTED says what to do. Tests that need
+ * gnuplot are skipped when it is not installed (scripts/setup.sh installs gnuplot-nox). */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include "report/plot.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/bk_test_plot_XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot read %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+static int starts_with_png_signature(const char *path)
+{
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    unsigned char head[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t got = fread(head, 1, 8, f);
+    fclose(f);
+    return got == 8 && memcmp(head, sig, 8) == 0;
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && st.st_size > 0;
+}
+
+#define N_POINTS 6
+static const double xs[N_POINTS] = {64, 128, 256, 512, 1024, 2048};
+static const double ya[N_POINTS] = {20.5, 21.0, 22.5, 25.0, 30.0, 41.0};
+static double yb[N_POINTS] = {19.0, 19.5, 0, 40.0, 90.0, 300.0}; /* yb[2] set to NaN below */
+
+static bk_plot two_series(const char *png, bk_plot_series *s)
+{
+    yb[2] = NAN;
+    s[0] = (bk_plot_series){"alibi (n=2)", xs, ya, N_POINTS};
+    s[1] = (bk_plot_series){"kerple's log", xs, yb, N_POINTS};
+    return (bk_plot){png, "perplexity vs length", "evaluation length", "perplexity", 1, 1, s, 2, 1};
+}
+
+static void needs_gnuplot(void)
+{
+    if (!bk_plot_available())
+        skip();
+}
+
+static void test_draws_png_with_script_and_data(void **state)
+{
+    (void)state;
+    needs_gnuplot();
+    char png[512], gp[512], dat[512];
+    snprintf(png, sizeof png, "%s/ppl.png", dir);
+    snprintf(gp, sizeof gp, "%s/ppl.gp", dir);
+    snprintf(dat, sizeof dat, "%s/ppl.dat", dir);
+    bk_plot_series s[2];
+    bk_plot p = two_series(png, s);
+    bk_error err = {0};
+    int rc = bk_plot_write(&p, &err);
+    if (rc)
+        fail_msg("bk_plot_write: %s", err.message);
+    assert_true(starts_with_png_signature(png));
+
+    char *script = read_all(gp);
+    assert_message_has(script, "set terminal pngcairo size 900,600");
+    assert_message_has(script, "set terminal png size 900,600");
+    assert_message_has(script, "set title 'perplexity vs length'");
+    assert_message_has(script, "set xlabel 'evaluation length'");
+    assert_message_has(script, "set ylabel 'perplexity'");
+    assert_message_has(script, "set logscale x 2"); /* 64 .. 2048: a tick per power of two */
+    assert_message_has(script, "set logscale y 10");
+    assert_message_has(script, "set key");
+    assert_message_has(script, "data = here.'ppl.dat'");
+    assert_message_has(script, "plot data index 0 using 1:2 with linespoints");
+    assert_message_has(script, "title 'alibi (n=2)'");
+    assert_message_has(script, "data index 1 using 1:2 with linespoints");
+    assert_message_has(script, "title 'kerple''s log'"); /* a quote doubled in a gnuplot string */
+    free(script);
+
+    /* two blocks; the NaN of the second series is a gap (a blank line inside its block) */
+    char *data = read_all(dat);
+    assert_message_has(data, "# index 0: alibi (n=2)\n64 20.5\n128 21\n");
+    assert_message_has(data, "\n\n\n# index 1: kerple's log\n64 19\n128 19.5\n\n512 40\n1024 90\n2048 300\n");
+    free(data);
+}
+
+static void test_linear_axes_and_gaps(void **state)
+{
+    (void)state;
+    needs_gnuplot();
+    char png[512], gp[512], dat[512];
+    snprintf(png, sizeof png, "%s/bias.png", dir);
+    snprintf(gp, sizeof gp, "%s/bias.gp", dir);
+    snprintf(dat, sizeof dat, "%s/bias.dat", dir);
+    double x[5] = {0, 1, 2, 3, 4}, y0[5] = {0, -1, -2, -3, -4}, y1[5] = {NAN, INFINITY, -0.5, NAN, -1.5};
+    double y2[5] = {NAN, NAN, NAN, NAN, NAN};
+    bk_plot_series s[3] = {{"head 0", x, y0, 5}, {"head 1", x, y1, 5}, {"head 2", x, y2, 5}};
+    bk_plot p = {png, "T_h(d)", "distance d", "bias", 0, 0, s, 3, 0};
+    bk_error err = {0};
+    if (bk_plot_write(&p, &err))
+        fail_msg("bk_plot_write: %s", err.message);
+    assert_true(starts_with_png_signature(png));
+    char *script = read_all(gp);
+    assert_null(strstr(script, "logscale"));
+    assert_message_has(script, "with lines lt 2");
+    assert_message_has(script, "# series 3, head 2: no finite value to draw");
+    assert_null(strstr(script, "title 'head 2'"));
+    /* T_h(d) keeps its underscore: text is not "enhanced" */
+    assert_message_has(script, "noenhanced");
+    free(script);
+    char *data = read_all(dat);
+    /* leading non-finite values make no gap, an inner one does; the empty series has no block */
+    assert_message_has(data, "# index 1: head 1\n2 -0.5\n\n4 -1.5\n");
+    assert_null(strstr(data, "head 2"));
+    free(data);
+
+    /* a log axis: values that are not positive are gaps too */
+    double yl[4] = {1, 0, 10, 100}, xl[4] = {1, 2, 3, 4};
+    bk_plot_series sl = {"loss", xl, yl, 4};
+    bk_plot pl = {png, "log y", "x", "y", 0, 1, &sl, 1, 0};
+    if (bk_plot_write(&pl, &err))
+        fail_msg("bk_plot_write: %s", err.message);
+    data = read_all(dat);
+    assert_message_has(data, "# index 0: loss\n1 1\n\n3 10\n4 100\n");
+    free(data);
+}
+
+static void test_path_with_space_and_redraw(void **state)
+{
+    (void)state;
+    needs_gnuplot();
+    char sub[512], png[600], gp[600];
+    snprintf(sub, sizeof sub, "%s/my figures 'x'", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    snprintf(png, sizeof png, "%s/ppl curve.png", sub);
+    snprintf(gp, sizeof gp, "%s/ppl curve.gp", sub);
+    bk_plot_series s[2];
+    bk_plot p = two_series(png, s);
+    bk_error err = {0};
+    if (bk_plot_write(&p, &err))
+        fail_msg("bk_plot_write: %s", err.message);
+    assert_true(starts_with_png_signature(png));
+
+    /* the script redraws the figure when run from elsewhere (it finds its data beside itself) */
+    assert_int_equal(unlink(png), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (chdir("/") != 0)
+            _exit(3);
+        execlp("gnuplot", "gnuplot", gp, (char *)NULL);
+        _exit(4);
+    }
+    int ws;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    assert_true(starts_with_png_signature(png));
+}
+
+static void test_without_gnuplot(void **state)
+{
+    (void)state;
+    char png[512], gp[512], dat[512], empty[512];
+    snprintf(png, sizeof png, "%s/none.png", dir);
+    snprintf(gp, sizeof gp, "%s/none.gp", dir);
+    snprintf(dat, sizeof dat, "%s/none.dat", dir);
+    snprintf(empty, sizeof empty, "%s/empty-bin", dir);
+    assert_int_equal(mkdir(empty, 0755), 0);
+    const char *saved = getenv("PATH");
+    char *old = strdup(saved ? saved : "/usr/bin:/bin");
+    setenv("PATH", empty, 1);
+    bk_plot_series s[2];
+    bk_plot p = two_series(png, s);
+    bk_error err = {0};
+    int rc = bk_plot_write(&p, &err);
+    int available = bk_plot_available();
+    setenv("PATH", old, 1);
+    free(old);
+    assert_int_equal(rc, BK_ERR_UNSUPPORTED);
+    assert_int_equal(available, 0);
+    assert_message_has(err.message, "gnuplot was not found on PATH");
+    assert_message_has(err.message, gp);
+    assert_message_has(err.message, "gnuplot-nox");
+    assert_true(exists(gp));
+    assert_true(exists(dat));
+    assert_false(exists(png));
+}
+
+static void test_gnuplot_error_is_reported(void **state)
+{
+    (void)state;
+    needs_gnuplot();
+    /* the directory of the image cannot be written: the data file fails first, naming it */
+    char png[512];
+    snprintf(png, sizeof png, "%s/no such dir/x.png", dir);
+    bk_plot_series s[2];
+    bk_plot p = two_series(png, s);
+    bk_error err = {0};
+    assert_int_equal(bk_plot_write(&p, &err), BK_ERR_IO);
+    assert_message_has(err.message, "cannot write plot data");
+    assert_message_has(err.message, "no such dir/x.dat");
+
+    /* gnuplot failing: a stand-in on PATH that complains on its standard error and exits 1, then one
+     * that exits 0 but draws nothing */
+    char bin[512], fake[600];
+    snprintf(bin, sizeof bin, "%s/fake-bin", dir);
+    assert_int_equal(mkdir(bin, 0755), 0);
+    snprintf(fake, sizeof fake, "%s/gnuplot", bin);
+    snprintf(png, sizeof png, "%s/fails.png", dir);
+    p.png = png;
+    const char *saved = getenv("PATH");
+    char *old = strdup(saved ? saved : "/usr/bin:/bin");
+    setenv("PATH", bin, 1);
+    FILE *f = fopen(fake, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\necho \"line 12: unknown terminal type\" >&2\necho \"second line\" >&2\nexit 1\n");
+    fclose(f);
+    chmod(fake, 0755);
+    int rc_fail = bk_plot_write(&p, &err);
+    char failed[BK_ERROR_MESSAGE_MAX];
+    memcpy(failed, err.message, sizeof failed);
+    f = fopen(fake, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\nexit 0\n");
+    fclose(f);
+    int rc_nothing = bk_plot_write(&p, &err);
+    setenv("PATH", old, 1);
+    free(old);
+    assert_int_equal(rc_fail, BK_ERR_IO);
+    assert_message_has(failed, "plot '");
+    assert_message_has(failed, "fails.png': gnuplot failed on '");
+    assert_message_has(failed, "fails.gp': line 12: unknown terminal type | second line");
+    assert_int_equal(rc_nothing, BK_ERR_IO);
+    assert_message_has(err.message, "fails.gp' but wrote no PNG image there");
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    bk_error err = {0};
+    bk_plot_series s[2];
+    bk_plot p = two_series("/tmp/x.svg", s);
+    assert_int_equal(bk_plot_write(&p, &err), BK_ERR_INVALID);
+    assert_message_has(err.message, "'/tmp/x.svg': the output path must end in .png");
+    double nan[2] = {NAN, NAN};
+    bk_plot_series sn = {"nothing", nan, nan, 2};
+    char png[512];
+    snprintf(png, sizeof png, "%s/nothing.png", dir);
+    bk_plot pn = {png, "t", "x", "y", 0, 0, &sn, 1, 0};
+    assert_int_equal(bk_plot_write(&pn, &err), BK_ERR_INVALID);
+    assert_message_has(err.message, "nothing to draw");
+    assert_message_has(err.message, "nothing.png");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_draws_png_with_script_and_data),
+        cmocka_unit_test(test_linear_axes_and_gaps),
+        cmocka_unit_test(test_path_with_space_and_redraw),
+        cmocka_unit_test(test_without_gnuplot),
+        cmocka_unit_test(test_gnuplot_error_is_reported),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

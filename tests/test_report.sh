@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# biaskit report end to end on a fixture sweep made here: 2 variants (ALiBi; KERPLE + ALiBi with
+# learned kernel mixing weights) x 2 seeds of a tiny model trained a few steps and evaluated with
+# both protocols, plus one failed run; sweep.json written by hand as `biaskit sweep` writes it.
+# Checks the table (one mean ± std recomputed here from the eval.json values), the CSV columns, the
+# failed run listed with its error, every figure with its script and data, the mixing weights in
+# metrics.jsonl, gnuplot missing, and clear errors for bad input.
+# usage: test_report.sh <biaskit binary> <source dir>
+set -u
+bk=$1 src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0 passed=0
+export OMP_NUM_THREADS=1
+
+ok() { echo "ok: $1"; passed=$((passed + 1)); }
+bad() {
+    echo "FAIL: $1"
+    [ -n "${2:-}" ] && echo "$2" | head -30 | sed 's/^/    /'
+    failures=$((failures + 1))
+}
+# check NAME EXPECTED_EXIT PATTERN COMMAND...: exit code and an extended regular expression that the
+# output (stdout and stderr) must match
+check() {
+    local name=$1 want=$2 pattern=$3
+    shift 3
+    local out rc
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" -ne "$want" ] || ! grep -Eq -- "$pattern" <<<"$out"; then
+        bad "$name (exit $rc, expected $want; pattern: $pattern)" "$out"
+    else
+        ok "$name"
+    fi
+}
+# has NAME FILE FIXED_STRING: the file contains the string
+has() {
+    if grep -Fq -- "$3" "$2"; then ok "$1"; else bad "$1 ('$3' not in $2)" "$(head -40 "$2" 2>&1)"; fi
+}
+is_png() { [ -s "$1" ] && [ "$(head -c 4 "$1" | tail -c 3)" = "PNG" ]; }
+
+# --- the fixture sweep ---------------------------------------------------------------------------
+sw="$work/my sweep" # a space in the path
+mkdir -p "$sw"
+cat "$src"/core/train/train.c "$src"/core/eval/eval.c | head -c 40000 >"$work/corpus.txt"
+printf '[model]\nlayers = 1\nheads = 2\ndim = 16\n[train]\nlength = 16\nbatch = 2\nsteps = 3\nwarmup = 1\nlog_every = 1\nlr = 0.03\n[run]\nthreads = 1\n[data]\npaths = ["%s"]\n' \
+    "$work/corpus.txt" >"$work/base.toml"
+{ cat "$work/base.toml"; printf '[[term]]\nplugin = "alibi"\n'; } >"$work/alibi.toml"
+{ cat "$work/base.toml"; printf '[attention]\nmixing = "kernel"\nlearn_weights = true\n[[term]]\nplugin = "kerple"\nvariant = "log"\n[[term]]\nplugin = "alibi"\n'; } >"$work/kmix.toml"
+for v in alibi kmix; do
+    for s in 1 2; do
+        d="$sw/$v-s$s"
+        if ! out=$("$bk" train "$work/$v.toml" --out "$d" --set train.seed=$s --plain 2>&1); then
+            bad "fixture: train $v seed $s" "$out"
+            continue
+        fi
+        cp "$work/$v.toml" "$d/experiment.toml"
+        "$bk" eval "$d/checkpoint.safetensors" --lengths 16,32,64 --tokens 1024 --json "$d/eval.json" >/dev/null 2>&1 ||
+            bad "fixture: eval $v seed $s"
+        "$bk" eval "$d/checkpoint.safetensors" --lengths 16,32,64 --tokens 1024 --sliding 8 \
+            --json "$d/eval-sliding.json" >/dev/null 2>&1 || bad "fixture: sliding eval $v seed $s"
+        echo '{"state": "done", "error": "", "train_seconds": 0.5, "eval_seconds": 0.2}' >"$d/status.json"
+    done
+done
+mkdir -p "$sw/kmix-s3"
+echo '{"state": "failed", "error": "step 3: loss is nan; stopped (set [train] nonfinite)"}' >"$sw/kmix-s3/status.json"
+cat >"$sw/sweep.json" <<EOF
+{"sweep": "$work/sweep.toml", "lengths": [16, 32, 64], "sliding": 8, "train_length": 16,
+ "runs": [
+  {"name": "alibi-s1", "dir": "alibi-s1", "variant": "alibi", "corpus": "src", "seed": 1, "grid": {}, "sets": ["train.seed=1"]},
+  {"name": "alibi-s2", "dir": "alibi-s2", "variant": "alibi", "corpus": "src", "seed": 2, "grid": {}, "sets": ["train.seed=2"]},
+  {"name": "kmix-s1", "dir": "kmix-s1", "variant": "kmix", "corpus": "src", "seed": 1, "grid": {}, "sets": ["train.seed=1"]},
+  {"name": "kmix-s2", "dir": "kmix-s2", "variant": "kmix", "corpus": "src", "seed": 2, "grid": {}, "sets": ["train.seed=2"]},
+  {"name": "kmix-s3", "dir": "kmix-s3", "variant": "kmix", "corpus": "src", "seed": 3, "grid": {}, "sets": ["train.seed=3"]},
+  {"name": "kmix-s4", "dir": "kmix-s4", "variant": "kmix", "corpus": "src", "seed": 4, "grid": {}, "sets": ["train.seed=4"]}
+ ]}
+EOF
+
+# the training loop logs the learned mixing weights (and only when they are learned)
+has "metrics.jsonl: mixing weights when learned" "$sw/kmix-s1/metrics.jsonl" '"mix": {"token": ['
+if grep -q '"mix"' "$sw/alibi-s1/metrics.jsonl"; then bad "metrics.jsonl: no mixing weights when fixed"; else ok "metrics.jsonl: no mixing weights when fixed"; fi
+
+# --- the report ----------------------------------------------------------------------------------
+out="$work/out"
+check "report runs" 0 "runs: 6, 4 finished, 2 failed, missing or incomplete" "$bk" report "$sw" --out "$out"
+md="$out/report.md"
+has "report: table header" "$md" "| variant | 16 (1x) | 32 (2x) | 64 (4x) |"
+has "report: both protocols" "$md" "Sliding window, stride 8:"
+
+# one number by hand: ALiBi at length 32, non-overlapping: mean ± sample std of the two seeds
+ppl_at() { sed -n "s/^ *{\"length\": $2, .*\"ppl\": \([0-9.]*\).*/\1/p" "$1"; }
+a=$(ppl_at "$sw/alibi-s1/eval.json" 32) b=$(ppl_at "$sw/alibi-s2/eval.json" 32)
+want=$(awk -v a="$a" -v b="$b" 'BEGIN { m = (a + b) / 2; s = sqrt(((a - m) ^ 2 + (b - m) ^ 2) / 1); printf "%.2f ± %.2f (n=2)", m, s }')
+got=$(grep -m1 '^| alibi |' "$md" | awk -F'|' '{ gsub(/^ +| +$/, "", $4); print $4 }') # the first table: non-overlapping
+if [ -n "$a" ] && [ -n "$b" ] && [ "$got" = "$want" ]; then
+    ok "report: alibi at 32 is $want (from $a and $b)"
+else
+    bad "report: alibi at 32 should be '$want' (from '$a' and '$b'), is '$got'" "$(grep '^| alibi' "$md")"
+fi
+# the variant with a failed seed still averages the two that finished
+has "report: n counts the seeds that finished" "$md" "| kmix | "
+grep -E "^\| kmix \|" "$md" | head -1 | grep -q "(n=2)" && ok "report: kmix n=2" || bad "report: kmix n=2" "$(grep '^| kmix' "$md")"
+
+# failed and missing runs, each with its error
+has "report: failed run listed" "$md" "| kmix-s3 | kmix | src | 3 | failed | step 3: loss is nan; stopped (set [train] nonfinite) |"
+has "report: missing run listed" "$md" "| kmix-s4 | kmix | src | 4 | missing | run directory '$sw/kmix-s4' does not exist |"
+
+# the CSVs
+check "results.csv columns" 0 "^corpus,grid,variant,protocol,length,x_train,n,ppl_mean,ppl_std,loss_mean,loss_std,seeds$" head -1 "$out/results.csv"
+check "results.csv rows: 2 variants x 2 protocols x 3 lengths" 0 "^13$" bash -c "wc -l <'$out/results.csv'"
+check "results.csv: a row" 0 "^src,,alibi,non-overlapping,32,2,2,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,1;2$" cat "$out/results.csv"
+check "results.csv: sliding rows" 0 "^src,,kmix,sliding,64,4,2," cat "$out/results.csv"
+check "runs.csv: the failed run with its error" 0 "^kmix-s3,kmix,src,,3,failed,,,,,step 3: loss is nan" cat "$out/runs.csv"
+
+# every figure: PNG (when gnuplot is here), with its script and data
+figures="ppl-src ppl-src-sliding position-loss-src bias-src-alibi bias-src-kmix mix-src-kmix"
+for f in $figures; do
+    if [ -s "$out/$f.gp" ] && [ -s "$out/$f.dat" ] && grep -Fq "](${f}.png)" "$md"; then
+        ok "figure $f: script, data, in the report"
+    else
+        bad "figure $f: script, data, in the report" "$(ls "$out")"
+    fi
+    if command -v gnuplot >/dev/null; then
+        is_png "$out/$f.png" && ok "figure $f: PNG" || bad "figure $f: PNG"
+    fi
+done
+has "ppl figure: log axes" "$out/ppl-src.gp" "set logscale x 2"
+has "ppl figure: a line per variant" "$out/ppl-src.gp" "title 'kmix (n=2"
+has "bias figure: a curve per head" "$out/bias-src-kmix.gp" "title 'head 1'"
+has "mix figure: a line per term" "$out/mix-src-kmix.gp" "title 'kerple'"
+check "the default output directory" 0 "report: $sw/report/report.md" "$bk" report "$sw"
+
+# gnuplot missing: the report, the scripts and the data are still written
+rm -rf "$work/nognuplot"
+check "no gnuplot: still a report" 0 "6 not drawn \(no gnuplot" env PATH=/nonexistent "$bk" report "$sw" --out "$work/nognuplot"
+[ -s "$work/nognuplot/ppl-src.gp" ] && [ ! -e "$work/nognuplot/ppl-src.png" ] && ok "no gnuplot: scripts written" ||
+    bad "no gnuplot: scripts written" "$(ls "$work/nognuplot")"
+has "no gnuplot: the report says how to draw" "$work/nognuplot/report.md" "run \`gnuplot ppl-src.gp\`"
+
+# --- bad input -----------------------------------------------------------------------------------
+check "usage: no directory" 2 "expected one sweep directory" "$bk" report
+check "help" 0 "usage: biaskit report <sweep dir>" "$bk" report --help
+check "help lists report" 0 "^  report +the report of a sweep" "$bk" --help
+check "not a directory" 1 "cannot open the sweep directory '$work/none': No such file" "$bk" report "$work/none"
+check "a file, not a directory" 1 "'$work/corpus.txt' is not a directory: expected a sweep directory" "$bk" report "$work/corpus.txt"
+mkdir -p "$work/empty"
+check "no sweep.json" 1 "'$work/empty' is not a sweep directory: it has no sweep.json" "$bk" report "$work/empty"
+mkdir -p "$work/bad" && printf '{"runs": [\n  {"name": "a",,}\n]}\n' >"$work/bad/sweep.json"
+check "malformed sweep.json names line and column" 1 "$work/bad/sweep.json:2:[0-9]+: malformed JSON" "$bk" report "$work/bad"
+printf '{"runs": {}}\n' >"$work/bad/sweep.json"
+check "runs not an array" 1 "$work/bad/sweep.json: expected a \"runs\" array" "$bk" report "$work/bad"
+printf '{"runs": [{"name": "a", "variant": "v", "corpus": "c", "seed": 1}]}\n' >"$work/bad/sweep.json"
+check "a run without dir" 1 "$work/bad/sweep.json: run 1: expected a non-empty string \"dir\"" "$bk" report "$work/bad"
+printf '{"lengths": [16, -2], "runs": [{"name": "a", "dir": "a", "variant": "v", "corpus": "c", "seed": 1}]}\n' >"$work/bad/sweep.json"
+check "a bad length" 1 "\"lengths\" item 2: expected a positive integer" "$bk" report "$work/bad"
+# a malformed eval.json is a run problem, not an error
+cp -r "$sw" "$work/sw2" && echo '{"results": [' >"$work/sw2/alibi-s2/eval.json"
+check "malformed eval.json: listed" 0 "3 finished, 3 failed" "$bk" report "$work/sw2" --out "$work/out2"
+has "malformed eval.json: names the file" "$work/out2/report.md" "| alibi-s2 | alibi | src | 2 | done | $work/sw2/alibi-s2/eval.json:"
+
+echo "$passed passed, $failures failed"
+[ "$failures" -eq 0 ]
