@@ -77,6 +77,9 @@ static void bad_plugin_options(void **state)
     expect_term_error(MODEL "[[term]]\nplugin = \"rope\"\nbase = 1.0\n", "base", "> 1");
     expect_term_error(MODEL "[[term]]\nplugin = \"ape\"\nvariant = \"rotary\"\n", "variant", "sinusoidal, learned");
     expect_term_error(MODEL "[[term]]\nplugin = \"ape\"\ninit_std = -1.0\n", "init_std", ">= 0");
+    expect_term_error(MODEL "[[term]]\nplugin = \"ape\"\nscale = -0.5\n", "scale", ">= 0");
+    expect_term_error(MODEL "[[term]]\nplugin = \"ape\"\nvariant = \"learned\"\nscale = 0.5\n", "scale",
+                      "sinusoidal");
 }
 
 /* The segments of one row through the engine: bk_positions_prepare with the bipe term. */

@@ -520,6 +520,15 @@ static void ape_sinusoidal(void **state)
     run_case(&(ref_case){"ape_sinusoidal", MODEL(4, 32) "[[term]]\nplugin = \"ape\"\n", "[{}]", 0, NULL});
 }
 
+/* The amplitude set by hand (the default, 1/sqrt(dim), is the case above): the Transformer paper's
+ * unit vectors. */
+static void ape_sinusoidal_scale(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"ape_sinusoidal_scale", MODEL(4, 32) "[[term]]\nplugin = \"ape\"\nscale = 1.0\n",
+                         "[{\"scale\": 1.0}]", 0, NULL});
+}
+
 /* T5 with few buckets, so that the 12-token batch reaches the log-spaced ones; a bidirectional table
  * beside it (keys before the query use its lower half). */
 static void t5_buckets(void **state)
@@ -659,6 +668,7 @@ int main(void)
         cmocka_unit_test(rope_tokens),
         cmocka_unit_test(ape_learned),
         cmocka_unit_test(ape_sinusoidal),
+        cmocka_unit_test(ape_sinusoidal_scale),
         cmocka_unit_test(t5_buckets),
         cmocka_unit_test(kerple_log),
         cmocka_unit_test(kerple_power),

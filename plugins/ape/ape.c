@@ -24,6 +24,7 @@ typedef struct ape {
     int32_t dim;
     int32_t rows;      /* learned: table rows */
     double base;       /* sinusoidal */
+    double scale;      /* sinusoidal: amplitude */
     double init_std;   /* learned */
     float *cache;      /* sinusoidal: cached_rows x dim values */
     int32_t cached_rows;
@@ -35,6 +36,9 @@ static const biaskit_option options[] = {
     BIASKIT_OPTION_CHOICE("variant", "sinusoidal", "sinusoidal|learned",
                           "sinusoidal: fixed sin/cos (Vaswani et al.); learned: a trained table"),
     BIASKIT_OPTION_DOUBLE("base", 10000.0, "sinusoidal: wavelength base, w_i = base^(-2i/dim)"),
+    BIASKIT_OPTION_DOUBLE("scale", 0.0,
+                          "sinusoidal: amplitude of the vectors (0 = 1/sqrt(dim), the Transformer paper's ratio to "
+                          "its sqrt(dim)-scaled token embeddings)"),
     BIASKIT_OPTION_INT("max_positions", 0, "learned: rows of the table (0 = the training length)"),
     BIASKIT_OPTION_DOUBLE("init_std", 0.02, "learned: standard deviation of the initial values"),
 };
@@ -56,9 +60,10 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
 {
     const char *variant;
     int64_t rows;
-    double base, init_std;
+    double base, init_std, scale;
     int rc;
     if ((rc = svc->get_string(cfg, "variant", &variant, err)) || (rc = svc->get_double(cfg, "base", &base, err)) ||
+        (rc = svc->get_double(cfg, "scale", &scale, err)) ||
         (rc = svc->get_int(cfg, "max_positions", &rows, err)) || (rc = svc->get_double(cfg, "init_std", &init_std, err)))
         return rc;
     if (geo->d_model < 2 || geo->d_model % 2)
@@ -66,6 +71,11 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
                           (int)geo->d_model);
     if (!isfinite(base) || base <= 1.0)
         return svc->config_error(cfg, "base", err, "expected a finite base > 1, got %g", base);
+    if (!isfinite(scale) || scale < 0.0)
+        return svc->config_error(cfg, "scale", err, "expected a finite amplitude >= 0 (0 = 1/sqrt(dim)), got %g", scale);
+    if (variant[0] == 'l' && svc->is_set(cfg, "scale"))
+        return svc->config_error(cfg, "scale", err, "applies to variant = \"sinusoidal\" only (a learned table's "
+                                 "size is set by init_std)");
     if (rows < 0 || rows > (1 << 24))
         return svc->config_error(cfg, "max_positions", err, "expected 0 (the training length) or 1 .. 16777216 rows, got %lld",
                                  (long long)rows);
@@ -84,6 +94,7 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
     a->dim = geo->d_model;
     a->rows = (int32_t)rows;
     a->base = base;
+    a->scale = scale > 0.0 ? scale : bk_ape_default_scale(geo->d_model);
     a->init_std = init_std;
     *out = a;
     return BIASKIT_OK;
@@ -123,7 +134,7 @@ static int sinusoidal_rows(ape *a, int32_t rows, biaskit_error *err)
         return a->svc->error(err, BIASKIT_ERR_NOMEM, "out of memory for %d sinusoidal rows", (int)rows);
     for (int32_t p = 0; p < rows; p++)
         for (int32_t c = 0; c < a->dim; c++)
-            cache[(size_t)p * (size_t)a->dim + (size_t)c] = bk_ape_sinusoidal(a->base, p, c, a->dim);
+            cache[(size_t)p * (size_t)a->dim + (size_t)c] = bk_ape_sinusoidal(a->base, a->scale, p, c, a->dim);
     free(a->cache);
     a->cache = cache;
     a->cached_rows = rows;
@@ -170,7 +181,7 @@ static int embed_cuda(const void *inst, const float *theta, const int32_t *posit
     if (a->variant == APE_LEARNED && !theta)
         return a->svc->error(err, BIASKIT_ERR_INVALID, "expected %lld parameters (theta), got NULL",
                              (long long)param_count(inst));
-    return bk_ape_embed_cuda(a->svc, a->variant == APE_LEARNED ? theta : NULL, a->rows, a->base, a->dim, positions,
+    return bk_ape_embed_cuda(a->svc, a->variant == APE_LEARNED ? theta : NULL, a->rows, a->base, a->scale, a->dim, positions,
                              count, out, stream, err);
 }
 

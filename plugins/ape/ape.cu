@@ -9,13 +9,13 @@
 
 #define APE_THREADS 256
 
-static __global__ void ape_embed_kernel(const float *table, int32_t rows, double base, int32_t C,
+static __global__ void ape_embed_kernel(const float *table, int32_t rows, double base, double scale, int32_t C,
                                         const int32_t *positions, int64_t count, float *out)
 {
     const int64_t total = count * (int64_t)C;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int32_t p = positions[i / C], c = (int32_t)(i % C);
-        out[i] += table ? bk_ape_learned(table, rows, C, p, c) : bk_ape_sinusoidal(base, p, c, C);
+        out[i] += table ? bk_ape_learned(table, rows, C, p, c) : bk_ape_sinusoidal(base, scale, p, c, C);
     }
 }
 
@@ -75,13 +75,13 @@ static __global__ void ape_backward_kernel(int32_t rows, int32_t C, const int32_
 }
 
 extern "C" int bk_ape_embed_cuda(const biaskit_services *svc, const float *table, int32_t rows, double base,
-                                 int32_t C, const int32_t *positions, int64_t count, float *out, void *stream,
+                                 double scale, int32_t C, const int32_t *positions, int64_t count, float *out, void *stream,
                                  biaskit_error *err)
 {
     if (count <= 0)
         return BIASKIT_OK;
     unsigned blocks = biaskit_cuda_blocks(count * (int64_t)C, APE_THREADS);
-    ape_embed_kernel<<<blocks, APE_THREADS, 0, (cudaStream_t)stream>>>(table, rows, base, C, positions, count, out);
+    ape_embed_kernel<<<blocks, APE_THREADS, 0, (cudaStream_t)stream>>>(table, rows, base, scale, C, positions, count, out);
     return biaskit_cuda_launched(svc, "the position-embedding kernel", err);
 }
 

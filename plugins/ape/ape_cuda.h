@@ -10,9 +10,9 @@ extern "C" {
 #endif
 
 /* out[n * C + c] += A[positions[n]][c] for n < count: the learned table `table` (rows x C, positions
- * past the last row read it) when `table` is not NULL, else the sinusoidal embedding of `base`. One
- * thread per output element (no two write one address). */
-int bk_ape_embed_cuda(const biaskit_services *svc, const float *table, int32_t rows, double base, int32_t C,
+ * past the last row read it) when `table` is not NULL, else the sinusoidal embedding of `base` and
+ * amplitude `scale`. One thread per output element (no two write one address). */
+int bk_ape_embed_cuda(const biaskit_services *svc, const float *table, int32_t rows, double base, double scale, int32_t C,
                       const int32_t *positions, int64_t count, float *out, void *stream, biaskit_error *err);
 
 /* dtable[row(p_n)][c] += dout[n * C + c] for n < count, deterministically and in the host's order:

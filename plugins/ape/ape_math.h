@@ -2,8 +2,10 @@
  * for device code.
  *
  * Sinusoidal (Vaswani et al., "Attention Is All You Need", 2017, §3.5), in GPT-NeoX's layout: the
- * first half of the C channels holds sin(p w_i), the second half cos(p w_i), w_i = base^(-2i/C),
- * i = 0 .. C/2 - 1.
+ * first half of the C channels holds scale sin(p w_i), the second half scale cos(p w_i),
+ * w_i = base^(-2i/C), i = 0 .. C/2 - 1. The paper adds amplitude-1 vectors to token embeddings it has
+ * multiplied by sqrt(C) (§3.4); biaskit leaves its token embeddings (std 0.02) unscaled, so the same
+ * ratio is scale = 1/sqrt(C), the plugin's default (bk_ape_default_scale).
  * Learned: a table A[rows][C]; positions past the last row read the last row (an embedding trained
  * at length L has nothing better to offer for p >= L; BiPE clamps its intra-segment positions the
  * same way). */
@@ -16,12 +18,18 @@
 #include <math.h>
 #include <stdint.h>
 
-/* Channel c of the sinusoidal embedding of position p, C channels (even). */
-static inline BIASKIT_HD float bk_ape_sinusoidal(double base, int32_t p, int32_t c, int32_t C)
+/* The sinusoidal amplitude of the Transformer paper's ratio for C channels: 1/sqrt(C). */
+static inline double bk_ape_default_scale(int32_t C)
+{
+    return 1.0 / sqrt((double)C);
+}
+
+/* Channel c of the sinusoidal embedding of position p, C channels (even), amplitude `scale`. */
+static inline BIASKIT_HD float bk_ape_sinusoidal(double base, double scale, int32_t p, int32_t c, int32_t C)
 {
     int32_t half = C / 2, i = c < half ? c : c - half;
     double angle = (double)p * pow(base, -2.0 * (double)i / (double)C);
-    return (float)(c < half ? sin(angle) : cos(angle));
+    return (float)(scale * (c < half ? sin(angle) : cos(angle)));
 }
 
 /* The row of a learned table of `rows` rows that position p reads. */

@@ -220,7 +220,7 @@ static int embed_cuda(const void *inst, const float *theta, const int32_t *posit
     if (!theta)
         return b->svc->error(err, BIASKIT_ERR_INVALID, "expected %lld parameters (theta), got NULL",
                              (long long)param_count(inst));
-    return bk_ape_embed_cuda(b->svc, theta, b->rows, 0.0, b->dim, positions, count, out, stream, err);
+    return bk_ape_embed_cuda(b->svc, theta, b->rows, 0.0, 0.0, b->dim, positions, count, out, stream, err);
 }
 
 static int embed_backward_cuda(const void *inst, const float *theta, const int32_t *positions, int64_t count,

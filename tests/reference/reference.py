@@ -360,7 +360,8 @@ class Reference:
                 half = self.C // 2
                 w = float(o.get("base", 10000.0)) ** (-2.0 * torch.arange(half) / self.C)
                 ang = p[..., None].double() * w
-                out = out + torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
+                scale = float(o.get("scale", 0.0)) or self.C ** -0.5  # 0: 1/sqrt(C)
+                out = out + scale * torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
         return out
 
     def rotate(self, x, pos):
