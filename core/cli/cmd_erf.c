@@ -46,40 +46,6 @@ static const char help[] =
 
 #define MAX_PLOT_LAYERS 8
 
-/* The experiment's validation split, with relative paths read from its file's directory. */
-static int load_validation(const bk_lm *lm, bk_tokens *train, bk_tokens *val, bk_error *err)
-{
-    const bk_experiment *e = &lm->exp;
-    if (e->data.paths.n == 0)
-        return bk_fail(err, BK_ERR_CONFIG, "%s: [data] paths: the checkpoint's experiment names no data; set them "
-                       "with --set data.paths=DIR", e->path);
-    int nt = e->data.paths.n, nv = e->data.val_paths.n;
-    char(*buf)[4096] = malloc((size_t)(nt + nv) * sizeof *buf);
-    const char **ptr = malloc((size_t)(nt + nv) * sizeof *ptr);
-    int rc = buf && ptr ? BK_OK : bk_fail(err, BK_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < nt + nv && !rc; i++) {
-        rc = bk_lm_path(lm, i < nt ? e->data.paths.items[i] : e->data.val_paths.items[i - nt], buf[i], sizeof buf[i],
-                        err);
-        ptr[i] = buf[i];
-    }
-    if (!rc) {
-        bk_data_config dc = {
-            .format = (bk_data_format)e->data.format,
-            .paths = ptr,
-            .n_paths = nt,
-            .val_paths = ptr + nt,
-            .n_val_paths = nv,
-            .val_fraction = e->data.val_fraction,
-            .extensions = e->data.extensions.items,
-            .n_extensions = e->data.extensions.n,
-            .max_bytes = e->data.max_bytes,
-        };
-        rc = bk_data_load(&dc, (int32_t)e->model.vocab, 2, train, val, err);
-    }
-    free(buf), free(ptr);
-    return rc;
-}
-
 /* rows[k * T ..] for k < n averaged into out (T values). */
 static void average_rows(const double *rows, int n, int T, double *out)
 {
@@ -273,7 +239,7 @@ int bk_cmd_erf(int argc, char **argv)
     bk_tokens train = {0}, val = {0};
     int used = 0;
     if (!rc)
-        rc = load_validation(&lm, &train, &val, &err);
+        rc = bk_lm_load_data(&lm, NULL, 0, 2, NULL, &train, &val, &err);
     if (!rc)
         rc = bk_erf_measure(&lm, &val, r.T, (int)sequences, (int)queries, r.erf_p, &used, &err);
     if (!rc)

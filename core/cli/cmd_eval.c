@@ -112,45 +112,8 @@ int bk_cmd_eval(int argc, char **argv)
             lengths[n_lengths++] = (int32_t)(k * e->train.length);
 
     bk_tokens train = {0}, val = {0};
-    if (!rc) {
-        /* the data: the experiment's validation split, or --data */
-        int n_val = n_data ? (int)n_data : e->data.val_paths.n;
-        char(*paths)[4096] = calloc((size_t)(e->data.paths.n + n_val + 1), sizeof *paths);
-        const char **ptr = calloc((size_t)(e->data.paths.n + n_val + 1), sizeof *ptr);
-        if (!paths || !ptr)
-            rc = bk_fail(&err, BK_ERR_NOMEM, "out of memory");
-        for (int i = 0; !rc && i < e->data.paths.n + n_val; i++) {
-            /* paths of the experiment are read from its file's directory, --data from the working one */
-            if (i < e->data.paths.n)
-                rc = bk_lm_path(&lm, e->data.paths.items[i], paths[i], sizeof paths[i], &err);
-            else if (n_data)
-                bk_copy_text(paths[i], sizeof paths[i], data[i - e->data.paths.n]);
-            else
-                rc = bk_lm_path(&lm, e->data.val_paths.items[i - e->data.paths.n], paths[i], sizeof paths[i], &err);
-            ptr[i] = paths[i];
-        }
-        bk_data_config dc = {
-            .format = (bk_data_format)e->data.format,
-            .paths = n_data ? ptr + e->data.paths.n : ptr,
-            .n_paths = n_data ? (int)n_data : e->data.paths.n,
-            .val_paths = ptr + e->data.paths.n,
-            .n_val_paths = n_data ? 0 : n_val,
-            .val_fraction = n_data ? 0.5 : e->data.val_fraction,
-            .extensions = e->data.extensions.items,
-            .n_extensions = e->data.extensions.n,
-            .max_bytes = n_data ? 0 : e->data.max_bytes,
-        };
-        if (!rc && n_data) {
-            /* --data: every token of the given files is evaluation data */
-            dc.n_val_paths = (int)n_data;
-            dc.val_paths = dc.paths;
-        }
-        if (!rc && e->data.paths.n == 0 && !n_data)
-            rc = bk_fail(&err, BK_ERR_CONFIG, "the checkpoint's experiment has no [data] paths; give --data PATH");
-        if (!rc)
-            rc = bk_data_load(&dc, (int32_t)e->model.vocab, 2, &train, &val, &err);
-        free(paths), free(ptr);
-    }
+    if (!rc) /* the data: the experiment's validation split, or --data (paths from the working directory) */
+        rc = bk_lm_load_data(&lm, data, (int)n_data, 2, "; or give --data PATH", &train, &val, &err);
     bk_eval_result results[MAX_LENGTHS];
     if (!rc)
         rc = bk_eval(&lm, &val, lengths, n_lengths, (int32_t)stride, max_tokens, results, &err);

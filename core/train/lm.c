@@ -199,3 +199,41 @@ int bk_lm_path(const bk_lm *lm, const char *path, char *out, size_t size, bk_err
 {
     return bk_path_resolve(lm->config_dir, path, out, size, err);
 }
+
+int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
+                    bk_tokens *train, bk_tokens *val, bk_error *err)
+{
+    const bk_experiment *e = &lm->exp;
+    if (n_data == 0 && e->data.paths.n == 0)
+        return bk_fail(err, BK_ERR_CONFIG, "%s: [data] paths: no training data; set e.g. paths = [\"corpus/\"] or "
+                       "--set data.paths=DIR%s", e->path, hint ? hint : "");
+    /* the experiment's paths, read from its file's directory, or the command line's as given */
+    const int n = n_data ? n_data : e->data.paths.n + e->data.val_paths.n;
+    char(*buf)[4096] = calloc((size_t)n, sizeof *buf);
+    const char **ptr = calloc((size_t)n, sizeof *ptr);
+    int rc = buf && ptr ? BK_OK : bk_fail(err, BK_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        if (n_data)
+            bk_copy_text(buf[i], sizeof buf[i], data[i]);
+        else
+            rc = bk_lm_path(lm, i < e->data.paths.n ? e->data.paths.items[i] : e->data.val_paths.items[i - e->data.paths.n],
+                            buf[i], sizeof buf[i], err);
+        ptr[i] = buf[i];
+    }
+    if (!rc) {
+        bk_data_config dc = {
+            .format = (bk_data_format)e->data.format,
+            .paths = ptr,
+            .n_paths = n_data ? n_data : e->data.paths.n,
+            .val_paths = n_data ? ptr : ptr + e->data.paths.n, /* --data: every token is evaluation data */
+            .n_val_paths = n_data ? n_data : e->data.val_paths.n,
+            .val_fraction = n_data ? 0.5 : e->data.val_fraction,
+            .extensions = e->data.extensions.items,
+            .n_extensions = e->data.extensions.n,
+            .max_bytes = n_data ? 0 : e->data.max_bytes,
+        };
+        rc = bk_data_load(&dc, (int32_t)e->model.vocab, min_tokens, train, val, err);
+    }
+    free(buf), free(ptr);
+    return rc;
+}

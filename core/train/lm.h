@@ -8,6 +8,7 @@
 #include "bias/bias.h"
 #include "bias/terms.h"
 #include "config/experiment.h"
+#include "data/data.h"
 #include "model/gpt.h"
 #include "plugin/host.h"
 #include "train/adamw.h"
@@ -55,6 +56,14 @@ int bk_lm_after_step(bk_lm *lm, int32_t distances, bk_error *err);
 /* The same without the tables (the training loop computes them when the next step starts, so that a
  * plugin failing on them fails in that step, after the checkpoint of this one). */
 int bk_lm_after_update(bk_lm *lm, bk_error *err);
+
+/* The experiment's data: [data] paths (and val_paths) read from the experiment file's directory, cut
+ * into a training and a validation stream as [data] says; or, when n_data > 0, the files and folders
+ * `data` (paths from the working directory: the command line's), every token of them evaluation data
+ * (val). Each stream must hold at least min_tokens tokens. With no data at all the message names
+ * [data] paths, and ends with `hint` (e.g. "; or give --data PATH"; may be NULL). */
+int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
+                    bk_tokens *train, bk_tokens *val, bk_error *err);
 
 /* A path written in the experiment ([data] paths, [run] out_dir): absolute as is, else read from the
  * experiment file's directory (util/path.h). */

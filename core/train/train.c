@@ -209,46 +209,6 @@ static const char *largest_gradient(const bk_adamw *opt, double *out_norm)
     return name;
 }
 
-/* Load [data], with relative paths read from the experiment file's directory. */
-static int load_data(const bk_lm *lm, bk_tokens *train, bk_tokens *val, bk_error *err)
-{
-    const bk_experiment *e = &lm->exp;
-    if (e->data.paths.n == 0)
-        return bk_fail(err, BK_ERR_CONFIG, "%s: [data] paths: no training data; set e.g. paths = [\"corpus/\"] "
-                       "or --set data.paths=DIR", e->path);
-    int nt = e->data.paths.n, nv = e->data.val_paths.n;
-    char(*buf)[4096] = malloc((size_t)(nt + nv) * sizeof *buf);
-    const char **ptr = malloc((size_t)(nt + nv) * sizeof *ptr);
-    if (!buf || !ptr) {
-        free(buf), free(ptr);
-        return bk_fail(err, BK_ERR_NOMEM, "out of memory");
-    }
-    int rc = BK_OK;
-    for (int i = 0; i < nt + nv && !rc; i++) {
-        rc = bk_lm_path(lm, i < nt ? e->data.paths.items[i] : e->data.val_paths.items[i - nt], buf[i], sizeof buf[i],
-                        err);
-        ptr[i] = buf[i];
-    }
-    if (rc) {
-        free(buf), free(ptr);
-        return rc;
-    }
-    bk_data_config dc = {
-        .format = (bk_data_format)e->data.format,
-        .paths = ptr,
-        .n_paths = nt,
-        .val_paths = ptr + nt,
-        .n_val_paths = nv,
-        .val_fraction = e->data.val_fraction,
-        .extensions = e->data.extensions.items,
-        .n_extensions = e->data.extensions.n,
-        .max_bytes = e->data.max_bytes,
-    };
-    rc = bk_data_load(&dc, (int32_t)e->model.vocab, e->train.length + 1, train, val, err);
-    free(buf), free(ptr);
-    return rc;
-}
-
 /* Mean loss over the first `batches` batches of the validation stream (always the same tokens). */
 static int validate(bk_lm *lm, const bk_tokens *val, int B, int T, int64_t batches, int32_t *in, int32_t *tg,
                     double *out, bk_error *err)
@@ -365,7 +325,7 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
         rc = bk_fail(err, BK_ERR_INVALID, "run directory name too long: '%s'", run.path);
         goto done;
     }
-    if ((rc = load_data(&lm, &train, &val, err)) ||
+    if ((rc = bk_lm_load_data(&lm, NULL, 0, e->train.length + 1, NULL, &train, &val, err)) ||
         (rc = bk_loader_init(&ld, &train, B, T, (uint64_t)e->train.seed, 1, err)))
         goto done;
     if (o->resume && (rc = bk_loader_seek(&ld, st.data_epoch, st.data_index, err)))
