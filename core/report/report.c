@@ -845,8 +845,8 @@ static int figure_ppl(report_ctx *c, FILE *md, int group, int proto, bk_error *e
         const group_rec *g = &c->groups[group];
         char label[700];
         group_label(g, label, sizeof label);
-        snprintf(title, sizeof title, "Perplexity vs evaluation length, mean over seeds (%s)%s",
-                 proto == PROTO_CHUNKS ? "non-overlapping chunks" : "sliding window", label);
+        snprintf(title, sizeof title, "Perplexity, mean over seeds (%s)%s",
+                 proto == PROTO_CHUNKS ? "non-overlapping" : "sliding", label);
         snprintf(base, sizeof base, "ppl-%s%s", g->slug, proto == PROTO_SLIDING ? "-sliding" : "");
         int rc = figure_name(c, base, name, sizeof name, err);
         if (!rc) {
