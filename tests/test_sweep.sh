@@ -144,6 +144,12 @@ t0=$(date +%s%N)
 check "rerun skips done runs" 0 "4 already done, skipped; 0 to run" "$bk" sweep "$work/tiny.toml"
 ms=$((($(date +%s%N) - t0) / 1000000))
 if [ $ms -lt 3000 ]; then ok "rerun is fast (${ms} ms)"; else bad "rerun took ${ms} ms"; fi
+check "--report writes the sweep's report after it" 0 "^report: .*/report/report.md" "$bk" sweep "$work/tiny.toml" --report
+if [ -f "$d/report/report.md" ] && grep -q "^| alibi |" "$d/report/report.md"; then
+    ok "--report: report.md has the table"
+else
+    bad "--report: no table in $d/report/report.md"
+fi
 
 # --- an interrupted run resumes from its checkpoint ---------------------------------------------------
 # A run stopped at step 3 of 8 (as Ctrl-C leaves it): its checkpoint, state "training", no evaluation.

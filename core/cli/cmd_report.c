@@ -21,22 +21,12 @@ static const char help[] =
     "Figures need gnuplot (Debian: gnuplot-nox); without it the scripts and data are still written.\n\n"
     "  --out DIR    write the report there (default: <sweep dir>/report)\n";
 
-int bk_cmd_report(int argc, char **argv)
+/* The report of sweep directory `dir` into `out` (NULL: dir/report), with the summary lines; the exit
+ * status (also `biaskit sweep --report`). */
+int bk_report_sweep_dir(const char *dir, const char *out)
 {
-    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"out", 1, 0}};
-    bk_args args;
     bk_error err;
-    if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit report", &args, &err))
-        return bk_report(&err);
-    if (bk_args_get(&args, "help")) {
-        fputs(help, stdout);
-        return 0;
-    }
-    if (args.n_positional != 1) {
-        bk_fail(&err, BK_ERR_USAGE, "biaskit report: expected one sweep directory; see 'biaskit report --help'");
-        return bk_report(&err);
-    }
-    bk_sweep_report_options o = {args.positional[0], bk_args_get(&args, "out"), stderr};
+    bk_sweep_report_options o = {dir, out, stderr};
     bk_sweep_report_summary sum;
     if (bk_sweep_report(&o, &sum, &err))
         return bk_report(&err);
@@ -56,4 +46,22 @@ int bk_cmd_report(int argc, char **argv)
         return bk_report(&err);
     }
     return 0;
+}
+
+int bk_cmd_report(int argc, char **argv)
+{
+    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"out", 1, 0}};
+    bk_args args;
+    bk_error err;
+    if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit report", &args, &err))
+        return bk_report(&err);
+    if (bk_args_get(&args, "help")) {
+        fputs(help, stdout);
+        return 0;
+    }
+    if (args.n_positional != 1) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit report: expected one sweep directory; see 'biaskit report --help'");
+        return bk_report(&err);
+    }
+    return bk_report_sweep_dir(args.positional[0], bk_args_get(&args, "out"));
 }

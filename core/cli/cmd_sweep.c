@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 static const char help_head[] =
-    "usage: biaskit sweep <sweep.toml> [--jobs N] [--dry-run] [--only NAME-GLOB]\n\n"
+    "usage: biaskit sweep <sweep.toml> [--jobs N] [--dry-run] [--only NAME-GLOB] [--report]\n\n"
     "Trains and evaluates every run of a sweep file: a base experiment crossed with [[variant]]s\n"
     "(positional schemes), [[corpus]]es, [grid] values and seeds. Every run is resolved and\n"
     "validated before anything runs. Runs already done are skipped; an interrupted run resumes from\n"
@@ -32,7 +32,9 @@ static const char help_head[] =
     "                   cores when [run] threads is 0), at least 1 (default 1)\n"
     "  --dry-run        resolve and list the runs, their state and settings; write nothing (exit 1\n"
     "                   when a run cannot train)\n"
-    "  --only GLOB      only the runs whose name matches the shell pattern, e.g. 'alibi-*'\n\n"
+    "  --only GLOB      only the runs whose name matches the shell pattern, e.g. 'alibi-*'\n"
+    "  --report         then write the sweep's report, as `biaskit report <sweep dir>` does (also after\n"
+    "                   failed runs, which it lists; not after Ctrl-C)\n\n"
     "The sweep directory holds sweep.json (the runs), and per run <name>/: experiment.toml (the\n"
     "resolved experiment), the training's files, eval.json (and eval-sliding.json), status.json,\n"
     "train.log and eval.log. See docs/sweeps.md.\n\n";
@@ -395,7 +397,7 @@ static int dry_run(const bk_sweep *sw, const char *only, const bk_run_status *st
 
 int bk_cmd_sweep(int argc, char **argv)
 {
-    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"jobs", 1, 0}, {"dry-run", 0, 0}, {"only", 1, 0}};
+    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"jobs", 1, 0}, {"dry-run", 0, 0}, {"only", 1, 0}, {"report", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit sweep", &args, &err))
@@ -556,6 +558,12 @@ int bk_cmd_sweep(int argc, char **argv)
     if (stop_signals)
         printf("stopped by a signal: run the same command again to resume\n");
     rc = stop_signals ? 130 : c.n_failed ? 1 : 0;
+    if (!stop_signals && bk_args_get(&args, "report")) {
+        printf("\n");
+        fflush(stdout);
+        int report_rc = bk_report_sweep_dir(sw.out_dir, NULL);
+        rc = rc ? rc : report_rc;
+    }
     for (int i = 0; i < c.n_failures; i++)
         free(c.failures[i]);
     free(c.failures);
