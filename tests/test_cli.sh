@@ -5,25 +5,8 @@ set -u
 bk=$1 src=$2 testplugins=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0 passed=0
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
-# check NAME EXPECTED_EXIT PATTERN COMMAND...: runs the command, checks its exit code and that its
-# output (stdout and stderr) matches the extended regular expression PATTERN.
-check() {
-    local name=$1 want=$2 pattern=$3
-    shift 3
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" -ne "$want" ] || ! grep -Eq -- "$pattern" <<<"$out"; then
-        echo "FAIL: $name (exit $rc, expected $want; pattern: $pattern)"
-        echo "$out" | head -30 | sed 's/^/    /'
-        failures=$((failures + 1))
-    else
-        echo "ok: $name"
-        passed=$((passed + 1))
-    fi
-}
 
 check "version" 0 "biaskit [0-9.]+ \(plugin ABI 1\)" "$bk" --version
 check "version names the device" 0 "^device: (cpu|cuda)" "$bk" --version

@@ -8,26 +8,9 @@ set -u
 bk=$1 src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0 passed=0
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 corpus="$src/scripts/corpus.py" tokenize="$src/scripts/tokenize.py"
 
-# check NAME EXPECTED_EXIT PATTERN COMMAND...: the command's exit code, and its output (stdout and
-# stderr) matching the extended regular expression PATTERN.
-check() {
-    local name=$1 want=$2 pattern=$3
-    shift 3
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" -ne "$want" ] || ! grep -Eq -- "$pattern" <<<"$out"; then
-        echo "FAIL: $name (exit $rc, expected $want; pattern: $pattern)"
-        echo "$out" | head -30 | sed 's/^/    /'
-        failures=$((failures + 1))
-    else
-        echo "ok: $name"
-        passed=$((passed + 1))
-    fi
-}
 
 # The tree: 200 distinct documents; two exact duplicates (one a CRLF copy); a near duplicate (the
 # same first 4 KiB); an HTML page; a Latin-1 file; a Windows-1251 one (neither UTF-8 nor Latin-1); a

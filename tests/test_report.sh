@@ -10,29 +10,9 @@ set -u
 bk=$1 src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0 passed=0
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 export OMP_NUM_THREADS=1
 
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() {
-    echo "FAIL: $1"
-    [ -n "${2:-}" ] && echo "$2" | head -30 | sed 's/^/    /'
-    failures=$((failures + 1))
-}
-# check NAME EXPECTED_EXIT PATTERN COMMAND...: exit code and an extended regular expression that the
-# output (stdout and stderr) must match
-check() {
-    local name=$1 want=$2 pattern=$3
-    shift 3
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" -ne "$want" ] || ! grep -Eq -- "$pattern" <<<"$out"; then
-        bad "$name (exit $rc, expected $want; pattern: $pattern)" "$out"
-    else
-        ok "$name"
-    fi
-}
 # has NAME FILE FIXED_STRING: the file contains the string
 has() {
     if grep -Fq -- "$3" "$2"; then ok "$1"; else bad "$1 ('$3' not in $2)" "$(head -40 "$2" 2>&1)"; fi

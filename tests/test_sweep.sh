@@ -9,27 +9,8 @@ work=$(cd "$(mktemp -d)" && pwd -P)
 trap 'rm -rf "$work"' EXIT
 unset BIASKIT_PLUGIN_PATH
 export OMP_WAIT_POLICY=passive
-failures=0 passed=0
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
-ok() { echo "ok: $1"; passed=$((passed + 1)); }
-bad() {
-    echo "FAIL: $1"
-    [ -n "${2:-}" ] && echo "$2" | head -30 | sed 's/^/    /'
-    failures=$((failures + 1))
-}
-# check NAME EXPECTED_EXIT PATTERN COMMAND...: the exit code, and the output matching PATTERN (ERE)
-check() {
-    local name=$1 want=$2 pattern=$3
-    shift 3
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" -ne "$want" ] || ! grep -Eq -- "$pattern" <<<"$out"; then
-        bad "$name (exit $rc, expected $want; pattern: $pattern)" "$out"
-    else
-        ok "$name"
-    fi
-}
 # expect NAME COMMAND...: the command succeeds
 expect() {
     local name=$1
