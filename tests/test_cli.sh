@@ -236,6 +236,8 @@ if "$bk" --version | grep -q "^device: cpu"; then # no GPU answers: cuda is an e
             "$bk" train --resume "$gpuck" --set run.device=cpu --set train.steps=3 --plain
         check "device: ... and with device = \"auto\"" 0 "done: 3 steps" \
             "$bk" train --resume "$gpuck" --set run.device=auto --set train.steps=3 --plain
+        check "device: ... and its tables print with bias (the model is rebuilt on the CPU)" 0 "^checkpoint: $gpuck " \
+            "$bk" bias "$gpuck" --length 4
     fi
 fi
 # emulated: the CUDA engine's code on the CPU trains the same model as the CPU, to within rounding

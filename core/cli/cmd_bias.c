@@ -30,7 +30,8 @@ static const char help[] =
     "                (table is a term's name, or \"mixed\"); FILE '-' is standard output\n"
     "  --device D    compute the tables with the plugins' CUDA code (cuda), on the host (cpu, and\n"
     "                emulated, whose device code never runs plugins' CUDA code), or as [run] device\n"
-    "                says (auto: CUDA when a GPU answers)\n"
+    "                says (auto: CUDA when a GPU answers); for a checkpoint, auto unless given (its model\n"
+    "                is rebuilt on the CPU, whatever device trained it: only its terms are used)\n"
     "  --set K=V     override a value of the experiment file (repeatable)\n"
     "  --strict      checkpoint: refuse it when its plugins differ from the ones it was trained with\n";
 
@@ -162,8 +163,11 @@ int bk_cmd_bias(int argc, char **argv)
                 "biaskit bias: expected one experiment file or checkpoint; see 'biaskit bias --help'");
         return bk_report(&err);
     }
-    const char *sets[BK_ARGS_MAX];
-    size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
+    /* A checkpoint's model is rebuilt but never run here: on the CPU, whatever device trained it (a
+     * checkpoint of a GPU run then reads on a machine without one); --set can still say otherwise. */
+    const char *sets[BK_ARGS_MAX + 1];
+    sets[0] = "run.device=cpu";
+    size_t n_sets = bk_args_all(&args, "set", sets + 1, BK_ARGS_MAX);
     /* a checkpoint (by extension or content) brings its learned parameters; else an experiment file */
     const char *source = args.positional[0];
     int from_checkpoint = bk_checkpoint_is_file(source);
@@ -171,10 +175,10 @@ int bk_cmd_bias(int argc, char **argv)
     bk_lm lm = {0};
     bk_train_state ckpt_state = {0};
     if (from_checkpoint) {
-        bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL};
+        bk_checkpoint_options co = {sets, (int)n_sets + 1, bk_args_get(&args, "strict") != NULL, NULL, NULL};
         if (bk_checkpoint_load_ex(source, &co, &lm, NULL, &ckpt_state, &err))
             return bk_report(&err);
-    } else if (bk_session_open(&s, source, sets, n_sets, &err))
+    } else if (bk_session_open(&s, source, sets + 1, n_sets, &err))
         return bk_report(&err);
     const bk_experiment *exp = from_checkpoint ? &lm.exp : &s.exp;
     const bk_term_set *terms = from_checkpoint ? &lm.terms : &s.terms;
@@ -190,7 +194,7 @@ int bk_cmd_bias(int argc, char **argv)
         rc = bk_args_int("layer", v, 0, (long)exp->model.layers - 1, &o.layer, &err);
     if (!rc && (v = bk_args_get(&args, "length")))
         rc = bk_args_int("length", v, 1, 1L << 24, &o.length, &err);
-    int64_t device = exp->run.device;
+    int64_t device = from_checkpoint ? BK_DEVICE_AUTO : exp->run.device;
     if (!rc && (v = bk_args_get(&args, "device"))) {
         device = bk_choice_index(BK_DEVICE_CHOICES, v);
         if (device < 0) {
