@@ -75,7 +75,7 @@ guide=$(grep -E '^    (export PKG_CONFIG_PATH=|cc -std=c11 )' "$src/sdk/README.m
         -e "s|<prefix>|$prefix|g" -e 's/mine/gaussian/g')
 check "sdk/README.md gives the pkg-config build (export PKG_CONFIG_PATH, cc ... -lm)" \
     bash -c "printf '%s\n' \"\$1\" | grep -q '^export PKG_CONFIG_PATH=' && printf '%s\n' \"\$1\" | grep -q '^cc .* -lm\$'" _ "$guide"
-mkdir -p "$work/pc" && cp "$work/gaussian/gaussian.c" "$work/gaussian/gaussian_math.h" "$work/pc/"
+mkdir -p "$work/pc" && cp "$work/gaussian/gaussian.c" "$work/pc/"
 check "example builds with pkg-config alone, as sdk/README.md says" \
     env -u PKG_CONFIG_PATH bash -c "cd '$work/pc' && set -e && $guide"
 check "pkg-config build loads by path" \

@@ -153,8 +153,12 @@ sed -e 's/"train.steps=8"/"train.steps=200"/' -e 's/^out_dir = "out"/out_dir = "
     "$work/tiny.toml" >"$work/int.toml"
 "$bk" sweep "$work/int.toml" --jobs 2 >"$work/int.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do
-    [ "$(cat "$work"/out-int/*/train.log 2>/dev/null | grep -c '^step ')" -ge 2 ] && break
+for _ in $(seq 300); do # until both runs logged a step (each has a checkpoint to resume from), 30 s at most
+    n=0
+    for f in "$work"/out-int/*/train.log; do
+        grep -q '^step ' "$f" 2>/dev/null && n=$((n + 1))
+    done
+    [ $n -ge 2 ] && break
     sleep 0.1
 done
 kill -INT $pid

@@ -1,0 +1,760 @@
+/*
+ * biaskit plugin SDK: formula-first table plugins.
+ *
+ * A distance-table plugin (BIASKIT_CAP_TABLE) is mostly boilerplate around two formulas: reading the
+ * parameters' options, initialising, clamping and naming theta, looping over heads and distances on the
+ * host, launching kernels, and reducing the gradient deterministically. This header writes all of that
+ * once. The author writes only:
+ *
+ *   1. the parameters, as an X-macro list, one line each:
+ *          X(name, PER_HEAD | SCALAR, init rule, lower bound, upper bound, "doc")
+ *      init rule: BIASKIT_TP_CONST(v)          every element v
+ *                 BIASKIT_TP_ALIBI(scale)      head h of H: scale * the ALiBi slope (biaskit_tp_alibi_slope)
+ *                 BIASKIT_TP_UNIFORM(lo, hi)   lo + (hi - lo) u, u = biaskit_rng_uniform() from the seed
+ *      bounds: param_project() clamps every element into [lower, upper] (use -INFINITY / INFINITY for
+ *      none). The clamp is idempotent and leaves a NaN a NaN, so a diverged run shows up in the engine's
+ *      finiteness checks instead of being silently reset;
+ *   2. optional constants (extra options), as an X-macro list, one line each:
+ *          C(name, default, lower, upper, "doc")
+ *      each a DOUBLE option checked to lie in [lower, upper], handed to the formulas as a float field of
+ *      the context `c` (BIASKIT_TP_NO_CONSTANTS when there are none). A plugin that needs other kinds
+ *      of options (strings, choices) writes the full descriptor (<biaskit/plugin.h>, sdk/README.md);
+ *   3. the formula and its gradient, with the signatures these macros write (host and device):
+ *          BIASKIT_TP_TABLE(prefix)    { return T;  }          float T(p, c, h, d)
+ *          BIASKIT_TP_GRADIENT(prefix) { g->name = dT/dname; ... }
+ *      where p holds the parameters of head h (p.name; a SCALAR parameter has the same value on every
+ *      head), c the context (c.heads, and c.name of every constant), h the head, d >= 0 the distance,
+ *      and g the derivatives of T(p, c, h, d) with respect to each parameter (fields start at 0).
+ *
+ * The whole plugin, for T_h(d) = -w_h d^2 (examples/plugin_gaussian/gaussian.c):
+ *
+ *     #include <biaskit/table_plugin.h>
+ *     #define GAUSSIAN_PARAMS(X) X(width, PER_HEAD, BIASKIT_TP_CONST(1e-3), 0.0, INFINITY, "w in -w d^2")
+ *     BIASKIT_TP_TYPES(gaussian, GAUSSIAN_PARAMS, BIASKIT_TP_NO_CONSTANTS)
+ *     BIASKIT_TP_TABLE(gaussian) { return -p.width * (float)d * (float)d; }
+ *     BIASKIT_TP_GRADIENT(gaussian) { g->width = -(float)d * (float)d; }
+ *     BIASKIT_TABLE_PLUGIN(gaussian, GAUSSIAN_PARAMS, BIASKIT_TP_NO_CONSTANTS,
+ *                          .name = "gaussian", .version = "1.0.0", .summary = "...", .reference = "...")
+ *
+ * The trailing arguments of BIASKIT_TABLE_PLUGIN are designated initialisers of the descriptor: .name,
+ * .version and .summary are required, .reference and .flags (BIASKIT_FLAG_PER_LAYER) optional; the
+ * macro fills every other field. For CUDA, add a .cu file that is the one line  #include "gaussian.c"
+ * and list it as CUDA_SOURCES of biaskit_add_plugin(): under nvcc (__CUDACC__) the same two macros
+ * produce the kernels and their launchers instead of the descriptor, and the C file (compiled with
+ * BIASKIT_WITH_CUDA=1 by biaskit_add_plugin) hooks them up as table_cuda / table_backward_cuda.
+ * Everything is generated into the including file; one table plugin per translation unit.
+ *
+ * What it generates (a normal static biaskit_plugin, so the host validates it like any other):
+ *   options     learnable (bool, default true), then one DOUBLE_ARRAY option per parameter, named
+ *               after it, then the constants. A parameter option holds 1 value (every head) or one
+ *               per head (PER_HEAD), or exactly 1 value (SCALAR); each finite and within float range.
+ *               learnable = true:  theta holds every parameter; a given value replaces the init rule
+ *                                  (a value outside the bounds is clamped, with a warning).
+ *               learnable = false: frozen; no parameters (theta = NULL), the table uses the given
+ *                                  values, which must lie within the bounds; a parameter not given
+ *                                  takes its init rule if that is CONST or ALIBI, and is an error
+ *                                  (naming the option) if it is UNIFORM, which needs a seed.
+ *   theta       the parameters in list order, each a block of H floats (PER_HEAD) or 1 (SCALAR);
+ *               param_tensors names the blocks after the parameters (rows H or 1, cols 1).
+ *   param_init  in list order, element by element; every UNIFORM parameter takes one draw per element
+ *               from biaskit_rng_seeded(seed), given or not (so giving one parameter leaves the draws
+ *               of the others unchanged); then param_project. CONST and ALIBI take no draws.
+ *   table       table[h * D + d] = T(p_h, c, h, d), h ascending, d ascending.
+ *   backward    the reduction order, host: for each head h, each parameter k has a double accumulator
+ *               acc_k = sum over d = 0, 1, ..., D-1 of (double)dtable[h][d] * (double)g_k(d), in that
+ *               order; then a PER_HEAD parameter gets dtheta[k][h] += (float)acc_k, and a SCALAR one
+ *               sums acc_k over h = 0, 1, ... in double and adds (float) of that once at the end.
+ *               CUDA: the distances of a head are split among B blocks (B depends on D only) of
+ *               BIASKIT_TP_THREADS threads; thread t of block b sums, in double, the distances
+ *               d = b T + t, then d += B T, ...; the block adds its threads' sums by a fixed tree in
+ *               shared memory into one partial per (head, block, parameter), written to scratch memory
+ *               (stream-ordered cudaMallocAsync / cudaFreeAsync); a second kernel, one thread per
+ *               element of dtheta, sums the partials in the fixed order (head ascending, then block
+ *               ascending) and adds (float) of the double sum. No atomics: the same inputs give the
+ *               same bits on every run (not the host's bits: the order differs).
+ *   CUDA        table_cuda / table_backward_cuda enqueue only on the engine's stream; a frozen plugin
+ *               copies its fixed values to the device once (biaskit_cuda_upload_once) and frees them
+ *               in destroy().
+ *   errors      distances <= 0, a NULL theta for a learnable plugin, 0 heads, bad option values
+ *               (reported at the option's file:line:column by the host), out of memory, CUDA failures.
+ *
+ * Parameter and constant names become option keys: [a-z0-9_]+, not "learnable" and not an engine term
+ * key (plugin, name, stream, weight, per_layer); the host refuses the plugin at load otherwise. At least
+ * one parameter is needed (a plugin with none writes the full descriptor), and at most 24 (the CUDA
+ * block sums of every parameter share 48 KiB of shared memory; a static_assert says so).
+ *
+ * Plain C11 (and C++ / CUDA C++ for the device part); the host part needs <math.h> (link -lm).
+ */
+#ifndef BIASKIT_TABLE_PLUGIN_H
+#define BIASKIT_TABLE_PLUGIN_H
+
+#include <biaskit/plugin.h>
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if !defined(__CUDACC__)
+#include <biaskit/random.h>
+
+#include <float.h>
+#include <stdlib.h>
+#endif
+
+#if defined(__CUDACC__)
+#include <biaskit/plugin_cuda.h>
+#endif
+
+/* ---- what the author writes in the lists ------------------------------------------------------ */
+
+/* Parameter shapes (used by name in the list: PER_HEAD or SCALAR). */
+#define BIASKIT_TP_SHAPE_PER_HEAD 1
+#define BIASKIT_TP_SHAPE_SCALAR 0
+#define BIASKIT_TP_OPTDOC_PER_HEAD "; 1 value (every head) or one per head"
+#define BIASKIT_TP_OPTDOC_SCALAR "; 1 value"
+
+/* Initialisation rules. Each expands to the three fields (kind, a, b) of biaskit_tp_param. */
+enum { BIASKIT_TP_INIT_CONST = 0, BIASKIT_TP_INIT_ALIBI = 1, BIASKIT_TP_INIT_UNIFORM = 2 };
+#define BIASKIT_TP_CONST(value) BIASKIT_TP_INIT_CONST, (double)(value), 0.0
+#define BIASKIT_TP_ALIBI(scale) BIASKIT_TP_INIT_ALIBI, (double)(scale), 0.0
+#define BIASKIT_TP_UNIFORM(lo, hi) BIASKIT_TP_INIT_UNIFORM, (double)(lo), (double)(hi)
+
+/* The empty constants list. */
+#define BIASKIT_TP_NO_CONSTANTS(C)
+
+/* Threads per block of the generated kernels. */
+#define BIASKIT_TP_THREADS 256
+
+/* One parameter's spec, as the list gives it (the generated code keeps a static array of them). */
+typedef struct biaskit_tp_param {
+    const char *name;
+    int per_head;        /* 1: one value per head; 0: one value shared by the heads */
+    int init;            /* BIASKIT_TP_INIT_* */
+    double init_a;       /* CONST: the value; ALIBI: the scale; UNIFORM: lo */
+    double init_b;       /* UNIFORM: hi */
+    double lower, upper; /* the projection's bounds */
+    const char *doc;
+} biaskit_tp_param;
+
+/* One constant's spec. */
+typedef struct biaskit_tp_constant {
+    const char *name;
+    double def, lower, upper;
+    const char *doc;
+} biaskit_tp_constant;
+
+/* ---- the ALiBi slopes ----------------------------------------------------------------------------
+ * Press, Smith & Lewis, "Train Short, Test Long", ICLR 2022, reference get_slopes(n): for n a power of
+ * two, m_h = 2^(-8 (h+1) / n); otherwise, with c = 2^floor(log2 n), the c slopes of get_slopes(c) and
+ * then every other slope of get_slopes(2c) (its 1st, 3rd, ...). Computed exactly as plugins/alibi
+ * does (alibi_math.h), so BIASKIT_TP_ALIBI(1) gives the built-in plugin's slopes bit for bit. */
+#if !defined(__CUDA_ARCH__)
+static inline double biaskit_tp_alibi_series_(int32_t n, int32_t h)
+{
+    double start = pow(2.0, -pow(2.0, -(log2((double)n) - 3.0)));
+    return start * pow(start, (double)h);
+}
+
+/* The slope of head h (0-based) of n >= 1 heads. */
+static inline double biaskit_tp_alibi_slope(int32_t n, int32_t h)
+{
+    int32_t c = 1;
+    while (c * 2 <= n)
+        c *= 2;
+    return h < c ? biaskit_tp_alibi_series_(c, h) : biaskit_tp_alibi_series_(2 * c, 2 * (h - c));
+}
+#endif
+
+/* ---- formula signatures ------------------------------------------------------------------------ */
+
+#if defined(__GNUC__)
+#define BIASKIT_TP_MAYBE_UNUSED_ __attribute__((unused))
+#else
+#define BIASKIT_TP_MAYBE_UNUSED_
+#endif
+
+/* A formula need not use all of p, c, h, d: they are marked so -Wunused-parameter stays quiet. */
+#define BIASKIT_TP_TABLE(P)                                                                              \
+    static inline BIASKIT_HD float P##_tp_formula(BIASKIT_TP_MAYBE_UNUSED_ P##_params p,                  \
+                                                  BIASKIT_TP_MAYBE_UNUSED_ P##_ctx c,                     \
+                                                  BIASKIT_TP_MAYBE_UNUSED_ int32_t h,                     \
+                                                  BIASKIT_TP_MAYBE_UNUSED_ int32_t d)
+#define BIASKIT_TP_GRADIENT(P)                                                                           \
+    static inline BIASKIT_HD void P##_tp_gradient(BIASKIT_TP_MAYBE_UNUSED_ P##_params p,                  \
+                                                  BIASKIT_TP_MAYBE_UNUSED_ P##_ctx c,                     \
+                                                  BIASKIT_TP_MAYBE_UNUSED_ int32_t h,                     \
+                                                  BIASKIT_TP_MAYBE_UNUSED_ int32_t d, P##_params *g)
+
+/* ---- list callbacks (internal) ----------------------------------------------------------------------
+ * Each is applied to every line of a list. Offsets into theta are kept in a running `off_`, parameter
+ * indices in a running `k_`, so no per-parameter enum (and no prefix inside the callbacks) is needed. */
+#define BIASKIT_TP_SHAPE_(shape) BIASKIT_TP_SHAPE_##shape
+#define BIASKIT_TP_FIELD_(name, shape, init, lo, hi, doc) float name;
+#define BIASKIT_TP_CFIELD_(name, def, lo, hi, doc) float name;
+#define BIASKIT_TP_LOAD_(name, shape, init, lo, hi, doc)                                                  \
+    p_.name = v_[off_ + (BIASKIT_TP_SHAPE_(shape) ? h_ : 0)];                                             \
+    off_ += BIASKIT_TP_SHAPE_(shape) ? (int64_t)heads_ : 1;
+#define BIASKIT_TP_ZERO_(name, shape, init, lo, hi, doc) g_.name = 0.0f;
+#define BIASKIT_TP_ACC_(name, shape, init, lo, hi, doc) acc_[k_++] += gt_ * (double)g_.name;
+#define BIASKIT_TP_SPEC_(name, shape, init, lo, hi, doc) {#name, BIASKIT_TP_SHAPE_(shape), init, (lo), (hi), doc},
+#define BIASKIT_TP_OPTION_(name, shape, init, lo, hi, doc)                                                \
+    BIASKIT_OPTION_DOUBLE_ARRAY(#name, doc BIASKIT_TP_OPTDOC_##shape                                     \
+                                "; the initial value (default: the init rule), or the fixed value when "   \
+                                "learnable = false"),
+#define BIASKIT_TP_CSPEC_(name, def, lo, hi, doc) {#name, (def), (lo), (hi), doc},
+#define BIASKIT_TP_COPTION_(name, def, lo, hi, doc) BIASKIT_OPTION_DOUBLE(#name, (def), doc),
+#define BIASKIT_TP_CTX_(name, def, lo, hi, doc) c_.name = (float)s_->constants[k_++];
+
+/* The parameter and context types, and the loader from theta's layout; before the formulas. */
+#define BIASKIT_TP_TYPES(P, PARAMS, CONSTANTS)                                                            \
+    typedef struct P##_params {                                                                           \
+        PARAMS(BIASKIT_TP_FIELD_)                                                                         \
+    } P##_params;                                                                                         \
+    typedef struct P##_ctx {                                                                              \
+        int32_t heads;                                                                                    \
+        CONSTANTS(BIASKIT_TP_CFIELD_)                                                                     \
+    } P##_ctx;                                                                                            \
+    /* The parameters of head h_ from values v_ laid out as theta. */                                     \
+    static inline BIASKIT_HD P##_params P##_tp_load(const float *v_, int32_t heads_, int32_t h_)          \
+    {                                                                                                     \
+        P##_params p_;                                                                                    \
+        int64_t off_ = 0;                                                                                 \
+        PARAMS(BIASKIT_TP_LOAD_)                                                                          \
+        (void)off_;                                                                                       \
+        return p_;                                                                                        \
+    }
+
+/* The number of parameters (fields of P##_params). */
+#define BIASKIT_TP_NPARAMS_(P) ((int)(sizeof(P##_params) / sizeof(float)))
+
+/* The gradient of T at (HV, DV) accumulated into the doubles ACC[] with weight GT (host and device).
+ * ACC must not be named acc_ (nor GT use gt_): the block's own names would shadow them. */
+#define BIASKIT_TP_ACCUMULATE_(P, PARAMS, PV, CV, HV, DV, GT, ACC)                                          \
+    do {                                                                                                  \
+        P##_params g_;                                                                                    \
+        double gt_ = (GT), *acc_ = (ACC);                                                                 \
+        int k_ = 0;                                                                                       \
+        PARAMS(BIASKIT_TP_ZERO_)                                                                          \
+        P##_tp_gradient((PV), (CV), (HV), (DV), &g_);                                                     \
+        PARAMS(BIASKIT_TP_ACC_)                                                                           \
+        (void)k_;                                                                                         \
+    } while (0)
+
+#if !defined(__CUDACC__)
+/* ======================================= host part (C) ======================================== */
+
+/* The instance every generated plugin uses: the specs say what differs. */
+typedef struct biaskit_tp_instance {
+    const biaskit_services *svc;
+    const char *plugin; /* the plugin's name, for log lines */
+    const biaskit_tp_param *specs;
+    int n_specs;
+    int32_t heads;
+    int learnable;
+    int64_t count;         /* elements of theta (when learnable) */
+    int64_t *offsets;      /* n_specs: where each parameter starts in theta's layout */
+    unsigned char *given;  /* n_specs: the option was set */
+    float *values;         /* count: given values (learnable) or the fixed values (frozen), as theta */
+    double *constants;     /* the constants' values, in list order */
+    float *device_values;  /* frozen, CUDA: device copy of values, made on first use */
+    void (*release)(float *device); /* frees device_values (CUDA builds), else NULL */
+} biaskit_tp_instance;
+
+static inline int64_t biaskit_tp_size_(const biaskit_tp_param *spec, int32_t heads)
+{
+    return spec->per_head ? (int64_t)heads : 1;
+}
+
+static inline void biaskit_tp_destroy(void *inst)
+{
+    biaskit_tp_instance *s = (biaskit_tp_instance *)inst;
+    if (!s)
+        return;
+    if (s->release)
+        s->release(s->device_values);
+    free(s->offsets);
+    free(s->given);
+    free(s->values);
+    free(s->constants);
+    free(s);
+}
+
+/* The value of an init rule that needs no seed (CONST, ALIBI) for element h of a parameter. */
+static inline double biaskit_tp_rule_(const biaskit_tp_param *spec, int32_t heads, int32_t h)
+{
+    return spec->init == BIASKIT_TP_INIT_ALIBI ? spec->init_a * biaskit_tp_alibi_slope(heads, h) : spec->init_a;
+}
+
+/* Clamp one element into [lower, upper]; a NaN stays NaN (both comparisons are false). */
+static inline float biaskit_tp_clamp_(float v, const biaskit_tp_param *spec)
+{
+    if (v < (float)spec->lower)
+        v = (float)spec->lower;
+    if (v > (float)spec->upper)
+        v = (float)spec->upper;
+    return v;
+}
+
+/* Reads option spec->name (1 value, or one per head for PER_HEAD) into dst, checking it; buf has room
+ * for `heads` doubles. */
+static inline int biaskit_tp_read_(biaskit_tp_instance *s, const biaskit_config *cfg, const biaskit_tp_param *spec,
+                                   double *buf, float *dst, biaskit_error *err)
+{
+    const biaskit_services *svc = s->svc;
+    int32_t n = (int32_t)biaskit_tp_size_(spec, s->heads), count = 0;
+    int rc = svc->get_double_array(cfg, spec->name, buf, n, &count, err);
+    if ((rc == BIASKIT_ERR_CONFIG && count > n) || (!rc && count != 1 && count != n)) {
+        if (spec->per_head)
+            return svc->config_error(cfg, spec->name, err,
+                                     "expected 1 value (every head) or %d values (one per head), got %d", (int)n,
+                                     (int)count);
+        return svc->config_error(cfg, spec->name, err, "expected 1 value (a scalar parameter), got %d", (int)count);
+    }
+    if (rc)
+        return rc;
+    for (int32_t i = 0; i < count; i++) {
+        double v = buf[i];
+        if (!isfinite(v) || fabs(v) > FLT_MAX)
+            return svc->config_error(cfg, spec->name, err, "value %d: expected a finite float, got %g", (int)i, v);
+        if (!s->learnable && !(v >= spec->lower && v <= spec->upper))
+            return svc->config_error(cfg, spec->name, err,
+                                     "value %d: expected a value in [%g, %g] (the bounds of parameter '%s'; "
+                                     "learnable = false uses it as given), got %g",
+                                     (int)i, spec->lower, spec->upper, spec->name, v);
+    }
+    for (int32_t i = 0; i < n; i++)
+        dst[i] = (float)buf[count == 1 ? 0 : i];
+    if (s->learnable)
+        for (int32_t i = 0; i < n; i++)
+            if (biaskit_tp_clamp_(dst[i], spec) != dst[i]) {
+                svc->log(BIASKIT_LOG_WARN, s->plugin,
+                         "initial %s = %g (element %d) is outside the bounds [%g, %g]: trained from %g", spec->name,
+                         (double)dst[i], (int)i, spec->lower, spec->upper, (double)biaskit_tp_clamp_(dst[i], spec));
+                break;
+            }
+    return BIASKIT_OK;
+}
+
+/* create(): reads learnable, the parameters' options and the constants. */
+static inline int biaskit_tp_create(const biaskit_services *svc, const biaskit_config *cfg,
+                                    const biaskit_geometry *geo, const char *plugin, const biaskit_tp_param *specs,
+                                    int n_specs, const biaskit_tp_constant *constants, int n_constants,
+                                    void (*release)(float *), void **out, biaskit_error *err)
+{
+    if (geo->n_heads < 1)
+        return svc->error(err, BIASKIT_ERR_INVALID, "expected at least one head, got %d", (int)geo->n_heads);
+    biaskit_tp_instance *s = (biaskit_tp_instance *)calloc(1, sizeof *s);
+    if (!s)
+        return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory");
+    s->svc = svc;
+    s->plugin = plugin;
+    s->specs = specs;
+    s->n_specs = n_specs;
+    s->heads = geo->n_heads;
+    s->release = release;
+    int rc = svc->get_bool(cfg, "learnable", &s->learnable, err);
+    if (rc) {
+        biaskit_tp_destroy(s);
+        return rc;
+    }
+    for (int k = 0; k < n_specs; k++)
+        s->count += biaskit_tp_size_(&specs[k], s->heads);
+    s->offsets = (int64_t *)calloc((size_t)n_specs, sizeof *s->offsets);
+    s->given = (unsigned char *)calloc((size_t)n_specs, 1);
+    s->values = (float *)calloc((size_t)s->count, sizeof *s->values);
+    s->constants = (double *)calloc((size_t)n_constants + 1, sizeof *s->constants);
+    double *buf = (double *)malloc(sizeof *buf * (size_t)s->heads);
+    if (!s->offsets || !s->given || !s->values || !s->constants || !buf) {
+        free(buf);
+        biaskit_tp_destroy(s);
+        return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory for %lld parameters", (long long)s->count);
+    }
+    int64_t off = 0;
+    for (int k = 0; k < n_specs && !rc; k++) {
+        const biaskit_tp_param *spec = &specs[k];
+        int32_t n = (int32_t)biaskit_tp_size_(spec, s->heads);
+        s->offsets[k] = off;
+        off += n;
+        if (spec->init == BIASKIT_TP_INIT_ALIBI && !spec->per_head) {
+            rc = svc->error(err, BIASKIT_ERR_INTERNAL,
+                            "parameter '%s': BIASKIT_TP_ALIBI needs a PER_HEAD parameter (one slope per head)",
+                            spec->name);
+        } else if (svc->is_set(cfg, spec->name)) {
+            rc = biaskit_tp_read_(s, cfg, spec, buf, s->values + s->offsets[k], err);
+            s->given[k] = 1;
+        } else if (!s->learnable && spec->init == BIASKIT_TP_INIT_UNIFORM) {
+            rc = svc->config_error(cfg, spec->name, err,
+                                   "learnable = false needs a fixed value of '%s' (its init rule is random): expected "
+                                   "%s = [value]%s",
+                                   spec->name, spec->name, spec->per_head ? " (every head) or one value per head" : "");
+        } else if (!s->learnable) {
+            for (int32_t i = 0; i < n; i++)
+                s->values[s->offsets[k] + i] = biaskit_tp_clamp_((float)biaskit_tp_rule_(spec, s->heads, i), spec);
+        }
+    }
+    free(buf);
+    for (int k = 0; k < n_constants && !rc; k++) {
+        const biaskit_tp_constant *cs = &constants[k];
+        double v = 0.0;
+        rc = svc->get_double(cfg, cs->name, &v, err);
+        if (!rc && !(isfinite(v) && v >= cs->lower && v <= cs->upper && fabs(v) <= FLT_MAX))
+            rc = svc->config_error(cfg, cs->name, err, "expected a finite value in [%g, %g], got %g", cs->lower,
+                                   cs->upper, v);
+        s->constants[k] = v;
+    }
+    if (rc) {
+        biaskit_tp_destroy(s);
+        return rc;
+    }
+    *out = s;
+    return BIASKIT_OK;
+}
+
+static inline int64_t biaskit_tp_param_count(const void *inst)
+{
+    const biaskit_tp_instance *s = (const biaskit_tp_instance *)inst;
+    return s->learnable ? s->count : 0;
+}
+
+static inline void biaskit_tp_param_project(const void *inst, float *theta)
+{
+    const biaskit_tp_instance *s = (const biaskit_tp_instance *)inst;
+    for (int k = 0; s->learnable && k < s->n_specs; k++)
+        for (int64_t i = 0; i < biaskit_tp_size_(&s->specs[k], s->heads); i++)
+            theta[s->offsets[k] + i] = biaskit_tp_clamp_(theta[s->offsets[k] + i], &s->specs[k]);
+}
+
+static inline int biaskit_tp_param_init(const void *inst, float *theta, uint64_t seed, biaskit_error *err)
+{
+    (void)err;
+    const biaskit_tp_instance *s = (const biaskit_tp_instance *)inst;
+    if (!s->learnable)
+        return BIASKIT_OK;
+    biaskit_rng rng = biaskit_rng_seeded(seed);
+    for (int k = 0; k < s->n_specs; k++) {
+        const biaskit_tp_param *spec = &s->specs[k];
+        for (int32_t i = 0; i < (int32_t)biaskit_tp_size_(spec, s->heads); i++) {
+            int64_t at = s->offsets[k] + i;
+            double v = spec->init == BIASKIT_TP_INIT_UNIFORM
+                           ? spec->init_a + (spec->init_b - spec->init_a) * biaskit_rng_uniform(&rng)
+                           : biaskit_tp_rule_(spec, s->heads, i);
+            theta[at] = s->given[k] ? s->values[at] : (float)v;
+        }
+    }
+    biaskit_tp_param_project(inst, theta);
+    return BIASKIT_OK;
+}
+
+static inline int32_t biaskit_tp_param_tensors(const void *inst, biaskit_tensor_info *out, int32_t capacity)
+{
+    const biaskit_tp_instance *s = (const biaskit_tp_instance *)inst;
+    if (!s->learnable)
+        return 0;
+    for (int k = 0; k < s->n_specs && k < capacity; k++) {
+        biaskit_tensor_info t = {s->specs[k].name, s->offsets[k], (int32_t)biaskit_tp_size_(&s->specs[k], s->heads), 1};
+        out[k] = t;
+    }
+    return s->n_specs;
+}
+
+/* The checks every table call starts with; *v gets the values to read (theta, or the fixed values
+ * when frozen; for the CUDA variants the caller swaps in the device copy). */
+static inline int biaskit_tp_values_(const biaskit_tp_instance *s, const float *theta, int32_t distances,
+                                     const float **v, biaskit_error *err)
+{
+    if (distances <= 0)
+        return s->svc->error(err, BIASKIT_ERR_INVALID, "distances must be positive, got %d", (int)distances);
+    if (s->learnable && !theta)
+        return s->svc->error(err, BIASKIT_ERR_INVALID, "expected %lld parameters (theta), got NULL",
+                             (long long)s->count);
+    *v = s->learnable ? theta : s->values;
+    return BIASKIT_OK;
+}
+
+/* After head h's double sums acc[k]: a PER_HEAD parameter's element h gets its sum now, a SCALAR one
+ * collects it in total[k] (heads ascending) for biaskit_tp_add_totals_. */
+static inline void biaskit_tp_add_head_(const biaskit_tp_instance *s, const double *acc, int32_t h, double *total,
+                                        float *dtheta)
+{
+    for (int k = 0; k < s->n_specs; k++) {
+        if (s->specs[k].per_head)
+            dtheta[s->offsets[k] + h] += (float)acc[k];
+        else
+            total[k] += acc[k];
+    }
+}
+
+static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const double *total, float *dtheta)
+{
+    for (int k = 0; k < s->n_specs; k++)
+        if (!s->specs[k].per_head)
+            dtheta[s->offsets[k]] += (float)total[k];
+}
+
+#if defined(BIASKIT_WITH_CUDA)
+/* The CUDA functions the .cu file (the same source under nvcc) defines; hidden like everything but the
+ * entry point (biaskit_add_plugin builds with hidden visibility). */
+#define BIASKIT_TP_CUDA_(P)                                                                              \
+    int P##_tp_table_cuda_(const biaskit_services *svc, int32_t heads, const float *v, P##_ctx c,        \
+                           int32_t distances, float *table, void *stream, biaskit_error *err);            \
+    int P##_tp_backward_cuda_(const biaskit_services *svc, int32_t heads, const float *v, P##_ctx c,     \
+                              int32_t distances, const float *dtable, float *dtheta, void *stream,        \
+                              biaskit_error *err);                                                        \
+    int P##_tp_upload_(const biaskit_services *svc, const float *host, int64_t count, float **device,    \
+                       void *stream, biaskit_error *err);                                                 \
+    void P##_tp_release_(float *device);                                                                  \
+    /* Device values: theta when learnable, else the device copy of the fixed values (a cache in the      \
+     * instance, hence the cast). */                                                                      \
+    static int P##_tp_device_values_(const void *inst, const float *theta, int32_t distances,            \
+                                     void *stream, const float **v, biaskit_error *err)                   \
+    {                                                                                                     \
+        biaskit_tp_instance *s_ = (biaskit_tp_instance *)inst;                                            \
+        int rc_ = biaskit_tp_values_(s_, theta, distances, v, err);                                       \
+        if (rc_ || s_->learnable)                                                                         \
+            return rc_;                                                                                   \
+        rc_ = P##_tp_upload_(s_->svc, s_->values, s_->count, &s_->device_values, stream, err);            \
+        *v = s_->device_values;                                                                           \
+        return rc_;                                                                                       \
+    }                                                                                                     \
+    static int P##_tp_table_cuda(const void *inst, const float *theta, int32_t distances, float *out,    \
+                                 void *stream, biaskit_error *err)                                        \
+    {                                                                                                     \
+        const biaskit_tp_instance *s_ = (const biaskit_tp_instance *)inst;                                \
+        const float *v_ = NULL;                                                                           \
+        int rc_ = P##_tp_device_values_(inst, theta, distances, stream, &v_, err);                        \
+        return rc_ ? rc_ : P##_tp_table_cuda_(s_->svc, s_->heads, v_, P##_tp_ctx(s_), distances, out,   \
+                                              stream, err);                                               \
+    }                                                                                                     \
+    static int P##_tp_backward_cuda(const void *inst, const float *theta, int32_t distances,             \
+                                    const float *dtable, float *dtheta, void *stream, biaskit_error *err) \
+    {                                                                                                     \
+        const biaskit_tp_instance *s_ = (const biaskit_tp_instance *)inst;                                \
+        const float *v_ = NULL;                                                                           \
+        int rc_ = biaskit_tp_values_(s_, theta, distances, &v_, err);                                     \
+        if (rc_ || !s_->learnable)                                                                        \
+            return rc_; /* frozen: no parameters, nothing to add */                                       \
+        return P##_tp_backward_cuda_(s_->svc, s_->heads, v_, P##_tp_ctx(s_), distances, dtable, dtheta, \
+                                     stream, err);                                                        \
+    }
+#define BIASKIT_TP_CUDA_FIELDS_(P) .table_cuda = P##_tp_table_cuda, .table_backward_cuda = P##_tp_backward_cuda,
+#define BIASKIT_TP_RELEASE_(P) P##_tp_release_
+#else
+#define BIASKIT_TP_CUDA_(P)
+#define BIASKIT_TP_CUDA_FIELDS_(P)
+#define BIASKIT_TP_RELEASE_(P) NULL
+#endif
+
+/* The whole plugin: options, specs, create, host table and gradient, the CUDA hooks when built with
+ * CUDA, the descriptor (... = its designated initialisers: .name, .version, .summary, ...) and the
+ * entry point. */
+#define BIASKIT_TABLE_PLUGIN(P, PARAMS, CONSTANTS, ...)                                                    \
+    static const biaskit_tp_param P##_tp_specs[] = {PARAMS(BIASKIT_TP_SPEC_)};                             \
+    /* a sentinel keeps the array non-empty when there are no constants */                                 \
+    static const biaskit_tp_constant P##_tp_constants[] = {CONSTANTS(BIASKIT_TP_CSPEC_){NULL, 0, 0, 0, NULL}}; \
+    static const biaskit_option P##_tp_options[] = {                                                       \
+        BIASKIT_OPTION_BOOL("learnable", 1, "train the parameters; false: fixed at the given values (or "  \
+                                            "their non-random init rule), no parameters"),                 \
+        PARAMS(BIASKIT_TP_OPTION_) CONSTANTS(BIASKIT_TP_COPTION_)};                                        \
+    static const biaskit_plugin P##_tp_descriptor;                                                         \
+    static P##_ctx P##_tp_ctx(const biaskit_tp_instance *s_)                                               \
+    {                                                                                                      \
+        P##_ctx c_;                                                                                        \
+        int k_ = 0;                                                                                        \
+        c_.heads = s_->heads;                                                                              \
+        CONSTANTS(BIASKIT_TP_CTX_)                                                                         \
+        (void)k_;                                                                                          \
+        return c_;                                                                                         \
+    }                                                                                                      \
+    BIASKIT_TP_CUDA_(P)                                                                                    \
+    static int P##_tp_create(const biaskit_services *svc, const biaskit_config *cfg,                       \
+                             const biaskit_geometry *geo, void **out, biaskit_error *err)                  \
+    {                                                                                                      \
+        return biaskit_tp_create(svc, cfg, geo, P##_tp_descriptor.name, P##_tp_specs,                      \
+                                 (int)(sizeof P##_tp_specs / sizeof P##_tp_specs[0]), P##_tp_constants,    \
+                                 (int)(sizeof P##_tp_constants / sizeof P##_tp_constants[0]) - 1,          \
+                                 BIASKIT_TP_RELEASE_(P), out, err);                                        \
+    }                                                                                                      \
+    static int P##_tp_table(const void *inst, const float *theta, int32_t distances, float *out,           \
+                            biaskit_error *err)                                                            \
+    {                                                                                                      \
+        const biaskit_tp_instance *s_ = (const biaskit_tp_instance *)inst;                                 \
+        const float *v_ = NULL;                                                                            \
+        int rc_ = biaskit_tp_values_(s_, theta, distances, &v_, err);                                      \
+        if (rc_)                                                                                           \
+            return rc_;                                                                                    \
+        P##_ctx c_ = P##_tp_ctx(s_);                                                                       \
+        for (int32_t h = 0; h < s_->heads; h++) {                                                          \
+            P##_params p_ = P##_tp_load(v_, s_->heads, h);                                                 \
+            float *row_ = out + (size_t)h * (size_t)distances;                                             \
+            for (int32_t d = 0; d < distances; d++)                                                        \
+                row_[d] = P##_tp_formula(p_, c_, h, d);                                                    \
+        }                                                                                                  \
+        return BIASKIT_OK;                                                                                 \
+    }                                                                                                      \
+    /* the documented host order: per head, d ascending, one double per parameter */                       \
+    static int P##_tp_table_backward(const void *inst, const float *theta, int32_t distances,              \
+                                     const float *dtable, float *dtheta, biaskit_error *err)               \
+    {                                                                                                      \
+        const biaskit_tp_instance *s_ = (const biaskit_tp_instance *)inst;                                 \
+        const float *v_ = NULL;                                                                            \
+        int rc_ = biaskit_tp_values_(s_, theta, distances, &v_, err);                                      \
+        if (rc_ || !s_->learnable)                                                                         \
+            return rc_; /* frozen: no parameters, nothing to add */                                        \
+        P##_ctx c_ = P##_tp_ctx(s_);                                                                       \
+        double total_[BIASKIT_TP_NPARAMS_(P)] = {0};                                                       \
+        for (int32_t h = 0; h < s_->heads; h++) {                                                          \
+            P##_params p_ = P##_tp_load(v_, s_->heads, h);                                                 \
+            const float *row_ = dtable + (size_t)h * (size_t)distances;                                    \
+            double head_[BIASKIT_TP_NPARAMS_(P)] = {0};                                                    \
+            for (int32_t d = 0; d < distances; d++)                                                        \
+                BIASKIT_TP_ACCUMULATE_(P, PARAMS, p_, c_, h, d, (double)row_[d], head_);                   \
+            biaskit_tp_add_head_(s_, head_, h, total_, dtheta);                                            \
+        }                                                                                                  \
+        biaskit_tp_add_totals_(s_, total_, dtheta);                                                        \
+        return BIASKIT_OK;                                                                                 \
+    }                                                                                                      \
+    static const biaskit_plugin P##_tp_descriptor = {                                                      \
+        .struct_size = sizeof(biaskit_plugin),                                                             \
+        .abi_version = BIASKIT_ABI_VERSION,                                                                \
+        .capabilities = BIASKIT_CAP_TABLE,                                                                 \
+        .options = P##_tp_options,                                                                         \
+        .n_options = sizeof P##_tp_options / sizeof P##_tp_options[0],                                     \
+        .create = P##_tp_create,                                                                           \
+        .destroy = biaskit_tp_destroy,                                                                     \
+        .param_count = biaskit_tp_param_count,                                                             \
+        .param_init = biaskit_tp_param_init,                                                               \
+        .param_project = biaskit_tp_param_project,                                                         \
+        .param_tensors = biaskit_tp_param_tensors,                                                         \
+        .table = P##_tp_table,                                                                             \
+        .table_backward = P##_tp_table_backward,                                                           \
+        BIASKIT_TP_CUDA_FIELDS_(P) __VA_ARGS__};                                                           \
+    BIASKIT_DEFINE_PLUGIN(P##_tp_descriptor)
+
+#else /* __CUDACC__ */
+/* ==================================== device part (CUDA C++) =================================== */
+
+/* Sum of the partials of element (k, h) of dtheta: partial[(head * blocks + b) * np + k], for one head
+ * (PER_HEAD) or every head ascending (SCALAR), blocks ascending. */
+static __device__ inline double biaskit_tp_sum_partials_(const double *partial, int32_t heads, unsigned blocks,
+                                                         int np, int k, int per_head, int32_t h)
+{
+    double s = 0.0;
+    for (int32_t hh = per_head ? h : 0; hh < (per_head ? h + 1 : heads); hh++)
+        for (unsigned b = 0; b < blocks; b++)
+            s += partial[((size_t)hh * blocks + b) * (size_t)np + (size_t)k];
+    return s;
+}
+
+#define BIASKIT_TP_FINAL_(name, shape, init, lo, hi, doc)                                                 \
+    {                                                                                                     \
+        int64_t n_ = BIASKIT_TP_SHAPE_(shape) ? (int64_t)heads : 1;                                       \
+        if (e_ >= off_ && e_ < off_ + n_)                                                                 \
+            dtheta[e_] += (float)biaskit_tp_sum_partials_(partial, heads, blocks, np_, k_,                \
+                                                          BIASKIT_TP_SHAPE_(shape), (int32_t)(e_ - off_)); \
+        off_ += n_;                                                                                       \
+        k_++;                                                                                             \
+    }
+
+#define BIASKIT_TP_COUNT_(name, shape, init, lo, hi, doc) count += BIASKIT_TP_SHAPE_(shape) ? (int64_t)heads : 1;
+
+#define BIASKIT_TABLE_PLUGIN(P, PARAMS, CONSTANTS, ...)                                                    \
+    /* one row per blockIdx.y = head, a grid-stride loop over the distances */                             \
+    static __global__ void P##_tp_table_kernel(const float *v, P##_ctx c, int32_t distances, float *table) \
+    {                                                                                                      \
+        int32_t h = (int32_t)blockIdx.y;                                                                   \
+        P##_params p = P##_tp_load(v, c.heads, h);                                                         \
+        for (int32_t d = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); d < distances;                  \
+             d += (int32_t)(gridDim.x * blockDim.x))                                                       \
+            table[(size_t)h * (size_t)distances + (size_t)d] = P##_tp_formula(p, c, h, d);                 \
+    }                                                                                                      \
+    /* block (blockIdx.x, head blockIdx.y): fixed distances per thread, a fixed tree per block */          \
+    static __global__ void P##_tp_partial_kernel(const float *v, P##_ctx c, int32_t distances,             \
+                                                 const float *dtable, double *partial)                     \
+    {                                                                                                      \
+        enum { NP = BIASKIT_TP_NPARAMS_(P), T = BIASKIT_TP_THREADS };                                      \
+        static_assert(NP * T * sizeof(double) <= 48 * 1024,                                                \
+                      "table_plugin.h: at most 24 parameters (the block sums fit in 48 KiB of shared memory)"); \
+        __shared__ double sh[NP * T];                                                                      \
+        int32_t h = (int32_t)blockIdx.y;                                                                   \
+        unsigned t = threadIdx.x;                                                                          \
+        P##_params p = P##_tp_load(v, c.heads, h);                                                         \
+        double acc[NP];                                                                                    \
+        for (int k = 0; k < NP; k++)                                                                       \
+            acc[k] = 0.0;                                                                                  \
+        for (int32_t d = (int32_t)(blockIdx.x * T + t); d < distances; d += (int32_t)(gridDim.x * T))      \
+            BIASKIT_TP_ACCUMULATE_(P, PARAMS, p, c, h, d,                                                  \
+                                   (double)dtable[(size_t)h * (size_t)distances + (size_t)d], acc);        \
+        for (int k = 0; k < NP; k++)                                                                       \
+            sh[k * T + t] = acc[k];                                                                        \
+        __syncthreads();                                                                                   \
+        for (unsigned stride = T / 2; stride > 0; stride /= 2) {                                           \
+            if (t < stride)                                                                                \
+                for (int k = 0; k < NP; k++)                                                               \
+                    sh[k * T + t] += sh[k * T + t + stride];                                               \
+            __syncthreads();                                                                               \
+        }                                                                                                  \
+        if (t == 0)                                                                                        \
+            for (int k = 0; k < NP; k++)                                                                   \
+                partial[((size_t)h * gridDim.x + blockIdx.x) * NP + (size_t)k] = sh[k * T];                \
+    }                                                                                                      \
+    /* one thread per element of dtheta: the partials in a fixed order */                                  \
+    static __global__ void P##_tp_final_kernel(int32_t heads, unsigned blocks, int64_t count,              \
+                                               const double *partial, float *dtheta)                       \
+    {                                                                                                      \
+        const int np_ = BIASKIT_TP_NPARAMS_(P);                                                            \
+        for (int64_t e_ = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e_ < count;                     \
+             e_ += (int64_t)gridDim.x * blockDim.x) {                                                      \
+            int64_t off_ = 0;                                                                              \
+            int k_ = 0;                                                                                    \
+            PARAMS(BIASKIT_TP_FINAL_)                                                                      \
+        }                                                                                                  \
+    }                                                                                                      \
+    extern "C" int P##_tp_table_cuda_(const biaskit_services *svc, int32_t heads, const float *v, P##_ctx c, \
+                                      int32_t distances, float *table, void *stream, biaskit_error *err)   \
+    {                                                                                                      \
+        P##_tp_table_kernel<<<dim3(biaskit_cuda_blocks(distances, BIASKIT_TP_THREADS), (unsigned)heads),   \
+                              BIASKIT_TP_THREADS, 0, (cudaStream_t)stream>>>(v, c, distances, table);      \
+        return biaskit_cuda_launched(svc, "the table kernel", err);                                        \
+    }                                                                                                      \
+    extern "C" int P##_tp_backward_cuda_(const biaskit_services *svc, int32_t heads, const float *v,        \
+                                         P##_ctx c, int32_t distances, const float *dtable, float *dtheta, \
+                                         void *stream, biaskit_error *err)                                 \
+    {                                                                                                      \
+        const int np = BIASKIT_TP_NPARAMS_(P);                                                             \
+        /* at least 8 distances per thread before another block is worth its partial */                    \
+        unsigned blocks = biaskit_cuda_blocks(distances, BIASKIT_TP_THREADS * 8);                          \
+        size_t n = (size_t)heads * blocks * (size_t)np;                                                    \
+        int64_t count = 0; /* the elements of theta */                                                     \
+        PARAMS(BIASKIT_TP_COUNT_)                                                                          \
+        double *partial = NULL;                                                                            \
+        cudaError_t ce = cudaMallocAsync((void **)&partial, sizeof(double) * n, (cudaStream_t)stream);     \
+        if (ce != cudaSuccess)                                                                             \
+            return svc->error(err, BIASKIT_ERR_DEVICE, "cudaMallocAsync of %zu gradient partials: %s", n,  \
+                              cudaGetErrorString(ce));                                                     \
+        P##_tp_partial_kernel<<<dim3(blocks, (unsigned)heads), BIASKIT_TP_THREADS, 0,                      \
+                                (cudaStream_t)stream>>>(v, c, distances, dtable, partial);                 \
+        int rc = biaskit_cuda_launched(svc, "the gradient kernel (partials)", err);                        \
+        if (!rc) {                                                                                         \
+            P##_tp_final_kernel<<<biaskit_cuda_blocks(count, BIASKIT_TP_THREADS), BIASKIT_TP_THREADS, 0,   \
+                                  (cudaStream_t)stream>>>(heads, blocks, count, partial, dtheta);          \
+            rc = biaskit_cuda_launched(svc, "the gradient kernel (final sum)", err);                       \
+        }                                                                                                  \
+        ce = cudaFreeAsync(partial, (cudaStream_t)stream);                                                 \
+        if (!rc && ce != cudaSuccess)                                                                      \
+            rc = svc->error(err, BIASKIT_ERR_DEVICE, "cudaFreeAsync of the gradient partials: %s",         \
+                            cudaGetErrorString(ce));                                                       \
+        return rc;                                                                                         \
+    }                                                                                                      \
+    extern "C" int P##_tp_upload_(const biaskit_services *svc, const float *host, int64_t count,           \
+                                  float **device, void *stream, biaskit_error *err)                        \
+    {                                                                                                      \
+        return biaskit_cuda_upload_once(svc, host, (size_t)count, device, stream, "fixed parameters", err); \
+    }                                                                                                      \
+    extern "C" void P##_tp_release_(float *device)                                                         \
+    {                                                                                                      \
+        biaskit_cuda_free(device);                                                                         \
+    }
+
+#endif /* __CUDACC__ */
+
+#endif /* BIASKIT_TABLE_PLUGIN_H */

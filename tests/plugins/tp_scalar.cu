@@ -1,0 +1,1 @@
+#include "tp_scalar.c"
