@@ -83,5 +83,19 @@ check "pkg-config build loads by path" \
 check "example passes biaskit check (by path)" \
     "$prefix/bin/biaskit" check "$work/gaussian/build/biaskit_gaussian.so"
 
+# biaskit new-plugin: the scaffold builds against the installed SDK as written, loads by name and
+# passes check; a second scaffold of the same name is refused
+check "new-plugin writes a folder" "$prefix/bin/biaskit" new-plugin mybias --dir "$work"
+check "new-plugin refuses an existing folder" bash -c "! '$prefix/bin/biaskit' new-plugin mybias --dir '$work' 2>/dev/null"
+check "new-plugin scaffold configures against the installed SDK" \
+    cmake -S "$work/mybias" -B "$work/mybias/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_FLAGS="-Wall -Wextra -Werror"
+check "new-plugin scaffold builds" cmake --build "$work/mybias/build"
+check "new-plugin scaffold loads by name" \
+    bash -c "BIASKIT_PLUGIN_PATH='$work/mybias/build' '$prefix/bin/biaskit' plugins | grep -q '^mybias '"
+check "new-plugin scaffold passes biaskit check (by name)" \
+    env BIASKIT_PLUGIN_PATH="$work/mybias/build" "$prefix/bin/biaskit" check mybias
+check "new-plugin scaffold's experiment reads its table (ALiBi slopes: T_0(3) = -3 * 2^-2)" \
+    bash -c "cd '$work/mybias' && BIASKIT_PLUGIN_PATH='$work/mybias/build' '$prefix/bin/biaskit' bias mybias.toml --length 4 --csv - | grep -q '^0,token,mixed,0,3,-0.75$'"
+
 echo "test_install: $passed passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -21,6 +21,7 @@ static const struct {
     {"erf", bk_cmd_erf, "empirical receptive field of a checkpoint's attention, against its TRF"},
     {"plugins", bk_cmd_plugins, "list the plugins found, with capabilities and options"},
     {"bias", bk_cmd_bias, "print (or write as CSV) each head's distance table of an experiment"},
+    {"new-plugin", bk_cmd_new_plugin, "write a ready folder for a new formula-first plugin (builds and passes check)"},
     {"check", bk_cmd_check, "conformance checks of a plugin: ABI, bad options, finite tables, gradients, CUDA"},
     {"config", bk_cmd_config, "check an experiment file and print its resolved values; --keys lists every key"},
     {"sweep", bk_cmd_sweep, "train and evaluate a grid of experiments (variants x corpora x seeds x grid), resumably"},
