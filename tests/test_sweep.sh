@@ -149,17 +149,18 @@ check "a trained run only evaluates again" 0 "nope-base-s1: trained before; eval
 expect "... and is done" test -s "$d/nope-base-s1/eval.json"
 
 # Ctrl-C (SIGINT to the sweep): the children stop at a checkpoint, exit 130, then the next sweep resumes.
-sed -e 's/"train.steps=8"/"train.steps=200"/' -e 's/^out_dir = "out"/out_dir = "out-int"/' -e 's/^seeds = \[1, 2\]/seeds = [1]/' \
+sed -e 's/"train.steps=8"/"train.steps=2000"/' -e 's/^out_dir = "out"/out_dir = "out-int"/' -e 's/^seeds = \[1, 2\]/seeds = [1]/' \
     "$work/tiny.toml" >"$work/int.toml"
 "$bk" sweep "$work/int.toml" --jobs 2 >"$work/int.log" 2>&1 &
 pid=$!
-for _ in $(seq 300); do # until both runs logged a step (each has a checkpoint to resume from), 30 s at most
+# 2000 steps of ~1 ms: both runs are still training when their first step is logged (polled every 20 ms)
+for _ in $(seq 1500); do # until both runs logged a step (each has a checkpoint to resume from), 30 s at most
     n=0
     for f in "$work"/out-int/*/train.log; do
         grep -q '^step ' "$f" 2>/dev/null && n=$((n + 1))
     done
     [ $n -ge 2 ] && break
-    sleep 0.1
+    sleep 0.02
 done
 kill -INT $pid
 wait $pid
@@ -175,7 +176,7 @@ expect "... from their checkpoints" grep -q "resuming from .* at step [1-9]" "$w
 
 # A changed sweep file does not resume a checkpoint of another experiment.
 echo '{"state":"training","error":"","train_seconds":1,"eval_seconds":0}' >"$work/out-int/nope-base-s1/status.json"
-sed -i 's/"train.steps=200"/"train.steps=500"/' "$work/int.toml"
+sed -i 's/"train.steps=2000"/"train.steps=2500"/' "$work/int.toml"
 check "a checkpoint of another experiment is not resumed" 1 "nope-base-s1: FAILED .*resolves to another experiment than '.*/nope-base-s1/experiment.toml'" \
     "$bk" sweep "$work/int.toml" --only 'nope-*'
 
