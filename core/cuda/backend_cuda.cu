@@ -158,16 +158,6 @@ static void cuda_release(bk_backend *be, void *ptr)
         cudaFreeAsync(ptr, stream_of(cuda_dev(be))); // a failure here resurfaces at the next sync
 }
 
-static int cuda_upload(bk_backend *be, void *dst, const void *src_host, size_t bytes, bk_error *err)
-{
-    return dev_upload(cuda_dev(be), dst, src_host, bytes, err);
-}
-
-static int cuda_download(bk_backend *be, void *dst_host, const void *src, size_t bytes, bk_error *err)
-{
-    return dev_download(cuda_dev(be), dst_host, src, bytes, err);
-}
-
 static int cuda_copy(bk_backend *be, void *dst, const void *src, size_t bytes, bk_error *err)
 {
     if (!bytes)
@@ -176,20 +166,10 @@ static int cuda_copy(bk_backend *be, void *dst, const void *src, size_t bytes, b
     return e == cudaSuccess ? BK_OK : cuda_fail(err, "copy (cudaMemcpyAsync device to device)", e);
 }
 
-static int cuda_zero(bk_backend *be, void *ptr, size_t bytes, bk_error *err)
-{
-    return dev_zero(cuda_dev(be), ptr, bytes, err);
-}
-
 static int cuda_sync(bk_backend *be, bk_error *err)
 {
     cudaError_t e = cudaStreamSynchronize(stream_of(cuda_dev(be)));
     return e == cudaSuccess ? BK_OK : cuda_fail(err, "cudaStreamSynchronize (queued work failed)", e);
-}
-
-static void *cuda_stream(bk_backend *be)
-{
-    return cuda_dev(be)->stream;
 }
 
 static void cuda_destroy(bk_backend *be)
@@ -262,12 +242,8 @@ extern "C" int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, b
 
     be->alloc = cuda_alloc;
     be->release = cuda_release;
-    be->upload = cuda_upload;
-    be->download = cuda_download;
     be->copy = cuda_copy;
-    be->zero = cuda_zero;
     be->sync = cuda_sync;
-    be->stream = cuda_stream;
 
     dev_set_ops(be);
     be->destroy = cuda_destroy;

@@ -112,16 +112,6 @@ static void emu_release(bk_backend *be, void *ptr)
     free(ptr);
 }
 
-static int emu_upload(bk_backend *be, void *dst, const void *src_host, size_t bytes, bk_error *err)
-{
-    return dev_upload((bk_dev *)be->impl, dst, src_host, bytes, err);
-}
-
-static int emu_download(bk_backend *be, void *dst_host, const void *src, size_t bytes, bk_error *err)
-{
-    return dev_download((bk_dev *)be->impl, dst_host, src, bytes, err);
-}
-
 static int emu_copy(bk_backend *be, void *dst, const void *src, size_t bytes, bk_error *err)
 {
     (void)be, (void)err;
@@ -130,21 +120,10 @@ static int emu_copy(bk_backend *be, void *dst, const void *src, size_t bytes, bk
     return BK_OK;
 }
 
-static int emu_zero(bk_backend *be, void *ptr, size_t bytes, bk_error *err)
-{
-    return dev_zero((bk_dev *)be->impl, ptr, bytes, err);
-}
-
 static int emu_sync(bk_backend *be, bk_error *err)
 {
     (void)be, (void)err;
     return BK_OK;
-}
-
-static void *emu_stream(bk_backend *be)
-{
-    (void)be;
-    return NULL;
 }
 
 typedef struct bk_emulated_backend {
@@ -176,12 +155,8 @@ int bk_backend_emulated_create(bk_backend **out, bk_error *err)
 
     be->alloc = emu_alloc;
     be->release = emu_release;
-    be->upload = emu_upload;
-    be->download = emu_download;
     be->copy = emu_copy;
-    be->zero = emu_zero;
     be->sync = emu_sync;
-    be->stream = emu_stream;
 
     dev_set_ops(be);
     be->destroy = emu_destroy;

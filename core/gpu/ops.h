@@ -1,14 +1,40 @@
 /* The device backend's functions (ops_layers.h, ops_attention.h) put into a backend table, once for
  * both instantiations (gpu/dev.h): each includes this after defining its primitives, then fills the
- * memory entries and `destroy` itself. */
+ * entries that differ (alloc, release, copy, sync, destroy) itself. */
 #ifndef BK_GPU_OPS_H
 #define BK_GPU_OPS_H
 
 #include "gpu/ops_attention.h"
 #include "gpu/ops_layers.h"
 
+/* The table's upload, download and zero are the primitives on the backend's bk_dev; its stream is the
+ * bk_dev's (NULL when emulated: plugins' CUDA code is not called there). */
+static int dev_table_upload(bk_backend *be, void *dst, const void *src_host, size_t bytes, bk_error *err)
+{
+    return dev_upload((bk_dev *)be->impl, dst, src_host, bytes, err);
+}
+
+static int dev_table_download(bk_backend *be, void *dst_host, const void *src, size_t bytes, bk_error *err)
+{
+    return dev_download((bk_dev *)be->impl, dst_host, src, bytes, err);
+}
+
+static int dev_table_zero(bk_backend *be, void *ptr, size_t bytes, bk_error *err)
+{
+    return dev_zero((bk_dev *)be->impl, ptr, bytes, err);
+}
+
+static void *dev_table_stream(bk_backend *be)
+{
+    return ((bk_dev *)be->impl)->stream;
+}
+
 static void dev_set_ops(bk_backend *be)
 {
+    be->upload = dev_table_upload;
+    be->download = dev_table_download;
+    be->zero = dev_table_zero;
+    be->stream = dev_table_stream;
     be->encoder_forward = dev_encoder_forward;
     be->encoder_backward = dev_encoder_backward;
     be->layernorm_forward = dev_layernorm_forward;
