@@ -2,11 +2,18 @@
  * (tests/plugins/kerple_tp.c) against the built-in kerple plugin's variant "log" -- tables, gradients,
  * projection, initialisation and tensors bit for bit -- its frozen form and its option errors; and
  * tp_scalar (tests/plugins/tp_scalar.c) for a scalar parameter, the ALiBi and constant init rules and a
- * constant. The CUDA variants against the host ones when a GPU answers. */
+ * constant. The built-in alibi, qin and kerple plugins, written with the header, against loops over
+ * their math headers that do what their hand-written descriptors did (the same expressions, rounding,
+ * draws and accumulation order): bit for bit. The CUDA variants against the host ones when a GPU
+ * answers. */
 #include "term_fixture.h"
 
 #include "bias/terms.h"
 #include "device.h"
+
+#include "../plugins/alibi/alibi_math.h"
+#include "../plugins/kerple/kerple_math.h"
+#include "../plugins/qin/qin_math.h"
 
 #include <biaskit/random.h>
 #include <biaskit/table_plugin.h>
@@ -191,13 +198,212 @@ static void options_are_checked(void **state)
     expect_tp_error(3, "tp_scalar", "amp = [1.0, 2.0]\n", "amp", "expected 1 value (a scalar parameter)");
     expect_tp_error(3, "tp_scalar", "offset = 11\n", "offset", "expected a finite value in [-10, 10]");
     expect_tp_error(3, "kerple_tp", "r3 = [1.0]\n", "r3", NULL); /* not declared: the host refuses it */
-    /* learnable: a given value outside the bounds is clamped (with a warning), not refused */
-    fixture f;
-    char text[512];
-    experiment(text, sizeof text, 2, "kerple_tp", "r1 = [0.001]\n");
-    open_ok(&f, text);
-    assert_true(bk_term_theta(&f.set.terms[0], 0)[0] == 0.01f);
-    close_terms(&f);
+    /* initial values must lie within the bounds too */
+    expect_tp_error(2, "kerple_tp", "r1 = [0.001]\n", "r1", "value 0: expected a value in [0.01, inf] (the bounds of parameter 'r1'), got 0.001");
+}
+
+/* ---- the built-in plugins written with the header, against their formulas ----------------------- */
+
+static const int32_t ported_lengths[] = {1, 7, 1000, 70000};
+
+/* The term's table at D distances (theta may be NULL) equals want[] bit for bit. */
+static void expect_table_bits(const bk_term *t, const float *theta, int32_t D, const float *want, const char *what)
+{
+    size_t n = (size_t)t->n_heads * (size_t)D;
+    float *got = malloc(sizeof *got * n);
+    assert_non_null(got);
+    biaskit_error pe = {0, ""};
+    assert_int_equal(t->plugin->desc->table(t->instance, theta, D, got, &pe), BIASKIT_OK);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+            fail_msg("%s, D = %d, head %zu, d = %zu: plugin %.9g, formula %.9g", what, (int)D, i / (size_t)D,
+                     i % (size_t)D, (double)got[i], (double)want[i]);
+    free(got);
+}
+
+/* alibi: no parameters, no `learnable` option; the table is bk_alibi_bias((float)(scale * m_h), d) with
+ * m_h the series (12 heads: not a power of two), a uniform slope, one given slope or one per head. */
+static void alibi_is_its_formula(void **state)
+{
+    (void)state;
+    enum { H = 12 };
+    double series[H], list[H];
+    bk_alibi_slopes(H, series);
+    char list_text[512] = "slopes = [", *at = list_text + strlen(list_text);
+    for (int h = 0; h < H; h++) {
+        list[h] = 0.1 + 0.0137 * h;
+        at += snprintf(at, sizeof list_text - (size_t)(at - list_text), "%.17g%s", list[h], h + 1 < H ? ", " : "]\n");
+    }
+    char with_scale[600];
+    snprintf(with_scale, sizeof with_scale, "%sslope_scale = 0.3\n", list_text);
+    const struct {
+        const char *options;
+        double scale;
+        int source; /* 0: the series, 1: one value, 2: list[] */
+        double value;
+    } cases[] = {
+        {"", 1.0, 0, 0.0},
+        {"slope_scale = 96.0\n", 96.0, 0, 0.0},
+        {"slope_scale = 0.3\n", 0.3, 0, 0.0},
+        {"uniform_slope = 0.1\nslope_scale = 3.0\n", 3.0, 1, 0.1},
+        {"uniform_slope = 0.0\n", 1.0, 1, 0.0},
+        {"slopes = [0.7]\nslope_scale = 0.3\n", 0.3, 1, 0.7},
+        {list_text, 1.0, 2, 0.0},
+        {with_scale, 0.3, 2, 0.0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char text[1024];
+        experiment(text, sizeof text, H, "alibi", cases[c].options);
+        fixture f;
+        open_ok(&f, text);
+        const bk_term *t = &f.set.terms[0];
+        assert_int_equal(t->n_params, 0);
+        const biaskit_plugin *desc = t->plugin->desc;
+        for (size_t o = 0; o < (size_t)desc->n_options; o++)
+            assert_string_not_equal(desc->options[o].name, "learnable");
+        for (size_t l = 0; l < sizeof ported_lengths / sizeof ported_lengths[0]; l++) {
+            int32_t D = ported_lengths[l];
+            float *want = malloc(sizeof *want * (size_t)H * (size_t)D);
+            assert_non_null(want);
+            for (int h = 0; h < H; h++) {
+                double m = cases[c].source == 0 ? series[h] : cases[c].source == 1 ? cases[c].value : list[h];
+                float slope = (float)(cases[c].scale * m);
+                for (int32_t d = 0; d < D; d++)
+                    want[(size_t)h * (size_t)D + (size_t)d] = bk_alibi_bias(slope, d);
+            }
+            expect_table_bits(t, NULL, D, want, cases[c].options[0] ? cases[c].options : "alibi defaults");
+            free(want);
+        }
+        close_terms(&f);
+    }
+}
+
+/* qin: no parameters; every head's row is bk_qin_bias(form, offset, d). */
+static void qin_is_its_formula(void **state)
+{
+    (void)state;
+    enum { H = 3 };
+    const struct {
+        const char *options;
+        int form;
+        int32_t offset;
+    } cases[] = {
+        {"", BK_QIN_TYPE1, 2},
+        {"form = \"type2\"\n", BK_QIN_TYPE2, 2},
+        {"form = \"harmonic\"\n", BK_QIN_HARMONIC, 2},
+        {"form = \"nlogn\"\n", BK_QIN_NLOGN, 2},
+        {"form = \"nlogn\"\noffset = 5\n", BK_QIN_NLOGN, 5},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char text[512];
+        experiment(text, sizeof text, H, "qin", cases[c].options);
+        fixture f;
+        open_ok(&f, text);
+        const bk_term *t = &f.set.terms[0];
+        assert_int_equal(t->n_params, 0);
+        for (size_t l = 0; l < sizeof ported_lengths / sizeof ported_lengths[0]; l++) {
+            int32_t D = ported_lengths[l];
+            float *want = malloc(sizeof *want * (size_t)H * (size_t)D);
+            assert_non_null(want);
+            for (int h = 0; h < H; h++)
+                for (int32_t d = 0; d < D; d++)
+                    want[(size_t)h * (size_t)D + (size_t)d] = bk_qin_bias(cases[c].form, cases[c].offset, d);
+            expect_table_bits(t, NULL, D, want, cases[c].options[0] ? cases[c].options : "qin defaults");
+            free(want);
+        }
+        close_terms(&f);
+    }
+}
+
+/* kerple: per variant, r_k of head h at theta[k H + h]; r2 (power) and r3 are exponents <= 2. */
+static int kerple_exponent(int variant, int k)
+{
+    return (variant == BK_KERPLE_POWER && k == 1) || (variant == BK_KERPLE_3PARA_LOG && k == 2);
+}
+
+/* The official code's init: r_k ~ high_k * U(0,1), parameter by parameter, head by head, projected. */
+static double kerple_high(int variant, int k)
+{
+    if (variant == BK_KERPLE_POWER)
+        return k == 0 ? 1.0 : 2.0;
+    return k == 1 ? 1.0 : 2.0;
+}
+
+/* kerple, each variant: init (one draw per element, r1 then r2 then r3), projection, tables and the
+ * gradient (per head, d ascending, (double)dtable * (double)dT/dr_k in double, added as a float) against
+ * loops over kerple_math.h. */
+static void kerple_variants_are_their_formulas(void **state)
+{
+    (void)state;
+    enum { H = 5 };
+    const char *names[3] = {"log", "power", "3para-log"};
+    for (int v = 0; v < 3; v++) {
+        char text[512], line[64];
+        snprintf(line, sizeof line, "variant = \"%s\"\n", names[v]);
+        experiment(text, sizeof text, H, "kerple", line);
+        fixture f;
+        open_ok(&f, text);
+        const bk_term *t = &f.set.terms[0];
+        const biaskit_plugin *desc = t->plugin->desc;
+        int n = bk_kerple_tensor_count(v);
+        size_t P = (size_t)n * H;
+        assert_int_equal(t->n_params, (int64_t)P);
+        float theta[3 * H], want_theta[3 * H];
+        biaskit_error pe = {0, ""};
+        for (uint64_t seed = 1; seed < 4; seed++) {
+            assert_int_equal(desc->param_init(t->instance, theta, seed, &pe), BIASKIT_OK);
+            biaskit_rng rng = biaskit_rng_seeded(seed);
+            for (int k = 0; k < n; k++)
+                for (int h = 0; h < H; h++)
+                    want_theta[k * H + h] =
+                        bk_kerple_project((float)(kerple_high(v, k) * biaskit_rng_uniform(&rng)), kerple_exponent(v, k));
+            assert_memory_equal(theta, want_theta, sizeof(float) * P);
+        }
+        for (uint64_t s = 1; s <= 3; s++) {
+            fill_random(theta, P, 40 + s, 1.5);
+            theta[0] = -1.0f;      /* below the clamp */
+            theta[P - 1] = 7.0f;   /* above an exponent's bound (power r2, 3para-log r3); log: r2 stays */
+            memcpy(want_theta, theta, sizeof(float) * P);
+            desc->param_project(t->instance, theta);
+            for (int k = 0; k < n; k++)
+                for (int h = 0; h < H; h++)
+                    want_theta[k * H + h] = bk_kerple_project(want_theta[k * H + h], kerple_exponent(v, k));
+            assert_memory_equal(theta, want_theta, sizeof(float) * P);
+            for (size_t l = 0; l < sizeof ported_lengths / sizeof ported_lengths[0]; l++) {
+                int32_t D = ported_lengths[l];
+                size_t N = (size_t)H * (size_t)D;
+                float *want = malloc(sizeof *want * N), *g = malloc(sizeof *g * N);
+                assert_non_null(want);
+                assert_non_null(g);
+                float dtheta[3 * H], want_dtheta[3 * H];
+                fill_random(g, N, 70 + s, 1.0);
+                fill_random(dtheta, P, 80 + s, 0.1);
+                memcpy(want_dtheta, dtheta, sizeof(float) * P);
+                for (int h = 0; h < H; h++) {
+                    float r1 = theta[h], r2 = theta[H + h], r3 = n > 2 ? theta[2 * H + h] : 0.0f;
+                    double acc[3] = {0.0, 0.0, 0.0};
+                    for (int32_t d = 0; d < D; d++) {
+                        float dr[3] = {0.0f, 0.0f, 0.0f};
+                        want[(size_t)h * (size_t)D + (size_t)d] = bk_kerple_bias(v, r1, r2, r3, d);
+                        bk_kerple_grad(v, r1, r2, r3, d, dr);
+                        for (int k = 0; k < n; k++)
+                            acc[k] += (double)g[(size_t)h * (size_t)D + (size_t)d] * (double)dr[k];
+                    }
+                    for (int k = 0; k < n; k++)
+                        want_dtheta[k * H + h] += (float)acc[k];
+                }
+                expect_table_bits(t, theta, D, want, names[v]);
+                assert_int_equal(desc->table_backward(t->instance, theta, D, g, dtheta, &pe), BIASKIT_OK);
+                for (size_t i = 0; i < P; i++)
+                    if (memcmp(&dtheta[i], &want_dtheta[i], sizeof(float)) != 0)
+                        fail_msg("%s, D = %d, gradient %zu: plugin %.9g, formula %.9g", names[v], (int)D, i,
+                                 (double)dtheta[i], (double)want_dtheta[i]);
+                free(want);
+                free(g);
+            }
+        }
+        close_terms(&f);
+    }
 }
 
 /* tp_scalar: theta = [amp, slope_0 .. slope_H-1]; amp starts at 1, the slopes at ALiBi's (12 heads: not
@@ -308,6 +514,9 @@ int main(void)
         cmocka_unit_test(kerple_frozen),
         cmocka_unit_test(options_are_checked),
         cmocka_unit_test(scalar_parameter_alibi_rule_and_constant),
+        cmocka_unit_test(alibi_is_its_formula),
+        cmocka_unit_test(qin_is_its_formula),
+        cmocka_unit_test(kerple_variants_are_their_formulas),
         cmocka_unit_test(cuda_matches_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

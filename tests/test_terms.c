@@ -67,15 +67,15 @@ static void alibi_bad_options(void **state)
 {
     (void)state;
     expect_term_error("[model]\nheads = 3\ndim = 48\n[[term]]\nplugin = \"alibi\"\nslopes = [0.5, 0.1]\n",
-                      "exp.toml:6:10: ", "expected 3 slopes (one per head), got 2");
+                      "exp.toml:6:10: ", "expected 1 value (every head) or 3 values (one per head), got 2");
     expect_term_error("[model]\nheads = 2\n[[term]]\nplugin = \"alibi\"\nslopes = [0.5, 0.1, 0.2]\n",
                       "exp.toml:5:10: ", "slopes");
     expect_term_error("[model]\nheads = 2\n[[term]]\nplugin = \"alibi\"\nslopes = [0.5, -0.1]\n",
-                      "exp.toml:5:10: ", "slope 1: expected a finite slope >= 0, got -0.1");
+                      "exp.toml:5:10: ", "value 1: expected a value in [0, inf] (the bounds of parameter 'slopes'), got -0.1");
     expect_term_error("[[term]]\nplugin = \"alibi\"\nuniform_slope = 0.1\nslopes = [1.0]\n",
                       "exp.toml:4:10: ", "'slopes' and 'uniform_slope' exclude each other");
     expect_term_error("[[term]]\nplugin = \"alibi\"\nslope_scale = -2\n", "exp.toml:3:15: ",
-                      "expected a finite scale >= 0, got -2");
+                      "option 'slope_scale': expected a finite value in [0, inf], got -2");
     expect_term_error("[[term]]\nplugin = \"alibi\"\nuniform_slope = nan\n", "exp.toml:3:17: ",
                       "option 'uniform_slope': expected a finite number, got nan");
 }

@@ -1,5 +1,5 @@
-/* ALiBi's formulas, written once and shared by the host code (alibi.c), the CUDA kernel (alibi.cu)
- * and the tests.
+/* ALiBi's formulas, written once and shared by the plugin (alibi.c, and alibi.cu for CUDA), the MEP
+ * plugin and the tests.
  *
  * Press, Smith & Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
  * Extrapolation", ICLR 2022. Head h of n gets the fixed slope m_h and the bias -m_h * d at distance d.
@@ -11,6 +11,7 @@
 #define BIASKIT_ALIBI_MATH_H
 
 #include <biaskit/plugin.h>
+#include <biaskit/table_plugin.h>
 
 #include <math.h>
 #include <stdint.h>
@@ -22,25 +23,11 @@ static inline BIASKIT_HD float bk_alibi_bias(float slope, int32_t d)
 }
 
 #ifndef __CUDA_ARCH__
-/* Slope h (0-based) of the power-of-two series of length n: start * ratio^h with
- * start = ratio = 2^(-2^-(log2(n) - 3)) = 2^(-8/n). */
-static inline double bk_alibi_power_of_two_slope(int32_t n, int32_t h)
-{
-    double start = pow(2.0, -pow(2.0, -(log2((double)n) - 3.0)));
-    return start * pow(start, (double)h);
-}
-
-/* Write the n >= 1 reference slopes into out[0 .. n-1]. */
+/* Write the n >= 1 reference slopes into out[0 .. n-1] (the SDK's biaskit_tp_alibi_slope). */
 static inline void bk_alibi_slopes(int32_t n, double *out)
 {
-    int32_t c = 1;
-    while (c * 2 <= n)
-        c *= 2; /* c = 2^floor(log2 n) */
-    for (int32_t h = 0; h < c; h++)
-        out[h] = bk_alibi_power_of_two_slope(c, h);
-    /* get_slopes(2c)[0::2][:n-c]: the even-indexed slopes of the series of length 2c */
-    for (int32_t k = 0; k < n - c; k++)
-        out[c + k] = bk_alibi_power_of_two_slope(2 * c, 2 * k);
+    for (int32_t h = 0; h < n; h++)
+        out[h] = biaskit_tp_alibi_slope(n, h);
 }
 #endif
 

@@ -111,12 +111,6 @@ static inline BIASKIT_HD int bk_kerple_tensor_count(int variant)
     return variant == BK_KERPLE_3PARA_LOG ? 3 : 2;
 }
 
-/* 1 when parameter k (0 = r1, 1 = r2, 2 = r3) of the variant is an exponent (bounded by 2). */
-static inline BIASKIT_HD int bk_kerple_is_exponent(int variant, int k)
-{
-    return (variant == BK_KERPLE_POWER && k == 1) || (variant == BK_KERPLE_3PARA_LOG && k == 2);
-}
-
 /* The bias T(d) of a variant (r3 is ignored unless the variant is 3para-log). */
 static inline BIASKIT_HD float bk_kerple_bias(int variant, float r1, float r2, float r3, int32_t d)
 {

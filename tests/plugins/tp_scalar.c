@@ -7,7 +7,7 @@
 #define TP_SCALAR_PARAMS(X)                                                                     \
     X(amp, SCALAR, BIASKIT_TP_CONST(1.0), 0.0, 100.0, "amplitude shared by the heads")          \
     X(slope, PER_HEAD, BIASKIT_TP_ALIBI(1.0), 0.0, INFINITY, "slope of each head")
-#define TP_SCALAR_CONSTANTS(C) C(offset, 0.0, -10.0, 10.0, "added to every element")
+#define TP_SCALAR_CONSTANTS(C) C(offset, BIASKIT_TP_REAL(0.0, -10.0, 10.0), "added to every element")
 
 BIASKIT_TP_TYPES(tp_scalar, TP_SCALAR_PARAMS, TP_SCALAR_CONSTANTS)
 

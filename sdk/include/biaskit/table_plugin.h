@@ -7,24 +7,35 @@
  * once. The author writes only:
  *
  *   1. the parameters, as an X-macro list, one line each:
- *          X(name, PER_HEAD | SCALAR, init rule, lower bound, upper bound, "doc")
+ *          X(name, shape, init rule, lower bound, upper bound, "doc")
+ *      shape:     PER_HEAD | SCALAR                 learnable (the `learnable` option, default true)
+ *                 FIXED_PER_HEAD | FIXED_SCALAR     never learnable: the option's value or the init rule
+ *                 PER_HEAD_IF(cond, "when") | SCALAR_IF(cond, "when")
+ *                                                   learnable, present only when cond (an expression of
+ *                                                   the context c, below) holds; "when" says so in errors
+ *      A plugin's parameters are all learnable or all FIXED (a static assertion says so); a plugin with
+ *      only FIXED parameters, or none (BIASKIT_TP_NO_PARAMS), has no `learnable` option.
  *      init rule: BIASKIT_TP_CONST(v)          every element v
  *                 BIASKIT_TP_ALIBI(scale)      head h of H: scale * the ALiBi slope (biaskit_tp_alibi_slope)
  *                 BIASKIT_TP_UNIFORM(lo, hi)   lo + (hi - lo) u, u = biaskit_rng_uniform() from the seed
  *      bounds: param_project() clamps every element into [lower, upper] (use -INFINITY / INFINITY for
  *      none). The clamp is idempotent and leaves a NaN a NaN, so a diverged run shows up in the engine's
- *      finiteness checks instead of being silently reset;
+ *      finiteness checks instead of being silently reset. The init rule's numbers and the bounds may be
+ *      expressions of the constants (c.name): they are evaluated once, in create();
  *   2. optional constants (extra options), as an X-macro list, one line each:
- *          C(name, default, lower, upper, "doc")
- *      each a DOUBLE option checked to lie in [lower, upper], handed to the formulas as a float field of
- *      the context `c` (BIASKIT_TP_NO_CONSTANTS when there are none). A plugin that needs other kinds
- *      of options (strings, choices) writes the full descriptor (<biaskit/plugin.h>, sdk/README.md);
+ *          C(name, kind, "doc")
+ *      kind: BIASKIT_TP_REAL(default, lower, upper)   a number, c.name is a float
+ *            BIASKIT_TP_INT(default, lower, upper)    an integer, c.name is an int32_t
+ *            BIASKIT_TP_CHOICE("default", "a|b|c")    one of the words, c.name is its index (a = 0, ...)
+ *      each checked to lie in [lower, upper] (BIASKIT_TP_NO_CONSTANTS when there are none);
  *   3. the formula and its gradient, with the signatures these macros write (host and device):
  *          BIASKIT_TP_TABLE(prefix)    { return T;  }          float T(p, c, h, d)
  *          BIASKIT_TP_GRADIENT(prefix) { g->name = dT/dname; ... }
  *      where p holds the parameters of head h (p.name; a SCALAR parameter has the same value on every
- *      head), c the context (c.heads, and c.name of every constant), h the head, d >= 0 the distance,
- *      and g the derivatives of T(p, c, h, d) with respect to each parameter (fields start at 0).
+ *      head, an absent _IF parameter reads 0), c the context (c.heads, and c.name of every constant),
+ *      h the head, d >= 0 the distance, and g the derivatives of T(p, c, h, d) with respect to each
+ *      parameter (fields start at 0). A plugin with nothing learnable (no parameters, or FIXED ones)
+ *      writes BIASKIT_TP_NO_GRADIENT(prefix) instead.
  *
  * The whole plugin, for T_h(d) = -w_h d^2 (examples/plugin_gaussian/gaussian.c):
  *
@@ -44,17 +55,31 @@
  * BIASKIT_WITH_CUDA=1 by biaskit_add_plugin) hooks them up as table_cuda / table_backward_cuda.
  * Everything is generated into the including file; one table plugin per translation unit.
  *
+ * BIASKIT_TABLE_PLUGIN_WITH(prefix, PARAMS, CONSTANTS, &settings, ...) takes a biaskit_tp_settings:
+ *   same_rows  1: T does not depend on the head (no PER_HEAD parameter, h unused): the host table
+ *              computes row 0 once and copies it to the other heads;
+ *   setup      called at the end of create() with the instance, to check combinations of options and
+ *              to compute FIXED values from them. BIASKIT_TP_VALUES(s, name) are a parameter's values
+ *              (as floats, laid out as theta), BIASKIT_TP_EXACT(s, name) the same before rounding to
+ *              float, BIASKIT_TP_GIVEN(s, name) whether its option was set, BIASKIT_TP_CONSTANT(s, name)
+ *              a constant's value (a double; a choice's index). Its errors name an option through
+ *              s->svc->config_error(cfg, "key", err, ...). The settings and setup are compiled by nvcc
+ *              too (in the .cu file): keep them to the C that is also C++.
+ *
  * What it generates (a normal static biaskit_plugin, so the host validates it like any other):
- *   options     learnable (bool, default true), then one DOUBLE_ARRAY option per parameter, named
- *               after it, then the constants. A parameter option holds 1 value (every head) or one
- *               per head (PER_HEAD), or exactly 1 value (SCALAR); each finite and within float range.
- *               learnable = true:  theta holds every parameter; a given value replaces the init rule
- *                                  (a value outside the bounds is clamped, with a warning).
- *               learnable = false: frozen; no parameters (theta = NULL), the table uses the given
- *                                  values, which must lie within the bounds; a parameter not given
+ *   options     learnable (bool, default true; only when there are learnable parameters), then one
+ *               DOUBLE_ARRAY option per parameter, named after it, then the constants. A parameter
+ *               option holds 1 value (every head) or one per head (PER_HEAD), or exactly 1 value
+ *               (SCALAR); each finite and within float range. Setting the option of an absent _IF
+ *               parameter is an error that quotes its "when".
+ *               Given values must lie within the parameter's bounds.
+ *               learnable = true:  theta holds every present parameter; a given value replaces the
+ *                                  init rule.
+ *               learnable = false, or FIXED: no parameters (theta = NULL), the table uses the given
+ *                                  values; a parameter not given
  *                                  takes its init rule if that is CONST or ALIBI, and is an error
  *                                  (naming the option) if it is UNIFORM, which needs a seed.
- *   theta       the parameters in list order, each a block of H floats (PER_HEAD) or 1 (SCALAR);
+ *   theta       the present parameters in list order, each a block of H floats (PER_HEAD) or 1 (SCALAR);
  *               param_tensors names the blocks after the parameters (rows H or 1, cols 1).
  *   param_init  in list order, element by element; every UNIFORM parameter takes one draw per element
  *               from biaskit_rng_seeded(seed), given or not (so giving one parameter leaves the draws
@@ -72,16 +97,15 @@
  *               element of dtheta, sums the partials in the fixed order (head ascending, then block
  *               ascending) and adds (float) of the double sum. No atomics: the same inputs give the
  *               same bits on every run (not the host's bits: the order differs).
- *   CUDA        table_cuda / table_backward_cuda enqueue only on the engine's stream; a frozen plugin
- *               copies its fixed values to the device once (biaskit_cuda_upload_once) and frees them
- *               in destroy().
+ *   CUDA        table_cuda / table_backward_cuda enqueue only on the engine's stream; fixed values are
+ *               copied to the device once (biaskit_cuda_upload_once) and freed in destroy().
  *   errors      distances <= 0, a NULL theta for a learnable plugin, 0 heads, bad option values
  *               (reported at the option's file:line:column by the host), out of memory, CUDA failures.
  *
  * Parameter and constant names become option keys: [a-z0-9_]+, not "learnable" and not an engine term
- * key (plugin, name, stream, weight, per_layer); the host refuses the plugin at load otherwise. At least
- * one parameter is needed (a plugin with none writes the full descriptor), and at most 24 (the CUDA
- * block sums of every parameter share 48 KiB of shared memory; a static_assert says so).
+ * key (plugin, name, stream, weight, per_layer); the host refuses the plugin at load otherwise. At most
+ * 24 parameters (the CUDA block sums of every parameter share 48 KiB of shared memory; a static
+ * assertion says so).
  *
  * Plain C11 (and C++ / CUDA C++ for the device part); the host part needs <math.h> (link -lm).
  */
@@ -99,19 +123,49 @@
 
 #include <float.h>
 #include <stdlib.h>
+#include <string.h>
 #endif
 
 #if defined(__CUDACC__)
 #include <biaskit/plugin_cuda.h>
 #endif
 
+#if defined(__cplusplus)
+#define BIASKIT_TP_STATIC_ASSERT_ static_assert
+#else
+#define BIASKIT_TP_STATIC_ASSERT_ _Static_assert
+#endif
+
 /* ---- what the author writes in the lists ------------------------------------------------------ */
 
-/* Parameter shapes (used by name in the list: PER_HEAD or SCALAR). */
-#define BIASKIT_TP_SHAPE_PER_HEAD 1
-#define BIASKIT_TP_SHAPE_SCALAR 0
+/* Parameter shapes, as numbers: 2 one value per head, 1 one value shared by the heads, 0 absent. A
+ * shape in a list is pasted onto these prefixes; the _IF shapes are function-like and read `c`. */
+#define BIASKIT_TP_SHAPE_PER_HEAD 2
+#define BIASKIT_TP_SHAPE_SCALAR 1
+#define BIASKIT_TP_SHAPE_FIXED_PER_HEAD 2
+#define BIASKIT_TP_SHAPE_FIXED_SCALAR 1
+#define BIASKIT_TP_SHAPE_PER_HEAD_IF(cond, when) ((cond) ? 2 : 0)
+#define BIASKIT_TP_SHAPE_SCALAR_IF(cond, when) ((cond) ? 1 : 0)
+#define BIASKIT_TP_LEARN_PER_HEAD 1
+#define BIASKIT_TP_LEARN_SCALAR 1
+#define BIASKIT_TP_LEARN_FIXED_PER_HEAD 0
+#define BIASKIT_TP_LEARN_FIXED_SCALAR 0
+#define BIASKIT_TP_LEARN_PER_HEAD_IF(cond, when) 1
+#define BIASKIT_TP_LEARN_SCALAR_IF(cond, when) 1
+#define BIASKIT_TP_WHEN_PER_HEAD NULL
+#define BIASKIT_TP_WHEN_SCALAR NULL
+#define BIASKIT_TP_WHEN_FIXED_PER_HEAD NULL
+#define BIASKIT_TP_WHEN_FIXED_SCALAR NULL
+#define BIASKIT_TP_WHEN_PER_HEAD_IF(cond, when) when
+#define BIASKIT_TP_WHEN_SCALAR_IF(cond, when) when
 #define BIASKIT_TP_OPTDOC_PER_HEAD "; 1 value (every head) or one per head"
 #define BIASKIT_TP_OPTDOC_SCALAR "; 1 value"
+#define BIASKIT_TP_OPTDOC_FIXED_PER_HEAD "; 1 value (every head) or one per head"
+#define BIASKIT_TP_OPTDOC_FIXED_SCALAR "; 1 value"
+#define BIASKIT_TP_OPTDOC_PER_HEAD_IF(cond, when) "; " when " only; 1 value (every head) or one per head"
+#define BIASKIT_TP_OPTDOC_SCALAR_IF(cond, when) "; " when " only; 1 value"
+#define BIASKIT_TP_OPTUSE_1 "; the initial value (default: the init rule), or the fixed value when learnable = false"
+#define BIASKIT_TP_OPTUSE_0 "; the fixed value (default: the init rule)"
 
 /* Initialisation rules. Each expands to the three fields (kind, a, b) of biaskit_tp_param. */
 enum { BIASKIT_TP_INIT_CONST = 0, BIASKIT_TP_INIT_ALIBI = 1, BIASKIT_TP_INIT_UNIFORM = 2 };
@@ -119,35 +173,88 @@ enum { BIASKIT_TP_INIT_CONST = 0, BIASKIT_TP_INIT_ALIBI = 1, BIASKIT_TP_INIT_UNI
 #define BIASKIT_TP_ALIBI(scale) BIASKIT_TP_INIT_ALIBI, (double)(scale), 0.0
 #define BIASKIT_TP_UNIFORM(lo, hi) BIASKIT_TP_INIT_UNIFORM, (double)(lo), (double)(hi)
 
-/* The empty constants list. */
+/* Constant kinds. Each expands to (tag, default number, default string, choices, lower, upper); the
+ * tag is pasted onto the prefixes below, so it is a plain word and never a macro. */
+enum { BIASKIT_TP_KIND_REAL = 0, BIASKIT_TP_KIND_INT = 1, BIASKIT_TP_KIND_CHOICE = 2 };
+#define BIASKIT_TP_REAL(def, lo, hi) bktp_real, (double)(def), NULL, NULL, (double)(lo), (double)(hi)
+#define BIASKIT_TP_INT(def, lo, hi) bktp_int, (double)(def), NULL, NULL, (double)(lo), (double)(hi)
+#define BIASKIT_TP_CHOICE(def, choices) bktp_choice, 0.0, def, choices, 0.0, 0.0
+#define BIASKIT_TP_CTYPE_bktp_real float
+#define BIASKIT_TP_CTYPE_bktp_int int32_t
+#define BIASKIT_TP_CTYPE_bktp_choice int32_t
+#define BIASKIT_TP_CKIND_bktp_real BIASKIT_TP_KIND_REAL
+#define BIASKIT_TP_CKIND_bktp_int BIASKIT_TP_KIND_INT
+#define BIASKIT_TP_CKIND_bktp_choice BIASKIT_TP_KIND_CHOICE
+#define BIASKIT_TP_OPTTYPE_bktp_real BIASKIT_OPT_DOUBLE
+#define BIASKIT_TP_OPTTYPE_bktp_int BIASKIT_OPT_INT
+#define BIASKIT_TP_OPTTYPE_bktp_choice BIASKIT_OPT_STRING
+
+/* The empty lists. */
+#define BIASKIT_TP_NO_PARAMS(X)
 #define BIASKIT_TP_NO_CONSTANTS(C)
 
 /* Threads per block of the generated kernels. */
 #define BIASKIT_TP_THREADS 256
 
-/* One parameter's spec, as the list gives it (the generated code keeps a static array of them). */
+/* One parameter's spec, as create() evaluates the list (the generated code keeps them in the instance). */
 typedef struct biaskit_tp_param {
     const char *name;
-    int per_head;        /* 1: one value per head; 0: one value shared by the heads */
+    int shape;           /* 2: one value per head; 1: one value shared by the heads; 0: absent */
     int init;            /* BIASKIT_TP_INIT_* */
     double init_a;       /* CONST: the value; ALIBI: the scale; UNIFORM: lo */
     double init_b;       /* UNIFORM: hi */
     double lower, upper; /* the projection's bounds */
+    const char *when;    /* _IF shapes: when the parameter is present; else NULL */
     const char *doc;
 } biaskit_tp_param;
 
 /* One constant's spec. */
 typedef struct biaskit_tp_constant {
     const char *name;
-    double def, lower, upper;
+    int kind;            /* BIASKIT_TP_KIND_* */
+    double def;          /* REAL, INT */
+    const char *def_choice, *choices; /* CHOICE */
+    double lower, upper; /* REAL, INT */
     const char *doc;
 } biaskit_tp_constant;
+
+/* The instance every generated plugin uses: the specs say what differs. The fields a setup function
+ * may read are marked; it may write `values` and `exact` of FIXED parameters (through the macros). */
+typedef struct biaskit_tp_instance {
+    const biaskit_services *svc; /* setup: the host's services */
+    const char *plugin;          /* the plugin's name, for log lines */
+    biaskit_tp_param *specs;     /* setup: the parameters as evaluated (shape 0: absent) */
+    int n_specs;
+    int32_t heads;               /* setup */
+    int learnable;               /* setup: theta holds the parameters */
+    int same_rows;
+    int64_t count;               /* elements of the present parameters (theta's size when learnable) */
+    int64_t *offsets;            /* n_specs: where each parameter starts in theta's layout */
+    unsigned char *given;        /* n_specs: the option was set */
+    float *values;               /* count: given values (learnable) or the fixed values, laid out as theta */
+    double *exact;               /* count: the same, before rounding to float */
+    double *constants;           /* setup: the constants' values, in list order (a choice's index) */
+    float *device_values;        /* fixed, CUDA: device copy of values, made on first use */
+    void (*release)(float *device); /* frees device_values (CUDA builds), else NULL */
+} biaskit_tp_instance;
+
+/* Optional settings (BIASKIT_TABLE_PLUGIN_WITH). */
+typedef struct biaskit_tp_settings {
+    int same_rows; /* 1: T is the same in every head; the host computes one row and copies it */
+    int (*setup)(biaskit_tp_instance *s, const biaskit_config *cfg, biaskit_error *err);
+} biaskit_tp_settings;
+
+/* A setup function's view of a parameter or constant, by name. */
+#define BIASKIT_TP_VALUES(s, name) ((s)->values + (s)->offsets[bktp_p_##name])
+#define BIASKIT_TP_EXACT(s, name) ((s)->exact + (s)->offsets[bktp_p_##name])
+#define BIASKIT_TP_GIVEN(s, name) ((s)->given[bktp_p_##name])
+#define BIASKIT_TP_CONSTANT(s, name) ((s)->constants[bktp_c_##name])
 
 /* ---- the ALiBi slopes ----------------------------------------------------------------------------
  * Press, Smith & Lewis, "Train Short, Test Long", ICLR 2022, reference get_slopes(n): for n a power of
  * two, m_h = 2^(-8 (h+1) / n); otherwise, with c = 2^floor(log2 n), the c slopes of get_slopes(c) and
- * then every other slope of get_slopes(2c) (its 1st, 3rd, ...). Computed exactly as plugins/alibi
- * does (alibi_math.h), so BIASKIT_TP_ALIBI(1) gives the built-in plugin's slopes bit for bit. */
+ * then every other slope of get_slopes(2c) (its 1st, 3rd, ...). The built-in alibi and mep plugins use
+ * this function too. */
 #if !defined(__CUDA_ARCH__)
 static inline double biaskit_tp_alibi_series_(int32_t n, int32_t h)
 {
@@ -183,86 +290,106 @@ static inline double biaskit_tp_alibi_slope(int32_t n, int32_t h)
     static inline BIASKIT_HD void P##_tp_gradient(BIASKIT_TP_MAYBE_UNUSED_ P##_params p,                  \
                                                   BIASKIT_TP_MAYBE_UNUSED_ P##_ctx c,                     \
                                                   BIASKIT_TP_MAYBE_UNUSED_ int32_t h,                     \
-                                                  BIASKIT_TP_MAYBE_UNUSED_ int32_t d, P##_params *g)
+                                                  BIASKIT_TP_MAYBE_UNUSED_ int32_t d,                     \
+                                                  BIASKIT_TP_MAYBE_UNUSED_ P##_params *g)
+/* In place of BIASKIT_TP_GRADIENT when nothing is learnable (no parameters, or only FIXED ones). */
+#define BIASKIT_TP_NO_GRADIENT(P)                                                                        \
+    BIASKIT_TP_GRADIENT(P) {}
 
 /* ---- list callbacks (internal) ----------------------------------------------------------------------
  * Each is applied to every line of a list. Offsets into theta are kept in a running `off_`, parameter
- * indices in a running `k_`, so no per-parameter enum (and no prefix inside the callbacks) is needed. */
+ * indices in a running `k_`. A shape is pasted onto a prefix (so an _IF shape becomes a call); a
+ * constant's kind is expanded into its fields and spread over a second macro's parameters. */
 #define BIASKIT_TP_SHAPE_(shape) BIASKIT_TP_SHAPE_##shape
 #define BIASKIT_TP_FIELD_(name, shape, init, lo, hi, doc) float name;
-#define BIASKIT_TP_CFIELD_(name, def, lo, hi, doc) float name;
+#define BIASKIT_TP_PIDX_(name, shape, init, lo, hi, doc) bktp_p_##name,
+#define BIASKIT_TP_NLEARN_(name, shape, init, lo, hi, doc) +BIASKIT_TP_LEARN_##shape
 #define BIASKIT_TP_LOAD_(name, shape, init, lo, hi, doc)                                                  \
-    p_.name = v_[off_ + (BIASKIT_TP_SHAPE_(shape) ? h_ : 0)];                                             \
-    off_ += BIASKIT_TP_SHAPE_(shape) ? (int64_t)heads_ : 1;
+    {                                                                                                     \
+        int sh_ = BIASKIT_TP_SHAPE_(shape);                                                               \
+        p_.name = sh_ ? v_[off_ + (sh_ == 2 ? h_ : 0)] : 0.0f;                                            \
+        off_ += sh_ == 2 ? (int64_t)c.heads : (int64_t)sh_;                                               \
+    }
 #define BIASKIT_TP_ZERO_(name, shape, init, lo, hi, doc) g_.name = 0.0f;
 #define BIASKIT_TP_ACC_(name, shape, init, lo, hi, doc) acc_[k_++] += gt_ * (double)g_.name;
-#define BIASKIT_TP_SPEC_(name, shape, init, lo, hi, doc) {#name, BIASKIT_TP_SHAPE_(shape), init, (lo), (hi), doc},
+#define BIASKIT_TP_SPEC_(name, shape, init, lo, hi, doc)                                                  \
+    {                                                                                                     \
+        biaskit_tp_param t_ = {#name, BIASKIT_TP_SHAPE_(shape), init, (double)(lo), (double)(hi),         \
+                               BIASKIT_TP_WHEN_##shape, doc};                                             \
+        out_[k_++] = t_;                                                                                  \
+    }
 #define BIASKIT_TP_OPTION_(name, shape, init, lo, hi, doc)                                                \
-    BIASKIT_OPTION_DOUBLE_ARRAY(#name, doc BIASKIT_TP_OPTDOC_##shape                                     \
-                                "; the initial value (default: the init rule), or the fixed value when "   \
-                                "learnable = false"),
-#define BIASKIT_TP_CSPEC_(name, def, lo, hi, doc) {#name, (def), (lo), (hi), doc},
-#define BIASKIT_TP_COPTION_(name, def, lo, hi, doc) BIASKIT_OPTION_DOUBLE(#name, (def), doc),
-#define BIASKIT_TP_CTX_(name, def, lo, hi, doc) c_.name = (float)s_->constants[k_++];
+    BIASKIT_OPTION_DOUBLE_ARRAY(#name, doc BIASKIT_TP_OPTDOC_##shape),
+#define BIASKIT_TP_CIDX_(name, kind, doc) bktp_c_##name,
+#define BIASKIT_TP_CFIELD_(name, kind, doc) BIASKIT_TP_CFIELD2_(name, kind)
+#define BIASKIT_TP_CFIELD2_(name, tag, ...) BIASKIT_TP_CTYPE_##tag name;
+#define BIASKIT_TP_CSPEC_(name, kind, doc) BIASKIT_TP_CSPEC2_(name, doc, kind)
+#define BIASKIT_TP_CSPEC2_(name, doc, tag, def, dstr, choices, lo, hi)                                    \
+    {#name, BIASKIT_TP_CKIND_##tag, def, dstr, choices, lo, hi, doc},
+#define BIASKIT_TP_COPTION_(name, kind, doc) BIASKIT_TP_COPTION2_(name, doc, kind)
+#define BIASKIT_TP_COPTION2_(name, doc, tag, def, dstr, choices, lo, hi)                                  \
+    {#name, BIASKIT_TP_OPTTYPE_##tag, def, dstr, choices, doc},
+#define BIASKIT_TP_CTX_(name, kind, doc) BIASKIT_TP_CTX2_(name, kind)
+#define BIASKIT_TP_CTX2_(name, tag, ...) c_.name = (BIASKIT_TP_CTYPE_##tag)s_->constants[bktp_c_##name];
 
-/* The parameter and context types, and the loader from theta's layout; before the formulas. */
+/* The parameter and context types, the indices, and the loader from theta's layout; before the
+ * formulas. P##_params has a hidden last field so that it is never empty. */
 #define BIASKIT_TP_TYPES(P, PARAMS, CONSTANTS)                                                            \
     typedef struct P##_params {                                                                           \
         PARAMS(BIASKIT_TP_FIELD_)                                                                         \
+        float bktp_none_;                                                                                 \
     } P##_params;                                                                                         \
     typedef struct P##_ctx {                                                                              \
         int32_t heads;                                                                                    \
         CONSTANTS(BIASKIT_TP_CFIELD_)                                                                     \
     } P##_ctx;                                                                                            \
+    enum P##_tp_pidx { PARAMS(BIASKIT_TP_PIDX_) P##_tp_np };                                              \
+    enum P##_tp_cidx { CONSTANTS(BIASKIT_TP_CIDX_) P##_tp_nc };                                           \
+    enum { P##_tp_nlearn = 0 PARAMS(BIASKIT_TP_NLEARN_) };                                                \
+    BIASKIT_TP_STATIC_ASSERT_(P##_tp_nlearn == 0 || P##_tp_nlearn == (int)P##_tp_np,                      \
+                              "table_plugin.h: the parameters are all learnable or all FIXED");           \
     /* The parameters of head h_ from values v_ laid out as theta. */                                     \
-    static inline BIASKIT_HD P##_params P##_tp_load(const float *v_, int32_t heads_, int32_t h_)          \
+    static inline BIASKIT_HD P##_params P##_tp_load(const float *v_, P##_ctx c, int32_t h_)               \
     {                                                                                                     \
         P##_params p_;                                                                                    \
-        int64_t off_ = 0;                                                                                 \
+        BIASKIT_TP_MAYBE_UNUSED_ int64_t off_ = 0;                                                        \
+        (void)v_;                                                                                         \
+        (void)h_;                                                                                         \
         PARAMS(BIASKIT_TP_LOAD_)                                                                          \
+        p_.bktp_none_ = 0.0f;                                                                             \
         (void)off_;                                                                                       \
+        (void)c;                                                                                          \
         return p_;                                                                                        \
     }
 
-/* The number of parameters (fields of P##_params). */
-#define BIASKIT_TP_NPARAMS_(P) ((int)(sizeof(P##_params) / sizeof(float)))
+/* The number of parameters, and the same at least 1 (for array sizes). */
+#define BIASKIT_TP_NPARAMS_(P) ((int)P##_tp_np)
+#define BIASKIT_TP_NPARAMS1_(P) (P##_tp_np > 0 ? (int)P##_tp_np : 1)
 
 /* The gradient of T at (HV, DV) accumulated into the doubles ACC[] with weight GT (host and device).
  * ACC must not be named acc_ (nor GT use gt_): the block's own names would shadow them. */
 #define BIASKIT_TP_ACCUMULATE_(P, PARAMS, PV, CV, HV, DV, GT, ACC)                                          \
     do {                                                                                                  \
         P##_params g_;                                                                                    \
-        double gt_ = (GT), *acc_ = (ACC);                                                                 \
-        int k_ = 0;                                                                                       \
+        BIASKIT_TP_MAYBE_UNUSED_ double gt_ = (GT);                                                       \
+        BIASKIT_TP_MAYBE_UNUSED_ double *acc_ = (ACC);                                                    \
+        BIASKIT_TP_MAYBE_UNUSED_ int k_ = 0;                                                              \
         PARAMS(BIASKIT_TP_ZERO_)                                                                          \
+        g_.bktp_none_ = 0.0f;                                                                             \
         P##_tp_gradient((PV), (CV), (HV), (DV), &g_);                                                     \
         PARAMS(BIASKIT_TP_ACC_)                                                                           \
+        (void)g_;                                                                                         \
+        (void)gt_;                                                                                        \
+        (void)acc_;                                                                                       \
         (void)k_;                                                                                         \
     } while (0)
 
 #if !defined(__CUDACC__)
 /* ======================================= host part (C) ======================================== */
 
-/* The instance every generated plugin uses: the specs say what differs. */
-typedef struct biaskit_tp_instance {
-    const biaskit_services *svc;
-    const char *plugin; /* the plugin's name, for log lines */
-    const biaskit_tp_param *specs;
-    int n_specs;
-    int32_t heads;
-    int learnable;
-    int64_t count;         /* elements of theta (when learnable) */
-    int64_t *offsets;      /* n_specs: where each parameter starts in theta's layout */
-    unsigned char *given;  /* n_specs: the option was set */
-    float *values;         /* count: given values (learnable) or the fixed values (frozen), as theta */
-    double *constants;     /* the constants' values, in list order */
-    float *device_values;  /* frozen, CUDA: device copy of values, made on first use */
-    void (*release)(float *device); /* frees device_values (CUDA builds), else NULL */
-} biaskit_tp_instance;
-
 static inline int64_t biaskit_tp_size_(const biaskit_tp_param *spec, int32_t heads)
 {
-    return spec->per_head ? (int64_t)heads : 1;
+    return spec->shape == 2 ? (int64_t)heads : (int64_t)spec->shape;
 }
 
 static inline void biaskit_tp_destroy(void *inst)
@@ -272,9 +399,11 @@ static inline void biaskit_tp_destroy(void *inst)
         return;
     if (s->release)
         s->release(s->device_values);
+    free(s->specs);
     free(s->offsets);
     free(s->given);
     free(s->values);
+    free(s->exact);
     free(s->constants);
     free(s);
 }
@@ -295,16 +424,16 @@ static inline float biaskit_tp_clamp_(float v, const biaskit_tp_param *spec)
     return v;
 }
 
-/* Reads option spec->name (1 value, or one per head for PER_HEAD) into dst, checking it; buf has room
- * for `heads` doubles. */
+/* Reads option spec->name (1 value, or one per head for PER_HEAD) into dst and exact, checking it;
+ * buf has room for `heads` doubles. */
 static inline int biaskit_tp_read_(biaskit_tp_instance *s, const biaskit_config *cfg, const biaskit_tp_param *spec,
-                                   double *buf, float *dst, biaskit_error *err)
+                                   double *buf, float *dst, double *exact, biaskit_error *err)
 {
     const biaskit_services *svc = s->svc;
     int32_t n = (int32_t)biaskit_tp_size_(spec, s->heads), count = 0;
     int rc = svc->get_double_array(cfg, spec->name, buf, n, &count, err);
     if ((rc == BIASKIT_ERR_CONFIG && count > n) || (!rc && count != 1 && count != n)) {
-        if (spec->per_head)
+        if (spec->shape == 2)
             return svc->config_error(cfg, spec->name, err,
                                      "expected 1 value (every head) or %d values (one per head), got %d", (int)n,
                                      (int)count);
@@ -316,30 +445,107 @@ static inline int biaskit_tp_read_(biaskit_tp_instance *s, const biaskit_config 
         double v = buf[i];
         if (!isfinite(v) || fabs(v) > FLT_MAX)
             return svc->config_error(cfg, spec->name, err, "value %d: expected a finite float, got %g", (int)i, v);
-        if (!s->learnable && !(v >= spec->lower && v <= spec->upper))
+        if (!(v >= spec->lower && v <= spec->upper))
             return svc->config_error(cfg, spec->name, err,
-                                     "value %d: expected a value in [%g, %g] (the bounds of parameter '%s'; "
-                                     "learnable = false uses it as given), got %g",
+                                     "value %d: expected a value in [%g, %g] (the bounds of parameter '%s'), got %g",
                                      (int)i, spec->lower, spec->upper, spec->name, v);
     }
-    for (int32_t i = 0; i < n; i++)
-        dst[i] = (float)buf[count == 1 ? 0 : i];
-    if (s->learnable)
-        for (int32_t i = 0; i < n; i++)
-            if (biaskit_tp_clamp_(dst[i], spec) != dst[i]) {
-                svc->log(BIASKIT_LOG_WARN, s->plugin,
-                         "initial %s = %g (element %d) is outside the bounds [%g, %g]: trained from %g", spec->name,
-                         (double)dst[i], (int)i, spec->lower, spec->upper, (double)biaskit_tp_clamp_(dst[i], spec));
-                break;
-            }
+    for (int32_t i = 0; i < n; i++) {
+        exact[i] = buf[count == 1 ? 0 : i];
+        dst[i] = (float)exact[i];
+    }
+    for (int32_t i = 0; i < n; i++) /* a bound that is not a float: the value rounds onto the float bound */
+        dst[i] = biaskit_tp_clamp_(dst[i], spec);
     return BIASKIT_OK;
 }
 
-/* create(): reads learnable, the parameters' options and the constants. */
+/* Reads the constants into s->constants (a choice as its index in the list). */
+static inline int biaskit_tp_read_constants_(biaskit_tp_instance *s, const biaskit_config *cfg,
+                                             const biaskit_tp_constant *constants, int n_constants,
+                                             biaskit_error *err)
+{
+    const biaskit_services *svc = s->svc;
+    int rc = BIASKIT_OK;
+    for (int k = 0; k < n_constants && !rc; k++) {
+        const biaskit_tp_constant *cs = &constants[k];
+        double v = 0.0;
+        if (cs->kind == BIASKIT_TP_KIND_REAL) {
+            rc = svc->get_double(cfg, cs->name, &v, err);
+            if (!rc && !(isfinite(v) && v >= cs->lower && v <= cs->upper && fabs(v) <= FLT_MAX))
+                rc = svc->config_error(cfg, cs->name, err, "expected a finite value in [%g, %g], got %g", cs->lower,
+                                       cs->upper, v);
+        } else if (cs->kind == BIASKIT_TP_KIND_INT) {
+            int64_t i = 0;
+            rc = svc->get_int(cfg, cs->name, &i, err);
+            if (!rc && !((double)i >= cs->lower && (double)i <= cs->upper && i >= INT32_MIN && i <= INT32_MAX))
+                rc = svc->config_error(cfg, cs->name, err, "expected an integer in [%.17g, %.17g], got %lld",
+                                       cs->lower, cs->upper, (long long)i);
+            v = (double)i;
+        } else {
+            const char *word = NULL;
+            rc = svc->get_string(cfg, cs->name, &word, err);
+            int index = -1, at = 0;
+            size_t len = rc ? 0 : strlen(word);
+            for (const char *p = cs->choices; !rc && index < 0 && p; at++) {
+                const char *bar = strchr(p, '|');
+                size_t n = bar ? (size_t)(bar - p) : strlen(p);
+                if (n == len && strncmp(p, word, n) == 0)
+                    index = at;
+                p = bar ? bar + 1 : NULL;
+            }
+            if (!rc && index < 0) /* the host checks the choice first; this guards a list it did not see */
+                rc = svc->config_error(cfg, cs->name, err, "expected one of %s, got '%s'", cs->choices, word);
+            v = (double)index;
+        }
+        s->constants[k] = v;
+    }
+    return rc;
+}
+
+/* Reads the option of parameter k, or fills it from its rule when fixed; checks the _IF rules. */
+static inline int biaskit_tp_read_param_(biaskit_tp_instance *s, const biaskit_config *cfg, int k, double *buf,
+                                         biaskit_error *err)
+{
+    const biaskit_services *svc = s->svc;
+    const biaskit_tp_param *spec = &s->specs[k];
+    int32_t n = (int32_t)biaskit_tp_size_(spec, s->heads);
+    float *values = s->values + s->offsets[k];
+    double *exact = s->exact + s->offsets[k];
+    if (spec->shape == 0)
+        return svc->is_set(cfg, spec->name)
+                   ? svc->config_error(cfg, spec->name, err, "'%s' is used only with %s", spec->name,
+                                       spec->when ? spec->when : "other options")
+                   : BIASKIT_OK;
+    if (spec->init == BIASKIT_TP_INIT_ALIBI && spec->shape != 2)
+        return svc->error(err, BIASKIT_ERR_INTERNAL,
+                          "parameter '%s': BIASKIT_TP_ALIBI needs a PER_HEAD parameter (one slope per head)",
+                          spec->name);
+    if (svc->is_set(cfg, spec->name)) {
+        s->given[k] = 1;
+        return biaskit_tp_read_(s, cfg, spec, buf, values, exact, err);
+    }
+    if (s->learnable)
+        return BIASKIT_OK;
+    if (spec->init == BIASKIT_TP_INIT_UNIFORM)
+        return svc->config_error(cfg, spec->name, err,
+                                 "learnable = false needs a fixed value of '%s' (its init rule is random): expected "
+                                 "%s = [value]%s",
+                                 spec->name, spec->name, spec->shape == 2 ? " (every head) or one value per head" : "");
+    for (int32_t i = 0; i < n; i++) {
+        values[i] = biaskit_tp_clamp_((float)biaskit_tp_rule_(spec, s->heads, i), spec);
+        exact[i] = biaskit_tp_rule_(spec, s->heads, i);
+    }
+    return BIASKIT_OK;
+}
+
+/* create(): reads the constants, evaluates the parameter list with them (`specs`, which builds the
+ * context from s->constants), reads learnable and the parameters' options, then calls the setup. */
 static inline int biaskit_tp_create(const biaskit_services *svc, const biaskit_config *cfg,
-                                    const biaskit_geometry *geo, const char *plugin, const biaskit_tp_param *specs,
-                                    int n_specs, const biaskit_tp_constant *constants, int n_constants,
-                                    void (*release)(float *), void **out, biaskit_error *err)
+                                    const biaskit_geometry *geo, const char *plugin, int n_specs, int has_learnable,
+                                    void (*specs)(const biaskit_tp_instance *s, biaskit_tp_param *out),
+                                    const biaskit_tp_constant *constants, int n_constants,
+                                    const biaskit_tp_settings *settings, void (*release)(float *), void **out,
+                                    biaskit_error *err)
 {
     if (geo->n_heads < 1)
         return svc->error(err, BIASKIT_ERR_INVALID, "expected at least one head, got %d", (int)geo->n_heads);
@@ -348,60 +554,36 @@ static inline int biaskit_tp_create(const biaskit_services *svc, const biaskit_c
         return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory");
     s->svc = svc;
     s->plugin = plugin;
-    s->specs = specs;
     s->n_specs = n_specs;
     s->heads = geo->n_heads;
     s->release = release;
-    int rc = svc->get_bool(cfg, "learnable", &s->learnable, err);
-    if (rc) {
-        biaskit_tp_destroy(s);
-        return rc;
-    }
-    for (int k = 0; k < n_specs; k++)
-        s->count += biaskit_tp_size_(&specs[k], s->heads);
-    s->offsets = (int64_t *)calloc((size_t)n_specs, sizeof *s->offsets);
-    s->given = (unsigned char *)calloc((size_t)n_specs, 1);
-    s->values = (float *)calloc((size_t)s->count, sizeof *s->values);
+    s->same_rows = settings ? settings->same_rows : 0;
+    s->specs = (biaskit_tp_param *)calloc((size_t)n_specs + 1, sizeof *s->specs);
+    s->offsets = (int64_t *)calloc((size_t)n_specs + 1, sizeof *s->offsets);
+    s->given = (unsigned char *)calloc((size_t)n_specs + 1, 1);
     s->constants = (double *)calloc((size_t)n_constants + 1, sizeof *s->constants);
     double *buf = (double *)malloc(sizeof *buf * (size_t)s->heads);
-    if (!s->offsets || !s->given || !s->values || !s->constants || !buf) {
-        free(buf);
-        biaskit_tp_destroy(s);
-        return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory for %lld parameters", (long long)s->count);
-    }
-    int64_t off = 0;
-    for (int k = 0; k < n_specs && !rc; k++) {
-        const biaskit_tp_param *spec = &specs[k];
-        int32_t n = (int32_t)biaskit_tp_size_(spec, s->heads);
-        s->offsets[k] = off;
-        off += n;
-        if (spec->init == BIASKIT_TP_INIT_ALIBI && !spec->per_head) {
-            rc = svc->error(err, BIASKIT_ERR_INTERNAL,
-                            "parameter '%s': BIASKIT_TP_ALIBI needs a PER_HEAD parameter (one slope per head)",
-                            spec->name);
-        } else if (svc->is_set(cfg, spec->name)) {
-            rc = biaskit_tp_read_(s, cfg, spec, buf, s->values + s->offsets[k], err);
-            s->given[k] = 1;
-        } else if (!s->learnable && spec->init == BIASKIT_TP_INIT_UNIFORM) {
-            rc = svc->config_error(cfg, spec->name, err,
-                                   "learnable = false needs a fixed value of '%s' (its init rule is random): expected "
-                                   "%s = [value]%s",
-                                   spec->name, spec->name, spec->per_head ? " (every head) or one value per head" : "");
-        } else if (!s->learnable) {
-            for (int32_t i = 0; i < n; i++)
-                s->values[s->offsets[k] + i] = biaskit_tp_clamp_((float)biaskit_tp_rule_(spec, s->heads, i), spec);
+    int rc = !s->specs || !s->offsets || !s->given || !s->constants || !buf
+                 ? svc->error(err, BIASKIT_ERR_NOMEM, "out of memory")
+                 : biaskit_tp_read_constants_(s, cfg, constants, n_constants, err);
+    if (!rc && has_learnable)
+        rc = svc->get_bool(cfg, "learnable", &s->learnable, err);
+    if (!rc) {
+        specs(s, s->specs);
+        for (int k = 0; k < n_specs; k++) {
+            s->offsets[k] = s->count;
+            s->count += biaskit_tp_size_(&s->specs[k], s->heads);
         }
+        s->values = (float *)calloc((size_t)s->count + 1, sizeof *s->values);
+        s->exact = (double *)calloc((size_t)s->count + 1, sizeof *s->exact);
+        if (!s->values || !s->exact)
+            rc = svc->error(err, BIASKIT_ERR_NOMEM, "out of memory for %lld parameters", (long long)s->count);
     }
+    for (int k = 0; k < n_specs && !rc; k++)
+        rc = biaskit_tp_read_param_(s, cfg, k, buf, err);
     free(buf);
-    for (int k = 0; k < n_constants && !rc; k++) {
-        const biaskit_tp_constant *cs = &constants[k];
-        double v = 0.0;
-        rc = svc->get_double(cfg, cs->name, &v, err);
-        if (!rc && !(isfinite(v) && v >= cs->lower && v <= cs->upper && fabs(v) <= FLT_MAX))
-            rc = svc->config_error(cfg, cs->name, err, "expected a finite value in [%g, %g], got %g", cs->lower,
-                                   cs->upper, v);
-        s->constants[k] = v;
-    }
+    if (!rc && settings && settings->setup)
+        rc = settings->setup(s, cfg, err);
     if (rc) {
         biaskit_tp_destroy(s);
         return rc;
@@ -448,13 +630,16 @@ static inline int biaskit_tp_param_init(const void *inst, float *theta, uint64_t
 static inline int32_t biaskit_tp_param_tensors(const void *inst, biaskit_tensor_info *out, int32_t capacity)
 {
     const biaskit_tp_instance *s = (const biaskit_tp_instance *)inst;
-    if (!s->learnable)
-        return 0;
-    for (int k = 0; k < s->n_specs && k < capacity; k++) {
+    int32_t n = 0;
+    for (int k = 0; s->learnable && k < s->n_specs; k++) {
+        if (s->specs[k].shape == 0)
+            continue;
         biaskit_tensor_info t = {s->specs[k].name, s->offsets[k], (int32_t)biaskit_tp_size_(&s->specs[k], s->heads), 1};
-        out[k] = t;
+        if (n < capacity)
+            out[n] = t;
+        n++;
     }
-    return s->n_specs;
+    return n;
 }
 
 /* The checks every table call starts with; *v gets the values to read (theta, or the fixed values
@@ -472,12 +657,12 @@ static inline int biaskit_tp_values_(const biaskit_tp_instance *s, const float *
 }
 
 /* After head h's double sums acc[k]: a PER_HEAD parameter's element h gets its sum now, a SCALAR one
- * collects it in total[k] (heads ascending) for biaskit_tp_add_totals_. */
+ * collects it in total[k] (heads ascending) for biaskit_tp_add_totals_; an absent one nothing. */
 static inline void biaskit_tp_add_head_(const biaskit_tp_instance *s, const double *acc, int32_t h, double *total,
                                         float *dtheta)
 {
     for (int k = 0; k < s->n_specs; k++) {
-        if (s->specs[k].per_head)
+        if (s->specs[k].shape == 2)
             dtheta[s->offsets[k] + h] += (float)acc[k];
         else
             total[k] += acc[k];
@@ -487,7 +672,7 @@ static inline void biaskit_tp_add_head_(const biaskit_tp_instance *s, const doub
 static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const double *total, float *dtheta)
 {
     for (int k = 0; k < s->n_specs; k++)
-        if (!s->specs[k].per_head)
+        if (s->specs[k].shape == 1)
             dtheta[s->offsets[k]] += (float)total[k];
 }
 
@@ -495,16 +680,15 @@ static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const do
 /* The CUDA functions the .cu file (the same source under nvcc) defines; hidden like everything but the
  * entry point (biaskit_add_plugin builds with hidden visibility). */
 #define BIASKIT_TP_CUDA_(P)                                                                              \
-    int P##_tp_table_cuda_(const biaskit_services *svc, int32_t heads, const float *v, P##_ctx c,        \
-                           int32_t distances, float *table, void *stream, biaskit_error *err);            \
-    int P##_tp_backward_cuda_(const biaskit_services *svc, int32_t heads, const float *v, P##_ctx c,     \
-                              int32_t distances, const float *dtable, float *dtheta, void *stream,        \
-                              biaskit_error *err);                                                        \
+    int P##_tp_table_cuda_(const biaskit_services *svc, const float *v, P##_ctx c, int32_t distances,    \
+                           float *table, void *stream, biaskit_error *err);                               \
+    int P##_tp_backward_cuda_(const biaskit_services *svc, const float *v, P##_ctx c, int32_t distances, \
+                              const float *dtable, float *dtheta, void *stream, biaskit_error *err);      \
     int P##_tp_upload_(const biaskit_services *svc, const float *host, int64_t count, float **device,    \
                        void *stream, biaskit_error *err);                                                 \
     void P##_tp_release_(float *device);                                                                  \
     /* Device values: theta when learnable, else the device copy of the fixed values (a cache in the      \
-     * instance, hence the cast). */                                                                      \
+     * instance, hence the cast; none when there are no values). */                                       \
     static int P##_tp_device_values_(const void *inst, const float *theta, int32_t distances,            \
                                      void *stream, const float **v, biaskit_error *err)                   \
     {                                                                                                     \
@@ -512,7 +696,8 @@ static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const do
         int rc_ = biaskit_tp_values_(s_, theta, distances, v, err);                                       \
         if (rc_ || s_->learnable)                                                                         \
             return rc_;                                                                                   \
-        rc_ = P##_tp_upload_(s_->svc, s_->values, s_->count, &s_->device_values, stream, err);            \
+        if (s_->count > 0)                                                                                \
+            rc_ = P##_tp_upload_(s_->svc, s_->values, s_->count, &s_->device_values, stream, err);        \
         *v = s_->device_values;                                                                           \
         return rc_;                                                                                       \
     }                                                                                                     \
@@ -522,8 +707,7 @@ static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const do
         const biaskit_tp_instance *s_ = (const biaskit_tp_instance *)inst;                                \
         const float *v_ = NULL;                                                                           \
         int rc_ = P##_tp_device_values_(inst, theta, distances, stream, &v_, err);                        \
-        return rc_ ? rc_ : P##_tp_table_cuda_(s_->svc, s_->heads, v_, P##_tp_ctx(s_), distances, out,   \
-                                              stream, err);                                               \
+        return rc_ ? rc_ : P##_tp_table_cuda_(s_->svc, v_, P##_tp_ctx(s_), distances, out, stream, err); \
     }                                                                                                     \
     static int P##_tp_backward_cuda(const void *inst, const float *theta, int32_t distances,             \
                                     const float *dtable, float *dtheta, void *stream, biaskit_error *err) \
@@ -533,8 +717,7 @@ static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const do
         int rc_ = biaskit_tp_values_(s_, theta, distances, &v_, err);                                     \
         if (rc_ || !s_->learnable)                                                                        \
             return rc_; /* frozen: no parameters, nothing to add */                                       \
-        return P##_tp_backward_cuda_(s_->svc, s_->heads, v_, P##_tp_ctx(s_), distances, dtable, dtheta, \
-                                     stream, err);                                                        \
+        return P##_tp_backward_cuda_(s_->svc, v_, P##_tp_ctx(s_), distances, dtable, dtheta, stream, err); \
     }
 #define BIASKIT_TP_CUDA_FIELDS_(P) .table_cuda = P##_tp_table_cuda, .table_backward_cuda = P##_tp_backward_cuda,
 #define BIASKIT_TP_RELEASE_(P) P##_tp_release_
@@ -546,11 +729,13 @@ static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const do
 
 /* The whole plugin: options, specs, create, host table and gradient, the CUDA hooks when built with
  * CUDA, the descriptor (... = its designated initialisers: .name, .version, .summary, ...) and the
- * entry point. */
+ * entry point. The `learnable` option comes first and is left out when nothing is learnable. */
 #define BIASKIT_TABLE_PLUGIN(P, PARAMS, CONSTANTS, ...)                                                    \
-    static const biaskit_tp_param P##_tp_specs[] = {PARAMS(BIASKIT_TP_SPEC_)};                             \
+    BIASKIT_TABLE_PLUGIN_WITH(P, PARAMS, CONSTANTS, NULL, __VA_ARGS__)
+#define BIASKIT_TABLE_PLUGIN_WITH(P, PARAMS, CONSTANTS, SETTINGS, ...)                                     \
     /* a sentinel keeps the array non-empty when there are no constants */                                 \
-    static const biaskit_tp_constant P##_tp_constants[] = {CONSTANTS(BIASKIT_TP_CSPEC_){NULL, 0, 0, 0, NULL}}; \
+    static const biaskit_tp_constant P##_tp_constants[] = {                                                \
+        CONSTANTS(BIASKIT_TP_CSPEC_){NULL, 0, 0.0, NULL, NULL, 0.0, 0.0, NULL}};                           \
     static const biaskit_option P##_tp_options[] = {                                                       \
         BIASKIT_OPTION_BOOL("learnable", 1, "train the parameters; false: fixed at the given values (or "  \
                                             "their non-random init rule), no parameters"),                 \
@@ -559,19 +744,25 @@ static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const do
     static P##_ctx P##_tp_ctx(const biaskit_tp_instance *s_)                                               \
     {                                                                                                      \
         P##_ctx c_;                                                                                        \
-        int k_ = 0;                                                                                        \
         c_.heads = s_->heads;                                                                              \
         CONSTANTS(BIASKIT_TP_CTX_)                                                                         \
-        (void)k_;                                                                                          \
         return c_;                                                                                         \
+    }                                                                                                      \
+    /* the parameter list, evaluated with the constants */                                                 \
+    static void P##_tp_specs(const biaskit_tp_instance *s_, biaskit_tp_param *out_)                        \
+    {                                                                                                      \
+        BIASKIT_TP_MAYBE_UNUSED_ P##_ctx c = P##_tp_ctx(s_);                                               \
+        int k_ = 0;                                                                                        \
+        (void)out_;                                                                                        \
+        PARAMS(BIASKIT_TP_SPEC_)                                                                           \
+        (void)k_;                                                                                          \
     }                                                                                                      \
     BIASKIT_TP_CUDA_(P)                                                                                    \
     static int P##_tp_create(const biaskit_services *svc, const biaskit_config *cfg,                       \
                              const biaskit_geometry *geo, void **out, biaskit_error *err)                  \
     {                                                                                                      \
-        return biaskit_tp_create(svc, cfg, geo, P##_tp_descriptor.name, P##_tp_specs,                      \
-                                 (int)(sizeof P##_tp_specs / sizeof P##_tp_specs[0]), P##_tp_constants,    \
-                                 (int)(sizeof P##_tp_constants / sizeof P##_tp_constants[0]) - 1,          \
+        return biaskit_tp_create(svc, cfg, geo, P##_tp_descriptor.name, P##_tp_np, P##_tp_nlearn > 0,      \
+                                 P##_tp_specs, P##_tp_constants, P##_tp_nc, (SETTINGS),                    \
                                  BIASKIT_TP_RELEASE_(P), out, err);                                        \
     }                                                                                                      \
     static int P##_tp_table(const void *inst, const float *theta, int32_t distances, float *out,           \
@@ -584,8 +775,12 @@ static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const do
             return rc_;                                                                                    \
         P##_ctx c_ = P##_tp_ctx(s_);                                                                       \
         for (int32_t h = 0; h < s_->heads; h++) {                                                          \
-            P##_params p_ = P##_tp_load(v_, s_->heads, h);                                                 \
             float *row_ = out + (size_t)h * (size_t)distances;                                             \
+            if (h > 0 && s_->same_rows) {                                                                  \
+                memcpy(row_, out, sizeof *row_ * (size_t)distances);                                       \
+                continue;                                                                                  \
+            }                                                                                              \
+            P##_params p_ = P##_tp_load(v_, c_, h);                                                        \
             for (int32_t d = 0; d < distances; d++)                                                        \
                 row_[d] = P##_tp_formula(p_, c_, h, d);                                                    \
         }                                                                                                  \
@@ -601,11 +796,11 @@ static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const do
         if (rc_ || !s_->learnable)                                                                         \
             return rc_; /* frozen: no parameters, nothing to add */                                        \
         P##_ctx c_ = P##_tp_ctx(s_);                                                                       \
-        double total_[BIASKIT_TP_NPARAMS_(P)] = {0};                                                       \
+        double total_[BIASKIT_TP_NPARAMS1_(P)] = {0};                                                      \
         for (int32_t h = 0; h < s_->heads; h++) {                                                          \
-            P##_params p_ = P##_tp_load(v_, s_->heads, h);                                                 \
+            P##_params p_ = P##_tp_load(v_, c_, h);                                                        \
             const float *row_ = dtable + (size_t)h * (size_t)distances;                                    \
-            double head_[BIASKIT_TP_NPARAMS_(P)] = {0};                                                    \
+            double head_[BIASKIT_TP_NPARAMS1_(P)] = {0};                                                   \
             for (int32_t d = 0; d < distances; d++)                                                        \
                 BIASKIT_TP_ACCUMULATE_(P, PARAMS, p_, c_, h, d, (double)row_[d], head_);                   \
             biaskit_tp_add_head_(s_, head_, h, total_, dtheta);                                            \
@@ -617,8 +812,8 @@ static inline void biaskit_tp_add_totals_(const biaskit_tp_instance *s, const do
         .struct_size = sizeof(biaskit_plugin),                                                             \
         .abi_version = BIASKIT_ABI_VERSION,                                                                \
         .capabilities = BIASKIT_CAP_TABLE,                                                                 \
-        .options = P##_tp_options,                                                                         \
-        .n_options = sizeof P##_tp_options / sizeof P##_tp_options[0],                                     \
+        .options = P##_tp_options + (P##_tp_nlearn == 0),                                                  \
+        .n_options = sizeof P##_tp_options / sizeof P##_tp_options[0] - (P##_tp_nlearn == 0),              \
         .create = P##_tp_create,                                                                           \
         .destroy = biaskit_tp_destroy,                                                                     \
         .param_count = biaskit_tp_param_count,                                                             \
@@ -647,22 +842,31 @@ static __device__ inline double biaskit_tp_sum_partials_(const double *partial, 
 
 #define BIASKIT_TP_FINAL_(name, shape, init, lo, hi, doc)                                                 \
     {                                                                                                     \
-        int64_t n_ = BIASKIT_TP_SHAPE_(shape) ? (int64_t)heads : 1;                                       \
+        int sh_ = BIASKIT_TP_SHAPE_(shape);                                                               \
+        int64_t n_ = sh_ == 2 ? (int64_t)c.heads : (int64_t)sh_;                                          \
         if (e_ >= off_ && e_ < off_ + n_)                                                                 \
-            dtheta[e_] += (float)biaskit_tp_sum_partials_(partial, heads, blocks, np_, k_,                \
-                                                          BIASKIT_TP_SHAPE_(shape), (int32_t)(e_ - off_)); \
+            dtheta[e_] += (float)biaskit_tp_sum_partials_(partial, c.heads, blocks, np_, k_, sh_ == 2,    \
+                                                          (int32_t)(e_ - off_));                          \
         off_ += n_;                                                                                       \
         k_++;                                                                                             \
     }
 
-#define BIASKIT_TP_COUNT_(name, shape, init, lo, hi, doc) count += BIASKIT_TP_SHAPE_(shape) ? (int64_t)heads : 1;
+#define BIASKIT_TP_COUNT_(name, shape, init, lo, hi, doc)                                                 \
+    {                                                                                                     \
+        int sh_ = BIASKIT_TP_SHAPE_(shape);                                                               \
+        count += sh_ == 2 ? (int64_t)c.heads : (int64_t)sh_;                                              \
+    }
 
 #define BIASKIT_TABLE_PLUGIN(P, PARAMS, CONSTANTS, ...)                                                    \
+    BIASKIT_TABLE_PLUGIN_WITH(P, PARAMS, CONSTANTS, NULL, __VA_ARGS__)
+#define BIASKIT_TABLE_PLUGIN_WITH(P, PARAMS, CONSTANTS, SETTINGS, ...)                                     \
+    /* the settings are host code: referenced here so that nvcc does not call them unused */               \
+    static const void *const P##_tp_settings_ BIASKIT_TP_MAYBE_UNUSED_ = (SETTINGS);                      \
     /* one row per blockIdx.y = head, a grid-stride loop over the distances */                             \
     static __global__ void P##_tp_table_kernel(const float *v, P##_ctx c, int32_t distances, float *table) \
     {                                                                                                      \
         int32_t h = (int32_t)blockIdx.y;                                                                   \
-        P##_params p = P##_tp_load(v, c.heads, h);                                                         \
+        P##_params p = P##_tp_load(v, c, h);                                                               \
         for (int32_t d = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); d < distances;                  \
              d += (int32_t)(gridDim.x * blockDim.x))                                                       \
             table[(size_t)h * (size_t)distances + (size_t)d] = P##_tp_formula(p, c, h, d);                 \
@@ -671,13 +875,13 @@ static __device__ inline double biaskit_tp_sum_partials_(const double *partial, 
     static __global__ void P##_tp_partial_kernel(const float *v, P##_ctx c, int32_t distances,             \
                                                  const float *dtable, double *partial)                     \
     {                                                                                                      \
-        enum { NP = BIASKIT_TP_NPARAMS_(P), T = BIASKIT_TP_THREADS };                                      \
+        enum { NP = BIASKIT_TP_NPARAMS1_(P), T = BIASKIT_TP_THREADS };                                     \
         static_assert(NP * T * sizeof(double) <= 48 * 1024,                                                \
                       "table_plugin.h: at most 24 parameters (the block sums fit in 48 KiB of shared memory)"); \
         __shared__ double sh[NP * T];                                                                      \
         int32_t h = (int32_t)blockIdx.y;                                                                   \
         unsigned t = threadIdx.x;                                                                          \
-        P##_params p = P##_tp_load(v, c.heads, h);                                                         \
+        P##_params p = P##_tp_load(v, c, h);                                                               \
         double acc[NP];                                                                                    \
         for (int k = 0; k < NP; k++)                                                                       \
             acc[k] = 0.0;                                                                                  \
@@ -698,45 +902,50 @@ static __device__ inline double biaskit_tp_sum_partials_(const double *partial, 
                 partial[((size_t)h * gridDim.x + blockIdx.x) * NP + (size_t)k] = sh[k * T];                \
     }                                                                                                      \
     /* one thread per element of dtheta: the partials in a fixed order */                                  \
-    static __global__ void P##_tp_final_kernel(int32_t heads, unsigned blocks, int64_t count,              \
+    static __global__ void P##_tp_final_kernel(P##_ctx c, unsigned blocks, int64_t count,                  \
                                                const double *partial, float *dtheta)                       \
     {                                                                                                      \
-        const int np_ = BIASKIT_TP_NPARAMS_(P);                                                            \
+        const int np_ = BIASKIT_TP_NPARAMS1_(P);                                                           \
         for (int64_t e_ = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e_ < count;                     \
              e_ += (int64_t)gridDim.x * blockDim.x) {                                                      \
-            int64_t off_ = 0;                                                                              \
-            int k_ = 0;                                                                                    \
+            BIASKIT_TP_MAYBE_UNUSED_ int64_t off_ = 0;                                                     \
+            BIASKIT_TP_MAYBE_UNUSED_ int k_ = 0;                                                           \
             PARAMS(BIASKIT_TP_FINAL_)                                                                      \
+            (void)off_;                                                                                    \
+            (void)k_;                                                                                      \
+            (void)np_;                                                                                     \
         }                                                                                                  \
     }                                                                                                      \
-    extern "C" int P##_tp_table_cuda_(const biaskit_services *svc, int32_t heads, const float *v, P##_ctx c, \
+    extern "C" int P##_tp_table_cuda_(const biaskit_services *svc, const float *v, P##_ctx c,              \
                                       int32_t distances, float *table, void *stream, biaskit_error *err)   \
     {                                                                                                      \
-        P##_tp_table_kernel<<<dim3(biaskit_cuda_blocks(distances, BIASKIT_TP_THREADS), (unsigned)heads),   \
+        P##_tp_table_kernel<<<dim3(biaskit_cuda_blocks(distances, BIASKIT_TP_THREADS), (unsigned)c.heads), \
                               BIASKIT_TP_THREADS, 0, (cudaStream_t)stream>>>(v, c, distances, table);      \
         return biaskit_cuda_launched(svc, "the table kernel", err);                                        \
     }                                                                                                      \
-    extern "C" int P##_tp_backward_cuda_(const biaskit_services *svc, int32_t heads, const float *v,        \
-                                         P##_ctx c, int32_t distances, const float *dtable, float *dtheta, \
+    extern "C" int P##_tp_backward_cuda_(const biaskit_services *svc, const float *v, P##_ctx c,           \
+                                         int32_t distances, const float *dtable, float *dtheta,            \
                                          void *stream, biaskit_error *err)                                 \
     {                                                                                                      \
-        const int np = BIASKIT_TP_NPARAMS_(P);                                                             \
+        const int np = BIASKIT_TP_NPARAMS1_(P);                                                            \
         /* at least 8 distances per thread before another block is worth its partial */                    \
         unsigned blocks = biaskit_cuda_blocks(distances, BIASKIT_TP_THREADS * 8);                          \
-        size_t n = (size_t)heads * blocks * (size_t)np;                                                    \
+        size_t n = (size_t)c.heads * blocks * (size_t)np;                                                  \
         int64_t count = 0; /* the elements of theta */                                                     \
         PARAMS(BIASKIT_TP_COUNT_)                                                                          \
+        if (count == 0)                                                                                    \
+            return BIASKIT_OK;                                                                             \
         double *partial = NULL;                                                                            \
         cudaError_t ce = cudaMallocAsync((void **)&partial, sizeof(double) * n, (cudaStream_t)stream);     \
         if (ce != cudaSuccess)                                                                             \
             return svc->error(err, BIASKIT_ERR_DEVICE, "cudaMallocAsync of %zu gradient partials: %s", n,  \
                               cudaGetErrorString(ce));                                                     \
-        P##_tp_partial_kernel<<<dim3(blocks, (unsigned)heads), BIASKIT_TP_THREADS, 0,                      \
+        P##_tp_partial_kernel<<<dim3(blocks, (unsigned)c.heads), BIASKIT_TP_THREADS, 0,                    \
                                 (cudaStream_t)stream>>>(v, c, distances, dtable, partial);                 \
         int rc = biaskit_cuda_launched(svc, "the gradient kernel (partials)", err);                        \
         if (!rc) {                                                                                         \
             P##_tp_final_kernel<<<biaskit_cuda_blocks(count, BIASKIT_TP_THREADS), BIASKIT_TP_THREADS, 0,   \
-                                  (cudaStream_t)stream>>>(heads, blocks, count, partial, dtheta);          \
+                                  (cudaStream_t)stream>>>(c, blocks, count, partial, dtheta);              \
             rc = biaskit_cuda_launched(svc, "the gradient kernel (final sum)", err);                       \
         }                                                                                                  \
         ce = cudaFreeAsync(partial, (cudaStream_t)stream);                                                 \
