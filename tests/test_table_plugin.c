@@ -221,6 +221,16 @@ static void expect_table_bits(const bk_term *t, const float *theta, int32_t D, c
     free(got);
 }
 
+/* Opens `plugin` with `options` at `heads` heads; returns its term, which has no parameters. */
+static const bk_term *open_parameterless(fixture *f, int heads, const char *plugin, const char *options)
+{
+    char text[1024];
+    experiment(text, sizeof text, heads, plugin, options);
+    open_ok(f, text);
+    assert_int_equal(f->set.terms[0].n_params, 0);
+    return &f->set.terms[0];
+}
+
 /* alibi: no parameters, no `learnable` option; the table is bk_alibi_bias((float)(scale * m_h), d) with
  * m_h the series (12 heads: not a power of two), a uniform slope, one given slope or one per head. */
 static void alibi_is_its_formula(void **state)
@@ -252,12 +262,8 @@ static void alibi_is_its_formula(void **state)
         {with_scale, 0.3, 2, 0.0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char text[1024];
-        experiment(text, sizeof text, H, "alibi", cases[c].options);
         fixture f;
-        open_ok(&f, text);
-        const bk_term *t = &f.set.terms[0];
-        assert_int_equal(t->n_params, 0);
+        const bk_term *t = open_parameterless(&f, H, "alibi", cases[c].options);
         const biaskit_plugin *desc = t->plugin->desc;
         for (size_t o = 0; o < (size_t)desc->n_options; o++)
             assert_string_not_equal(desc->options[o].name, "learnable");
@@ -295,12 +301,8 @@ static void qin_is_its_formula(void **state)
         {"form = \"nlogn\"\noffset = 5\n", BK_QIN_NLOGN, 5},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char text[512];
-        experiment(text, sizeof text, H, "qin", cases[c].options);
         fixture f;
-        open_ok(&f, text);
-        const bk_term *t = &f.set.terms[0];
-        assert_int_equal(t->n_params, 0);
+        const bk_term *t = open_parameterless(&f, H, "qin", cases[c].options);
         for (size_t l = 0; l < sizeof ported_lengths / sizeof ported_lengths[0]; l++) {
             int32_t D = ported_lengths[l];
             float *want = malloc(sizeof *want * (size_t)H * (size_t)D);
