@@ -19,7 +19,7 @@ build=${BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-1}
 
 scripts/setup.sh --fuzz
-CC=clang CXX=clang++ cmake -S . -B "$build" -DBIASKIT_FUZZ=ON -DBIASKIT_CUDA=OFF -DBIASKIT_TESTS=OFF \
+CC=clang CXX=clang++ cmake -S . -B "$build" -DBIASKIT_FUZZ=ON -DBIASKIT_CUDA=OFF -DBIASKIT_MPI=OFF -DBIASKIT_TESTS=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(cmake make gcc g++ pkg-config libtomlplusplus-dev libcmocka-dev libopenblas-dev libopenblas-openmp-dev
-          libcjson-dev gnuplot-nox)
+          libcjson-dev gnuplot-nox libopenmpi-dev openmpi-bin)
 # the PyTorch reference tests: scripts/setup.sh --tests
 if [ "${1:-}" = "--tests" ]; then
     packages+=(python3-torch python3-numpy)

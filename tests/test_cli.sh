@@ -10,6 +10,11 @@ trap 'rm -rf "$work"' EXIT
 
 check "version" 0 "biaskit [0-9.]+ \(plugin ABI 1\)" "$bk" --version
 check "version names the device" 0 "^device: (cpu|cuda)" "$bk" --version
+check "version says whether MPI is built in" 0 "^processes: (MPI|one \(built without MPI\))" "$bk" --version
+if "$bk" --version | grep -q "built without MPI"; then # started as one of 2 by a launcher: refused, not 2 lone runs
+    check "train: one of N processes without MPI" 1 "started as one of 2 processes \(an MPI launcher\), but this biaskit was built without MPI" \
+        env OMPI_COMM_WORLD_SIZE=2 "$bk" train "$src/examples/alibi.toml"
+fi
 check "help lists commands" 0 "plugins .*bias .*config" bash -c "'$bk' --help | tr '\n' ' '"
 check "no command is a usage error" 2 "usage: biaskit" "$bk"
 check "unknown command" 2 "unknown command 'bais'" "$bk" bais

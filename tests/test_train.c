@@ -306,7 +306,7 @@ static void checkpoint_round_trip_eval_and_truncation(void **state)
         fail_msg("validation loss: the checkpoint stores %.17g, the training reported %.17g", st.val_loss, reported);
     bk_eval_result same;
     const int32_t len_t = T;
-    if (bk_eval(&lm, &val, &len_t, 1, 0, windows * T + 1, &same, &err)) /* the same windows, eval forward */
+    if (bk_eval(&lm, &val, &len_t, 1, 0, windows * T + 1, NULL, &same, &err)) /* the same windows, eval forward */
         fail_msg("%s", err.message);
     assert_int_equal(same.chunks, windows);
     if (!(fabs(same.loss - here) <= 1e-6 * here))
@@ -315,7 +315,7 @@ static void checkpoint_round_trip_eval_and_truncation(void **state)
     bk_eval_results_free(&same, 1);
     const int32_t lengths[3] = {32, 64, 128}; /* up to 4x the training length */
     bk_eval_result r[3];
-    if (bk_eval(&lm, &val, lengths, 3, 0, 0, r, &err))
+    if (bk_eval(&lm, &val, lengths, 3, 0, 0, NULL, r, &err))
         fail_msg("%s", err.message);
     for (int i = 0; i < 3; i++) {
         assert_true(isfinite(r[i].loss) && r[i].loss > 0.0);
@@ -325,7 +325,7 @@ static void checkpoint_round_trip_eval_and_truncation(void **state)
     /* sliding windows score stride tokens per window after the first */
     bk_eval_result s;
     const int32_t len64 = 64;
-    if (bk_eval(&lm, &val, &len64, 1, 16, 0, &s, &err))
+    if (bk_eval(&lm, &val, &len64, 1, 16, 0, NULL, &s, &err))
         fail_msg("%s", err.message);
     assert_int_equal(s.tokens, 64 + (s.chunks - 1) * 16);
     bk_eval_results_free(r, 3);

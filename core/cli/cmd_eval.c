@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "dist/dist.h"
 #include "eval/eval.h"
 #include "train/checkpoint.h"
 
@@ -29,7 +30,10 @@ static const char help[] =
     "  --positions FILE  write length,position,loss (loss at each position, averaged over chunks)\n"
     "  --set K=V         override a value of the stored experiment (repeatable)\n"
     "  --strict          refuse a checkpoint whose plugins differ from the ones it was trained with\n"
-    "                    (version, declarations or file bytes; by default a warning names the change)\n";
+    "                    (version, declarations or file bytes; by default a warning names the change)\n\n"
+    "With an MPI launcher (mpirun -np N biaskit eval ...; a biaskit built with MPI) the batches of\n"
+    "chunks are shared out among the processes and their sums added in order: the same numbers,\n"
+    "to the bit, as one process. Rank 0 prints and writes the files.\n";
 
 static int parse_lengths(const char *text, int32_t *out, int cap, int *n, bk_error *err)
 {
@@ -94,14 +98,22 @@ int bk_cmd_eval(int argc, char **argv)
     size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
     size_t n_data = bk_args_all(&args, "data", data, BK_ARGS_MAX);
 
+    bk_dist dist; /* one process, or one of `mpirun -np N`: the chunks are shared out */
+    if (bk_dist_init(&dist, &err))
+        return bk_report(&err);
+    const int lead = dist.rank == 0; /* rank 0 prints and writes; every rank computes */
     bk_lm lm;
     bk_train_state st;
     bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL};
-    if (bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err))
-        return bk_report(&err);
+    if (bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err)) {
+        bk_dist_finalize(&dist);
+        return lead ? bk_report(&err) : 1;
+    }
     const bk_experiment *e = &lm.exp;
     if (e->run.threads > 0)
         omp_set_num_threads((int)e->run.threads);
+    else if (dist.size > 1) /* the processes on one machine share its cores */
+        omp_set_num_threads(omp_get_num_procs() / dist.local_size > 1 ? omp_get_num_procs() / dist.local_size : 1);
     int32_t lengths[MAX_LENGTHS];
     int n_lengths = 0;
     int rc = BK_OK;
@@ -116,11 +128,14 @@ int bk_cmd_eval(int argc, char **argv)
         rc = bk_lm_load_data(&lm, data, (int)n_data, 2, "; or give --data PATH", &train, &val, &err);
     bk_eval_result results[MAX_LENGTHS];
     if (!rc)
-        rc = bk_eval(&lm, &val, lengths, n_lengths, (int32_t)stride, max_tokens, results, &err);
-    if (rc) {
+        rc = bk_eval(&lm, &val, lengths, n_lengths, (int32_t)stride, max_tokens, &dist, results, &err);
+    if (rc || !lead) {
+        if (!rc)
+            bk_eval_results_free(results, n_lengths);
         bk_tokens_free(&train), bk_tokens_free(&val);
         bk_lm_close(&lm);
-        return bk_report(&err);
+        bk_dist_finalize(&dist);
+        return rc && lead ? bk_report(&err) : rc ? 1 : 0;
     }
 
     double base = NAN;
@@ -195,5 +210,6 @@ int bk_cmd_eval(int argc, char **argv)
     bk_eval_results_free(results, n_lengths);
     bk_tokens_free(&train), bk_tokens_free(&val);
     bk_lm_close(&lm);
+    bk_dist_finalize(&dist);
     return rc ? bk_report(&err) : 0;
 }

@@ -1,6 +1,7 @@
 /* biaskit train: train a model described by an experiment file (or continue a checkpoint). */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "dist/dist.h"
 #include "train/train.h"
 
 #include <stdio.h>
@@ -30,7 +31,12 @@ static const char help[] =
     "(OpenBLAS + OpenMP, [run] threads); \"cuda\" the GPU or an error; \"cpu\"; \"emulated\" the CUDA\n"
     "engine's code run on the CPU (very slow; for testing without a GPU). [run] matmul = \"fp32\"\n"
     "| \"tf32\" sets the GPU's matmul precision. Checkpoints do not depend on the device: one trained\n"
-    "on a GPU resumes or evaluates on the CPU (with \"auto\", or --set run.device=cpu).\n";
+    "on a GPU resumes or evaluates on the CPU (with \"auto\", or --set run.device=cpu).\n\n"
+    "Data parallel on CPUs: mpirun -np N biaskit train <experiment.toml> (Open MPI; a biaskit built\n"
+    "with MPI). Each process trains on [train] batch / N rows of every batch (batch must be a\n"
+    "multiple of N) with its share of the machine's cores; the gradients are averaged in a fixed\n"
+    "order, so a run repeated with the same N gives the same bits. Rank 0 writes the log, metrics\n"
+    "and checkpoints, which do not depend on N: a run resumes with any N. See docs/scaling.md.\n";
 
 int bk_cmd_train(int argc, char **argv)
 {
@@ -70,8 +76,15 @@ int bk_cmd_train(int argc, char **argv)
         bk_fail(&err, BK_ERR_USAGE, "biaskit train: --strict applies to --resume CHECKPOINT");
         return bk_report(&err);
     }
-    bk_train_summary sum; /* the banner names the device that trains ([run] device) */
-    if (bk_train(&o, &sum, &err))
+    bk_dist dist; /* one process, or one of `mpirun -np N` */
+    if (bk_dist_init(&dist, &err))
         return bk_report(&err);
+    o.dist = &dist;
+    bk_train_summary sum; /* the banner names the device that trains ([run] device) */
+    int rc = bk_train(&o, &sum, &err);
+    int lead = dist.rank == 0; /* the others' errors reach rank 0 (bk_dist_agree), which reports them */
+    bk_dist_finalize(&dist);
+    if (rc)
+        return lead ? bk_report(&err) : 1;
     return sum.signalled ? 130 : 0; /* 128 + SIGINT, as a shell reports an interrupted command */
 }

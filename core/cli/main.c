@@ -1,6 +1,7 @@
 /* biaskit: train and evaluate transformer language models whose positional information comes from
  * plugins. This file dispatches to the subcommands. */
 #include "cli/commands.h"
+#include "dist/dist.h"
 #include "device.h"
 
 #include <stdio.h>
@@ -70,6 +71,9 @@ int main(int argc, char **argv)
         printf("backends: cpu, emulated (built without CUDA: no cuda backend); [run] device = \"auto\" trains "
                "on the CPU\n");
 #endif
+        printf("processes: %s\n", bk_dist_available()
+                                       ? "MPI (mpirun -np N biaskit train|eval ...: data parallel)"
+                                       : "one (built without MPI)");
         return 0;
     }
     for (size_t i = 0; i < N_COMMANDS; i++)

@@ -7,7 +7,11 @@
 /* Chunks evaluated together: enough tokens per forward to keep the matmuls efficient. */
 #define EVAL_TOKENS_PER_BATCH 8192
 
-static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32_t L, int32_t stride,
+/* Non-overlapping chunks (stride 0) or sliding windows of length L, in batches of B windows. Batch k is
+ * computed by process k mod N; each batch's loss sum (and, for chunks, its per-position sums) is added
+ * in order within the batch, and the batches' sums are added in batch order on every process, so the
+ * totals are the same bits whatever N. */
+static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32_t L, int32_t stride, bk_dist *dist,
                        bk_eval_result *r, bk_error *err)
 {
     memset(r, 0, sizeof *r);
@@ -21,17 +25,22 @@ static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32
     int B = EVAL_TOKENS_PER_BATCH / L > 1 ? EVAL_TOKENS_PER_BATCH / L : 1;
     if (B > n_windows)
         B = (int)n_windows;
+    int64_t n_batches = (n_windows + B - 1) / B;
+    /* per batch: its loss sum, then (chunks) its sum at each position */
+    size_t rec = 1 + (stride ? 0 : (size_t)L), per_rank = (size_t)n_batches * rec;
     int32_t *in = malloc((size_t)B * L * sizeof *in), *tg = malloc((size_t)B * L * sizeof *tg);
-    double *pos_sum = calloc((size_t)L, sizeof *pos_sum);
-    if (!in || !tg || !pos_sum) {
-        free(in), free(tg), free(pos_sum);
-        return bk_fail(err, BK_ERR_NOMEM, "out of memory evaluating length %d", (int)L);
-    }
-    double total = 0.0;
-    int64_t scored = 0;
+    double *mine = calloc(per_rank, sizeof *mine), *all = dist->size > 1 ? malloc(per_rank * (size_t)dist->size * sizeof *all) : mine;
     int rc = BK_OK;
-    for (int64_t w0 = 0; w0 < n_windows && !rc; w0 += B) {
+    if (!in || !tg || !mine || !all)
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory evaluating length %d", (int)L);
+    int64_t scored = 0;
+    for (int64_t k = 0; k < n_batches && !rc; k++) {
+        int64_t w0 = k * B;
         int nb = n_windows - w0 < B ? (int)(n_windows - w0) : B;
+        for (int b = 0; b < nb; b++)
+            scored += L - (stride && w0 + b > 0 ? L - stride : 0);
+        if (k % dist->size != dist->rank)
+            continue;
         for (int b = 0; b < nb; b++) {
             const uint16_t *src = data->tokens + (w0 + b) * step;
             for (int32_t t = 0; t < L; t++)
@@ -39,38 +48,56 @@ static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32
         }
         if ((rc = bk_gpt_forward(&lm->gpt, in, tg, nb, L, 0, err)))
             break;
+        double *sums = mine + (size_t)k * rec, total = 0.0;
         for (int b = 0; b < nb; b++) {
             int32_t first = stride && w0 + b > 0 ? L - stride : 0;
             for (int32_t t = first; t < L; t++) {
                 double loss = lm->gpt.losses[(size_t)b * L + t];
                 total += loss;
-                pos_sum[t] += loss;
+                if (!stride)
+                    sums[1 + t] += loss;
             }
-            scored += L - first;
         }
+        sums[0] = total;
     }
     free(in), free(tg);
+    if (!(rc = bk_dist_agree(dist, rc, err)) && dist->size > 1)
+        rc = bk_dist_allgather(dist, mine, per_rank, all, err);
+    double total = 0.0, *pos = rc || stride ? NULL : calloc((size_t)L, sizeof *pos);
+    if (!rc && !stride && !pos)
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory evaluating length %d", (int)L);
+    for (int64_t k = 0; k < n_batches && !rc; k++) {
+        const double *sums = all + (size_t)(k % dist->size) * per_rank + (size_t)k * rec;
+        total += sums[0];
+        for (int32_t t = 0; pos && t < L; t++)
+            pos[t] += sums[1 + t];
+    }
+    if (all != mine)
+        free(all);
+    free(mine);
     if (rc) {
-        free(pos_sum);
+        free(pos);
         return rc;
     }
     r->chunks = n_windows;
     r->tokens = scored;
     r->loss = total / (double)scored;
     r->ppl = exp(r->loss);
-    if (stride) {
-        free(pos_sum);
-    } else {
+    if (pos) {
         for (int32_t t = 0; t < L; t++)
-            pos_sum[t] /= (double)n_windows;
-        r->position_loss = pos_sum;
+            pos[t] /= (double)n_windows;
+        r->position_loss = pos;
     }
     return BK_OK;
 }
 
 int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_lengths, int32_t stride,
-            int64_t max_tokens, bk_eval_result *results, bk_error *err)
+            int64_t max_tokens, bk_dist *dist, bk_eval_result *results, bk_error *err)
 {
+    bk_dist one;
+    bk_dist_single(&one);
+    if (!dist)
+        dist = &one;
     memset(results, 0, (size_t)n_lengths * sizeof *results);
     int32_t longest = 0;
     for (int i = 0; i < n_lengths; i++) {
@@ -84,7 +111,7 @@ int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_leng
     int rc = bk_bias_forward(&lm->bias, longest, err);
     int64_t n = max_tokens > 0 && max_tokens < data->count ? max_tokens : data->count;
     for (int i = 0; i < n_lengths && !rc; i++)
-        rc = eval_length(lm, data, n, lengths[i], stride, &results[i], err);
+        rc = eval_length(lm, data, n, lengths[i], stride, dist, &results[i], err);
     if (rc)
         bk_eval_results_free(results, n_lengths);
     return rc;

@@ -6,6 +6,7 @@
 #define BK_EVAL_H
 
 #include "data/data.h"
+#include "dist/dist.h"
 #include "train/lm.h"
 
 typedef struct bk_eval_result {
@@ -20,9 +21,10 @@ typedef struct bk_eval_result {
 /* Evaluate `data` (at most max_tokens of it; 0 = all) at each length. stride = 0: non-overlapping
  * chunks of `length` tokens; stride > 0: windows of `length` advanced by `stride`, scoring the last
  * `stride` tokens of each (all tokens of the first). results[i] gets lengths[i]; free with
- * bk_eval_results_free. */
+ * bk_eval_results_free. dist: the processes sharing the work (mpirun), or NULL for one; the results
+ * are the same bits whatever their number (batch sums added in batch order). */
 int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_lengths, int32_t stride,
-            int64_t max_tokens, bk_eval_result *results, bk_error *err);
+            int64_t max_tokens, bk_dist *dist, bk_eval_result *results, bk_error *err);
 void bk_eval_results_free(bk_eval_result *results, int n);
 
 #endif

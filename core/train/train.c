@@ -209,23 +209,56 @@ static const char *largest_gradient(const bk_adamw *opt, double *out_norm)
     return name;
 }
 
-/* Mean loss over the first `batches` batches of the validation stream (always the same tokens). */
+/* Mean loss over the first `batches` batches of the validation stream (always the same tokens). With N
+ * processes, batch i is computed by rank i mod N and the losses are added in batch order on every rank:
+ * the same bits as one process. */
 static int validate(bk_lm *lm, const bk_tokens *val, int B, int T, int64_t batches, int32_t *in, int32_t *tg,
-                    double *out, bk_error *err)
+                    bk_dist *dist, double *out, bk_error *err)
 {
     bk_loader ld;
     int rc = bk_loader_init(&ld, val, B, T, 0, 0, err);
-    if (rc)
-        return rc;
-    int64_t n = batches < (ld.n_windows + B - 1) / B ? batches : (ld.n_windows + B - 1) / B;
-    double total = 0.0;
+    int64_t n = rc ? 0 : batches < (ld.n_windows + B - 1) / B ? batches : (ld.n_windows + B - 1) / B;
+    double *mine = calloc((size_t)n + 1, sizeof *mine), *all = calloc(((size_t)n + 1) * (size_t)dist->size, sizeof *all);
+    if (!rc && (!mine || !all))
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for %lld validation losses", (long long)n);
     for (int64_t i = 0; i < n && !rc; i++) {
         bk_loader_next(&ld, in, tg);
-        if (!(rc = bk_gpt_forward(&lm->gpt, in, tg, B, T, 0, err)))
-            total += lm->gpt.loss;
+        if (i % dist->size == dist->rank && !(rc = bk_gpt_forward(&lm->gpt, in, tg, B, T, 0, err)))
+            mine[i] = lm->gpt.loss;
     }
+    if (!(rc = bk_dist_agree(dist, rc, err)) && !(rc = bk_dist_allgather(dist, mine, (size_t)n + 1, all, err))) {
+        double total = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            total += all[(size_t)(i % dist->size) * ((size_t)n + 1) + (size_t)i];
+        *out = total / (double)(n ? n : 1);
+    }
+    free(mine), free(all);
     bk_loader_free(&ld);
-    *out = total / (double)(n ? n : 1);
+    return rc;
+}
+
+/* Every group's gradient averaged over the processes (one bk_dist_mean over the groups packed in order;
+ * host memory: the data-parallel run is on the CPU backend). */
+static int average_gradients(bk_adamw *opt, bk_dist *dist, float **pack, size_t *cap, bk_error *err)
+{
+    if (dist->size == 1)
+        return BK_OK;
+    size_t n = 0;
+    for (int i = 0; i < opt->n_groups; i++)
+        n += opt->groups[i].n;
+    if (n > *cap) {
+        float *p = realloc(*pack, n * sizeof *p);
+        if (!p)
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory for %zu gradient values", n);
+        *pack = p, *cap = n;
+    }
+    size_t at = 0;
+    for (int i = 0; i < opt->n_groups; i++, at += opt->groups[i - 1].n)
+        memcpy(*pack + at, opt->groups[i].grad, opt->groups[i].n * sizeof(float));
+    int rc = bk_dist_mean(dist, *pack, n, err);
+    at = 0;
+    for (int i = 0; !rc && i < opt->n_groups; i++, at += opt->groups[i - 1].n)
+        memcpy(opt->groups[i].grad, *pack + at, opt->groups[i].n * sizeof(float));
     return rc;
 }
 
@@ -286,7 +319,17 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
 {
     memset(sum, 0, sizeof *sum);
     sum->val_loss = NAN;
-    FILE *out = o->out ? o->out : stderr;
+    bk_dist one;
+    bk_dist_single(&one);
+    bk_dist *dist = o->dist ? o->dist : &one;
+    const int lead = dist->rank == 0; /* rank 0 logs, writes the metrics and the checkpoints */
+    FILE *quiet = lead ? NULL : fopen("/dev/null", "w");
+    if (!lead && !quiet)
+        return bk_fail(err, BK_ERR_IO, "rank %d: cannot open /dev/null: %s", dist->rank, strerror(errno));
+    FILE *out = quiet ? quiet : o->out ? o->out : stderr;
+    float *grad_pack = NULL;
+    size_t grad_pack_n = 0;
+    double *gathered = NULL; /* per process: its step loss and whether it was interrupted */
     bk_lm lm;
     bk_adamw opt = {0};
     bk_train_state st = {0, 0, 0, 0, NAN};
@@ -305,43 +348,70 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
     else if (!(rc = bk_lm_open_file(&lm, o->config, o->overrides, o->n_overrides, err)) &&
              (rc = bk_lm_register(&lm, &opt, err)))
         bk_lm_close(&lm);
-    if (rc) {
+    int opened = rc == BK_OK; /* another process may have failed where this one did not */
+    if ((rc = bk_dist_agree(dist, rc, err))) {
+        if (opened)
+            bk_lm_close(&lm);
         bk_adamw_free(&opt);
+        if (quiet)
+            fclose(quiet);
         return rc;
     }
     const bk_experiment *e = &lm.exp;
     if (e->run.threads > 0)
         omp_set_num_threads((int)e->run.threads);
+    else if (dist->size > 1) /* the processes on one machine share its cores */
+        omp_set_num_threads(omp_get_num_procs() / dist->local_size > 1 ? omp_get_num_procs() / dist->local_size : 1);
     const int B = (int)e->train.batch, T = (int)e->train.length;
     const int64_t steps = e->train.steps;
+    const int Bl = B / dist->size; /* this process's rows of every batch */
 
-    /* the run directory (README.md "Paths"), locked before anything is read or written in it */
+    /* One process on the CPU backend, or several: each trains on B/N rows of every batch. */
+    if (dist->size > 1 && lm.be && lm.be->kind != BK_BACKEND_CPU)
+        rc = bk_fail(err, BK_ERR_INVALID, "%d processes: data-parallel training runs on the CPU backend; set [run] "
+                     "device = \"cpu\" (this run's device: %s)", dist->size, lm.be->description);
+    else if (B % dist->size != 0)
+        rc = bk_fail(err, BK_ERR_CONFIG, "%s: [train] batch = %d is not a multiple of the %d processes (each "
+                     "trains on an equal share of every batch)", e->path, B, dist->size);
+    if (rc)
+        goto setup_done;
+    /* the run directory (README.md "Paths"), locked before anything is read or written in it; the other
+     * processes write nothing (their metrics go to /dev/null) */
     char dir[4096];
-    if ((rc = bk_run_dir_choose(&lm, o->out_dir, o->resume, dir, sizeof dir, err)) ||
-        (rc = bk_run_dir_open(&run, dir, err)))
-        goto done;
-    if (snprintf(sum->checkpoint, sizeof sum->checkpoint, "%s/" BK_RUN_CHECKPOINT_FILE, run.path) >=
-        (int)sizeof sum->checkpoint) {
+    if (lead && ((rc = bk_run_dir_choose(&lm, o->out_dir, o->resume, dir, sizeof dir, err)) ||
+                 (rc = bk_run_dir_open(&run, dir, err))))
+        goto setup_done;
+    if (lead && snprintf(sum->checkpoint, sizeof sum->checkpoint, "%s/" BK_RUN_CHECKPOINT_FILE, run.path) >=
+                    (int)sizeof sum->checkpoint) {
         rc = bk_fail(err, BK_ERR_INVALID, "run directory name too long: '%s'", run.path);
-        goto done;
+        goto setup_done;
     }
     if ((rc = bk_lm_load_data(&lm, NULL, 0, e->train.length + 1, NULL, &train, &val, err)) ||
         (rc = bk_loader_init(&ld, &train, B, T, (uint64_t)e->train.seed, 1, err)))
-        goto done;
+        goto setup_done;
     if (o->resume && (rc = bk_loader_seek(&ld, st.data_epoch, st.data_index, err)))
-        goto done;
-    if ((rc = bk_run_dir_metrics(&run, o->resume != NULL, st.step, &metrics, err)))
-        goto done;
+        goto setup_done;
+    if (lead && (rc = bk_run_dir_metrics(&run, o->resume != NULL, st.step, &metrics, err)))
+        goto setup_done;
+    if (!lead && !(metrics = fopen("/dev/null", "w"))) {
+        rc = bk_fail(err, BK_ERR_IO, "rank %d: cannot open /dev/null: %s", dist->rank, strerror(errno));
+        goto setup_done;
+    }
     in = malloc((size_t)B * T * sizeof *in);
     tg = malloc((size_t)B * T * sizeof *tg);
-    if (!in || !tg) {
+    gathered = malloc(2 * (size_t)dist->size * sizeof *gathered);
+    if (!in || !tg || !gathered)
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for batches");
+setup_done:
+    if ((rc = bk_dist_agree(dist, rc, err)))
         goto done;
-    }
 
     fprintf(out, "train: %s; %d layers, %d heads, dim %d, vocab %d; %zu model parameters, %d term%s\n", e->path,
             lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
     fprintf(out, "device: %s\n", lm.be ? lm.be->description : "cpu");
+    if (dist->size > 1)
+        fprintf(out, "processes: %d (MPI), each %d of the %d rows of every batch, %d thread%s each\n", dist->size, Bl,
+                B, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
     fprintf(out, "data: %s (%lld tokens) / validation %s (%lld tokens); batch %d x %d x %lld accumulated\n",
             train.name, (long long)train.count, val.name, (long long)val.count, B, T, (long long)e->train.accumulate);
     if (o->resume)
@@ -371,17 +441,34 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
             break;
         double loss = 0.0;
         for (int64_t micro = 0; micro < e->train.accumulate && !rc; micro++) {
-            bk_loader_next(&ld, in, tg);
-            if (!(rc = bk_gpt_forward(&lm.gpt, in, tg, B, T, 1, err)))
-                rc = bk_gpt_backward(&lm.gpt, in, tg, 1.0f / (float)e->train.accumulate, err);
+            bk_loader_next(&ld, in, tg); /* the whole batch; this process takes its rows */
+            const int32_t *rin = in + (size_t)dist->rank * (size_t)Bl * (size_t)T;
+            const int32_t *rtg = tg + (size_t)dist->rank * (size_t)Bl * (size_t)T;
+            if (!(rc = bk_gpt_forward(&lm.gpt, rin, rtg, Bl, T, 1, err)))
+                rc = bk_gpt_backward(&lm.gpt, rin, rtg, 1.0f / (float)e->train.accumulate, err);
             loss += lm.gpt.loss / (double)e->train.accumulate;
         }
-        if (rc)
+        if (!rc)
+            rc = bk_lm_gradients_ready(&lm, err);
+        if ((rc = bk_dist_agree(dist, rc, err)))
             break;
+        if (dist->size > 1) { /* the mean gradient and loss of the processes; Ctrl-C on any stops all */
+            double mine[2] = {loss, (double)interrupted};
+            if ((rc = average_gradients(&opt, dist, &grad_pack, &grad_pack_n, err)) ||
+                (rc = bk_dist_allgather(dist, mine, 2, gathered, err)))
+                break;
+            loss = 0.0;
+            for (int r = 0; r < dist->size; r++) {
+                loss += gathered[2 * r];
+                if (gathered[2 * r + 1] != 0.0)
+                    interrupted = 1;
+            }
+            loss /= (double)dist->size;
+        }
         /* A NaN or an inf anywhere in the step shows in the loss or the gradient norm, both computed
          * anyway: the check costs two comparisons. */
         double norm;
-        if ((rc = bk_lm_gradients_ready(&lm, err)) || (rc = bk_adamw_grad_norm(&opt, &norm, err)))
+        if ((rc = bk_adamw_grad_norm(&opt, &norm, err)))
             break;
         double lr = bk_lr_schedule(st.step, steps, e->train.warmup, e->train.lr, e->train.final_lr);
         int skipped = !isfinite(norm) || !isfinite(loss);
@@ -460,7 +547,7 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
         if ((e->train.eval_every > 0 && st.step % e->train.eval_every == 0) || last) {
             if ((rc = enter_step(&lm, st.step + 1, T, &tables_for, err)))
                 break;
-            if ((rc = validate(&lm, &val, B, T, e->train.eval_batches, in, tg, &st.val_loss, err)))
+            if ((rc = validate(&lm, &val, B, T, e->train.eval_batches, in, tg, dist, &st.val_loss, err)))
                 break;
             sum->val_loss = st.val_loss;
             fprintf(metrics, "{\"step\": %lld, \"val_loss\": %.6f, \"val_ppl\": %.4f}\n", (long long)st.step,
@@ -475,7 +562,9 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
         int stop = interrupted || (o->stop_after > 0 && st.step - first_step >= o->stop_after);
         if (last || stop || (e->train.checkpoint_every > 0 && st.step % e->train.checkpoint_every == 0)) {
             /* the checkpoint reads the host copies: parameters and moments come back from the device */
-            if ((rc = bk_adamw_to_host(&opt, err)) || (rc = bk_checkpoint_save(sum->checkpoint, &lm, &opt, &st, err)))
+            if (!(rc = bk_adamw_to_host(&opt, err)) && lead)
+                rc = bk_checkpoint_save(sum->checkpoint, &lm, &opt, &st, err);
+            if ((rc = bk_dist_agree(dist, rc, err)))
                 break;
             crash.checkpoint_step = checkpoint_step = st.step;
         }
@@ -499,6 +588,10 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
         fprintf(out, "%sdone: %lld steps in %.1f s (%.0f tokens/s); checkpoint %s\n", o->progress ? "\n" : "",
                 (long long)st.step, sum->seconds, sum->tokens_per_second, sum->checkpoint);
 done:
+    free(grad_pack);
+    free(gathered);
+    if (quiet)
+        fclose(quiet);
     if (metrics)
         fclose(metrics);
     bk_run_dir_close(&run);

@@ -1,10 +1,18 @@
 /* The training loop (docs/design.md §6): micro-batches with gradient accumulation, global-norm clipping,
  * AdamW with warm-up + cosine, plugin projections after every step, periodic validation, a metrics
  * log (metrics.jsonl), a progress line, and atomic checkpoints (at checkpoint_every, at the end, on
- * Ctrl-C). A resumed run continues exactly: the same losses as an uninterrupted one. */
+ * Ctrl-C). A resumed run continues exactly: the same losses as an uninterrupted one.
+ *
+ * Data parallel (options.dist with N > 1 processes, docs/scaling.md): every process reads each global
+ * batch and trains on its own B/N rows; the gradients (model, plugin parameters, mixing weights) are
+ * averaged over the processes in a fixed order before the norm, the clipping and AdamW, so the
+ * parameters stay the same bits on every process; validation batches are shared out and their losses
+ * added in batch order (the same bits as one process). Rank 0 alone writes the log, the metrics and
+ * the checkpoints, which do not depend on N. */
 #ifndef BK_TRAIN_H
 #define BK_TRAIN_H
 
+#include "dist/dist.h"
 #include "util/error.h"
 
 #include <stdint.h>
@@ -20,6 +28,7 @@ typedef struct bk_train_options {
     int64_t stop_after;            /* stop with a checkpoint after this many steps of this run (0 = never) */
     int progress;                  /* 1: redraw one progress line (terminal); 0: plain log lines */
     FILE *out;                     /* where progress and summaries go */
+    bk_dist *dist;                 /* the data-parallel processes (mpirun), or NULL for one process */
 } bk_train_options;
 
 typedef struct bk_train_summary {
