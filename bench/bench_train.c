@@ -24,6 +24,10 @@
  * alternately with the checks on and off (noisier: the difference is far below a step's jitter). The
  * loss and gradient-norm checks of the training loop are two isfinite() on values computed anyway.
  *
+ * The FLOP rate line gives the model's FLOPs per step (matmuls and the attention's two products,
+ * forward + backward = 3 x forward) over the measured step time, as a fraction of this machine's SGEMM
+ * rate (cblas_sgemm of 2048^3 with the same threads, best of 5): model_gflops, sgemm_gflops, mfu_frac.
+ *
  * Last line, machine-readable:
  *   RESULT name=... tokens_per_s=... ms_per_step=... attention_frac=... matmul_frac=... [more keys]
  */
@@ -56,6 +60,39 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* The model's FLOPs per training step (forward + backward = 3 x forward): per token, the matmuls
+ * 2 (12 L C^2 + V C) (qkv, projection, the MLP's two, and the tied head) and the attention's two
+ * products over the causal keys, 2 x 2 C (T + 1) / 2 per layer on average. */
+static double model_flops(int L, int C, int V, int T, int B)
+{
+    double per_token = 2.0 * (12.0 * L * (double)C * C + (double)V * C) + 2.0 * L * (double)C * (T + 1);
+    return 3.0 * per_token * (double)B * T;
+}
+
+/* This machine's SGEMM rate with the step's threads: the best of 5 cblas_sgemm of 2048^3 (the largest
+ * rate a matmul reaches here; the model's matmuls are smaller), in GFLOP/s. */
+static double sgemm_gflops(void)
+{
+    enum { N = 2048 };
+    float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N), *c = malloc(sizeof(float) * N * N);
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return NAN;
+    }
+    for (size_t i = 0; i < (size_t)N * N; i++)
+        a[i] = (float)(i % 7) * 0.25f, b[i] = (float)(i % 5) * 0.5f, c[i] = 0.0f;
+    double best = INFINITY;
+    for (int r = 0; r < 6; r++) { /* the first is a warm-up */
+        double t = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+        t = now() - t;
+        if (r > 0 && t < best)
+            best = t;
+    }
+    free(a), free(b), free(c);
+    return 2.0 * N * N * (double)N / best / 1e9;
 }
 
 static double median(const double *v, int n)
@@ -605,12 +642,18 @@ int main(int argc, char **argv)
     double other = 0;
     for (int c = CAT_LAYERNORM; c < CAT_COUNT; c++)
         other += frac[c];
+    const double model_gflops = model_flops(o.layers, o.dim, o.vocab, T, B) / step_s / 1e9, peak = sgemm_gflops();
+    printf("FLOP rate: model %.1f GFLOP/s (matmuls and attention products, 3 x forward) = %.0f%% of this "
+           "machine's SGEMM rate, %.1f GFLOP/s (cblas_sgemm 2048^3, %d threads)\n",
+           model_gflops, 100.0 * model_gflops / peak, peak, threads);
     printf("RESULT name=%s tokens_per_s=%.1f ms_per_step=%.3f attention_frac=%.4f matmul_frac=%.4f other_frac=%.4f "
            "layernorm_frac=%.4f gelu_frac=%.4f residual_frac=%.4f xent_frac=%.4f embedding_frac=%.4f "
-           "memset_frac=%.4f median_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f threads=%d engine=biaskit\n",
+           "memset_frac=%.4f median_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f threads=%d model_gflops=%.2f "
+           "sgemm_gflops=%.2f mfu_frac=%.4f engine=biaskit\n",
            name, tok_s, 1e3 * step_s, frac[CAT_ATTN], frac[CAT_MATMUL] + frac[CAT_HEAD], other,
            frac[CAT_LAYERNORM], frac[CAT_GELU], frac[CAT_RESIDUAL], frac[CAT_XENT], frac[CAT_ENCODER],
-           frac[CAT_MEMSET], 1e3 * step_med, 1e3 * ph.fwd / n, 1e3 * ph.bwd / n, 1e3 * (ph.opt + ph.after + ph.zero) / n, threads);
+           frac[CAT_MEMSET], 1e3 * step_med, 1e3 * ph.fwd / n, 1e3 * ph.bwd / n, 1e3 * (ph.opt + ph.after + ph.zero) / n, threads,
+           model_gflops, peak, model_gflops / peak);
     free(in), free(tg);
     bk_adamw_free(&opt);
     bk_lm_close(&lm);
