@@ -1,27 +1,43 @@
 #!/usr/bin/python3
-"""The model of bench_train.c written the way a PyTorch user would: PyTorch eager, fp32, CPU.
+"""The model of bench_train.c written the way a PyTorch user would: PyTorch, fp32, CPU.
 
-    /usr/bin/python3 bench/bench_torch.py --layers 4 --dim 256 --heads 8 --length 256 --batch 8 \
-        --steps 10 --warmup 3 [--threads 2] [--vocab 256] [--alibi | --nope] [--name NAME]
+    python3 bench/bench_torch.py --layers 4 --dim 256 --heads 8 --length 256 --batch 8 \
+        --steps 10 --warmup 3 [--threads 2] [--vocab 256] [--alibi | --nope] [--name NAME] \
+        [--mode eager|sdpa|compile] [--no-breakdown]
+    python3 bench/bench_torch.py --blas-info     # one line: torch version and the BLAS it runs
 
-Token embedding, pre-LN blocks (causal multi-head attention whose scores get the ALiBi bias as a
-materialised (H, T, T) tensor added after the 1/sqrt(hd) scale, then a masked softmax; a GELU-tanh MLP
-of width 4C), final LayerNorm, output head tied to the embedding, cross-entropy, AdamW with the
-engine's defaults (lr 1e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and the embedding).
-torch 1.13 has no F.scaled_dot_product_attention, so attention is the explicit nanoGPT-style code.
+Token embedding, pre-LN blocks (causal multi-head attention with the ALiBi bias, a GELU-tanh MLP of
+width 4C), final LayerNorm, output head tied to the embedding, cross-entropy, AdamW with the engine's
+defaults (lr 1e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and the embedding).
+
+--mode picks how the attention and the model run:
+  eager    (default; any torch) the explicit nanoGPT-style attention: scores scaled by 1/sqrt(hd), the
+           ALiBi bias added as a materialised (H, T, T) tensor, masked_fill(-inf) above the diagonal,
+           softmax, times v. torch 1.13 has no F.scaled_dot_product_attention, so this is what it runs.
+  sdpa     (torch >= 2.0) F.scaled_dot_product_attention(q, k, v, attn_mask=M, is_causal=False) with M
+           a precomputed float (H, T, T) buffer: the ALiBi bias with -inf above the diagonal (--nope: the
+           causal -inf mask alone). SDPA applies the 1/sqrt(hd) scale itself. Same loss as eager up to
+           rounding.
+  compile  (torch >= 2.0) the eager model wrapped in torch.compile (inductor). The warm-up steps (at
+           least 2) absorb the compilation; their time is printed. No breakdown (the fractions are "na").
+sdpa and compile exit with status 3 under torch < 2.0; a failing torch.compile (no C++ compiler, ...)
+exits with status 4.
 
 Timing protocol as bench_train: `warmup` untimed steps, then `steps` timed steps of
     zero_grad, forward, backward, optimizer step
 reported as mean ms/step (plus median and fastest) and tokens/s. The breakdown times, in isolation on
 tensors of the step's shapes, the attention (from qkv to the merged head outputs, forward + backward,
 L times) and the linear layers (the four per block, L times, and the tied head; forward + backward),
-plus GELU and LayerNorm for comparison with the engine, as fractions of the median step.
+plus GELU and LayerNorm for comparison with the engine, as fractions of the median step; the attention
+is timed the way the mode computes it (eager or sdpa).
 
 Last line: RESULT name=... tokens_per_s=... ms_per_step=... attention_frac=... matmul_frac=... ...
+           mode=... torch=...
 """
 import argparse
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -43,6 +59,10 @@ def parse_args():
     g.add_argument("--nope", dest="alibi", action="store_false")
     p.add_argument("--name", default=None)
     p.add_argument("--no-breakdown", dest="breakdown", action="store_false", default=True)
+    p.add_argument("--mode", choices=("eager", "sdpa", "compile"), default="eager",
+                   help="eager: explicit attention (default); sdpa: F.scaled_dot_product_attention; "
+                        "compile: torch.compile(model). sdpa and compile need torch >= 2.0")
+    p.add_argument("--blas-info", action="store_true", help="print the torch version and its BLAS, then exit")
     a = p.parse_args()
     if a.dim % a.heads:
         p.error(f"--dim {a.dim} is not divisible by --heads {a.heads}")
@@ -61,6 +81,53 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
+def torch_major():
+    m = re.match(r"(\d+)", torch.__version__)
+    return int(m.group(1)) if m else 0
+
+
+def blas_info():
+    """One line: which BLAS this torch runs its matmuls on (torch.__config__.show(), plus the BLAS
+    libraries actually mapped into the process after a matmul, with OpenBLAS's kernel choice)."""
+    cfg = torch.__config__.show()
+    m = re.search(r"BLAS_INFO=([^,\s]+)", cfg)
+    parts = [f"BLAS_INFO={m.group(1) if m else '?'}"]
+    m = re.search(r"Math Kernel Library Version (\S+)", cfg)
+    if m:
+        parts.append(f"MKL {m.group(1)}")
+    m = re.search(r"MKL-DNN (v[^\s]+)", cfg)
+    if m:
+        parts.append(f"oneDNN {m.group(1)}")
+    torch.ones(64, 64) @ torch.ones(64, 64)  # make sure the BLAS is loaded
+    libs = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                # numpy's own OpenBLAS and the CUDA libraries of a CUDA wheel are loaded, not used here
+                if (re.search(r"(blas|mkl)[^/]*\.so", os.path.basename(path)) and "cublas" not in path
+                        and "/numpy" not in path and "/nvidia/" not in path):
+                    real = os.path.realpath(path)
+                    if real not in libs:
+                        libs.append(real)
+    except OSError:
+        pass
+    for lib in libs:
+        desc = lib
+        if "openblas" in lib:
+            try:
+                import ctypes
+                h = ctypes.CDLL(lib)
+                h.openblas_get_corename.restype = ctypes.c_char_p
+                desc += f" (OpenBLAS, core {h.openblas_get_corename().decode()})"
+            except (OSError, AttributeError):
+                pass
+        parts.append(f"loaded {desc}")
+    if not libs and "MKL" in " ".join(parts):
+        parts.append("MKL linked into libtorch_cpu")
+    return f"torch {torch.__version__} ({sys.executable}): " + ", ".join(parts)
+
+
 def alibi_slopes(n):
     """The reference get_slopes(n) of Press et al. (the engine's plugins/alibi/alibi_math.h)."""
     def power_of_two(n):
@@ -71,9 +138,10 @@ def alibi_slopes(n):
 
 
 class Attention(nn.Module):
-    def __init__(self, C, H, T, alibi):
+    def __init__(self, C, H, T, alibi, mode="eager"):
         super().__init__()
         self.C, self.H = C, H
+        self.sdpa = mode == "sdpa"
         self.qkv = nn.Linear(C, 3 * C)
         self.proj = nn.Linear(C, C)
         i = torch.arange(T)
@@ -82,6 +150,9 @@ class Attention(nn.Module):
         bias = -slopes[:, None, None] * dist if alibi else torch.zeros(H, T, T)
         self.register_buffer("bias", bias, persistent=False)  # (H, T, T)
         self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)), persistent=False)
+        if self.sdpa:
+            # the float mask SDPA adds to its (already scaled) scores: bias below, -inf above the diagonal
+            self.register_buffer("sdpa_mask", bias.masked_fill(~self.mask, float("-inf")), persistent=False)
 
     def attend(self, qkv):
         """(B, T, 3C) -> (B, T, C): the part the engine's bk_attention_forward covers."""
@@ -91,6 +162,9 @@ class Attention(nn.Module):
         q = q.view(B, T, H, C // H).transpose(1, 2)           # (B, H, T, hd)
         k = k.view(B, T, H, C // H).transpose(1, 2)
         v = v.view(B, T, H, C // H).transpose(1, 2)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.sdpa_mask[:, :T, :T], is_causal=False)
+            return y.transpose(1, 2).contiguous().view(B, T, C)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
         att = att + self.bias[:, :T, :T]
         att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
@@ -103,10 +177,10 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, C, H, T, alibi):
+    def __init__(self, C, H, T, alibi, mode):
         super().__init__()
         self.ln1 = nn.LayerNorm(C)
-        self.attn = Attention(C, H, T, alibi)
+        self.attn = Attention(C, H, T, alibi, mode)
         self.ln2 = nn.LayerNorm(C)
         self.fc = nn.Linear(C, 4 * C)
         self.fcproj = nn.Linear(4 * C, C)
@@ -117,10 +191,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, L, C, H, V, T, alibi):
+    def __init__(self, L, C, H, V, T, alibi, mode="eager"):
         super().__init__()
         self.wte = nn.Embedding(V, C)
-        self.blocks = nn.ModuleList([Block(C, H, T, alibi) for _ in range(L)])
+        self.blocks = nn.ModuleList([Block(C, H, T, alibi, mode) for _ in range(L)])
         self.lnf = nn.LayerNorm(C)
         self.head = nn.Linear(C, V, bias=False)
         self.head.weight = self.wte.weight                    # tied
@@ -193,13 +267,20 @@ def breakdown(model, B, T, C, H, V, L, reps=5):
 
 def main():
     a = args
+    if a.blas_info:
+        print(blas_info())
+        return 0
+    if a.mode != "eager" and torch_major() < 2:
+        print(f"bench_torch: --mode {a.mode} needs torch >= 2.0, this is {torch.__version__} ({sys.executable})",
+              file=sys.stderr)
+        return 3
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     threads = torch.get_num_threads()
     name = a.name or f"L{a.layers}_C{a.dim}_H{a.heads}_T{a.length}_B{a.batch}_{'alibi' if a.alibi else 'nope'}"
     torch.manual_seed(1)
     B, T, C, H, V, L = a.batch, a.length, a.dim, a.heads, a.vocab, a.layers
-    model = GPT(L, C, H, V, T, a.alibi)
+    model = GPT(L, C, H, V, T, a.alibi, "sdpa" if a.mode == "sdpa" else "eager")
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -208,7 +289,22 @@ def main():
     idx = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(2))
     tgt = torch.roll(idx.view(-1), -1).view(B, T)
     print(f"bench_torch: {name} | {L} layers, dim {C}, {H} heads (hd {C // H}), vocab {V}, T {T}, batch {B} | "
-          f"{'ALiBi' if a.alibi else 'NoPE'} | {n_params} params | {threads} threads | torch {torch.__version__}")
+          f"{'ALiBi' if a.alibi else 'NoPE'} | {n_params} params | {threads} threads | torch {torch.__version__} | "
+          f"mode {a.mode}")
+    print(f"blas: {blas_info()}")
+
+    run = model
+    warmup = a.warmup
+    if a.mode == "compile":
+        try:
+            run = torch.compile(model)
+        except Exception as e:  # noqa: BLE001 - any failure means no compiled row
+            msg = (str(e).strip().splitlines() or [""])[0][:300]
+            print(f"bench_torch: torch.compile failed: {type(e).__name__}: {msg}", file=sys.stderr)
+            return 4
+        if warmup < 2:
+            print(f"bench_torch: --mode compile: warm-up raised from {warmup} to 2 steps (compilation)")
+            warmup = 2
 
     phases = {"zero": 0.0, "fwd": 0.0, "bwd": 0.0, "opt": 0.0}
 
@@ -216,7 +312,7 @@ def main():
         t0 = now()
         opt.zero_grad(set_to_none=False)
         t1 = now()
-        loss = model(idx, tgt)
+        loss = run(idx, tgt)
         t2 = now()
         loss.backward()
         t3 = now()
@@ -229,41 +325,68 @@ def main():
             phases["opt"] += t4 - t3
         return loss
 
-    for _ in range(a.warmup):
-        step(False)
+    first_loss = None
+    w0 = now()
+    for i in range(warmup):
+        try:
+            loss = step(False)
+        except Exception as e:  # noqa: BLE001
+            if a.mode != "compile":
+                raise
+            msg = (str(e).strip().splitlines() or [""])[0][:300]
+            print(f"bench_torch: torch.compile failed in warm-up step {i + 1}: {type(e).__name__}: {msg}\n"
+                  f"             (inductor needs a working C++ compiler and Python headers; see the log above)",
+                  file=sys.stderr)
+            return 4
+        if first_loss is None:
+            first_loss = loss.item()
+    warm_s = now() - w0
+    print(f"warm-up: {warmup} steps in {warm_s:.2f} s"
+          + (" (torch.compile's compilation included)" if a.mode == "compile" else ""))
     times = []
     start = now()
     for _ in range(a.steps):
         t = now()
         loss = step(True)
         times.append(now() - t)
+        if first_loss is None:
+            first_loss = loss.item()
     total = now() - start
     step_s = total / a.steps
     med = statistics.median(times)
     tok_s = B * T / step_s
     n = a.steps
+    print(f"first-step loss {first_loss:.7f}")
     print(f"step:  {1e3 * step_s:.2f} ms/step (median {1e3 * med:.2f}, fastest {1e3 * min(times):.2f}) = "
-          f"{tok_s:.0f} tokens/s over {a.steps} steps after {a.warmup} warm-up; loss {loss.item():.4f}")
+          f"{tok_s:.0f} tokens/s over {a.steps} steps after {warmup} warm-up; loss {loss.item():.4f}")
     print(f"phases: zero_grad {1e3 * phases['zero'] / n:.2f} | forward {1e3 * phases['fwd'] / n:.2f} | "
           f"backward {1e3 * phases['bwd'] / n:.2f} | adamw {1e3 * phases['opt'] / n:.2f} ms")
 
     frac = {}
-    if a.breakdown:
+    if a.breakdown and a.mode == "compile":
+        print("breakdown: skipped for --mode compile (inductor fuses across the kernel groups; timing them in "
+              "isolation would time other code); fractions reported as na")
+    elif a.breakdown:
         bd = breakdown(model, B, T, C, H, V, L)
-        print(f"breakdown: kernels timed in isolation at the step's shapes (median of 5 passes), as fractions of "
-              f"the median step of {1e3 * med:.2f} ms:")
+        print(f"breakdown: kernels timed in isolation at the step's shapes (median of 5 passes; attention as "
+              f"--mode {a.mode} computes it), as fractions of the median step of {1e3 * med:.2f} ms:")
         for k, v in bd.items():
             frac[k] = v / med
             print(f"  {k:<14} {1e3 * v:9.2f} ms {100 * frac[k]:6.1f}%")
         rest = med - sum(bd.values())
         print(f"  {'rest':<14} {1e3 * rest:9.2f} ms {100 * rest / med:6.1f}%  (residuals, cross-entropy, "
               f"embedding, optimizer, autograd overhead)")
+
+    def fr(x):
+        return "na" if a.mode == "compile" else f"{x:.4f}"
+
     print(f"RESULT name={name} tokens_per_s={tok_s:.1f} ms_per_step={1e3 * step_s:.3f} "
-          f"attention_frac={frac.get('attention', 0):.4f} "
-          f"matmul_frac={frac.get('matmul', 0) + frac.get('lm head', 0):.4f} "
-          f"gelu_frac={frac.get('gelu', 0):.4f} layernorm_frac={frac.get('layernorm', 0):.4f} "
+          f"attention_frac={fr(frac.get('attention', 0))} "
+          f"matmul_frac={fr(frac.get('matmul', 0) + frac.get('lm head', 0))} "
+          f"gelu_frac={fr(frac.get('gelu', 0))} layernorm_frac={fr(frac.get('layernorm', 0))} "
           f"median_ms={1e3 * med:.3f} fwd_ms={1e3 * phases['fwd'] / n:.3f} bwd_ms={1e3 * phases['bwd'] / n:.3f} "
-          f"opt_ms={1e3 * (phases['opt'] + phases['zero']) / n:.3f} threads={threads} engine=torch-{torch.__version__}")
+          f"opt_ms={1e3 * (phases['opt'] + phases['zero']) / n:.3f} threads={threads} first_loss={first_loss:.7f} "
+          f"warmup_s={warm_s:.3f} engine=torch-{torch.__version__} mode={a.mode} torch={torch.__version__}")
     return 0
 
 

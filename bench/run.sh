@@ -1,18 +1,52 @@
 #!/usr/bin/env bash
-# Training-step benchmark: biaskit (bench_train) against the same model in PyTorch eager
-# (bench_torch.py), at three sizes, each measurement REPEATS times keeping the best; prints a markdown
-# table. See docs/performance.md.
+# Training-step benchmark: biaskit (bench_train) against the same model in PyTorch (bench_torch.py), at
+# three sizes, each measurement REPEATS times (interleaved across rows) keeping the best; prints markdown
+# tables. See docs/performance.md.
 #
-#   bash bench/run.sh                  # everything (about 15 minutes on 2 cores)
-#   SIZES="a c" REPEATS=1 bash bench/run.sh
+#   bash bench/run.sh                          # everything (about 25 minutes on 2 cores, see below)
+#   SIZES="a c" REPEATS=1 bash bench/run.sh    # quicker
+#   SKIP_TORCH2=1 bash bench/run.sh            # no PyTorch 2.x rows (no virtual environment needed)
 #
 # Environment: BUILD_DIR (default ./build), THREADS (2), REPEATS (3), STEPS (10), WARMUP (3),
-# SIZES ("a b c"), PYTHON (/usr/bin/python3), LOG_DIR (default $BUILD_DIR/bench-logs).
+# SIZES ("a b c"), PYTHON (the interpreter with Debian's torch 1.13, /usr/bin/python3),
+# VENV (the virtual environment with PyTorch 2.x, ./.venv-bench), SKIP_TORCH2 (0),
+# TORCH2_PASSIVE (0: run the PyTorch 2.x rows with OMP_WAIT_POLICY=PASSIVE when 1),
+# LOG_DIR (default $BUILD_DIR/bench-logs).
 #
-# PyTorch is measured twice: as it comes (OMP_NUM_THREADS=THREADS, torch.set_num_threads(THREADS))
-# and with OMP_WAIT_POLICY=PASSIVE. torch 1.13 here runs its elementwise kernels on libgomp and its
-# matmuls on OpenBLAS's pthread build, two thread pools that both spin; on a 2-core machine they take
-# the cores from each other, and the passive policy is what a user would set after noticing.
+# VENV is created on first use: `/usr/bin/python3 -m venv $VENV` and `pip install torch numpy` from
+# PyPI (a CUDA build of torch: several GB to download, about 5 GB on disk, a few minutes). One already
+# there (with torch and numpy importable) is reused as it is; delete it to get a newer torch.
+#
+# Rows, all with OMP_NUM_THREADS=THREADS (and torch.set_num_threads(THREADS) in PyTorch):
+#   biaskit, OpenBLAS chooses  bench_train with OPENBLAS_CORETYPE unset: OpenBLAS's DYNAMIC_ARCH picks the
+#                              kernels for this CPU (the core it picks is printed at the start)
+#   biaskit, Haswell           bench_train with OPENBLAS_CORETYPE=Haswell (the AVX2 kernels forced)
+#   PyTorch 2.x eager          bench_torch.py --mode eager under $VENV: the nanoGPT-style attention
+#   PyTorch 2.x sdpa           --mode sdpa: F.scaled_dot_product_attention with the ALiBi bias as its mask
+#   PyTorch 2.x compile        --mode compile: torch.compile(model), inductor; the warm-up absorbs the
+#                              compilation (at least 2 warm-up steps; about a minute per size the first
+#                              time, less once inductor's cache in /tmp has the kernels)
+#   PyTorch 1.13               Debian's python3-torch (PYTHON) eager, as it comes
+#   PyTorch 1.13, passive      the same with OMP_WAIT_POLICY=PASSIVE. torch 1.13 runs its elementwise
+#                              kernels on libgomp and its matmuls on OpenBLAS's pthread build, two thread
+#                              pools that both spin; on a 2-core machine they take the cores from each
+#                              other, and the passive policy is what a user would set after noticing.
+# PyTorch 2.x's BLAS is MKL (linked into libtorch_cpu), elementwise kernels on its own libgomp; the
+# script prints which BLAS each engine uses first. The breakdown ("where the step goes") is measured for
+# biaskit (both kernel choices) and PyTorch 2.x eager; the other PyTorch rows run with --no-breakdown,
+# which saves time (torch.compile has no breakdown at all).
+#
+# PyTorch 2.x runs without OMP_WAIT_POLICY by default: at size c on a quiet 2-core machine PASSIVE
+# made torch 2.15 eager, sdpa and compile 15-25% slower (best of 3); it only won while other processes
+# held the cores. TORCH2_PASSIVE=1 measures it anyway.
+#
+# Time: per size and repeat, 7 rows of WARMUP + STEPS steps, plus the breakdowns of 3 of them; size b
+# and the 1.13 rows are the slowest. With the defaults about 25 minutes on 2 idle cores, including the
+# first torch.compile of each size (up to a minute or two): an estimate from the per-step times, the
+# full run has not been timed. The 1.13 "as it comes" row costs about 5 of those minutes; the 1.13 and
+# 2.x sdpa rows skip the breakdown to save time. A PyTorch 2.x row that fails (exit status in its log)
+# is left out of the later repeats of that size and shows "-". The logs of a size are deleted when its
+# first run starts, so that the tables never mix in an older run's.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,8 +57,12 @@ STEPS=${STEPS:-10}
 WARMUP=${WARMUP:-3}
 SIZES=${SIZES:-"a b c"}
 PY=${PYTHON:-/usr/bin/python3}
+VENV=${VENV:-$ROOT/.venv-bench}
+SKIP_TORCH2=${SKIP_TORCH2:-0}
+TORCH2_PASSIVE=${TORCH2_PASSIVE:-0}
 LOGS=${LOG_DIR:-$BUILD/bench-logs}
 mkdir -p "$LOGS"
+PY2=$VENV/bin/python
 
 # --- build ------------------------------------------------------------------------------------------
 BIN=$BUILD/bench_train
@@ -54,6 +92,66 @@ else
     BIN=$MANUAL
 fi
 
+# --- PyTorch 2.x: the virtual environment -----------------------------------------------------------
+if [[ $SKIP_TORCH2 != 1 ]]; then
+    if [[ -x $PY2 ]] && "$PY2" -c 'import torch, numpy' 2>/dev/null; then
+        echo "PyTorch 2.x: reusing $VENV" >&2
+    else
+        echo "run.sh: creating $VENV with torch and numpy from PyPI (several GB, a few minutes; log in" \
+             "$LOGS/venv.log)" >&2
+        : >"$LOGS/venv.log"
+        if ! { [[ -x $PY2 ]] || /usr/bin/python3 -m venv "$VENV" >>"$LOGS/venv.log" 2>&1; } ||
+           ! "$PY2" -m pip install torch numpy >>"$LOGS/venv.log" 2>&1; then
+            echo "run.sh: setting up $VENV failed; see $LOGS/venv.log (SKIP_TORCH2=1 skips the PyTorch 2.x rows)" >&2
+            tail -5 "$LOGS/venv.log" >&2
+            exit 1
+        fi
+    fi
+fi
+
+# --- rows: key | label | kind ------------------------------------------------------------------------
+ROWS=(biaskit biaskit_haswell)
+[[ $SKIP_TORCH2 == 1 ]] || ROWS+=(t2eager t2sdpa t2compile)
+ROWS+=(torch torchpassive)
+T2_ENV=(OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS")
+if [[ $TORCH2_PASSIVE == 1 ]]; then T2_ENV+=(OMP_WAIT_POLICY=PASSIVE); else T2_ENV=(-u OMP_WAIT_POLICY "${T2_ENV[@]}"); fi
+
+# --- which BLAS each engine runs ---------------------------------------------------------------------
+ob_lib=$(ldd "$BIN" 2>/dev/null | sed -n 's/.*libopenblas[^ ]* => \([^ ]*\).*/\1/p' | head -1)
+if [[ -n $ob_lib ]]; then
+    ob_core=$(env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 "$BIN" --help 2>&1 | sed -n 's/^Core: //p' | head -1)
+    ob_has=$(env OPENBLAS_CORETYPE=Haswell OPENBLAS_VERBOSE=2 "$BIN" --help 2>&1 | sed -n 's/^Core: //p' | head -1)
+    BLAS_BK="OpenBLAS $(readlink -f "$ob_lib") (kernels: '${ob_core:-?}' chosen by OpenBLAS; '${ob_has:-?}' with OPENBLAS_CORETYPE=Haswell)"
+else
+    ob_core="" BLAS_BK="no OpenBLAS linked ($(ldd "$BIN" 2>/dev/null | grep -io '[^ ]*blas[^ ]*' | head -1))"
+fi
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; threads $THREADS; best of $REPEATS;" \
+     "$STEPS steps after $WARMUP warm-up" >&2
+echo "blas: biaskit ($BIN): $BLAS_BK" >&2
+T2_VER="" info2=""
+if [[ $SKIP_TORCH2 != 1 ]]; then
+    info2=$(OMP_NUM_THREADS="$THREADS" "$PY2" "$ROOT/bench/bench_torch.py" --blas-info 2>/dev/null) ||
+        info2="(failed: $PY2 bench/bench_torch.py --blas-info)"
+    echo "blas: PyTorch 2.x: $info2" >&2
+    T2_VER=$(sed -n 's/^torch \([^ ]*\) .*/\1/p' <<<"$info2")
+fi
+info=$(OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" "$PY" "$ROOT/bench/bench_torch.py" --blas-info \
+       2>/dev/null) || info="(failed: $PY bench/bench_torch.py --blas-info)"
+echo "blas: PyTorch (PYTHON): $info" >&2
+T1_VER=$(sed -n 's/^torch \([^ ]*\) .*/\1/p' <<<"$info")
+
+label() {
+    case $1 in
+        biaskit) echo "biaskit, OpenBLAS chooses${ob_core:+ ($ob_core)}" ;;
+        biaskit_haswell) echo "biaskit, Haswell kernels" ;;
+        t2eager) echo "PyTorch ${T2_VER:-2.x} eager" ;;
+        t2sdpa) echo "PyTorch ${T2_VER:-2.x} sdpa" ;;
+        t2compile) echo "PyTorch ${T2_VER:-2.x} compile" ;;
+        torch) echo "PyTorch ${T1_VER:-1.13} eager" ;;
+        torchpassive) echo "PyTorch ${T1_VER:-1.13} eager, OMP_WAIT_POLICY=PASSIVE" ;;
+    esac
+}
+
 # --- sizes: label layers dim heads length batch ------------------------------------------------------
 declare -A SPEC=(
     [a]="4 256 8 256 8"
@@ -64,10 +162,11 @@ declare -A SPEC=(
 # value of key=... in a RESULT line
 field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
 
-# best (highest tokens_per_s) RESULT line of a log file list
+# best (highest tokens_per_s) RESULT line of a log file list; empty when none has one
 best_result() {
     local best="" bt=-1 line t
     for f in "$@"; do
+        [[ -f $f ]] || continue
         line=$(grep '^RESULT ' "$f" | tail -1) || continue
         t=$(field "$line" tokens_per_s)
         if awk -v a="$t" -v b="$bt" 'BEGIN { exit !(a > b) }'; then best=$line bt=$t; fi
@@ -75,7 +174,7 @@ best_result() {
     echo "$best"
 }
 
-run_one() { # log_file command...
+run_one() { # log_file command...: a failure stops the script
     local log=$1
     shift
     echo "# $(date -Is) loadavg $(cut -d' ' -f1-3 /proc/loadavg): $*" >"$log"
@@ -86,63 +185,129 @@ run_one() { # log_file command...
     fi
 }
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; threads $THREADS; best of $REPEATS;" \
-     "$STEPS steps after $WARMUP warm-up" >&2
+declare -A FAILED=()
+run_soft() { # key log_file command...: a failure is reported, the row is skipped from then on at this size
+    local key=$1 log=$2 rc=0
+    shift 2
+    echo "# $(date -Is) loadavg $(cut -d' ' -f1-3 /proc/loadavg): $*" >"$log"
+    "$@" >>"$log" 2>&1 || rc=$?
+    if ((rc)); then
+        FAILED[$key]=$rc
+        echo "run.sh: failed (exit $rc, row left out from now on at this size): $* (see $log)" >&2
+        grep -v '^#' "$log" | tail -3 >&2
+    fi
+}
+
 for s in $SIZES; do
     [[ -n ${SPEC[$s]:-} ]] || { echo "run.sh: unknown size '$s' (a, b, c)" >&2; exit 2; }
     read -r L C H T B <<<"${SPEC[$s]}"
     args=(--layers "$L" --dim "$C" --heads "$H" --length "$T" --batch "$B" --steps "$STEPS" --warmup "$WARMUP"
           --threads "$THREADS" --alibi --name "$s")
-    # interleaved, so that a noisy minute hurts every engine alike
+    rm -f "$LOGS/$s".*.log
+    # interleaved, so that a noisy minute hurts every row alike
     for r in $(seq 1 "$REPEATS"); do
         echo "size $s ($L x $C x $H heads, T=$T, batch $B): run $r/$REPEATS" >&2
-        run_one "$LOGS/$s.biaskit.$r.log" env OMP_NUM_THREADS="$THREADS" "$BIN" "${args[@]}"
-        run_one "$LOGS/$s.torch.$r.log" env OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
-            "$PY" "$ROOT/bench/bench_torch.py" "${args[@]}"
-        run_one "$LOGS/$s.torchpassive.$r.log" env OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
-            OMP_WAIT_POLICY=PASSIVE "$PY" "$ROOT/bench/bench_torch.py" "${args[@]}"
+        for k in "${ROWS[@]}"; do
+            [[ -z ${FAILED[$s.$k]:-} ]] || continue
+            log=$LOGS/$s.$k.$r.log
+            case $k in
+                biaskit) run_one "$log" env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" "$BIN" "${args[@]}" ;;
+                biaskit_haswell)
+                    run_one "$log" env OPENBLAS_CORETYPE=Haswell OMP_NUM_THREADS="$THREADS" "$BIN" "${args[@]}" ;;
+                t2eager) run_soft "$s.$k" "$log" env "${T2_ENV[@]}" "$PY2" "$ROOT/bench/bench_torch.py" "${args[@]}" \
+                    --mode eager ;;
+                t2sdpa) run_soft "$s.$k" "$log" env "${T2_ENV[@]}" "$PY2" "$ROOT/bench/bench_torch.py" "${args[@]}" \
+                    --mode sdpa --no-breakdown ;;
+                t2compile) run_soft "$s.$k" "$log" env "${T2_ENV[@]}" "$PY2" "$ROOT/bench/bench_torch.py" \
+                    "${args[@]}" --mode compile ;;
+                torch) run_one "$log" env -u OMP_WAIT_POLICY OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
+                    "$PY" "$ROOT/bench/bench_torch.py" "${args[@]}" --no-breakdown ;;
+                torchpassive) run_one "$log" env OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
+                    OMP_WAIT_POLICY=PASSIVE "$PY" "$ROOT/bench/bench_torch.py" "${args[@]}" --no-breakdown ;;
+            esac
+        done
     done
 done
 
 # --- tables ------------------------------------------------------------------------------------------
-pct() { awk -v x="$1" 'BEGIN { printf "%.1f", 100 * x }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-num() { awk -v x="$1" 'BEGIN { printf "%.0f", x }'; }
+isnum() { [[ $1 =~ ^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$ ]]; }
+pct() { if isnum "$1"; then awk -v x="$1" 'BEGIN { printf "%.1f", 100 * x }'; else echo "${1:--}"; fi; }
+ratio() { if isnum "$1" && isnum "$2"; then awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / (b > 0 ? b : 1) }'; else echo -; fi; }
+num() { if isnum "$1"; then awk -v x="$1" 'BEGIN { printf "%.0f", x }'; else echo -; fi; }
+dec1() { if isnum "$1"; then awk -v x="$1" 'BEGIN { printf "%.1f", x }'; else echo -; fi; }
+best() { best_result "$LOGS/$1.$2".*.log; } # size key
+tok() { local v; v=$(field "$(best "$1" "$2")" tokens_per_s); [[ -n $v ]] && echo "$v" || echo -; }
+sizelabel() { local L C H T B; read -r L C H T B <<<"${SPEC[$1]}"; echo "($1) $L x $C x $H heads, T=$T, batch $B"; }
 
 echo
-echo "Tokens per second, best of $REPEATS runs ($THREADS threads; ratio = biaskit / PyTorch):"
+echo "Tokens per second, best of $REPEATS runs ($THREADS threads). \"-\": no result (failed or skipped)."
 echo
-echo "| size | biaskit tok/s | PyTorch tok/s | ratio | PyTorch tok/s, OMP_WAIT_POLICY=PASSIVE | ratio | attention % | matmul % | GELU % |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+head="| size |"
+sep="|---|"
+for k in "${ROWS[@]}"; do head+=" $(label "$k") |"; sep+="---:|"; done
+[[ $SKIP_TORCH2 == 1 ]] || { head+=" best 2.x mode | biaskit / best 2.x | biaskit (Haswell) / best 2.x |"; sep+="---|---:|---:|"; }
+echo "$head"
+echo "$sep"
 for s in $SIZES; do
-    read -r L C H T B <<<"${SPEC[$s]}"
-    bk=$(best_result "$LOGS/$s".biaskit.*.log)
-    pt=$(best_result "$LOGS/$s".torch.*.log)
-    pp=$(best_result "$LOGS/$s".torchpassive.*.log)
-    bt=$(field "$bk" tokens_per_s) tt=$(field "$pt" tokens_per_s) tp=$(field "$pp" tokens_per_s)
-    echo "| ($s) $L x $C x $H heads, T=$T, batch $B | $(num "$bt") | $(num "$tt") | $(ratio "$bt" "$tt") |" \
-         "$(num "$tp") | $(ratio "$bt" "$tp") | $(pct "$(field "$bk" attention_frac)") |" \
-         "$(pct "$(field "$bk" matmul_frac)") | $(pct "$(field "$bk" gelu_frac)") |"
+    line="| $(sizelabel "$s") |"
+    for k in "${ROWS[@]}"; do line+=" $(num "$(tok "$s" "$k")") |"; done
+    if [[ $SKIP_TORCH2 != 1 ]]; then
+        bm="" bt=""
+        for m in eager sdpa compile; do
+            t=$(tok "$s" "t2$m")
+            if isnum "$t" && { [[ -z $bt ]] || awk -v a="$t" -v b="$bt" 'BEGIN { exit !(a > b) }'; }; then bm=$m bt=$t; fi
+        done
+        line+=" ${bm:--} | $(ratio "$(tok "$s" biaskit)" "$bt") | $(ratio "$(tok "$s" biaskit_haswell)" "$bt") |"
+    fi
+    echo "$line"
 done
 echo
-echo "attention / matmul / GELU %: biaskit's kernels (instrumented pass) as a share of its median step."
+echo "BLAS: biaskit: $BLAS_BK."
+[[ $SKIP_TORCH2 == 1 ]] || echo "      PyTorch 2.x: $info2."
+echo "      PyTorch (PYTHON): $info."
+if [[ $SKIP_TORCH2 != 1 ]]; then
+    echo "PyTorch 2.x rows: OMP_WAIT_POLICY $([[ $TORCH2_PASSIVE == 1 ]] && echo PASSIVE || echo "unset (libgomp's default)")."
+    for s in $SIZES; do
+        w=$(for f in "$LOGS/$s".t2compile.*.log; do [[ -f $f ]] && field "$(grep '^RESULT ' "$f" | tail -1)" warmup_s; done |
+            sort -g | tail -1)
+        if isnum "$w"; then w="$(dec1 "$w") s"; else w="- (no compiled run)"; fi
+        echo "torch.compile warm-up at ($s), longest of the runs: $w (compilation; not in the timed steps)."
+    done
+fi
 echo
-echo "Where the step goes, % of the median step (biaskit: instrumented pass; PyTorch, passive: kernels timed"
-echo "in isolation at the same shapes):"
+echo "biaskit's FLOP rate (bench_train: model FLOPs per step, matmuls and attention products, 3 x forward, over"
+echo "the measured step; SGEMM: cblas_sgemm 2048^3 with the same threads and kernels), best run:"
+echo
+echo "| size | kernels | model GFLOP/s | SGEMM GFLOP/s | model / SGEMM % |"
+echo "|---|---|---:|---:|---:|"
+for s in $SIZES; do
+    for k in biaskit biaskit_haswell; do
+        line=$(best "$s" "$k")
+        mg=$(field "$line" model_gflops) sg=$(field "$line" sgemm_gflops)
+        mf=$(if isnum "$mg" && isnum "$sg"; then awk -v a="$mg" -v b="$sg" 'BEGIN { printf "%.1f", 100 * a / b }'; else echo -; fi)
+        echo "| ($s) | $([[ $k == biaskit ]] && echo "OpenBLAS chooses${ob_core:+ ($ob_core)}" || echo Haswell) |" \
+             "$(dec1 "$mg") | $(dec1 "$sg") | $mf |"
+    done
+done
+echo
+echo "Where the step goes, % of the median step (biaskit: instrumented pass; PyTorch 2.x eager: kernels"
+echo "timed in isolation at the same shapes):"
 echo
 echo "| size | engine | ms/step | attention | matmul | GELU | LayerNorm | rest |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
+BD_ROWS=(biaskit biaskit_haswell)
+[[ $SKIP_TORCH2 == 1 ]] || BD_ROWS+=(t2eager)
 for s in $SIZES; do
-    bk=$(best_result "$LOGS/$s".biaskit.*.log)
-    pp=$(best_result "$LOGS/$s".torchpassive.*.log)
-    for e in biaskit torch; do
-        line=$bk
-        [[ $e == torch ]] && line=$pp
+    for k in "${BD_ROWS[@]}"; do
+        line=$(best "$s" "$k")
         a=$(field "$line" attention_frac) m=$(field "$line" matmul_frac) g=$(field "$line" gelu_frac)
         n=$(field "$line" layernorm_frac)
-        rest=$(awk -v a="$a" -v m="$m" -v g="$g" -v n="$n" 'BEGIN { printf "%.4f", 1 - a - m - g - n }')
-        echo "| ($s) | $([[ $e == torch ]] && echo "PyTorch (passive)" || echo biaskit) |" \
-             "$(awk -v x="$(field "$line" ms_per_step)" 'BEGIN { printf "%.1f", x }') | $(pct "$a") | $(pct "$m") |" \
+        if isnum "$a" && isnum "$m" && isnum "$g" && isnum "$n"; then
+            rest=$(awk -v a="$a" -v m="$m" -v g="$g" -v n="$n" 'BEGIN { printf "%.4f", 1 - a - m - g - n }')
+        else
+            rest=${a:-}
+        fi
+        echo "| ($s) | $(label "$k") | $(dec1 "$(field "$line" ms_per_step)") | $(pct "$a") | $(pct "$m") |" \
              "$(pct "$g") | $(pct "$n") | $(pct "$rest") |"
     done
 done
