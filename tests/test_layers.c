@@ -4,6 +4,7 @@
  * multiples of the column block, with any thread count giving the same bits. */
 #include "test_util.h"
 
+#include "model/expf_math.h"
 #include "model/gelu_math.h"
 #include "model/layers.h"
 #include "util/rng.h"
@@ -63,13 +64,13 @@ static void expf_poly_matches_exp(void **state)
 {
     (void)state;
     double worst = 0.0, at = 0.0;
-    for (float a = BK_GELU_EXP_MIN; a <= BK_GELU_EXP_MAX; a = nextafterf(a, INFINITY) + 1e-4f) {
+    for (float a = BK_EXPF_MIN; a <= BK_GELU_EXP_MAX; a = nextafterf(a, INFINITY) + 1e-4f) {
         double want = exp((double)a), got = (double)bk_expf_poly(a);
         double ulps = fabs(got - want) / want * 8388608.0; /* 2^23 */
         if (ulps > worst)
             worst = ulps, at = a;
     }
-    const float ends[] = {BK_GELU_EXP_MIN, -0.0f, 0.0f, 1e-30f, -1e-30f, 0.34657359f, -0.34657359f, BK_GELU_EXP_MAX};
+    const float ends[] = {BK_EXPF_MIN, -0.0f, 0.0f, 1e-30f, -1e-30f, 0.34657359f, -0.34657359f, BK_GELU_EXP_MAX};
     for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
         double want = exp((double)ends[i]), got = (double)bk_expf_poly(ends[i]);
         double ulps = fabs(got - want) / want * 8388608.0;
@@ -79,6 +80,23 @@ static void expf_poly_matches_exp(void **state)
     print_message("bk_expf_poly: worst relative error %.3f ulp (at a = %.9g)\n", worst, at);
     if (!(worst <= 2.0))
         fail_msg("bk_expf_poly(%.9g): %.3f ulp from exp (want <= 2)", at, worst);
+}
+
+/* The softmax's exp of a non-positive argument: the same accuracy, exactly 0 below the range and for
+ * -inf, exactly 1 at 0, and a NaN kept. */
+static void expf_nonpositive_edges(void **state)
+{
+    (void)state;
+    assert_true(bk_expf_nonpositive(0.0f) == 1.0f);
+    assert_true(bk_expf_nonpositive(-0.0f) == 1.0f);
+    assert_true(bk_expf_nonpositive(-INFINITY) == 0.0f);
+    assert_true(bk_expf_nonpositive(-1000.0f) == 0.0f);
+    assert_true(bk_expf_nonpositive(nextafterf(BK_EXPF_MIN, -INFINITY)) == 0.0f);
+    assert_true(bk_expf_nonpositive(BK_EXPF_MIN) == bk_expf_poly(BK_EXPF_MIN));
+    assert_true(isnan(bk_expf_nonpositive(NAN)));
+    for (float x = -86.9f; x < 0.0f; x += 0.01f)
+        if (!(fabs((double)bk_expf_nonpositive(x) - exp((double)x)) <= 2.0 * exp((double)x) / 8388608.0))
+            fail_msg("bk_expf_nonpositive(%.9g) = %.9g, exp = %.9g", x, bk_expf_nonpositive(x), exp((double)x));
 }
 
 static void gelu_finite_at_extremes(void **state)
@@ -201,6 +219,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gelu_matches_tanh_form),
         cmocka_unit_test(expf_poly_matches_exp),
+        cmocka_unit_test(expf_nonpositive_edges),
         cmocka_unit_test(gelu_finite_at_extremes),
         cmocka_unit_test(matmul_bias_gradient),
         cmocka_unit_test(layernorm_gradients),

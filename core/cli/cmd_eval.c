@@ -106,8 +106,9 @@ int bk_cmd_eval(int argc, char **argv)
     bk_train_state st;
     bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL};
     if (bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err)) {
+        int status = lead ? bk_report(&err) : 1;
         bk_dist_finalize(&dist);
-        return lead ? bk_report(&err) : 1;
+        return status;
     }
     const bk_experiment *e = &lm.exp;
     if (e->run.threads > 0)
@@ -134,8 +135,9 @@ int bk_cmd_eval(int argc, char **argv)
             bk_eval_results_free(results, n_lengths);
         bk_tokens_free(&train), bk_tokens_free(&val);
         bk_lm_close(&lm);
+        int status = rc && lead ? bk_report(&err) : rc ? 1 : 0;
         bk_dist_finalize(&dist);
-        return rc && lead ? bk_report(&err) : rc ? 1 : 0;
+        return status;
     }
 
     double base = NAN;
@@ -210,6 +212,7 @@ int bk_cmd_eval(int argc, char **argv)
     bk_eval_results_free(results, n_lengths);
     bk_tokens_free(&train), bk_tokens_free(&val);
     bk_lm_close(&lm);
+    int status = rc ? bk_report(&err) : 0;
     bk_dist_finalize(&dist);
-    return rc ? bk_report(&err) : 0;
+    return status;
 }

@@ -82,9 +82,8 @@ int bk_cmd_train(int argc, char **argv)
     o.dist = &dist;
     bk_train_summary sum; /* the banner names the device that trains ([run] device) */
     int rc = bk_train(&o, &sum, &err);
-    int lead = dist.rank == 0; /* the others' errors reach rank 0 (bk_dist_agree), which reports them */
+    /* the others' errors reach rank 0 (bk_dist_agree), which reports them before anyone exits */
+    int status = rc ? (dist.rank == 0 ? bk_report(&err) : 1) : sum.signalled ? 130 : 0; /* 130: 128 + SIGINT */
     bk_dist_finalize(&dist);
-    if (rc)
-        return lead ? bk_report(&err) : 1;
-    return sum.signalled ? 130 : 0; /* 128 + SIGINT, as a shell reports an interrupted command */
+    return status;
 }

@@ -39,6 +39,9 @@ void bk_dist_finalize(bk_dist *d)
 #if BK_HAVE_MPI
     if (d->comm) {
         MPI_Comm *comm = d->comm;
+        /* everyone gets here before anyone exits: the launcher ends the job at the first non-zero exit,
+         * which would cut off rank 0's report of an error */
+        MPI_Barrier(*comm);
         MPI_Comm_free(comm);
         free(comm);
     }

@@ -31,7 +31,8 @@ void bk_dist_single(bk_dist *d);
  * as srun: the environment says so); else bk_dist_single. An error when the launcher started N > 1
  * processes of an engine built without MPI (each would train alone). */
 int bk_dist_init(bk_dist *d, bk_error *err);
-/* MPI_Finalize when bk_dist_init called MPI_Init; frees the scratch. */
+/* A barrier (no process leaves before all arrive: report errors before this), then MPI_Finalize when
+ * bk_dist_init called MPI_Init; frees the scratch. */
 void bk_dist_finalize(bk_dist *d);
 
 /* Every rank's result code -> the same code on every rank: BK_OK when every rank has BK_OK, else the

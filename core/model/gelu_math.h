@@ -2,11 +2,14 @@
  * the host (model/layers.c) and the device kernels (gpu/kernels_layers.h).
  *
  * 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3) is computed as x * s with
- * s = 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), with exp on the host by bk_expf_poly below (vectorised;
- * expf on the device); the result differs from the tanhf form by a few ulp. d/dx = s + x * s' where
+ * s = 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), with exp on the host by bk_expf_poly (model/expf_math.h,
+ * vectorised; expf on the device); the result differs from the tanhf form by a few ulp. Below
+ * exp(BK_EXPF_MIN) e is taken as exp(BK_EXPF_MIN): s = 1 / (1 + e) is 1 either way. d/dx = s + x * s' where
  * s' = 2 s (1 - s) du/dx = 2 e s^2 du/dx (e = exp(-2u)), i.e. 0.5 x sech^2(u) du/dx. */
 #ifndef BK_GELU_MATH_H
 #define BK_GELU_MATH_H
+
+#include "model/expf_math.h"
 
 #include <biaskit/plugin.h>
 
@@ -19,34 +22,7 @@
  * be inf * 0 otherwise) and GELU(x) = x * s is exactly -0 for every very negative x, as the tanh form. */
 #define BK_GELU_EXP_MAX 80.0f
 
-/* Below exp(-87) ~ 1.6e-38 (just above FLT_MIN), e is taken as exp(-87): s = 1 / (1 + e) is 1 either way. */
-#define BK_GELU_EXP_MIN -87.0f
-
 #ifndef __CUDA_ARCH__
-/* exp(a) for a in [BK_GELU_EXP_MIN, BK_GELU_EXP_MAX], in plain float arithmetic that a compiler
- * vectorises (glibc's expf is a call per element): a = n ln2 + r with n = round(a log2 e), |r| <= ln2/2
- * (ln2 split in two so that n ln2 is exact), exp(r) by Cephes' degree-5 minimax polynomial for expf,
- * and 2^n put into the exponent bits. n is rounded with the 1.5 * 2^23 trick (adds only, so SSE2 does
- * it). Relative error against exp in double: at most 2 ulp (tests/test_layers.c sweeps the range). */
-static inline float bk_expf_poly(float a)
-{
-    const float round_magic = 12582912.0f; /* 1.5 * 2^23: x + magic - magic rounds x to an integer */
-    float n = (a * 1.44269504088896341f + round_magic) - round_magic;
-    float r = a - n * 0.693359375f;        /* ln2, high part: n * this is exact */
-    r = r - n * -2.12194440e-4f;           /* ln2, the rest */
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float er = p * r * r + r + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } scale = {((int32_t)n + 127) << 23};
-    return er * scale.f;
-}
 #define BK_GELU_EXPF(a) bk_expf_poly(a)
 #else
 #define BK_GELU_EXPF(a) expf(a)
@@ -60,7 +36,7 @@ static inline BIASKIT_HD float bk_gelu_sigmoid(float x, float *e_out)
     /* clamped by comparisons (a NaN becomes BK_GELU_EXP_MAX, as fminf would make it), which vectorise;
      * fminf / fmaxf are library calls unless NaNs are assumed away */
     float c = a < BK_GELU_EXP_MAX ? a : BK_GELU_EXP_MAX;
-    float e = BK_GELU_EXPF(c > BK_GELU_EXP_MIN ? c : BK_GELU_EXP_MIN);
+    float e = BK_GELU_EXPF(c > BK_EXPF_MIN ? c : BK_EXPF_MIN);
     *e_out = e;
     float s = 1.0f / (1.0f + e); /* computed either way: a select of two values vectorises */
     return a > BK_GELU_EXP_MAX ? 0.0f : s;

@@ -6,10 +6,14 @@
  *                         float, the sum of exp in double in vocabulary order, and the
  *                         probabilities when `probs` is not NULL;
  *   bk_causal_softmax_row one attention row whose scores (bias already added) are row[0 .. live-1]:
- *                         softmax in place in float, max subtracted so exp cannot overflow, then
- *                         columns live .. width-1 set to 0 (the keys after the query). */
+ *                         softmax in place in float, max subtracted so exp cannot overflow (exp by
+ *                         bk_expf_nonpositive: model/expf_math.h, vectorised on the host; expf on the
+ *                         device), the sum in column order, then columns live .. width-1 set to 0
+ *                         (the keys after the query). */
 #ifndef BK_SOFTMAX_MATH_H
 #define BK_SOFTMAX_MATH_H
+
+#include "model/expf_math.h"
 
 #include <biaskit/plugin.h> /* BIASKIT_HD */
 
@@ -36,11 +40,13 @@ static inline BIASKIT_HD void bk_causal_softmax_row(float *row, int64_t live, in
     float max = -INFINITY;
     for (int64_t j = 0; j < live; j++)
         max = row[j] > max ? row[j] : max;
+    /* the exps first (a loop that vectorises on the host), then their sum in column order */
+    BK_OMP_SIMD
+    for (int64_t j = 0; j < live; j++)
+        row[j] = bk_expf_nonpositive(row[j] - max);
     float sum = 0.0f;
-    for (int64_t j = 0; j < live; j++) {
-        row[j] = expf(row[j] - max);
+    for (int64_t j = 0; j < live; j++)
         sum += row[j];
-    }
     const float inv = 1.0f / sum;
     for (int64_t j = 0; j < live; j++)
         row[j] *= inv;
