@@ -113,8 +113,8 @@ int bk_cmd_eval(int argc, char **argv)
     const bk_experiment *e = &lm.exp;
     if (e->run.threads > 0)
         omp_set_num_threads((int)e->run.threads);
-    else if (dist.size > 1) /* the processes on one machine share its cores */
-        omp_set_num_threads(omp_get_num_procs() / dist.local_size > 1 ? omp_get_num_procs() / dist.local_size : 1);
+    else if (dist.size > 1)
+        omp_set_num_threads(bk_dist_threads(&dist));
     int32_t lengths[MAX_LENGTHS];
     int n_lengths = 0;
     int rc = BK_OK;

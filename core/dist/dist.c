@@ -1,5 +1,6 @@
 #include "dist/dist.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,12 @@ static int launched_size(void)
             return atoi(v) > 0 ? atoi(v) : 1;
     }
     return 0;
+}
+
+int bk_dist_threads(const bk_dist *d)
+{
+    int share = omp_get_num_procs() / (d->local_size > 0 ? d->local_size : 1);
+    return share > 1 ? share : 1;
 }
 
 int bk_dist_available(void)

@@ -23,6 +23,10 @@ typedef struct bk_dist {
     int *counts;       /* 4 x size ints: bk_dist_mean's counts and displacements */
 } bk_dist;
 
+/* This process's share of the machine's cores: the cores over the job's processes on this machine,
+ * at least 1 (the thread count when [run] threads is not set). */
+int bk_dist_threads(const bk_dist *d);
+
 /* Whether the engine was built with MPI. */
 int bk_dist_available(void);
 /* One process: rank 0 of 1, no MPI. */

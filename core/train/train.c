@@ -253,11 +253,11 @@ static int average_gradients(bk_adamw *opt, bk_dist *dist, float **pack, size_t 
         *pack = p, *cap = n;
     }
     size_t at = 0;
-    for (int i = 0; i < opt->n_groups; i++, at += opt->groups[i - 1].n)
+    for (int i = 0; i < opt->n_groups; at += opt->groups[i++].n)
         memcpy(*pack + at, opt->groups[i].grad, opt->groups[i].n * sizeof(float));
     int rc = bk_dist_mean(dist, *pack, n, err);
     at = 0;
-    for (int i = 0; !rc && i < opt->n_groups; i++, at += opt->groups[i - 1].n)
+    for (int i = 0; !rc && i < opt->n_groups; at += opt->groups[i++].n)
         memcpy(opt->groups[i].grad, *pack + at, opt->groups[i].n * sizeof(float));
     return rc;
 }
@@ -360,8 +360,8 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
     const bk_experiment *e = &lm.exp;
     if (e->run.threads > 0)
         omp_set_num_threads((int)e->run.threads);
-    else if (dist->size > 1) /* the processes on one machine share its cores */
-        omp_set_num_threads(omp_get_num_procs() / dist->local_size > 1 ? omp_get_num_procs() / dist->local_size : 1);
+    else if (dist->size > 1)
+        omp_set_num_threads(bk_dist_threads(dist));
     const int B = (int)e->train.batch, T = (int)e->train.length;
     const int64_t steps = e->train.steps;
     const int Bl = B / dist->size; /* this process's rows of every batch */

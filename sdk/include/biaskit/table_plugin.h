@@ -164,8 +164,11 @@
 #define BIASKIT_TP_OPTDOC_FIXED_SCALAR "; 1 value"
 #define BIASKIT_TP_OPTDOC_PER_HEAD_IF(cond, when) "; " when " only; 1 value (every head) or one per head"
 #define BIASKIT_TP_OPTDOC_SCALAR_IF(cond, when) "; " when " only; 1 value"
+/* The rest of a parameter option's doc, by whether the parameter is learnable (the LEARN value above). */
 #define BIASKIT_TP_OPTUSE_1 "; the initial value (default: the init rule), or the fixed value when learnable = false"
 #define BIASKIT_TP_OPTUSE_0 "; the fixed value (default: the init rule)"
+#define BIASKIT_TP_OPTUSE_(learn) BIASKIT_TP_OPTUSE2_(learn)
+#define BIASKIT_TP_OPTUSE2_(learn) BIASKIT_TP_OPTUSE_##learn
 
 /* Initialisation rules. Each expands to the three fields (kind, a, b) of biaskit_tp_param. */
 enum { BIASKIT_TP_INIT_CONST = 0, BIASKIT_TP_INIT_ALIBI = 1, BIASKIT_TP_INIT_UNIFORM = 2 };
@@ -319,7 +322,7 @@ static inline double biaskit_tp_alibi_slope(int32_t n, int32_t h)
         out_[k_++] = t_;                                                                                  \
     }
 #define BIASKIT_TP_OPTION_(name, shape, init, lo, hi, doc)                                                \
-    BIASKIT_OPTION_DOUBLE_ARRAY(#name, doc BIASKIT_TP_OPTDOC_##shape),
+    BIASKIT_OPTION_DOUBLE_ARRAY(#name, doc BIASKIT_TP_OPTDOC_##shape BIASKIT_TP_OPTUSE_(BIASKIT_TP_LEARN_##shape)),
 #define BIASKIT_TP_CIDX_(name, kind, doc) bktp_c_##name,
 #define BIASKIT_TP_CFIELD_(name, kind, doc) BIASKIT_TP_CFIELD2_(name, kind)
 #define BIASKIT_TP_CFIELD2_(name, tag, ...) BIASKIT_TP_CTYPE_##tag name;
