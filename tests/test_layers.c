@@ -7,6 +7,7 @@
 #include "model/expf_math.h"
 #include "model/gelu_math.h"
 #include "model/layers.h"
+#include "model/softmax_math.h"
 #include "util/rng.h"
 
 #include <math.h>
@@ -214,6 +215,60 @@ static void layernorm_gradients(void **state)
     }
 }
 
+/* The lane reductions of model/softmax_math.h against sums in double, for every length 0..70 (full
+ * lane steps and every tail), and the cross-entropy row (built on them) against log-sum-exp in double. */
+static void lane_reductions_match_references(void **state)
+{
+    (void)state;
+    bk_rng r = {7u};
+    float *a = normal_floats(&r, 70, 3.0), *b = normal_floats(&r, 70, 1.0);
+    for (int n = 0; n <= 70; n++) {
+        double sum = 0.0, dot = 0.0, abs_sum = 0.0;
+        float max = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            sum += a[j], abs_sum += fabs(a[j]);
+            dot += (double)a[j] * b[j];
+            max = a[j] > max ? a[j] : max;
+        }
+        float got_sum = bk_sum_lanes(a, n), got_max = bk_max_lanes(a, n);
+        double got_dot = bk_dot_lanes(a, b, n);
+        if (fabs(got_sum - sum) > 1e-6 * (abs_sum + 1.0))
+            fail_msg("bk_sum_lanes n=%d: %.9g, in double %.9g", n, (double)got_sum, sum);
+        if (got_max != max)
+            fail_msg("bk_max_lanes n=%d: %.9g, want %.9g", n, (double)got_max, (double)max);
+        if (fabs(got_dot - dot) > 1e-12 * (fabs(dot) + 1.0))
+            fail_msg("bk_dot_lanes n=%d: %.17g, in double %.17g", n, got_dot, dot);
+    }
+    const float nan_row[3] = {1.0f, NAN, 2.0f};
+    assert_true(bk_max_lanes(nan_row, 3) == 2.0f);
+
+    const int Vs[] = {1, 7, 8, 9, 256, 259};
+    for (size_t k = 0; k < sizeof Vs / sizeof Vs[0]; k++) {
+        const int V = Vs[k];
+        float *z = normal_floats(&r, (size_t)V, 5.0), *probs = malloc((size_t)V * sizeof(float)), loss;
+        assert_non_null(probs);
+        double m = -INFINITY, total = 0.0;
+        for (int v = 0; v < V; v++)
+            m = z[v] > m ? z[v] : m;
+        for (int v = 0; v < V; v++)
+            total += exp((double)z[v] - m);
+        const int target = V / 2;
+        const double want = log(total) - ((double)z[target] - m);
+        bk_crossentropy_row(z, V, target, &loss, probs);
+        if (fabs(loss - want) > 1e-6 * (1.0 + fabs(want)))
+            fail_msg("crossentropy V=%d: loss %.9g, in double %.9g", V, (double)loss, want);
+        for (int v = 0; v < V; v++) {
+            /* the float argument z - max carries up to half an ulp of |z - max|, which exp turns into a
+             * relative error of that size; the polynomial and the scaling add a few ulp */
+            const double p = exp((double)z[v] - m) / total, arg = fabs((double)z[v] - m);
+            if (fabs(probs[v] - p) > (arg * 6e-8 + 4e-7) * p + 1e-30)
+                fail_msg("crossentropy V=%d: probability %d = %.9g, in double %.9g", V, v, (double)probs[v], p);
+        }
+        free(z), free(probs);
+    }
+    free(a), free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -223,6 +278,7 @@ int main(void)
         cmocka_unit_test(gelu_finite_at_extremes),
         cmocka_unit_test(matmul_bias_gradient),
         cmocka_unit_test(layernorm_gradients),
+        cmocka_unit_test(lane_reductions_match_references),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

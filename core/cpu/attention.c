@@ -9,6 +9,7 @@
  * is the same whichever thread runs it. */
 #include "cpu/attention.h"
 
+#include "model/host_simd.h"
 #include "model/softmax_math.h"
 #include "util/error.h"
 
@@ -99,7 +100,7 @@ static int check_args(const bk_attention_bias *bias, int B, int T, int C, int H,
 
 /* Row i of a score block (keys 0 .. i live, `width` columns in all): add the bias, then softmax in
  * place over j <= i (max subtracted so exp cannot overflow) and zero columns i+1 .. width-1. */
-static void softmax_row(float *row, int i, int width, const row_bias *rb)
+static inline BK_HOST_INLINE void softmax_row(float *row, int i, int width, const row_bias *rb)
 {
     for (int k = 0; k < rb->n; k++) {
         const float *tab = rb->tab[k];
@@ -109,6 +110,7 @@ static void softmax_row(float *row, int i, int width, const row_bias *rb)
             for (int j = 0; j <= i; j++)
                 row[j] += tab[pi - p[j]];
         } else {
+            BK_OMP_SIMD
             for (int j = 0; j <= i; j++)
                 row[j] += tab[i - j];
         }
@@ -116,6 +118,7 @@ static void softmax_row(float *row, int i, int width, const row_bias *rb)
     bk_causal_softmax_row(row, i + 1, width);
 }
 
+BK_HOST_CLONES
 int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
                          int C, int H, bk_error *err)
 {
@@ -160,11 +163,13 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
 
 /* Backward, with P from the forward pass and dO = dout for one (b, h), per block of rows [i0, i1):
  *     dP = dO V[0:i1]^T
- *     dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)  (softmax Jacobian; 0 for j > i since P_ij = 0)
+ *     dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)  (softmax Jacobian; 0 for j > i since P_ij = 0; the sum
+ *                                              by bk_dot_lanes, in double)
  *     dV[0:i1] += P^T dO,  dQ[i0:i1] += dS K[0:i1] / sqrt(hd),  dK[0:i1] += dS^T Q[i0:i1] / sqrt(hd)
  *     G_s[h][p_s(i) - p_s(j)] += dS_ij   (the bias enters s unscaled)
  * Tasks write disjoint column ranges of dqkv. G is summed per task into its own double slice and the
  * slices are added over b in a fixed order afterwards, so the result does not depend on the threads. */
+BK_HOST_CLONES
 int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
                           const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
                           bk_error *err)
@@ -223,12 +228,11 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                 const int i = i0 + r;
                 const float *Pi = P + (size_t)r * T;
                 float *row = dS + (size_t)r * T;
-                double dot = 0.0;
-                for (int j = 0; j <= i; j++)
-                    dot += (double)Pi[j] * row[j];
-                const float fdot = (float)dot;
+                const float fdot = (float)bk_dot_lanes(Pi, row, i + 1);
+                BK_OMP_SIMD
                 for (int j = 0; j <= i; j++)
                     row[j] = Pi[j] * (row[j] - fdot);
+                BK_OMP_SIMD
                 for (int j = i + 1; j < i1; j++)
                     row[j] = 0.0f;
                 for (int g = 0; g < n_grad; g++) {
@@ -239,6 +243,7 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                         for (int j = 0; j <= i; j++)
                             G[pi - p[j]] += row[j];
                     } else {
+                        BK_OMP_SIMD
                         for (int j = 0; j <= i; j++)
                             G[i - j] += row[j];
                     }

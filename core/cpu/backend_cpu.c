@@ -4,6 +4,7 @@
 #include "model/backend.h"
 
 #include "bias/mix.h"
+#include "model/host_simd.h"
 #include "model/layers.h"
 #include "model/rotary_math.h"
 #include "train/adamw_math.h"
@@ -246,6 +247,7 @@ static int cpu_sumsq(bk_backend *be, const float *x, size_t n, double *out_host,
     return BK_OK;
 }
 
+BK_HOST_CLONES
 static int cpu_scale(bk_backend *be, float *x, size_t n, float s, bk_error *err)
 {
     (void)be, (void)err;
@@ -255,6 +257,7 @@ static int cpu_scale(bk_backend *be, float *x, size_t n, float s, bk_error *err)
     return BK_OK;
 }
 
+BK_HOST_CLONES
 static int cpu_adamw(bk_backend *be, float *param, const float *grad, float *m, float *v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2, bk_error *err)
 {

@@ -150,9 +150,9 @@ static inline BK_DEV_HD void k_att_softmax(int64_t idx, const void *args)
 /* Softmax backward of one query block, index per (bh, r): dS holds dP = dO V^T for the block
  * (rows x q1, leading dimension ld_ds); P the block's probabilities (leading dimension ld_p).
  * In place: dS_ij = P_ij (dP_ij - sum_{k<=i} P_ik dP_ik) for j <= i, 0 for i < j < q1, the dot
- * product summed in double in ascending k and rounded to float once, as the CPU does. The 1/sqrt(hd)
- * of the scores is applied by the dQ and dK GEMMs (alpha); the bias enters unscaled, so dS itself
- * is the table's score gradient. */
+ * product by bk_dot_lanes (model/softmax_math.h) in double, rounded to float once, as the CPU
+ * does. The 1/sqrt(hd) of the scores is applied by the dQ and dK GEMMs (alpha); the bias enters
+ * unscaled, so dS itself is the table's score gradient. */
 typedef struct k_att_softmax_bwd_args {
     float *dS;
     const float *P;
@@ -168,10 +168,7 @@ static inline BK_DEV_HD void k_att_softmax_bwd(int64_t idx, const void *args)
     const int i = a->q0 + r;
     float *row = a->dS + bh * a->ds_bh_stride + (int64_t)r * a->ld_ds;
     const float *P = a->P + bh * a->p_bh_stride + (int64_t)r * a->ld_p;
-    double dot = 0.0;
-    for (int j = 0; j <= i; j++)
-        dot += (double)P[j] * (double)row[j];
-    const float fdot = (float)dot;
+    const float fdot = (float)bk_dot_lanes(P, row, i + 1);
     for (int j = 0; j <= i; j++)
         row[j] = P[j] * (row[j] - fdot);
     for (int j = i + 1; j < a->q1; j++)

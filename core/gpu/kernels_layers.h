@@ -22,6 +22,7 @@
 #include "config/experiment.h"
 #include "gpu/dev.h"
 #include "model/gelu_math.h"
+#include "model/layernorm_math.h"
 #include "model/rotary_math.h"
 #include "model/softmax_math.h"
 #include "train/adamw_math.h"
@@ -35,8 +36,6 @@
 #define BK_DEV_ROW_CHUNK 32
 /* Values per partial of the mixing weights' gradient and of first_nonfinite. */
 #define BK_DEV_SCAN_CHUNK 1024
-/* LayerNorm's epsilon (model/layers.c: LAYERNORM_EPS). */
-#define BK_DEV_LAYERNORM_EPS 1e-5f
 
 /* sum + x^2 in double, rounded after the product and after the sum as the CPU does: nvcc would fuse
  * the two into one FMA (a single rounding) and change the bits of the gradient norm. */
@@ -96,7 +95,7 @@ static inline BK_DEV_HD void k_encoder_backward(int64_t i, const void *args)
 
 /* --- layernorm --------------------------------------------------------------------------------- */
 
-/* index n (row): model/layers.c bk_layernorm_forward, double mean and variance in channel order */
+/* index n (row): bk_layernorm_row (model/layernorm_math.h, the CPU layer's code) */
 typedef struct k_layernorm_forward_args {
     float *out, *mean, *rstd;
     const float *inp, *weight, *bias;
@@ -106,25 +105,10 @@ typedef struct k_layernorm_forward_args {
 static inline BK_DEV_HD void k_layernorm_forward(int64_t n, const void *args)
 {
     const k_layernorm_forward_args *a = (const k_layernorm_forward_args *)args;
-    const int64_t C = a->C;
-    const float *x = a->inp + n * C;
-    double m = 0.0, v = 0.0;
-    for (int64_t c = 0; c < C; c++)
-        m += x[c];
-    m /= (double)C;
-    for (int64_t c = 0; c < C; c++)
-        v += (x[c] - m) * (x[c] - m);
-    v /= (double)C;
-    float s = 1.0f / sqrtf((float)v + BK_DEV_LAYERNORM_EPS);
-    float *y = a->out + n * C;
-    for (int64_t c = 0; c < C; c++)
-        y[c] = (float)(x[c] - m) * s * a->weight[c] + a->bias[c];
-    a->mean[n] = (float)m;
-    a->rstd[n] = s;
+    bk_layernorm_row(a->out + n * a->C, &a->mean[n], &a->rstd[n], a->inp + n * a->C, a->weight, a->bias, a->C);
 }
 
-/* index n (row): dinp[n, :] += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = w dy,
- * the two means in double in channel order (model/layers.c bk_layernorm_backward) */
+/* index n (row): dinp[n, :] += bk_layernorm_row_backward (model/layernorm_math.h, the CPU layer's code) */
 typedef struct k_layernorm_backward_args {
     float *dinp;
     double *part_w, *part_b; /* (chunks, C) partials of dweight and dbias */
@@ -135,24 +119,8 @@ typedef struct k_layernorm_backward_args {
 static inline BK_DEV_HD void k_layernorm_backward_dinp(int64_t n, const void *args)
 {
     const k_layernorm_backward_args *a = (const k_layernorm_backward_args *)args;
-    const int64_t C = a->C;
-    const float *dy = a->dout + n * C, *x = a->inp + n * C;
-    const float mu = a->mean[n], rs = a->rstd[n];
-    float *dx = a->dinp + n * C;
-    double dnorm_mean = 0.0, dnorm_norm_mean = 0.0;
-    for (int64_t c = 0; c < C; c++) {
-        float norm = (x[c] - mu) * rs;
-        float dnorm = a->weight[c] * dy[c];
-        dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean /= (double)C;
-    dnorm_norm_mean /= (double)C;
-    for (int64_t c = 0; c < C; c++) {
-        float norm = (x[c] - mu) * rs;
-        float dnorm = a->weight[c] * dy[c];
-        dx[c] += (dnorm - (float)dnorm_mean - norm * (float)dnorm_norm_mean) * rs;
-    }
+    bk_layernorm_row_backward(a->dinp + n * a->C, a->dout + n * a->C, a->inp + n * a->C, a->weight, a->mean[n],
+                              a->rstd[n], a->C);
 }
 
 /* index (chunk, c) of (ceil(N / BK_DEV_ROW_CHUNK), C): the chunk's rows in order, in double:
@@ -283,8 +251,8 @@ typedef struct k_crossentropy_args {
     int64_t V;
 } k_crossentropy_args;
 
-/* index n (row): bk_crossentropy_row (model/softmax_math.h, the CPU layer's code) — max in float, sum of exp in double in
- * vocabulary order, loss = log(total) - (z[target] - max), probabilities when asked */
+/* index n (row): bk_crossentropy_row (model/softmax_math.h, the CPU layer's code) — max in float, the exps in
+ * float, their sum in double by lanes, loss = log(total) - (z[target] - max), probabilities when asked */
 static inline BK_DEV_HD void k_crossentropy_forward(int64_t n, const void *args)
 {
     const k_crossentropy_args *a = (const k_crossentropy_args *)args;

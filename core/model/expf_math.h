@@ -4,6 +4,8 @@
 #ifndef BK_EXPF_MATH_H
 #define BK_EXPF_MATH_H
 
+#include "model/host_simd.h" /* BK_OMP_SIMD, BK_HOST_INLINE */
+
 #include <biaskit/plugin.h> /* BIASKIT_HD */
 
 #include <math.h>
@@ -12,19 +14,12 @@
 /* The lowest argument bk_expf_poly takes: exp(-87) ~ 1.6e-38, just above FLT_MIN. */
 #define BK_EXPF_MIN -87.0f
 
-/* `#pragma omp simd` where OpenMP compiles the host code, nothing elsewhere (nvcc, no -fopenmp). */
-#if defined(_OPENMP) && !defined(__CUDACC__)
-#define BK_OMP_SIMD _Pragma("omp simd")
-#else
-#define BK_OMP_SIMD
-#endif
-
 #ifndef __CUDA_ARCH__
 /* exp(a) for a in [BK_EXPF_MIN, 88]: a = n ln2 + r with n = round(a log2 e), |r| <= ln2/2
  * (ln2 split in two so that n ln2 is exact), exp(r) by Cephes' degree-5 minimax polynomial for expf,
  * and 2^n put into the exponent bits. n is rounded with the 1.5 * 2^23 trick (adds only, so SSE2 does
  * it). Relative error against exp in double: at most 2 ulp (tests/test_layers.c sweeps the range). */
-static inline float bk_expf_poly(float a)
+static inline BK_HOST_INLINE float bk_expf_poly(float a)
 {
     const float round_magic = 12582912.0f; /* 1.5 * 2^23: x + magic - magic rounds x to an integer */
     float n = (a * 1.44269504088896341f + round_magic) - round_magic;
@@ -47,7 +42,7 @@ static inline float bk_expf_poly(float a)
 
 /* exp(x) for x <= 0 (a softmax argument once the row's max is subtracted): 0 below BK_EXPF_MIN, and a
  * NaN stays NaN (so a diverged score still reaches the loss). Branch-free on the host: it vectorises. */
-static inline BIASKIT_HD float bk_expf_nonpositive(float x)
+static inline BK_HOST_INLINE BIASKIT_HD float bk_expf_nonpositive(float x)
 {
 #ifdef __CUDA_ARCH__
     return expf(x);

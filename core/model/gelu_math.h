@@ -29,7 +29,7 @@
 #endif
 
 /* s = 0.5 (1 + tanh u), and e = exp(-2u) (clamped) in *e_out. */
-static inline BIASKIT_HD float bk_gelu_sigmoid(float x, float *e_out)
+static inline BK_HOST_INLINE BIASKIT_HD float bk_gelu_sigmoid(float x, float *e_out)
 {
     float u = BK_GELU_SCALE * (x + BK_GELU_CUBIC * x * x * x);
     float a = -2.0f * u;
@@ -43,14 +43,14 @@ static inline BIASKIT_HD float bk_gelu_sigmoid(float x, float *e_out)
 }
 
 /* GELU(x) */
-static inline BIASKIT_HD float bk_gelu(float x)
+static inline BK_HOST_INLINE BIASKIT_HD float bk_gelu(float x)
 {
     float e;
     return x * bk_gelu_sigmoid(x, &e);
 }
 
 /* dGELU/dx at x */
-static inline BIASKIT_HD float bk_gelu_grad(float x)
+static inline BK_HOST_INLINE BIASKIT_HD float bk_gelu_grad(float x)
 {
     float e;
     float s = bk_gelu_sigmoid(x, &e);

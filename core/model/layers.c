@@ -1,12 +1,13 @@
 #include "model/layers.h"
 #include "model/gelu_math.h"
+#include "model/host_simd.h"
+#include "model/layernorm_math.h"
 #include "model/softmax_math.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
-#define LAYERNORM_EPS 1e-5f
 /* columns summed together by the parameter-gradient loops (row-major reads, fixed order) */
 #define COLUMN_BLOCK 64
 
@@ -27,51 +28,23 @@ void bk_encoder_backward(float *dwte, const float *dout, const int32_t *inp, int
             dwte[(size_t)inp[n] * (size_t)C + (size_t)c] += dout[n * C + c];
 }
 
+BK_HOST_CLONES
 void bk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                           const float *bias, int N, int C)
 {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        double m = 0.0, v = 0.0;
-        for (int c = 0; c < C; c++)
-            m += x[c];
-        m /= C;
-        for (int c = 0; c < C; c++)
-            v += (x[c] - m) * (x[c] - m);
-        v /= C;
-        float s = 1.0f / sqrtf((float)v + LAYERNORM_EPS);
-        float *y = out + (size_t)n * C;
-        for (int c = 0; c < C; c++)
-            y[c] = (float)(x[c] - m) * s * weight[c] + bias[c];
-        mean[n] = (float)m;
-        rstd[n] = s;
-    }
+    for (int n = 0; n < N; n++)
+        bk_layernorm_row(out + (size_t)n * C, &mean[n], &rstd[n], inp + (size_t)n * C, weight, bias, C);
 }
 
+BK_HOST_CLONES
 void bk_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                            const float *weight, const float *mean, const float *rstd, int N, int C)
 {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        /* dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = w * dy */
-        double dnorm_mean = 0.0, dnorm_norm_mean = 0.0;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - mean[n]) * rstd[n];
-            float dnorm = weight[c] * dy[c];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
-        dnorm_mean /= C;
-        dnorm_norm_mean /= C;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - mean[n]) * rstd[n];
-            float dnorm = weight[c] * dy[c];
-            dx[c] += (dnorm - (float)dnorm_mean - norm * (float)dnorm_norm_mean) * rstd[n];
-        }
-    }
+    for (int n = 0; n < N; n++)
+        bk_layernorm_row_backward(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight, mean[n],
+                                  rstd[n], C);
     /* parameter gradients: blocks of channels in parallel, rows in order inside each (deterministic) */
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += COLUMN_BLOCK) {
@@ -91,6 +64,7 @@ void bk_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
     }
 }
 
+BK_HOST_CLONES
 void bk_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
@@ -102,6 +76,7 @@ void bk_matmul_forward(float *out, const float *inp, const float *weight, const 
             out[(size_t)n * OC + o] += bias[o];
 }
 
+BK_HOST_CLONES
 void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, int N, int C, int OC)
 {
@@ -128,6 +103,7 @@ void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
 
 /* GELU-tanh: the per-element formulas are in model/gelu_math.h, shared with the device kernels; on the
  * host they are branch-free float arithmetic, so the loops vectorise (omp simd). */
+BK_HOST_CLONES
 void bk_gelu_forward(float *out, const float *inp, size_t n)
 {
 #pragma omp parallel for simd schedule(static)
@@ -135,6 +111,7 @@ void bk_gelu_forward(float *out, const float *inp, size_t n)
         out[i] = bk_gelu(inp[i]);
 }
 
+BK_HOST_CLONES
 void bk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
 #pragma omp parallel for simd schedule(static)
@@ -142,6 +119,7 @@ void bk_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
         dinp[i] += bk_gelu_grad(inp[i]) * dout[i];
 }
 
+BK_HOST_CLONES
 void bk_residual_forward(float *out, const float *a, const float *b, size_t n)
 {
 #pragma omp parallel for schedule(static)
@@ -149,6 +127,7 @@ void bk_residual_forward(float *out, const float *a, const float *b, size_t n)
         out[i] = a[i] + b[i];
 }
 
+BK_HOST_CLONES
 void bk_residual_backward(float *da, float *db, const float *dout, size_t n)
 {
 #pragma omp parallel for schedule(static)
@@ -158,6 +137,7 @@ void bk_residual_backward(float *da, float *db, const float *dout, size_t n)
     }
 }
 
+BK_HOST_CLONES
 void bk_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N, int V)
 {
 #pragma omp parallel for schedule(static)
@@ -166,6 +146,7 @@ void bk_crossentropy_forward(float *losses, float *probs, const float *logits, c
     }
 }
 
+BK_HOST_CLONES
 void bk_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N, int V)
 {
 #pragma omp parallel for schedule(static)

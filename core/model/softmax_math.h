@@ -2,14 +2,20 @@
  * device code calls these from its kernels, core/gpu/kernels_*.h), so that every backend computes
  * them in the same order:
  *
- *   bk_crossentropy_row   one row of V logits: the loss -log softmax(z)[target], with the max in
- *                         float, the sum of exp in double in vocabulary order, and the
- *                         probabilities when `probs` is not NULL;
+ *   bk_crossentropy_row   one row of V logits: the loss -log softmax(z)[target] = log(sum) - (z_t - max),
+ *                         the exps exp(z - max) in float by bk_expf_nonpositive (as the attention's),
+ *                         their sum in double by lanes and the log in double; the probabilities
+ *                         exp(z - max) / sum when `probs` is not NULL;
  *   bk_causal_softmax_row one attention row whose scores (bias already added) are row[0 .. live-1]:
  *                         softmax in place in float, max subtracted so exp cannot overflow (exp by
  *                         bk_expf_nonpositive: model/expf_math.h, vectorised on the host; expf on the
- *                         device), the sum in column order, then columns live .. width-1 set to 0
- *                         (the keys after the query). */
+ *                         device), the sum by bk_sum_lanes, then columns live .. width-1 set to 0
+ *                         (the keys after the query);
+ *   bk_sum_lanes,         a row's sum, largest value and dot product in BK_SUM_LANES interleaved
+ *   bk_max_lanes,         partial results combined in a fixed order at the end: the host vectorises
+ *   bk_dot_lanes          them (a plain left-to-right sum is one dependent add after another), and
+ *                         the grouping depends on neither the vector width nor the thread count, so
+ *                         every backend and every CPU gets the same bits from the same inputs. */
 #ifndef BK_SOFTMAX_MATH_H
 #define BK_SOFTMAX_MATH_H
 
@@ -20,36 +26,98 @@
 #include <math.h>
 #include <stdint.h>
 
-static inline BIASKIT_HD void bk_crossentropy_row(const float *z, int64_t V, int32_t target, float *loss, float *probs)
+/* Partial results kept apart: 8 floats are one AVX register (two SSE ones). */
+#define BK_SUM_LANES 8
+
+/* The lanes combined: ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). */
+#define BK_LANES_TOTAL(lane)                                                                                    \
+    ((((lane)[0] + (lane)[1]) + ((lane)[2] + (lane)[3])) + (((lane)[4] + (lane)[5]) + ((lane)[6] + (lane)[7])))
+
+/* Lane l sums x[l], x[l + 8], x[l + 16], ...; then BK_LANES_TOTAL. */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_sum_lanes(const float *x, int64_t n)
 {
-    float m = -INFINITY;
-    for (int64_t v = 0; v < V; v++)
-        m = z[v] > m ? z[v] : m;
-    double total = 0.0;
-    for (int64_t v = 0; v < V; v++)
-        total += exp((double)(z[v] - m));
-    double log_total = log(total);
-    *loss = (float)(log_total - (double)(z[target] - m));
-    if (probs)
-        for (int64_t v = 0; v < V; v++)
-            probs[v] = (float)exp((double)(z[v] - m) - log_total);
+    float lane[BK_SUM_LANES] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t j = 0;
+    for (; j + BK_SUM_LANES <= n; j += BK_SUM_LANES) {
+        BK_OMP_SIMD
+        for (int l = 0; l < BK_SUM_LANES; l++)
+            lane[l] += x[j + l];
+    }
+    for (int l = 0; j + l < n; l++)
+        lane[l] += x[j + l];
+    return BK_LANES_TOTAL(lane);
 }
 
-static inline BIASKIT_HD void bk_causal_softmax_row(float *row, int64_t live, int64_t width)
+/* The largest of x[0 .. n-1] (-inf when n = 0; NaNs are passed over: a NaN score makes its row NaN
+ * through the exps anyway), by lanes like bk_sum_lanes so that it vectorises. */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_max_lanes(const float *x, int64_t n)
 {
-    float max = -INFINITY;
-    for (int64_t j = 0; j < live; j++)
-        max = row[j] > max ? row[j] : max;
-    /* the exps first (a loop that vectorises on the host), then their sum in column order */
+    float lane[BK_SUM_LANES] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                                -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t j = 0;
+    for (; j + BK_SUM_LANES <= n; j += BK_SUM_LANES) {
+        BK_OMP_SIMD
+        for (int l = 0; l < BK_SUM_LANES; l++)
+            lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+    }
+    for (int l = 0; j + l < n; l++)
+        lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+    float m = lane[0];
+    for (int l = 1; l < BK_SUM_LANES; l++)
+        m = lane[l] > m ? lane[l] : m;
+    return m;
+}
+
+/* sum_j a[j] b[j] in double (each product exact), grouped as bk_sum_lanes groups its sum. */
+static inline BK_HOST_INLINE BIASKIT_HD double bk_dot_lanes(const float *a, const float *b, int64_t n)
+{
+    double lane[BK_SUM_LANES] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    int64_t j = 0;
+    for (; j + BK_SUM_LANES <= n; j += BK_SUM_LANES) {
+        BK_OMP_SIMD
+        for (int l = 0; l < BK_SUM_LANES; l++)
+            lane[l] += (double)a[j + l] * (double)b[j + l];
+    }
+    for (int l = 0; j + l < n; l++)
+        lane[l] += (double)a[j + l] * (double)b[j + l];
+    return BK_LANES_TOTAL(lane);
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD void bk_crossentropy_row(const float *z, int64_t V, int32_t target,
+                                                                 float *loss, float *probs)
+{
+    const float m = bk_max_lanes(z, V);
+    double lane[BK_SUM_LANES] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    int64_t v = 0;
+    for (; v + BK_SUM_LANES <= V; v += BK_SUM_LANES) {
+        BK_OMP_SIMD
+        for (int l = 0; l < BK_SUM_LANES; l++)
+            lane[l] += (double)bk_expf_nonpositive(z[v + l] - m);
+    }
+    for (int l = 0; v + l < V; l++)
+        lane[l] += (double)bk_expf_nonpositive(z[v + l] - m);
+    const double total = BK_LANES_TOTAL(lane);
+    *loss = (float)(log(total) - (double)(z[target] - m));
+    if (probs) {
+        const float inv = (float)(1.0 / total);
+        BK_OMP_SIMD
+        for (int64_t k = 0; k < V; k++)
+            probs[k] = bk_expf_nonpositive(z[k] - m) * inv;
+    }
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD void bk_causal_softmax_row(float *row, int64_t live, int64_t width)
+{
+    const float max = bk_max_lanes(row, live);
+    /* the exps first (a loop that vectorises on the host), then their sum by lanes */
     BK_OMP_SIMD
     for (int64_t j = 0; j < live; j++)
         row[j] = bk_expf_nonpositive(row[j] - max);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < live; j++)
-        sum += row[j];
-    const float inv = 1.0f / sum;
+    const float inv = 1.0f / bk_sum_lanes(row, live);
+    BK_OMP_SIMD
     for (int64_t j = 0; j < live; j++)
         row[j] *= inv;
+    BK_OMP_SIMD
     for (int64_t j = live; j < width; j++)
         row[j] = 0.0f;
 }

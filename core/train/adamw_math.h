@@ -6,12 +6,15 @@
 #ifndef BK_ADAMW_MATH_H
 #define BK_ADAMW_MATH_H
 
+#include "model/host_simd.h" /* BK_HOST_INLINE */
+
 #include <biaskit/plugin.h> /* BIASKIT_HD */
 
 #include <math.h>
 
-static inline BIASKIT_HD void bk_adamw_update(float *param, float grad, float *m, float *v, float lr, float beta1,
-                                              float beta2, float eps, float weight_decay, float bc1, float bc2)
+static inline BK_HOST_INLINE BIASKIT_HD void bk_adamw_update(float *param, float grad, float *m, float *v, float lr,
+                                                             float beta1, float beta2, float eps, float weight_decay,
+                                                             float bc1, float bc2)
 {
     float mk = beta1 * *m + (1.0f - beta1) * grad;
     float vk = beta2 * *v + (1.0f - beta2) * grad * grad;

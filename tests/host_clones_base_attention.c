@@ -1,0 +1,5 @@
+/* cpu/attention.c as baseline x86-64 only, under base_* names (see host_clones_base.c). */
+#define BK_NO_HOST_CLONES
+#define bk_attention_forward base_attention_forward
+#define bk_attention_backward base_attention_backward
+#include "../core/cpu/attention.c"

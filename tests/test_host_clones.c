@@ -1,0 +1,266 @@
+/* The host layers' AVX2 copies compute the same bits as their baseline x86-64 copies
+ * (model/host_simd.h). The library's functions are whichever copy the loader picked for this CPU
+ * (the AVX2 one where it has AVX2); the base_* functions are the same sources built again without
+ * BK_HOST_CLONES (host_clones_base*.c). Every output is compared bit for bit on pseudo-random inputs
+ * of sizes that leave tails after the 8 lanes and the vector widths: LayerNorm, matmul bias and bias
+ * gradient, GELU, residual, cross-entropy, attention with one and two streams, AdamW and scale.
+ * Where the CPU has no AVX2, both sides run the baseline code and the test says so. */
+#include "test_util.h"
+
+#include "cpu/attention.h"
+#include "model/backend.h"
+#include "model/layers.h"
+#include "util/rng.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void base_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int N, int C);
+void base_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int N, int C);
+void base_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
+void base_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, int N, int C, int OC);
+void base_gelu_forward(float *out, const float *inp, size_t n);
+void base_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void base_residual_forward(float *out, const float *a, const float *b, size_t n);
+void base_residual_backward(float *da, float *db, const float *dout, size_t n);
+void base_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N,
+                               int V);
+void base_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
+                                int V);
+int base_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
+                           int C, int H, bk_error *err);
+int base_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
+                            const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
+                            bk_error *err);
+bk_backend *base_backend_cpu(void);
+
+static float *normal_floats(bk_rng *r, size_t n, double scale)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(scale * bk_rng_normal(r));
+    return x;
+}
+
+static float *copy_floats(const float *x, size_t n)
+{
+    float *y = malloc((n ? n : 1) * sizeof *y);
+    assert_non_null(y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+static void expect_same_bits(const char *what, int size, const float *a, const float *b, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (memcmp(&a[k], &b[k], sizeof *a))
+            fail_msg("%s (size %d): element %zu differs between the two copies: %.9g vs %.9g", what, size, k,
+                     (double)a[k], (double)b[k]);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+#if defined(__x86_64__) && defined(__GNUC__)
+    print_message("this CPU %s AVX2: the library runs its %s copies\n",
+                  __builtin_cpu_supports("avx2") ? "has" : "has no",
+                  __builtin_cpu_supports("avx2") ? "AVX2" : "baseline");
+#endif
+    return 0;
+}
+
+static void layernorm_same_bits(void **state)
+{
+    (void)state;
+    const int sizes[] = {1, 7, 8, 64, 130, 256};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const int C = sizes[s], N = 37;
+        const size_t n = (size_t)N * C;
+        bk_rng r = {11u + (uint64_t)C};
+        float *x = normal_floats(&r, n, 3.0), *w = normal_floats(&r, (size_t)C, 1.0);
+        float *b = normal_floats(&r, (size_t)C, 1.0), *dy = normal_floats(&r, n, 1.0);
+        float *y1 = calloc(n, sizeof(float)), *y2 = calloc(n, sizeof(float));
+        float *m1 = calloc((size_t)N, sizeof(float)), *m2 = calloc((size_t)N, sizeof(float));
+        float *s1 = calloc((size_t)N, sizeof(float)), *s2 = calloc((size_t)N, sizeof(float));
+        float *dx1 = normal_floats(&r, n, 1.0), *dx2 = copy_floats(dx1, n);
+        float *dw1 = calloc((size_t)C, sizeof(float)), *dw2 = calloc((size_t)C, sizeof(float));
+        float *db1 = calloc((size_t)C, sizeof(float)), *db2 = calloc((size_t)C, sizeof(float));
+        bk_layernorm_forward(y1, m1, s1, x, w, b, N, C);
+        base_layernorm_forward(y2, m2, s2, x, w, b, N, C);
+        expect_same_bits("layernorm forward out", C, y1, y2, n);
+        expect_same_bits("layernorm forward mean", C, m1, m2, (size_t)N);
+        expect_same_bits("layernorm forward rstd", C, s1, s2, (size_t)N);
+        bk_layernorm_backward(dx1, dw1, db1, dy, x, w, m1, s1, N, C);
+        base_layernorm_backward(dx2, dw2, db2, dy, x, w, m1, s1, N, C);
+        expect_same_bits("layernorm backward dinp", C, dx1, dx2, n);
+        expect_same_bits("layernorm backward dweight", C, dw1, dw2, (size_t)C);
+        expect_same_bits("layernorm backward dbias", C, db1, db2, (size_t)C);
+        free(x), free(w), free(b), free(dy), free(y1), free(y2), free(m1), free(m2), free(s1), free(s2);
+        free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
+    }
+}
+
+static void matmul_same_bits(void **state)
+{
+    (void)state;
+    const int N = 45, C = 19, OCs[] = {1, 13, 70};
+    for (size_t s = 0; s < sizeof OCs / sizeof OCs[0]; s++) {
+        const int OC = OCs[s];
+        bk_rng r = {21u + (uint64_t)OC};
+        float *x = normal_floats(&r, (size_t)N * C, 1.0), *w = normal_floats(&r, (size_t)OC * C, 1.0);
+        float *bias = normal_floats(&r, (size_t)OC, 1.0), *dout = normal_floats(&r, (size_t)N * OC, 1.0);
+        float *o1 = calloc((size_t)N * OC, sizeof(float)), *o2 = calloc((size_t)N * OC, sizeof(float));
+        float *dx1 = calloc((size_t)N * C, sizeof(float)), *dx2 = calloc((size_t)N * C, sizeof(float));
+        float *dw1 = calloc((size_t)OC * C, sizeof(float)), *dw2 = calloc((size_t)OC * C, sizeof(float));
+        float *db1 = normal_floats(&r, (size_t)OC, 1.0), *db2 = copy_floats(db1, (size_t)OC);
+        bk_matmul_forward(o1, x, w, bias, N, C, OC);
+        base_matmul_forward(o2, x, w, bias, N, C, OC);
+        expect_same_bits("matmul forward", OC, o1, o2, (size_t)N * OC);
+        bk_matmul_backward(dx1, dw1, db1, dout, x, w, N, C, OC);
+        base_matmul_backward(dx2, dw2, db2, dout, x, w, N, C, OC);
+        expect_same_bits("matmul backward dinp", OC, dx1, dx2, (size_t)N * C);
+        expect_same_bits("matmul backward dweight", OC, dw1, dw2, (size_t)OC * C);
+        expect_same_bits("matmul backward dbias", OC, db1, db2, (size_t)OC);
+        free(x), free(w), free(bias), free(dout), free(o1), free(o2), free(dx1), free(dx2), free(dw1), free(dw2);
+        free(db1), free(db2);
+    }
+}
+
+static void elementwise_same_bits(void **state)
+{
+    (void)state;
+    const size_t n = 4099;
+    bk_rng r = {31u};
+    float *x = normal_floats(&r, n, 6.0), *y = normal_floats(&r, n, 1.0), *dout = normal_floats(&r, n, 1.0);
+    x[0] = 100.0f, x[1] = -100.0f, x[2] = 0.0f, x[3] = -0.0f; /* saturated and signed-zero arguments */
+    float *a1 = calloc(n, sizeof(float)), *a2 = calloc(n, sizeof(float));
+    float *b1 = normal_floats(&r, n, 1.0), *b2 = copy_floats(b1, n);
+    bk_gelu_forward(a1, x, n);
+    base_gelu_forward(a2, x, n);
+    expect_same_bits("gelu forward", (int)n, a1, a2, n);
+    bk_gelu_backward(b1, x, dout, n);
+    base_gelu_backward(b2, x, dout, n);
+    expect_same_bits("gelu backward", (int)n, b1, b2, n);
+    bk_residual_forward(a1, x, y, n);
+    base_residual_forward(a2, x, y, n);
+    expect_same_bits("residual forward", (int)n, a1, a2, n);
+    memcpy(a2, a1, n * sizeof(float));
+    memcpy(b2, b1, n * sizeof(float));
+    bk_residual_backward(a1, b1, dout, n);
+    base_residual_backward(a2, b2, dout, n);
+    expect_same_bits("residual backward da", (int)n, a1, a2, n);
+    expect_same_bits("residual backward db", (int)n, b1, b2, n);
+    free(x), free(y), free(dout), free(a1), free(a2), free(b1), free(b2);
+}
+
+static void crossentropy_same_bits(void **state)
+{
+    (void)state;
+    const int Vs[] = {1, 5, 256, 259}, N = 23;
+    for (size_t s = 0; s < sizeof Vs / sizeof Vs[0]; s++) {
+        const int V = Vs[s];
+        bk_rng r = {41u + (uint64_t)V};
+        float *z = normal_floats(&r, (size_t)N * V, 4.0);
+        int32_t targets[23];
+        for (int i = 0; i < N; i++)
+            targets[i] = (int32_t)(bk_rng_u64(&r) % (uint64_t)V);
+        float *l1 = calloc((size_t)N, sizeof(float)), *l2 = calloc((size_t)N, sizeof(float));
+        float *p1 = calloc((size_t)N * V, sizeof(float)), *p2 = calloc((size_t)N * V, sizeof(float));
+        float *d1 = calloc((size_t)N * V, sizeof(float)), *d2 = calloc((size_t)N * V, sizeof(float));
+        bk_crossentropy_forward(l1, p1, z, targets, N, V);
+        base_crossentropy_forward(l2, p2, z, targets, N, V);
+        expect_same_bits("crossentropy loss", V, l1, l2, (size_t)N);
+        expect_same_bits("crossentropy probabilities", V, p1, p2, (size_t)N * V);
+        bk_crossentropy_forward(l1, NULL, z, targets, N, V);
+        expect_same_bits("crossentropy loss without probabilities", V, l1, l2, (size_t)N);
+        bk_crossentropy_backward(d1, p1, targets, 1.0f / N, N, V);
+        base_crossentropy_backward(d2, p1, targets, 1.0f / N, N, V);
+        expect_same_bits("crossentropy backward", V, d1, d2, (size_t)N * V);
+        free(z), free(l1), free(l2), free(p1), free(p2), free(d1), free(d2);
+    }
+}
+
+static void attention_same_bits(void **state)
+{
+    (void)state;
+    const int Ts[] = {1, 37, 130}, B = 2, C = 24, H = 3;
+    for (size_t s = 0; s < sizeof Ts / sizeof Ts[0]; s++) {
+        const int T = Ts[s];
+        const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, np = (size_t)B * H * T * T;
+        bk_rng r = {51u + (uint64_t)T};
+        float *qkv = normal_floats(&r, nqkv, 1.0), *dout = normal_floats(&r, nout, 1.0);
+        float *tables[2] = {normal_floats(&r, (size_t)H * T, 1.0), normal_floats(&r, (size_t)H * T, 1.0)};
+        int32_t *seg = malloc((size_t)B * T * sizeof *seg);
+        assert_non_null(seg);
+        for (int i = 0; i < B * T; i++)
+            seg[i] = (i % T) / 3;
+        for (int streams = 1; streams <= 2; streams++) {
+            bk_attention_bias bias;
+            memset(&bias, 0, sizeof bias);
+            bias.distances = T;
+            bias.table[0] = tables[0];
+            bias.table[1] = streams == 2 ? tables[1] : NULL;
+            bias.positions[1] = streams == 2 ? seg : NULL;
+            float *o1 = calloc(nout, sizeof(float)), *o2 = calloc(nout, sizeof(float));
+            float *p1 = calloc(np, sizeof(float)), *p2 = calloc(np, sizeof(float));
+            float *dq1 = calloc(nqkv, sizeof(float)), *dq2 = calloc(nqkv, sizeof(float));
+            float *g1[BK_STREAM_COUNT] = {calloc((size_t)H * T, sizeof(float)), calloc((size_t)H * T, sizeof(float))};
+            float *g2[BK_STREAM_COUNT] = {calloc((size_t)H * T, sizeof(float)), calloc((size_t)H * T, sizeof(float))};
+            bk_error err;
+            assert_int_equal(bk_attention_forward(o1, p1, qkv, &bias, B, T, C, H, &err), BK_OK);
+            assert_int_equal(base_attention_forward(o2, p2, qkv, &bias, B, T, C, H, &err), BK_OK);
+            expect_same_bits("attention forward out", T, o1, o2, nout);
+            expect_same_bits("attention forward probabilities", T, p1, p2, np);
+            assert_int_equal(bk_attention_backward(dq1, g1, dout, qkv, p1, &bias, B, T, C, H, &err), BK_OK);
+            assert_int_equal(base_attention_backward(dq2, g2, dout, qkv, p1, &bias, B, T, C, H, &err), BK_OK);
+            expect_same_bits("attention backward dqkv", T, dq1, dq2, nqkv);
+            expect_same_bits("attention backward dtable[token]", T, g1[0], g2[0], (size_t)H * T);
+            expect_same_bits("attention backward dtable[segment]", T, g1[1], g2[1], (size_t)H * T);
+            free(o1), free(o2), free(p1), free(p2), free(dq1), free(dq2);
+            for (int k = 0; k < BK_STREAM_COUNT; k++)
+                free(g1[k]), free(g2[k]);
+        }
+        free(qkv), free(dout), free(tables[0]), free(tables[1]), free(seg);
+    }
+}
+
+static void adamw_and_scale_same_bits(void **state)
+{
+    (void)state;
+    bk_backend *lib = bk_backend_cpu(), *base = base_backend_cpu();
+    const size_t n = 1029;
+    bk_rng r = {61u};
+    float *p1 = normal_floats(&r, n, 1.0), *g = normal_floats(&r, n, 1.0), *m1 = normal_floats(&r, n, 0.1);
+    float *v1 = normal_floats(&r, n, 0.1);
+    for (size_t k = 0; k < n; k++)
+        v1[k] *= v1[k];
+    float *p2 = copy_floats(p1, n), *m2 = copy_floats(m1, n), *v2 = copy_floats(v1, n);
+    bk_error err;
+    for (int step = 1; step <= 3; step++) {
+        const float bc1 = 1.0f - powf(0.9f, (float)step), bc2 = 1.0f - powf(0.95f, (float)step);
+        assert_int_equal(lib->adamw(lib, p1, g, m1, v1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2, &err), BK_OK);
+        assert_int_equal(base->adamw(base, p2, g, m2, v2, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2, &err), BK_OK);
+    }
+    expect_same_bits("adamw parameters", (int)n, p1, p2, n);
+    expect_same_bits("adamw first moments", (int)n, m1, m2, n);
+    expect_same_bits("adamw second moments", (int)n, v1, v2, n);
+    assert_int_equal(lib->scale(lib, p1, n, 0.37f, &err), BK_OK);
+    assert_int_equal(base->scale(base, p2, n, 0.37f, &err), BK_OK);
+    expect_same_bits("scale", (int)n, p1, p2, n);
+    free(p1), free(g), free(m1), free(v1), free(p2), free(m2), free(v2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(layernorm_same_bits),     cmocka_unit_test(matmul_same_bits),
+        cmocka_unit_test(elementwise_same_bits),   cmocka_unit_test(crossentropy_same_bits),
+        cmocka_unit_test(attention_same_bits),     cmocka_unit_test(adamw_and_scale_same_bits),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
