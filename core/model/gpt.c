@@ -466,7 +466,11 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     acts a, d;
     carve(m->acts, sizes, &a);
     carve(m->dacts, sizes, &d);
-    if ((rc = be->zero(be, m->dacts, m->acts_size * sizeof(float), err)))
+    /* The gradients the layers accumulate into start at zero. Not zeroed: d.att and d.probs (never
+     * used: attention backward reads the saved a.att and keeps dS in its own scratch) and d.logits
+     * (crossentropy_backward writes all of it), the largest slots at long T. */
+    if ((rc = be->zero(be, d.encoded, (size_t)(d.att - d.encoded) * sizeof(float), err)) ||
+        (rc = be->zero(be, d.attproj, (size_t)(d.logits - d.attproj) * sizeof(float), err)))
         return rc;
     const bk_gpt_params *p = &m->wp, *g = &m->wg;
     const size_t saved = be->attention_saved(be, B, T, H);
