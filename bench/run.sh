@@ -3,7 +3,7 @@
 # three sizes, each measurement REPEATS times (interleaved across rows) keeping the best; prints markdown
 # tables. See docs/performance.md.
 #
-#   bash bench/run.sh                          # everything (about 25 minutes on 2 cores, see below)
+#   bash bench/run.sh                          # everything (30-45 minutes on 2 cores, see below)
 #   SIZES="a c" REPEATS=1 bash bench/run.sh    # quicker
 #   SKIP_TORCH2=1 bash bench/run.sh            # no PyTorch 2.x rows (no virtual environment needed)
 #
@@ -41,9 +41,9 @@
 # held the cores. TORCH2_PASSIVE=1 measures it anyway.
 #
 # Time: per size and repeat, 7 rows of WARMUP + STEPS steps, plus the breakdowns of 3 of them; size b
-# and the 1.13 rows are the slowest. With the defaults about 25 minutes on 2 idle cores, including the
-# first torch.compile of each size (up to a minute or two): an estimate from the per-step times, the
-# full run has not been timed. The 1.13 "as it comes" row costs about 5 of those minutes; the 1.13 and
+# and the 1.13 rows are the slowest. With the defaults the two recorded runs took about 28 and 44
+# minutes on 2 cores (docs/performance.md; different machines), including the first torch.compile of
+# each size (up to a minute or two). The 1.13 "as it comes" row costs about 5 of those minutes; the 1.13 and
 # 2.x sdpa rows skip the breakdown to save time. A PyTorch 2.x row that fails (exit status in its log)
 # is left out of the later repeats of that size and shows "-". The logs of a size are deleted when its
 # first run starts, so that the tables never mix in an older run's.
