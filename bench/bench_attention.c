@@ -19,6 +19,8 @@
 #include "cpu/attention.h"
 #include "util/error.h"
 
+#include "bench_util.h"
+
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -26,26 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts v in place; returns its median. */
-static double median_sorted(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* x[k] uniform in [-1, 1) from a xorshift64 stream */
 static void fill(float *x, size_t n, uint64_t seed)

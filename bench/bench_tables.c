@@ -36,6 +36,8 @@
 #include "config/experiment.h"
 #include "plugin/host.h"
 
+#include "bench_util.h"
+
 #include <biaskit/random.h>
 
 #include <stdint.h>
@@ -47,26 +49,6 @@
 #ifndef BK_BENCH_PLUGIN_DIR
 #define BK_BENCH_PLUGIN_DIR ""
 #endif
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts v in place; returns its median. */
-static double median_sorted(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 #define MAX_DIRS 16
 

@@ -38,6 +38,8 @@
 #include "train/adamw.h"
 #include "train/lm.h"
 
+#include "bench_util.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -47,20 +49,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #define REPS 5 /* instrumented passes */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* The model's FLOPs per training step (forward + backward = 3 x forward): per token, the matmuls
  * 2 (12 L C^2 + V C) (qkv, projection, the MLP's two, and the tied head) and the attention's two

@@ -3,6 +3,7 @@
  * analytically and by central differences on the tables), independence of the thread count, and
  * the errors for distances outside the tables. */
 #include "test_util.h"
+#include "test_floats.h"
 
 #include "cpu/attention.h"
 
@@ -210,14 +211,6 @@ static double *to_double(const float *x, const float *minus, size_t n)
     assert_non_null(y);
     for (size_t k = 0; k < n; k++)
         y[k] = (double)x[k] - (minus ? (double)minus[k] : 0.0);
-    return y;
-}
-
-static float *copy_floats(const float *x, size_t n)
-{
-    float *y = malloc(n * sizeof *y);
-    assert_non_null(y);
-    memcpy(y, x, n * sizeof *y);
     return y;
 }
 

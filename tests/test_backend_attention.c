@@ -17,6 +17,7 @@
  * Saved and forward-only outputs run the same GEMM shapes and per-row arithmetic: bit-identical
  * when emulated, within 1e-6 on CUDA (cuBLAS may choose its kernel by leading dimension). */
 #include "test_util.h"
+#include "test_floats.h"
 
 #include "cpu/attention.h"
 #include "device.h"
@@ -140,15 +141,6 @@ static void free_result(result *r)
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         free(r->dtable[s]);
     memset(r, 0, sizeof *r);
-}
-
-static float *copy_floats(const float *x, size_t n)
-{
-    float *y = malloc((n ? n : 1) * sizeof *y);
-    assert_non_null(y);
-    if (n)
-        memcpy(y, x, n * sizeof *y);
-    return y;
 }
 
 static size_t table_floats(const problem *pb)

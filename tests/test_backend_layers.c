@@ -12,6 +12,7 @@
  * multiply-adds (one rounding instead of two, ~6e-8), device expf (2 ulp), cuBLAS's summation order
  * (~sqrt(k) ulp of the largest partial sums) and a different grouping of double sums (~1e-16). */
 #include "test_util.h"
+#include "test_floats.h"
 
 #include "bias/mix.h"
 #include "device.h"
@@ -52,23 +53,6 @@ static bk_backend *backend_of(void **state)
         skip();
     }
     return f->be;
-}
-
-static float *normal_floats(bk_rng *r, size_t n, double scale)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(scale * bk_rng_normal(r));
-    return x;
-}
-
-static float *copy_floats(const float *x, size_t n)
-{
-    float *y = malloc((n ? n : 1) * sizeof *y);
-    assert_non_null(y);
-    memcpy(y, x, n * sizeof *y);
-    return y;
 }
 
 /* a device buffer holding `bytes` of host data */

@@ -6,6 +6,7 @@
  * gradient, GELU, residual, cross-entropy, attention with one and two streams, AdamW and scale.
  * Where the CPU has no AVX2, both sides run the baseline code and the test says so. */
 #include "test_util.h"
+#include "test_floats.h"
 
 #include "cpu/attention.h"
 #include "model/backend.h"
@@ -37,23 +38,6 @@ int base_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], c
                             const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
                             bk_error *err);
 bk_backend *base_backend_cpu(void);
-
-static float *normal_floats(bk_rng *r, size_t n, double scale)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(scale * bk_rng_normal(r));
-    return x;
-}
-
-static float *copy_floats(const float *x, size_t n)
-{
-    float *y = malloc((n ? n : 1) * sizeof *y);
-    assert_non_null(y);
-    memcpy(y, x, n * sizeof *y);
-    return y;
-}
 
 static void expect_same_bits(const char *what, int size, const float *a, const float *b, size_t n)
 {

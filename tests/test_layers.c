@@ -3,6 +3,7 @@
  * parameter-gradient reductions of the matmul bias and of LayerNorm, for shapes that are not
  * multiples of the column block, with any thread count giving the same bits. */
 #include "test_util.h"
+#include "test_floats.h"
 
 #include "model/expf_math.h"
 #include "model/gelu_math.h"
@@ -13,15 +14,6 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
-
-static float *normal_floats(bk_rng *r, size_t n, double scale)
-{
-    float *x = malloc(n * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(scale * bk_rng_normal(r));
-    return x;
-}
 
 static double gelu_ref(double x)
 {
