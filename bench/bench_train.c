@@ -84,13 +84,13 @@ static double sgemm_gflops(void)
     return 2.0 * N * N * (double)N / best / 1e9;
 }
 
+/* The median of v[0 .. n-1] (at most 64 values), v left as it is. */
 static double median(const double *v, int n)
 {
     double w[64];
     n = n < 64 ? n : 64;
     memcpy(w, v, (size_t)n * sizeof *w);
-    qsort(w, (size_t)n, sizeof *w, cmp_double);
-    return n % 2 ? w[n / 2] : 0.5 * (w[n / 2 - 1] + w[n / 2]);
+    return median_sorted(w, n);
 }
 
 typedef struct options {
@@ -195,7 +195,7 @@ typedef struct timers {
     do {                                                                                                           \
         double t0_ = now();                                                                                        \
         call;                                                                                                      \
-        (tm)->t[(tm)->bwd][cat] += now() - t0_;                                                                               \
+        (tm)->t[(tm)->bwd][cat] += now() - t0_;                                                                    \
     } while (0)
 
 /* The activation layout of gpt.c (train mode), so that the memset and every stride match. */
@@ -646,8 +646,8 @@ int main(int argc, char **argv)
            "sgemm_gflops=%.2f mfu_frac=%.4f engine=biaskit\n",
            name, tok_s, 1e3 * step_s, frac[CAT_ATTN], frac[CAT_MATMUL] + frac[CAT_HEAD], other,
            frac[CAT_LAYERNORM], frac[CAT_GELU], frac[CAT_RESIDUAL], frac[CAT_XENT], frac[CAT_ENCODER],
-           frac[CAT_MEMSET], 1e3 * step_med, 1e3 * ph.fwd / n, 1e3 * ph.bwd / n, 1e3 * (ph.opt + ph.after + ph.zero) / n, threads,
-           model_gflops, peak, model_gflops / peak);
+           frac[CAT_MEMSET], 1e3 * step_med, 1e3 * ph.fwd / n, 1e3 * ph.bwd / n,
+           1e3 * (ph.opt + ph.after + ph.zero) / n, threads, model_gflops, peak, model_gflops / peak);
     free(in), free(tg);
     bk_adamw_free(&opt);
     bk_lm_close(&lm);

@@ -179,7 +179,8 @@ static inline BK_DEV_HD void k_column_sum(int64_t c, const void *args)
 
 /* --- matmul bias ------------------------------------------------------------------------------- */
 
-/* index (n, o) of (N, OC): out[n, o] += bias[o], after the GEMM (the CPU starts its sgemm from the bias instead) */
+/* index (n, o) of (N, OC): out[n, o] += bias[o], after the GEMM (the CPU starts its sgemm from the bias
+ * instead) */
 typedef struct k_bias_add_args {
     float *out;
     const float *bias;
