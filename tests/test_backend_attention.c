@@ -44,7 +44,7 @@ typedef struct problem {
 } problem;
 
 typedef struct result {
-    float *out, *out_fwd_only, *probs, *dqkv;
+    float *out, *out_fwd_only, *probs, *dqkv; /* probs: the saved probabilities, or the fused row lse */
     float *dtable[BK_STREAM_COUNT];
 } result;
 
@@ -211,13 +211,56 @@ static float *host_copy_of(bk_backend *be, const void *dev, size_t n)
     return h;
 }
 
+/* What attention_saved should answer: the probabilities (materialized) or one log-sum-exp per row
+ * (fused). */
+static size_t saved_floats(const bk_backend *be, const problem *pb)
+{
+    const size_t rows = (size_t)pb->B * pb->H * pb->T;
+    return be->attention == BK_ATTENTION_MATERIALIZED ? rows * pb->T : rows;
+}
+
+/* The fused forward's saved row statistics, computed in double from the problem: lse[b][h][i] =
+ * log sum_{j <= i} exp(s_ij), s_ij = (q_i . k_j) / sqrt(hd) + the tables' entries. */
+static float *reference_lse(const problem *pb)
+{
+    const int B = pb->B, T = pb->T, C = pb->C, H = pb->H, hd = C / H;
+    float *lse = malloc((size_t)B * H * T * sizeof *lse);
+    double *s = malloc((size_t)T * sizeof *s);
+    assert_non_null(lse);
+    assert_non_null(s);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                const float *q = pb->qkv + ((size_t)b * T + i) * 3 * C + (size_t)h * hd;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const float *k = pb->qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * hd;
+                    double dot = 0.0;
+                    for (int d = 0; d < hd; d++)
+                        dot += (double)q[d] * k[d];
+                    s[j] = dot / sqrt((double)hd);
+                    for (int st = 0; st < BK_STREAM_COUNT; st++)
+                        if (pb->table[st]) {
+                            const int32_t *p = pb->pos[st] ? pb->pos[st] + (size_t)b * T : NULL;
+                            s[j] += pb->table[st][(size_t)h * pb->D + (p ? p[i] - p[j] : i - j)];
+                        }
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int j = 0; j <= i; j++)
+                    sum += exp(s[j] - mx);
+                lse[((size_t)b * H + h) * T + i] = (float)(mx + log(sum));
+            }
+    free(s);
+    return lse;
+}
+
 /* The problem on backend `be`: forward into a `saved` buffer first filled with NaN (so that an entry
  * the forward does not write shows), forward-only, backward into dqkv0 and dtable0. */
 static result run_device(bk_backend *be, const problem *pb)
 {
     const size_t nqkv = (size_t)pb->B * pb->T * 3 * pb->C, nout = (size_t)pb->B * pb->T * pb->C;
     const size_t nsaved = be->attention_saved(be, pb->B, pb->T, pb->H);
-    assert_true(nsaved >= (size_t)pb->B * pb->H * pb->T * pb->T);
+    assert_int_equal(nsaved, saved_floats(be, pb));
     const size_t nfill = nsaved > nout ? nsaved : nout;
     float *nan_fill = malloc(nfill * sizeof *nan_fill);
     assert_non_null(nan_fill);
@@ -250,7 +293,7 @@ static result run_device(bk_backend *be, const problem *pb)
         fail_msg("%s attention forward (saved): %s", be->name, err.message);
     if (be->attention_forward(be, out2, NULL, qkv, &bias, pb->B, pb->T, pb->C, pb->H, &err) != BK_OK)
         fail_msg("%s attention forward (forward-only): %s", be->name, err.message);
-    if (be->attention_backward(be, dqkv, dtable, dout, qkv, saved, &bias, pb->B, pb->T, pb->C, pb->H, &err) !=
+    if (be->attention_backward(be, dqkv, dtable, dout, qkv, out, saved, &bias, pb->B, pb->T, pb->C, pb->H, &err) !=
         BK_OK)
         fail_msg("%s attention backward: %s", be->name, err.message);
 
@@ -258,7 +301,7 @@ static result run_device(bk_backend *be, const problem *pb)
     memset(&r, 0, sizeof r);
     r.out = host_copy_of(be, out, nout);
     r.out_fwd_only = host_copy_of(be, out2, nout);
-    r.probs = host_copy_of(be, saved, (size_t)pb->B * pb->H * pb->T * pb->T);
+    r.probs = host_copy_of(be, saved, nsaved);
     r.dqkv = host_copy_of(be, dqkv, nqkv);
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         if (dtable[s])
@@ -307,17 +350,26 @@ static void expect_same_bits(const char *what, const char *label, const float *a
 static void check_case(bk_backend *be, int B, int T, int C, int H, int flags, uint64_t seed)
 {
     char label[160];
-    snprintf(label, sizeof label, "%s B=%d T=%d C=%d H=%d bias=%s%s%s%s", be->name, B, T, C, H,
+    snprintf(label, sizeof label, "%s %s B=%d T=%d C=%d H=%d bias=%s%s%s%s", be->name,
+             be->attention == BK_ATTENTION_MATERIALIZED ? "materialized" : "fused", B, T, C, H,
              flags & BIAS_TOKEN ? "token " : "", flags & BIAS_TOKEN_EXPLICIT ? "token-positions " : "",
              flags & BIAS_SEGMENT ? "segment " : "", flags & BIAS_SPAN_UNKNOWN ? "span-unknown" : "");
     problem pb = make_problem(B, T, C, H, flags, seed);
-    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nprobs = (size_t)B * H * T * T;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nsaved = saved_floats(be, &pb);
     result want = run_cpu(&pb);
     result got = run_device(be, &pb);
 
     double e_out = expect_close("out", label, got.out, want.out, nout, 1e-6, 1e-5);
-    expect_close("saved probabilities", label, got.probs, want.probs, nprobs, 1e-6, 1e-5);
-    if (be->kind == BK_BACKEND_EMULATED)
+    if (be->attention == BK_ATTENTION_MATERIALIZED) {
+        expect_close("saved probabilities", label, got.probs, want.probs, nsaved, 1e-6, 1e-5);
+    } else {
+        float *lse = reference_lse(&pb);
+        expect_close("saved row log-sum-exp", label, got.probs, lse, nsaved, 1e-5, 1e-5);
+        free(lse);
+    }
+    /* the fused forward runs the same code with and without saving; the materialized one the same
+     * GEMM shapes at other leading dimensions, which cuBLAS may serve with other kernels */
+    if (be->kind == BK_BACKEND_EMULATED || be->attention == BK_ATTENTION_FUSED)
         expect_same_bits("forward-only out vs saved out", label, got.out_fwd_only, got.out, nout);
     else
         expect_close("forward-only out vs saved out", label, got.out_fwd_only, got.out, nout, 1e-6, 1e-6);
@@ -336,7 +388,7 @@ static void check_case(bk_backend *be, int B, int T, int C, int H, int flags, ui
     result again = run_device(be, &pb);
     expect_same_bits("out", label, again.out, got.out, nout);
     expect_same_bits("out (forward-only)", label, again.out_fwd_only, got.out_fwd_only, nout);
-    expect_same_bits("saved probabilities", label, again.probs, got.probs, nprobs);
+    expect_same_bits("saved", label, again.probs, got.probs, nsaved);
     expect_same_bits("dqkv", label, again.dqkv, got.dqkv, nqkv);
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         if (pb.table[s])
@@ -349,8 +401,9 @@ static void check_case(bk_backend *be, int B, int T, int C, int H, int flags, ui
     free_problem(&pb);
 }
 
-/* Every case on one backend. T = 37 is one query block, 130 two (128 + 2), 300 three; none is a
- * multiple of the block. */
+/* Every case on one backend. Materialized: T = 37 is one query block, 130 two (128 + 2), 300 three.
+ * Fused: head size 8 and 32 take tiles of 64 rows (T = 130 is 64 + 64 + 2), 64 tiles of 32, 160 tiles
+ * of 16. No length is a multiple of a block or tile. */
 static void check_all(bk_backend *be)
 {
     static const int lengths[] = {37, 130};
@@ -365,6 +418,9 @@ static void check_all(bk_backend *be)
     check_case(be, 3, 300, 96, 12, BIAS_TOKEN | BIAS_SEGMENT, seed++); /* three blocks */
     check_case(be, 2, 130, 96, 12, BIAS_TOKEN_EXPLICIT | BIAS_SEGMENT, seed++);
     check_case(be, 2, 130, 96, 12, BIAS_TOKEN | BIAS_SEGMENT | BIAS_SPAN_UNKNOWN, seed++);
+    check_case(be, 2, 130, 64, 2, BIAS_TOKEN | BIAS_SEGMENT, seed++);  /* hd 32 */
+    check_case(be, 2, 70, 320, 2, BIAS_TOKEN | BIAS_SEGMENT, seed++);  /* hd 160 */
+    check_case(be, 2, 1, 96, 12, BIAS_TOKEN | BIAS_SEGMENT, seed++);   /* one token */
 }
 
 /* What the host can check without reading backend memory fails with a message naming it. */
@@ -400,15 +456,26 @@ static void check_errors(bk_backend *be)
     assert_message_has(err.message, "span 33");
     assert_message_has(err.message, "0 .. 31");
     float *dtable[BK_STREAM_COUNT] = {NULL, table};
-    assert_int_equal(be->attention_backward(be, dqkv, dtable, out, qkv, saved, &bias, B, T, C, H, &err),
+    assert_int_equal(be->attention_backward(be, dqkv, dtable, out, qkv, out, saved, &bias, B, T, C, H, &err),
                      BK_ERR_INVALID);
     assert_message_has(err.message, "attention backward");
     assert_message_has(err.message, "span 33");
 
     bias.span[1] = 5;
-    assert_int_equal(be->attention_backward(be, dqkv, dtable, out, qkv, NULL, &bias, B, T, C, H, &err),
+    assert_int_equal(be->attention_backward(be, dqkv, dtable, out, qkv, out, NULL, &bias, B, T, C, H, &err),
                      BK_ERR_INVALID);
-    assert_message_has(err.message, "saved by the forward pass");
+    if (be->attention == BK_ATTENTION_MATERIALIZED) {
+        assert_message_has(err.message, "saved by the forward pass");
+    } else {
+        assert_message_has(err.message, "row statistics it saved (saved is NULL)");
+        assert_int_equal(be->attention_backward(be, dqkv, dtable, out, qkv, NULL, saved, &bias, B, T, C, H, &err),
+                         BK_ERR_INVALID);
+        assert_message_has(err.message, "(out is NULL)");
+        /* a head of 512 floats: even tiles of 16 rows need more shared memory than a block may have */
+        assert_int_equal(be->attention_forward(be, out, saved, qkv, NULL, 1, T, 512, 1, &err), BK_ERR_UNSUPPORTED);
+        assert_message_has(err.message, "head size 512");
+        assert_message_has(err.message, "attention = \"materialized\"");
+    }
 
     be->release(be, qkv);
     be->release(be, dqkv);
@@ -418,6 +485,18 @@ static void check_errors(bk_backend *be)
     be->release(be, pos);
 }
 
+/* The fused attention (the default) and the materialized one. */
+static void check_modes(bk_backend *be)
+{
+    assert_int_equal(be->attention, BK_ATTENTION_FUSED);
+    check_all(be);
+    check_errors(be);
+    be->attention = BK_ATTENTION_MATERIALIZED;
+    check_all(be);
+    check_errors(be);
+    be->attention = BK_ATTENTION_FUSED;
+}
+
 static void emulated_matches_cpu(void **state)
 {
     (void)state;
@@ -425,8 +504,7 @@ static void emulated_matches_cpu(void **state)
     bk_error err = {0};
     if (bk_backend_emulated_create(&be, &err) != BK_OK)
         fail_msg("bk_backend_emulated_create: %s", err.message);
-    check_all(be);
-    check_errors(be);
+    check_modes(be);
     bk_backend_destroy(be);
 }
 
@@ -442,8 +520,7 @@ static void cuda_matches_cpu(void **state)
     bk_error err = {0};
     if (bk_backend_cuda_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
         fail_msg("a GPU answers (%s) but bk_backend_cuda_create failed: %s", desc, err.message);
-    check_all(be);
-    check_errors(be);
+    check_modes(be);
     bk_backend_destroy(be);
 }
 

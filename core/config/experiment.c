@@ -85,6 +85,11 @@ static const key_spec schema[] = {
      "accumulation (faster, ~1e-3 relative error); the CPU always computes fp32. The default is provisional: "
      "it is to be re-chosen by measurement on a GPU",
      FIELD(run.matmul)},
+    {"run", "attention", KEY_CHOICE, 0, 0, 0, BK_ATTENTION_CHOICES,
+     "attention on a GPU: fused = flash-style kernels that keep only row statistics (B x heads x T floats per "
+     "layer) and never a T x T matrix; materialized = GEMMs over the saved probabilities (B x heads x T x T "
+     "floats per layer), the first implementation; the CPU has one attention and ignores this",
+     FIELD(run.attention)},
     {"run", "out_dir", KEY_STRING, 0, 0, 0, "",
      "checkpoints and logs, relative to the experiment file (\"\" = runs/<experiment name> in the working directory)",
      FIELD(run.out_dir)},

@@ -182,10 +182,10 @@ static int cpu_attention_forward(bk_backend *be, float *out, float *saved, const
 }
 
 static int cpu_attention_backward(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
-                                  const float *qkv, const float *saved, const bk_attention_bias *bias, int B, int T,
-                                  int C, int H, bk_error *err)
+                                  const float *qkv, const float *out, const float *saved, const bk_attention_bias *bias,
+                                  int B, int T, int C, int H, bk_error *err)
 {
-    (void)be;
+    (void)be, (void)out; /* the CPU reads the saved probabilities */
     return bk_attention_backward(dqkv, dtable, dout, qkv, saved, bias, B, T, C, H, err);
 }
 

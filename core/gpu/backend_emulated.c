@@ -26,6 +26,28 @@ int bk_emulated_launch(int64_t n, bk_dev_kernel f, const void *args)
     return BK_OK;
 }
 
+int bk_emulated_launch_cta(int64_t n, bk_dev_cta_program f, const void *args, size_t smem_bytes, bk_error *err)
+{
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        float *smem = malloc(smem_bytes ? smem_bytes : 1);
+        if (!smem)
+            failed = 1;
+        /* every host thread takes part in the loop (its iterations are shared out) even without memory:
+         * it then only skips its blocks, and the launch reports the failure */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t cta = 0; cta < n; cta++)
+            if (smem)
+                f(cta, args, smem);
+        free(smem);
+    }
+    if (failed)
+        return bk_fail(err, BK_ERR_NOMEM, "emulated device: out of memory for %zu bytes of a block's shared memory",
+                       smem_bytes);
+    return BK_OK;
+}
+
 /* --- the primitives of gpu/dev.h ------------------------------------------------------------------ */
 
 static int dev_gemm(bk_dev *d, int transa, int transb, int m, int n, int k, float alpha, const float *A, int lda,

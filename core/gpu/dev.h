@@ -78,6 +78,33 @@ typedef struct bk_dev {
 
 typedef void (*bk_dev_kernel)(int64_t i, const void *args);
 
+/* Block programs (kernels_flash.h): `static inline BK_DEV_HD void k_name(int64_t cta, const void *args,
+ * float *smem)` runs one thread block (CTA) of BK_CTA_THREADS threads that share `smem`, as a sequence
+ * of phases separated by barriers:
+ *
+ *     BK_CTA_PHASE(t) { ...what thread t does, reading and writing smem... }
+ *
+ * On the GPU every thread runs the body with its own t, then all meet at __syncthreads(). In C the body
+ * runs for t = 0, 1, ..., BK_CTA_THREADS - 1 in turn: a faithful emulation as long as no thread reads in
+ * one phase what another writes in the same phase (the rule the block programs keep). The body is a
+ * loop of one round in both, so `continue` and `break` end thread t's part of the phase. Code between
+ * phases is run by every thread on the GPU and once in C: it may only compute values uniform over the
+ * block (loop bounds, tile indices). State that lives across phases is in smem, never in a
+ * thread's local variables. */
+typedef void (*bk_dev_cta_program)(int64_t cta, const void *args, float *smem);
+
+/* Threads per block of every block program. */
+#define BK_CTA_THREADS 128
+
+#if defined(__CUDA_ARCH__)
+#define BK_CTA_PHASE(t)                                                                                    \
+    for (int bk_cta_once_ = 1; bk_cta_once_; bk_cta_once_ = 0, __syncthreads())                            \
+        for (int t = (int)threadIdx.x, bk_cta_round_ = 1; bk_cta_round_; bk_cta_round_ = 0)
+#else
+#define BK_CTA_PHASE(t) for (int t = 0; t < BK_CTA_THREADS; t++)                                           \
+        for (int bk_cta_round_ = 1; bk_cta_round_; bk_cta_round_ = 0)
+#endif
+
 #if defined(__CUDACC__)
 
 static inline unsigned bk_dev_blocks(int64_t n)
@@ -101,6 +128,21 @@ __global__ void bk_dev_grid(int64_t n, A args)
          (int64_t)(n), (args)),                                                                        \
      dev_launched((d), #F, (err)))
 
+/* One block program per block: block `cta` of n runs F(cta, &args, smem) with smem_bytes of dynamic
+ * shared memory (allowed above the default 48 KiB first). n must be at least 1. */
+template <typename A, void (*F)(int64_t, const void *, float *)>
+__global__ void __launch_bounds__(BK_CTA_THREADS) bk_dev_cta(A args)
+{
+    extern __shared__ float bk_dev_smem[];
+    F((int64_t)blockIdx.x, &args, bk_dev_smem);
+}
+
+#define BK_LAUNCH_CTA(d, F, A, n, smem_bytes, args, err)                                                     \
+    (cudaFuncSetAttribute(bk_dev_cta<A, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem_bytes)), \
+     bk_dev_cta<A, F><<<(unsigned)(n), BK_CTA_THREADS, (size_t)(smem_bytes), (cudaStream_t)(d)->stream>>>(  \
+         (args)),                                                                                            \
+     dev_launched((d), #F, (err)))
+
 #else
 
 /* The emulation: every index in turn (in parallel over host threads; bodies write disjoint outputs,
@@ -108,6 +150,13 @@ __global__ void bk_dev_grid(int64_t n, A args)
 int bk_emulated_launch(int64_t n, bk_dev_kernel f, const void *args);
 
 #define BK_LAUNCH(d, F, A, n, args, err) ((void)(d), (void)(err), bk_emulated_launch((int64_t)(n), F, &(args)))
+
+/* Blocks 0 .. n-1 in turn (in parallel over host threads, each with its own smem_bytes of "shared
+ * memory"; a block writes only what belongs to it). BK_ERR_NOMEM when that memory cannot be had. */
+int bk_emulated_launch_cta(int64_t n, bk_dev_cta_program f, const void *args, size_t smem_bytes, bk_error *err);
+
+#define BK_LAUNCH_CTA(d, F, A, n, smem_bytes, args, err)                                                  \
+    ((void)(d), bk_emulated_launch_cta((int64_t)(n), F, &(args), (size_t)(smem_bytes), (err)))
 
 #endif
 

@@ -109,6 +109,22 @@ typedef struct k_att_bias {
     int32_t distances;
 } k_att_bias;
 
+/* score + the bias of (i, j) for batch row b and head h: the streams' table entries added in stream
+ * order, one at a time (the CPU's order). */
+static inline BK_DEV_HD float k_att_add_bias(const k_att_bias *kb, int64_t b, int h, int T, int i, int j, float score)
+{
+    const int64_t D = kb->distances;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        const float *tab = kb->table[s];
+        if (!tab)
+            continue;
+        const int32_t *p = kb->positions[s] ? kb->positions[s] + b * T : (const int32_t *)0;
+        const int64_t dist = p ? (int64_t)p[i] - (int64_t)p[j] : (int64_t)i - (int64_t)j;
+        score += (dist >= 0 && dist < D) ? tab[(int64_t)h * D + dist] : (float)NAN;
+    }
+    return score;
+}
+
 /* Forward softmax of one query block, index per (bh, r) over B*H*rows: row r of the block (query
  * i = q0 + r) holds scale * q_i . k_j for j < q1 (the GEMM applied the scale, as the CPU's sgemm
  * does). Adds the bias of the streams in stream order, then softmax over j <= i in float exactly as
@@ -131,19 +147,8 @@ static inline BK_DEV_HD void k_att_softmax(int64_t idx, const void *args)
     const int64_t b = bh / a->H;
     const int i = a->q0 + r;
     float *row = a->S + bh * a->bh_stride + (int64_t)r * a->ld;
-    const int64_t D = a->bias.distances;
-    for (int s = 0; s < BK_STREAM_COUNT; s++) {
-        const float *tab = a->bias.table[s];
-        if (!tab)
-            continue;
-        tab += (int64_t)h * D;
-        const int32_t *p = a->bias.positions[s] ? a->bias.positions[s] + b * a->T : (const int32_t *)0;
-        const int64_t pi = p ? (int64_t)p[i] : (int64_t)i;
-        for (int j = 0; j <= i; j++) {
-            const int64_t dist = pi - (p ? (int64_t)p[j] : (int64_t)j);
-            row[j] += (dist >= 0 && dist < D) ? tab[dist] : (float)NAN;
-        }
-    }
+    for (int j = 0; j <= i; j++)
+        row[j] = k_att_add_bias(&a->bias, b, h, a->T, i, j, row[j]);
     bk_causal_softmax_row(row, i + 1, a->zero_to);
 }
 

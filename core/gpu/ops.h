@@ -4,7 +4,7 @@
 #ifndef BK_GPU_OPS_H
 #define BK_GPU_OPS_H
 
-#include "gpu/ops_attention.h"
+#include "gpu/ops_flash.h"
 #include "gpu/ops_layers.h"
 
 /* The table's upload, download and zero are the primitives on the backend's bk_dev; its stream is the

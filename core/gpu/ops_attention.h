@@ -1,11 +1,11 @@
-/* The device attention (model/backend.h's attention_saved / attention_forward / attention_backward),
- * written once for the CUDA backend and its C emulation (gpu/dev.h). Semantics and layouts are those
- * of the CPU reference (cpu/attention.h):
+/* The materialized device attention ([run] attention = "materialized"; ops_flash.h chooses between it
+ * and the fused one), written once for the CUDA backend and its C emulation (gpu/dev.h). Semantics and
+ * layouts are those of the CPU reference (cpu/attention.h):
  *     s[i][j] = (q_i . k_j) / sqrt(hd) + sum over streams s of table_s[h][p_s(i) - p_s(j)],  j <= i
  *     P = softmax_j(s);  out_i = sum_j P[i][j] v_j
  *
- * This is the first, plainly correct version of the interface a later fused flash-style kernel will
- * implement; it is built from strided-batched GEMMs and simple per-row kernels:
+ * This is the first, plainly correct version of the interface the fused kernel (kernels_flash.h)
+ * implements too; it is built from strided-batched GEMMs and simple per-row kernels:
  *
  *   1. q, k, v are permuted from qkv (B, T, 3C) to (B, H, T, hd) so that every (b, h) is one
  *      contiguous T x hd matrix and one strided-batched GEMM covers all B*H of them.
@@ -57,9 +57,8 @@
 
 static const char *const dev_att_stream_names[BK_STREAM_COUNT] = {"token", "segment"};
 
-static size_t dev_attention_saved(bk_backend *be, int B, int T, int H)
+static size_t dev_att_materialized_saved(int B, int T, int H)
 {
-    (void)be;
     return (size_t)B * (size_t)H * (size_t)T * (size_t)T;
 }
 
@@ -139,8 +138,8 @@ static int dev_att_heads(bk_dev *d, const float *src, float *dst, int to_bh, int
     return BK_LAUNCH(d, k_att_heads, k_att_heads_args, (int64_t)B * T * C, a, err);
 }
 
-static int dev_attention_forward(bk_backend *be, float *out, float *saved, const float *qkv,
-                                 const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+static int dev_att_materialized_forward(bk_backend *be, float *out, float *saved, const float *qkv,
+                                        const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
 {
     bk_dev *d = (bk_dev *)be->impl;
     int32_t width[BK_STREAM_COUNT];
@@ -199,9 +198,9 @@ static int dev_attention_forward(bk_backend *be, float *out, float *saved, const
     return dev_att_heads(d, O, out, 0, B, T, C, H, err);
 }
 
-static int dev_attention_backward(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT],
-                                  const float *dout, const float *qkv, const float *saved,
-                                  const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+static int dev_att_materialized_backward(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT],
+                                         const float *dout, const float *qkv, const float *saved,
+                                         const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
 {
     bk_dev *d = (bk_dev *)be->impl;
     if (!saved)

@@ -47,6 +47,16 @@ typedef enum bk_matmul_mode {
     BK_MATMUL_TF32 = 1
 } bk_matmul_mode;
 
+/* Attention of the device backends ([run] attention): "fused" runs the flash-style block programs
+ * (gpu/kernels_flash.h), which keep B*H*T row statistics for backward and never store a T x T matrix;
+ * "materialized" runs GEMMs and row kernels over the saved B*H*T*T probabilities (gpu/ops_attention.h).
+ * Set before the model is built (attention_saved depends on it). The CPU has one attention and
+ * ignores it. */
+typedef enum bk_attention_mode {
+    BK_ATTENTION_FUSED = 0,
+    BK_ATTENTION_MATERIALIZED = 1
+} bk_attention_mode;
+
 /* Rotary embedding of q and k (positions.h): pair k of a head is (x[k], x[k + pairs]), rotated by
  * the angle whose cosine and sine are cos[p * pairs + k], sin[p * pairs + k], p = positions[n] (or
  * the token index n % T when positions is NULL). */
@@ -76,6 +86,7 @@ struct bk_backend {
     char description[192]; /* one line for the banner: "cuda:0 NVIDIA H100 80GB HBM3 (sm_90), fp32 matmuls" */
     int on_device;       /* 1: memory is not host memory; go through upload/download */
     bk_matmul_mode matmul;
+    bk_attention_mode attention; /* device backends only (see above) */
     void *impl;          /* the backend's own state */
 
     /* --- memory ------------------------------------------------------------------------------ */
@@ -128,10 +139,11 @@ struct bk_backend {
     size_t (*attention_saved)(bk_backend *be, int B, int T, int H);
     int (*attention_forward)(bk_backend *be, float *out, float *saved, const float *qkv,
                              const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err);
-    /* dtable[s] (H x distances), when not NULL, += the diagonal-reduced score gradient. */
+    /* dtable[s] (H x distances), when not NULL, += the diagonal-reduced score gradient. `out` is the
+     * forward's output (the fused kernel's backward reads it; the CPU's does not). */
     int (*attention_backward)(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
-                              const float *qkv, const float *saved, const bk_attention_bias *bias, int B, int T,
-                              int C, int H, bk_error *err);
+                              const float *qkv, const float *out, const float *saved, const bk_attention_bias *bias,
+                              int B, int T, int C, int H, bk_error *err);
 
     /* --- bias tables (bias/mix.h) ---------------------------------------------------------------- */
     /* out[k] = mix of tables[t][k], k < n (tables: n_terms pointers in backend memory, the array itself

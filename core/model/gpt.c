@@ -520,8 +520,8 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
         attention_bias(m, l, &ab);
         if (m->dtable_mem)
             TRY(be->zero(be, m->dtable_mem, dtable_floats * sizeof(float), err));
-        if ((rc = be->attention_backward(be, d.qkv + o3, dtable, d.atty + oC, a.qkv + o3, a.att + (size_t)l * saved,
-                                         &ab, B, T, C, H, err)))
+        if ((rc = be->attention_backward(be, d.qkv + o3, dtable, d.atty + oC, a.qkv + o3, a.atty + oC,
+                                         a.att + (size_t)l * saved, &ab, B, T, C, H, err)))
             return bk_error_prefix(err, "layer %d attention backward: ", l);
         if (m->dtable_mem)
             TRY(bk_bias_backward(m->bias, l, (const float *const *)dtable, err));

@@ -24,7 +24,19 @@ static void device_origin(const bk_experiment *e, char *out, size_t size)
 /* The backend [run] device and matmul ask for. Resolved on the final experiment (file, --set, or the
  * one stored in a checkpoint), so a checkpoint trained on a GPU with device = "cuda" evaluates and
  * resumes on a machine without one under --set run.device=cpu, and under "auto" without anything. */
+static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *err);
+
+/* ... and [run] attention, which the device backends take before the model sizes its buffers. */
 static int create_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
+{
+    int rc = choose_backend(e, out, err);
+    if (rc == BK_OK && (*out)->on_device)
+        (*out)->attention =
+            e->run.attention == BK_ATTENTION_MATERIALIZED ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
+    return rc;
+}
+
+static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
 {
     *out = NULL;
     const bk_matmul_mode matmul = e->run.matmul == BK_MATMUL_TF32 ? BK_MATMUL_TF32 : BK_MATMUL_FP32;

@@ -1,0 +1,379 @@
+/* The fused ("flash") attention's block programs, valid C11 and CUDA C++ (gpu/dev.h): causal attention
+ * with the distance tables of both streams added to the scores, computed tile by tile with an online
+ * softmax, so that no T x T matrix is ever stored. Semantics are those of cpu/attention.h:
+ *     s[i][j] = scale * (q_i . k_j) + sum over streams of table_s[h][p_s(i) - p_s(j)],   j <= i
+ *     P = softmax_j(s);  out_i = sum_j P[i][j] v_j
+ * RoPE is not applied here: the model rotates q and k of qkv in place before attention (be->rotary).
+ *
+ * Tiles. Queries and keys are cut into tiles of `tile` rows (the plan in ops_flash.h picks 16, 32 or
+ * 64 by head size so that a block's shared memory fits). q, k and v are read straight from qkv
+ * (B, T, 3C) and results written straight into (B, T, C) / (B, T, 3C): no permutation passes.
+ * Rows of hd floats in shared memory are padded to hd + 1 and score tiles to tile + 1 floats, so
+ * that threads of a warp walking a column hit distinct banks.
+ *
+ * Forward (k_flash_fwd), one block per (b, h, query tile), the longest rows first: for every key tile
+ * on or below the diagonal, in ascending order, the scores of the tile, then per row the running max
+ * m, the running sum l (exps by bk_expf_nonpositive, the tile's sum by bk_sum_lanes) and the
+ * rescaling of the output accumulator; at the end out = O / l and, for backward, the row's
+ * log-sum-exp lse = m + log l (the `saved` of model/backend.h: B*H*T floats instead of B*H*T*T).
+ *
+ * Backward (FlashAttention-2's recomputation, made deterministic): P = exp(s - lse) is recomputed
+ * from q, k and the tables, with D_i = dO_i . O_i (k_flash_dsum):
+ *     dP = dO V^T;  dS = P (dP - D);  dV = P^T dO;  dK = scale dS^T Q;  dQ = scale dS K
+ * - k_flash_dkdv: one block per (b, h, key tile) walks the query tiles from the diagonal down and owns
+ *   its rows of dK and dV;
+ * - k_flash_dq: one block per (b, h, query tile) walks the key tiles up to the diagonal and owns its
+ *   rows of dQ and the table-gradient partial row of (b, query tile, h).
+ * Every output element has one owner that sums its terms in a fixed order, so there are no atomics and
+ * two runs give the same bits. dqkv is accumulated into (+=), as on the CPU.
+ *
+ * Table gradient. dS is the score gradient of the tables too (the bias enters unscaled). For stream s
+ * the partial row G_s[(b * nq + qt) * H + h][delta], delta < width_s, is the sum, in double, of dS over
+ * the query tile qt's rows and keys j <= i with p(i) - p(j) = delta; k_flash_dq adds one key tile
+ * at a time (ascending), and within a tile each delta is one thread's: rows in ascending order, and in
+ * a row the keys of that distance (one key on the token stream; a contiguous run when positions are
+ * given, as p is non-decreasing) in ascending order. The partials are then summed over (b, qt) in
+ * ascending order by k_att_table_reduce (kernels_attention.h) into dtable. */
+#ifndef BK_GPU_KERNELS_FLASH_H
+#define BK_GPU_KERNELS_FLASH_H
+
+#include "gpu/dev.h"
+#include "gpu/kernels_attention.h"
+#include "model/softmax_math.h"
+
+#include <math.h>
+#include <stdint.h>
+
+typedef struct k_flash_args {
+    const float *qkv;                /* (B, T, 3C) */
+    float *out;                      /* forward: (B, T, C) */
+    float *lse;                      /* (B, H, T): written by forward (NULL: forward-only), read by backward */
+    const float *o, *dout;           /* backward: the forward's output and its gradient, (B, T, C) */
+    float *dsum;                     /* backward: (B, H, T), D_i = dO_i . O_i */
+    float *dqkv;                     /* backward: (B, T, 3C), += */
+    double *G[BK_STREAM_COUNT];      /* backward: partial rows (B, nq, H, width[s]), or NULL */
+    int32_t width[BK_STREAM_COUNT];  /* distances with a partial: 1 + the largest distance of stream s */
+    k_att_bias bias;
+    int B, T, C, H, tile;
+    float scale;
+} k_flash_args;
+
+/* Floats of shared memory each program uses at a given tile and head size (the plan, ops_flash.h,
+ * and the programs carve their arrays in this order). */
+static inline BK_DEV_HD int64_t k_flash_smem_fwd(int tile, int hd)
+{
+    return 4 * (int64_t)tile * (hd + 1) + (int64_t)tile * (tile + 1) + 3 * (int64_t)tile; /* Q K V O, S, m l alpha */
+}
+
+static inline BK_DEV_HD int64_t k_flash_smem_dkdv(int tile, int hd)
+{
+    return 6 * (int64_t)tile * (hd + 1) + 2 * (int64_t)tile * (tile + 1) + 2 * (int64_t)tile; /* K V dK dV Q dO, P dS */
+}
+
+static inline BK_DEV_HD int64_t k_flash_smem_dq(int tile, int hd)
+{
+    return 5 * (int64_t)tile * (hd + 1) + (int64_t)tile * (tile + 1) + 2 * (int64_t)tile; /* Q dO dQ K V, dS */
+}
+
+static inline BK_DEV_HD int k_flash_tiles(const k_flash_args *a)
+{
+    return (a->T + a->tile - 1) / a->tile;
+}
+
+/* dst[r * (hd + 1) + d] = part `part` (0 q, 1 k, 2 v) of qkv for token t0 + r of (b, h), r < rows, and
+ * 0 for the tile's rows past the sequence; thread t's share (consecutive threads read consecutive
+ * addresses). */
+static inline BK_DEV_HD void k_flash_load(float *dst, const k_flash_args *a, int part, int64_t b, int h, int t0,
+                                          int rows, int t)
+{
+    const int hd = a->C / a->H, ld = hd + 1;
+    const int64_t C3 = 3 * (int64_t)a->C;
+    for (int e = t; e < a->tile * hd; e += BK_CTA_THREADS) {
+        const int r = e / hd, d = e % hd;
+        dst[r * ld + d] =
+            r < rows ? a->qkv[(b * a->T + t0 + r) * C3 + (int64_t)part * a->C + (int64_t)h * hd + d] : 0.0f;
+    }
+}
+
+static inline BK_DEV_HD float k_flash_dot(const float *x, const float *y, int n)
+{
+    float acc = 0.0f;
+    for (int d = 0; d < n; d++)
+        acc += x[d] * y[d];
+    return acc;
+}
+
+/* The biased score of (i, j), j <= i, from rows of q and k in shared memory. */
+static inline BK_DEV_HD float k_flash_score(const k_flash_args *a, int64_t b, int h, int i, int j, const float *q,
+                                            const float *k)
+{
+    const int hd = a->C / a->H;
+    return k_att_add_bias(&a->bias, b, h, a->T, i, j, a->scale * k_flash_dot(q, k, hd));
+}
+
+/* ---- forward --------------------------------------------------------------------------------------- */
+
+static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *smem)
+{
+    const k_flash_args *a = (const k_flash_args *)args;
+    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T, nq = k_flash_tiles(a);
+    const int64_t bh = cta / nq, b = bh / a->H;
+    const int h = (int)(bh % a->H), qt = nq - 1 - (int)(cta % nq);
+    const int i0 = qt * tile, rows = T - i0 < tile ? T - i0 : tile;
+    float *Qs = smem, *Ks = Qs + tile * ld, *Vs = Ks + tile * ld, *Os = Vs + tile * ld, *Ss = Os + tile * ld;
+    float *m = Ss + tile * lds, *l = m + tile, *alpha = l + tile;
+
+    BK_CTA_PHASE(t)
+    {
+        k_flash_load(Qs, a, 0, b, h, i0, rows, t);
+        for (int e = t; e < tile * ld; e += BK_CTA_THREADS)
+            Os[e] = 0.0f;
+        for (int r = t; r < tile; r += BK_CTA_THREADS)
+            m[r] = -INFINITY, l[r] = 0.0f, alpha[r] = 0.0f;
+    }
+    for (int kt = 0; kt <= qt; kt++) {
+        const int j0 = kt * tile, cols = T - j0 < tile ? T - j0 : tile;
+        BK_CTA_PHASE(t)
+        {
+            k_flash_load(Ks, a, 1, b, h, j0, cols, t);
+            k_flash_load(Vs, a, 2, b, h, j0, cols, t);
+        }
+        BK_CTA_PHASE(t) /* scores; -inf past the diagonal and outside the sequence */
+        {
+            for (int e = t; e < tile * tile; e += BK_CTA_THREADS) {
+                const int r = e / tile, c = e % tile, i = i0 + r, j = j0 + c;
+                Ss[r * lds + c] =
+                    r < rows && c < cols && j <= i ? k_flash_score(a, b, h, i, j, Qs + r * ld, Ks + c * ld) : -INFINITY;
+            }
+        }
+        BK_CTA_PHASE(t) /* per row: the new max, the exps in place, the running sum, the rescale factor */
+        {
+            for (int r = t; r < rows; r += BK_CTA_THREADS) {
+                float *row = Ss + r * lds;
+                const float mx = fmaxf(m[r], bk_max_lanes(row, tile));
+                for (int c = 0; c < tile; c++)
+                    row[c] = bk_expf_nonpositive(row[c] - mx);
+                const float al = bk_expf_nonpositive(m[r] - mx);
+                l[r] = l[r] * al + bk_sum_lanes(row, tile);
+                m[r] = mx, alpha[r] = al;
+            }
+        }
+        BK_CTA_PHASE(t) /* O = alpha O + P V */
+        {
+            for (int e = t; e < rows * hd; e += BK_CTA_THREADS) {
+                const int r = e / hd, d = e % hd;
+                const float *p = Ss + r * lds;
+                float acc = Os[r * ld + d] * alpha[r];
+                for (int c = 0; c < cols; c++)
+                    acc += p[c] * Vs[c * ld + d];
+                Os[r * ld + d] = acc;
+            }
+        }
+    }
+    BK_CTA_PHASE(t)
+    {
+        for (int e = t; e < rows * hd; e += BK_CTA_THREADS) {
+            const int r = e / hd, d = e % hd;
+            a->out[(b * T + i0 + r) * (int64_t)a->C + (int64_t)h * hd + d] = Os[r * ld + d] * (1.0f / l[r]);
+        }
+        if (a->lse)
+            for (int r = t; r < rows; r += BK_CTA_THREADS)
+                a->lse[bh * T + i0 + r] = m[r] + logf(l[r]);
+    }
+}
+
+/* ---- backward -------------------------------------------------------------------------------------- */
+
+/* D_i = dO_i . O_i for every (b, h, i), index over B*H*T in (b, h, i) order: the dot product by
+ * bk_dot_lanes in double, rounded once (the CPU's rowsum of P dP is the same quantity). */
+static inline BK_DEV_HD void k_flash_dsum(int64_t idx, const void *args)
+{
+    const k_flash_args *a = (const k_flash_args *)args;
+    const int hd = a->C / a->H;
+    const int i = (int)(idx % a->T);
+    const int64_t bh = idx / a->T, b = bh / a->H;
+    const int h = (int)(bh % a->H);
+    const int64_t at = (b * a->T + i) * (int64_t)a->C + (int64_t)h * hd;
+    a->dsum[idx] = (float)bk_dot_lanes(a->dout + at, a->o + at, hd);
+}
+
+/* Row r of the query tile starting at i0: lse and D into smem (0 for rows past the sequence). */
+static inline BK_DEV_HD void k_flash_load_stats(float *lse, float *dsum, const k_flash_args *a, int64_t bh, int i0,
+                                                int rows, int t)
+{
+    for (int r = t; r < a->tile; r += BK_CTA_THREADS) {
+        lse[r] = r < rows ? a->lse[bh * a->T + i0 + r] : 0.0f;
+        dsum[r] = r < rows ? a->dsum[bh * a->T + i0 + r] : 0.0f;
+    }
+}
+
+/* P and dS of one (query tile, key tile) pair, thread t's share: P[r][c] = exp(s - lse_r) and
+ * dS[r][c] = P (dO_r . v_c - D_r) for j <= i inside the sequence, 0 elsewhere. P may be NULL. */
+static inline BK_DEV_HD void k_flash_ds_tile(const k_flash_args *a, int64_t b, int h, int i0, int rows, int j0,
+                                             int cols, const float *Qs, const float *dOs, const float *Ks,
+                                             const float *Vs, const float *lse, const float *dsum, float *Ps,
+                                             float *dSs, int t)
+{
+    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1;
+    for (int e = t; e < tile * tile; e += BK_CTA_THREADS) {
+        const int r = e / tile, c = e % tile, i = i0 + r, j = j0 + c;
+        float p = 0.0f, ds = 0.0f;
+        if (r < rows && c < cols && j <= i) {
+            const float s = k_flash_score(a, b, h, i, j, Qs + r * ld, Ks + c * ld);
+            p = bk_expf_nonpositive(fminf(s - lse[r], 0.0f));
+            ds = p * (k_flash_dot(dOs + r * ld, Vs + c * ld, hd) - dsum[r]);
+        }
+        if (Ps)
+            Ps[r * lds + c] = p;
+        dSs[r * lds + c] = ds;
+    }
+}
+
+static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *smem)
+{
+    const k_flash_args *a = (const k_flash_args *)args;
+    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T, nq = k_flash_tiles(a);
+    const int64_t bh = cta / nq, b = bh / a->H;
+    const int h = (int)(bh % a->H), kt = (int)(cta % nq); /* the longest walks first */
+    const int j0 = kt * tile, cols = T - j0 < tile ? T - j0 : tile;
+    float *Ks = smem, *Vs = Ks + tile * ld, *dKs = Vs + tile * ld, *dVs = dKs + tile * ld, *Qs = dVs + tile * ld;
+    float *dOs = Qs + tile * ld, *Ps = dOs + tile * ld, *dSs = Ps + tile * lds, *lse = dSs + tile * lds;
+    float *dsum = lse + tile;
+
+    BK_CTA_PHASE(t)
+    {
+        k_flash_load(Ks, a, 1, b, h, j0, cols, t);
+        k_flash_load(Vs, a, 2, b, h, j0, cols, t);
+        for (int e = t; e < tile * ld; e += BK_CTA_THREADS)
+            dKs[e] = 0.0f, dVs[e] = 0.0f;
+    }
+    for (int qt = kt; qt < nq; qt++) {
+        const int i0 = qt * tile, rows = T - i0 < tile ? T - i0 : tile;
+        BK_CTA_PHASE(t)
+        {
+            k_flash_load(Qs, a, 0, b, h, i0, rows, t);
+            for (int e = t; e < tile * hd; e += BK_CTA_THREADS) {
+                const int r = e / hd, d = e % hd;
+                dOs[r * ld + d] = r < rows ? a->dout[(b * T + i0 + r) * (int64_t)a->C + (int64_t)h * hd + d] : 0.0f;
+            }
+            k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
+        }
+        BK_CTA_PHASE(t)
+        {
+            k_flash_ds_tile(a, b, h, i0, rows, j0, cols, Qs, dOs, Ks, Vs, lse, dsum, Ps, dSs, t);
+        }
+        BK_CTA_PHASE(t) /* dV += P^T dO, dK += scale dS^T Q, rows in ascending order */
+        {
+            for (int e = t; e < cols * hd; e += BK_CTA_THREADS) {
+                const int c = e / hd, d = e % hd;
+                float dv = dVs[c * ld + d], dk = 0.0f;
+                for (int r = 0; r < rows; r++) {
+                    dv += Ps[r * lds + c] * dOs[r * ld + d];
+                    dk += dSs[r * lds + c] * Qs[r * ld + d];
+                }
+                dVs[c * ld + d] = dv;
+                dKs[c * ld + d] += a->scale * dk;
+            }
+        }
+    }
+    BK_CTA_PHASE(t)
+    {
+        const int64_t C3 = 3 * (int64_t)a->C;
+        for (int e = t; e < cols * hd; e += BK_CTA_THREADS) {
+            const int c = e / hd, d = e % hd;
+            float *row = a->dqkv + (b * T + j0 + c) * C3 + (int64_t)h * hd + d;
+            row[a->C] += dKs[c * ld + d];
+            row[2 * (int64_t)a->C] += dVs[c * ld + d];
+        }
+    }
+}
+
+/* Thread t's distances of the table-gradient partial of stream s for one (query tile, key tile) pair
+ * (see the header): the distances the tile can hold are [lo, hi], from the corner positions. */
+static inline BK_DEV_HD void k_flash_table_partial(const k_flash_args *a, int s, int64_t b, int h, int qt, int i0,
+                                                   int rows, int j0, int cols, const float *dSs, int t)
+{
+    const int lds = a->tile + 1;
+    const int32_t *p = a->bias.positions[s] ? a->bias.positions[s] + b * a->T : (const int32_t *)0;
+    const int64_t first_i = p ? p[i0] : i0, last_i = p ? p[i0 + rows - 1] : i0 + rows - 1;
+    const int64_t first_j = p ? p[j0] : j0, last_j = p ? p[j0 + cols - 1] : j0 + cols - 1;
+    const int64_t lo = first_i - last_j > 0 ? first_i - last_j : 0;
+    const int64_t hi = last_i - first_j < a->width[s] - 1 ? last_i - first_j : a->width[s] - 1;
+    double *G = a->G[s] + ((b * k_flash_tiles(a) + qt) * a->H + h) * (int64_t)a->width[s];
+    for (int64_t delta = lo + t; delta <= hi; delta += BK_CTA_THREADS) {
+        double acc = 0.0;
+        for (int r = 0; r < rows; r++) {
+            const int i = i0 + r, end = j0 + cols < i + 1 ? j0 + cols : i + 1; /* keys j0 .. end-1 */
+            if (!p) {
+                const int64_t j = i - delta;
+                if (j >= j0 && j < end)
+                    acc += (double)dSs[r * lds + (int)(j - j0)];
+            } else if (end > j0) {
+                const int64_t target = (int64_t)p[i] - delta;
+                const int first = k_att_lower_bound(p, j0, end, target);
+                const int past = k_att_lower_bound(p, first, end, target + 1);
+                for (int j = first; j < past; j++)
+                    acc += (double)dSs[r * lds + (j - j0)];
+            }
+        }
+        G[delta] += acc;
+    }
+}
+
+static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *smem)
+{
+    const k_flash_args *a = (const k_flash_args *)args;
+    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T, nq = k_flash_tiles(a);
+    const int64_t bh = cta / nq, b = bh / a->H;
+    const int h = (int)(bh % a->H), qt = nq - 1 - (int)(cta % nq);
+    const int i0 = qt * tile, rows = T - i0 < tile ? T - i0 : tile;
+    float *Qs = smem, *dOs = Qs + tile * ld, *dQs = dOs + tile * ld, *Ks = dQs + tile * ld, *Vs = Ks + tile * ld;
+    float *dSs = Vs + tile * ld, *lse = dSs + tile * lds, *dsum = lse + tile;
+
+    BK_CTA_PHASE(t)
+    {
+        k_flash_load(Qs, a, 0, b, h, i0, rows, t);
+        for (int e = t; e < tile * hd; e += BK_CTA_THREADS) {
+            const int r = e / hd, d = e % hd;
+            dOs[r * ld + d] = r < rows ? a->dout[(b * T + i0 + r) * (int64_t)a->C + (int64_t)h * hd + d] : 0.0f;
+        }
+        for (int e = t; e < tile * ld; e += BK_CTA_THREADS)
+            dQs[e] = 0.0f;
+        k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
+    }
+    for (int kt = 0; kt <= qt; kt++) {
+        const int j0 = kt * tile, cols = T - j0 < tile ? T - j0 : tile;
+        BK_CTA_PHASE(t)
+        {
+            k_flash_load(Ks, a, 1, b, h, j0, cols, t);
+            k_flash_load(Vs, a, 2, b, h, j0, cols, t);
+        }
+        BK_CTA_PHASE(t)
+        {
+            k_flash_ds_tile(a, b, h, i0, rows, j0, cols, Qs, dOs, Ks, Vs, lse, dsum, (float *)0, dSs, t);
+        }
+        BK_CTA_PHASE(t) /* dQ += scale dS K, keys in ascending order; the tile's table-gradient partials */
+        {
+            for (int e = t; e < rows * hd; e += BK_CTA_THREADS) {
+                const int r = e / hd, d = e % hd;
+                float acc = 0.0f;
+                for (int c = 0; c < cols; c++)
+                    acc += dSs[r * lds + c] * Ks[c * ld + d];
+                dQs[r * ld + d] += a->scale * acc;
+            }
+            for (int s = 0; s < BK_STREAM_COUNT; s++)
+                if (a->G[s])
+                    k_flash_table_partial(a, s, b, h, qt, i0, rows, j0, cols, dSs, t);
+        }
+    }
+    BK_CTA_PHASE(t)
+    {
+        const int64_t C3 = 3 * (int64_t)a->C;
+        for (int e = t; e < rows * hd; e += BK_CTA_THREADS) {
+            const int r = e / hd, d = e % hd;
+            a->dqkv[(b * T + i0 + r) * C3 + (int64_t)h * hd + d] += dQs[r * ld + d];
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,170 @@
+/* The device attention (model/backend.h's attention_saved / attention_forward / attention_backward):
+ * the fused block programs of kernels_flash.h ([run] attention = "fused", the default) or the
+ * materialized GEMM version of ops_attention.h ("materialized"), chosen by be->attention. Written once
+ * for the CUDA backend and its C emulation (gpu/dev.h).
+ *
+ * Fused: `saved` is the row log-sum-exp, B*H*T floats (a T x T matrix is never stored, in training
+ * or evaluation); backward reads it with the forward's output. Scratch: D = dO . O (B*H*T floats)
+ * and, per stream whose table gradient is wanted, B * ceil(T / tile) * H * width partial sums in
+ * double (width = 1 + the largest distance; at most T). */
+#ifndef BK_GPU_OPS_FLASH_H
+#define BK_GPU_OPS_FLASH_H
+
+#include "gpu/dev.h"
+#include "gpu/kernels_flash.h"
+#include "gpu/ops_attention.h"
+#include "model/backend.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Most shared memory one block program may use. The plan takes the largest tile whose three programs
+ * fit: 64 rows up to head size 32, 32 rows up to 128 (about 100 KiB for the backward's), 16 rows up to
+ * 256. An H100 gives a block up to 227 KiB and an A100 163 KiB. */
+#define DEV_FLASH_SMEM_MAX (112 * 1024)
+
+static const int dev_flash_tiles[] = {64, 32, 16};
+
+typedef struct dev_flash_plan {
+    int tile;
+    size_t smem_fwd, smem_dkdv, smem_dq; /* bytes */
+} dev_flash_plan;
+
+static int dev_flash_plan_for(const char *what, int hd, dev_flash_plan *plan, bk_error *err)
+{
+    const int n = (int)(sizeof dev_flash_tiles / sizeof dev_flash_tiles[0]);
+    for (int k = 0; k < n; k++) {
+        const int tile = dev_flash_tiles[k];
+        plan->tile = tile;
+        plan->smem_fwd = (size_t)k_flash_smem_fwd(tile, hd) * sizeof(float);
+        plan->smem_dkdv = (size_t)k_flash_smem_dkdv(tile, hd) * sizeof(float);
+        plan->smem_dq = (size_t)k_flash_smem_dq(tile, hd) * sizeof(float);
+        if (plan->smem_fwd <= DEV_FLASH_SMEM_MAX && plan->smem_dkdv <= DEV_FLASH_SMEM_MAX &&
+            plan->smem_dq <= DEV_FLASH_SMEM_MAX)
+            return BK_OK;
+    }
+    return bk_fail(err, BK_ERR_UNSUPPORTED,
+                   "%s: head size %d is too large for the fused attention (with tiles of %d rows its backward "
+                   "needs %zu bytes of shared memory per block, at most %d allowed); use [run] attention = "
+                   "\"materialized\"",
+                   what, hd, plan->tile, plan->smem_dkdv, DEV_FLASH_SMEM_MAX);
+}
+
+static void dev_flash_args_of(k_flash_args *a, const float *qkv, const bk_attention_bias *bias, int B, int T, int C,
+                              int H, int tile)
+{
+    memset(a, 0, sizeof *a);
+    a->qkv = qkv;
+    a->bias = dev_att_bias_of(bias);
+    a->B = B, a->T = T, a->C = C, a->H = H, a->tile = tile;
+    a->scale = 1.0f / sqrtf((float)(C / H));
+}
+
+static int dev_flash_forward(bk_backend *be, float *out, float *saved, const float *qkv, const bk_attention_bias *bias,
+                             int B, int T, int C, int H, bk_error *err)
+{
+    bk_dev *d = (bk_dev *)be->impl;
+    int32_t width[BK_STREAM_COUNT];
+    dev_flash_plan plan;
+    int rc;
+    if ((rc = dev_att_check("attention forward", bias, B, T, C, H, width, err)) != BK_OK ||
+        (rc = dev_flash_plan_for("attention forward", C / H, &plan, err)) != BK_OK)
+        return rc;
+    k_flash_args a;
+    dev_flash_args_of(&a, qkv, bias, B, T, C, H, plan.tile);
+    a.out = out, a.lse = saved;
+    const int64_t blocks = (int64_t)B * H * k_flash_tiles(&a);
+    return BK_LAUNCH_CTA(d, k_flash_fwd, k_flash_args, blocks, plan.smem_fwd, a, err);
+}
+
+static int dev_flash_backward(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
+                              const float *qkv, const float *out, const float *saved, const bk_attention_bias *bias,
+                              int B, int T, int C, int H, bk_error *err)
+{
+    bk_dev *d = (bk_dev *)be->impl;
+    if (!saved || !out)
+        return bk_fail(err, BK_ERR_INVALID,
+                       "attention backward: the fused attention needs the forward's output and the row statistics "
+                       "it saved (%s is NULL)",
+                       !saved ? "saved" : "out");
+    int32_t width[BK_STREAM_COUNT];
+    dev_flash_plan plan;
+    int rc;
+    if ((rc = dev_att_check("attention backward", bias, B, T, C, H, width, err)) != BK_OK ||
+        (rc = dev_flash_plan_for("attention backward", C / H, &plan, err)) != BK_OK)
+        return rc;
+    k_flash_args a;
+    dev_flash_args_of(&a, qkv, bias, B, T, C, H, plan.tile);
+    a.lse = (float *)saved, a.o = out, a.dout = dout, a.dqkv = dqkv;
+    const int nq = k_flash_tiles(&a);
+    const int64_t rows = (int64_t)B * H * T, blocks = (int64_t)B * H * nq;
+
+    void *buf = NULL;
+    if ((rc = dev_scratch(d, BK_DEV_SCRATCH_ATT_O, (size_t)rows * sizeof(float), &buf, err)) != BK_OK)
+        return rc;
+    a.dsum = (float *)buf;
+
+    /* the partial rows of the streams whose table gradient is wanted: stream s owns B*nq*H*width[s]
+     * doubles at offset goff[s] */
+    size_t goff[BK_STREAM_COUNT], g_total = 0;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        goff[s] = g_total;
+        if (dtable && dtable[s] && width[s] > 0)
+            g_total += (size_t)B * (size_t)nq * (size_t)H * (size_t)width[s];
+    }
+    if (g_total) {
+        if ((rc = dev_scratch(d, BK_DEV_SCRATCH_ATT_G, g_total * sizeof(double), &buf, err)) != BK_OK ||
+            (rc = dev_zero(d, buf, g_total * sizeof(double), err)) != BK_OK)
+            return rc;
+        for (int s = 0; s < BK_STREAM_COUNT; s++)
+            if (dtable && dtable[s] && width[s] > 0) {
+                a.G[s] = (double *)buf + goff[s];
+                a.width[s] = width[s];
+            }
+    }
+
+    if ((rc = BK_LAUNCH(d, k_flash_dsum, k_flash_args, rows, a, err)) != BK_OK ||
+        (rc = BK_LAUNCH_CTA(d, k_flash_dkdv, k_flash_args, blocks, plan.smem_dkdv, a, err)) != BK_OK ||
+        (rc = BK_LAUNCH_CTA(d, k_flash_dq, k_flash_args, blocks, plan.smem_dq, a, err)) != BK_OK)
+        return rc;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        if (!a.G[s])
+            continue;
+        k_att_table_reduce_args tr; /* the partial rows of (b, qt) are its "batch rows", in ascending order */
+        tr.dtable = dtable[s], tr.G = a.G[s];
+        tr.B = B * nq, tr.H = H, tr.width = width[s], tr.distances = bias->distances;
+        if ((rc = BK_LAUNCH(d, k_att_table_reduce, k_att_table_reduce_args, (int64_t)H * width[s], tr, err)) != BK_OK)
+            return rc;
+    }
+    return BK_OK;
+}
+
+/* --- the backend functions: fused or materialized ------------------------------------------------- */
+
+static size_t dev_attention_saved(bk_backend *be, int B, int T, int H)
+{
+    if (be->attention == BK_ATTENTION_MATERIALIZED)
+        return dev_att_materialized_saved(B, T, H);
+    return (size_t)B * (size_t)H * (size_t)T;
+}
+
+static int dev_attention_forward(bk_backend *be, float *out, float *saved, const float *qkv,
+                                 const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+{
+    if (be->attention == BK_ATTENTION_MATERIALIZED)
+        return dev_att_materialized_forward(be, out, saved, qkv, bias, B, T, C, H, err);
+    return dev_flash_forward(be, out, saved, qkv, bias, B, T, C, H, err);
+}
+
+static int dev_attention_backward(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT],
+                                  const float *dout, const float *qkv, const float *out, const float *saved,
+                                  const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+{
+    if (be->attention == BK_ATTENTION_MATERIALIZED)
+        return dev_att_materialized_backward(be, dqkv, dtable, dout, qkv, saved, bias, B, T, C, H, err);
+    return dev_flash_backward(be, dqkv, dtable, dout, qkv, out, saved, bias, B, T, C, H, err);
+}
+
+#endif
