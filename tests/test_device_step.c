@@ -85,13 +85,17 @@ typedef struct run {
     double loss[STEPS];
 } run;
 
+/* device: "cpu", "emulated" or "cuda", optionally followed by "/materialized" (the device's
+ * materialized attention instead of the fused default). */
 static int open_run(run *r, const scheme *s, const char *device, bk_error *err)
 {
     memset(r, 0, sizeof *r);
-    char *text = experiment(s), set[64];
-    snprintf(set, sizeof set, "run.device=%s", device);
-    const char *sets[1] = {set};
-    int rc = bk_lm_open_text(&r->lm, text, s->name, ".", sets, 1, err);
+    char *text = experiment(s), set[64], att[64];
+    const char *slash = strchr(device, '/');
+    snprintf(set, sizeof set, "run.device=%.*s", slash ? (int)(slash - device) : (int)strlen(device), device);
+    snprintf(att, sizeof att, "run.attention=%s", slash ? slash + 1 : "fused");
+    const char *sets[2] = {set, att};
+    int rc = bk_lm_open_text(&r->lm, text, s->name, ".", sets, 2, err);
     free(text);
     if (rc)
         return rc;
@@ -254,8 +258,10 @@ static void assert_deterministic(const scheme *s, const char *device)
 static void test_emulated_matches_cpu(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < N_SCHEMES; i++)
+    for (size_t i = 0; i < N_SCHEMES; i++) {
         compare_with_cpu(&schemes[i], "emulated");
+        compare_with_cpu(&schemes[i], "emulated/materialized");
+    }
 }
 
 static void test_emulated_deterministic(void **state)
@@ -263,20 +269,26 @@ static void test_emulated_deterministic(void **state)
     (void)state;
     assert_deterministic(&schemes[1], "emulated");           /* learnable table */
     assert_deterministic(&schemes[N_SCHEMES - 1], "emulated"); /* learned kernel mixing */
+    assert_deterministic(&schemes[4], "emulated");           /* two streams (BiPE) */
+    assert_deterministic(&schemes[1], "emulated/materialized");
 }
 
 static void test_cuda_matches_cpu(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < N_SCHEMES; i++)
+    for (size_t i = 0; i < N_SCHEMES; i++) {
         compare_with_cpu(&schemes[i], "cuda");
+        compare_with_cpu(&schemes[i], "cuda/materialized");
+    }
 }
 
 static void test_cuda_deterministic(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < N_SCHEMES; i++)
+    for (size_t i = 0; i < N_SCHEMES; i++) {
         assert_deterministic(&schemes[i], "cuda");
+        assert_deterministic(&schemes[i], "cuda/materialized");
+    }
 }
 
 /* ---- CPU -> device -> CPU through checkpoints ------------------------------------------------- */

@@ -26,6 +26,8 @@ int bk_emulated_launch(int64_t n, bk_dev_kernel f, const void *args)
     return BK_OK;
 }
 
+int bk_emulated_thread_order = 0;
+
 int bk_emulated_launch_cta(int64_t n, bk_dev_cta_program f, const void *args, size_t smem_bytes, bk_error *err)
 {
     int failed = 0;

@@ -101,8 +101,14 @@ typedef void (*bk_dev_cta_program)(int64_t cta, const void *args, float *smem);
     for (int bk_cta_once_ = 1; bk_cta_once_; bk_cta_once_ = 0, __syncthreads())                            \
         for (int t = (int)threadIdx.x, bk_cta_round_ = 1; bk_cta_round_; bk_cta_round_ = 0)
 #else
-#define BK_CTA_PHASE(t) for (int t = 0; t < BK_CTA_THREADS; t++)                                           \
-        for (int bk_cta_round_ = 1; bk_cta_round_; bk_cta_round_ = 0)
+/* The order the emulation runs a phase's threads in: 0 ascending (the default), 1 descending. A block
+ * program that breaks the rule above gives different results in the two orders; the tests compare
+ * them (backend_emulated.c defines it). */
+extern int bk_emulated_thread_order;
+#define BK_CTA_PHASE(t)                                                                                    \
+    for (int bk_cta_i_ = 0; bk_cta_i_ < BK_CTA_THREADS; bk_cta_i_++)                                       \
+        for (int t = bk_emulated_thread_order ? BK_CTA_THREADS - 1 - bk_cta_i_ : bk_cta_i_, bk_cta_round_ = 1; \
+             bk_cta_round_; bk_cta_round_ = 0)
 #endif
 
 #if defined(__CUDACC__)
