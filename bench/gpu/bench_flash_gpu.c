@@ -1,0 +1,252 @@
+/* Device attention benchmark: times be->attention_forward, or forward + backward (the table gradient
+ * included when the table is learnable), of the CUDA backend at one shape; bench/gpu/attention.sh runs
+ * it next to PyTorch's SDPA and FlexAttention (bench/gpu/attention_torch.py).
+ *
+ *   bench_flash_gpu --batch B --heads H --length T --head-dim D [--table alibi|kerple|t5|none]
+ *                   [--mode fwd|fwdbwd] [--dtype fp32] [--attention fused|materialized]
+ *                   [--warmup 5] [--reps 20] [--device cuda|emulated]
+ *
+ * Tables (one per head, over the distances 0 .. T-1, the same values attention_torch.py uses):
+ *   alibi   -m_h d, m_h = 2^(-8(h+1)/H): fixed, so fwdbwd computes no table gradient;
+ *   kerple  -r1_h log(1 + r2_h d) (the "log" variant): learnable, fwdbwd computes the table gradient;
+ *   t5      w[h][bucket(d)], T5's causal buckets (32 buckets, max distance 128): learnable, likewise;
+ *   none    no table.
+ * Which table it is changes only the values: the kernel reads a table either way. The parameters' own
+ * gradients (from the table gradient) are a few thousand flops and not timed.
+ *
+ * Inputs are uniform in [-1, 1). Each call is timed as a batch: `reps` calls queued, then one wait
+ * (be->sync), wall clock by clock_gettime; the printed time is that total over reps (after `warmup`
+ * calls). FLOPs count the causal half: forward 4 B H D T(T+1)/2, forward + backward 3.5 times that
+ * (FlashAttention's convention, as attention_torch.py).
+ *
+ * --dtype bf16 is refused (exit 3, with an error= RESULT line) until the bf16 kernels exist.
+ * Exit status: 0; 1 when a call fails; 2 for bad arguments; 3 for what is not supported. Last line:
+ *   RESULT engine=biaskit peer=<attention> table=... mode=... B=.. H=.. T=.. D=.. dtype=fp32 ms=... tflops=...
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "device.h"
+#include "model/backend.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fill(float *x, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t k = 0; k < n; k++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        x[k] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+}
+
+/* T5's causal bucket of distance d (num_buckets 32, max_distance 128): exact below 16, then
+ * logarithmic up to bucket 31. */
+static int t5_bucket(int d)
+{
+    const int exact = 16, buckets = 32, max_distance = 128;
+    if (d < exact)
+        return d;
+    int b = exact + (int)(log((double)d / exact) / log((double)max_distance / exact) * (buckets - exact));
+    return b < buckets - 1 ? b : buckets - 1;
+}
+
+static void make_table(float *tab, const char *table, int H, int T)
+{
+    for (int h = 0; h < H; h++)
+        for (int d = 0; d < T; d++) {
+            float v = 0.0f;
+            if (!strcmp(table, "alibi"))
+                v = (float)(-pow(2.0, -8.0 * (h + 1) / H) * d);
+            else if (!strcmp(table, "kerple"))
+                v = (float)(-(1.0 + 0.1 * h) * log(1.0 + (1.0 + 0.05 * h) * d));
+            else if (!strcmp(table, "t5"))
+                v = (float)(0.1 * sin(0.7 * (h + 1) + t5_bucket(d)));
+            tab[(size_t)h * T + d] = v;
+        }
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: bench_flash_gpu --batch B --heads H --length T --head-dim D [--table alibi|kerple|t5|none]\n"
+                    "                       [--mode fwd|fwdbwd] [--dtype fp32] [--attention fused|materialized]\n"
+                    "                       [--warmup N] [--reps N] [--device cuda|emulated]\n");
+    return 2;
+}
+
+typedef struct opts {
+    int B, H, T, D, warmup, reps;
+    const char *table, *mode, *dtype, *attention, *device;
+} opts;
+
+static void result_line(const opts *o, const char *tail)
+{
+    printf("RESULT engine=biaskit peer=%s table=%s mode=%s B=%d H=%d T=%d D=%d dtype=%s device=%s %s\n", o->attention,
+           o->table, o->mode, o->B, o->H, o->T, o->D, o->dtype, o->device, tail);
+}
+
+static int fail(const opts *o, const char *what, const bk_error *err)
+{
+    fprintf(stderr, "bench_flash_gpu: %s: %s\n", what, err->message);
+    char tail[96];
+    snprintf(tail, sizeof tail, "error=%s", what);
+    for (char *c = tail; *c; c++)
+        if (*c == ' ')
+            *c = '-';
+    result_line(o, tail);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    opts o = {0, 0, 0, 0, 5, 20, "alibi", "fwdbwd", "fp32", "fused", "cuda"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *ip = !strcmp(a, "--batch") ? &o.B : !strcmp(a, "--heads") ? &o.H : !strcmp(a, "--length") ? &o.T
+                : !strcmp(a, "--head-dim") ? &o.D : !strcmp(a, "--warmup") ? &o.warmup : !strcmp(a, "--reps") ? &o.reps
+                : NULL;
+        const char **sp = !strcmp(a, "--table") ? &o.table : !strcmp(a, "--mode") ? &o.mode
+                        : !strcmp(a, "--dtype") ? &o.dtype : !strcmp(a, "--attention") ? &o.attention
+                        : !strcmp(a, "--device") ? &o.device : NULL;
+        if ((!ip && !sp) || !v) {
+            fprintf(stderr, "bench_flash_gpu: %s %s\n", a, !ip && !sp ? "is not an option" : "needs a value");
+            return usage();
+        }
+        if (ip) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (*end || x < 0 || x > 1 << 30) {
+                fprintf(stderr, "bench_flash_gpu: %s %s: expected a whole number >= 0\n", a, v);
+                return usage();
+            }
+            *ip = (int)x;
+        } else {
+            *sp = v;
+        }
+        i++;
+    }
+    if (o.B < 1 || o.H < 1 || o.T < 1 || o.D < 1 || o.reps < 1) {
+        fprintf(stderr, "bench_flash_gpu: --batch, --heads, --length, --head-dim and --reps must be >= 1\n");
+        return usage();
+    }
+    const int learnable = !strcmp(o.table, "kerple") || !strcmp(o.table, "t5");
+    if (!learnable && strcmp(o.table, "alibi") && strcmp(o.table, "none")) {
+        fprintf(stderr, "bench_flash_gpu: --table %s: expected alibi, kerple, t5 or none\n", o.table);
+        return usage();
+    }
+    const int backward = !strcmp(o.mode, "fwdbwd");
+    if (!backward && strcmp(o.mode, "fwd")) {
+        fprintf(stderr, "bench_flash_gpu: --mode %s: expected fwd or fwdbwd\n", o.mode);
+        return usage();
+    }
+    if (strcmp(o.attention, "fused") && strcmp(o.attention, "materialized")) {
+        fprintf(stderr, "bench_flash_gpu: --attention %s: expected fused or materialized\n", o.attention);
+        return usage();
+    }
+    if (strcmp(o.device, "cuda") && strcmp(o.device, "emulated")) {
+        fprintf(stderr, "bench_flash_gpu: --device %s: expected cuda or emulated\n", o.device);
+        return usage();
+    }
+    if (strcmp(o.dtype, "fp32")) {
+        fprintf(stderr, "bench_flash_gpu: --dtype %s: only fp32 exists so far\n", o.dtype);
+        result_line(&o, "error=dtype-not-implemented");
+        return 3;
+    }
+
+    bk_error err = {0};
+    bk_backend *be = NULL;
+    if (!strcmp(o.device, "cuda")) {
+        char desc[256];
+        if (!bk_device_probe(desc, sizeof desc)) {
+            fprintf(stderr, "bench_flash_gpu: no GPU answers: %s\n", desc);
+            result_line(&o, "error=no-gpu");
+            return 3;
+        }
+        if (bk_backend_cuda_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+            return fail(&o, "creating the CUDA backend", &err);
+    } else if (bk_backend_emulated_create(&be, &err) != BK_OK) {
+        return fail(&o, "creating the emulated backend", &err);
+    }
+    be->attention = !strcmp(o.attention, "materialized") ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
+    fprintf(stderr, "bench_flash_gpu: %s, %s attention\n", be->description, o.attention);
+
+    const int B = o.B, H = o.H, T = o.T, C = o.H * o.D;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, ntab = (size_t)H * T;
+    const size_t nsaved = backward ? be->attention_saved(be, B, T, H) : 0;
+    float *host = malloc((nqkv > ntab ? nqkv : ntab) * sizeof *host);
+    void *qkv = NULL, *out = NULL, *dout = NULL, *dqkv = NULL, *saved = NULL, *table = NULL, *dtable = NULL;
+    int rc = host ? BK_OK : bk_fail(&err, BK_ERR_NOMEM, "out of memory");
+    if (!rc)
+        rc = be->alloc(be, &qkv, nqkv * sizeof(float), &err);
+    if (!rc)
+        rc = be->alloc(be, &out, nout * sizeof(float), &err);
+    if (!rc && backward)
+        rc = be->alloc(be, &dout, nout * sizeof(float), &err);
+    if (!rc && backward)
+        rc = be->alloc(be, &dqkv, nqkv * sizeof(float), &err);
+    if (!rc && backward)
+        rc = be->alloc(be, &saved, (nsaved ? nsaved : 1) * sizeof(float), &err);
+    if (!rc && strcmp(o.table, "none"))
+        rc = be->alloc(be, &table, ntab * sizeof(float), &err);
+    if (!rc && backward && learnable)
+        rc = be->alloc(be, &dtable, ntab * sizeof(float), &err);
+    if (rc)
+        return fail(&o, "allocating device memory", &err);
+    fill(host, nqkv, 1);
+    if ((rc = be->upload(be, qkv, host, nqkv * sizeof(float), &err)))
+        return fail(&o, "upload", &err);
+    if (backward) {
+        fill(host, nout, 2);
+        if ((rc = be->upload(be, dout, host, nout * sizeof(float), &err)))
+            return fail(&o, "upload", &err);
+    }
+    bk_attention_bias bias;
+    memset(&bias, 0, sizeof bias);
+    if (table) {
+        make_table(host, o.table, H, T);
+        if ((rc = be->upload(be, table, host, ntab * sizeof(float), &err)))
+            return fail(&o, "upload", &err);
+        bias.table[0] = table, bias.distances = T, bias.span[0] = T;
+    }
+    float *dtables[BK_STREAM_COUNT] = {dtable, NULL};
+
+    double t0 = 0.0;
+    for (int k = 0; k < o.warmup + o.reps; k++) {
+        if (k == o.warmup) {
+            if ((rc = be->sync(be, &err)))
+                return fail(&o, "warm-up", &err);
+            t0 = now();
+        }
+        if ((rc = be->attention_forward(be, out, saved, qkv, table ? &bias : NULL, B, T, C, H, &err)))
+            return fail(&o, "attention forward", &err);
+        if (backward && (rc = be->attention_backward(be, dqkv, dtables, dout, qkv, out, saved, table ? &bias : NULL, B,
+                                                     T, C, H, &err)))
+            return fail(&o, "attention backward", &err);
+    }
+    if ((rc = be->sync(be, &err)))
+        return fail(&o, "timed calls", &err);
+    const double seconds = (now() - t0) / o.reps;
+    const double flops = 4.0 * B * H * (double)o.D * ((double)T * (T + 1) / 2.0) * (backward ? 3.5 : 1.0);
+    char tail[128];
+    snprintf(tail, sizeof tail, "ms=%.4f tflops=%.3f", seconds * 1e3, flops / seconds / 1e12);
+    result_line(&o, tail);
+
+    void *bufs[] = {qkv, out, dout, dqkv, saved, table, dtable};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        if (bufs[k])
+            be->release(be, bufs[k]);
+    bk_backend_destroy(be);
+    free(host);
+    return 0;
+}
