@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPT-2 small ALiBi training speed on a GPU: biaskit (examples/gpt2_small_alibi.toml) against the same
+# GPT-2 small ALiBi training speed on a GPU: biaskit (examples/gpt2_small_alibi.toml, with its fused and its
+# materialized attention) against the same
 # model in PyTorch (bench/gpu/gpt2_torch.py: eager attention, and SDPA with the bias as a float mask),
 # in fp32 and TF32 matmuls. Prints a markdown table; docs/performance.md says how to read it.
 #
@@ -31,13 +32,16 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
     echo "| engine | attention | matmul | tokens/s |"
     echo "|---|---|---|---|"
     for prec in fp32 tf32; do
-        out=$work/run-$prec
-        "$BIN" train "$ROOT/examples/gpt2_small_alibi.toml" --out "$out" --set run.device=cuda \
-            --set run.matmul=$prec --set train.steps=$((STEPS + WARMUP)) --set train.log_every=1 \
-            --set train.eval_every=0 --set train.eval_batches=1 --set data.paths="$work/corpus.txt" \
-            >"$work/train-$prec.log" 2>&1 || { cat "$work/train-$prec.log"; exit 1; }
-        rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/metrics.jsonl" | awk -v w="$WARMUP" 'NR > w {print $2}' | median)
-        echo "| biaskit | materialized (cuBLAS) | $prec | $rate |"
+        for att in fused materialized; do
+            out=$work/run-$prec-$att
+            "$BIN" train "$ROOT/examples/gpt2_small_alibi.toml" --out "$out" --set run.device=cuda \
+                --set run.matmul=$prec --set run.attention=$att --set train.steps=$((STEPS + WARMUP)) \
+                --set train.log_every=1 --set train.eval_every=0 --set train.eval_batches=1 \
+                --set data.paths="$work/corpus.txt" \
+                >"$work/train-$prec-$att.log" 2>&1 || { cat "$work/train-$prec-$att.log"; exit 1; }
+            rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/metrics.jsonl" | awk -v w="$WARMUP" 'NR > w {print $2}' | median)
+            echo "| biaskit | $att | $prec | $rate |"
+        done
         for mode in eager sdpa; do
             line=$("$PY" "$ROOT/bench/gpu/gpt2_torch.py" --mode $mode --precision $prec --steps "$STEPS" --warmup "$WARMUP")
             echo "| ${line%%:*} | $mode | $prec | $(echo "$line" | sed -E 's/.*: ([0-9]+) tokens\/s.*/\1/') |"
