@@ -348,11 +348,26 @@ static void expect_same_bits(const char *what, const char *label, const float *a
                      (double)b[k]);
 }
 
-static void check_case(bk_backend *be, int B, int T, int C, int H, int flags, uint64_t seed)
+/* |device - cpu| <= atol + rtol |cpu| per quantity */
+typedef struct tolerances {
+    double out_a, out_r, saved_a, saved_r, dqkv_a, dqkv_r, dtab_a, dtab_r;
+} tolerances;
+
+/* fp32 (see the header) */
+static const tolerances tol_fp32 = {1e-6, 1e-5, 1e-5, 1e-5, 1e-5, 1e-4, 2e-5, 1e-4};
+/* bf16 tensor-core products ([run] matmul = "bf16", fused): q, k, v, dO, P and dS rounded to 8-bit
+ * mantissas (relative error up to 2^-9) before the products. Largest errors seen emulated over the cases
+ * of check_modes: out 2.6e-3, lse 1.6e-3, dqkv 5.8e-3, dtable 3.3e-2 (head size 160: its dtable entries
+ * are sums of up to a few thousand dS values); the bounds are 1.5-4 times that. */
+static const tolerances tol_bf16 = {1e-2, 1e-2, 5e-3, 5e-3, 2e-2, 2e-2, 5e-2, 5e-2};
+
+static void check_case_tol(bk_backend *be, const tolerances *tol, int B, int T, int C, int H, int flags,
+                           uint64_t seed)
 {
     char label[160];
-    snprintf(label, sizeof label, "%s %s B=%d T=%d C=%d H=%d bias=%s%s%s%s", be->name,
-             be->attention == BK_ATTENTION_MATERIALIZED ? "materialized" : "fused", B, T, C, H,
+    snprintf(label, sizeof label, "%s %s%s B=%d T=%d C=%d H=%d bias=%s%s%s%s", be->name,
+             be->attention == BK_ATTENTION_MATERIALIZED ? "materialized" : "fused",
+             be->matmul == BK_MATMUL_BF16 ? " bf16" : "", B, T, C, H,
              flags & BIAS_TOKEN ? "token " : "", flags & BIAS_TOKEN_EXPLICIT ? "token-positions " : "",
              flags & BIAS_SEGMENT ? "segment " : "", flags & BIAS_SPAN_UNKNOWN ? "span-unknown" : "");
     problem pb = make_problem(B, T, C, H, flags, seed);
@@ -360,12 +375,13 @@ static void check_case(bk_backend *be, int B, int T, int C, int H, int flags, ui
     result want = run_cpu(&pb);
     result got = run_device(be, &pb);
 
-    double e_out = expect_close("out", label, got.out, want.out, nout, 1e-6, 1e-5);
+    double e_out = expect_close("out", label, got.out, want.out, nout, tol->out_a, tol->out_r);
+    double e_saved;
     if (be->attention == BK_ATTENTION_MATERIALIZED) {
-        expect_close("saved probabilities", label, got.probs, want.probs, nsaved, 1e-6, 1e-5);
+        e_saved = expect_close("saved probabilities", label, got.probs, want.probs, nsaved, tol->out_a, tol->out_r);
     } else {
         float *lse = reference_lse(&pb);
-        expect_close("saved row log-sum-exp", label, got.probs, lse, nsaved, 1e-5, 1e-5);
+        e_saved = expect_close("saved row log-sum-exp", label, got.probs, lse, nsaved, tol->saved_a, tol->saved_r);
         free(lse);
     }
     /* the fused forward runs the same code with and without saving; the materialized one the same
@@ -374,16 +390,17 @@ static void check_case(bk_backend *be, int B, int T, int C, int H, int flags, ui
         expect_same_bits("forward-only out vs saved out", label, got.out_fwd_only, got.out, nout);
     else
         expect_close("forward-only out vs saved out", label, got.out_fwd_only, got.out, nout, 1e-6, 1e-6);
-    double e_dqkv = expect_close("dqkv", label, got.dqkv, want.dqkv, nqkv, 1e-5, 1e-4);
+    double e_dqkv = expect_close("dqkv", label, got.dqkv, want.dqkv, nqkv, tol->dqkv_a, tol->dqkv_r);
     double e_dtab = 0.0;
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         if (!pb.table[s])
             continue;
         double e = expect_close(s == 0 ? "dtable[token]" : "dtable[segment]", label, got.dtable[s], want.dtable[s],
-                                table_floats(&pb), 2e-5, 1e-4);
+                                table_floats(&pb), tol->dtab_a, tol->dtab_r);
         e_dtab = e > e_dtab ? e : e_dtab;
     }
-    print_message("%-70s max error out %.2g, dqkv %.2g, dtable %.2g\n", label, e_out, e_dqkv, e_dtab);
+    print_message("%-70s max error out %.2g, saved %.2g, dqkv %.2g, dtable %.2g\n", label, e_out, e_saved, e_dqkv,
+                  e_dtab);
 
     /* a second run gives the same bits, the table gradients included; emulated, the second runs the
      * threads of every phase of the fused block programs in the opposite order (gpu/dev.h), which
@@ -405,6 +422,11 @@ static void check_case(bk_backend *be, int B, int T, int C, int H, int flags, ui
     free_result(&got);
     free_result(&want);
     free_problem(&pb);
+}
+
+static void check_case(bk_backend *be, int B, int T, int C, int H, int flags, uint64_t seed)
+{
+    check_case_tol(be, &tol_fp32, B, T, C, H, flags, seed);
 }
 
 /* Every case on one backend. Materialized: T = 37 is one query block, 130 two (128 + 2), 300 three.
@@ -501,6 +523,20 @@ static void check_modes(bk_backend *be)
     check_all(be);
     check_errors(be);
     be->attention = BK_ATTENTION_FUSED;
+
+    /* bf16 tensor-core products: tiles of 64 (hd 8, 32, 64), 32 (hd 160) rows; head sizes that are
+     * not multiples of 16 are padded */
+    const bk_matmul_mode was = be->matmul;
+    be->matmul = BK_MATMUL_BF16;
+    uint64_t seed = 100;
+    check_case_tol(be, &tol_bf16, 3, 37, 96, 12, 0, seed++);
+    check_case_tol(be, &tol_bf16, 3, 130, 96, 12, BIAS_TOKEN | BIAS_SEGMENT, seed++);
+    check_case_tol(be, &tol_bf16, 2, 130, 64, 2, BIAS_TOKEN, seed++);
+    check_case_tol(be, &tol_bf16, 2, 150, 128, 2, BIAS_TOKEN | BIAS_SEGMENT, seed++);
+    check_case_tol(be, &tol_bf16, 2, 70, 320, 2, BIAS_SEGMENT, seed++);
+    check_case_tol(be, &tol_bf16, 2, 40, 72, 3, BIAS_TOKEN_EXPLICIT | BIAS_SEGMENT, seed++); /* hd 24 */
+    check_case_tol(be, &tol_bf16, 2, 1, 96, 12, BIAS_TOKEN, seed++);
+    be->matmul = was;
 }
 
 static void emulated_matches_cpu(void **state)

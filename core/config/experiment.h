@@ -9,7 +9,7 @@
  *   [train]      length, seed, batch, steps, learning-rate schedule, AdamW, clipping, evaluation cadence,
  *                nonfinite ("stop" | "skip")
  *   [data]       format ("text" | "shards"), paths, val_paths, val_fraction, extensions, max_bytes
- *   [run]        device ("auto" | "cpu" | "cuda" | "emulated"), matmul ("fp32" | "tf32"),
+ *   [run]        device ("auto" | "cpu" | "cuda" | "emulated"), matmul ("fp32" | "tf32" | "bf16"),
  *                attention ("fused" | "materialized"), out_dir, threads
  *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, plus the
  *                plugin's own options (checked against the plugin's declarations when it loads)
@@ -27,7 +27,7 @@
 #define BK_STREAM_CHOICES "token|segment"
 #define BK_MIXING_CHOICES "sum|kernel"
 #define BK_DEVICE_CHOICES "auto|cpu|cuda|emulated"
-#define BK_MATMUL_CHOICES "fp32|tf32" /* the order of bk_matmul_mode (model/backend.h) */
+#define BK_MATMUL_CHOICES "fp32|tf32|bf16" /* the order of bk_matmul_mode (model/backend.h) */
 #define BK_ATTENTION_CHOICES "fused|materialized" /* the order of bk_attention_mode (model/backend.h) */
 #define BK_DATA_FORMAT_CHOICES "text|shards"
 #define BK_NONFINITE_CHOICES "stop|skip"

@@ -50,6 +50,19 @@ static int dev_gemm(bk_dev *d, int transa, int transb, int m, int n, int k, floa
 {
     if (batch == 0 || m == 0 || n == 0)
         return BK_OK;
+    if (d->bf16) { // fp32 in and out, inputs rounded to bf16 on the tensor cores, fp32 accumulation
+        cublasStatus_t s = cublasGemmStridedBatchedEx(
+            (cublasHandle_t)d->blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+            &alpha, A, CUDA_R_32F, lda, (long long)strideA, B, CUDA_R_32F, ldb, (long long)strideB, &beta, C,
+            CUDA_R_32F, ldc, (long long)strideC, batch, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            char what[160];
+            snprintf(what, sizeof what, "cublasGemmStridedBatchedEx, bf16 (m = %d, n = %d, k = %d, batch = %d)", m, n,
+                     k, batch);
+            return cublas_fail(err, what, s);
+        }
+        return BK_OK;
+    }
     cublasStatus_t s = cublasSgemmStridedBatched((cublasHandle_t)d->blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                                  transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, lda,
                                                  (long long)strideA, B, ldb, (long long)strideB, &beta, C, ldc,
@@ -222,6 +235,7 @@ extern "C" int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, b
     }
     d->blas = blas;
     d->tf32 = matmul == BK_MATMUL_TF32;
+    d->bf16 = matmul == BK_MATMUL_BF16;
     // fp32: CUBLAS_DEFAULT_MATH computes fp32 GEMMs in IEEE fp32 (no tensor-core down-conversion);
     // tf32: tensor cores round the inputs to TF32 and accumulate in fp32.
     if ((s = cublasSetStream(blas, stream)) != CUBLAS_STATUS_SUCCESS ||
@@ -235,7 +249,7 @@ extern "C" int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, b
     be->kind = BK_BACKEND_CUDA;
     be->name = "cuda";
     snprintf(be->description, sizeof be->description, "cuda:0 %.120s (sm_%d%d), %s matmuls", prop.name, prop.major,
-             prop.minor, d->tf32 ? "tf32" : "fp32");
+             prop.minor, d->bf16 ? "bf16" : d->tf32 ? "tf32" : "fp32");
     be->on_device = 1;
     be->matmul = matmul;
     be->impl = &c->impl;

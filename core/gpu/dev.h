@@ -72,6 +72,7 @@ typedef struct bk_dev {
     void *stream;            /* cudaStream_t (NULL when emulated) */
     void *blas;              /* cublasHandle_t (NULL when emulated) */
     int tf32;                /* TF32 matmuls */
+    int bf16;                /* bf16 tensor-core matmuls (cuBLAS's compute type 32F_FAST_16BF) */
     void *scratch[BK_DEV_SCRATCH_COUNT];
     size_t scratch_bytes[BK_DEV_SCRATCH_COUNT];
 } bk_dev;
@@ -93,13 +94,19 @@ typedef void (*bk_dev_kernel)(int64_t i, const void *args);
  * thread's local variables. */
 typedef void (*bk_dev_cta_program)(int64_t cta, const void *args, float *smem);
 
-/* Threads per block of every block program. */
+/* Threads per block of every block program, and its warps. */
 #define BK_CTA_THREADS 128
+#define BK_CTA_WARPS (BK_CTA_THREADS / 32)
 
+/* BK_CTA_WARP_PHASE(w) { ... } is a phase run per warp: on the GPU all 32 threads of warp w run the
+ * body together (warp-collective operations: gpu/mma.h), in C the body runs once for each w. */
 #if defined(__CUDA_ARCH__)
 #define BK_CTA_PHASE(t)                                                                                    \
     for (int bk_cta_once_ = 1; bk_cta_once_; bk_cta_once_ = 0, __syncthreads())                            \
         for (int t = (int)threadIdx.x, bk_cta_round_ = 1; bk_cta_round_; bk_cta_round_ = 0)
+#define BK_CTA_WARP_PHASE(w)                                                                               \
+    for (int bk_cta_once_ = 1; bk_cta_once_; bk_cta_once_ = 0, __syncthreads())                            \
+        for (int w = (int)(threadIdx.x / 32), bk_cta_round_ = 1; bk_cta_round_; bk_cta_round_ = 0)
 #else
 /* The order the emulation runs a phase's threads in: 0 ascending (the default), 1 descending. A block
  * program that breaks the rule above gives different results in the two orders; the tests compare
@@ -108,6 +115,10 @@ extern int bk_emulated_thread_order;
 #define BK_CTA_PHASE(t)                                                                                    \
     for (int bk_cta_i_ = 0; bk_cta_i_ < BK_CTA_THREADS; bk_cta_i_++)                                       \
         for (int t = bk_emulated_thread_order ? BK_CTA_THREADS - 1 - bk_cta_i_ : bk_cta_i_, bk_cta_round_ = 1; \
+             bk_cta_round_; bk_cta_round_ = 0)
+#define BK_CTA_WARP_PHASE(w)                                                                               \
+    for (int bk_cta_i_ = 0; bk_cta_i_ < BK_CTA_WARPS; bk_cta_i_++)                                         \
+        for (int w = bk_emulated_thread_order ? BK_CTA_WARPS - 1 - bk_cta_i_ : bk_cta_i_, bk_cta_round_ = 1;    \
              bk_cta_round_; bk_cta_round_ = 0)
 #endif
 
@@ -139,7 +150,7 @@ __global__ void bk_dev_grid(int64_t n, A args)
 template <typename A, void (*F)(int64_t, const void *, float *)>
 __global__ void __launch_bounds__(BK_CTA_THREADS) bk_dev_cta(A args)
 {
-    extern __shared__ float bk_dev_smem[];
+    extern __shared__ __align__(128) float bk_dev_smem[]; /* 32-byte aligned at least: gpu/mma.h's loads */
     F((int64_t)blockIdx.x, &args, bk_dev_smem);
 }
 

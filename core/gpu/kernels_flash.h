@@ -103,12 +103,36 @@ static inline BK_DEV_HD float k_flash_dot(const float *x, const float *y, int n)
     return acc;
 }
 
-/* The biased score of (i, j), j <= i, from rows of q and k in shared memory. */
+/* The biased score of (i, j), j <= i, from the dot product q_i . k_j. */
+static inline BK_DEV_HD float k_flash_biased(const k_flash_args *a, int64_t b, int h, int i, int j, float dot)
+{
+    return k_att_add_bias(&a->bias, b, h, a->T, i, j, a->scale * dot);
+}
+
+/* ... from rows of q and k in shared memory. */
 static inline BK_DEV_HD float k_flash_score(const k_flash_args *a, int64_t b, int h, int i, int j, const float *q,
                                             const float *k)
 {
-    const int hd = a->C / a->H;
-    return k_att_add_bias(&a->bias, b, h, a->T, i, j, a->scale * k_flash_dot(q, k, hd));
+    return k_flash_biased(a, b, h, i, j, k_flash_dot(q, k, a->C / a->H));
+}
+
+/* The online softmax's step for one row and one key tile: row[0 .. n-1] holds the tile's biased scores
+ * (-inf where masked) and becomes their exps against the new running max; m, l are the row's running
+ * max and sum, alpha receives the factor that rescales what was accumulated before. */
+static inline BK_DEV_HD void k_flash_online_row(float *row, int n, float *m, float *l, float *alpha)
+{
+    const float mx = fmaxf(*m, bk_max_lanes(row, n));
+    for (int c = 0; c < n; c++)
+        row[c] = bk_expf_nonpositive(row[c] - mx);
+    const float al = bk_expf_nonpositive(*m - mx);
+    *l = *l * al + bk_sum_lanes(row, n);
+    *m = mx, *alpha = al;
+}
+
+/* Backward, one score: P = exp(s - lse) (never above 1: lse >= the row's max) and dS = P (dP - D). */
+static inline BK_DEV_HD float k_flash_prob(float s, float lse)
+{
+    return bk_expf_nonpositive(fminf(s - lse, 0.0f));
 }
 
 /* ---- forward --------------------------------------------------------------------------------------- */
@@ -148,15 +172,8 @@ static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *s
         }
         BK_CTA_PHASE(t) /* per row: the new max, the exps in place, the running sum, the rescale factor */
         {
-            for (int r = t; r < rows; r += BK_CTA_THREADS) {
-                float *row = Ss + r * lds;
-                const float mx = fmaxf(m[r], bk_max_lanes(row, tile));
-                for (int c = 0; c < tile; c++)
-                    row[c] = bk_expf_nonpositive(row[c] - mx);
-                const float al = bk_expf_nonpositive(m[r] - mx);
-                l[r] = l[r] * al + bk_sum_lanes(row, tile);
-                m[r] = mx, alpha[r] = al;
-            }
+            for (int r = t; r < rows; r += BK_CTA_THREADS)
+                k_flash_online_row(Ss + r * lds, tile, &m[r], &l[r], &alpha[r]);
         }
         BK_CTA_PHASE(t) /* O = alpha O + P V */
         {
@@ -219,8 +236,7 @@ static inline BK_DEV_HD void k_flash_ds_tile(const k_flash_args *a, int64_t b, i
         const int r = e / tile, c = e % tile, i = i0 + r, j = j0 + c;
         float p = 0.0f, ds = 0.0f;
         if (r < rows && c < cols && j <= i) {
-            const float s = k_flash_score(a, b, h, i, j, Qs + r * ld, Ks + c * ld);
-            p = bk_expf_nonpositive(fminf(s - lse[r], 0.0f));
+            p = k_flash_prob(k_flash_score(a, b, h, i, j, Qs + r * ld, Ks + c * ld), lse[r]);
             ds = p * (k_flash_dot(dOs + r * ld, Vs + c * ld, hd) - dsum[r]);
         }
         if (Ps)
@@ -289,11 +305,11 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
 }
 
 /* Thread t's distances of the table-gradient partial of stream s for one (query tile, key tile) pair
- * (see the header): the distances the tile can hold are [lo, hi], from the corner positions. */
+ * (see the header), from dS in shared memory with row stride lds: the distances the tile can hold are
+ * [lo, hi], from the corner positions. */
 static inline BK_DEV_HD void k_flash_table_partial(const k_flash_args *a, int s, int64_t b, int h, int qt, int i0,
-                                                   int rows, int j0, int cols, const float *dSs, int t)
+                                                   int rows, int j0, int cols, const float *dSs, int lds, int t)
 {
-    const int lds = a->tile + 1;
     const int32_t *p = a->bias.positions[s] ? a->bias.positions[s] + b * a->T : (const int32_t *)0;
     const int64_t first_i = p ? p[i0] : i0, last_i = p ? p[i0 + rows - 1] : i0 + rows - 1;
     const int64_t first_j = p ? p[j0] : j0, last_j = p ? p[j0 + cols - 1] : j0 + cols - 1;
@@ -363,7 +379,7 @@ static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *sm
             }
             for (int s = 0; s < BK_STREAM_COUNT; s++)
                 if (a->G[s])
-                    k_flash_table_partial(a, s, b, h, qt, i0, rows, j0, cols, dSs, t);
+                    k_flash_table_partial(a, s, b, h, qt, i0, rows, j0, cols, dSs, lds, t);
         }
     }
     BK_CTA_PHASE(t)

@@ -12,6 +12,7 @@
 
 #include "gpu/dev.h"
 #include "gpu/kernels_flash.h"
+#include "gpu/kernels_flash_tc.h"
 #include "gpu/ops_attention.h"
 #include "model/backend.h"
 
@@ -21,26 +22,32 @@
 #include <string.h>
 
 /* Most shared memory one block program may use. The plan takes the largest tile whose three programs
- * fit: 64 rows up to head size 32, 32 rows up to 128 (about 100 KiB for the backward's), 16 rows up to
- * 256. An H100 gives a block up to 227 KiB and an A100 163 KiB. */
-#define DEV_FLASH_SMEM_MAX (112 * 1024)
+ * fit. fp32: 64 rows up to head size 32, 32 rows up to 128, 16 rows up to 256. bf16 tensor cores
+ * ([run] matmul = "bf16"): 64 rows up to 64, 32 up to 192, 16 beyond. An H100 gives a block up to
+ * 227 KiB and an A100 163 KiB. */
+#define DEV_FLASH_SMEM_MAX (128 * 1024)
 
 static const int dev_flash_tiles[] = {64, 32, 16};
 
 typedef struct dev_flash_plan {
-    int tile;
+    int tile, tensor; /* tensor: the bf16 tensor-core programs (kernels_flash_tc.h) */
     size_t smem_fwd, smem_dkdv, smem_dq; /* bytes */
 } dev_flash_plan;
 
-static int dev_flash_plan_for(const char *what, int hd, dev_flash_plan *plan, bk_error *err)
+static int dev_flash_plan_for(const char *what, int hd, int tensor, dev_flash_plan *plan, bk_error *err)
 {
     const int n = (int)(sizeof dev_flash_tiles / sizeof dev_flash_tiles[0]);
+    plan->tensor = tensor;
     for (int k = 0; k < n; k++) {
         const int tile = dev_flash_tiles[k];
         plan->tile = tile;
-        plan->smem_fwd = (size_t)k_flash_smem_fwd(tile, hd) * sizeof(float);
-        plan->smem_dkdv = (size_t)k_flash_smem_dkdv(tile, hd) * sizeof(float);
-        plan->smem_dq = (size_t)k_flash_smem_dq(tile, hd) * sizeof(float);
+        plan->smem_fwd = (size_t)(tensor ? k_flash_tc_layout(K_FLASH_FWD, tile, hd).total : k_flash_smem_fwd(tile, hd)) *
+                         sizeof(float);
+        plan->smem_dkdv =
+            (size_t)(tensor ? k_flash_tc_layout(K_FLASH_DKDV, tile, hd).total : k_flash_smem_dkdv(tile, hd)) *
+            sizeof(float);
+        plan->smem_dq =
+            (size_t)(tensor ? k_flash_tc_layout(K_FLASH_DQ, tile, hd).total : k_flash_smem_dq(tile, hd)) * sizeof(float);
         if (plan->smem_fwd <= DEV_FLASH_SMEM_MAX && plan->smem_dkdv <= DEV_FLASH_SMEM_MAX &&
             plan->smem_dq <= DEV_FLASH_SMEM_MAX)
             return BK_OK;
@@ -70,12 +77,14 @@ static int dev_flash_forward(bk_backend *be, float *out, float *saved, const flo
     dev_flash_plan plan;
     int rc;
     if ((rc = dev_att_check("attention forward", bias, B, T, C, H, width, err)) != BK_OK ||
-        (rc = dev_flash_plan_for("attention forward", C / H, &plan, err)) != BK_OK)
+        (rc = dev_flash_plan_for("attention forward", C / H, be->matmul == BK_MATMUL_BF16, &plan, err)) != BK_OK)
         return rc;
     k_flash_args a;
     dev_flash_args_of(&a, qkv, bias, B, T, C, H, plan.tile);
     a.out = out, a.lse = saved;
     const int64_t blocks = (int64_t)B * H * k_flash_tiles(&a);
+    if (plan.tensor)
+        return BK_LAUNCH_CTA(d, k_flash_tc_fwd, k_flash_args, blocks, plan.smem_fwd, a, err);
     return BK_LAUNCH_CTA(d, k_flash_fwd, k_flash_args, blocks, plan.smem_fwd, a, err);
 }
 
@@ -93,7 +102,7 @@ static int dev_flash_backward(bk_backend *be, float *dqkv, float *const dtable[B
     dev_flash_plan plan;
     int rc;
     if ((rc = dev_att_check("attention backward", bias, B, T, C, H, width, err)) != BK_OK ||
-        (rc = dev_flash_plan_for("attention backward", C / H, &plan, err)) != BK_OK)
+        (rc = dev_flash_plan_for("attention backward", C / H, be->matmul == BK_MATMUL_BF16, &plan, err)) != BK_OK)
         return rc;
     k_flash_args a;
     dev_flash_args_of(&a, qkv, bias, B, T, C, H, plan.tile);
@@ -125,10 +134,16 @@ static int dev_flash_backward(bk_backend *be, float *dqkv, float *const dtable[B
             }
     }
 
-    if ((rc = BK_LAUNCH(d, k_flash_dsum, k_flash_args, rows, a, err)) != BK_OK ||
-        (rc = BK_LAUNCH_CTA(d, k_flash_dkdv, k_flash_args, blocks, plan.smem_dkdv, a, err)) != BK_OK ||
-        (rc = BK_LAUNCH_CTA(d, k_flash_dq, k_flash_args, blocks, plan.smem_dq, a, err)) != BK_OK)
+    if ((rc = BK_LAUNCH(d, k_flash_dsum, k_flash_args, rows, a, err)) != BK_OK)
         return rc;
+    if (plan.tensor) {
+        if ((rc = BK_LAUNCH_CTA(d, k_flash_tc_dkdv, k_flash_args, blocks, plan.smem_dkdv, a, err)) != BK_OK ||
+            (rc = BK_LAUNCH_CTA(d, k_flash_tc_dq, k_flash_args, blocks, plan.smem_dq, a, err)) != BK_OK)
+            return rc;
+    } else if ((rc = BK_LAUNCH_CTA(d, k_flash_dkdv, k_flash_args, blocks, plan.smem_dkdv, a, err)) != BK_OK ||
+               (rc = BK_LAUNCH_CTA(d, k_flash_dq, k_flash_args, blocks, plan.smem_dq, a, err)) != BK_OK) {
+        return rc;
+    }
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         if (!a.G[s])
             continue;

@@ -41,10 +41,14 @@ typedef enum bk_backend_kind {
 } bk_backend_kind;
 
 /* Matmul precision of the device backends ([run] matmul): "fp32" keeps IEEE fp32 products, "tf32"
- * lets cuBLAS use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation). The CPU ignores it. */
+ * lets cuBLAS use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation), "bf16" bf16 tensor
+ * cores (inputs rounded to bf16, fp32 accumulation) for cuBLAS's products and the fused attention's.
+ * Storage stays fp32. The CPU ignores it; the emulated backend rounds the fused attention's inputs as
+ * the GPU does but keeps its GEMMs fp32. */
 typedef enum bk_matmul_mode {
     BK_MATMUL_FP32 = 0,
-    BK_MATMUL_TF32 = 1
+    BK_MATMUL_TF32 = 1,
+    BK_MATMUL_BF16 = 2
 } bk_matmul_mode;
 
 /* Attention of the device backends ([run] attention): "fused" runs the flash-style block programs

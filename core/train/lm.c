@@ -30,16 +30,25 @@ static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *er
 static int create_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
 {
     int rc = choose_backend(e, out, err);
-    if (rc == BK_OK && (*out)->on_device)
-        (*out)->attention =
-            e->run.attention == BK_ATTENTION_MATERIALIZED ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
+    if (rc != BK_OK || !(*out)->on_device)
+        return rc;
+    bk_backend *be = *out;
+    be->attention = e->run.attention == BK_ATTENTION_MATERIALIZED ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
+    /* emulated: bf16 rounds the fused attention's products as the GPU does (its GEMMs stay fp32) */
+    if (be->kind == BK_BACKEND_EMULATED && e->run.matmul == BK_MATMUL_BF16) {
+        be->matmul = BK_MATMUL_BF16;
+        bk_copy_text(be->description, sizeof be->description,
+                     "emulated device (CUDA code run as C on the host), fp32 GEMMs, bf16 fused-attention products");
+    }
     return rc;
 }
 
 static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
 {
     *out = NULL;
-    const bk_matmul_mode matmul = e->run.matmul == BK_MATMUL_TF32 ? BK_MATMUL_TF32 : BK_MATMUL_FP32;
+    const bk_matmul_mode matmul = e->run.matmul == BK_MATMUL_TF32   ? BK_MATMUL_TF32
+                                  : e->run.matmul == BK_MATMUL_BF16 ? BK_MATMUL_BF16
+                                                                    : BK_MATMUL_FP32;
     char probe[256];
     switch ((bk_device_choice)e->run.device) {
     case BK_DEVICE_CPU:
