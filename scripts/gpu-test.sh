@@ -19,7 +19,9 @@
 #                                       tests test_backend_layers, test_backend_attention and
 #                                       test_device_step_cuda), then the whole suite; with
 #                                       BIASKIT_GPU_BENCH=1, then bench/gpu/run.sh (GPT-2 small
-#                                       tokens/s against PyTorch; its table lands in $OUT too). A GPU test that is skipped, or whose output says its GPU
+#                                       tokens/s against PyTorch) and bench/gpu/attention.sh (the
+#                                       fused attention against SDPA and FlexAttention; QUICK=1 for
+#                                       its short grid); their tables land in $OUT too. A GPU test that is skipped, or whose output says its GPU
 #                                       part was skipped, counts as a failure here: the point is the GPU.
 #   scripts/gpu-test.sh --check-prefix  HERE (no GPU needed): the same unpack + configure (CUDA on when
 #                                       nvcc is found) + build + ctest, against ONLY the unpacked
@@ -443,6 +445,9 @@ main() {
     if [ "$mode" = gpu ] && [ "${BIASKIT_GPU_BENCH:-0}" = 1 ]; then
         section "benchmark: bench/gpu/run.sh (GPT-2 small, ALiBi)"
         BUILD_DIR=$build OUT=$(dirname "$log") bash "$src/bench/gpu/run.sh" || failures+=("bench/gpu/run.sh failed")
+        section "benchmark: bench/gpu/attention.sh (fused attention against SDPA and FlexAttention)"
+        BUILD_DIR=$build OUT=$(dirname "$log") bash "$src/bench/gpu/attention.sh" ||
+            failures+=("bench/gpu/attention.sh failed")
     fi
 
     section "summary ($mode mode, sm_$arch, $((SECONDS - start)) s)"

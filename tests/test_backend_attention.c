@@ -1,21 +1,28 @@
-/* The device attention (core/gpu/ops_attention.h) against the CPU reference (cpu/attention.c), on the
- * emulated backend (the device code compiled as C) and, when a GPU answers, on the CUDA backend:
- * forward output and saved probabilities, forward-only output, dqkv (accumulated into a nonzero
- * start) and the table gradients (likewise), for no bias, the token table, a segment stream with
- * repeated positions and gaps, both streams, explicit token positions, head sizes 8 and 64, and
- * lengths of one and of several query blocks that are not multiples of the block; then that two
- * runs give the same bits, and the argument errors.
+/* The device attention (core/gpu/ops_flash.h, ops_attention.h) against the CPU reference
+ * (cpu/attention.c), on the emulated backend (the device code compiled as C) and, when a GPU answers,
+ * on the CUDA backend, for the fused attention (the default) and the materialized one: forward output
+ * and what forward saves (the probabilities, or the fused row log-sum-exp against a double-precision
+ * reference), forward-only output, dqkv (accumulated into a nonzero start) and the table gradients
+ * (likewise), for no bias, the token table, a segment stream with repeated positions and gaps, both
+ * streams, explicit token positions, head sizes 8 to 160 (the fused tiles of 64, 32 and 16 rows), and
+ * lengths of one token and of several blocks or tiles that are not multiples of them; then that two
+ * runs give the same bits (emulated, the second with each phase's threads in reverse order), and the
+ * argument errors. The fused attention on bf16 tensor cores ([run] matmul = "bf16") against the CPU
+ * with bf16 tolerances (below), and a forward-only pass at T = 4096 in both precisions.
  *
  * Tolerances (|device - cpu| <= atol + rtol |cpu|): the device sums its GEMMs in other orders and
- * in other query blocks than the CPU (dK and dV accumulate over 128-row blocks, the CPU's over 64),
- * so results agree to float rounding, not bit for bit:
- *   out, probabilities      atol 1e-6, rtol 1e-5  (largest error seen emulated: 1.3e-7)
- *   dqkv                    atol 1e-5, rtol 1e-4  (seen: 8.3e-7)
- *   dtable                  atol 2e-5, rtol 1e-4  (seen: 4.8e-7; sums of up to B*T*T/2 score
+ * in other query blocks than the CPU (dK and dV accumulate over 128-row blocks, the CPU's over 64;
+ * the fused attention's online softmax rescales as it goes), so results agree to float rounding, not
+ * bit for bit:
+ *   out, probabilities      atol 1e-6, rtol 1e-5  (largest error seen emulated: 2.4e-7)
+ *   row log-sum-exp         atol 1e-5, rtol 1e-5
+ *   dqkv                    atol 1e-5, rtol 1e-4  (seen: 1.7e-6)
+ *   dtable                  atol 2e-5, rtol 1e-4  (seen: 2.6e-6; sums of up to B*T*T/2 score
  *                                                   gradients, each carrying float rounding)
  * about ten times what was seen, for cuBLAS's and the GPU's expf's different rounding.
- * Saved and forward-only outputs run the same GEMM shapes and per-row arithmetic: bit-identical
- * when emulated, within 1e-6 on CUDA (cuBLAS may choose its kernel by leading dimension). */
+ * Saved and forward-only outputs run the same code (fused) or GEMM shapes and per-row arithmetic
+ * (materialized): bit-identical when emulated and fused, within 1e-6 on CUDA materialized (cuBLAS may
+ * choose its kernel by leading dimension). */
 #include "test_util.h"
 #include "test_floats.h"
 
@@ -513,6 +520,46 @@ static void check_errors(bk_backend *be)
     be->release(be, pos);
 }
 
+/* Evaluation at a long length: forward only (no saved statistics), one sequence of T = 4096 (64 query
+ * tiles of 64 rows), a token table over every distance, fused in fp32 and bf16 against the CPU's
+ * forward-only pass. */
+static void check_long_forward(bk_backend *be)
+{
+    const int B = 1, T = 4096, C = 32, H = 2;
+    problem pb = make_problem(B, T, C, H, BIAS_TOKEN, 77);
+    const size_t nout = (size_t)B * T * C;
+    float *want = malloc(nout * sizeof *want);
+    assert_non_null(want);
+    bk_attention_bias bias;
+    memset(&bias, 0, sizeof bias);
+    bias.distances = pb.D, bias.table[0] = pb.table[0], bias.span[0] = pb.span[0];
+    bk_error err = {0};
+    if (bk_attention_forward(want, NULL, pb.qkv, &bias, B, T, C, H, &err) != BK_OK)
+        fail_msg("cpu forward-only attention at T = %d: %s", T, err.message);
+
+    float *qkv = dev_copy_of(be, pb.qkv, (size_t)B * T * 3 * C * sizeof(float));
+    float *out = dev_alloc(be, nout * sizeof(float));
+    bias.table[0] = dev_copy_of(be, pb.table[0], table_floats(&pb) * sizeof(float));
+    const bk_matmul_mode was = be->matmul;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        be->matmul = bf16 ? BK_MATMUL_BF16 : BK_MATMUL_FP32;
+        if (be->attention_forward(be, out, NULL, qkv, &bias, B, T, C, H, &err) != BK_OK)
+            fail_msg("%s forward-only attention at T = %d: %s", be->name, T, err.message);
+        float *got = host_copy_of(be, out, nout);
+        const tolerances *tol = bf16 ? &tol_bf16 : &tol_fp32;
+        double e = expect_close("out", bf16 ? "T=4096 forward-only, bf16" : "T=4096 forward-only", got, want, nout,
+                                tol->out_a, tol->out_r);
+        print_message("%s fused%s B=1 T=4096 forward-only: max error out %.2g\n", be->name, bf16 ? " bf16" : "", e);
+        free(got);
+    }
+    be->matmul = was;
+    be->release(be, qkv);
+    be->release(be, out);
+    be->release(be, (void *)bias.table[0]);
+    free(want);
+    free_problem(&pb);
+}
+
 /* The fused attention (the default) and the materialized one. */
 static void check_modes(bk_backend *be)
 {
@@ -537,6 +584,7 @@ static void check_modes(bk_backend *be)
     check_case_tol(be, &tol_bf16, 2, 40, 72, 3, BIAS_TOKEN_EXPLICIT | BIAS_SEGMENT, seed++); /* hd 24 */
     check_case_tol(be, &tol_bf16, 2, 1, 96, 12, BIAS_TOKEN, seed++);
     be->matmul = was;
+    check_long_forward(be);
 }
 
 static void emulated_matches_cpu(void **state)
