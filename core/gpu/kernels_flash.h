@@ -80,6 +80,42 @@ static inline BK_DEV_HD int k_flash_tiles(const k_flash_args *a)
     return (a->T + a->tile - 1) / a->tile;
 }
 
+/* What block `cta` of a program works on: (b, h) and one tile of rows t0 .. t0 + n - 1. The tile index
+ * runs backwards over the blocks of one (b, h) when `longest_first` (query tiles: the last has the most
+ * keys to walk), forwards otherwise (key tiles: the first has the most queries). */
+typedef struct k_flash_block {
+    int64_t bh, b;
+    int h, tile, t0, n;
+} k_flash_block;
+
+static inline BK_DEV_HD k_flash_block k_flash_block_of(const k_flash_args *a, int64_t cta, int longest_first)
+{
+    const int nq = k_flash_tiles(a);
+    k_flash_block k;
+    k.bh = cta / nq, k.b = k.bh / a->H, k.h = (int)(k.bh % a->H);
+    k.tile = longest_first ? nq - 1 - (int)(cta % nq) : (int)(cta % nq);
+    k.t0 = k.tile * a->tile;
+    k.n = a->T - k.t0 < a->tile ? a->T - k.t0 : a->tile;
+    return k;
+}
+
+/* Rows of the tile starting at row t0 (the last tile may be short). */
+static inline BK_DEV_HD int k_flash_rows(const k_flash_args *a, int t0)
+{
+    return a->T - t0 < a->tile ? a->T - t0 : a->tile;
+}
+
+/* The forward's start, thread t's share: the output accumulator (n floats) zeroed, the running max and
+ * sum of each of the tile's rows at -inf and 0. */
+static inline BK_DEV_HD void k_flash_fwd_start(float *acc, int64_t n, float *m, float *l, float *alpha, int tile,
+                                               int t)
+{
+    for (int64_t e = t; e < n; e += BK_CTA_THREADS)
+        acc[e] = 0.0f;
+    for (int r = t; r < tile; r += BK_CTA_THREADS)
+        m[r] = -INFINITY, l[r] = 0.0f, alpha[r] = 0.0f;
+}
+
 /* dst[r * (hd + 1) + d] = part `part` (0 q, 1 k, 2 v) of qkv for token t0 + r of (b, h), r < rows, and
  * 0 for the tile's rows past the sequence; thread t's share (consecutive threads read consecutive
  * addresses). */
@@ -140,23 +176,20 @@ static inline BK_DEV_HD float k_flash_prob(float s, float lse)
 static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *smem)
 {
     const k_flash_args *a = (const k_flash_args *)args;
-    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T, nq = k_flash_tiles(a);
-    const int64_t bh = cta / nq, b = bh / a->H;
-    const int h = (int)(bh % a->H), qt = nq - 1 - (int)(cta % nq);
-    const int i0 = qt * tile, rows = T - i0 < tile ? T - i0 : tile;
+    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T;
+    const k_flash_block blk = k_flash_block_of(a, cta, 1);
+    const int64_t bh = blk.bh, b = blk.b;
+    const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
     float *Qs = smem, *Ks = Qs + tile * ld, *Vs = Ks + tile * ld, *Os = Vs + tile * ld, *Ss = Os + tile * ld;
     float *m = Ss + tile * lds, *l = m + tile, *alpha = l + tile;
 
     BK_CTA_PHASE(t)
     {
         k_flash_load(Qs, a, 0, b, h, i0, rows, t);
-        for (int e = t; e < tile * ld; e += BK_CTA_THREADS)
-            Os[e] = 0.0f;
-        for (int r = t; r < tile; r += BK_CTA_THREADS)
-            m[r] = -INFINITY, l[r] = 0.0f, alpha[r] = 0.0f;
+        k_flash_fwd_start(Os, (int64_t)tile * ld, m, l, alpha, tile, t);
     }
     for (int kt = 0; kt <= qt; kt++) {
-        const int j0 = kt * tile, cols = T - j0 < tile ? T - j0 : tile;
+        const int j0 = kt * tile, cols = k_flash_rows(a, j0);
         BK_CTA_PHASE(t)
         {
             k_flash_load(Ks, a, 1, b, h, j0, cols, t);
@@ -249,9 +282,9 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
 {
     const k_flash_args *a = (const k_flash_args *)args;
     const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T, nq = k_flash_tiles(a);
-    const int64_t bh = cta / nq, b = bh / a->H;
-    const int h = (int)(bh % a->H), kt = (int)(cta % nq); /* the longest walks first */
-    const int j0 = kt * tile, cols = T - j0 < tile ? T - j0 : tile;
+    const k_flash_block blk = k_flash_block_of(a, cta, 0);
+    const int64_t bh = blk.bh, b = blk.b;
+    const int h = blk.h, kt = blk.tile, j0 = blk.t0, cols = blk.n;
     float *Ks = smem, *Vs = Ks + tile * ld, *dKs = Vs + tile * ld, *dVs = dKs + tile * ld, *Qs = dVs + tile * ld;
     float *dOs = Qs + tile * ld, *Ps = dOs + tile * ld, *dSs = Ps + tile * lds, *lse = dSs + tile * lds;
     float *dsum = lse + tile;
@@ -264,7 +297,7 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
             dKs[e] = 0.0f, dVs[e] = 0.0f;
     }
     for (int qt = kt; qt < nq; qt++) {
-        const int i0 = qt * tile, rows = T - i0 < tile ? T - i0 : tile;
+        const int i0 = qt * tile, rows = k_flash_rows(a, i0);
         BK_CTA_PHASE(t)
         {
             k_flash_load(Qs, a, 0, b, h, i0, rows, t);
@@ -339,10 +372,10 @@ static inline BK_DEV_HD void k_flash_table_partial(const k_flash_args *a, int s,
 static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *smem)
 {
     const k_flash_args *a = (const k_flash_args *)args;
-    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T, nq = k_flash_tiles(a);
-    const int64_t bh = cta / nq, b = bh / a->H;
-    const int h = (int)(bh % a->H), qt = nq - 1 - (int)(cta % nq);
-    const int i0 = qt * tile, rows = T - i0 < tile ? T - i0 : tile;
+    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T;
+    const k_flash_block blk = k_flash_block_of(a, cta, 1);
+    const int64_t bh = blk.bh, b = blk.b;
+    const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
     float *Qs = smem, *dOs = Qs + tile * ld, *dQs = dOs + tile * ld, *Ks = dQs + tile * ld, *Vs = Ks + tile * ld;
     float *dSs = Vs + tile * ld, *lse = dSs + tile * lds, *dsum = lse + tile;
 
@@ -358,7 +391,7 @@ static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *sm
         k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
     }
     for (int kt = 0; kt <= qt; kt++) {
-        const int j0 = kt * tile, cols = T - j0 < tile ? T - j0 : tile;
+        const int j0 = kt * tile, cols = k_flash_rows(a, j0);
         BK_CTA_PHASE(t)
         {
             k_flash_load(Ks, a, 1, b, h, j0, cols, t);

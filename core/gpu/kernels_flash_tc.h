@@ -106,11 +106,11 @@ static inline BK_DEV_HD const float *k_flash_bt_row(const k_flash_args *a, const
 static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float *smem)
 {
     const k_flash_args *a = (const k_flash_args *)args;
-    const int hd = a->C / a->H, tile = a->tile, T = a->T, nq = k_flash_tiles(a);
+    const int hd = a->C / a->H, tile = a->tile, T = a->T;
     const k_flash_tc_smem L = k_flash_tc_layout(K_FLASH_FWD, tile, hd);
-    const int64_t bh = cta / nq, b = bh / a->H, C3 = 3 * (int64_t)a->C;
-    const int h = (int)(bh % a->H), qt = nq - 1 - (int)(cta % nq);
-    const int i0 = qt * tile, rows = T - i0 < tile ? T - i0 : tile;
+    const k_flash_block blk = k_flash_block_of(a, cta, 1);
+    const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
+    const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
     uint16_t *Qb = (uint16_t *)(smem + L.q), *Kb = (uint16_t *)(smem + L.k), *Vb = (uint16_t *)(smem + L.v);
     uint16_t *Pb = (uint16_t *)(smem + L.p);
     float *Os = smem + L.acc, *Ss = smem + L.s, *m = smem + L.m, *l = smem + L.l, *alpha = smem + L.alpha;
@@ -118,13 +118,10 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
     BK_CTA_PHASE(t)
     {
         k_flash_tc_load(Qb, &L, k_flash_qkv_row(a, 0, b, h, i0), C3, hd, rows, tile, t);
-        for (int e = t; e < tile * L.ldf; e += BK_CTA_THREADS)
-            Os[e] = 0.0f;
-        for (int r = t; r < tile; r += BK_CTA_THREADS)
-            m[r] = -INFINITY, l[r] = 0.0f, alpha[r] = 0.0f;
+        k_flash_fwd_start(Os, (int64_t)tile * L.ldf, m, l, alpha, tile, t);
     }
     for (int kt = 0; kt <= qt; kt++) {
-        const int j0 = kt * tile, cols = T - j0 < tile ? T - j0 : tile;
+        const int j0 = kt * tile, cols = k_flash_rows(a, j0);
         BK_CTA_PHASE(t)
         {
             k_flash_tc_load(Kb, &L, k_flash_qkv_row(a, 1, b, h, j0), C3, hd, cols, tile, t);
@@ -201,9 +198,9 @@ static inline BK_DEV_HD void k_flash_tc_dkdv(int64_t cta, const void *args, floa
     const k_flash_args *a = (const k_flash_args *)args;
     const int hd = a->C / a->H, tile = a->tile, T = a->T, nq = k_flash_tiles(a);
     const k_flash_tc_smem L = k_flash_tc_layout(K_FLASH_DKDV, tile, hd);
-    const int64_t bh = cta / nq, b = bh / a->H, C3 = 3 * (int64_t)a->C;
-    const int h = (int)(bh % a->H), kt = (int)(cta % nq);
-    const int j0 = kt * tile, cols = T - j0 < tile ? T - j0 : tile;
+    const k_flash_block blk = k_flash_block_of(a, cta, 0);
+    const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
+    const int h = blk.h, kt = blk.tile, j0 = blk.t0, cols = blk.n;
     uint16_t *Qb = (uint16_t *)(smem + L.q), *Kb = (uint16_t *)(smem + L.k), *Vb = (uint16_t *)(smem + L.v);
     uint16_t *dOb = (uint16_t *)(smem + L.dout), *Pb = (uint16_t *)(smem + L.p), *dSb = (uint16_t *)(smem + L.ds);
     float *dKs = smem + L.acc, *dVs = smem + L.acc2, *Ss = smem + L.s, *dPs = smem + L.dp;
@@ -217,7 +214,7 @@ static inline BK_DEV_HD void k_flash_tc_dkdv(int64_t cta, const void *args, floa
             dKs[e] = 0.0f, dVs[e] = 0.0f;
     }
     for (int qt = kt; qt < nq; qt++) {
-        const int i0 = qt * tile, rows = T - i0 < tile ? T - i0 : tile;
+        const int i0 = qt * tile, rows = k_flash_rows(a, i0);
         BK_CTA_PHASE(t)
         {
             k_flash_tc_load(Qb, &L, k_flash_qkv_row(a, 0, b, h, i0), C3, hd, rows, tile, t);
@@ -253,11 +250,11 @@ static inline BK_DEV_HD void k_flash_tc_dkdv(int64_t cta, const void *args, floa
 static inline BK_DEV_HD void k_flash_tc_dq(int64_t cta, const void *args, float *smem)
 {
     const k_flash_args *a = (const k_flash_args *)args;
-    const int hd = a->C / a->H, tile = a->tile, T = a->T, nq = k_flash_tiles(a);
+    const int hd = a->C / a->H, tile = a->tile, T = a->T;
     const k_flash_tc_smem L = k_flash_tc_layout(K_FLASH_DQ, tile, hd);
-    const int64_t bh = cta / nq, b = bh / a->H, C3 = 3 * (int64_t)a->C;
-    const int h = (int)(bh % a->H), qt = nq - 1 - (int)(cta % nq);
-    const int i0 = qt * tile, rows = T - i0 < tile ? T - i0 : tile;
+    const k_flash_block blk = k_flash_block_of(a, cta, 1);
+    const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
+    const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
     uint16_t *Qb = (uint16_t *)(smem + L.q), *Kb = (uint16_t *)(smem + L.k), *Vb = (uint16_t *)(smem + L.v);
     uint16_t *dOb = (uint16_t *)(smem + L.dout), *dSb = (uint16_t *)(smem + L.ds);
     float *dQs = smem + L.acc, *Ss = smem + L.s, *dPs = smem + L.dp, *lse = smem + L.m, *dsum = smem + L.l;
@@ -271,7 +268,7 @@ static inline BK_DEV_HD void k_flash_tc_dq(int64_t cta, const void *args, float 
         k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
     }
     for (int kt = 0; kt <= qt; kt++) {
-        const int j0 = kt * tile, cols = T - j0 < tile ? T - j0 : tile;
+        const int j0 = kt * tile, cols = k_flash_rows(a, j0);
         BK_CTA_PHASE(t)
         {
             k_flash_tc_load(Kb, &L, k_flash_qkv_row(a, 1, b, h, j0), C3, hd, cols, tile, t);
