@@ -191,13 +191,22 @@ check "device: a bad value names file:line:col and the choices" 1 \
     bash -c "sed 's/\"cuda\"/\"gpu\"/' '$work/A/dev.toml' >'$work/A/bad_dev.toml' && '$bk' train '$work/A/bad_dev.toml'"
 check "device: a bad --set value names it" 1 "--set run.device=gpu.*expected one of auto, cpu, cuda, emulated, got 'gpu'" \
     "$bk" train "$work/A/named.toml" --set run.device=gpu
-check "device: a bad matmul names the choices" 1 "--set run.matmul=bf16.*expected one of fp32, tf32, got 'bf16'" \
-    "$bk" config "$work/A/named.toml" --set run.matmul=bf16
+check "device: a bad matmul names the choices" 1 "--set run.matmul=fp16.*expected one of fp32, tf32, bf16, got 'fp16'" \
+    "$bk" config "$work/A/named.toml" --set run.matmul=fp16
+check "device: a bad attention names the choices" 1 \
+    "--set run.attention=flash.*expected one of fused, materialized, got 'flash'" \
+    "$bk" config "$work/A/named.toml" --set run.attention=flash
 check "device: --version says which backends are built" 0 "^backends: cpu, (cuda \(built with CUDA\), emulated|emulated \(built without CUDA)" \
     "$bk" --version
 check "device: config --keys documents run.device" 0 "device += \"auto\" .*cuda = the GPU.*emulated = the CUDA engine's code run on the CPU" \
     "$bk" config --keys
-check "device: config --keys documents run.matmul" 0 "matmul += \"fp32\" .*tf32 = TF32 tensor cores" "$bk" config --keys
+check "device: config --keys documents run.matmul" 0 "matmul += \"fp32\" .*tf32 = TF32 tensor cores.*bf16 = bf16 tensor cores" \
+    "$bk" config --keys
+check "device: config --keys documents run.attention" 0 "attention += \"fused\" .*materialized = GEMMs over the saved" \
+    "$bk" config --keys
+check "device: the emulated banner names bf16 attention products" 0 "^device: emulated.*bf16 fused-attention products" \
+    "$bk" train "$work/A/named.toml" --out "$work/dbf16" --set train.steps=1 --set run.device=emulated \
+    --set run.matmul=bf16 --plain
 check "device: the training banner names the device" 0 "^device: cpu" \
     "$bk" train "$work/A/named.toml" --out "$work/dcpu" --set train.steps=1 --set run.device=cpu --plain
 check "device: eval names it too" 0 "^device: (cpu|cuda)" "$bk" eval "$work/m0/checkpoint.safetensors" --lengths 16 --tokens 1000
