@@ -585,6 +585,24 @@ static void check_modes(bk_backend *be)
     check_case_tol(be, &tol_bf16, 2, 1, 96, 12, BIAS_TOKEN, seed++);
     be->matmul = was;
     check_long_forward(be);
+
+    /* a GPU that lets a block have 48 KiB of shared memory only: smaller tiles (head size 64 in fp32:
+     * 16 rows instead of 32), and a refusal that says the limit is this GPU's */
+    if (be->kind == BK_BACKEND_EMULATED) {
+        bk_dev *d = (bk_dev *)be->impl;
+        d->smem_optin = 48 * 1024;
+        check_case(be, 2, 70, 128, 2, BIAS_TOKEN | BIAS_SEGMENT, seed++);
+        be->matmul = BK_MATMUL_BF16;
+        check_case_tol(be, &tol_bf16, 2, 70, 128, 2, BIAS_TOKEN, seed++);
+        be->matmul = was;
+        bk_error err = {0};
+        float *x = dev_alloc(be, 4);
+        assert_int_equal(be->attention_forward(be, x, x, x, NULL, 1, 4, 512, 2, &err), BK_ERR_UNSUPPORTED);
+        assert_message_has(err.message, "head size 256");
+        assert_message_has(err.message, "at most 49152 allowed on this GPU");
+        be->release(be, x);
+        d->smem_optin = 0;
+    }
 }
 
 static void emulated_matches_cpu(void **state)

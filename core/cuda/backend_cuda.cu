@@ -234,6 +234,7 @@ extern "C" int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, b
         return cublas_fail(err, "cublasCreate", s);
     }
     d->blas = blas;
+    d->smem_optin = prop.sharedMemPerBlockOptin; // the fused attention's plan fits its tiles under it
     d->tf32 = matmul == BK_MATMUL_TF32;
     d->bf16 = matmul == BK_MATMUL_BF16;
     // fp32: CUBLAS_DEFAULT_MATH computes fp32 GEMMs in IEEE fp32 (no tensor-core down-conversion);

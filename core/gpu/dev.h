@@ -73,6 +73,7 @@ typedef struct bk_dev {
     void *blas;              /* cublasHandle_t (NULL when emulated) */
     int tf32;                /* TF32 matmuls */
     int bf16;                /* bf16 tensor-core matmuls (cuBLAS's compute type 32F_FAST_16BF) */
+    size_t smem_optin;       /* shared memory a block may have (the GPU's opt-in limit; 0: no limit) */
     void *scratch[BK_DEV_SCRATCH_COUNT];
     size_t scratch_bytes[BK_DEV_SCRATCH_COUNT];
 } bk_dev;

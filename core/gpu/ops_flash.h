@@ -21,8 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Most shared memory one block program may use. The plan takes the largest tile whose three programs
- * fit. fp32: 64 rows up to head size 32, 32 rows up to 128, 16 rows up to 256. bf16 tensor cores
+/* Most shared memory one block program may use (less where the GPU allows less: bk_dev.smem_optin, e.g.
+ * 99 KiB on sm_86 and sm_89). The plan takes the largest tile whose three programs fit. fp32: 64 rows up to head size 32, 32 rows up to 128, 16 rows up to 256. bf16 tensor cores
  * ([run] matmul = "bf16"): 64 rows up to 64, 32 up to 192, 16 beyond. An H100 gives a block up to
  * 227 KiB and an A100 163 KiB. */
 #define DEV_FLASH_SMEM_MAX (128 * 1024)
@@ -34,9 +34,11 @@ typedef struct dev_flash_plan {
     size_t smem_fwd, smem_dkdv, smem_dq; /* bytes */
 } dev_flash_plan;
 
-static int dev_flash_plan_for(const char *what, int hd, int tensor, dev_flash_plan *plan, bk_error *err)
+static int dev_flash_plan_for(const bk_dev *d, const char *what, int hd, int tensor, dev_flash_plan *plan,
+                              bk_error *err)
 {
     const int n = (int)(sizeof dev_flash_tiles / sizeof dev_flash_tiles[0]);
+    const size_t most = d->smem_optin && d->smem_optin < DEV_FLASH_SMEM_MAX ? d->smem_optin : DEV_FLASH_SMEM_MAX;
     plan->tensor = tensor;
     for (int k = 0; k < n; k++) {
         const int tile = dev_flash_tiles[k];
@@ -48,15 +50,15 @@ static int dev_flash_plan_for(const char *what, int hd, int tensor, dev_flash_pl
             sizeof(float);
         plan->smem_dq =
             (size_t)(tensor ? k_flash_tc_layout(K_FLASH_DQ, tile, hd).total : k_flash_smem_dq(tile, hd)) * sizeof(float);
-        if (plan->smem_fwd <= DEV_FLASH_SMEM_MAX && plan->smem_dkdv <= DEV_FLASH_SMEM_MAX &&
-            plan->smem_dq <= DEV_FLASH_SMEM_MAX)
+        if (plan->smem_fwd <= most && plan->smem_dkdv <= most && plan->smem_dq <= most)
             return BK_OK;
     }
     return bk_fail(err, BK_ERR_UNSUPPORTED,
                    "%s: head size %d is too large for the fused attention (with tiles of %d rows its backward "
-                   "needs %zu bytes of shared memory per block, at most %d allowed); use [run] attention = "
+                   "needs %zu bytes of shared memory per block, at most %zu allowed%s); use [run] attention = "
                    "\"materialized\"",
-                   what, hd, plan->tile, plan->smem_dkdv, DEV_FLASH_SMEM_MAX);
+                   what, hd, plan->tile, plan->smem_dkdv, most,
+                   most < DEV_FLASH_SMEM_MAX ? " on this GPU" : "");
 }
 
 static void dev_flash_args_of(k_flash_args *a, const float *qkv, const bk_attention_bias *bias, int B, int T, int C,
@@ -77,7 +79,7 @@ static int dev_flash_forward(bk_backend *be, float *out, float *saved, const flo
     dev_flash_plan plan;
     int rc;
     if ((rc = dev_att_check("attention forward", bias, B, T, C, H, width, err)) != BK_OK ||
-        (rc = dev_flash_plan_for("attention forward", C / H, be->matmul == BK_MATMUL_BF16, &plan, err)) != BK_OK)
+        (rc = dev_flash_plan_for(d, "attention forward", C / H, be->matmul == BK_MATMUL_BF16, &plan, err)) != BK_OK)
         return rc;
     k_flash_args a;
     dev_flash_args_of(&a, qkv, bias, B, T, C, H, plan.tile);
@@ -102,7 +104,8 @@ static int dev_flash_backward(bk_backend *be, float *dqkv, float *const dtable[B
     dev_flash_plan plan;
     int rc;
     if ((rc = dev_att_check("attention backward", bias, B, T, C, H, width, err)) != BK_OK ||
-        (rc = dev_flash_plan_for("attention backward", C / H, be->matmul == BK_MATMUL_BF16, &plan, err)) != BK_OK)
+        (rc = dev_flash_plan_for(d, "attention backward", C / H, be->matmul == BK_MATMUL_BF16, &plan, err)) !=
+            BK_OK)
         return rc;
     k_flash_args a;
     dev_flash_args_of(&a, qkv, bias, B, T, C, H, plan.tile);
