@@ -111,7 +111,7 @@ static void emulated_device_groups_match_the_host(void **state)
     (void)state;
     bk_error err;
     bk_backend *dev = NULL;
-    if (bk_backend_emulated_create(&dev, &err) != BK_OK)
+    if (bk_backend_emulated_create(&dev, BK_MATMUL_FP32, &err) != BK_OK)
         fail_msg("emulated backend: %s", err.message);
     assert_true(dev->on_device);
     omp_set_num_threads(3);

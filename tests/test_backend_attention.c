@@ -610,7 +610,7 @@ static void emulated_matches_cpu(void **state)
     (void)state;
     bk_backend *be = NULL;
     bk_error err = {0};
-    if (bk_backend_emulated_create(&be, &err) != BK_OK)
+    if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
         fail_msg("bk_backend_emulated_create: %s", err.message);
     check_modes(be);
     bk_backend_destroy(be);

@@ -742,7 +742,7 @@ static int emulated_setup(void **state)
     static fixture f;
     bk_error err;
     f.kind = BK_BACKEND_EMULATED;
-    if (bk_backend_emulated_create(&f.be, &err) != BK_OK) {
+    if (bk_backend_emulated_create(&f.be, BK_MATMUL_FP32, &err) != BK_OK) {
         printf("bk_backend_emulated_create failed: %s\n", err.message);
         return -1;
     }

@@ -169,7 +169,7 @@ static void compare_bias(const char *text)
 {
     bk_backend *emu = NULL;
     bk_error err;
-    if (bk_backend_emulated_create(&emu, &err))
+    if (bk_backend_emulated_create(&emu, BK_MATMUL_FP32, &err))
         fail_msg("%s", err.message);
     bias_run cpu, dev;
     run_bias(text, bk_backend_cpu(), &cpu);
@@ -267,7 +267,7 @@ static void bias_nonfinite_table_is_named(void **state)
     (void)state;
     bk_backend *emu = NULL;
     bk_error err;
-    if (bk_backend_emulated_create(&emu, &err))
+    if (bk_backend_emulated_create(&emu, BK_MATMUL_FP32, &err))
         fail_msg("%s", err.message);
     fixture f;
     open_ok(&f, MODEL "[[term]]\nplugin = \"testlin\"\nnan_at = 5\n");
@@ -323,7 +323,7 @@ static void compare_positions(const char *text)
 {
     bk_backend *emu = NULL;
     bk_error err;
-    if (bk_backend_emulated_create(&emu, &err))
+    if (bk_backend_emulated_create(&emu, BK_MATMUL_FP32, &err))
         fail_msg("%s", err.message);
     fixture fc, fe;
     open_ok(&fc, text);

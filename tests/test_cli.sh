@@ -204,7 +204,7 @@ check "device: config --keys documents run.matmul" 0 "matmul += \"fp32\" .*tf32 
     "$bk" config --keys
 check "device: config --keys documents run.attention" 0 "attention += \"fused\" .*materialized = GEMMs over the saved" \
     "$bk" config --keys
-check "device: the emulated banner names bf16 attention products" 0 "^device: emulated.*bf16 fused-attention products" \
+check "device: the emulated banner names bf16 matmuls" 0 "^device: emulated.*bf16 matmuls" \
     "$bk" train "$work/A/named.toml" --out "$work/dbf16" --set train.steps=1 --set run.device=emulated \
     --set run.matmul=bf16 --plain
 check "device: the training banner names the device" 0 "^device: cpu" \

@@ -258,11 +258,12 @@ static void assert_deterministic(const scheme *s, const char *device)
     close_run(&b);
 }
 
-/* [run] matmul = "bf16" (the fused attention's products on bf16 tensor cores; emulated, its GEMMs stay
- * fp32): the first step's loss, logits and gradients near the CPU's, within what bf16 inputs allow.
- * Largest differences seen emulated (kerple_log, bipe_alibi, rope): loss 1.5e-6 relative, logits 8.3e-4 of
- * their largest magnitude, gradients 2e-3 of each tensor's largest (the KERPLE parameters' 7.6e-3);
- * allowed 1e-4, 5e-3, 3e-2. */
+/* [run] matmul = "bf16" (every GEMM and the fused attention's products on bf16 tensor cores; emulated,
+ * their inputs rounded to bf16 as the GPU does): the first step's loss, logits and gradients near the
+ * CPU's, within what bf16 inputs allow. Largest differences seen emulated (kerple_log, bipe_alibi,
+ * rope): loss 3.2e-5 relative, logits 3.4e-3 of their largest magnitude, gradients 5.8e-3 of each
+ * tensor's largest (the KERPLE parameters' 1.2e-2); allowed 2e-4, 1e-2, 4e-2 (the GPU sums in other
+ * orders). */
 static void bf16_close_to_cpu(const scheme *s, const char *device)
 {
     bk_error err;
@@ -273,23 +274,23 @@ static void bf16_close_to_cpu(const scheme *s, const char *device)
     forward_backward(&cpu, 0);
     forward_backward(&dev, 0);
     const double rel = fabs(dev.loss[0] - cpu.loss[0]) / fabs(cpu.loss[0]);
-    if (rel > 1e-4)
-        fail_msg("%s on %s: loss %.9g, cpu %.9g (relative difference %.3g > 1e-4)", s->name, device, dev.loss[0],
+    if (rel > 2e-4)
+        fail_msg("%s on %s: loss %.9g, cpu %.9g (relative difference %.3g > 2e-4)", s->name, device, dev.loss[0],
                  cpu.loss[0], rel);
     size_t nl = (size_t)B * T * cpu.lm.gpt.V;
     float *logits = malloc(nl * sizeof(float));
     assert_non_null(logits);
     check(bk_gpt_copy_logits(&dev.lm.gpt, logits, &err), &err, "logits");
-    assert_close("logits (bf16)", s->name, logits, bk_gpt_logits(&cpu.lm.gpt), nl, 5e-3, 0.0);
+    assert_close("logits (bf16)", s->name, logits, bk_gpt_logits(&cpu.lm.gpt), nl, 1e-2, 0.0);
     free(logits);
     for (int i = 0; i < cpu.opt.n_groups; i++) {
         float *gd = group_grad(&dev, i), *gc = group_grad(&cpu, i);
         char what[128];
         snprintf(what, sizeof what, "gradient of %s (bf16)", cpu.opt.groups[i].name);
-        assert_close(what, s->name, gd, gc, cpu.opt.groups[i].n, 3e-2, 1e-7);
+        assert_close(what, s->name, gd, gc, cpu.opt.groups[i].n, 4e-2, 1e-7);
         free(gd), free(gc);
     }
-    printf("%-20s %s: loss %.7f, cpu %.7f (bf16 attention products)\n", s->name, device, dev.loss[0], cpu.loss[0]);
+    printf("%-20s %s: loss %.7f, cpu %.7f (bf16 products)\n", s->name, device, dev.loss[0], cpu.loss[0]);
     close_run(&cpu);
     close_run(&dev);
 }

@@ -177,12 +177,10 @@ int main(int argc, char **argv)
         }
         if (bk_backend_cuda_create(&be, bf16 ? BK_MATMUL_BF16 : BK_MATMUL_FP32, &err) != BK_OK)
             return fail(&o, "creating the CUDA backend", &err);
-    } else if (bk_backend_emulated_create(&be, &err) != BK_OK) {
+    } else if (bk_backend_emulated_create(&be, bf16 ? BK_MATMUL_BF16 : BK_MATMUL_FP32, &err) != BK_OK) {
         return fail(&o, "creating the emulated backend", &err);
     }
     be->attention = !strcmp(o.attention, "materialized") ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
-    if (bf16)
-        be->matmul = BK_MATMUL_BF16; /* emulated: the fused attention rounds as the GPU does */
     fprintf(stderr, "bench_flash_gpu: %s, %s attention\n", be->description, o.attention);
 
     const int B = o.B, H = o.H, T = o.T, C = o.H * o.D;

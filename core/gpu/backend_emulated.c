@@ -5,6 +5,7 @@
  * arguments unchanged. Memory is host memory, but the model goes through upload/download as it
  * would for a GPU (on_device = 1), so that a missing transfer shows up here too. */
 #include "gpu/dev.h"
+#include "gpu/mma.h" /* bk_bf16_round */
 #include "model/backend.h"
 
 #include <cblas.h>
@@ -52,18 +53,41 @@ int bk_emulated_launch_cta(int64_t n, bk_dev_cta_program f, const void *args, si
 
 /* --- the primitives of gpu/dev.h ------------------------------------------------------------------ */
 
+/* The span of a column-major operand of `rows` x `cols` (as stored) with leading dimension ld, rounded
+ * to bf16 into a new buffer: what the GPU's bf16 tensor cores multiply (NULL when out of memory). */
+static float *bf16_copy(const float *x, int rows, int cols, int ld)
+{
+    const size_t span = rows > 0 && cols > 0 ? (size_t)ld * (size_t)(cols - 1) + (size_t)rows : 0;
+    float *y = malloc(span ? span * sizeof *y : 1);
+    if (y)
+        for (size_t i = 0; i < span; i++)
+            y[i] = bk_bf16_value(bk_bf16_round(x[i]));
+    return y;
+}
+
 static int dev_gemm(bk_dev *d, int transa, int transb, int m, int n, int k, float alpha, const float *A, int lda,
                     int64_t strideA, const float *B, int ldb, int64_t strideB, float beta, float *C, int ldc,
                     int64_t strideC, int batch, bk_error *err)
 {
-    (void)d;
     if (m < 0 || n < 0 || k < 0 || batch < 0)
         return bk_fail(err, BK_ERR_INVALID, "emulated GEMM: sizes m = %d, n = %d, k = %d, batch = %d; expected >= 0",
                        m, n, k, batch);
-    for (int b = 0; b < batch; b++)
+    for (int b = 0; b < batch; b++) {
+        const float *a = A + (int64_t)b * strideA, *bb = B + (int64_t)b * strideB;
+        float *ra = NULL, *rb = NULL;
+        if (d->bf16) { /* [run] matmul = "bf16": cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF rounds both inputs */
+            ra = bf16_copy(a, transa ? k : m, transa ? m : k, lda);
+            rb = bf16_copy(bb, transb ? n : k, transb ? k : n, ldb);
+            if (!ra || !rb) {
+                free(ra), free(rb);
+                return bk_fail(err, BK_ERR_NOMEM, "emulated GEMM: out of memory for the bf16 copies of its inputs");
+            }
+            a = ra, bb = rb;
+        }
         cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n, k,
-                    alpha, A + (int64_t)b * strideA, lda, B + (int64_t)b * strideB, ldb, beta, C + (int64_t)b * strideC,
-                    ldc);
+                    alpha, a, lda, bb, ldb, beta, C + (int64_t)b * strideC, ldc);
+        free(ra), free(rb);
+    }
     return BK_OK;
 }
 
@@ -163,7 +187,7 @@ static void emu_destroy(bk_backend *be)
     free(e);
 }
 
-int bk_backend_emulated_create(bk_backend **out, bk_error *err)
+int bk_backend_emulated_create(bk_backend **out, bk_matmul_mode matmul, bk_error *err)
 {
     *out = NULL;
     bk_emulated_backend *e = calloc(1, sizeof *e);
@@ -172,9 +196,14 @@ int bk_backend_emulated_create(bk_backend **out, bk_error *err)
     bk_backend *be = &e->be;
     be->kind = BK_BACKEND_EMULATED;
     be->name = "emulated";
-    bk_copy_text(be->description, sizeof be->description, "emulated device (CUDA code run as C on the host), fp32 matmuls");
+    /* tf32 is not emulated (its products stay fp32 here); bf16 is, in the GEMMs and the fused attention */
+    const int bf16 = matmul == BK_MATMUL_BF16;
+    bk_copy_text(be->description, sizeof be->description,
+                 bf16 ? "emulated device (CUDA code run as C on the host), bf16 matmuls"
+                      : "emulated device (CUDA code run as C on the host), fp32 matmuls");
     be->on_device = 1;
-    be->matmul = BK_MATMUL_FP32;
+    be->matmul = bf16 ? BK_MATMUL_BF16 : BK_MATMUL_FP32;
+    e->impl.dev.bf16 = bf16;
     be->impl = &e->impl;
 
     be->alloc = emu_alloc;

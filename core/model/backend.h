@@ -43,8 +43,8 @@ typedef enum bk_backend_kind {
 /* Matmul precision of the device backends ([run] matmul): "fp32" keeps IEEE fp32 products, "tf32"
  * lets cuBLAS use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation), "bf16" bf16 tensor
  * cores (inputs rounded to bf16, fp32 accumulation) for cuBLAS's products and the fused attention's.
- * Storage stays fp32. The CPU ignores it; the emulated backend rounds the fused attention's inputs as
- * the GPU does but keeps its GEMMs fp32. */
+ * Storage stays fp32. The CPU ignores it; the emulated backend computes bf16 as the GPU does (inputs
+ * rounded) and tf32 as fp32. */
 typedef enum bk_matmul_mode {
     BK_MATMUL_FP32 = 0,
     BK_MATMUL_TF32 = 1,
@@ -183,8 +183,9 @@ bk_backend *bk_backend_cpu(void);
  * when no GPU answers, BK_ERR_UNSUPPORTED in a build without CUDA. */
 int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, bk_error *err);
 
-/* The emulated device backend (core/gpu/backend_emulated.c). */
-int bk_backend_emulated_create(bk_backend **out, bk_error *err);
+/* The emulated device backend (core/gpu/backend_emulated.c); matmul BK_MATMUL_BF16 rounds the inputs of
+ * every GEMM and of the fused attention's products to bf16 as the GPU does, the other modes compute fp32. */
+int bk_backend_emulated_create(bk_backend **out, bk_matmul_mode matmul, bk_error *err);
 
 void bk_backend_destroy(bk_backend *be);
 

@@ -34,12 +34,6 @@ static int create_backend(const bk_experiment *e, bk_backend **out, bk_error *er
         return rc;
     bk_backend *be = *out;
     be->attention = e->run.attention == BK_ATTENTION_MATERIALIZED ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
-    /* emulated: bf16 rounds the fused attention's products as the GPU does (its GEMMs stay fp32) */
-    if (be->kind == BK_BACKEND_EMULATED && e->run.matmul == BK_MATMUL_BF16) {
-        be->matmul = BK_MATMUL_BF16;
-        bk_copy_text(be->description, sizeof be->description,
-                     "emulated device (CUDA code run as C on the host), fp32 GEMMs, bf16 fused-attention products");
-    }
     return rc;
 }
 
@@ -55,7 +49,7 @@ static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *er
         *out = bk_backend_cpu();
         return BK_OK;
     case BK_DEVICE_EMULATED:
-        return bk_backend_emulated_create(out, err);
+        return bk_backend_emulated_create(out, matmul, err);
     case BK_DEVICE_AUTO:
         if (!bk_device_probe(probe, sizeof probe)) {
             *out = bk_backend_cpu();
