@@ -22,9 +22,10 @@
 #include <string.h>
 
 /* Most shared memory one block program may use (less where the GPU allows less: bk_dev.smem_optin, e.g.
- * 99 KiB on sm_86 and sm_89). The plan takes the largest tile whose three programs fit. fp32: 64 rows up to head size 32, 32 rows up to 128, 16 rows up to 256. bf16 tensor cores
- * ([run] matmul = "bf16"): 64 rows up to 64, 32 up to 192, 16 beyond. An H100 gives a block up to
- * 227 KiB and an A100 163 KiB. */
+ * 99 KiB on sm_86 and sm_89). The plan takes the largest tile whose three programs fit; at 128 KiB,
+ * fp32: 64 rows up to head size 62, 32 rows up to 158, 16 rows up to 334; bf16 tensor cores ([run]
+ * matmul = "bf16"): 64 rows up to 64, 32 up to 208, 16 up to 480. An H100 gives a block up to 227 KiB
+ * and an A100 163 KiB. */
 #define DEV_FLASH_SMEM_MAX (128 * 1024)
 
 static const int dev_flash_tiles[] = {64, 32, 16};
