@@ -29,16 +29,6 @@
 #include <string.h>
 #include <time.h>
 
-/* x[k] uniform in [-1, 1) from a xorshift64 stream */
-static void fill(float *x, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t k = 0; k < n; k++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        x[k] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
-}
-
 static double checksum(const float *x, size_t n)
 {
     double sum = 0.0;

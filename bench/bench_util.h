@@ -1,7 +1,8 @@
-/* Timing helpers shared by the benchmark programs of bench/. */
+/* Timing and input helpers shared by the benchmark programs of bench/ and bench/gpu/. */
 #ifndef BK_BENCH_UTIL_H
 #define BK_BENCH_UTIL_H
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -11,6 +12,16 @@ static inline double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* x[k] uniform in [-1, 1) from a xorshift64 stream of `seed` */
+static inline void fill(float *x, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t k = 0; k < n; k++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        x[k] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
 }
 
 /* qsort order of doubles */

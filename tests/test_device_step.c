@@ -184,33 +184,48 @@ static float *group_grad(const run *r, int i)
 #define TOL_GRAD 1e-4
 #define TOL_PARAM_LR 0.05 /* of the learning rate, absolute */
 
+/* One forward/backward of step 0 on both runs, then the device's loss (relative), logits and every
+ * gradient (assert_close's rel and abs) against the CPU's. */
+typedef struct step_tolerance {
+    double loss, logits_rel, logits_abs, grad_rel, grad_abs;
+} step_tolerance;
+
+static void first_step_close(run *cpu, run *dev, const scheme *s, const char *device, const step_tolerance *tol)
+{
+    bk_error err;
+    assert_int_equal(cpu->opt.n_groups, dev->opt.n_groups);
+    forward_backward(cpu, 0);
+    forward_backward(dev, 0);
+    const double rel = fabs(dev->loss[0] - cpu->loss[0]) / fabs(cpu->loss[0]);
+    if (rel > tol->loss)
+        fail_msg("%s on %s: loss %.9g, cpu %.9g (relative difference %.3g > %.3g)", s->name, device, dev->loss[0],
+                 cpu->loss[0], rel, tol->loss);
+    size_t nl = (size_t)B * T * cpu->lm.gpt.V;
+    float *logits = malloc(nl * sizeof(float));
+    assert_non_null(logits);
+    check(bk_gpt_copy_logits(&dev->lm.gpt, logits, &err), &err, "logits");
+    assert_close("logits", s->name, logits, bk_gpt_logits(&cpu->lm.gpt), nl, tol->logits_rel, tol->logits_abs);
+    free(logits);
+    for (int i = 0; i < cpu->opt.n_groups; i++) {
+        assert_string_equal(cpu->opt.groups[i].name, dev->opt.groups[i].name);
+        assert_int_equal(cpu->opt.groups[i].n, dev->opt.groups[i].n);
+        float *gd = group_grad(dev, i), *gc = group_grad(cpu, i);
+        char what[128];
+        snprintf(what, sizeof what, "gradient of %s", cpu->opt.groups[i].name);
+        assert_close(what, s->name, gd, gc, cpu->opt.groups[i].n, tol->grad_rel, tol->grad_abs);
+        free(gd), free(gc);
+    }
+}
+
+static const step_tolerance tol_fp32 = {TOL_LOSS, TOL_LOGITS, 1e-6, TOL_GRAD, 1e-7};
+
 static void compare_with_cpu(const scheme *s, const char *device)
 {
     bk_error err;
     run cpu, dev;
     check(open_run(&cpu, s, "cpu", &err), &err, "open on the CPU");
     check(open_run(&dev, s, device, &err), &err, device);
-    assert_int_equal(cpu.opt.n_groups, dev.opt.n_groups);
-
-    forward_backward(&cpu, 0);
-    forward_backward(&dev, 0);
-    if (fabs(dev.loss[0] - cpu.loss[0]) > TOL_LOSS * fabs(cpu.loss[0]))
-        fail_msg("%s on %s: loss %.9g, cpu %.9g", s->name, device, dev.loss[0], cpu.loss[0]);
-    size_t nl = (size_t)B * T * cpu.lm.gpt.V;
-    float *logits = malloc(nl * sizeof(float));
-    assert_non_null(logits);
-    check(bk_gpt_copy_logits(&dev.lm.gpt, logits, &err), &err, "logits");
-    assert_close("logits", s->name, logits, bk_gpt_logits(&cpu.lm.gpt), nl, TOL_LOGITS, 1e-6);
-    free(logits);
-    for (int i = 0; i < cpu.opt.n_groups; i++) {
-        assert_string_equal(cpu.opt.groups[i].name, dev.opt.groups[i].name);
-        assert_int_equal(cpu.opt.groups[i].n, dev.opt.groups[i].n);
-        float *gd = group_grad(&dev, i), *gc = group_grad(&cpu, i);
-        char what[128];
-        snprintf(what, sizeof what, "gradient of %s", cpu.opt.groups[i].name);
-        assert_close(what, s->name, gd, gc, cpu.opt.groups[i].n, TOL_GRAD, 1e-7);
-        free(gd), free(gc);
-    }
+    first_step_close(&cpu, &dev, s, device, &tol_fp32);
     update(&cpu, 0);
     update(&dev, 0);
     for (int step = 1; step < STEPS; step++) {
@@ -264,6 +279,8 @@ static void assert_deterministic(const scheme *s, const char *device)
  * rope): loss 3.2e-5 relative, logits 3.4e-3 of their largest magnitude, gradients 5.8e-3 of each
  * tensor's largest (the KERPLE parameters' 1.2e-2); allowed 2e-4, 1e-2, 4e-2 (the GPU sums in other
  * orders). */
+static const step_tolerance tol_bf16 = {2e-4, 1e-2, 0.0, 4e-2, 1e-7};
+
 static void bf16_close_to_cpu(const scheme *s, const char *device)
 {
     bk_error err;
@@ -271,25 +288,7 @@ static void bf16_close_to_cpu(const scheme *s, const char *device)
     check(open_run(&cpu, s, "cpu", &err), &err, "open on the CPU");
     check(open_run(&dev, s, device, &err), &err, device);
     assert_int_equal(dev.lm.be->matmul, BK_MATMUL_BF16);
-    forward_backward(&cpu, 0);
-    forward_backward(&dev, 0);
-    const double rel = fabs(dev.loss[0] - cpu.loss[0]) / fabs(cpu.loss[0]);
-    if (rel > 2e-4)
-        fail_msg("%s on %s: loss %.9g, cpu %.9g (relative difference %.3g > 2e-4)", s->name, device, dev.loss[0],
-                 cpu.loss[0], rel);
-    size_t nl = (size_t)B * T * cpu.lm.gpt.V;
-    float *logits = malloc(nl * sizeof(float));
-    assert_non_null(logits);
-    check(bk_gpt_copy_logits(&dev.lm.gpt, logits, &err), &err, "logits");
-    assert_close("logits (bf16)", s->name, logits, bk_gpt_logits(&cpu.lm.gpt), nl, 1e-2, 0.0);
-    free(logits);
-    for (int i = 0; i < cpu.opt.n_groups; i++) {
-        float *gd = group_grad(&dev, i), *gc = group_grad(&cpu, i);
-        char what[128];
-        snprintf(what, sizeof what, "gradient of %s (bf16)", cpu.opt.groups[i].name);
-        assert_close(what, s->name, gd, gc, cpu.opt.groups[i].n, 4e-2, 1e-7);
-        free(gd), free(gc);
-    }
+    first_step_close(&cpu, &dev, s, device, &tol_bf16);
     printf("%-20s %s: loss %.7f, cpu %.7f (bf16 products)\n", s->name, device, dev.loss[0], cpu.loss[0]);
     close_run(&cpu);
     close_run(&dev);

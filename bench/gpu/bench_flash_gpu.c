@@ -30,28 +30,14 @@
 #include "model/backend.h"
 #include "util/error.h"
 
+#include "../bench_util.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void fill(float *x, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t k = 0; k < n; k++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        x[k] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
-}
 
 /* T5's causal bucket of distance d (num_buckets 32, max_distance 128): exact below 16, then
  * logarithmic up to bucket 31. */

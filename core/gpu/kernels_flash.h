@@ -6,10 +6,8 @@
  * RoPE is not applied here: the model rotates q and k of qkv in place before attention (be->rotary).
  *
  * Tiles. Queries and keys are cut into tiles of `tile` rows (the plan in ops_flash.h picks 16, 32 or
- * 64 by head size so that a block's shared memory fits). q, k and v are read straight from qkv
- * (B, T, 3C) and results written straight into (B, T, C) / (B, T, 3C): no permutation passes.
- * Rows of hd floats in shared memory are padded to hd + 1 and score tiles to tile + 1 floats, so
- * that threads of a warp walking a column hit distinct banks.
+ * 64 by head size so that a block's shared memory fits: k_flash_layout). q, k and v are read straight
+ * from qkv (B, T, 3C) and results written straight into (B, T, C) / (B, T, 3C): no permutation passes.
  *
  * Forward (k_flash_fwd), one block per (b, h, query tile), the longest rows first: for every key tile
  * on or below the diagonal, in ascending order, the scores of the tile, then per row the running max
@@ -43,6 +41,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct k_flash_args {
     const float *qkv;                /* (B, T, 3C) */
@@ -58,26 +57,86 @@ typedef struct k_flash_args {
     float scale;
 } k_flash_args;
 
-/* Floats of shared memory each program uses at a given tile and head size (the plan, ops_flash.h,
- * and the programs carve their arrays in this order). */
-static inline BK_DEV_HD int64_t k_flash_smem_fwd(int tile, int hd)
+enum { K_FLASH_FWD = 0, K_FLASH_DKDV = 1, K_FLASH_DQ = 2 };
+
+/* A program's shared memory: the offsets (in floats) of its arrays, 0 for arrays it does not use, each
+ * starting on 32 bytes, and their row strides. The plan (ops_flash.h) sizes blocks by `total`, and the
+ * programs carve their arrays by the offsets: one layout for both.
+ *   fp32 (tensor = 0): q, k, v, dout and the accumulators are rows of hd floats padded to hd + 1, score
+ *        tiles rows of tile + 1 floats (odd strides: a warp walking a column hits distinct banks); the
+ *        forward's exps overwrite its scores in s, backward computes P and dS without s and dP;
+ *   bf16 tensor cores (tensor = 1, kernels_flash_tc.h): q, k, v, dout, p and ds in bf16 (two to a
+ *        float), the head size padded to hdp, a multiple of 16, rows padded by 8 bf16 or 4 floats
+ *        (wmma's alignment rules, gpu/mma.h); s and dp hold the fp32 products. */
+typedef struct k_flash_smem {
+    int hdp, ldh, ldf, lds, ldp; /* head size as stored; row strides of the q, k, v, dout rows, of the
+                                    accumulator rows, of s and dp, of p and ds */
+    int64_t q, k, v, dout, acc, acc2, s, dp, p, ds, m, l, alpha, total;
+} k_flash_smem;
+
+/* floats that hold n values of `bytes` bytes (4 or 2), rounded up to 32 bytes */
+static inline BK_DEV_HD int64_t k_flash_floats(int64_t n, int bytes)
 {
-    return 4 * (int64_t)tile * (hd + 1) + (int64_t)tile * (tile + 1) + 3 * (int64_t)tile; /* Q K V O, S, m l alpha */
+    return ((n * bytes + 3) / 4 + 7) / 8 * 8;
 }
 
-static inline BK_DEV_HD int64_t k_flash_smem_dkdv(int tile, int hd)
+static inline BK_DEV_HD k_flash_smem k_flash_layout(int which, int tensor, int tile, int hd)
 {
-    return 6 * (int64_t)tile * (hd + 1) + 2 * (int64_t)tile * (tile + 1) + 2 * (int64_t)tile; /* K V dK dV Q dO, P dS */
-}
-
-static inline BK_DEV_HD int64_t k_flash_smem_dq(int tile, int hd)
-{
-    return 5 * (int64_t)tile * (hd + 1) + (int64_t)tile * (tile + 1) + 2 * (int64_t)tile; /* Q dO dQ K V, dS */
+    k_flash_smem L;
+    memset(&L, 0, sizeof L);
+    const int half = tensor ? 2 : 4; /* bytes of a q, k, v, dout, p or ds value */
+    L.hdp = tensor ? (hd + 15) / 16 * 16 : hd;
+    L.ldh = tensor ? L.hdp + 8 : hd + 1, L.ldf = tensor ? L.hdp + 4 : hd + 1;
+    L.lds = tensor ? tile + 4 : tile + 1, L.ldp = tensor ? tile + 8 : tile + 1;
+    const int64_t head = k_flash_floats((int64_t)tile * L.ldh, half), acc = k_flash_floats((int64_t)tile * L.ldf, 4);
+    const int64_t score = k_flash_floats((int64_t)tile * L.lds, 4), prob = k_flash_floats((int64_t)tile * L.ldp, half);
+    const int64_t row = k_flash_floats(tile, 4);
+    int64_t at = 0;
+    L.q = at, at += head;
+    L.k = at, at += head;
+    L.v = at, at += head;
+    if (which != K_FLASH_FWD)
+        L.dout = at, at += head;
+    L.acc = at, at += acc; /* O, dQ or dK */
+    if (which == K_FLASH_DKDV)
+        L.acc2 = at, at += acc; /* dV */
+    if (tensor || which == K_FLASH_FWD)
+        L.s = at, at += score;
+    if (tensor && which != K_FLASH_FWD)
+        L.dp = at, at += score;
+    if (which == K_FLASH_DKDV || (tensor && which == K_FLASH_FWD))
+        L.p = at, at += prob;
+    if (which != K_FLASH_FWD)
+        L.ds = at, at += prob;
+    L.m = at, at += row; /* m, or lse in backward */
+    L.l = at, at += row; /* l, or D in backward */
+    if (which == K_FLASH_FWD)
+        L.alpha = at, at += row;
+    L.total = at;
+    return L;
 }
 
 static inline BK_DEV_HD int k_flash_tiles(const k_flash_args *a)
 {
     return (a->T + a->tile - 1) / a->tile;
+}
+
+/* Rows of the tile starting at row t0 (the last tile may be short). */
+static inline BK_DEV_HD int k_flash_rows(const k_flash_args *a, int t0)
+{
+    return a->T - t0 < a->tile ? a->T - t0 : a->tile;
+}
+
+/* Where row t0 of head h of batch row b starts: in qkv (B, T, 3C), part `part` (0 q, 1 k, 2 v), and
+ * in a (B, T, C) tensor (out, dout, o). */
+static inline BK_DEV_HD int64_t k_flash_qkv_at(const k_flash_args *a, int part, int64_t b, int h, int t0)
+{
+    return (b * a->T + t0) * 3 * (int64_t)a->C + (int64_t)part * a->C + (int64_t)h * (a->C / a->H);
+}
+
+static inline BK_DEV_HD int64_t k_flash_bt_at(const k_flash_args *a, int64_t b, int h, int t0)
+{
+    return (b * a->T + t0) * (int64_t)a->C + (int64_t)h * (a->C / a->H);
 }
 
 /* What block `cta` of a program works on: (b, h) and one tile of rows t0 .. t0 + n - 1. The tile index
@@ -95,14 +154,8 @@ static inline BK_DEV_HD k_flash_block k_flash_block_of(const k_flash_args *a, in
     k.bh = cta / nq, k.b = k.bh / a->H, k.h = (int)(k.bh % a->H);
     k.tile = longest_first ? nq - 1 - (int)(cta % nq) : (int)(cta % nq);
     k.t0 = k.tile * a->tile;
-    k.n = a->T - k.t0 < a->tile ? a->T - k.t0 : a->tile;
+    k.n = k_flash_rows(a, k.t0);
     return k;
-}
-
-/* Rows of the tile starting at row t0 (the last tile may be short). */
-static inline BK_DEV_HD int k_flash_rows(const k_flash_args *a, int t0)
-{
-    return a->T - t0 < a->tile ? a->T - t0 : a->tile;
 }
 
 /* The forward's start, thread t's share: the output accumulator (n floats) zeroed, the running max and
@@ -116,18 +169,25 @@ static inline BK_DEV_HD void k_flash_fwd_start(float *acc, int64_t n, float *m, 
         m[r] = -INFINITY, l[r] = 0.0f, alpha[r] = 0.0f;
 }
 
-/* dst[r * (hd + 1) + d] = part `part` (0 q, 1 k, 2 v) of qkv for token t0 + r of (b, h), r < rows, and
- * 0 for the tile's rows past the sequence; thread t's share (consecutive threads read consecutive
- * addresses). */
-static inline BK_DEV_HD void k_flash_load(float *dst, const k_flash_args *a, int part, int64_t b, int h, int t0,
-                                          int rows, int t)
+/* dst[r * ldh + d] = src[r * stride + d] for the tile's rows r < rows, 0 in the rows past the sequence;
+ * thread t's share (consecutive threads read consecutive addresses). */
+static inline BK_DEV_HD void k_flash_load(float *dst, const k_flash_smem *L, const float *src, int64_t stride, int rows,
+                                          int tile, int t)
 {
-    const int hd = a->C / a->H, ld = hd + 1;
-    const int64_t C3 = 3 * (int64_t)a->C;
-    for (int e = t; e < a->tile * hd; e += BK_CTA_THREADS) {
+    for (int e = t; e < tile * L->hdp; e += BK_CTA_THREADS) {
+        const int r = e / L->hdp, d = e % L->hdp;
+        dst[r * L->ldh + d] = r < rows ? src[(int64_t)r * stride + d] : 0.0f;
+    }
+}
+
+/* dst[r * stride + d] += scale * src[r * ldf + d] for r < rows, d < hd: a block's rows of dQ, dK or dV
+ * added into dqkv. Thread t's share. */
+static inline BK_DEV_HD void k_flash_add_rows(float *dst, int64_t stride, const float *src, int ldf, float scale,
+                                              int rows, int hd, int t)
+{
+    for (int e = t; e < rows * hd; e += BK_CTA_THREADS) {
         const int r = e / hd, d = e % hd;
-        dst[r * ld + d] =
-            r < rows ? a->qkv[(b * a->T + t0 + r) * C3 + (int64_t)part * a->C + (int64_t)h * hd + d] : 0.0f;
+        dst[(int64_t)r * stride + d] += scale * src[r * ldf + d];
     }
 }
 
@@ -171,29 +231,47 @@ static inline BK_DEV_HD float k_flash_prob(float s, float lse)
     return bk_expf_nonpositive(fminf(s - lse, 0.0f));
 }
 
+/* The forward's end, thread t's share: out = O / l for the tile's rows (O's row stride ld), and the row
+ * log-sum-exp lse = m + log l when backward will want it. */
+static inline BK_DEV_HD void k_flash_fwd_finish(const k_flash_args *a, int64_t bh, int h, int i0, int rows,
+                                                const float *Os, int ld, const float *m, const float *l, int t)
+{
+    const int hd = a->C / a->H;
+    float *out = a->out + k_flash_bt_at(a, bh / a->H, h, i0);
+    for (int e = t; e < rows * hd; e += BK_CTA_THREADS) {
+        const int r = e / hd, d = e % hd;
+        out[(int64_t)r * a->C + d] = Os[r * ld + d] * (1.0f / l[r]);
+    }
+    if (a->lse)
+        for (int r = t; r < rows; r += BK_CTA_THREADS)
+            a->lse[bh * a->T + i0 + r] = m[r] + logf(l[r]);
+}
+
 /* ---- forward --------------------------------------------------------------------------------------- */
 
 static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *smem)
 {
     const k_flash_args *a = (const k_flash_args *)args;
-    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T;
+    const int hd = a->C / a->H, tile = a->tile;
+    const k_flash_smem L = k_flash_layout(K_FLASH_FWD, 0, tile, hd);
+    const int ld = L.ldh, lds = L.lds;
     const k_flash_block blk = k_flash_block_of(a, cta, 1);
-    const int64_t bh = blk.bh, b = blk.b;
+    const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
     const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
-    float *Qs = smem, *Ks = Qs + tile * ld, *Vs = Ks + tile * ld, *Os = Vs + tile * ld, *Ss = Os + tile * ld;
-    float *m = Ss + tile * lds, *l = m + tile, *alpha = l + tile;
+    float *Qs = smem + L.q, *Ks = smem + L.k, *Vs = smem + L.v, *Os = smem + L.acc, *Ss = smem + L.s;
+    float *m = smem + L.m, *l = smem + L.l, *alpha = smem + L.alpha;
 
     BK_CTA_PHASE(t)
     {
-        k_flash_load(Qs, a, 0, b, h, i0, rows, t);
+        k_flash_load(Qs, &L, a->qkv + k_flash_qkv_at(a, 0, b, h, i0), C3, rows, tile, t);
         k_flash_fwd_start(Os, (int64_t)tile * ld, m, l, alpha, tile, t);
     }
     for (int kt = 0; kt <= qt; kt++) {
         const int j0 = kt * tile, cols = k_flash_rows(a, j0);
         BK_CTA_PHASE(t)
         {
-            k_flash_load(Ks, a, 1, b, h, j0, cols, t);
-            k_flash_load(Vs, a, 2, b, h, j0, cols, t);
+            k_flash_load(Ks, &L, a->qkv + k_flash_qkv_at(a, 1, b, h, j0), C3, cols, tile, t);
+            k_flash_load(Vs, &L, a->qkv + k_flash_qkv_at(a, 2, b, h, j0), C3, cols, tile, t);
         }
         BK_CTA_PHASE(t) /* scores; -inf past the diagonal and outside the sequence */
         {
@@ -222,13 +300,7 @@ static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *s
     }
     BK_CTA_PHASE(t)
     {
-        for (int e = t; e < rows * hd; e += BK_CTA_THREADS) {
-            const int r = e / hd, d = e % hd;
-            a->out[(b * T + i0 + r) * (int64_t)a->C + (int64_t)h * hd + d] = Os[r * ld + d] * (1.0f / l[r]);
-        }
-        if (a->lse)
-            for (int r = t; r < rows; r += BK_CTA_THREADS)
-                a->lse[bh * T + i0 + r] = m[r] + logf(l[r]);
+        k_flash_fwd_finish(a, bh, h, i0, rows, Os, ld, m, l, t);
     }
 }
 
@@ -243,7 +315,7 @@ static inline BK_DEV_HD void k_flash_dsum(int64_t idx, const void *args)
     const int i = (int)(idx % a->T);
     const int64_t bh = idx / a->T, b = bh / a->H;
     const int h = (int)(bh % a->H);
-    const int64_t at = (b * a->T + i) * (int64_t)a->C + (int64_t)h * hd;
+    const int64_t at = k_flash_bt_at(a, b, h, i);
     a->dsum[idx] = (float)bk_dot_lanes(a->dout + at, a->o + at, hd);
 }
 
@@ -259,12 +331,12 @@ static inline BK_DEV_HD void k_flash_load_stats(float *lse, float *dsum, const k
 
 /* P and dS of one (query tile, key tile) pair, thread t's share: P[r][c] = exp(s - lse_r) and
  * dS[r][c] = P (dO_r . v_c - D_r) for j <= i inside the sequence, 0 elsewhere. P may be NULL. */
-static inline BK_DEV_HD void k_flash_ds_tile(const k_flash_args *a, int64_t b, int h, int i0, int rows, int j0,
-                                             int cols, const float *Qs, const float *dOs, const float *Ks,
-                                             const float *Vs, const float *lse, const float *dsum, float *Ps,
-                                             float *dSs, int t)
+static inline BK_DEV_HD void k_flash_ds_tile(const k_flash_args *a, const k_flash_smem *L, int64_t b, int h, int i0,
+                                             int rows, int j0, int cols, const float *Qs, const float *dOs,
+                                             const float *Ks, const float *Vs, const float *lse, const float *dsum,
+                                             float *Ps, float *dSs, int t)
 {
-    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1;
+    const int hd = a->C / a->H, ld = L->ldh, tile = a->tile, lds = L->ldp;
     for (int e = t; e < tile * tile; e += BK_CTA_THREADS) {
         const int r = e / tile, c = e % tile, i = i0 + r, j = j0 + c;
         float p = 0.0f, ds = 0.0f;
@@ -281,18 +353,19 @@ static inline BK_DEV_HD void k_flash_ds_tile(const k_flash_args *a, int64_t b, i
 static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *smem)
 {
     const k_flash_args *a = (const k_flash_args *)args;
-    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T, nq = k_flash_tiles(a);
+    const int hd = a->C / a->H, tile = a->tile, nq = k_flash_tiles(a);
+    const k_flash_smem L = k_flash_layout(K_FLASH_DKDV, 0, tile, hd);
+    const int ld = L.ldh, lds = L.ldp;
     const k_flash_block blk = k_flash_block_of(a, cta, 0);
-    const int64_t bh = blk.bh, b = blk.b;
+    const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
     const int h = blk.h, kt = blk.tile, j0 = blk.t0, cols = blk.n;
-    float *Ks = smem, *Vs = Ks + tile * ld, *dKs = Vs + tile * ld, *dVs = dKs + tile * ld, *Qs = dVs + tile * ld;
-    float *dOs = Qs + tile * ld, *Ps = dOs + tile * ld, *dSs = Ps + tile * lds, *lse = dSs + tile * lds;
-    float *dsum = lse + tile;
+    float *Ks = smem + L.k, *Vs = smem + L.v, *dKs = smem + L.acc, *dVs = smem + L.acc2, *Qs = smem + L.q;
+    float *dOs = smem + L.dout, *Ps = smem + L.p, *dSs = smem + L.ds, *lse = smem + L.m, *dsum = smem + L.l;
 
     BK_CTA_PHASE(t)
     {
-        k_flash_load(Ks, a, 1, b, h, j0, cols, t);
-        k_flash_load(Vs, a, 2, b, h, j0, cols, t);
+        k_flash_load(Ks, &L, a->qkv + k_flash_qkv_at(a, 1, b, h, j0), C3, cols, tile, t);
+        k_flash_load(Vs, &L, a->qkv + k_flash_qkv_at(a, 2, b, h, j0), C3, cols, tile, t);
         for (int e = t; e < tile * ld; e += BK_CTA_THREADS)
             dKs[e] = 0.0f, dVs[e] = 0.0f;
     }
@@ -300,16 +373,13 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
         const int i0 = qt * tile, rows = k_flash_rows(a, i0);
         BK_CTA_PHASE(t)
         {
-            k_flash_load(Qs, a, 0, b, h, i0, rows, t);
-            for (int e = t; e < tile * hd; e += BK_CTA_THREADS) {
-                const int r = e / hd, d = e % hd;
-                dOs[r * ld + d] = r < rows ? a->dout[(b * T + i0 + r) * (int64_t)a->C + (int64_t)h * hd + d] : 0.0f;
-            }
+            k_flash_load(Qs, &L, a->qkv + k_flash_qkv_at(a, 0, b, h, i0), C3, rows, tile, t);
+            k_flash_load(dOs, &L, a->dout + k_flash_bt_at(a, b, h, i0), a->C, rows, tile, t);
             k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
         }
         BK_CTA_PHASE(t)
         {
-            k_flash_ds_tile(a, b, h, i0, rows, j0, cols, Qs, dOs, Ks, Vs, lse, dsum, Ps, dSs, t);
+            k_flash_ds_tile(a, &L, b, h, i0, rows, j0, cols, Qs, dOs, Ks, Vs, lse, dsum, Ps, dSs, t);
         }
         BK_CTA_PHASE(t) /* dV += P^T dO, dK += scale dS^T Q, rows in ascending order */
         {
@@ -327,13 +397,8 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
     }
     BK_CTA_PHASE(t)
     {
-        const int64_t C3 = 3 * (int64_t)a->C;
-        for (int e = t; e < cols * hd; e += BK_CTA_THREADS) {
-            const int c = e / hd, d = e % hd;
-            float *row = a->dqkv + (b * T + j0 + c) * C3 + (int64_t)h * hd + d;
-            row[a->C] += dKs[c * ld + d];
-            row[2 * (int64_t)a->C] += dVs[c * ld + d];
-        }
+        k_flash_add_rows(a->dqkv + k_flash_qkv_at(a, 1, b, h, j0), C3, dKs, ld, 1.0f, cols, hd, t);
+        k_flash_add_rows(a->dqkv + k_flash_qkv_at(a, 2, b, h, j0), C3, dVs, ld, 1.0f, cols, hd, t);
     }
 }
 
@@ -372,20 +437,19 @@ static inline BK_DEV_HD void k_flash_table_partial(const k_flash_args *a, int s,
 static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *smem)
 {
     const k_flash_args *a = (const k_flash_args *)args;
-    const int hd = a->C / a->H, ld = hd + 1, tile = a->tile, lds = tile + 1, T = a->T;
+    const int hd = a->C / a->H, tile = a->tile;
+    const k_flash_smem L = k_flash_layout(K_FLASH_DQ, 0, tile, hd);
+    const int ld = L.ldh, lds = L.ldp;
     const k_flash_block blk = k_flash_block_of(a, cta, 1);
-    const int64_t bh = blk.bh, b = blk.b;
+    const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
     const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
-    float *Qs = smem, *dOs = Qs + tile * ld, *dQs = dOs + tile * ld, *Ks = dQs + tile * ld, *Vs = Ks + tile * ld;
-    float *dSs = Vs + tile * ld, *lse = dSs + tile * lds, *dsum = lse + tile;
+    float *Qs = smem + L.q, *dOs = smem + L.dout, *dQs = smem + L.acc, *Ks = smem + L.k, *Vs = smem + L.v;
+    float *dSs = smem + L.ds, *lse = smem + L.m, *dsum = smem + L.l;
 
     BK_CTA_PHASE(t)
     {
-        k_flash_load(Qs, a, 0, b, h, i0, rows, t);
-        for (int e = t; e < tile * hd; e += BK_CTA_THREADS) {
-            const int r = e / hd, d = e % hd;
-            dOs[r * ld + d] = r < rows ? a->dout[(b * T + i0 + r) * (int64_t)a->C + (int64_t)h * hd + d] : 0.0f;
-        }
+        k_flash_load(Qs, &L, a->qkv + k_flash_qkv_at(a, 0, b, h, i0), C3, rows, tile, t);
+        k_flash_load(dOs, &L, a->dout + k_flash_bt_at(a, b, h, i0), a->C, rows, tile, t);
         for (int e = t; e < tile * ld; e += BK_CTA_THREADS)
             dQs[e] = 0.0f;
         k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
@@ -394,12 +458,12 @@ static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *sm
         const int j0 = kt * tile, cols = k_flash_rows(a, j0);
         BK_CTA_PHASE(t)
         {
-            k_flash_load(Ks, a, 1, b, h, j0, cols, t);
-            k_flash_load(Vs, a, 2, b, h, j0, cols, t);
+            k_flash_load(Ks, &L, a->qkv + k_flash_qkv_at(a, 1, b, h, j0), C3, cols, tile, t);
+            k_flash_load(Vs, &L, a->qkv + k_flash_qkv_at(a, 2, b, h, j0), C3, cols, tile, t);
         }
         BK_CTA_PHASE(t)
         {
-            k_flash_ds_tile(a, b, h, i0, rows, j0, cols, Qs, dOs, Ks, Vs, lse, dsum, (float *)0, dSs, t);
+            k_flash_ds_tile(a, &L, b, h, i0, rows, j0, cols, Qs, dOs, Ks, Vs, lse, dsum, (float *)0, dSs, t);
         }
         BK_CTA_PHASE(t) /* dQ += scale dS K, keys in ascending order; the tile's table-gradient partials */
         {
@@ -417,11 +481,7 @@ static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *sm
     }
     BK_CTA_PHASE(t)
     {
-        const int64_t C3 = 3 * (int64_t)a->C;
-        for (int e = t; e < rows * hd; e += BK_CTA_THREADS) {
-            const int r = e / hd, d = e % hd;
-            a->dqkv[(b * T + i0 + r) * C3 + (int64_t)h * hd + d] += dQs[r * ld + d];
-        }
+        k_flash_add_rows(a->dqkv + k_flash_qkv_at(a, 0, b, h, i0), C3, dQs, ld, 1.0f, rows, hd, t);
     }
 }
 

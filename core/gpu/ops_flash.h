@@ -44,13 +44,9 @@ static int dev_flash_plan_for(const bk_dev *d, const char *what, int hd, int ten
     for (int k = 0; k < n; k++) {
         const int tile = dev_flash_tiles[k];
         plan->tile = tile;
-        plan->smem_fwd = (size_t)(tensor ? k_flash_tc_layout(K_FLASH_FWD, tile, hd).total : k_flash_smem_fwd(tile, hd)) *
-                         sizeof(float);
-        plan->smem_dkdv =
-            (size_t)(tensor ? k_flash_tc_layout(K_FLASH_DKDV, tile, hd).total : k_flash_smem_dkdv(tile, hd)) *
-            sizeof(float);
-        plan->smem_dq =
-            (size_t)(tensor ? k_flash_tc_layout(K_FLASH_DQ, tile, hd).total : k_flash_smem_dq(tile, hd)) * sizeof(float);
+        plan->smem_fwd = (size_t)k_flash_layout(K_FLASH_FWD, tensor, tile, hd).total * sizeof(float);
+        plan->smem_dkdv = (size_t)k_flash_layout(K_FLASH_DKDV, tensor, tile, hd).total * sizeof(float);
+        plan->smem_dq = (size_t)k_flash_layout(K_FLASH_DQ, tensor, tile, hd).total * sizeof(float);
         if (plan->smem_fwd <= most && plan->smem_dkdv <= most && plan->smem_dq <= most)
             return BK_OK;
     }

@@ -24,19 +24,6 @@ static void device_origin(const bk_experiment *e, char *out, size_t size)
 /* The backend [run] device and matmul ask for. Resolved on the final experiment (file, --set, or the
  * one stored in a checkpoint), so a checkpoint trained on a GPU with device = "cuda" evaluates and
  * resumes on a machine without one under --set run.device=cpu, and under "auto" without anything. */
-static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *err);
-
-/* ... and [run] attention, which the device backends take before the model sizes its buffers. */
-static int create_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
-{
-    int rc = choose_backend(e, out, err);
-    if (rc != BK_OK || !(*out)->on_device)
-        return rc;
-    bk_backend *be = *out;
-    be->attention = e->run.attention == BK_ATTENTION_MATERIALIZED ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
-    return rc;
-}
-
 static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
 {
     *out = NULL;
@@ -66,6 +53,16 @@ static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *er
         return bk_backend_cuda_create(out, matmul, err);
     }
     return bk_fail(err, BK_ERR_INTERNAL, "[run] device: unknown choice %lld", (long long)e->run.device);
+}
+
+/* ... with [run] attention, which a device backend takes before the model sizes its buffers. */
+static int create_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
+{
+    int rc = choose_backend(e, out, err);
+    if (rc == BK_OK && (*out)->on_device)
+        (*out)->attention =
+            e->run.attention == BK_ATTENTION_MATERIALIZED ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
+    return rc;
 }
 
 int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const char *config_dir,
