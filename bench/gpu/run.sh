@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # GPT-2 small ALiBi training speed on a GPU: biaskit (examples/gpt2_small_alibi.toml, with its fused and its
-# materialized attention) against the same
-# model in PyTorch (bench/gpu/gpt2_torch.py: eager attention, and SDPA with the bias as a float mask),
-# in fp32 and TF32 matmuls. Prints a markdown table; docs/performance.md says how to read it.
+# materialized attention) against the same model in PyTorch (bench/gpu/gpt2_torch.py: eager attention,
+# SDPA with the bias as a float mask, and torch.compile + FlexAttention with the ALiBi score_mod), with
+# fp32, TF32 and bf16 matmuls (biaskit [run] matmul; PyTorch's bf16 is autocast). Each PyTorch run first
+# checks its loss against eager fp32 on the same weights (gpt2_torch.py --check). Prints a markdown
+# table; docs/performance.md says how to read it.
 #
 #   bash bench/gpu/run.sh                 # after scripts/gpu-test.sh built ./build-gpu
 #
@@ -31,7 +33,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
     echo
     echo "| engine | attention | matmul | tokens/s |"
     echo "|---|---|---|---|"
-    for prec in fp32 tf32; do
+    for prec in fp32 tf32 bf16; do
         for att in fused materialized; do
             out=$work/run-$prec-$att
             "$BIN" train "$ROOT/examples/gpt2_small_alibi.toml" --out "$out" --set run.device=cuda \
@@ -42,10 +44,17 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
             rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/metrics.jsonl" | awk -v w="$WARMUP" 'NR > w {print $2}' | median)
             echo "| biaskit | $att | $prec | $rate |"
         done
-        for mode in eager sdpa; do
-            line=$("$PY" "$ROOT/bench/gpu/gpt2_torch.py" --mode $mode --precision $prec --steps "$STEPS" --warmup "$WARMUP")
-            echo "| ${line%%:*} | $mode | $prec | $(echo "$line" | sed -E 's/.*: ([0-9]+) tokens\/s.*/\1/') |"
-            echo "<!-- $line -->"
+        for mode in eager sdpa flex; do
+            # a peer that fails (its check, memory, an old PyTorch) gets a row saying so; the table goes on
+            if said=$("$PY" "$ROOT/bench/gpu/gpt2_torch.py" --mode $mode --precision $prec --steps "$STEPS" \
+                      --warmup "$WARMUP" --check 2>"$work/torch-$prec-$mode.err"); then
+                line=$(tail -n 1 <<<"$said")
+                echo "| ${line%%:*} | $mode | $prec | $(sed -E 's/.*: ([0-9]+) tokens\/s.*/\1/' <<<"$line") |"
+                echo "<!-- $(grep '^check:' <<<"$said") -->"
+                echo "<!-- $line -->"
+            else
+                echo "| pytorch | $mode | $prec | failed: $(tail -n 1 "$work/torch-$prec-$mode.err") |"
+            fi
         done
     done
 } | tee "$LOG"
