@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Fused biased attention on a GPU: biaskit (build-gpu/bench_flash_gpu) against PyTorch's SDPA without a
 # bias, SDPA with the bias as a float mask, and FlexAttention with the equivalent score_mod
-# (bench/gpu/attention_torch.py), forward and forward + backward, ALiBi / KERPLE / T5 tables. Prints
-# markdown tables of TFLOP/s and the ratios docs/performance.md reads.
+# (bench/gpu/attention_torch.py), forward and forward + backward, ALiBi / KERPLE / T5 tables, and biaskit
+# without a table (what each table costs it). Prints markdown tables of TFLOP/s and the ratios
+# docs/performance.md reads, then a table of the fused-attention issue's targets: the worst case of
+# each over the grid and whether it is met (a ratio missing because a run failed never counts as met).
 #
 #   bash bench/gpu/attention.sh            # the full grid (after scripts/gpu-test.sh built ./build-gpu)
 #   QUICK=1 bash bench/gpu/attention.sh    # T = 1024 and 4096 only, 5 timed calls
@@ -51,6 +53,9 @@ run() { # run KEY LOG COMMAND...: the RESULT line's tflops into R[KEY], "-" on f
 ratio() { # ratio A B: A / B to 2 decimals, or -
     if [ "$1" = - ] || [ "$2" = - ] || [ -z "$1" ] || [ -z "$2" ]; then echo -; else awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; fi
 }
+cost() { # cost WITH WITHOUT (TFLOP/s): the time the table adds, in % of the no-bias time, or -
+    if [ "$1" = - ] || [ "$2" = - ] || [ -z "$1" ] || [ -z "$2" ]; then echo -; else awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0) printf "%+.0f%%", (b / a - 1) * 100; else print "-" }'; fi
+}
 
 for D in $HEAD_DIMS; do
     H=$((D == 128 ? 8 : 16))
@@ -61,6 +66,8 @@ for D in $HEAD_DIMS; do
             shape=(--batch "$B" --heads "$H" --length "$T" --head-dim "$D" --mode "$mode" --dtype "$DTYPE")
             torch=("$PY" "$ROOT/bench/gpu/attention_torch.py" "${shape[@]}" --device "$DEVICE" --reps "$REPS" --warmup "$WARMUP")
             run "sdpa_nobias|none|$D|$T|$mode" "$LOGS/sdpa_nobias-$D-$T-$mode.log" "${torch[@]}" --peer sdpa_nobias --table none
+            run "biaskit|none|$D|$T|$mode" "$LOGS/biaskit-none-$D-$T-$mode.log" \
+                "$BIN" "${shape[@]}" --table none --reps "$REPS" --warmup "$WARMUP" --device "$BK_DEVICE"
             for tab in $TABLES; do
                 run "biaskit|$tab|$D|$T|$mode" "$LOGS/biaskit-$tab-$D-$T-$mode.log" \
                     "$BIN" "${shape[@]}" --table "$tab" --reps "$REPS" --warmup "$WARMUP" --device "$BK_DEVICE"
@@ -83,22 +90,61 @@ done
             head="| T |"
             rule="|---|"
             for who in biaskit flex sdpa_bias; do for tab in $TABLES; do head+=" $who $tab |"; rule+="---:|"; done; done
-            head+=" SDPA, no bias |"
-            rule+="---:|"
+            head+=" SDPA, no bias | biaskit, no bias |"
+            rule+="---:|---:|"
             for tab in $TABLES; do head+=" biaskit / flex, $tab |"; rule+="---:|"; done
             for tab in $TABLES; do head+=" biaskit / SDPA no bias, $tab |"; rule+="---:|"; done
+            for tab in $TABLES; do head+=" cost of $tab over biaskit no bias |"; rule+="---:|"; done
             echo "$head"
             echo "$rule"
             for T in $LENGTHS; do
                 row="| $T |"
                 for who in biaskit flex sdpa_bias; do for tab in $TABLES; do row+=" ${R[$who|$tab|$D|$T|$mode]:--} |"; done; done
                 base=${R[sdpa_nobias|none|$D|$T|$mode]:--}
-                row+=" $base |"
+                own=${R[biaskit|none|$D|$T|$mode]:--}
+                row+=" $base | $own |"
                 for tab in $TABLES; do row+=" $(ratio "${R[biaskit|$tab|$D|$T|$mode]:--}" "${R[flex|$tab|$D|$T|$mode]:--}") |"; done
                 for tab in $TABLES; do row+=" $(ratio "${R[biaskit|$tab|$D|$T|$mode]:--}" "$base") |"; done
+                for tab in $TABLES; do row+=" $(cost "${R[biaskit|$tab|$D|$T|$mode]:--}" "$own") |"; done
                 echo "$row"
             done
             echo
         done
     done
+    # The issue's targets over the whole grid: the worst case of each, and whether it is met. A ratio
+    # that could not be computed (a run failed) is counted as missing, never as met.
+    echo "## Targets (worst case over head dims and lengths)"
+    echo
+    echo "| target | worst | where | met |"
+    echo "|---|---:|---|---|"
+    target() { # target LABEL OP LIMIT KIND TABLES MODES: KIND ratio_flex | ratio_sdpa | cost
+        local label=$1 op=$2 limit=$3 kind=$4 tabs=$5 modes=$6 worst=- where=- missing=0 v tab D T mode
+        for mode in $modes; do for tab in $tabs; do for D in $HEAD_DIMS; do for T in $LENGTHS; do
+            local a=${R[biaskit|$tab|$D|$T|$mode]:--}
+            case $kind in
+                ratio_flex) v=$(ratio "$a" "${R[flex|$tab|$D|$T|$mode]:--}") ;;
+                ratio_sdpa) v=$(ratio "$a" "${R[sdpa_nobias|none|$D|$T|$mode]:--}") ;;
+                cost) v=$(cost "$a" "${R[biaskit|none|$D|$T|$mode]:--}"); v=${v%\%} ;;
+            esac
+            if [ "$v" = - ]; then missing=$((missing + 1)); continue; fi
+            # worst: the smallest ratio (op >=) or the largest cost (op <=)
+            if [ "$worst" = - ] || awk -v v="$v" -v w="$worst" -v op="$op" 'BEGIN { exit !(op == ">=" ? v < w : v > w) }'; then
+                worst=$v where="$tab, D $D, T $T, $mode"
+            fi
+        done; done; done; done
+        local met=no
+        if [ "$worst" != - ] && awk -v v="$worst" -v l="$limit" -v op="$op" 'BEGIN { exit !(op == ">=" ? v >= l : v <= l) }'; then
+            met=yes
+        fi
+        [ "$missing" -gt 0 ] && met="$met ($missing missing)"
+        [ "$kind" = cost ] && [ "$worst" != - ] && worst="$worst%"
+        echo "| $label | $worst | $where | $met |"
+    }
+    learnable=$(tr ' ' '\n' <<<"$TABLES" | grep -v '^alibi$' | tr '\n' ' ')
+    target "forward + backward, learnable table: biaskit / flex >= 1.3" ">=" 1.3 ratio_flex "$learnable" fwdbwd
+    target "forward: biaskit / flex >= 1.0" ">=" 1.0 ratio_flex "$TABLES" fwd
+    target "biaskit / SDPA without bias >= 0.70 (forward)" ">=" 0.70 ratio_sdpa "$TABLES" fwd
+    target "biaskit / SDPA without bias >= 0.70 (forward + backward)" ">=" 0.70 ratio_sdpa "$TABLES" fwdbwd
+    target "table's cost over biaskit without bias <= 10% (forward)" "<=" 10 cost "$TABLES" fwd
+    target "table's cost over biaskit without bias <= 25% (forward + backward)" "<=" 25 cost "$TABLES" fwdbwd
 } | if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && tee "$OUT/attention.md"; else cat; fi
