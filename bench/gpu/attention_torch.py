@@ -2,9 +2,14 @@
 """PyTorch's peers of biaskit's fused biased attention (bench/gpu/bench_flash_gpu.c), timed on a GPU;
 bench/gpu/attention.sh runs both over a grid.
 
-  attention_torch.py --peer sdpa_nobias|sdpa_bias|flex --table alibi|kerple|t5|none --mode fwd|fwdbwd
-                     --batch B --heads H --length T --head-dim D [--dtype bf16|fp32] [--warmup 5]
+  attention_torch.py --peer P[,P...] --table T[,T...] --mode M[,M...] --length T[,T...]
+                     (--batch B | --tokens N) --heads H --head-dim D [--dtype bf16|fp32] [--warmup 5]
                      [--reps 20] [--device cuda|cpu] [--check]
+
+Every combination of the listed peers, tables, modes and lengths runs in this one process (one
+PyTorch start for a whole grid), longest lengths last; sdpa_nobias runs with table none only and the
+biased peers with the other tables (a combination that pairs them otherwise is left out; if nothing is
+left, it is an error). --tokens N gives each length T the batch max(1, N // T).
 
 Causal attention over q, k, v of shape (B, H, T, D), random normal: s[i][j] = q_i . k_j / sqrt(D) +
 bias[h][i - j] for j <= i (the bias added after the scaling, as biaskit does), softmax over j <= i,
@@ -20,18 +25,21 @@ Peers:
   sdpa_bias    SDPA with the bias built from the table's parameters inside the timed region (as a
                training step must, so that gradients reach them) and passed as a float mask (H, T, T)
                with -inf above the diagonal
-  flex         torch.compile'd flex_attention with a causal block mask (built once, outside the timed
-               region) and a score_mod reading the captured parameters (with gradients in fwdbwd)
+  flex         flex_attention compiled for the shape (torch.compile, dynamic=False, after
+               torch._dynamo.reset(): each combination compiles afresh, as in a process of its own) with
+               a causal block mask (built once, outside the timed region) and a score_mod reading the
+               captured parameters (with gradients in fwdbwd)
 fwdbwd times the forward and the backward of (out * g).sum() for a fixed random g, parameter gradients
 included (grads are set to None before each call, outside the timed region). Each call is timed with
 CUDA events (perf_counter with a synchronisation on the CPU); the median of --reps calls after --warmup
 calls (which absorb torch.compile) is reported. FLOPs count the causal half: forward 4 B H D T(T+1)/2,
 forward + backward 3.5 times that (FlashAttention's convention, as bench_flash_gpu).
 
-The last line printed is machine-readable:
+Each combination prints one machine-readable line:
   RESULT engine=torch peer=... table=... mode=... B=.. H=.. T=.. D=.. dtype=.. ms=... tflops=... torch=...
-or, when the peer cannot run (out of memory, unsupported), the same with error=<reason>, exit status 3.
---check first compares the peer's output (and the parameter gradients in fwdbwd) with a plain fp32
+or, when it cannot run (out of memory, unsupported), the same with error=<reason> (and the message on
+stderr); the others still run, and the exit status is then 3.
+--check first compares each peer's output (and the parameter gradients in fwdbwd) with a plain fp32
 reference and prints the largest differences."""
 import argparse
 import math
@@ -40,6 +48,7 @@ import sys
 import time
 
 import torch
+import torch._dynamo
 import torch.nn.functional as F
 
 
@@ -83,9 +92,8 @@ class Table:
         return bias.masked_fill((i[None, :] > i[:, None])[None], float("-inf"))
 
 
-def make_peer(args, table, device):
-    H, T = args.heads, args.length
-    if args.peer == "sdpa_nobias":
+def make_peer(peer, table, H, T, device):
+    if peer == "sdpa_nobias":
         def run(q, k, v):
             try:
                 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -94,7 +102,7 @@ def make_peer(args, table, device):
             except RuntimeError:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return run
-    if args.peer == "sdpa_bias":
+    if peer == "sdpa_bias":
         def run(q, k, v):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=table.dense(H, T, device)[None].to(q.dtype))
         return run
@@ -109,7 +117,7 @@ def make_peer(args, table, device):
         d = (q_idx - kv_idx).clamp(min=0)
         return score + table.value(h, d if table.name == "t5" else d.float())
 
-    flex = torch.compile(flex_attention)
+    flex = torch.compile(flex_attention, dynamic=False)
     return lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=mask)
 
 
@@ -118,37 +126,23 @@ def reference(q, k, v, table, H, T):
     return torch.softmax(s, dim=-1) @ v.float()
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--peer", choices=["sdpa_nobias", "sdpa_bias", "flex"], required=True)
-    p.add_argument("--table", choices=["alibi", "kerple", "t5", "none"], required=True)
-    p.add_argument("--mode", choices=["fwd", "fwdbwd"], required=True)
-    for name in ("batch", "heads", "length", "head-dim"):
-        p.add_argument("--" + name, type=int, required=True)
-    p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--check", action="store_true")
-    args = p.parse_args()
-    if (args.table == "none") != (args.peer == "sdpa_nobias"):
-        p.error("--table none goes with --peer sdpa_nobias, and only there")
-    B, H, T, D = args.batch, args.heads, args.length, args.head_dim
-    keys = (f"engine=torch peer={args.peer} table={args.table} mode={args.mode} B={B} H={H} T={T} D={D} "
-            f"dtype={args.dtype}")
-    device = torch.device(args.device)
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    backward = args.mode == "fwdbwd"
+def run_one(args, peer_name, table_name, mode, B, H, T, D, device, dtype):
+    """One combination: prints its RESULT line; returns False when it could not run."""
+    keys = f"engine=torch peer={peer_name} table={table_name} mode={mode} B={B} H={H} T={T} D={D} dtype={args.dtype}"
+    backward = mode == "fwdbwd"
+    times = []
     try:
         torch.manual_seed(0)
         q, k, v = (torch.randn(B, H, T, D, device=device, dtype=dtype, requires_grad=backward) for _ in range(3))
         g = torch.randn(B, H, T, D, device=device, dtype=dtype)
-        table = Table(args.table, H, T, device, backward) if args.table != "none" else None
-        peer = make_peer(args, table, device)
+        table = Table(table_name, H, T, device, backward) if table_name != "none" else None
+        if peer_name == "flex":
+            torch._dynamo.reset()  # a fresh compilation, as in a process of its own
+        peer = make_peer(peer_name, table, H, T, device)
         if args.check and table is not None:
             out = peer(q, k, v)
             want = reference(q, k, v, table, H, T)
-            print(f"check: max |out - fp32 reference| = {(out.float() - want).abs().max().item():.3g}")
+            print(f"check: {keys}: max |out - fp32 reference| = {(out.float() - want).abs().max().item():.3g}")
             if backward and table.params:
                 (out.float() * g.float()).sum().backward()
                 got = [t.grad.clone() for t in table.params]
@@ -156,7 +150,8 @@ def main():
                     t.grad = None
                 (want * g.float()).sum().backward()
                 for a, b_ in zip(got, table.params):
-                    print(f"check: max |param grad - reference| = {(a - b_.grad).abs().max().item():.3g}")
+                    print(f"check: {keys}: max |param grad - reference| = {(a - b_.grad).abs().max().item():.3g}")
+            del out, want
 
         def call():
             for t in [q, k, v] + (table.params if table else []):
@@ -166,7 +161,6 @@ def main():
                 (out * g).sum().backward()
 
         cuda = device.type == "cuda"
-        times = []
         for n in range(args.warmup + args.reps):
             if cuda:
                 start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -182,13 +176,68 @@ def main():
             if n >= args.warmup:
                 times.append(ms)
     except Exception as e:  # out of memory, an unsupported combination: a row the driver shows as "-"
-        reason = type(e).__name__
         print(f"attention_torch.py: {keys}: {e}", file=sys.stderr)
-        print(f"RESULT {keys} error={reason} torch={torch.__version__}")
-        sys.exit(3)
+        print(f"RESULT {keys} error={type(e).__name__} torch={torch.__version__}", flush=True)
+        return False
+    finally:
+        q = k = v = g = table = peer = None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     ms = statistics.median(times)
     flops = 4.0 * B * H * D * T * (T + 1) / 2 * (3.5 if backward else 1.0)
-    print(f"RESULT {keys} ms={ms:.4f} tflops={flops / ms / 1e9:.3f} torch={torch.__version__}")
+    print(f"RESULT {keys} ms={ms:.4f} tflops={flops / ms / 1e9:.3f} torch={torch.__version__}", flush=True)
+    return True
+
+
+def listed(p, text, choices, name):
+    items = [x for x in text.split(",") if x]
+    for x in items:
+        if x not in choices:
+            p.error(f"--{name} {x}: expected one of {', '.join(choices)}")
+    if not items:
+        p.error(f"--{name}: empty")
+    return items
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--peer", required=True, help="sdpa_nobias, sdpa_bias, flex (a comma list)")
+    p.add_argument("--table", required=True, help="alibi, kerple, t5, none (a comma list)")
+    p.add_argument("--mode", required=True, help="fwd, fwdbwd (a comma list)")
+    p.add_argument("--length", required=True, help="T (a comma list)")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--tokens", type=int, help="batch max(1, tokens // T) for each length T")
+    for name in ("heads", "head-dim"):
+        p.add_argument("--" + name, type=int, required=True)
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--check", action="store_true")
+    args = p.parse_args()
+    peers = listed(p, args.peer, ["sdpa_nobias", "sdpa_bias", "flex"], "peer")
+    tables = listed(p, args.table, ["alibi", "kerple", "t5", "none"], "table")
+    modes = listed(p, args.mode, ["fwd", "fwdbwd"], "mode")
+    try:
+        lengths = sorted(int(x) for x in args.length.split(",") if x)
+    except ValueError:
+        p.error(f"--length {args.length}: expected positive integers separated by commas")
+    if not lengths or min(lengths) < 1:
+        p.error(f"--length {args.length}: expected positive integers separated by commas")
+    if (args.batch is None) == (args.tokens is None):
+        p.error("give one of --batch and --tokens")
+    combos = [(peer, table, mode, T) for T in lengths for mode in modes for peer in peers for table in tables
+              if (table == "none") == (peer == "sdpa_nobias")]
+    if not combos:
+        p.error("--table none goes with --peer sdpa_nobias, and only there: nothing to run")
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    H, D = args.heads, args.head_dim
+    ok = True
+    for peer, table, mode, T in combos:
+        B = args.batch if args.batch is not None else max(1, args.tokens // T)
+        ok &= run_one(args, peer, table, mode, B, H, T, D, device, dtype)
+    sys.exit(0 if ok else 3)
 
 
 if __name__ == "__main__":
