@@ -10,12 +10,14 @@
 #   QUICK=1 bash bench/gpu/attention.sh    # T = 1024 and 4096 only, 5 timed calls
 #
 # Environment: BUILD_DIR (./build-gpu), PYTHON (python3: a PyTorch with CUDA and FlexAttention), OUT
-# (also write the tables to $OUT/attention.md), TOKENS (tokens per batch, 16384), HEAD_DIMS ("64 128":
-# 16 and 8 heads, model width 1024), LENGTHS ("1024 2048 4096 8192 16384"), TABLES ("alibi kerple t5"),
-# DTYPE (bf16: PyTorch's and biaskit's --dtype), REPS (20), WARMUP (5), DEVICE (cuda; cpu to try the
-# script itself on a machine without a GPU: PyTorch on the CPU, biaskit's emulated backend, and
-# FlexAttention's backward, which PyTorch does not run on a CPU, shows "-"), LOG_DIR
-# ($BUILD_DIR/bench-logs/attention: one log per run).
+# (also write the tables to $OUT/attention-d<head dims>.md, e.g. attention-d64-128.md), TOKENS (tokens
+# per batch, 16384), HEAD_DIMS ("64 128": 16 and 8 heads, model width 1024; HEAD_DIMS=64 and
+# HEAD_DIMS=128 split the grid in two runs where one command's time is limited), LENGTHS ("1024 2048
+# 4096 8192 16384"), TABLES ("alibi kerple t5"), DTYPE (bf16: PyTorch's and biaskit's --dtype), REPS
+# (20), WARMUP (5), DEVICE (cuda; cpu to try the script itself on a machine without a GPU: PyTorch on
+# the CPU, biaskit's emulated backend, and FlexAttention's backward, which PyTorch does not run on a
+# CPU, shows "-"), LOG_DIR ($BUILD_DIR/bench-logs/attention: one log per biaskit run, one per head size
+# for PyTorch).
 # A run that fails (its binary missing, out of memory, unsupported) shows "-" and the script goes on.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -167,4 +169,4 @@ done
     target "biaskit / SDPA without bias >= 0.70 (forward + backward)" ">=" 0.70 ratio_sdpa "$TABLES" fwdbwd
     target "table's cost over biaskit without bias <= 10% (forward)" "<=" 10 cost "$TABLES" fwd
     target "table's cost over biaskit without bias <= 25% (forward + backward)" "<=" 25 cost "$TABLES" fwdbwd
-} | if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && tee "$OUT/attention.md"; else cat; fi
+} | if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && tee "$OUT/attention-d$(tr ' ' '-' <<<"$HEAD_DIMS").md"; else cat; fi

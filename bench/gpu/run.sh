@@ -9,7 +9,9 @@
 #   bash bench/gpu/run.sh                 # after scripts/gpu-test.sh built ./build-gpu
 #
 # Environment: BUILD_DIR (default ./build-gpu), STEPS (20 timed steps), WARMUP (3), PYTHON (python3),
-# OUT (where the log goes; default the build dir). Batch 8 x 1,024 tokens for both.
+# OUT (where the log goes; default the build dir), PRECISIONS ("fp32 tf32 bf16"), TORCH_MODES ("eager
+# sdpa flex"; "" for biaskit alone). Batch 8 x 1,024 tokens for both. Where one command's time is
+# limited, split the run by PRECISIONS (each writes its own log, bench-gpt2-<precisions>.log).
 # biaskit's rate per step is the metrics.jsonl "tokens_per_s" of each step (log_every = 1), median
 # over the timed steps; PyTorch's is the median step time, synchronised, loss copied to the host.
 set -euo pipefail
@@ -18,7 +20,9 @@ BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
 PY=${PYTHON:-python3}
-LOG=${OUT:-$BUILD}/bench-gpt2.log
+PRECISIONS=${PRECISIONS:-"fp32 tf32 bf16"}
+TORCH_MODES=${TORCH_MODES-"eager sdpa flex"}
+LOG=${OUT:-$BUILD}/bench-gpt2-$(tr ' ' '-' <<<"$PRECISIONS").log
 BIN=$BUILD/biaskit
 [ -x "$BIN" ] || { echo "bench/gpu/run.sh: $BIN not found: build first (scripts/gpu-test.sh)" >&2; exit 1; }
 mkdir -p "$(dirname "$LOG")"
@@ -33,7 +37,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
     echo
     echo "| engine | attention | matmul | tokens/s |"
     echo "|---|---|---|---|"
-    for prec in fp32 tf32 bf16; do
+    for prec in $PRECISIONS; do
         for att in fused materialized; do
             out=$work/run-$prec-$att
             "$BIN" train "$ROOT/examples/gpt2_small_alibi.toml" --out "$out" --set run.device=cuda \
@@ -44,7 +48,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
             rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/metrics.jsonl" | awk -v w="$WARMUP" 'NR > w {print $2}' | median)
             echo "| biaskit | $att | $prec | $rate |"
         done
-        for mode in eager sdpa flex; do
+        for mode in $TORCH_MODES; do
             # a peer that fails (its check, memory, an old PyTorch) gets a row saying so; the table goes on
             if said=$("$PY" "$ROOT/bench/gpu/gpt2_torch.py" --mode $mode --precision $prec --steps "$STEPS" \
                       --warmup "$WARMUP" --check 2>"$work/torch-$prec-$mode.err"); then
