@@ -136,6 +136,10 @@ check "train: a tiny run" 0 "done: 3 steps" "$bk" train "$work/tiny.toml" --set 
 check "train: metrics log" 0 "^\{\"step\": 3, \"val_loss\": " cat "$work/run/metrics.jsonl"
 check "eval: the extrapolation table" 0 "^ +64 +4\.00 " "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,32,64 --tokens 4000
 check "eval: csv" 0 "^32,16,[0-9]+,[0-9]+," "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --tokens 4000 --csv -
+check "eval: the memory of its largest forward" 0 "^memory: [0-9]+\.[0-9] MiB of activations at most \(length (16|32|64), [0-9]+ chunks? per forward\), on cpu$" \
+    "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,32,64 --tokens 4000 --set run.device=cpu
+check "eval: json gives each length's batch and memory" 0 "\"length\": 32, .*\"batch\": [0-9]+, \"activation_bytes\": [0-9]+" \
+    "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --tokens 4000 --json -
 check "eval: sliding window" 0 "sliding window" "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --sliding 8 --tokens 2000
 check "eval: bad lengths" 2 "--lengths: expected positive integers separated by commas, got '16,x'" "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,x
 head -c 3000 "$work/run/checkpoint.safetensors" >"$work/cut.safetensors"

@@ -13,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define BK_EVAL_TEXT_(x) #x
+#define BK_EVAL_TEXT(x) BK_EVAL_TEXT_(x)
+#define BK_EVAL_BATCH_TEXT BK_EVAL_TEXT(BK_EVAL_TOKENS_PER_BATCH)
+
 static const char help[] =
     "usage: biaskit eval <checkpoint.safetensors> [--lengths L1,L2,...] [--sliding STRIDE]\n"
     "                    [--data PATH]... [--tokens N] [--csv FILE] [--json FILE] [--positions FILE]\n\n"
@@ -20,13 +24,16 @@ static const char help[] =
     "data of its experiment (or --data) at each length. Without --sliding the text is cut into\n"
     "non-overlapping chunks of each length and every token is scored (the ALiBi / KERPLE protocol);\n"
     "with --sliding S, windows of each length advance by S tokens and only their last S tokens are\n"
-    "scored. Lengths beyond the training length just work: memory holds one layer at a time.\n\n"
+    "scored. Lengths beyond the training length just work: memory holds one layer of activations\n"
+    "for the chunks of one forward (up to " BK_EVAL_BATCH_TEXT " tokens, or one chunk of a longer length) and grows\n"
+    "linearly with the length; the last line says how much the largest forward needed.\n\n"
     "  --lengths L,...   lengths to evaluate (default: 1x, 2x, 4x, 8x the training length)\n"
     "  --sliding S       sliding-window evaluation with stride S\n"
     "  --data PATH       evaluate these files or directories instead (repeatable; same format)\n"
     "  --tokens N        use at most the first N tokens of the data (default 65536; 0 = all)\n"
     "  --csv FILE        write length,train_length,chunks,tokens,loss,ppl as CSV ('-' = stdout)\n"
-    "  --json FILE       write the same as JSON, with the position-wise loss ('-' = stdout)\n"
+    "  --json FILE       write the same as JSON, with the position-wise loss, chunks per forward\n"
+    "                    (batch) and activation memory in bytes ('-' = stdout)\n"
     "  --positions FILE  write length,position,loss (loss at each position, averaged over chunks)\n"
     "  --set K=V         override a value of the stored experiment (repeatable)\n"
     "  --strict          refuse a checkpoint whose plugins differ from the ones it was trained with\n"
@@ -162,6 +169,14 @@ int bk_cmd_eval(int argc, char **argv)
                change);
     }
 
+    int most = 0; /* the length whose forward needed the most memory */
+    for (int i = 1; i < n_lengths; i++)
+        if (results[i].activation_bytes > results[most].activation_bytes)
+            most = i;
+    printf("\nmemory: %.1f MiB of activations at most (length %d, %d chunk%s per forward), on %s\n",
+           (double)results[most].activation_bytes / (1024.0 * 1024.0), (int)results[most].length,
+           (int)results[most].batch, results[most].batch == 1 ? "" : "s", lm.be ? lm.be->name : "cpu");
+
     FILE *f;
     if (!rc && (v = bk_args_get(&args, "csv"))) {
         if (!(f = open_out(v, &err)))
@@ -184,8 +199,11 @@ int bk_cmd_eval(int argc, char **argv)
                     stride ? "sliding" : "non-overlapping");
             for (int i = 0; i < n_lengths; i++) {
                 const bk_eval_result *r = &results[i];
-                fprintf(f, "%s\n  {\"length\": %d, \"chunks\": %lld, \"tokens\": %lld, \"loss\": %.6f, \"ppl\": %.6f",
-                        i ? "," : "", (int)r->length, (long long)r->chunks, (long long)r->tokens, r->loss, r->ppl);
+                fprintf(f,
+                        "%s\n  {\"length\": %d, \"chunks\": %lld, \"tokens\": %lld, \"loss\": %.6f, \"ppl\": %.6f, "
+                        "\"batch\": %d, \"activation_bytes\": %zu",
+                        i ? "," : "", (int)r->length, (long long)r->chunks, (long long)r->tokens, r->loss, r->ppl,
+                        (int)r->batch, r->activation_bytes);
                 if (r->position_loss) {
                     fprintf(f, ", \"position_loss\": [");
                     for (int32_t t = 0; t < r->length; t++)

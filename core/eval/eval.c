@@ -4,9 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Chunks evaluated together: enough tokens per forward to keep the matmuls efficient. */
-#define EVAL_TOKENS_PER_BATCH 8192
-
 /* Non-overlapping chunks (stride 0) or sliding windows of length L, in batches of B windows. Batch k is
  * computed by process k mod N; each batch's loss sum (and, for chunks, its per-position sums) is added
  * in order within the batch, and the batches' sums are added in batch order on every process, so the
@@ -22,10 +19,13 @@ static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32
     /* window starts and the first position scored in each */
     int64_t n_windows = stride ? (n_tokens - 1 - L) / stride + 1 : (n_tokens - 1) / L;
     int64_t step = stride ? stride : L;
-    int B = EVAL_TOKENS_PER_BATCH / L > 1 ? EVAL_TOKENS_PER_BATCH / L : 1;
+    int B = BK_EVAL_TOKENS_PER_BATCH / L > 1 ? BK_EVAL_TOKENS_PER_BATCH / L : 1;
     if (B > n_windows)
         B = (int)n_windows;
     int64_t n_batches = (n_windows + B - 1) / B;
+    const bk_gpt *m = &lm->gpt;
+    r->batch = B;
+    r->activation_bytes = bk_gpt_activation_bytes(m->be, m->L, m->H, m->C, m->V, B, L, 0);
     /* per batch: its loss sum, then (chunks) its sum at each position */
     size_t rec = 1 + (stride ? 0 : (size_t)L), per_rank = (size_t)n_batches * rec;
     int32_t *in = malloc((size_t)B * L * sizeof *in), *tg = malloc((size_t)B * L * sizeof *tg);

@@ -9,6 +9,10 @@
 #include "dist/dist.h"
 #include "train/lm.h"
 
+/* Chunks evaluated together: as many as fit in this many tokens (enough per forward to keep the matmuls
+ * efficient), at least one. */
+#define BK_EVAL_TOKENS_PER_BATCH 8192
+
 typedef struct bk_eval_result {
     int32_t length;
     int64_t chunks;      /* windows evaluated */
@@ -16,6 +20,8 @@ typedef struct bk_eval_result {
     double loss;         /* mean loss per scored token (nats) */
     double ppl;          /* exp(loss) */
     double *position_loss; /* length values: mean loss at each position (non-overlapping only), or NULL */
+    int32_t batch;       /* windows per forward */
+    size_t activation_bytes; /* what one forward of `batch` windows allocated (bk_gpt_activation_bytes) */
 } bk_eval_result;
 
 /* Evaluate `data` (at most max_tokens of it; 0 = all) at each length. stride = 0: non-overlapping

@@ -18,15 +18,15 @@ typedef struct acts {
 
 #define N_ACTS (sizeof(acts) / sizeof(float *))
 
-static void act_sizes(const bk_gpt *m, int B, int T, int train, size_t sizes[N_ACTS])
+static void shape_sizes(bk_backend *be, int L, int H, int C_, int V_, int B, int T, int train, size_t sizes[N_ACTS])
 {
-    size_t BT = (size_t)B * T, C = (size_t)m->C, La = train ? (size_t)m->L : 1, V = (size_t)m->V;
+    size_t BT = (size_t)B * T, C = (size_t)C_, La = train ? (size_t)L : 1, V = (size_t)V_;
     size_t rows = train ? BT : (BT < EVAL_LOGIT_ROWS ? BT : EVAL_LOGIT_ROWS);
     size_t s[N_ACTS] = {
         BT * C,                                            /* encoded */
         La * BT * C, La * BT, La * BT,                     /* ln1, mean, rstd */
         La * BT * 3 * C, La * BT * C,                      /* qkv, atty */
-        train ? La * m->be->attention_saved(m->be, B, T, m->H) : 0, /* att: what attention backward reads */
+        train ? La * be->attention_saved(be, B, T, H) : 0, /* att: what attention backward reads */
         La * BT * C, La * BT * C,                          /* attproj, res2 */
         La * BT * C, La * BT, La * BT,                     /* ln2, mean, rstd */
         La * BT * 4 * C, La * BT * 4 * C, La * BT * C, La * BT * C, /* fch, fch_gelu, fcproj, res3 */
@@ -34,6 +34,20 @@ static void act_sizes(const bk_gpt *m, int B, int T, int train, size_t sizes[N_A
         rows * V, train ? BT * V : 0,                      /* logits, probs */
     };
     memcpy(sizes, s, sizeof s);
+}
+
+static void act_sizes(const bk_gpt *m, int B, int T, int train, size_t sizes[N_ACTS])
+{
+    shape_sizes(m->be, m->L, m->H, m->C, m->V, B, T, train, sizes);
+}
+
+size_t bk_gpt_activation_bytes(bk_backend *be, int layers, int heads, int dim, int vocab, int B, int T, int train)
+{
+    size_t sizes[N_ACTS], total = 0;
+    shape_sizes(be, layers, heads, dim, vocab, B, T, train, sizes);
+    for (size_t i = 0; i < N_ACTS; i++)
+        total += sizes[i];
+    return total * sizeof(float) * (train ? 2 : 1); /* training allocates their gradients alike */
 }
 
 static void carve(float *base, const size_t sizes[N_ACTS], acts *a)
@@ -66,10 +80,8 @@ static int reserve_acts(bk_gpt *m, int B, int T, int train, bk_error *err)
 {
     if (m->acts && B == m->B && T == m->T && train == m->train)
         return BK_OK;
-    size_t sizes[N_ACTS], total = 0;
-    act_sizes(m, B, T, train, sizes);
-    for (size_t i = 0; i < N_ACTS; i++)
-        total += sizes[i];
+    const size_t bytes = bk_gpt_activation_bytes(m->be, m->L, m->H, m->C, m->V, B, T, train);
+    const size_t total = bytes / sizeof(float) / (train ? 2 : 1); /* floats of acts (and of dacts) */
     free_acts(m);
     bk_backend *be = m->be;
     int rc = be->alloc(be, (void **)&m->acts, total * sizeof(float), err);
@@ -84,7 +96,7 @@ static int reserve_acts(bk_gpt *m, int B, int T, int train, bk_error *err)
     if (rc) {
         free_acts(m);
         return bk_error_prefix(err, "activations of %d x %d tokens (%.1f GiB on %s): ", B, T,
-                               (double)total * sizeof(float) * (train ? 2 : 1) / (1024.0 * 1024 * 1024), be->name);
+                               (double)bytes / (1024.0 * 1024 * 1024), be->name);
     }
     m->acts_size = total;
     m->B = B, m->T = T, m->train = train;

@@ -97,6 +97,14 @@ void bk_gpt_free(bk_gpt *m);
  * no T x T buffer is kept. The bias tables must have been computed (bk_bias_forward) for >= T. */
 int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int B, int T, int train, bk_error *err);
 
+/* Bytes of backend memory that a forward over B x T tokens allocates for activations (with `train`, for
+ * their gradients too) in a model of this shape on backend `be` (its attention decides what training
+ * keeps: B*H*T*T probabilities on the CPU and with the materialized device attention, B*H*T row
+ * statistics with the fused one). Evaluation keeps one layer and a bounded block of logits, so its
+ * memory grows linearly with T on every backend. Parameters, gradients of parameters, optimizer state
+ * and backend scratch are not included. */
+size_t bk_gpt_activation_bytes(bk_backend *be, int layers, int heads, int dim, int vocab, int B, int T, int train);
+
 /* Backward of the last (train) forward: grads += d(mean loss * loss_scale)/d(params), and the bias
  * terms' gradients through bk_bias_backward. */
 int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, float loss_scale, bk_error *err);

@@ -1,0 +1,129 @@
+/* The activation memory of the model (bk_gpt_activation_bytes, model/gpt.h): that it is what a forward
+ * allocates, and how it grows with the length T on each backend, from its formula at GPT-2 small's shape
+ * (12 layers, 12 heads, 768 channels, vocabulary 50,257):
+ *  - evaluation is linear in T on the CPU and on the device backends, fused or materialized: no T x T
+ *    buffer, so long lengths need memory in proportion (the bound at T = 65,536 below);
+ *  - training is linear in T with the fused attention (row statistics), and has exactly the T^2 term
+ *    of the saved probabilities (B*H*T*T floats per layer, and their gradients) on the CPU and with the
+ *    materialized attention.
+ * Linear in T means f(4T) - f(2T) = 2 (f(2T) - f(T)); a term c T^2 adds 6 c T^2 to the left side. */
+#include "test_util.h"
+
+#include "model/backend.h"
+#include "model/gpt.h"
+
+#include <stdlib.h>
+
+enum { L = 12, H = 12, C = 768, V = 50257 };
+
+/* f(4T) - f(2T) - 2 (f(2T) - f(T)) in bytes (exact in signed 64-bit arithmetic at these sizes) */
+static int64_t curvature(bk_backend *be, int B, int T, int train)
+{
+    const int64_t f1 = (int64_t)bk_gpt_activation_bytes(be, L, H, C, V, B, T, train);
+    const int64_t f2 = (int64_t)bk_gpt_activation_bytes(be, L, H, C, V, B, 2 * T, train);
+    const int64_t f4 = (int64_t)bk_gpt_activation_bytes(be, L, H, C, V, B, 4 * T, train);
+    return (f4 - f2) - 2 * (f2 - f1);
+}
+
+/* the T^2 term of saved probabilities: L layers x B*H*T*T floats, twice (activations and gradients) */
+static int64_t probs_curvature(int B, int T)
+{
+    return 6 * (int64_t)T * T * (2 * (int64_t)sizeof(float) * L * B * H);
+}
+
+static void eval_is_linear_in_length(void **state)
+{
+    (void)state;
+    bk_backend *emu = NULL;
+    bk_error err = {0};
+    if (bk_backend_emulated_create(&emu, BK_MATMUL_FP32, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create: %s", err.message);
+    bk_backend *cpu = bk_backend_cpu();
+    for (int T = 1024; T <= 16384; T *= 4) { /* past the block of logits rows evaluation keeps */
+        assert_int_equal(curvature(cpu, 1, T, 0), 0);
+        emu->attention = BK_ATTENTION_FUSED;
+        assert_int_equal(curvature(emu, 1, T, 0), 0);
+        emu->attention = BK_ATTENTION_MATERIALIZED;
+        assert_int_equal(curvature(emu, 1, T, 0), 0);
+    }
+    /* one sequence of 65,536 tokens: one layer's activations and a block of logits, about 4 GiB */
+    emu->attention = BK_ATTENTION_FUSED;
+    const size_t bytes = bk_gpt_activation_bytes(emu, L, H, C, V, 1, 65536, 0);
+    print_message("GPT-2 small, evaluation of 1 x 65536 tokens: %.3f GiB of activations\n",
+                  (double)bytes / (1024.0 * 1024 * 1024));
+    assert_true(bytes < (size_t)4200 * 1024 * 1024);
+    assert_true(bytes > (size_t)65536 * 20 * C * sizeof(float)); /* the 20 C floats per token it must hold */
+    bk_backend_destroy(emu);
+}
+
+static void training_memory_by_attention(void **state)
+{
+    (void)state;
+    bk_backend *emu = NULL;
+    bk_error err = {0};
+    if (bk_backend_emulated_create(&emu, BK_MATMUL_FP32, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create: %s", err.message);
+    bk_backend *cpu = bk_backend_cpu();
+    for (int B = 1; B <= 4; B *= 4)
+        for (int T = 256; T <= 4096; T *= 4) {
+            emu->attention = BK_ATTENTION_FUSED;
+            assert_int_equal(curvature(emu, B, T, 1), 0);
+            emu->attention = BK_ATTENTION_MATERIALIZED;
+            assert_int_equal(curvature(emu, B, T, 1), probs_curvature(B, T));
+            assert_int_equal(curvature(cpu, B, T, 1), probs_curvature(B, T));
+        }
+    /* at 8 x 1024 tokens the fused attention keeps 8 * 12 * 1024 floats per layer instead of
+     * 8 * 12 * 1024 * 1024: the difference is the probabilities and their gradients */
+    emu->attention = BK_ATTENTION_MATERIALIZED;
+    const size_t materialized = bk_gpt_activation_bytes(emu, L, H, C, V, 8, 1024, 1);
+    emu->attention = BK_ATTENTION_FUSED;
+    const size_t fused = bk_gpt_activation_bytes(emu, L, H, C, V, 8, 1024, 1);
+    assert_int_equal(materialized - fused, (size_t)2 * sizeof(float) * L * 8 * H * (1024 * 1024 - 1024));
+    bk_backend_destroy(emu);
+}
+
+/* The function reports what a forward allocates (m->acts_size floats, twice when training). */
+static void matches_what_forward_allocates(void **state)
+{
+    (void)state;
+    bk_error err = {0};
+    for (int kind = 0; kind < 3; kind++) {
+        bk_backend *be = NULL;
+        if (kind == 0)
+            be = bk_backend_cpu();
+        else if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+            fail_msg("bk_backend_emulated_create: %s", err.message);
+        if (kind == 2)
+            be->attention = BK_ATTENTION_MATERIALIZED;
+        bk_gpt m;
+        if (bk_gpt_init(&m, 2, 2, 8, 16, NULL, 1, &err) != BK_OK || bk_gpt_set_backend(&m, be, &err) != BK_OK)
+            fail_msg("model: %s", err.message);
+        const int B = 2, T = 300;
+        int32_t *in = malloc(sizeof(int32_t) * B * T), *tg = malloc(sizeof(int32_t) * B * T);
+        assert_non_null(in);
+        assert_non_null(tg);
+        for (int n = 0; n < B * T; n++)
+            in[n] = n % 16, tg[n] = (n * 7) % 16;
+        for (int train = 0; train <= 1; train++) {
+            if (bk_gpt_forward(&m, in, tg, B, T, train, &err) != BK_OK)
+                fail_msg("forward (%s, train %d): %s", be->name, train, err.message);
+            assert_int_equal(m.acts_size * sizeof(float) * (train ? 2 : 1),
+                             bk_gpt_activation_bytes(be, 2, 2, 8, 16, B, T, train));
+        }
+        free(in);
+        free(tg);
+        bk_gpt_free(&m);
+        if (kind)
+            bk_backend_destroy(be);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(eval_is_linear_in_length),
+        cmocka_unit_test(training_memory_by_attention),
+        cmocka_unit_test(matches_what_forward_allocates),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
