@@ -14,7 +14,8 @@
 # per batch, 16384), HEAD_DIMS ("64 128": 16 and 8 heads, model width 1024; HEAD_DIMS=64 and
 # HEAD_DIMS=128 split the grid in two runs where one command's time is limited), LENGTHS ("1024 2048
 # 4096 8192 16384"), TABLES ("alibi kerple t5"), DTYPE (bf16: PyTorch's and biaskit's --dtype), REPS
-# (20), WARMUP (5), DEVICE (cuda; cpu to try the script itself on a machine without a GPU: PyTorch on
+# (20), WARMUP (5), CHECK (1: check biaskit's results at the longest length against PyTorch in
+# float64, bench/gpu/check_dump.py; 0: skip), DEVICE (cuda; cpu to try the script itself on a machine without a GPU: PyTorch on
 # the CPU, biaskit's emulated backend, and FlexAttention's backward, which PyTorch does not run on a
 # CPU, shows "-"), LOG_DIR ($BUILD_DIR/bench-logs/attention: one log per biaskit run, one per head size
 # for PyTorch).
@@ -84,9 +85,33 @@ torch_grid() { # torch_grid D H LOG
     done < <(grep '^RESULT ' "$log" || true)
 }
 
+# CHECK=1 (the default): biaskit's numbers at the longest length with the learnable KERPLE table (or the
+# first table), forward + backward, written by bench_flash_gpu --dump and compared with PyTorch's
+# float64 attention by check_dump.py; the verdicts go under the tables.
+CHECK=${CHECK:-1}
+CHECKS=()
+check_numbers() { # check_numbers D H
+    local D=$1 H=$2 T tab dir log
+    T=$(tr ' ' '\n' <<<"$LENGTHS" | sort -n | tail -1)
+    tab=$(tr ' ' '\n' <<<"$TABLES" | grep -x kerple || tr ' ' '\n' <<<"$TABLES" | head -1)
+    dir=$LOGS/dump-$D
+    log=$LOGS/check-$D.log
+    mkdir -p "$dir"
+    echo "attention.sh: checking biaskit's numbers, D=$D T=$T $tab" >&2
+    if "$BIN" --batch $((TOKENS / T > 0 ? TOKENS / T : 1)) --heads "$H" --length "$T" --head-dim "$D" --table "$tab" \
+        --mode fwdbwd --dtype "$DTYPE" --warmup 0 --reps 1 --device "$BK_DEVICE" --dump "$dir" >"$log" 2>&1 &&
+        "$PY" "$ROOT/bench/gpu/check_dump.py" "$dir" >>"$log" 2>&1; then
+        CHECKS+=("$(grep '^check_dump:' "$log")")
+    else
+        CHECKS+=("D=$D T=$T $tab: FAILED (see $log): $(tail -1 "$log")")
+    fi
+    rm -rf "$dir"
+}
+
 for D in $HEAD_DIMS; do
     H=$((D == 128 ? 8 : 16))
     torch_grid "$D" "$H" "$LOGS/torch-$D.log"
+    [ "$CHECK" = 1 ] && check_numbers "$D" "$H"
     for T in $LENGTHS; do
         B=$((TOKENS / T > 0 ? TOKENS / T : 1))
         for mode in fwd fwdbwd; do
@@ -131,6 +156,12 @@ done
             echo
         done
     done
+    if [ "${#CHECKS[@]}" -gt 0 ]; then
+        echo "## biaskit's numbers against PyTorch in float64 (check_dump.py)"
+        echo
+        for c in "${CHECKS[@]}"; do echo "- $c"; done
+        echo
+    fi
     # The issue's targets over the whole grid: the worst case of each, and whether it is met. A ratio
     # that could not be computed (a run failed) is counted as missing, never as met.
     echo "## Targets (worst case over head dims and lengths)"

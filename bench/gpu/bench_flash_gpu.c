@@ -4,7 +4,7 @@
  *
  *   bench_flash_gpu --batch B --heads H --length T --head-dim D [--table alibi|kerple|t5|none]
  *                   [--mode fwd|fwdbwd] [--dtype fp32|bf16] [--attention fused|materialized]
- *                   [--warmup 5] [--reps 20] [--device cuda|emulated]
+ *                   [--warmup 5] [--reps 20] [--device cuda|emulated] [--dump DIR]
  *
  * Tables (one per head, over the distances 0 .. T-1, the same values attention_torch.py uses):
  *   alibi   -m_h d, m_h = 2^(-8(h+1)/H): fixed, so fwdbwd computes no table gradient;
@@ -22,6 +22,11 @@
  * --dtype: fp32 runs the fp32 programs (CUDA cores); bf16 the backend with [run] matmul = "bf16", whose
  * fused attention multiplies on bf16 tensor cores. q, k, v and the output stay fp32 in memory either
  * way (bf16 storage does not exist yet), so bf16 here moves twice the bytes PyTorch's bf16 does.
+ * --dump DIR: after the timing, one more call (forward, and backward into zeroed dqkv and dtable) whose
+ * inputs and results are written to DIR as raw little-endian float32 files: qkv (B, T, 3C), out (B, T,
+ * C), table (H, T) unless --table none, and with fwdbwd dout (B, T, C), dqkv (B, T, 3C) and, for a
+ * learnable table, dtable (H, T); DIR/meta.json says the shape. bench/gpu/check_dump.py compares them
+ * with PyTorch in float64, so the numbers behind a timing can be checked at its own shape.
  * Exit status: 0; 1 when a call fails; 2 for bad arguments; 3 when no GPU answers. Last line:
  *   RESULT engine=biaskit peer=<attention> table=... mode=... B=.. H=.. T=.. D=.. dtype=.. ms=... tflops=...
  */
@@ -32,6 +37,7 @@
 
 #include "../bench_util.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,17 +71,31 @@ static void make_table(float *tab, const char *table, int H, int T)
         }
 }
 
+/* DIR/NAME.f32: n floats as they are in memory (little-endian on every machine biaskit builds for) */
+static int write_floats(const char *dir, const char *name, const float *x, size_t n, bk_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.f32", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return bk_fail(err, BK_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+    const size_t wrote = fwrite(x, sizeof *x, n, f);
+    if (fclose(f) || wrote != n)
+        return bk_fail(err, BK_ERR_IO, "cannot write '%s' (%zu of %zu floats written)", path, wrote, n);
+    return BK_OK;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_flash_gpu --batch B --heads H --length T --head-dim D [--table alibi|kerple|t5|none]\n"
                     "                       [--mode fwd|fwdbwd] [--dtype fp32|bf16] [--attention fused|materialized]\n"
-                    "                       [--warmup N] [--reps N] [--device cuda|emulated]\n");
+                    "                       [--warmup N] [--reps N] [--device cuda|emulated] [--dump DIR]\n");
     return 2;
 }
 
 typedef struct opts {
     int B, H, T, D, warmup, reps;
-    const char *table, *mode, *dtype, *attention, *device;
+    const char *table, *mode, *dtype, *attention, *device, *dump;
 } opts;
 
 static void result_line(const opts *o, const char *tail)
@@ -98,7 +118,7 @@ static int fail(const opts *o, const char *what, const bk_error *err)
 
 int main(int argc, char **argv)
 {
-    opts o = {0, 0, 0, 0, 5, 20, "alibi", "fwdbwd", "fp32", "fused", "cuda"};
+    opts o = {0, 0, 0, 0, 5, 20, "alibi", "fwdbwd", "fp32", "fused", "cuda", NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *ip = !strcmp(a, "--batch") ? &o.B : !strcmp(a, "--heads") ? &o.H : !strcmp(a, "--length") ? &o.T
@@ -106,7 +126,7 @@ int main(int argc, char **argv)
                 : NULL;
         const char **sp = !strcmp(a, "--table") ? &o.table : !strcmp(a, "--mode") ? &o.mode
                         : !strcmp(a, "--dtype") ? &o.dtype : !strcmp(a, "--attention") ? &o.attention
-                        : !strcmp(a, "--device") ? &o.device : NULL;
+                        : !strcmp(a, "--device") ? &o.device : !strcmp(a, "--dump") ? &o.dump : NULL;
         if ((!ip && !sp) || !v) {
             fprintf(stderr, "bench_flash_gpu: %s %s\n", a, !ip && !sp ? "is not an option" : "needs a value");
             return usage();
@@ -229,6 +249,40 @@ int main(int argc, char **argv)
     char tail[128];
     snprintf(tail, sizeof tail, "ms=%.4f tflops=%.3f", seconds * 1e3, flops / seconds / 1e12);
     result_line(&o, tail);
+
+    if (o.dump) {
+        const bk_attention_bias *bp = table ? &bias : NULL;
+        if ((dqkv && (rc = be->zero(be, dqkv, nqkv * sizeof(float), &err))) ||
+            (dtable && (rc = be->zero(be, dtable, ntab * sizeof(float), &err))) ||
+            (rc = be->attention_forward(be, out, saved, qkv, bp, B, T, C, H, &err)) ||
+            (backward && (rc = be->attention_backward(be, dqkv, dtables, dout, qkv, out, saved, bp, B, T, C, H, &err))))
+            return fail(&o, "the call for --dump", &err);
+        const struct {
+            const char *name;
+            void *buf;
+            size_t n;
+        } files[] = {{"qkv", qkv, nqkv}, {"out", out, nout}, {"table", table, ntab},
+                     {"dout", dout, nout}, {"dqkv", dqkv, nqkv}, {"dtable", dtable, ntab}};
+        for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+            if (!files[k].buf)
+                continue;
+            if ((rc = be->download(be, host, files[k].buf, files[k].n * sizeof(float), &err)))
+                return fail(&o, "download for --dump", &err);
+            if ((rc = write_floats(o.dump, files[k].name, host, files[k].n, &err)))
+                return fail(&o, "--dump", &err);
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/meta.json", o.dump);
+        FILE *f = fopen(path, "w");
+        if (!f || fprintf(f,
+                          "{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"table\": \"%s\", \"mode\": \"%s\", "
+                          "\"dtype\": \"%s\", \"attention\": \"%s\", \"device\": \"%s\"}\n",
+                          B, H, T, o.D, o.table, o.mode, o.dtype, o.attention, o.device) < 0 || fclose(f)) {
+            bk_fail(&err, BK_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+            return fail(&o, "--dump", &err);
+        }
+        fprintf(stderr, "bench_flash_gpu: wrote the inputs and results of one call to %s/\n", o.dump);
+    }
 
     void *bufs[] = {qkv, out, dout, dqkv, saved, table, dtable};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)

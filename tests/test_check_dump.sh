@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# bench_flash_gpu --dump (emulated) and bench/gpu/check_dump.py: biaskit's device attention at a few
+# shapes agrees with PyTorch's float64 attention (fused fp32 and bf16, materialized, learnable and fixed
+# tables, forward only), and the check fails on a corrupted result (exit 1) and a dump without meta.json
+# (exit 2). Uses $BIASKIT_PYTHON, else the first of python3 on PATH and /usr/bin/python3 that imports
+# torch and numpy; skipped (77) when none does.
+set -uo pipefail
+bin=$1
+root=$2
+py=
+for p in ${BIASKIT_PYTHON:-python3 /usr/bin/python3}; do
+    if "$p" -c "import torch, numpy" 2>/dev/null; then
+        py=$p
+        break
+    fi
+done
+if [ -z "$py" ]; then
+    echo "SKIP: no python3 with torch and numpy (${BIASKIT_PYTHON:-python3, /usr/bin/python3})"
+    exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+n=0
+for cfg in "kerple fwdbwd fp32 fused 70" "t5 fwdbwd bf16 fused 150" "alibi fwdbwd fp32 materialized 130" \
+           "kerple fwd bf16 fused 150" "none fwdbwd fp32 fused 33"; do
+    set -- $cfg
+    n=$((n + 1))
+    dir=$work/d$n
+    mkdir -p "$dir"
+    if ! "$bin" --batch 2 --heads 3 --length "$5" --head-dim 24 --table "$1" --mode "$2" --dtype "$3" \
+         --attention "$4" --device emulated --warmup 0 --reps 1 --dump "$dir" >"$dir.log" 2>&1; then
+        echo "FAIL: bench_flash_gpu $cfg: $(cat "$dir.log")"
+        fail=1
+        continue
+    fi
+    if out=$("$py" "$root/bench/gpu/check_dump.py" "$dir" --device cpu --block 64 2>&1); then
+        echo "$out"
+    else
+        echo "FAIL: check_dump.py $cfg: $out"
+        fail=1
+    fi
+done
+# a wrong value in out is caught (the first dump: fp32, tolerance 1e-4), and a dump needs its meta.json
+"$py" -c "
+import numpy as np, sys
+x = np.fromfile(sys.argv[1], '<f4'); x[7] += 0.01 * np.abs(x).max(); x.tofile(sys.argv[1])" "$work/d1/out.f32"
+"$py" "$root/bench/gpu/check_dump.py" "$work/d1" --device cpu >"$work/bad.log" 2>&1
+rc=$?
+if [ "$rc" != 1 ] || ! grep -q "FAILED" "$work/bad.log"; then
+    echo "FAIL: a corrupted out.f32 gave exit $rc: $(cat "$work/bad.log")"
+    fail=1
+fi
+rm "$work/d2/meta.json"
+"$py" "$root/bench/gpu/check_dump.py" "$work/d2" --device cpu >"$work/nometa.log" 2>&1
+rc=$?
+if [ "$rc" != 2 ] || ! grep -q "meta.json" "$work/nometa.log"; then
+    echo "FAIL: a dump without meta.json gave exit $rc: $(cat "$work/nometa.log")"
+    fail=1
+fi
+exit $fail
