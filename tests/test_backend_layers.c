@@ -6,7 +6,9 @@
  *
  * Tolerances. Where the device does exactly the CPU's float operations in the CPU's order (copies,
  * single additions or products, the encoder's per-id sums, the gradient norm) the results must be
- * equal bit for bit on both backends. Elsewhere the error of element i is measured relative to its
+ * equal bit for bit on both backends; so must the LayerNorm rows (forward, backward dinp) and the
+ * cross-entropy rows when emulated (one thread per lane of the CPU's sums; a GPU's expf and fused
+ * multiply-adds differ), checked in both thread orders of the block programs. Elsewhere the error of element i is measured relative to its
  * magnitude, |got - want| / (|want| + rms(want)) (the rms term is a floor for entries that cancel to
  * near 0); the bounds, stated at each check, allow what a GPU may legitimately change: fused
  * multiply-adds (one rounding instead of two, ~6e-8), device expf (2 ulp), cuBLAS's summation order
@@ -16,6 +18,7 @@
 
 #include "bias/mix.h"
 #include "device.h"
+#include "gpu/dev.h" /* bk_emulated_thread_order */
 #include "model/backend.h"
 #include "model/layers.h"
 #include "model/rotary_math.h"
@@ -112,6 +115,21 @@ typedef struct pair {
     size_t n;
 } pair;
 
+/* bits when tol is 0, else expect_close */
+static void check_floats(const char *what, const float *got, const float *want, size_t n, double tol)
+{
+    if (tol == 0.0)
+        expect_same(what, got, want, n);
+    else
+        expect_close(what, got, want, n, tol);
+}
+
+/* the emulated block programs' thread order within a phase (gpu/dev.h): 0 ascending, 1 descending */
+static void set_thread_order(int order)
+{
+    bk_emulated_thread_order = order;
+}
+
 static pair pair_of(bk_backend *be, const float *x, size_t n)
 {
     pair p;
@@ -124,10 +142,7 @@ static pair pair_of(bk_backend *be, const float *x, size_t n)
 static void pair_check(bk_backend *be, const char *what, const pair *p, double tol)
 {
     float *got = get(be, p->dev, p->n);
-    if (tol == 0.0)
-        expect_same(what, got, p->host, p->n);
-    else
-        expect_close(what, got, p->host, p->n, tol);
+    check_floats(what, got, p->host, p->n, tol);
     free(got);
 }
 
@@ -282,17 +297,23 @@ static void layernorm_matches_cpu(void **state)
     float *b_d = (float *)put(be, b, C * sizeof(float)), *dy_d = (float *)put(be, dy, (size_t)N * C * sizeof(float));
     float *out_d = (float *)put(be, NULL, (size_t)N * C * sizeof(float));
     float *mean_d = (float *)put(be, NULL, N * sizeof(float)), *rstd_d = (float *)put(be, NULL, N * sizeof(float));
-    OK(be->layernorm_forward(be, out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
-    /* forward: double statistics as the CPU; a GPU may fuse (x - m) s w + b: 1e-6 */
-    float *h = get(be, out_d, (size_t)N * C);
-    expect_close("layernorm forward out", h, out, (size_t)N * C, 1e-6);
-    free(h);
-    h = get(be, mean_d, N);
-    expect_close("layernorm forward mean", h, mean, N, 1e-6);
-    free(h);
-    h = get(be, rstd_d, N);
-    expect_close("layernorm forward rstd", h, rstd, N, 1e-6);
-    free(h);
+    /* forward: double statistics as the CPU, one thread per lane of the CPU's sums: the CPU's bits when
+     * emulated (in either thread order); a GPU may fuse (x - m) s w + b: 1e-6 */
+    const double fwd_tol = be->kind == BK_BACKEND_EMULATED ? 0.0 : 1e-6;
+    for (int order = 0; order < (be->kind == BK_BACKEND_EMULATED ? 2 : 1); order++) {
+        set_thread_order(order);
+        OK(be->layernorm_forward(be, out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
+        float *h = get(be, out_d, (size_t)N * C);
+        check_floats("layernorm forward out", h, out, (size_t)N * C, fwd_tol);
+        free(h);
+        h = get(be, mean_d, N);
+        check_floats("layernorm forward mean", h, mean, N, fwd_tol);
+        free(h);
+        h = get(be, rstd_d, N);
+        check_floats("layernorm forward rstd", h, rstd, N, fwd_tol);
+        free(h);
+    }
+    set_thread_order(0);
 
     /* backward from the CPU's statistics, so that only the backward is compared */
     OK(be->upload(be, mean_d, mean, sizeof mean, &err_));
@@ -300,8 +321,9 @@ static void layernorm_matches_cpu(void **state)
     pair dx = pair_of(be, dx0, (size_t)N * C), dw = pair_of(be, dw0, C), db = pair_of(be, db0, C);
     bk_layernorm_backward(dx.host, dw.host, db.host, dy, x, w, mean, rstd, N, C);
     OK(be->layernorm_backward(be, dx.dev, dw.dev, db.dev, dy_d, x_d, w_d, mean_d, rstd_d, N, C, &err_));
-    /* dinp: the CPU's per-row double means, float products a GPU may fuse: 1e-5 */
-    pair_check(be, "layernorm backward dinp", &dx, 1e-5);
+    /* dinp: the CPU's per-row double means by lanes (its bits when emulated), float products a GPU may
+     * fuse: 1e-5 */
+    pair_check(be, "layernorm backward dinp", &dx, be->kind == BK_BACKEND_EMULATED ? 0.0 : 1e-5);
     /* dweight, dbias: double sums over 390 rows grouped by chunks of 32 instead of in one run: 1e-6 */
     pair_check(be, "layernorm backward dweight", &dw, 1e-6);
     pair_check(be, "layernorm backward dbias", &db, 1e-6);
@@ -420,16 +442,22 @@ static void crossentropy_matches_cpu(void **state)
     float *z_d = (float *)put(be, z, (size_t)N * V * sizeof(float));
     int32_t *t_d = (int32_t *)put(be, targets, sizeof targets);
 
-    /* forward: exp and log in double as the CPU; the float results agree to rounding: 1e-6 */
+    /* forward: the CPU's lanes, one thread each, exp and log in double: the CPU's bits when emulated (in
+     * either thread order); on a GPU the float results agree to rounding (its expf): 1e-6 */
+    const double fwd_tol = be->kind == BK_BACKEND_EMULATED ? 0.0 : 1e-6;
     pair losses = pair_of(be, garbage, N), probs = pair_of(be, garbage, (size_t)N * V);
-    bk_crossentropy_forward(losses.host, probs.host, z, targets, N, V);
-    OK(be->crossentropy_forward(be, losses.dev, probs.dev, z_d, t_d, N, V, &err_));
-    pair_check(be, "crossentropy forward losses", &losses, 1e-6);
-    pair_check(be, "crossentropy forward probs", &probs, 1e-6);
     pair losses2 = pair_of(be, garbage, N);
+    bk_crossentropy_forward(losses.host, probs.host, z, targets, N, V);
     bk_crossentropy_forward(losses2.host, NULL, z, targets, N, V);
-    OK(be->crossentropy_forward(be, losses2.dev, NULL, z_d, t_d, N, V, &err_));
-    pair_check(be, "crossentropy forward losses without probs", &losses2, 1e-6);
+    for (int order = 0; order < (be->kind == BK_BACKEND_EMULATED ? 2 : 1); order++) {
+        set_thread_order(order);
+        OK(be->crossentropy_forward(be, losses.dev, probs.dev, z_d, t_d, N, V, &err_));
+        pair_check(be, "crossentropy forward losses", &losses, fwd_tol);
+        pair_check(be, "crossentropy forward probs", &probs, fwd_tol);
+        OK(be->crossentropy_forward(be, losses2.dev, NULL, z_d, t_d, N, V, &err_));
+        pair_check(be, "crossentropy forward losses without probs", &losses2, fwd_tol);
+    }
+    set_thread_order(0);
 
     /* backward from the CPU's probabilities: one subtraction and one product: equal bits */
     OK(be->upload(be, probs.dev, probs.host, (size_t)N * V * sizeof(float), &err_));

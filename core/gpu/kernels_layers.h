@@ -95,20 +95,79 @@ static inline BK_DEV_HD void k_encoder_backward(int64_t i, const void *args)
 
 /* --- layernorm --------------------------------------------------------------------------------- */
 
-/* index n (row): bk_layernorm_row (model/layernorm_math.h, the CPU layer's code) */
+/* Row programs (block programs, gpu/dev.h) for the layers that reduce along a row: LayerNorm forward and
+ * backward and softmax + cross-entropy. One row of the CPU is BK_SUM_LANES interleaved partial sums
+ * (model/softmax_math.h); here each lane is one thread, which runs the lane's loop exactly as the CPU
+ * does, so a block of BK_CTA_THREADS threads takes K_ROWS_PER_CTA rows in its reduction phases and every
+ * thread then writes a strided share of each row (coalesced). The lanes combine as on the CPU, so the
+ * results are the CPU's bits wherever the arithmetic is (emulated), while a row no longer waits on a
+ * single thread: the first version, one thread per row, left 8,192 rows of 50,257 logits (GPT-2 small's
+ * cross-entropy) to 8,192 threads each looping over its row three times. Thread t works on row
+ * t / BK_SUM_LANES of the block, lane t % BK_SUM_LANES; the lanes' partial results live in shared
+ * memory between phases. */
+#define K_ROWS_PER_CTA (BK_CTA_THREADS / BK_SUM_LANES)
+
+static inline BK_DEV_HD int64_t k_rows_of(int64_t cta, int64_t N)
+{
+    const int64_t n0 = cta * K_ROWS_PER_CTA;
+    return N - n0 < K_ROWS_PER_CTA ? N - n0 : K_ROWS_PER_CTA;
+}
+
+/* bk_layernorm_row (model/layernorm_math.h, the CPU layer's code) for K_ROWS_PER_CTA rows per block:
+ * shared memory 2 * BK_CTA_THREADS doubles (the lane sums of x, then of its squared deviations) */
 typedef struct k_layernorm_forward_args {
     float *out, *mean, *rstd;
     const float *inp, *weight, *bias;
-    int64_t C;
+    int64_t N, C;
 } k_layernorm_forward_args;
 
-static inline BK_DEV_HD void k_layernorm_forward(int64_t n, const void *args)
+#define K_LAYERNORM_SMEM_BYTES (2 * BK_CTA_THREADS * sizeof(double))
+
+static inline BK_DEV_HD void k_layernorm_forward(int64_t cta, const void *args, float *smem)
 {
     const k_layernorm_forward_args *a = (const k_layernorm_forward_args *)args;
-    bk_layernorm_row(a->out + n * a->C, &a->mean[n], &a->rstd[n], a->inp + n * a->C, a->weight, a->bias, a->C);
+    const int64_t C = a->C, n0 = cta * K_ROWS_PER_CTA, rows = k_rows_of(cta, a->N);
+    double *lm = (double *)smem, *lv = lm + BK_CTA_THREADS;
+    BK_CTA_PHASE(t)
+    {
+        const int64_t r = t / BK_SUM_LANES;
+        if (r >= rows)
+            continue;
+        const float *x = a->inp + (n0 + r) * C;
+        double acc = 0.0;
+        for (int64_t c = t % BK_SUM_LANES; c < C; c += BK_SUM_LANES)
+            acc += x[c];
+        lm[t] = acc;
+    }
+    BK_CTA_PHASE(t)
+    {
+        const int64_t r = t / BK_SUM_LANES;
+        if (r >= rows)
+            continue;
+        const float *x = a->inp + (n0 + r) * C;
+        const double m = bk_layernorm_lanes_mean(lm + r * BK_SUM_LANES, C);
+        double acc = 0.0;
+        for (int64_t c = t % BK_SUM_LANES; c < C; c += BK_SUM_LANES)
+            acc += bk_layernorm_square(x[c], m);
+        lv[t] = acc;
+    }
+    BK_CTA_PHASE(t)
+    {
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t n = n0 + r;
+            const float *x = a->inp + n * C;
+            const double m = bk_layernorm_lanes_mean(lm + r * BK_SUM_LANES, C);
+            const float s = bk_layernorm_rstd(bk_layernorm_lanes_mean(lv + r * BK_SUM_LANES, C));
+            for (int64_t c = t; c < C; c += BK_CTA_THREADS)
+                a->out[n * C + c] = bk_layernorm_y(x[c], m, s, a->weight[c], a->bias[c]);
+            if (t == 0)
+                a->mean[n] = (float)m, a->rstd[n] = s;
+        }
+    }
 }
 
-/* index n (row): dinp[n, :] += bk_layernorm_row_backward (model/layernorm_math.h, the CPU layer's code) */
+/* dinp += bk_layernorm_row_backward (model/layernorm_math.h, the CPU layer's code) for K_ROWS_PER_CTA
+ * rows per block: shared memory 2 * BK_CTA_THREADS doubles (the lane sums of dnorm and dnorm * norm) */
 typedef struct k_layernorm_backward_args {
     float *dinp;
     double *part_w, *part_b; /* (chunks, C) partials of dweight and dbias */
@@ -116,11 +175,40 @@ typedef struct k_layernorm_backward_args {
     int64_t N, C;
 } k_layernorm_backward_args;
 
-static inline BK_DEV_HD void k_layernorm_backward_dinp(int64_t n, const void *args)
+static inline BK_DEV_HD void k_layernorm_backward_dinp(int64_t cta, const void *args, float *smem)
 {
     const k_layernorm_backward_args *a = (const k_layernorm_backward_args *)args;
-    bk_layernorm_row_backward(a->dinp + n * a->C, a->dout + n * a->C, a->inp + n * a->C, a->weight, a->mean[n],
-                              a->rstd[n], a->C);
+    const int64_t C = a->C, n0 = cta * K_ROWS_PER_CTA, rows = k_rows_of(cta, a->N);
+    double *lmean = (double *)smem, *ldot = lmean + BK_CTA_THREADS;
+    BK_CTA_PHASE(t)
+    {
+        const int64_t r = t / BK_SUM_LANES, n = n0 + r;
+        if (r >= rows)
+            continue;
+        const float *x = a->inp + n * C, *dy = a->dout + n * C;
+        double sm = 0.0, sd = 0.0;
+        for (int64_t c = t % BK_SUM_LANES; c < C; c += BK_SUM_LANES) {
+            float norm, dnorm;
+            bk_layernorm_dterms(x[c], dy[c], a->weight[c], a->mean[n], a->rstd[n], &norm, &dnorm);
+            sm += dnorm;
+            sd += dnorm * norm;
+        }
+        lmean[t] = sm, ldot[t] = sd;
+    }
+    BK_CTA_PHASE(t)
+    {
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t n = n0 + r;
+            const float *x = a->inp + n * C, *dy = a->dout + n * C, mean = a->mean[n], rstd = a->rstd[n];
+            const float dnorm_mean = (float)bk_layernorm_lanes_mean(lmean + r * BK_SUM_LANES, C);
+            const float dnorm_norm_mean = (float)bk_layernorm_lanes_mean(ldot + r * BK_SUM_LANES, C);
+            for (int64_t c = t; c < C; c += BK_CTA_THREADS) {
+                float norm, dnorm;
+                bk_layernorm_dterms(x[c], dy[c], a->weight[c], mean, rstd, &norm, &dnorm);
+                a->dinp[n * C + c] += bk_layernorm_dx(norm, dnorm, dnorm_mean, dnorm_norm_mean, rstd);
+            }
+        }
+    }
 }
 
 /* index (chunk, c) of (ceil(N / BK_DEV_ROW_CHUNK), C): the chunk's rows in order, in double:
@@ -249,16 +337,58 @@ typedef struct k_crossentropy_args {
     const float *logits, *probs_in;
     const int32_t *targets;
     float dloss;
-    int64_t V;
+    int64_t N, V;
 } k_crossentropy_args;
 
-/* index n (row): bk_crossentropy_row (model/softmax_math.h, the CPU layer's code) — max in float, the exps in
- * float, their sum in double by lanes, loss = log(total) - (z[target] - max), probabilities when asked */
-static inline BK_DEV_HD void k_crossentropy_forward(int64_t n, const void *args)
+/* bk_crossentropy_row (model/softmax_math.h, the CPU layer's code) — max in float, the exps in float,
+ * their sum in double by lanes, loss = log(total) - (z[target] - max), probabilities when asked — for
+ * K_ROWS_PER_CTA rows per block: shared memory BK_CTA_THREADS floats (the lanes' maxima) and as many
+ * doubles (their sums) */
+#define K_CROSSENTROPY_SMEM_BYTES (BK_CTA_THREADS * (sizeof(float) + sizeof(double)))
+
+static inline BK_DEV_HD void k_crossentropy_forward(int64_t cta, const void *args, float *smem)
 {
     const k_crossentropy_args *a = (const k_crossentropy_args *)args;
-    const int64_t V = a->V;
-    bk_crossentropy_row(a->logits + n * V, V, a->targets[n], &a->losses[n], a->probs ? a->probs + n * V : (float *)0);
+    const int64_t V = a->V, n0 = cta * K_ROWS_PER_CTA, rows = k_rows_of(cta, a->N);
+    double *lsum = (double *)smem;
+    float *lmax = smem + 2 * BK_CTA_THREADS;
+    BK_CTA_PHASE(t)
+    {
+        const int64_t r = t / BK_SUM_LANES;
+        if (r >= rows)
+            continue;
+        const float *z = a->logits + (n0 + r) * V;
+        float m = -INFINITY;
+        for (int64_t v = t % BK_SUM_LANES; v < V; v += BK_SUM_LANES)
+            m = bk_lane_max(m, z[v]);
+        lmax[t] = m;
+    }
+    BK_CTA_PHASE(t)
+    {
+        const int64_t r = t / BK_SUM_LANES;
+        if (r >= rows)
+            continue;
+        const float *z = a->logits + (n0 + r) * V, m = bk_max_of_lanes(lmax + r * BK_SUM_LANES);
+        double acc = 0.0;
+        for (int64_t v = t % BK_SUM_LANES; v < V; v += BK_SUM_LANES)
+            acc += bk_ce_term(z[v], m);
+        lsum[t] = acc;
+    }
+    BK_CTA_PHASE(t)
+    {
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t n = n0 + r;
+            const float *z = a->logits + n * V, m = bk_max_of_lanes(lmax + r * BK_SUM_LANES);
+            const double total = BK_LANES_TOTAL(lsum + r * BK_SUM_LANES);
+            if (t == 0)
+                a->losses[n] = bk_ce_loss(total, z[a->targets[n]], m);
+            if (!a->probs)
+                continue;
+            const float inv = bk_ce_inv(total);
+            for (int64_t v = t; v < V; v += BK_CTA_THREADS)
+                a->probs[n * V + v] = bk_expf_nonpositive(z[v] - m) * inv;
+        }
+    }
 }
 
 /* index (n, v): dlogits = (probs - onehot(target)) dloss, overwritten */

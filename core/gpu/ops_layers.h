@@ -56,9 +56,12 @@ static int dev_layernorm_forward(bk_backend *be, float *out, float *mean, float 
                                  const float *weight, const float *bias, int N, int C, bk_error *err)
 {
     bk_dev *d = layers_dev(be);
+    if (N == 0)
+        return BK_OK;
     k_layernorm_forward_args a;
-    a.out = out, a.mean = mean, a.rstd = rstd, a.inp = inp, a.weight = weight, a.bias = bias, a.C = C;
-    return BK_LAUNCH(d, k_layernorm_forward, k_layernorm_forward_args, N, a, err);
+    a.out = out, a.mean = mean, a.rstd = rstd, a.inp = inp, a.weight = weight, a.bias = bias, a.N = N, a.C = C;
+    return BK_LAUNCH_CTA(d, k_layernorm_forward, k_layernorm_forward_args, (N + K_ROWS_PER_CTA - 1) / K_ROWS_PER_CTA,
+                         K_LAYERNORM_SMEM_BYTES, a, err);
 }
 
 /* out[c] += column sums of the (chunks, C) partials, chunk by chunk in order */
@@ -74,6 +77,8 @@ static int dev_layernorm_backward(bk_backend *be, float *dinp, float *dweight, f
                                   int C, bk_error *err)
 {
     bk_dev *d = layers_dev(be);
+    if (N == 0)
+        return BK_OK;
     const int64_t chunks = layers_chunks(N, BK_DEV_ROW_CHUNK);
     const size_t bytes = (size_t)(chunks * C) * sizeof(double);
     void *pw = NULL, *pb = NULL;
@@ -84,7 +89,8 @@ static int dev_layernorm_backward(bk_backend *be, float *dinp, float *dweight, f
     k_layernorm_backward_args a;
     a.dinp = dinp, a.part_w = (double *)pw, a.part_b = (double *)pb, a.dout = dout, a.inp = inp;
     a.weight = weight, a.mean = mean, a.rstd = rstd, a.N = N, a.C = C;
-    if ((rc = BK_LAUNCH(d, k_layernorm_backward_dinp, k_layernorm_backward_args, N, a, err)) != BK_OK ||
+    if ((rc = BK_LAUNCH_CTA(d, k_layernorm_backward_dinp, k_layernorm_backward_args,
+                            (N + K_ROWS_PER_CTA - 1) / K_ROWS_PER_CTA, K_LAYERNORM_SMEM_BYTES, a, err)) != BK_OK ||
         (rc = BK_LAUNCH(d, k_layernorm_backward_params, k_layernorm_backward_args, chunks * C, a, err)) != BK_OK ||
         (rc = dev_column_sum(d, dweight, a.part_w, chunks, C, err)) != BK_OK)
         return rc;
@@ -178,8 +184,11 @@ static int dev_crossentropy_forward(bk_backend *be, float *losses, float *probs,
     bk_dev *d = layers_dev(be);
     k_crossentropy_args a;
     a.losses = losses, a.probs = probs, a.dlogits = NULL, a.logits = logits, a.probs_in = NULL;
-    a.targets = targets, a.dloss = 0.0f, a.V = V;
-    return BK_LAUNCH(d, k_crossentropy_forward, k_crossentropy_args, N, a, err);
+    a.targets = targets, a.dloss = 0.0f, a.N = N, a.V = V;
+    if (N == 0)
+        return BK_OK;
+    return BK_LAUNCH_CTA(d, k_crossentropy_forward, k_crossentropy_args, (N + K_ROWS_PER_CTA - 1) / K_ROWS_PER_CTA,
+                         K_CROSSENTROPY_SMEM_BYTES, a, err);
 }
 
 static int dev_crossentropy_backward(bk_backend *be, float *dlogits, const float *probs, const int32_t *targets,
@@ -188,7 +197,7 @@ static int dev_crossentropy_backward(bk_backend *be, float *dlogits, const float
     bk_dev *d = layers_dev(be);
     k_crossentropy_args a;
     a.losses = NULL, a.probs = NULL, a.dlogits = dlogits, a.logits = NULL, a.probs_in = probs;
-    a.targets = targets, a.dloss = dloss, a.V = V;
+    a.targets = targets, a.dloss = dloss, a.N = N, a.V = V;
     return BK_LAUNCH(d, k_crossentropy_backward, k_crossentropy_args, (int64_t)N * V, a, err);
 }
 

@@ -22,6 +22,44 @@
 
 #define BK_LAYERNORM_EPS 1e-5f
 
+/* The pieces the row functions below share with the device's lane-parallel row programs
+ * (gpu/kernels_layers.h: one thread per lane), so that both compute the same operations in order. */
+
+/* a lane total divided by the channel count (the mean, the variance, the backward's two means) */
+static inline BK_HOST_INLINE BIASKIT_HD double bk_layernorm_lanes_mean(const double *lane, int64_t C)
+{
+    return BK_LANES_TOTAL(lane) / (double)C;
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD double bk_layernorm_square(float x, double mean)
+{
+    return (x - mean) * (x - mean);
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD float bk_layernorm_rstd(double var)
+{
+    return 1.0f / sqrtf((float)var + BK_LAYERNORM_EPS);
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD float bk_layernorm_y(float x, double mean, float rstd, float w, float b)
+{
+    return (float)(x - mean) * rstd * w + b;
+}
+
+/* backward: norm = (x - mean) rstd and dnorm = w dy of one channel */
+static inline BK_HOST_INLINE BIASKIT_HD void bk_layernorm_dterms(float x, float dy, float w, float mean, float rstd,
+                                                                 float *norm, float *dnorm)
+{
+    *norm = (x - mean) * rstd;
+    *dnorm = w * dy;
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD float bk_layernorm_dx(float norm, float dnorm, float dnorm_mean,
+                                                              float dnorm_norm_mean, float rstd)
+{
+    return (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd;
+}
+
 static inline BK_HOST_INLINE BIASKIT_HD void bk_layernorm_row(float *y, float *mean_out, float *rstd_out,
                                                               const float *x, const float *w, const float *b,
                                                               int64_t C)
@@ -35,21 +73,20 @@ static inline BK_HOST_INLINE BIASKIT_HD void bk_layernorm_row(float *y, float *m
     }
     for (int l = 0; j + l < C; l++)
         lane[l] += x[j + l];
-    const double m = BK_LANES_TOTAL(lane) / (double)C;
+    const double m = bk_layernorm_lanes_mean(lane, C);
     for (int l = 0; l < BK_SUM_LANES; l++)
         lane[l] = 0.0;
     for (j = 0; j + BK_SUM_LANES <= C; j += BK_SUM_LANES) {
         BK_OMP_SIMD
         for (int l = 0; l < BK_SUM_LANES; l++)
-            lane[l] += (x[j + l] - m) * (x[j + l] - m);
+            lane[l] += bk_layernorm_square(x[j + l], m);
     }
     for (int l = 0; j + l < C; l++)
-        lane[l] += (x[j + l] - m) * (x[j + l] - m);
-    const double v = BK_LANES_TOTAL(lane) / (double)C;
-    const float s = 1.0f / sqrtf((float)v + BK_LAYERNORM_EPS);
+        lane[l] += bk_layernorm_square(x[j + l], m);
+    const float s = bk_layernorm_rstd(bk_layernorm_lanes_mean(lane, C));
     BK_OMP_SIMD
     for (int64_t c = 0; c < C; c++)
-        y[c] = (float)(x[c] - m) * s * w[c] + b[c];
+        y[c] = bk_layernorm_y(x[c], m, s, w[c], b[c]);
     *mean_out = (float)m;
     *rstd_out = s;
 }
@@ -64,22 +101,25 @@ static inline BK_HOST_INLINE BIASKIT_HD void bk_layernorm_row_backward(float *dx
     for (; j + BK_SUM_LANES <= C; j += BK_SUM_LANES) {
         BK_OMP_SIMD
         for (int l = 0; l < BK_SUM_LANES; l++) {
-            const float norm = (x[j + l] - mean) * rstd, dnorm = w[j + l] * dy[j + l];
+            float norm, dnorm;
+            bk_layernorm_dterms(x[j + l], dy[j + l], w[j + l], mean, rstd, &norm, &dnorm);
             mean_lane[l] += dnorm;
             dot_lane[l] += dnorm * norm;
         }
     }
     for (int l = 0; j + l < C; l++) {
-        const float norm = (x[j + l] - mean) * rstd, dnorm = w[j + l] * dy[j + l];
+        float norm, dnorm;
+        bk_layernorm_dterms(x[j + l], dy[j + l], w[j + l], mean, rstd, &norm, &dnorm);
         mean_lane[l] += dnorm;
         dot_lane[l] += dnorm * norm;
     }
-    const float dnorm_mean = (float)(BK_LANES_TOTAL(mean_lane) / (double)C);
-    const float dnorm_norm_mean = (float)(BK_LANES_TOTAL(dot_lane) / (double)C);
+    const float dnorm_mean = (float)bk_layernorm_lanes_mean(mean_lane, C);
+    const float dnorm_norm_mean = (float)bk_layernorm_lanes_mean(dot_lane, C);
     BK_OMP_SIMD
     for (int64_t c = 0; c < C; c++) {
-        const float norm = (x[c] - mean) * rstd, dnorm = w[c] * dy[c];
-        dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd;
+        float norm, dnorm;
+        bk_layernorm_dterms(x[c], dy[c], w[c], mean, rstd, &norm, &dnorm);
+        dx[c] += bk_layernorm_dx(norm, dnorm, dnorm_mean, dnorm_norm_mean, rstd);
     }
 }
 

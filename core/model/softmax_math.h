@@ -33,6 +33,41 @@
 #define BK_LANES_TOTAL(lane)                                                                                    \
     ((((lane)[0] + (lane)[1]) + ((lane)[2] + (lane)[3])) + (((lane)[4] + (lane)[5]) + ((lane)[6] + (lane)[7])))
 
+/* The pieces of the row functions below that the device's lane-parallel row programs (gpu/kernels_layers.h:
+ * one thread per lane) share with them, so that both compute the same operations in the same order. */
+
+/* lane maximum: x replaces the lane's value when larger (a NaN never does) */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_lane_max(float lane, float x)
+{
+    return x > lane ? x : lane;
+}
+
+/* the lanes of a maximum combined: lane 0, then each larger lane in order */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_max_of_lanes(const float *lane)
+{
+    float m = lane[0];
+    for (int l = 1; l < BK_SUM_LANES; l++)
+        m = bk_lane_max(m, lane[l]);
+    return m;
+}
+
+/* cross-entropy: one logit's term of the sum, exp(z - max) in double; the loss log(total) - (z_t - max);
+ * the factor of the probabilities, 1 / total in float */
+static inline BK_HOST_INLINE BIASKIT_HD double bk_ce_term(float z, float max)
+{
+    return (double)bk_expf_nonpositive(z - max);
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD float bk_ce_loss(double total, float z_target, float max)
+{
+    return (float)(log(total) - (double)(z_target - max));
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD float bk_ce_inv(double total)
+{
+    return (float)(1.0 / total);
+}
+
 /* Lane l sums x[l], x[l + 8], x[l + 16], ...; then BK_LANES_TOTAL. */
 static inline BK_HOST_INLINE BIASKIT_HD float bk_sum_lanes(const float *x, int64_t n)
 {
@@ -58,14 +93,11 @@ static inline BK_HOST_INLINE BIASKIT_HD float bk_max_lanes(const float *x, int64
     for (; j + BK_SUM_LANES <= n; j += BK_SUM_LANES) {
         BK_OMP_SIMD
         for (int l = 0; l < BK_SUM_LANES; l++)
-            lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+            lane[l] = bk_lane_max(lane[l], x[j + l]);
     }
     for (int l = 0; j + l < n; l++)
-        lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
-    float m = lane[0];
-    for (int l = 1; l < BK_SUM_LANES; l++)
-        m = lane[l] > m ? lane[l] : m;
-    return m;
+        lane[l] = bk_lane_max(lane[l], x[j + l]);
+    return bk_max_of_lanes(lane);
 }
 
 /* sum_j a[j] b[j] in double (each product exact), grouped as bk_sum_lanes groups its sum. */
@@ -92,14 +124,14 @@ static inline BK_HOST_INLINE BIASKIT_HD void bk_crossentropy_row(const float *z,
     for (; v + BK_SUM_LANES <= V; v += BK_SUM_LANES) {
         BK_OMP_SIMD
         for (int l = 0; l < BK_SUM_LANES; l++)
-            lane[l] += (double)bk_expf_nonpositive(z[v + l] - m);
+            lane[l] += bk_ce_term(z[v + l], m);
     }
     for (int l = 0; v + l < V; l++)
-        lane[l] += (double)bk_expf_nonpositive(z[v + l] - m);
+        lane[l] += bk_ce_term(z[v + l], m);
     const double total = BK_LANES_TOTAL(lane);
-    *loss = (float)(log(total) - (double)(z[target] - m));
+    *loss = bk_ce_loss(total, z[target], m);
     if (probs) {
-        const float inv = (float)(1.0 / total);
+        const float inv = bk_ce_inv(total);
         BK_OMP_SIMD
         for (int64_t k = 0; k < V; k++)
             probs[k] = bk_expf_nonpositive(z[k] - m) * inv;
