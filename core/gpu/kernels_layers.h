@@ -401,8 +401,10 @@ static inline BK_DEV_HD void k_crossentropy_backward(int64_t i, const void *args
 
 /* --- rotary ------------------------------------------------------------------------------------ */
 
-/* index n (token of B*T): rotate every head of q, then of k, in qkv (N, 3C) by the angles of the
- * token's position (positions[n], or n % T), pair k = (x[k], x[k + pairs]) (model/positions.c rotate) */
+/* index (n, part, h, k) of (B*T, 2, H, pairs): rotate pair k = (x[k], x[k + pairs]) of head h of q
+ * (part 0) or k (part 1) in qkv (N, 3C) by the angles of token n's position (positions[n], or n % T)
+ * (model/positions.c rotate). One pair per thread: the pairs are independent, so the bits are those of
+ * any order (the first version gave each token's 2 H pairs-long loop to one thread). */
 typedef struct k_rotary_args {
     float *qkv;
     const float *cos, *sin;
@@ -411,18 +413,14 @@ typedef struct k_rotary_args {
     float sign;
 } k_rotary_args;
 
-static inline BK_DEV_HD void k_rotary(int64_t n, const void *args)
+static inline BK_DEV_HD void k_rotary(int64_t i, const void *args)
 {
     const k_rotary_args *a = (const k_rotary_args *)args;
+    const int64_t half = a->pairs, k = i % half, h = (i / half) % a->H, part = (i / (half * a->H)) % 2;
+    const int64_t n = i / (half * a->H * 2);
     const int64_t p = a->positions ? (int64_t)a->positions[n] : n % a->T;
-    const int64_t hd = a->C / a->H, half = a->pairs;
-    const float *c = a->cos + p * half, *s = a->sin + p * half;
-    for (int64_t part = 0; part < 2; part++) /* q, then k */
-        for (int64_t h = 0; h < a->H; h++) {
-            float *x = a->qkv + n * 3 * a->C + part * a->C + h * hd;
-            for (int64_t k = 0; k < half; k++)
-                bk_rotate_pair(&x[k], &x[k + half], c[k], a->sign * s[k]);
-        }
+    float *x = a->qkv + n * 3 * a->C + part * a->C + h * (a->C / a->H);
+    bk_rotate_pair(&x[k], &x[k + half], a->cos[p * half + k], a->sign * a->sin[p * half + k]);
 }
 
 /* --- reductions to the host ---------------------------------------------------------------------- */

@@ -217,7 +217,7 @@ static int dev_rotary(bk_backend *be, float *qkv, const bk_rotary_view *rot, int
     k_rotary_args a;
     a.qkv = qkv, a.cos = rot->cos, a.sin = rot->sin, a.positions = rot->positions;
     a.T = T, a.C = C, a.H = H, a.pairs = rot->pairs, a.sign = sign;
-    return BK_LAUNCH(d, k_rotary, k_rotary_args, (int64_t)B * T, a, err);
+    return BK_LAUNCH(d, k_rotary, k_rotary_args, (int64_t)B * T * 2 * H * rot->pairs, a, err);
 }
 
 /* --- reductions read back on the host ------------------------------------------------------------ */
