@@ -31,14 +31,19 @@ static int64_t probs_curvature(int B, int T)
     return 6 * (int64_t)T * T * (2 * (int64_t)sizeof(float) * L * B * H);
 }
 
+static bk_backend *emulated(void)
+{
+    bk_backend *be = NULL;
+    bk_error err = {0};
+    if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create: %s", err.message);
+    return be;
+}
+
 static void eval_is_linear_in_length(void **state)
 {
     (void)state;
-    bk_backend *emu = NULL;
-    bk_error err = {0};
-    if (bk_backend_emulated_create(&emu, BK_MATMUL_FP32, &err) != BK_OK)
-        fail_msg("bk_backend_emulated_create: %s", err.message);
-    bk_backend *cpu = bk_backend_cpu();
+    bk_backend *emu = emulated(), *cpu = bk_backend_cpu();
     for (int T = 1024; T <= 16384; T *= 4) { /* past the block of logits rows evaluation keeps */
         assert_int_equal(curvature(cpu, 1, T, 0), 0);
         emu->attention = BK_ATTENTION_FUSED;
@@ -59,11 +64,7 @@ static void eval_is_linear_in_length(void **state)
 static void training_memory_by_attention(void **state)
 {
     (void)state;
-    bk_backend *emu = NULL;
-    bk_error err = {0};
-    if (bk_backend_emulated_create(&emu, BK_MATMUL_FP32, &err) != BK_OK)
-        fail_msg("bk_backend_emulated_create: %s", err.message);
-    bk_backend *cpu = bk_backend_cpu();
+    bk_backend *emu = emulated(), *cpu = bk_backend_cpu();
     for (int B = 1; B <= 4; B *= 4)
         for (int T = 256; T <= 4096; T *= 4) {
             emu->attention = BK_ATTENTION_FUSED;
@@ -88,11 +89,7 @@ static void matches_what_forward_allocates(void **state)
     (void)state;
     bk_error err = {0};
     for (int kind = 0; kind < 3; kind++) {
-        bk_backend *be = NULL;
-        if (kind == 0)
-            be = bk_backend_cpu();
-        else if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
-            fail_msg("bk_backend_emulated_create: %s", err.message);
+        bk_backend *be = kind == 0 ? bk_backend_cpu() : emulated();
         if (kind == 2)
             be->attention = BK_ATTENTION_MATERIALIZED;
         bk_gpt m;
