@@ -14,7 +14,9 @@
 # per batch, 16384), HEAD_DIMS ("64 128": 16 and 8 heads, model width 1024; HEAD_DIMS=64 and
 # HEAD_DIMS=128 split the grid in two runs where one command's time is limited), LENGTHS ("1024 2048
 # 4096 8192 16384"), TABLES ("alibi kerple t5"), DTYPE (bf16: PyTorch's and biaskit's --dtype), REPS
-# (20), WARMUP (5), CHECK (1: check biaskit's results at the longest length against PyTorch in
+# (20), WARMUP (5), RESULTS ($LOG_DIR/results.txt: every result line is appended there), REPORT_ONLY (1:
+# run nothing, print the tables of HEAD_DIMS x LENGTHS from $RESULTS: runs split by HEAD_DIMS or LENGTHS
+# add up), CHECK (1: check biaskit's results at the longest length against PyTorch in
 # float64, bench/gpu/check_dump.py; 0: skip), DEVICE (cuda; cpu to try the script itself on a machine without a GPU: PyTorch on
 # the CPU, biaskit's emulated backend, and FlexAttention's backward, which PyTorch does not run on a
 # CPU, shows "-"), LOG_DIR ($BUILD_DIR/bench-logs/attention: one log per biaskit run, one per head size
@@ -42,10 +44,25 @@ mkdir -p "$LOGS"
 BIN=$BUILD/bench_flash_gpu
 [ -x "$BIN" ] || echo "attention.sh: warning: $BIN not found (build first: scripts/gpu-test.sh); biaskit's rows show -" >&2
 
+# Every RESULT line (and every check's verdict, as "CHECK ...") is also appended to $RESULTS, so that runs
+# split by HEAD_DIMS or LENGTHS add up: REPORT_ONLY=1 runs nothing and prints the tables and the targets
+# from all the lines there (of this DTYPE; a later line for the same cell wins).
+RESULTS=${RESULTS:-$LOGS/results.txt}
+REPORT_ONLY=${REPORT_ONLY:-0}
 declare -A R=() M=() # key "who|table|D|T|mode" -> TFLOP/s (shown), ms (the ratios: more digits)
+field() { # field NAME LINE: the value of NAME=... in a RESULT line
+    sed -E "s/.* $1=([^ ]+).*/\1/" <<<"$2"
+}
+key_of() { # key_of LINE: the cell of a RESULT line, "who|table|D|T|mode" (who: biaskit or the PyTorch peer)
+    local who
+    who=$(field engine "$1")
+    [ "$who" = biaskit ] || who=$(field peer "$1")
+    echo "$who|$(field table "$1")|$(field D "$1")|$(field T "$1")|$(field mode "$1")"
+}
 record() { # record KEY LINE: a RESULT line's tflops and ms into R[KEY] and M[KEY], "-" when it has none
+    [ -n "$2" ] && [ "$REPORT_ONLY" != 1 ] && echo "$2" >>"$RESULTS"
     case "$2" in
-        *tflops=*) R[$1]=$(sed -E 's/.*tflops=([0-9.]+).*/\1/' <<<"$2"); M[$1]=$(sed -E 's/.* ms=([0-9.]+).*/\1/' <<<"$2") ;;
+        *tflops=*) R[$1]=$(field tflops "$2"); M[$1]=$(field ms "$2") ;;
         *) R[$1]=-; M[$1]=-; return 1 ;;
     esac
 }
@@ -68,8 +85,7 @@ cost() { # cost KEY_WITH KEY_WITHOUT: the time the table adds, in % of the no-bi
 # PyTorch: one process per head size runs all its peers, tables, modes and lengths (attention_torch.py's
 # grid: one start, and a fresh compilation per FlexAttention shape); its RESULT lines fill R.
 torch_grid() { # torch_grid D H LOG
-    local D=$1 H=$2 log=$3 line peer table mode T
-    local lengths tables
+    local D=$1 H=$2 log=$3 line lengths tables
     lengths=$(tr ' ' ',' <<<"$LENGTHS")
     tables="none,$(tr ' ' ',' <<<"$TABLES")"
     echo "attention.sh: PyTorch, D=$D H=$H, T in $LENGTHS" >&2
@@ -77,11 +93,7 @@ torch_grid() { # torch_grid D H LOG
         --mode fwd,fwdbwd --length "$lengths" --tokens "$TOKENS" --heads "$H" --head-dim "$D" --dtype "$DTYPE" \
         --device "$DEVICE" --reps "$REPS" --warmup "$WARMUP" >"$log" 2>&1 || true
     while read -r line; do
-        peer=$(sed -E 's/.* peer=([^ ]+).*/\1/' <<<"$line")
-        table=$(sed -E 's/.* table=([^ ]+).*/\1/' <<<"$line")
-        mode=$(sed -E 's/.* mode=([^ ]+).*/\1/' <<<"$line")
-        T=$(sed -E 's/.* T=([0-9]+).*/\1/' <<<"$line")
-        record "$peer|$table|$D|$T|$mode" "$line" || echo "attention.sh: $peer|$table|$D|$T|$mode failed (see $log)" >&2
+        record "$(key_of "$line")" "$line" || echo "attention.sh: $(key_of "$line") failed (see $log)" >&2
     done < <(grep '^RESULT ' "$log" || true)
 }
 
@@ -105,9 +117,19 @@ check_numbers() { # check_numbers D H
     else
         CHECKS+=("D=$D T=$T $tab: FAILED (see $log): $(tail -1 "$log")")
     fi
+    echo "CHECK ${CHECKS[-1]}" >>"$RESULTS"
     rm -rf "$dir"
 }
 
+if [ "$REPORT_ONLY" = 1 ]; then
+    [ -f "$RESULTS" ] || { echo "attention.sh: REPORT_ONLY=1 but $RESULTS does not exist" >&2; exit 1; }
+    while read -r line; do
+        case "$line" in
+            RESULT*" dtype=$DTYPE "*) record "$(key_of "$line")" "$line" || true ;;
+            CHECK*) CHECKS+=("${line#CHECK }") ;;
+        esac
+    done <"$RESULTS"
+else
 for D in $HEAD_DIMS; do
     H=$((D == 128 ? 8 : 16))
     torch_grid "$D" "$H" "$LOGS/torch-$D.log"
@@ -124,6 +146,7 @@ for D in $HEAD_DIMS; do
         done
     done
 done
+fi
 
 {
     echo "# Fused biased attention, $(date -u +%Y-%m-%d), $DTYPE, $TOKENS tokens per batch"
