@@ -21,7 +21,12 @@
 #                                       BIASKIT_GPU_BENCH=1, then bench/gpu/run.sh (GPT-2 small
 #                                       tokens/s against PyTorch) and bench/gpu/attention.sh (the
 #                                       fused attention against SDPA and FlexAttention; QUICK=1 for
-#                                       its short grid); their tables land in $OUT too. A GPU test that is skipped, or whose output says its GPU
+#                                       its short grid); their tables land in $OUT too. Where one
+#                                       command's time is limited, run them as commands of their own
+#                                       after this one: PRECISIONS=... bash bench/gpu/run.sh, then
+#                                       HEAD_DIMS=64 and HEAD_DIMS=128 bash bench/gpu/attention.sh, then
+#                                       REPORT_ONLY=1 bash bench/gpu/attention.sh for the whole table.
+#                                       A GPU test that is skipped, or whose output says its GPU
 #                                       part was skipped, counts as a failure here: the point is the GPU.
 #   scripts/gpu-test.sh --check-prefix  HERE (no GPU needed): the same unpack + configure (CUDA on when
 #                                       nvcc is found) + build + ctest, against ONLY the unpacked

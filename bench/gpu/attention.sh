@@ -25,6 +25,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+. "$ROOT/bench/gpu/prefix_env.sh"
 PY=${PYTHON:-python3}
 TOKENS=${TOKENS:-16384}
 HEAD_DIMS=${HEAD_DIMS:-"64 128"}

@@ -17,6 +17,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+. "$ROOT/bench/gpu/prefix_env.sh"
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
 PY=${PYTHON:-python3}
