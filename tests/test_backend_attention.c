@@ -616,6 +616,23 @@ static void emulated_matches_cpu(void **state)
     bk_backend_destroy(be);
 }
 
+/* The fused backward's table-gradient partials on the token stream hold, for query tile qt, only the
+ * distances below the tile's end (kernels_flash.h, k_flash_g_len): at T = 130 with tiles of 64 (head size
+ * 8), rows of 64, 128 and 130 distances per (b, h) instead of 3 x 130 (check_case checks the gradient). */
+static void table_partials_fit_their_tiles(void **state)
+{
+    (void)state;
+    const int B = 2, T = 130, C = 16, H = 2;
+    bk_backend *be = NULL;
+    bk_error err = {0};
+    if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create: %s", err.message);
+    check_case(be, B, T, C, H, BIAS_TOKEN, 77);
+    const bk_dev *d = (const bk_dev *)be->impl;
+    assert_int_equal(d->scratch_bytes[BK_DEV_SCRATCH_ATT_G], (size_t)B * H * (64 + 128 + 130) * sizeof(double));
+    bk_backend_destroy(be);
+}
+
 static void cuda_matches_cpu(void **state)
 {
     (void)state;
@@ -636,6 +653,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(emulated_matches_cpu),
+        cmocka_unit_test(table_partials_fit_their_tiles),
         cmocka_unit_test(cuda_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

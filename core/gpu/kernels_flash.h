@@ -26,12 +26,13 @@
  * two runs give the same bits. dqkv is accumulated into (+=), as on the CPU.
  *
  * Table gradient. dS is the score gradient of the tables too (the bias enters unscaled). For stream s
- * the partial row G_s[(b * nq + qt) * H + h][delta], delta < width_s, is the sum, in double, of dS over
+ * the partial row of (b, qt, h) at delta, delta < width_s, is the sum, in double, of dS over
  * the query tile qt's rows and keys j <= i with p(i) - p(j) = delta; k_flash_dq adds one key tile
  * at a time (ascending), and within a tile each delta is one thread's: rows in ascending order, and in
  * a row the keys of that distance (one key on the token stream; a contiguous run when positions are
  * given, as p is non-decreasing) in ascending order. The partials are then summed over (b, qt) in
- * ascending order by k_att_table_reduce (kernels_attention.h) into dtable. */
+ * ascending order by k_flash_table_reduce into dtable. On the token stream without positions a row
+ * holds only the distances its query tile can meet (k_flash_g_len). */
 #ifndef BK_GPU_KERNELS_FLASH_H
 #define BK_GPU_KERNELS_FLASH_H
 
@@ -50,7 +51,7 @@ typedef struct k_flash_args {
     const float *o, *dout;           /* backward: the forward's output and its gradient, (B, T, C) */
     float *dsum;                     /* backward: (B, H, T), D_i = dO_i . O_i */
     float *dqkv;                     /* backward: (B, T, 3C), += */
-    double *G[BK_STREAM_COUNT];      /* backward: partial rows (B, nq, H, width[s]), or NULL */
+    double *G[BK_STREAM_COUNT];      /* backward: partial rows (k_flash_g_at), or NULL */
     int32_t width[BK_STREAM_COUNT];  /* distances with a partial: 1 + the largest distance of stream s */
     k_att_bias bias;
     int B, T, C, H, tile;
@@ -402,6 +403,58 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
     }
 }
 
+/* The table-gradient partial rows of stream s. The row of (b, query tile qt, h) holds k_flash_g_len
+ * distances: all `width` with positions, and on the token stream without positions only those below the
+ * tile's end, min(width, (qt + 1) tile), the largest a query tile can meet, so that the rows of the early
+ * tiles are short (about half the memory of full rows at long lengths). (b, qt)'s H rows follow those of
+ * every earlier (b, qt) in (b, qt) order; k_flash_g_at is where they start. */
+static inline BK_DEV_HD int64_t k_flash_g_len(const k_flash_args *a, int s, int qt)
+{
+    const int64_t w = a->width[s], end = (int64_t)(qt + 1) * a->tile;
+    return a->bias.positions[s] || end >= w ? w : end;
+}
+
+/* the sum of k_flash_g_len over query tiles 0 .. q-1: the short tiles, whose end is below width, are
+ * the first (width - 1) / tile ones */
+static inline BK_DEV_HD int64_t k_flash_g_prefix(const k_flash_args *a, int s, int64_t q)
+{
+    const int64_t w = a->width[s], tile = a->tile;
+    if (a->bias.positions[s] || w < 1)
+        return q * w;
+    const int64_t short_tiles = (w - 1) / tile, k = q < short_tiles ? q : short_tiles;
+    return tile * k * (k + 1) / 2 + (q - k) * w;
+}
+
+static inline BK_DEV_HD int64_t k_flash_g_at(const k_flash_args *a, int s, int64_t b, int qt)
+{
+    return (int64_t)a->H * (b * k_flash_g_prefix(a, s, k_flash_tiles(a)) + k_flash_g_prefix(a, s, qt));
+}
+
+/* index (h, delta) of (H, width[s]): dtable[h][delta] += the sum of the partials of delta over (b, qt) in
+ * ascending order, in double (the rows too short to hold delta hold no partial of it) */
+typedef struct k_flash_table_reduce_args {
+    float *dtable;
+    k_flash_args fa;
+    int s;
+    int64_t distances;
+} k_flash_table_reduce_args;
+
+static inline BK_DEV_HD void k_flash_table_reduce(int64_t idx, const void *args)
+{
+    const k_flash_table_reduce_args *r = (const k_flash_table_reduce_args *)args;
+    const k_flash_args *a = &r->fa;
+    const int s = r->s, nq = k_flash_tiles(a);
+    const int64_t w = a->width[s], delta = idx % w, h = idx / w;
+    double sum = 0.0;
+    for (int64_t b = 0; b < a->B; b++)
+        for (int qt = 0; qt < nq; qt++) {
+            const int64_t len = k_flash_g_len(a, s, qt);
+            if (delta < len)
+                sum += a->G[s][k_flash_g_at(a, s, b, qt) + h * len + delta];
+        }
+    r->dtable[h * r->distances + delta] += (float)sum;
+}
+
 /* Thread t's distances of the table-gradient partial of stream s for one (query tile, key tile) pair
  * (see the header), from dS in shared memory with row stride lds: the distances the tile can hold are
  * [lo, hi], from the corner positions. */
@@ -411,9 +464,10 @@ static inline BK_DEV_HD void k_flash_table_partial(const k_flash_args *a, int s,
     const int32_t *p = a->bias.positions[s] ? a->bias.positions[s] + b * a->T : (const int32_t *)0;
     const int64_t first_i = p ? p[i0] : i0, last_i = p ? p[i0 + rows - 1] : i0 + rows - 1;
     const int64_t first_j = p ? p[j0] : j0, last_j = p ? p[j0 + cols - 1] : j0 + cols - 1;
+    const int64_t len = k_flash_g_len(a, s, qt);
     const int64_t lo = first_i - last_j > 0 ? first_i - last_j : 0;
-    const int64_t hi = last_i - first_j < a->width[s] - 1 ? last_i - first_j : a->width[s] - 1;
-    double *G = a->G[s] + ((b * k_flash_tiles(a) + qt) * a->H + h) * (int64_t)a->width[s];
+    const int64_t hi = last_i - first_j < len - 1 ? last_i - first_j : len - 1;
+    double *G = a->G[s] + k_flash_g_at(a, s, b, qt) + h * len;
     for (int64_t delta = lo + t; delta <= hi; delta += BK_CTA_THREADS) {
         double acc = 0.0;
         for (int r = 0; r < rows; r++) {

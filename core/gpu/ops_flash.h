@@ -5,8 +5,9 @@
  *
  * Fused: `saved` is the row log-sum-exp, B*H*T floats (a T x T matrix is never stored, in training
  * or evaluation); backward reads it with the forward's output. Scratch: D = dO . O (B*H*T floats)
- * and, per stream whose table gradient is wanted, B * ceil(T / tile) * H * width partial sums in
- * double (width = 1 + the largest distance; at most T). */
+ * and, per stream whose table gradient is wanted, partial sums in double: B * ceil(T / tile) * H rows
+ * of width (1 + the largest distance; at most T) with positions, and on the token stream rows cut at
+ * the query tile's end (kernels_flash.h, k_flash_g_len): about B * H * T * T / (2 tile). */
 #ifndef BK_GPU_OPS_FLASH_H
 #define BK_GPU_OPS_FLASH_H
 
@@ -115,23 +116,23 @@ static int dev_flash_backward(bk_backend *be, float *dqkv, float *const dtable[B
         return rc;
     a.dsum = (float *)buf;
 
-    /* the partial rows of the streams whose table gradient is wanted: stream s owns B*nq*H*width[s]
+    /* the partial rows of the streams whose table gradient is wanted: stream s owns k_flash_g_at(s, B, 0)
      * doubles at offset goff[s] */
     size_t goff[BK_STREAM_COUNT], g_total = 0;
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         goff[s] = g_total;
-        if (dtable && dtable[s] && width[s] > 0)
-            g_total += (size_t)B * (size_t)nq * (size_t)H * (size_t)width[s];
+        if (dtable && dtable[s] && width[s] > 0) {
+            a.width[s] = width[s];
+            g_total += (size_t)k_flash_g_at(&a, s, B, 0); /* past the last (b, qt) */
+        }
     }
     if (g_total) {
         if ((rc = dev_scratch(d, BK_DEV_SCRATCH_ATT_G, g_total * sizeof(double), &buf, err)) != BK_OK ||
             (rc = dev_zero(d, buf, g_total * sizeof(double), err)) != BK_OK)
             return rc;
         for (int s = 0; s < BK_STREAM_COUNT; s++)
-            if (dtable && dtable[s] && width[s] > 0) {
+            if (a.width[s] > 0)
                 a.G[s] = (double *)buf + goff[s];
-                a.width[s] = width[s];
-            }
     }
 
     if ((rc = BK_LAUNCH(d, k_flash_dsum, k_flash_args, rows, a, err)) != BK_OK)
@@ -147,10 +148,10 @@ static int dev_flash_backward(bk_backend *be, float *dqkv, float *const dtable[B
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         if (!a.G[s])
             continue;
-        k_att_table_reduce_args tr; /* the partial rows of (b, qt) are its "batch rows", in ascending order */
-        tr.dtable = dtable[s], tr.G = a.G[s];
-        tr.B = B * nq, tr.H = H, tr.width = width[s], tr.distances = bias->distances;
-        if ((rc = BK_LAUNCH(d, k_att_table_reduce, k_att_table_reduce_args, (int64_t)H * width[s], tr, err)) != BK_OK)
+        k_flash_table_reduce_args tr;
+        tr.dtable = dtable[s], tr.fa = a, tr.s = s, tr.distances = bias->distances;
+        if ((rc = BK_LAUNCH(d, k_flash_table_reduce, k_flash_table_reduce_args, (int64_t)H * width[s], tr, err)) !=
+            BK_OK)
             return rc;
     }
     return BK_OK;
