@@ -9,18 +9,26 @@
 #   bash bench/gpu/attention.sh            # the full grid (after scripts/gpu-test.sh built ./build-gpu)
 #   QUICK=1 bash bench/gpu/attention.sh    # T = 1024 and 4096 only, 5 timed calls
 #
-# Environment: BUILD_DIR (./build-gpu), PYTHON (python3: a PyTorch with CUDA and FlexAttention), OUT
-# (also write the tables to $OUT/attention-d<head dims>.md, e.g. attention-d64-128.md), TOKENS (tokens
-# per batch, 16384), HEAD_DIMS ("64 128": 16 and 8 heads, model width 1024; HEAD_DIMS=64 and
-# HEAD_DIMS=128 split the grid in two runs where one command's time is limited), LENGTHS ("1024 2048
-# 4096 8192 16384"), TABLES ("alibi kerple t5"), DTYPE (bf16: PyTorch's and biaskit's --dtype), REPS
-# (20), WARMUP (5), RESULTS ($LOG_DIR/results.txt: every result line is appended there), REPORT_ONLY (1:
-# run nothing, print the tables of HEAD_DIMS x LENGTHS from $RESULTS: runs split by HEAD_DIMS or LENGTHS
-# add up), CHECK (1: check biaskit's results at the longest length against PyTorch in
-# float64, bench/gpu/check_dump.py; 0: skip), DEVICE (cuda; cpu to try the script itself on a machine without a GPU: PyTorch on
-# the CPU, biaskit's emulated backend, and FlexAttention's backward, which PyTorch does not run on a
-# CPU, shows "-"), LOG_DIR ($BUILD_DIR/bench-logs/attention: one log per biaskit run, one per head size
-# for PyTorch).
+# Environment:
+#   BUILD_DIR    ./build-gpu
+#   PYTHON       python3: a PyTorch with CUDA and FlexAttention
+#   OUT          also write the tables to $OUT/attention-d<head dims>.md, e.g. attention-d64-128.md
+#   TOKENS       tokens per batch, 16384
+#   HEAD_DIMS    "64 128" (16 and 8 heads, model width 1024)
+#   LENGTHS      "1024 2048 4096 8192 16384"
+#   TABLES       "alibi kerple t5"
+#   DTYPE        bf16 (PyTorch's and biaskit's --dtype)
+#   REPS, WARMUP 20 timed calls after 5
+#   CHECK        1: check biaskit's results at the longest length against PyTorch in float64
+#                (bench/gpu/check_dump.py); 0: skip
+#   LOG_DIR      $BUILD_DIR/bench-logs/attention: one log per biaskit run, one per head size for PyTorch
+#   RESULTS      $LOG_DIR/results.txt: every result line is appended there
+#   REPORT_ONLY  1: run nothing, print the tables of HEAD_DIMS x LENGTHS from $RESULTS, so that runs
+#                split by HEAD_DIMS (e.g. HEAD_DIMS=64, then HEAD_DIMS=128) or LENGTHS add up where one
+#                command's time is limited
+#   DEVICE       cuda; cpu tries the script itself on a machine without a GPU: PyTorch on the CPU,
+#                biaskit's emulated backend, and FlexAttention's backward, which PyTorch does not run
+#                on a CPU, shows "-"
 # A run that fails (its binary missing, out of memory, unsupported) shows "-" and the script goes on.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
