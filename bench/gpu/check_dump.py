@@ -13,7 +13,7 @@ rows (--block), so no B x H x T x T tensor is held: T = 16,384 fits in a few GiB
 
 Passes (exit 0) when every relative error is within the tolerance of the dump's dtype: fp32 1e-4, bf16
 5e-2 (bf16 rounds q, k, v, P and dS to 8 significant bits; measured on the emulated backend at
-test_check_dump's shapes, T = 33 to 150: fp32 at most 4.6e-7, bf16 at most 3.5e-3); exit 1 otherwise,
+test_flash_dump's shapes, T = 33 to 150: fp32 at most 4.6e-7, bf16 at most 3.5e-3); exit 1 otherwise,
 2 for a bad dump."""
 import argparse
 import json
