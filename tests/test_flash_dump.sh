@@ -2,7 +2,7 @@
 # bench_flash_gpu --dump (emulated) and bench/gpu/check_dump.py: biaskit's device attention at a few
 # shapes agrees with PyTorch's float64 attention (fused fp32 and bf16, materialized, learnable and fixed
 # tables, forward only), and the check fails on a corrupted result (exit 1) and a dump without meta.json
-# (exit 2). Uses $BIASKIT_PYTHON, else the first of python3 on PATH and /usr/bin/python3 that imports
+# (exit 2); --dump into a folder that does not exist fails naming the file. Uses $BIASKIT_PYTHON, else the first of python3 on PATH and /usr/bin/python3 that imports
 # torch and numpy; skipped (77) when none does.
 set -uo pipefail
 bin=$1
@@ -56,6 +56,15 @@ rm "$work/d2/meta.json"
 rc=$?
 if [ "$rc" != 2 ] || ! grep -q "meta.json" "$work/nometa.log"; then
     echo "FAIL: a dump without meta.json gave exit $rc: $(cat "$work/nometa.log")"
+    fail=1
+fi
+# a dump into a folder that does not exist: exit 1, the file named, a RESULT line saying so
+out=$("$bin" --batch 1 --heads 1 --length 8 --head-dim 8 --device emulated --warmup 0 --reps 1 \
+      --dump "$work/missing/dir" 2>&1)
+rc=$?
+if [ "$rc" != 1 ] || ! grep -q "cannot create '$work/missing/dir/qkv.f32'" <<<"$out" ||
+   ! grep -q "^RESULT .*error=--dump" <<<"$out"; then
+    echo "FAIL: --dump into a missing folder gave exit $rc: $out"
     fail=1
 fi
 exit $fail
