@@ -125,59 +125,158 @@ static inline BK_DEV_HD float k_att_add_bias(const k_att_bias *kb, int64_t b, in
     return score;
 }
 
-/* Forward softmax of one query block, index per (bh, r) over B*H*rows: row r of the block (query
- * i = q0 + r) holds scale * q_i . k_j for j < q1 (the GEMM applied the scale, as the CPU's sgemm
- * does). Adds the bias of the streams in stream order, then softmax over j <= i in float exactly as
- * cpu/attention.c's softmax_row (max subtracted, expf, the sum in ascending j, one reciprocal), and
- * writes 0 to columns i+1 .. zero_to-1 (zero_to = T in the saved probabilities, so that no entry past
- * the diagonal is left stale; q1 in scratch). */
+/* The softmax rows of one query block, B*H*rows of them in (bh, r) order, as row programs (block programs,
+ * gpu/dev.h): a block takes K_ATT_ROWS consecutive rows; in a reduction phase thread t is lane
+ * t % BK_SUM_LANES of row t / BK_SUM_LANES and runs that lane's loop of the CPU's row function
+ * (model/softmax_math.h), in an elementwise phase every thread takes a strided share of each row. So
+ * the results are the CPU's bits wherever the arithmetic is (emulated), and a row is not one thread's
+ * serial loop. */
+#define K_ATT_ROWS (BK_CTA_THREADS / BK_SUM_LANES)
+#define K_ATT_ROWS_SMEM_BYTES (BK_CTA_THREADS * sizeof(double))
+
+/* Forward: row r of the block (query i = q0 + r) holds scale * q_i . k_j for j < q1 (the GEMM applied the
+ * scale, as the CPU's sgemm does). Adds the bias of the streams in stream order, then softmax over
+ * j <= i in float exactly as cpu/attention.c's row (bk_causal_softmax_row: max by lanes, exps, their sum
+ * by lanes, one reciprocal), and writes 0 to columns i+1 .. zero_to-1 (zero_to = T in the saved
+ * probabilities, so that no entry past the diagonal is left stale; q1 in scratch). Shared memory: the
+ * lanes' maxima, then their sums (floats). */
 typedef struct k_att_softmax_args {
     float *S;
     int64_t bh_stride;
     int ld, rows, q0, zero_to, T, H;
+    int64_t n; /* B*H*rows */
     k_att_bias bias;
 } k_att_softmax_args;
 
-static inline BK_DEV_HD void k_att_softmax(int64_t idx, const void *args)
+static inline BK_DEV_HD float *k_att_softmax_row(const k_att_softmax_args *a, int64_t idx, int *i)
 {
-    const k_att_softmax_args *a = (const k_att_softmax_args *)args;
     const int r = (int)(idx % a->rows);
-    const int64_t bh = idx / a->rows;
-    const int h = (int)(bh % a->H);
-    const int64_t b = bh / a->H;
-    const int i = a->q0 + r;
-    float *row = a->S + bh * a->bh_stride + (int64_t)r * a->ld;
-    for (int j = 0; j <= i; j++)
-        row[j] = k_att_add_bias(&a->bias, b, h, a->T, i, j, row[j]);
-    bk_causal_softmax_row(row, i + 1, a->zero_to);
+    *i = a->q0 + r;
+    return a->S + (idx / a->rows) * a->bh_stride + (int64_t)r * a->ld;
 }
 
-/* Softmax backward of one query block, index per (bh, r): dS holds dP = dO V^T for the block
- * (rows x q1, leading dimension ld_ds); P the block's probabilities (leading dimension ld_p).
- * In place: dS_ij = P_ij (dP_ij - sum_{k<=i} P_ik dP_ik) for j <= i, 0 for i < j < q1, the dot
- * product by bk_dot_lanes (model/softmax_math.h) in double, rounded to float once, as the CPU
- * does. The 1/sqrt(hd) of the scores is applied by the dQ and dK GEMMs (alpha); the bias enters
- * unscaled, so dS itself is the table's score gradient. */
+static inline BK_DEV_HD void k_att_softmax(int64_t cta, const void *args, float *smem)
+{
+    const k_att_softmax_args *a = (const k_att_softmax_args *)args;
+    const int64_t first = cta * K_ATT_ROWS;
+    const int n = a->n - first < K_ATT_ROWS ? (int)(a->n - first) : K_ATT_ROWS;
+    float *lmax = smem, *lsum = smem + BK_CTA_THREADS;
+    BK_CTA_PHASE(t) /* the bias, elementwise */
+    {
+        for (int rr = 0; rr < n; rr++) {
+            const int64_t idx = first + rr, bh = idx / a->rows;
+            int i;
+            float *row = k_att_softmax_row(a, idx, &i);
+            for (int j = t; j <= i; j += BK_CTA_THREADS)
+                row[j] = k_att_add_bias(&a->bias, bh / a->H, (int)(bh % a->H), a->T, i, j, row[j]);
+        }
+    }
+    BK_CTA_PHASE(t) /* the lanes' maxima */
+    {
+        const int rr = t / BK_SUM_LANES;
+        if (rr >= n)
+            continue;
+        int i;
+        const float *row = k_att_softmax_row(a, first + rr, &i);
+        float m = -INFINITY;
+        for (int j = t % BK_SUM_LANES; j <= i; j += BK_SUM_LANES)
+            m = bk_lane_max(m, row[j]);
+        lmax[t] = m;
+    }
+    BK_CTA_PHASE(t) /* the exps, elementwise */
+    {
+        for (int rr = 0; rr < n; rr++) {
+            int i;
+            float *row = k_att_softmax_row(a, first + rr, &i);
+            const float max = bk_max_of_lanes(lmax + rr * BK_SUM_LANES);
+            for (int j = t; j <= i; j += BK_CTA_THREADS)
+                row[j] = bk_softmax_exp(row[j], max);
+        }
+    }
+    BK_CTA_PHASE(t) /* the lanes' sums */
+    {
+        const int rr = t / BK_SUM_LANES;
+        if (rr >= n)
+            continue;
+        int i;
+        const float *row = k_att_softmax_row(a, first + rr, &i);
+        float acc = 0.0f;
+        for (int j = t % BK_SUM_LANES; j <= i; j += BK_SUM_LANES)
+            acc += row[j];
+        lsum[t] = acc;
+    }
+    BK_CTA_PHASE(t) /* one reciprocal per row; zeros past the diagonal */
+    {
+        for (int rr = 0; rr < n; rr++) {
+            int i;
+            float *row = k_att_softmax_row(a, first + rr, &i);
+            const float inv = 1.0f / BK_LANES_TOTAL(lsum + rr * BK_SUM_LANES);
+            for (int j = t; j <= i; j += BK_CTA_THREADS)
+                row[j] *= inv;
+            for (int j = i + 1 + t; j < a->zero_to; j += BK_CTA_THREADS)
+                row[j] = 0.0f;
+        }
+    }
+}
+
+/* Softmax backward, the same rows: dS holds dP = dO V^T for the block (rows x q1, leading dimension
+ * ld_ds); P the block's probabilities (leading dimension ld_p). In place: dS_ij = P_ij (dP_ij - sum_{k<=i}
+ * P_ik dP_ik) for j <= i, 0 for i < j < q1, the dot product by lanes in double (bk_dot_lanes' grouping),
+ * rounded to float once, as the CPU does. The 1/sqrt(hd) of the scores is applied by the dQ and dK GEMMs
+ * (alpha); the bias enters unscaled, so dS itself is the table's score gradient. Shared memory: the
+ * lanes' dot products (doubles). */
 typedef struct k_att_softmax_bwd_args {
     float *dS;
     const float *P;
     int64_t ds_bh_stride, p_bh_stride;
     int ld_ds, ld_p, rows, q0, q1;
+    int64_t n; /* B*H*rows */
 } k_att_softmax_bwd_args;
 
-static inline BK_DEV_HD void k_att_softmax_bwd(int64_t idx, const void *args)
+static inline BK_DEV_HD void k_att_softmax_bwd_rows(const k_att_softmax_bwd_args *a, int64_t idx, float **row,
+                                                    const float **P, int *i)
 {
-    const k_att_softmax_bwd_args *a = (const k_att_softmax_bwd_args *)args;
     const int r = (int)(idx % a->rows);
     const int64_t bh = idx / a->rows;
-    const int i = a->q0 + r;
-    float *row = a->dS + bh * a->ds_bh_stride + (int64_t)r * a->ld_ds;
-    const float *P = a->P + bh * a->p_bh_stride + (int64_t)r * a->ld_p;
-    const float fdot = (float)bk_dot_lanes(P, row, i + 1);
-    for (int j = 0; j <= i; j++)
-        row[j] = P[j] * (row[j] - fdot);
-    for (int j = i + 1; j < a->q1; j++)
-        row[j] = 0.0f;
+    *i = a->q0 + r;
+    *row = a->dS + bh * a->ds_bh_stride + (int64_t)r * a->ld_ds;
+    *P = a->P + bh * a->p_bh_stride + (int64_t)r * a->ld_p;
+}
+
+static inline BK_DEV_HD void k_att_softmax_bwd(int64_t cta, const void *args, float *smem)
+{
+    const k_att_softmax_bwd_args *a = (const k_att_softmax_bwd_args *)args;
+    const int64_t first = cta * K_ATT_ROWS;
+    const int n = a->n - first < K_ATT_ROWS ? (int)(a->n - first) : K_ATT_ROWS;
+    double *ldot = (double *)smem;
+    BK_CTA_PHASE(t)
+    {
+        const int rr = t / BK_SUM_LANES;
+        if (rr >= n)
+            continue;
+        float *row;
+        const float *P;
+        int i;
+        k_att_softmax_bwd_rows(a, first + rr, &row, &P, &i);
+        double acc = 0.0;
+        for (int j = t % BK_SUM_LANES; j <= i; j += BK_SUM_LANES)
+            acc += bk_dot_term(P[j], row[j]);
+        ldot[t] = acc;
+    }
+    BK_CTA_PHASE(t)
+    {
+        for (int rr = 0; rr < n; rr++) {
+            float *row;
+            const float *P;
+            int i;
+            k_att_softmax_bwd_rows(a, first + rr, &row, &P, &i);
+            const float fdot = (float)BK_LANES_TOTAL(ldot + rr * BK_SUM_LANES);
+            for (int j = t; j <= i; j += BK_CTA_THREADS)
+                row[j] = P[j] * (row[j] - fdot);
+            for (int j = i + 1 + t; j < a->q1; j += BK_CTA_THREADS)
+                row[j] = 0.0f;
+        }
+    }
 }
 
 /* ---- table gradient ---------------------------------------------------------------------------- */

@@ -12,7 +12,7 @@
  *   2. Queries are walked in blocks [q0, q1) of DEV_ATT_QBLOCK rows. A block only sees the causal key
  *      prefix [0, q1), so its scores are a rows x q1 matrix per (b, h):
  *          S_blk = scale * Q[q0:q1] K[0:q1]^T      (one GEMM over B*H)
- *          P_blk = softmax(S_blk + bias, j <= i)    (k_att_softmax, one index per (b, h, row))
+ *          P_blk = softmax(S_blk + bias, j <= i)    (k_att_softmax, 16 rows per block, a thread per lane)
  *          O[q0:q1] = P_blk V[0:q1]                 (one GEMM over B*H)
  *      Training (saved != NULL): P_blk is computed in place inside `saved` (B, H, T, T), whose
  *      entries j > i the softmax kernel writes as zeros. Forward-only (saved == NULL): S_blk lives in
@@ -185,7 +185,9 @@ static int dev_att_materialized_forward(bk_backend *be, float *out, float *saved
             return rc;
 
         sm.S = S, sm.bh_stride = stride, sm.ld = ld, sm.rows = rows, sm.q0 = q0, sm.zero_to = saved ? T : q1;
-        if ((rc = BK_LAUNCH(d, k_att_softmax, k_att_softmax_args, (int64_t)BH * rows, sm, err)) != BK_OK)
+        sm.n = (int64_t)BH * rows;
+        if ((rc = BK_LAUNCH_CTA(d, k_att_softmax, k_att_softmax_args, (sm.n + K_ATT_ROWS - 1) / K_ATT_ROWS,
+                                K_ATT_ROWS_SMEM_BYTES, sm, err)) != BK_OK)
             return rc;
 
         /* row-major O[q0:q1] (rows x hd) = P (rows x q1) V[0:q1] (q1 x hd); column-major:
@@ -276,8 +278,9 @@ static int dev_att_materialized_backward(bk_backend *be, float *dqkv, float *con
 
         k_att_softmax_bwd_args sb;
         sb.dS = dS, sb.P = P, sb.ds_bh_stride = ds_stride, sb.p_bh_stride = p_stride;
-        sb.ld_ds = q1, sb.ld_p = T, sb.rows = rows, sb.q0 = q0, sb.q1 = q1;
-        if ((rc = BK_LAUNCH(d, k_att_softmax_bwd, k_att_softmax_bwd_args, (int64_t)BH * rows, sb, err)) != BK_OK)
+        sb.ld_ds = q1, sb.ld_p = T, sb.rows = rows, sb.q0 = q0, sb.q1 = q1, sb.n = (int64_t)BH * rows;
+        if ((rc = BK_LAUNCH_CTA(d, k_att_softmax_bwd, k_att_softmax_bwd_args, (sb.n + K_ATT_ROWS - 1) / K_ATT_ROWS,
+                                K_ATT_ROWS_SMEM_BYTES, sb, err)) != BK_OK)
             return rc;
 
         for (int g = 0; g < n_grad; g++) {

@@ -68,6 +68,17 @@ static inline BK_HOST_INLINE BIASKIT_HD float bk_ce_inv(double total)
     return (float)(1.0 / total);
 }
 
+/* a softmax row's exp of one score against the row's max; a dot product's term in double (exact) */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_softmax_exp(float s, float max)
+{
+    return bk_expf_nonpositive(s - max);
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD double bk_dot_term(float a, float b)
+{
+    return (double)a * (double)b;
+}
+
 /* Lane l sums x[l], x[l + 8], x[l + 16], ...; then BK_LANES_TOTAL. */
 static inline BK_HOST_INLINE BIASKIT_HD float bk_sum_lanes(const float *x, int64_t n)
 {
@@ -108,10 +119,10 @@ static inline BK_HOST_INLINE BIASKIT_HD double bk_dot_lanes(const float *a, cons
     for (; j + BK_SUM_LANES <= n; j += BK_SUM_LANES) {
         BK_OMP_SIMD
         for (int l = 0; l < BK_SUM_LANES; l++)
-            lane[l] += (double)a[j + l] * (double)b[j + l];
+            lane[l] += bk_dot_term(a[j + l], b[j + l]);
     }
     for (int l = 0; j + l < n; l++)
-        lane[l] += (double)a[j + l] * (double)b[j + l];
+        lane[l] += bk_dot_term(a[j + l], b[j + l]);
     return BK_LANES_TOTAL(lane);
 }
 
@@ -144,7 +155,7 @@ static inline BK_HOST_INLINE BIASKIT_HD void bk_causal_softmax_row(float *row, i
     /* the exps first (a loop that vectorises on the host), then their sum by lanes */
     BK_OMP_SIMD
     for (int64_t j = 0; j < live; j++)
-        row[j] = bk_expf_nonpositive(row[j] - max);
+        row[j] = bk_softmax_exp(row[j], max);
     const float inv = 1.0f / bk_sum_lanes(row, live);
     BK_OMP_SIMD
     for (int64_t j = 0; j < live; j++)
