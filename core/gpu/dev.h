@@ -155,10 +155,22 @@ __global__ void __launch_bounds__(BK_CTA_THREADS) bk_dev_cta(A args)
     F((int64_t)blockIdx.x, &args, bk_dev_smem);
 }
 
-#define BK_LAUNCH_CTA(d, F, A, n, smem_bytes, args, err)                                                     \
-    (cudaFuncSetAttribute(bk_dev_cta<A, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem_bytes)), \
-     bk_dev_cta<A, F><<<(unsigned)(n), BK_CTA_THREADS, (size_t)(smem_bytes), (cudaStream_t)(d)->stream>>>(  \
-         (args)),                                                                                            \
+/* A program may use more than the default 48 KiB of dynamic shared memory only once allowed to; the
+ * driver call is made the first time a program needs more than it was allowed (once per program and
+ * size, not per launch). A refusal surfaces as the launch's error. */
+template <typename A, void (*F)(int64_t, const void *, float *)>
+static inline void bk_dev_cta_allow(size_t bytes)
+{
+    static size_t allowed = 48 * 1024;
+    if (bytes > allowed &&
+        cudaFuncSetAttribute(bk_dev_cta<A, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) == cudaSuccess)
+        allowed = bytes;
+}
+
+#define BK_LAUNCH_CTA(d, F, A, n, smem_bytes, args, err)                                                    \
+    (bk_dev_cta_allow<A, F>((size_t)(smem_bytes)),                                                          \
+     bk_dev_cta<A, F><<<(unsigned)(n), BK_CTA_THREADS, (size_t)(smem_bytes), (cudaStream_t)(d)->stream>>>( \
+         (args)),                                                                                           \
      dev_launched((d), #F, (err)))
 
 #else
