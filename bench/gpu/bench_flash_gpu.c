@@ -186,6 +186,13 @@ int main(int argc, char **argv)
     } else if (bk_backend_emulated_create(&be, bf16 ? BK_MATMUL_BF16 : BK_MATMUL_FP32, &err) != BK_OK) {
         return fail(&o, "creating the emulated backend", &err);
     }
+    /* from here on a failure releases what was allocated (FAIL) before it exits with status 1 */
+    int status = 0;
+#define FAIL(what)                             \
+    do {                                       \
+        status = fail(&o, (what), &err);       \
+        goto done;                             \
+    } while (0)
     be->attention = !strcmp(o.attention, "materialized") ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
     fprintf(stderr, "bench_flash_gpu: %s, %s attention\n", be->description, o.attention);
 
@@ -210,21 +217,21 @@ int main(int argc, char **argv)
     if (!rc && backward && learnable)
         rc = be->alloc(be, &dtable, ntab * sizeof(float), &err);
     if (rc)
-        return fail(&o, "allocating device memory", &err);
+        FAIL("allocating device memory");
     fill(host, nqkv, 1);
     if ((rc = be->upload(be, qkv, host, nqkv * sizeof(float), &err)))
-        return fail(&o, "upload", &err);
+        FAIL("upload");
     if (backward) {
         fill(host, nout, 2);
         if ((rc = be->upload(be, dout, host, nout * sizeof(float), &err)))
-            return fail(&o, "upload", &err);
+            FAIL("upload");
     }
     bk_attention_bias bias;
     memset(&bias, 0, sizeof bias);
     if (table) {
         make_table(host, o.table, H, T);
         if ((rc = be->upload(be, table, host, ntab * sizeof(float), &err)))
-            return fail(&o, "upload", &err);
+            FAIL("upload");
         bias.table[0] = table, bias.distances = T, bias.span[0] = T;
     }
     float *dtables[BK_STREAM_COUNT] = {dtable, NULL};
@@ -233,17 +240,17 @@ int main(int argc, char **argv)
     for (int k = 0; k < o.warmup + o.reps; k++) {
         if (k == o.warmup) {
             if ((rc = be->sync(be, &err)))
-                return fail(&o, "warm-up", &err);
+                FAIL("warm-up");
             t0 = now();
         }
         if ((rc = be->attention_forward(be, out, saved, qkv, table ? &bias : NULL, B, T, C, H, &err)))
-            return fail(&o, "attention forward", &err);
+            FAIL("attention forward");
         if (backward && (rc = be->attention_backward(be, dqkv, dtables, dout, qkv, out, saved, table ? &bias : NULL, B,
                                                      T, C, H, &err)))
-            return fail(&o, "attention backward", &err);
+            FAIL("attention backward");
     }
     if ((rc = be->sync(be, &err)))
-        return fail(&o, "timed calls", &err);
+        FAIL("timed calls");
     const double seconds = (now() - t0) / o.reps;
     const double flops = 4.0 * B * H * (double)o.D * ((double)T * (T + 1) / 2.0) * (backward ? 3.5 : 1.0);
     char tail[128];
@@ -256,7 +263,7 @@ int main(int argc, char **argv)
             (dtable && (rc = be->zero(be, dtable, ntab * sizeof(float), &err))) ||
             (rc = be->attention_forward(be, out, saved, qkv, bp, B, T, C, H, &err)) ||
             (backward && (rc = be->attention_backward(be, dqkv, dtables, dout, qkv, out, saved, bp, B, T, C, H, &err))))
-            return fail(&o, "the call for --dump", &err);
+            FAIL("the call for --dump");
         const struct {
             const char *name;
             void *buf;
@@ -267,28 +274,34 @@ int main(int argc, char **argv)
             if (!files[k].buf)
                 continue;
             if ((rc = be->download(be, host, files[k].buf, files[k].n * sizeof(float), &err)))
-                return fail(&o, "download for --dump", &err);
+                FAIL("download for --dump");
             if ((rc = write_floats(o.dump, files[k].name, host, files[k].n, &err)))
-                return fail(&o, "--dump", &err);
+                FAIL("--dump");
         }
         char path[4096];
         snprintf(path, sizeof path, "%s/meta.json", o.dump);
         FILE *f = fopen(path, "w");
-        if (!f || fprintf(f,
+        int bad = !f;
+        if (f) {
+            bad = fprintf(f,
                           "{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"table\": \"%s\", \"mode\": \"%s\", "
                           "\"dtype\": \"%s\", \"attention\": \"%s\", \"device\": \"%s\"}\n",
-                          B, H, T, o.D, o.table, o.mode, o.dtype, o.attention, o.device) < 0 || fclose(f)) {
+                          B, H, T, o.D, o.table, o.mode, o.dtype, o.attention, o.device) < 0;
+            bad |= fclose(f) != 0;
+        }
+        if (bad) {
             bk_fail(&err, BK_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-            return fail(&o, "--dump", &err);
+            FAIL("--dump");
         }
         fprintf(stderr, "bench_flash_gpu: wrote the inputs and results of one call to %s/\n", o.dump);
     }
 
+done:;
     void *bufs[] = {qkv, out, dout, dqkv, saved, table, dtable};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k])
             be->release(be, bufs[k]);
     bk_backend_destroy(be);
     free(host);
-    return 0;
+    return status;
 }
