@@ -134,6 +134,9 @@ head -c 20000 "$src/README.md" >"$work/corpus/text.txt"
 while [ "$(wc -c <"$work/corpus/text.txt")" -lt 20000 ]; do cat "$src/README.md" >>"$work/corpus/text.txt"; done
 check "train: a tiny run" 0 "done: 3 steps" "$bk" train "$work/tiny.toml" --set term.1.plugin=alibi --set term.1.slope_scale=0.5 --out "$work/run" --plain
 check "train: metrics log" 0 "^\{\"step\": 3, \"val_loss\": " cat "$work/run/metrics.jsonl"
+check "train: the banner gives the model's memory" 0 \
+    "^memory: [0-9]+\.[0-9] MiB of activations and their gradients \([0-9]+ x [0-9]+ tokens per forward\), [0-9]+\.[0-9] MiB of parameters, gradients and AdamW moments$" \
+    "$bk" train "$work/tiny.toml" --set term.1.plugin=alibi --set train.steps=1 --out "$work/run-memory" --plain
 check "eval: the extrapolation table" 0 "^ +64 +4\.00 " "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,32,64 --tokens 4000
 check "eval: csv" 0 "^32,16,[0-9]+,[0-9]+," "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --tokens 4000 --csv -
 check "eval: the memory of its largest forward" 0 "^memory: [0-9]+\.[0-9] MiB of activations at most \(length (16|32|64), [0-9]+ chunks? per forward\), on cpu$" \

@@ -409,6 +409,12 @@ setup_done:
     fprintf(out, "train: %s; %d layers, %d heads, dim %d, vocab %d; %zu model parameters, %d term%s\n", e->path,
             lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
     fprintf(out, "device: %s\n", lm.be ? lm.be->description : "cpu");
+    /* what the model keeps on its backend: a training forward's activations and their gradients, and
+     * four floats per parameter (value, gradient, AdamW's two moments) */
+    fprintf(out, "memory: %.1f MiB of activations and their gradients (%d x %d tokens per forward), %.1f MiB of "
+                 "parameters, gradients and AdamW moments\n",
+            (double)bk_gpt_activation_bytes(lm.gpt.be, lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, Bl, T, 1) / 1048576.0,
+            Bl, T, (double)lm.gpt.n_params * 4 * sizeof(float) / 1048576.0);
     if (dist->size > 1)
         fprintf(out, "processes: %d (MPI), each %d of the %d rows of every batch, %d thread%s each\n", dist->size, Bl,
                 B, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
