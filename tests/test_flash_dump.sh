@@ -2,22 +2,13 @@
 # bench_flash_gpu --dump (emulated) and bench/gpu/check_dump.py: biaskit's device attention at a few
 # shapes agrees with PyTorch's float64 attention (fused fp32 and bf16, materialized, learnable and fixed
 # tables, forward only), and the check fails on a corrupted result (exit 1) and a dump without meta.json
-# (exit 2); --dump into a folder that does not exist fails naming the file. Uses $BIASKIT_PYTHON, else the first of python3 on PATH and /usr/bin/python3 that imports
-# torch and numpy; skipped (77) when none does.
+# (exit 2); --dump into a folder that does not exist fails naming the file. Python: torch_python.sh (torch
+# and numpy; skipped, 77, without them).
 set -uo pipefail
 bin=$1
 root=$2
-py=
-for p in ${BIASKIT_PYTHON:-python3 /usr/bin/python3}; do
-    if "$p" -c "import torch, numpy" 2>/dev/null; then
-        py=$p
-        break
-    fi
-done
-if [ -z "$py" ]; then
-    echo "SKIP: no python3 with torch and numpy (${BIASKIT_PYTHON:-python3, /usr/bin/python3})"
-    exit 77
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/torch_python.sh"
+torch_python "torch, numpy"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0

@@ -1,23 +1,14 @@
 #!/usr/bin/env bash
 # bench/gpu/gpt2_torch.py (bench/gpu/run.sh's PyTorch peer) on the CPU at a tiny shape: every attention mode
 # the installed PyTorch has computes the eager fp32 loss of the same weights (--check, fp32 and bf16), eager
-# and sdpa also take two training steps, and bad arguments are refused. Uses $BIASKIT_PYTHON, else the first
-# of python3 on PATH and /usr/bin/python3 that imports torch; skipped (77) when none does. sdpa needs PyTorch >= 2.0 and flex >= 2.5 (flex runs
-# --check only: FlexAttention has no backward on the CPU); a mode this PyTorch lacks is reported, not run.
+# and sdpa also take two training steps, and bad arguments are refused. Python: torch_python.sh (skipped,
+# 77, without torch). sdpa needs PyTorch >= 2.0 and flex >= 2.5 (flex runs --check only: FlexAttention has
+# no backward on the CPU); a mode this PyTorch lacks is reported, not run.
 set -uo pipefail
 root=$1
 script=$root/bench/gpu/gpt2_torch.py
-py=
-for p in ${BIASKIT_PYTHON:-python3 /usr/bin/python3}; do
-    if "$p" -c "import torch" 2>/dev/null; then
-        py=$p
-        break
-    fi
-done
-if [ -z "$py" ]; then
-    echo "SKIP: no python3 with torch (${BIASKIT_PYTHON:-python3, /usr/bin/python3})"
-    exit 77
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/torch_python.sh"
+torch_python torch
 version=$("$py" -c "import torch; print(torch.__version__)")
 fail=0
 tiny=(--device cpu --layers 2 --dim 32 --heads 2 --vocab 256 --batch 2 --length 64 --warmup 0 --check)

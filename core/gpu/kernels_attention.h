@@ -17,6 +17,7 @@
 
 #include "config/experiment.h"
 #include "gpu/dev.h"
+#include "gpu/rows.h"
 #include "model/softmax_math.h"
 
 #include <math.h>
@@ -125,13 +126,8 @@ static inline BK_DEV_HD float k_att_add_bias(const k_att_bias *kb, int64_t b, in
     return score;
 }
 
-/* The softmax rows of one query block, B*H*rows of them in (bh, r) order, as row programs (block programs,
- * gpu/dev.h): a block takes K_ATT_ROWS consecutive rows; in a reduction phase thread t is lane
- * t % BK_SUM_LANES of row t / BK_SUM_LANES and runs that lane's loop of the CPU's row function
- * (model/softmax_math.h), in an elementwise phase every thread takes a strided share of each row. So
- * the results are the CPU's bits wherever the arithmetic is (emulated), and a row is not one thread's
- * serial loop. */
-#define K_ATT_ROWS (BK_CTA_THREADS / BK_SUM_LANES)
+/* The softmax rows of one query block, B*H*rows of them in (bh, r) order, are row programs (gpu/rows.h): a
+ * thread per lane of the CPU's row function (model/softmax_math.h), K_ROWS_PER_CTA rows per block. */
 #define K_ATT_ROWS_SMEM_BYTES (BK_CTA_THREADS * sizeof(double))
 
 /* Forward: row r of the block (query i = q0 + r) holds scale * q_i . k_j for j < q1 (the GEMM applied the
@@ -158,8 +154,8 @@ static inline BK_DEV_HD float *k_att_softmax_row(const k_att_softmax_args *a, in
 static inline BK_DEV_HD void k_att_softmax(int64_t cta, const void *args, float *smem)
 {
     const k_att_softmax_args *a = (const k_att_softmax_args *)args;
-    const int64_t first = cta * K_ATT_ROWS;
-    const int n = a->n - first < K_ATT_ROWS ? (int)(a->n - first) : K_ATT_ROWS;
+    const int64_t first = cta * K_ROWS_PER_CTA;
+    const int n = k_rows_of(cta, a->n);
     float *lmax = smem, *lsum = smem + BK_CTA_THREADS;
     BK_CTA_PHASE(t) /* the bias, elementwise */
     {
@@ -246,8 +242,8 @@ static inline BK_DEV_HD void k_att_softmax_bwd_rows(const k_att_softmax_bwd_args
 static inline BK_DEV_HD void k_att_softmax_bwd(int64_t cta, const void *args, float *smem)
 {
     const k_att_softmax_bwd_args *a = (const k_att_softmax_bwd_args *)args;
-    const int64_t first = cta * K_ATT_ROWS;
-    const int n = a->n - first < K_ATT_ROWS ? (int)(a->n - first) : K_ATT_ROWS;
+    const int64_t first = cta * K_ROWS_PER_CTA;
+    const int n = k_rows_of(cta, a->n);
     double *ldot = (double *)smem;
     BK_CTA_PHASE(t)
     {

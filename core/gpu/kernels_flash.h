@@ -446,11 +446,13 @@ static inline BK_DEV_HD void k_flash_table_reduce(int64_t idx, const void *args)
     const int s = r->s, nq = k_flash_tiles(a);
     const int64_t w = a->width[s], delta = idx % w, h = idx / w;
     double sum = 0.0;
+    int64_t rows = 0; /* k_flash_g_len summed over the (b, qt) before this one: k_flash_g_at is H times it */
     for (int64_t b = 0; b < a->B; b++)
         for (int qt = 0; qt < nq; qt++) {
             const int64_t len = k_flash_g_len(a, s, qt);
             if (delta < len)
-                sum += a->G[s][k_flash_g_at(a, s, b, qt) + h * len + delta];
+                sum += a->G[s][(int64_t)a->H * rows + h * len + delta];
+            rows += len;
         }
     r->dtable[h * r->distances + delta] += (float)sum;
 }

@@ -21,6 +21,7 @@
 
 #include "config/experiment.h"
 #include "gpu/dev.h"
+#include "gpu/rows.h"
 #include "model/gelu_math.h"
 #include "model/layernorm_math.h"
 #include "model/rotary_math.h"
@@ -95,25 +96,8 @@ static inline BK_DEV_HD void k_encoder_backward(int64_t i, const void *args)
 
 /* --- layernorm --------------------------------------------------------------------------------- */
 
-/* Row programs (block programs, gpu/dev.h) for the layers that reduce along a row: LayerNorm forward and
- * backward and softmax + cross-entropy. One row of the CPU is BK_SUM_LANES interleaved partial sums
- * (model/softmax_math.h); here each lane is one thread, which runs the lane's loop exactly as the CPU
- * does, so a block of BK_CTA_THREADS threads takes K_ROWS_PER_CTA rows in its reduction phases and every
- * thread then writes a strided share of each row (coalesced). The lanes combine as on the CPU, so the
- * results are the CPU's bits wherever the arithmetic is (emulated), while a row no longer waits on a
- * single thread: the first version, one thread per row, left 8,192 rows of 50,257 logits (GPT-2 small's
- * cross-entropy) to 8,192 threads each looping over its row three times. Thread t works on row
- * t / BK_SUM_LANES of the block, lane t % BK_SUM_LANES; the lanes' partial results live in shared
- * memory between phases. */
-#define K_ROWS_PER_CTA (BK_CTA_THREADS / BK_SUM_LANES)
-
-static inline BK_DEV_HD int64_t k_rows_of(int64_t cta, int64_t N)
-{
-    const int64_t n0 = cta * K_ROWS_PER_CTA;
-    return N - n0 < K_ROWS_PER_CTA ? N - n0 : K_ROWS_PER_CTA;
-}
-
-/* bk_layernorm_row (model/layernorm_math.h, the CPU layer's code) for K_ROWS_PER_CTA rows per block:
+/* bk_layernorm_row (model/layernorm_math.h, the CPU layer's code) as a row program (gpu/rows.h),
+ * K_ROWS_PER_CTA rows per block:
  * shared memory 2 * BK_CTA_THREADS doubles (the lane sums of x, then of its squared deviations) */
 typedef struct k_layernorm_forward_args {
     float *out, *mean, *rstd;
@@ -126,11 +110,12 @@ typedef struct k_layernorm_forward_args {
 static inline BK_DEV_HD void k_layernorm_forward(int64_t cta, const void *args, float *smem)
 {
     const k_layernorm_forward_args *a = (const k_layernorm_forward_args *)args;
-    const int64_t C = a->C, n0 = cta * K_ROWS_PER_CTA, rows = k_rows_of(cta, a->N);
+    const int64_t C = a->C, n0 = cta * K_ROWS_PER_CTA;
+    const int rows = k_rows_of(cta, a->N);
     double *lm = (double *)smem, *lv = lm + BK_CTA_THREADS;
     BK_CTA_PHASE(t)
     {
-        const int64_t r = t / BK_SUM_LANES;
+        const int r = t / BK_SUM_LANES;
         if (r >= rows)
             continue;
         const float *x = a->inp + (n0 + r) * C;
@@ -141,7 +126,7 @@ static inline BK_DEV_HD void k_layernorm_forward(int64_t cta, const void *args, 
     }
     BK_CTA_PHASE(t)
     {
-        const int64_t r = t / BK_SUM_LANES;
+        const int r = t / BK_SUM_LANES;
         if (r >= rows)
             continue;
         const float *x = a->inp + (n0 + r) * C;
@@ -153,7 +138,7 @@ static inline BK_DEV_HD void k_layernorm_forward(int64_t cta, const void *args, 
     }
     BK_CTA_PHASE(t)
     {
-        for (int64_t r = 0; r < rows; r++) {
+        for (int r = 0; r < rows; r++) {
             const int64_t n = n0 + r;
             const float *x = a->inp + n * C;
             const double m = bk_layernorm_lanes_mean(lm + r * BK_SUM_LANES, C);
@@ -166,8 +151,8 @@ static inline BK_DEV_HD void k_layernorm_forward(int64_t cta, const void *args, 
     }
 }
 
-/* dinp += bk_layernorm_row_backward (model/layernorm_math.h, the CPU layer's code) for K_ROWS_PER_CTA
- * rows per block: shared memory 2 * BK_CTA_THREADS doubles (the lane sums of dnorm and dnorm * norm) */
+/* dinp += bk_layernorm_row_backward (model/layernorm_math.h, the CPU layer's code) as a row program
+ * (gpu/rows.h), K_ROWS_PER_CTA rows per block: shared memory 2 * BK_CTA_THREADS doubles (the lane sums of dnorm and dnorm * norm) */
 typedef struct k_layernorm_backward_args {
     float *dinp;
     double *part_w, *part_b; /* (chunks, C) partials of dweight and dbias */
@@ -178,11 +163,13 @@ typedef struct k_layernorm_backward_args {
 static inline BK_DEV_HD void k_layernorm_backward_dinp(int64_t cta, const void *args, float *smem)
 {
     const k_layernorm_backward_args *a = (const k_layernorm_backward_args *)args;
-    const int64_t C = a->C, n0 = cta * K_ROWS_PER_CTA, rows = k_rows_of(cta, a->N);
+    const int64_t C = a->C, n0 = cta * K_ROWS_PER_CTA;
+    const int rows = k_rows_of(cta, a->N);
     double *lmean = (double *)smem, *ldot = lmean + BK_CTA_THREADS;
     BK_CTA_PHASE(t)
     {
-        const int64_t r = t / BK_SUM_LANES, n = n0 + r;
+        const int r = t / BK_SUM_LANES;
+        const int64_t n = n0 + r;
         if (r >= rows)
             continue;
         const float *x = a->inp + n * C, *dy = a->dout + n * C;
@@ -197,7 +184,7 @@ static inline BK_DEV_HD void k_layernorm_backward_dinp(int64_t cta, const void *
     }
     BK_CTA_PHASE(t)
     {
-        for (int64_t r = 0; r < rows; r++) {
+        for (int r = 0; r < rows; r++) {
             const int64_t n = n0 + r;
             const float *x = a->inp + n * C, *dy = a->dout + n * C, mean = a->mean[n], rstd = a->rstd[n];
             const float dnorm_mean = (float)bk_layernorm_lanes_mean(lmean + r * BK_SUM_LANES, C);
@@ -341,20 +328,21 @@ typedef struct k_crossentropy_args {
 } k_crossentropy_args;
 
 /* bk_crossentropy_row (model/softmax_math.h, the CPU layer's code) — max in float, the exps in float,
- * their sum in double by lanes, loss = log(total) - (z[target] - max), probabilities when asked — for
- * K_ROWS_PER_CTA rows per block: shared memory BK_CTA_THREADS floats (the lanes' maxima) and as many
+ * their sum in double by lanes, loss = log(total) - (z[target] - max), probabilities when asked — as a
+ * row program (gpu/rows.h), K_ROWS_PER_CTA rows per block: shared memory BK_CTA_THREADS floats (the lanes' maxima) and as many
  * doubles (their sums) */
 #define K_CROSSENTROPY_SMEM_BYTES (BK_CTA_THREADS * (sizeof(float) + sizeof(double)))
 
 static inline BK_DEV_HD void k_crossentropy_forward(int64_t cta, const void *args, float *smem)
 {
     const k_crossentropy_args *a = (const k_crossentropy_args *)args;
-    const int64_t V = a->V, n0 = cta * K_ROWS_PER_CTA, rows = k_rows_of(cta, a->N);
+    const int64_t V = a->V, n0 = cta * K_ROWS_PER_CTA;
+    const int rows = k_rows_of(cta, a->N);
     double *lsum = (double *)smem;
     float *lmax = smem + 2 * BK_CTA_THREADS;
     BK_CTA_PHASE(t)
     {
-        const int64_t r = t / BK_SUM_LANES;
+        const int r = t / BK_SUM_LANES;
         if (r >= rows)
             continue;
         const float *z = a->logits + (n0 + r) * V;
@@ -365,7 +353,7 @@ static inline BK_DEV_HD void k_crossentropy_forward(int64_t cta, const void *arg
     }
     BK_CTA_PHASE(t)
     {
-        const int64_t r = t / BK_SUM_LANES;
+        const int r = t / BK_SUM_LANES;
         if (r >= rows)
             continue;
         const float *z = a->logits + (n0 + r) * V, m = bk_max_of_lanes(lmax + r * BK_SUM_LANES);
@@ -376,7 +364,7 @@ static inline BK_DEV_HD void k_crossentropy_forward(int64_t cta, const void *arg
     }
     BK_CTA_PHASE(t)
     {
-        for (int64_t r = 0; r < rows; r++) {
+        for (int r = 0; r < rows; r++) {
             const int64_t n = n0 + r;
             const float *z = a->logits + n * V, m = bk_max_of_lanes(lmax + r * BK_SUM_LANES);
             const double total = BK_LANES_TOTAL(lsum + r * BK_SUM_LANES);
@@ -386,7 +374,7 @@ static inline BK_DEV_HD void k_crossentropy_forward(int64_t cta, const void *arg
                 continue;
             const float inv = bk_ce_inv(total);
             for (int64_t v = t; v < V; v += BK_CTA_THREADS)
-                a->probs[n * V + v] = bk_expf_nonpositive(z[v] - m) * inv;
+                a->probs[n * V + v] = bk_ce_prob(z[v], m, inv);
         }
     }
 }

@@ -186,7 +186,7 @@ static int dev_att_materialized_forward(bk_backend *be, float *out, float *saved
 
         sm.S = S, sm.bh_stride = stride, sm.ld = ld, sm.rows = rows, sm.q0 = q0, sm.zero_to = saved ? T : q1;
         sm.n = (int64_t)BH * rows;
-        if ((rc = BK_LAUNCH_CTA(d, k_att_softmax, k_att_softmax_args, (sm.n + K_ATT_ROWS - 1) / K_ATT_ROWS,
+        if ((rc = BK_LAUNCH_CTA(d, k_att_softmax, k_att_softmax_args, k_row_blocks(sm.n),
                                 K_ATT_ROWS_SMEM_BYTES, sm, err)) != BK_OK)
             return rc;
 
@@ -279,7 +279,7 @@ static int dev_att_materialized_backward(bk_backend *be, float *dqkv, float *con
         k_att_softmax_bwd_args sb;
         sb.dS = dS, sb.P = P, sb.ds_bh_stride = ds_stride, sb.p_bh_stride = p_stride;
         sb.ld_ds = q1, sb.ld_p = T, sb.rows = rows, sb.q0 = q0, sb.q1 = q1, sb.n = (int64_t)BH * rows;
-        if ((rc = BK_LAUNCH_CTA(d, k_att_softmax_bwd, k_att_softmax_bwd_args, (sb.n + K_ATT_ROWS - 1) / K_ATT_ROWS,
+        if ((rc = BK_LAUNCH_CTA(d, k_att_softmax_bwd, k_att_softmax_bwd_args, k_row_blocks(sb.n),
                                 K_ATT_ROWS_SMEM_BYTES, sb, err)) != BK_OK)
             return rc;
 

@@ -60,7 +60,7 @@ static int dev_layernorm_forward(bk_backend *be, float *out, float *mean, float 
         return BK_OK;
     k_layernorm_forward_args a;
     a.out = out, a.mean = mean, a.rstd = rstd, a.inp = inp, a.weight = weight, a.bias = bias, a.N = N, a.C = C;
-    return BK_LAUNCH_CTA(d, k_layernorm_forward, k_layernorm_forward_args, (N + K_ROWS_PER_CTA - 1) / K_ROWS_PER_CTA,
+    return BK_LAUNCH_CTA(d, k_layernorm_forward, k_layernorm_forward_args, k_row_blocks(N),
                          K_LAYERNORM_SMEM_BYTES, a, err);
 }
 
@@ -90,7 +90,7 @@ static int dev_layernorm_backward(bk_backend *be, float *dinp, float *dweight, f
     a.dinp = dinp, a.part_w = (double *)pw, a.part_b = (double *)pb, a.dout = dout, a.inp = inp;
     a.weight = weight, a.mean = mean, a.rstd = rstd, a.N = N, a.C = C;
     if ((rc = BK_LAUNCH_CTA(d, k_layernorm_backward_dinp, k_layernorm_backward_args,
-                            (N + K_ROWS_PER_CTA - 1) / K_ROWS_PER_CTA, K_LAYERNORM_SMEM_BYTES, a, err)) != BK_OK ||
+                            k_row_blocks(N), K_LAYERNORM_SMEM_BYTES, a, err)) != BK_OK ||
         (rc = BK_LAUNCH(d, k_layernorm_backward_params, k_layernorm_backward_args, chunks * C, a, err)) != BK_OK ||
         (rc = dev_column_sum(d, dweight, a.part_w, chunks, C, err)) != BK_OK)
         return rc;
@@ -187,7 +187,7 @@ static int dev_crossentropy_forward(bk_backend *be, float *losses, float *probs,
     a.targets = targets, a.dloss = 0.0f, a.N = N, a.V = V;
     if (N == 0)
         return BK_OK;
-    return BK_LAUNCH_CTA(d, k_crossentropy_forward, k_crossentropy_args, (N + K_ROWS_PER_CTA - 1) / K_ROWS_PER_CTA,
+    return BK_LAUNCH_CTA(d, k_crossentropy_forward, k_crossentropy_args, k_row_blocks(N),
                          K_CROSSENTROPY_SMEM_BYTES, a, err);
 }
 

@@ -51,11 +51,22 @@ static inline BK_HOST_INLINE BIASKIT_HD float bk_max_of_lanes(const float *lane)
     return m;
 }
 
+/* a softmax row's exp of one score against the row's max; a dot product's term in double (exact) */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_softmax_exp(float s, float max)
+{
+    return bk_expf_nonpositive(s - max);
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD double bk_dot_term(float a, float b)
+{
+    return (double)a * (double)b;
+}
+
 /* cross-entropy: one logit's term of the sum, exp(z - max) in double; the loss log(total) - (z_t - max);
- * the factor of the probabilities, 1 / total in float */
+ * the factor of the probabilities, 1 / total in float, and one probability */
 static inline BK_HOST_INLINE BIASKIT_HD double bk_ce_term(float z, float max)
 {
-    return (double)bk_expf_nonpositive(z - max);
+    return (double)bk_softmax_exp(z, max);
 }
 
 static inline BK_HOST_INLINE BIASKIT_HD float bk_ce_loss(double total, float z_target, float max)
@@ -68,15 +79,9 @@ static inline BK_HOST_INLINE BIASKIT_HD float bk_ce_inv(double total)
     return (float)(1.0 / total);
 }
 
-/* a softmax row's exp of one score against the row's max; a dot product's term in double (exact) */
-static inline BK_HOST_INLINE BIASKIT_HD float bk_softmax_exp(float s, float max)
+static inline BK_HOST_INLINE BIASKIT_HD float bk_ce_prob(float z, float max, float inv)
 {
-    return bk_expf_nonpositive(s - max);
-}
-
-static inline BK_HOST_INLINE BIASKIT_HD double bk_dot_term(float a, float b)
-{
-    return (double)a * (double)b;
+    return bk_softmax_exp(z, max) * inv;
 }
 
 /* Lane l sums x[l], x[l + 8], x[l + 16], ...; then BK_LANES_TOTAL. */
@@ -145,7 +150,7 @@ static inline BK_HOST_INLINE BIASKIT_HD void bk_crossentropy_row(const float *z,
         const float inv = bk_ce_inv(total);
         BK_OMP_SIMD
         for (int64_t k = 0; k < V; k++)
-            probs[k] = bk_expf_nonpositive(z[k] - m) * inv;
+            probs[k] = bk_ce_prob(z[k], m, inv);
     }
 }
 
