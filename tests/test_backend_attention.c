@@ -8,7 +8,9 @@
  * lengths of one token and of several blocks or tiles that are not multiples of them; then that two
  * runs give the same bits (emulated, the second with each phase's threads in reverse order), and the
  * argument errors. The fused attention on bf16 tensor cores ([run] matmul = "bf16") against the CPU
- * with bf16 tolerances (below), and a forward-only pass at T = 4096 in both precisions.
+ * with bf16 tolerances (below), and a forward-only pass at T = 4096 in both precisions. bf16 storage
+ * (attention_forward_bf16 / attention_backward_bf16) against the same programs with fp32 storage of the
+ * same values, bit for bit, and its refusals.
  *
  * Tolerances (|device - cpu| <= atol + rtol |cpu|): the device sums its GEMMs in other orders and
  * in other query blocks than the CPU (dK and dV accumulate over 128-row blocks, the CPU's over 64;
@@ -29,6 +31,7 @@
 #include "cpu/attention.h"
 #include "device.h"
 #include "gpu/dev.h" /* bk_emulated_thread_order */
+#include "gpu/mma.h" /* bk_bf16_round, bk_bf16_value */
 #include "model/backend.h"
 
 #include <math.h>
@@ -560,6 +563,150 @@ static void check_long_forward(bk_backend *be)
     free_problem(&pb);
 }
 
+/* ---- bf16 storage ---------------------------------------------------------------------------- */
+
+static uint16_t *bf16_bits_of(const float *x, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    assert_non_null(h);
+    for (size_t k = 0; k < n; k++)
+        h[k] = bk_bf16_round(x[k]);
+    return h;
+}
+
+static float *floats_of_bf16(bk_backend *be, const uint16_t *dev, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    assert_non_null(h);
+    assert_non_null(f);
+    bk_error err = {0};
+    if (n && be->download(be, h, dev, n * sizeof *h, &err) != BK_OK)
+        fail_msg("%s: download of %zu bf16 values: %s", be->name, n, err.message);
+    for (size_t k = 0; k < n; k++)
+        f[k] = bk_bf16_value(h[k]);
+    free(h);
+    return f;
+}
+
+/* The attention with bf16 storage (attention_forward_bf16 / attention_backward_bf16) against the same
+ * tensor-core programs with fp32 storage of the same values: q, k, v and dO are made bf16 values first,
+ * and the fp32 backward is given the bf16 output as O. Then the storage is the only difference, and
+ * everything must come out in the same bits: the output (bf16, the rounded fp32 output), the row
+ * statistics, dqkv (accumulated into dqkv0) and the table gradients (into dtable0). */
+static void check_bf16_storage(bk_backend *be, int B, int T, int C, int H, int flags, uint64_t seed)
+{
+    problem pb = make_problem(B, T, C, H, flags, seed);
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nsaved = (size_t)B * H * T;
+    for (size_t k = 0; k < nqkv; k++)
+        pb.qkv[k] = bk_bf16_value(bk_bf16_round(pb.qkv[k]));
+    for (size_t k = 0; k < nout; k++)
+        pb.dout[k] = bk_bf16_value(bk_bf16_round(pb.dout[k]));
+    char label[160];
+    snprintf(label, sizeof label, "%s bf16 storage B=%d T=%d C=%d H=%d flags=%d", be->name, B, T, C, H, flags);
+
+    bk_attention_bias bias;
+    memset(&bias, 0, sizeof bias);
+    bias.distances = pb.D;
+    float *dtab32[BK_STREAM_COUNT] = {NULL, NULL}, *dtab16[BK_STREAM_COUNT] = {NULL, NULL};
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        bias.span[s] = pb.span[s];
+        if (pb.table[s]) {
+            bias.table[s] = dev_copy_of(be, pb.table[s], table_floats(&pb) * sizeof(float));
+            dtab32[s] = dev_copy_of(be, pb.dtable0[s], table_floats(&pb) * sizeof(float));
+            dtab16[s] = dev_copy_of(be, pb.dtable0[s], table_floats(&pb) * sizeof(float));
+        }
+        if (pb.pos[s])
+            bias.positions[s] = dev_copy_of(be, pb.pos[s], (size_t)B * T * sizeof(int32_t));
+    }
+    bk_error err = {0};
+
+    /* fp32 storage; the backward's O is the output rounded to bf16 */
+    float *qkv = dev_copy_of(be, pb.qkv, nqkv * sizeof(float)), *dout = dev_copy_of(be, pb.dout, nout * sizeof(float));
+    float *out = dev_alloc(be, nout * sizeof(float)), *lse = dev_alloc(be, nsaved * sizeof(float));
+    float *dqkv = dev_copy_of(be, pb.dqkv0, nqkv * sizeof(float));
+    if (be->attention_forward(be, out, lse, qkv, &bias, B, T, C, H, &err) != BK_OK)
+        fail_msg("%s: fp32 forward: %s", label, err.message);
+    float *out32 = host_copy_of(be, out, nout);
+    for (size_t k = 0; k < nout; k++)
+        out32[k] = bk_bf16_value(bk_bf16_round(out32[k]));
+    float *o_rounded = dev_copy_of(be, out32, nout * sizeof(float));
+    if (be->attention_backward(be, dqkv, dtab32, dout, qkv, o_rounded, lse, &bias, B, T, C, H, &err) != BK_OK)
+        fail_msg("%s: fp32 backward: %s", label, err.message);
+
+    /* bf16 storage */
+    uint16_t *h16 = bf16_bits_of(pb.qkv, nqkv);
+    uint16_t *qkv16 = dev_copy_of(be, h16, nqkv * sizeof(uint16_t));
+    free(h16);
+    h16 = bf16_bits_of(pb.dout, nout);
+    uint16_t *dout16 = dev_copy_of(be, h16, nout * sizeof(uint16_t));
+    free(h16);
+    uint16_t *out16 = dev_alloc(be, nout * sizeof(uint16_t));
+    float *lse16 = dev_alloc(be, nsaved * sizeof(float)), *dqkv16 = dev_copy_of(be, pb.dqkv0, nqkv * sizeof(float));
+    if (be->attention_forward_bf16(be, out16, lse16, qkv16, &bias, B, T, C, H, &err) != BK_OK)
+        fail_msg("%s: forward: %s", label, err.message);
+    if (be->attention_backward_bf16(be, dqkv16, dtab16, dout16, qkv16, out16, lse16, &bias, B, T, C, H, &err) !=
+        BK_OK)
+        fail_msg("%s: backward: %s", label, err.message);
+
+    float *a = floats_of_bf16(be, out16, nout);
+    expect_same_bits("out (bf16 storage vs the fp32 output rounded)", label, a, out32, nout);
+    free(a);
+    float *x = host_copy_of(be, lse, nsaved), *y = host_copy_of(be, lse16, nsaved);
+    expect_same_bits("row log-sum-exp", label, y, x, nsaved);
+    free(x), free(y);
+    x = host_copy_of(be, dqkv, nqkv), y = host_copy_of(be, dqkv16, nqkv);
+    expect_same_bits("dqkv", label, y, x, nqkv);
+    free(x), free(y);
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        if (!dtab32[s])
+            continue;
+        x = host_copy_of(be, dtab32[s], table_floats(&pb)), y = host_copy_of(be, dtab16[s], table_floats(&pb));
+        expect_same_bits(s ? "segment table gradient" : "token table gradient", label, y, x, table_floats(&pb));
+        free(x), free(y);
+    }
+
+    free(out32);
+    void *bufs[] = {qkv, dout, out, lse, dqkv, o_rounded, qkv16, dout16, out16, lse16, dqkv16};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->release(be, bufs[k]);
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        be->release(be, (void *)bias.table[s]);
+        be->release(be, (void *)bias.positions[s]);
+        be->release(be, dtab32[s]);
+        be->release(be, dtab16[s]);
+    }
+    free_problem(&pb);
+}
+
+/* bf16 storage is refused, naming what it needs, outside the fused attention on bf16 tensor cores, and
+ * without its inputs. */
+static void check_bf16_storage_errors(bk_backend *be)
+{
+    const bk_matmul_mode was = be->matmul;
+    bk_error err = {0};
+    uint16_t *x = dev_alloc(be, 64 * sizeof(uint16_t));
+    float *lse = dev_alloc(be, 64 * sizeof(float));
+    be->matmul = BK_MATMUL_FP32;
+    assert_int_equal(be->attention_forward_bf16(be, x, lse, x, NULL, 1, 2, 16, 2, &err), BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "bf16 storage needs the fused attention on bf16 tensor cores");
+    assert_message_has(err.message, "matmul = \"fp32\"");
+    be->matmul = BK_MATMUL_BF16;
+    be->attention = BK_ATTENTION_MATERIALIZED;
+    assert_int_equal(be->attention_backward_bf16(be, (float *)lse, NULL, x, x, x, lse, NULL, 1, 2, 16, 2, &err),
+                     BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "attention = \"materialized\"");
+    be->attention = BK_ATTENTION_FUSED;
+    assert_int_equal(be->attention_forward_bf16(be, x, lse, NULL, NULL, 1, 2, 16, 2, &err), BK_ERR_INVALID);
+    assert_message_has(err.message, "qkv is NULL");
+    assert_int_equal(be->attention_backward_bf16(be, (float *)lse, NULL, x, x, x, NULL, NULL, 1, 2, 16, 2, &err),
+                     BK_ERR_INVALID);
+    assert_message_has(err.message, "saved is NULL");
+    be->release(be, x);
+    be->release(be, lse);
+    be->matmul = was;
+}
+
 /* The fused attention (the default) and the materialized one. */
 static void check_modes(bk_backend *be)
 {
@@ -583,7 +730,15 @@ static void check_modes(bk_backend *be)
     check_case_tol(be, &tol_bf16, 2, 70, 320, 2, BIAS_SEGMENT, seed++);
     check_case_tol(be, &tol_bf16, 2, 40, 72, 3, BIAS_TOKEN_EXPLICIT | BIAS_SEGMENT, seed++); /* hd 24 */
     check_case_tol(be, &tol_bf16, 2, 1, 96, 12, BIAS_TOKEN, seed++);
+    /* bf16 storage: tiles of 64 (hd 8, 64) and 32 (hd 160) rows, a head size padded to 16 (24), both
+     * streams, lengths that are not multiples of the tile, one token */
+    check_bf16_storage(be, 3, 37, 96, 12, 0, seed++);
+    check_bf16_storage(be, 2, 130, 64, 1, BIAS_TOKEN | BIAS_SEGMENT, seed++);
+    check_bf16_storage(be, 2, 70, 320, 2, BIAS_SEGMENT, seed++);
+    check_bf16_storage(be, 2, 40, 72, 3, BIAS_TOKEN_EXPLICIT | BIAS_SEGMENT, seed++);
+    check_bf16_storage(be, 1, 1, 96, 12, BIAS_TOKEN, seed++);
     be->matmul = was;
+    check_bf16_storage_errors(be);
     check_long_forward(be);
 
     /* a GPU that lets a block have 48 KiB of shared memory only: smaller tiles (head size 64 in fp32:
@@ -614,6 +769,9 @@ static void emulated_matches_cpu(void **state)
         fail_msg("bk_backend_emulated_create: %s", err.message);
     check_modes(be);
     bk_backend_destroy(be);
+    /* the CPU has no bf16 storage: the entries are NULL, for callers to test */
+    assert_null(bk_backend_cpu()->attention_forward_bf16);
+    assert_null(bk_backend_cpu()->attention_backward_bf16);
 }
 
 /* The fused backward's table-gradient partials on the token stream hold, for query tile qt, only the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_flash_gpu --dump (emulated) and bench/gpu/check_dump.py: biaskit's device attention at a few
-# shapes agrees with PyTorch's float64 attention (fused fp32 and bf16, materialized, learnable and fixed
-# tables, forward only), and the check fails on a corrupted result (exit 1) and a dump without meta.json
+# shapes agrees with PyTorch's float64 attention (fused fp32, fused bf16 with bf16 and with fp32 storage,
+# materialized, learnable and fixed tables, forward only), and the check fails on a corrupted result (exit 1) and a dump without meta.json
 # (exit 2); --dump into a folder that does not exist fails naming the file. Python: torch_python.sh (torch
 # and numpy; skipped, 77, without them).
 set -uo pipefail
@@ -13,17 +13,21 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
 n=0
-for cfg in "kerple fwdbwd fp32 fused 70" "t5 fwdbwd bf16 fused 150" "alibi fwdbwd fp32 materialized 130" \
-           "kerple fwd bf16 fused 150" "none fwdbwd fp32 fused 33"; do
+for cfg in "kerple fwdbwd fp32 fused 70 fp32" "t5 fwdbwd bf16 fused 150 bf16" "alibi fwdbwd fp32 materialized 130 fp32" \
+           "kerple fwd bf16 fused 150 bf16" "none fwdbwd fp32 fused 33 fp32" "kerple fwdbwd bf16 fused 70 fp32"; do
     set -- $cfg
     n=$((n + 1))
     dir=$work/d$n
     mkdir -p "$dir"
     if ! "$bin" --batch 2 --heads 3 --length "$5" --head-dim 24 --table "$1" --mode "$2" --dtype "$3" \
-         --attention "$4" --device emulated --warmup 0 --reps 1 --dump "$dir" >"$dir.log" 2>&1; then
+         --storage "$6" --attention "$4" --device emulated --warmup 0 --reps 1 --dump "$dir" >"$dir.log" 2>&1; then
         echo "FAIL: bench_flash_gpu $cfg: $(cat "$dir.log")"
         fail=1
         continue
+    fi
+    if ! grep -q "^RESULT .* dtype=$3 storage=$6 .*ms=" "$dir.log" || ! grep -q "\"storage\": \"$6\"" "$dir/meta.json"; then
+        echo "FAIL: bench_flash_gpu $cfg: the RESULT line or meta.json does not say storage=$6: $(cat "$dir.log")"
+        fail=1
     fi
     if out=$("$py" "$root/bench/gpu/check_dump.py" "$dir" --device cpu --block 64 2>&1); then
         echo "$out"
@@ -58,4 +62,13 @@ if [ "$rc" != 1 ] || ! grep -q "cannot create '$work/missing/dir/qkv.f32'" <<<"$
     echo "FAIL: --dump into a missing folder gave exit $rc: $out"
     fail=1
 fi
+# bf16 storage without bf16 products, or with the materialized attention: a usage error (exit 2)
+for bad in "--dtype fp32 --storage bf16" "--dtype bf16 --attention materialized --storage bf16" "--storage fp16"; do
+    out=$("$bin" --batch 1 --heads 1 --length 8 --head-dim 8 --device emulated --warmup 0 --reps 1 $bad 2>&1)
+    rc=$?
+    if [ "$rc" != 2 ] || ! grep -q -- "--storage" <<<"$out"; then
+        echo "FAIL: bench_flash_gpu $bad gave exit $rc: $out"
+        fail=1
+    fi
+done
 exit $fail

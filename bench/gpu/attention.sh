@@ -18,6 +18,8 @@
 #   LENGTHS      "1024 2048 4096 8192 16384"
 #   TABLES       "alibi kerple t5"
 #   DTYPE        bf16 (PyTorch's and biaskit's --dtype)
+#   STORAGE      $DTYPE: biaskit's --storage (bf16: q, k, v, dO and the output in bf16 in memory, as
+#                PyTorch's bf16 tensors; fp32 with DTYPE=bf16: fp32 in memory, rounded as tiles load)
 #   REPS, WARMUP 20 timed calls after 5
 #   CHECK        1: check biaskit's results at the longest length against PyTorch in float64
 #                (bench/gpu/check_dump.py); 0: skip
@@ -40,6 +42,7 @@ HEAD_DIMS=${HEAD_DIMS:-"64 128"}
 LENGTHS=${LENGTHS:-"1024 2048 4096 8192 16384"}
 TABLES=${TABLES:-"alibi kerple t5"}
 DTYPE=${DTYPE:-bf16}
+STORAGE=${STORAGE:-$DTYPE}
 REPS=${REPS:-20}
 WARMUP=${WARMUP:-5}
 DEVICE=${DEVICE:-cuda}
@@ -55,7 +58,8 @@ BIN=$BUILD/bench_flash_gpu
 
 # Every RESULT line (and every check's verdict, as "CHECK ...") is also appended to $RESULTS, so that runs
 # split by HEAD_DIMS or LENGTHS add up: REPORT_ONLY=1 runs nothing and prints the tables and the targets
-# from all the lines there (of this DTYPE; a later line for the same cell wins).
+# from all the lines there (of this DTYPE, and biaskit's of this STORAGE; a later line for the same cell
+# wins).
 RESULTS=${RESULTS:-$LOGS/results.txt}
 REPORT_ONLY=${REPORT_ONLY:-0}
 declare -A R=() M=() # key "who|table|D|T|mode" -> TFLOP/s (shown), ms (the ratios: more digits)
@@ -120,7 +124,7 @@ check_numbers() { # check_numbers D H
     mkdir -p "$dir"
     echo "attention.sh: checking biaskit's numbers, D=$D T=$T $tab" >&2
     if "$BIN" --batch $((TOKENS / T > 0 ? TOKENS / T : 1)) --heads "$H" --length "$T" --head-dim "$D" --table "$tab" \
-        --mode fwdbwd --dtype "$DTYPE" --warmup 0 --reps 1 --device "$BK_DEVICE" --dump "$dir" >"$log" 2>&1 &&
+        --mode fwdbwd --dtype "$DTYPE" --storage "$STORAGE" --warmup 0 --reps 1 --device "$BK_DEVICE" --dump "$dir" >"$log" 2>&1 &&
         "$PY" "$ROOT/bench/gpu/check_dump.py" "$dir" >>"$log" 2>&1; then
         CHECKS+=("$(grep '^check_dump:' "$log")")
     else
@@ -134,6 +138,8 @@ if [ "$REPORT_ONLY" = 1 ]; then
     [ -f "$RESULTS" ] || { echo "attention.sh: REPORT_ONLY=1 but $RESULTS does not exist" >&2; exit 1; }
     while read -r line; do
         case "$line" in
+            RESULT*" engine=biaskit "*) [[ "$line" == *" dtype=$DTYPE storage=$STORAGE "* ]] &&
+                                           { record "$(key_of "$line")" "$line" || true; } ;;
             RESULT*" dtype=$DTYPE "*) record "$(key_of "$line")" "$line" || true ;;
             CHECK*) CHECKS+=("${line#CHECK }") ;;
         esac
@@ -147,7 +153,7 @@ for D in $HEAD_DIMS; do
         B=$((TOKENS / T > 0 ? TOKENS / T : 1))
         for mode in fwd fwdbwd; do
             echo "attention.sh: biaskit, D=$D H=$H T=$T B=$B $mode" >&2
-            shape=(--batch "$B" --heads "$H" --length "$T" --head-dim "$D" --mode "$mode" --dtype "$DTYPE")
+            shape=(--batch "$B" --heads "$H" --length "$T" --head-dim "$D" --mode "$mode" --dtype "$DTYPE" --storage "$STORAGE")
             for tab in none $TABLES; do
                 run "biaskit|$tab|$D|$T|$mode" "$LOGS/biaskit-$tab-$D-$T-$mode.log" \
                     "$BIN" "${shape[@]}" --table "$tab" --reps "$REPS" --warmup "$WARMUP" --device "$BK_DEVICE"
@@ -158,7 +164,7 @@ done
 fi
 
 {
-    echo "# Fused biased attention, $(date -u +%Y-%m-%d), $DTYPE, $TOKENS tokens per batch"
+    echo "# Fused biased attention, $(date -u +%Y-%m-%d), $DTYPE (biaskit's storage: $STORAGE), $TOKENS tokens per batch"
     if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true; fi
     echo "torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')"
     echo

@@ -3,8 +3,9 @@
  * it next to PyTorch's SDPA and FlexAttention (bench/gpu/attention_torch.py).
  *
  *   bench_flash_gpu --batch B --heads H --length T --head-dim D [--table alibi|kerple|t5|none]
- *                   [--mode fwd|fwdbwd] [--dtype fp32|bf16] [--attention fused|materialized]
- *                   [--warmup 5] [--reps 20] [--device cuda|emulated] [--dump DIR]
+ *                   [--mode fwd|fwdbwd] [--dtype fp32|bf16] [--storage fp32|bf16]
+ *                   [--attention fused|materialized] [--warmup 5] [--reps 20] [--device cuda|emulated]
+ *                   [--dump DIR]
  *
  * Tables (one per head, over the distances 0 .. T-1, the same values attention_torch.py uses):
  *   alibi   -m_h d, m_h = 2^(-8(h+1)/H): fixed, so fwdbwd computes no table gradient;
@@ -20,18 +21,24 @@
  * (FlashAttention's convention, as attention_torch.py).
  *
  * --dtype: fp32 runs the fp32 programs (CUDA cores); bf16 the backend with [run] matmul = "bf16", whose
- * fused attention multiplies on bf16 tensor cores. q, k, v and the output stay fp32 in memory either
- * way (bf16 storage does not exist yet), so bf16 here moves twice the bytes PyTorch's bf16 does.
+ * fused attention multiplies on bf16 tensor cores.
+ * --storage: how q, k, v, dO and the output are kept in memory: bf16 (the default with --dtype bf16, as
+ * PyTorch's bf16 tensors: be->attention_forward_bf16 / attention_backward_bf16) or fp32 (the default
+ * with --dtype fp32; with --dtype bf16 the tensor cores then round the fp32 values as tiles are
+ * loaded, which is what the model does today). dqkv and the table gradient are fp32 either way.
  * --dump DIR: after the timing, one more call (forward, and backward into zeroed dqkv and dtable) whose
  * inputs and results are written to DIR as raw little-endian float32 files: qkv (B, T, 3C), out (B, T,
  * C), table (H, T) unless --table none, and with fwdbwd dout (B, T, C), dqkv (B, T, 3C) and, for a
- * learnable table, dtable (H, T); DIR/meta.json says the shape. bench/gpu/check_dump.py compares them
- * with PyTorch in float64, so the numbers behind a timing can be checked at its own shape.
+ * learnable table, dtable (H, T), bf16-stored arrays widened to float; DIR/meta.json says the shape.
+ * bench/gpu/check_dump.py compares them with PyTorch in float64, so the numbers behind a timing can be
+ * checked at its own shape.
  * Exit status: 0; 1 when a call fails; 2 for bad arguments; 3 when no GPU answers. Last line:
- *   RESULT engine=biaskit peer=<attention> table=... mode=... B=.. H=.. T=.. D=.. dtype=.. ms=... tflops=...
+ *   RESULT engine=biaskit peer=<attention> table=... mode=... B=.. H=.. T=.. D=.. dtype=.. storage=.. ms=...
+ *          tflops=...
  */
 #define _POSIX_C_SOURCE 200809L
 #include "device.h"
+#include "gpu/mma.h" /* bk_bf16_round, bk_bf16_value */
 #include "model/backend.h"
 #include "util/error.h"
 
@@ -85,23 +92,55 @@ static int write_floats(const char *dir, const char *name, const float *x, size_
     return BK_OK;
 }
 
+/* n values from host into dst, as they are or (host16 not NULL: bf16 storage) rounded to bf16 in host16 */
+static int upload_values(bk_backend *be, void *dst, const float *host, uint16_t *host16, size_t n, bk_error *err)
+{
+    if (!host16)
+        return be->upload(be, dst, host, n * sizeof *host, err);
+    for (size_t k = 0; k < n; k++)
+        host16[k] = bk_bf16_round(host[k]);
+    return be->upload(be, dst, host16, n * sizeof *host16, err);
+}
+
+/* One forward / backward of the storage the run asked for (bf16: the _bf16 entries of the backend). */
+static int call_forward(bk_backend *be, int b16, void *out, float *saved, const void *qkv,
+                        const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+{
+    if (b16)
+        return be->attention_forward_bf16(be, (uint16_t *)out, saved, (const uint16_t *)qkv, bias, B, T, C, H, err);
+    return be->attention_forward(be, (float *)out, saved, (const float *)qkv, bias, B, T, C, H, err);
+}
+
+static int call_backward(bk_backend *be, int b16, float *dqkv, float *const dtables[BK_STREAM_COUNT],
+                         const void *dout, const void *qkv, const void *out, const float *saved,
+                         const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+{
+    if (b16)
+        return be->attention_backward_bf16(be, dqkv, dtables, (const uint16_t *)dout, (const uint16_t *)qkv,
+                                           (const uint16_t *)out, saved, bias, B, T, C, H, err);
+    return be->attention_backward(be, dqkv, dtables, (const float *)dout, (const float *)qkv, (const float *)out,
+                                  saved, bias, B, T, C, H, err);
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_flash_gpu --batch B --heads H --length T --head-dim D [--table alibi|kerple|t5|none]\n"
-                    "                       [--mode fwd|fwdbwd] [--dtype fp32|bf16] [--attention fused|materialized]\n"
-                    "                       [--warmup N] [--reps N] [--device cuda|emulated] [--dump DIR]\n");
+                    "                       [--mode fwd|fwdbwd] [--dtype fp32|bf16] [--storage fp32|bf16]\n"
+                    "                       [--attention fused|materialized] [--warmup N] [--reps N]\n"
+                    "                       [--device cuda|emulated] [--dump DIR]\n");
     return 2;
 }
 
 typedef struct opts {
     int B, H, T, D, warmup, reps;
-    const char *table, *mode, *dtype, *attention, *device, *dump;
+    const char *table, *mode, *dtype, *storage, *attention, *device, *dump;
 } opts;
 
 static void result_line(const opts *o, const char *tail)
 {
-    printf("RESULT engine=biaskit peer=%s table=%s mode=%s B=%d H=%d T=%d D=%d dtype=%s device=%s %s\n", o->attention,
-           o->table, o->mode, o->B, o->H, o->T, o->D, o->dtype, o->device, tail);
+    printf("RESULT engine=biaskit peer=%s table=%s mode=%s B=%d H=%d T=%d D=%d dtype=%s storage=%s device=%s %s\n",
+           o->attention, o->table, o->mode, o->B, o->H, o->T, o->D, o->dtype, o->storage ? o->storage : o->dtype,
+           o->device, tail);
 }
 
 static int fail(const opts *o, const char *what, const bk_error *err)
@@ -118,14 +157,15 @@ static int fail(const opts *o, const char *what, const bk_error *err)
 
 int main(int argc, char **argv)
 {
-    opts o = {0, 0, 0, 0, 5, 20, "alibi", "fwdbwd", "fp32", "fused", "cuda", NULL};
+    opts o = {0, 0, 0, 0, 5, 20, "alibi", "fwdbwd", "fp32", NULL, "fused", "cuda", NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *ip = !strcmp(a, "--batch") ? &o.B : !strcmp(a, "--heads") ? &o.H : !strcmp(a, "--length") ? &o.T
                 : !strcmp(a, "--head-dim") ? &o.D : !strcmp(a, "--warmup") ? &o.warmup : !strcmp(a, "--reps") ? &o.reps
                 : NULL;
         const char **sp = !strcmp(a, "--table") ? &o.table : !strcmp(a, "--mode") ? &o.mode
-                        : !strcmp(a, "--dtype") ? &o.dtype : !strcmp(a, "--attention") ? &o.attention
+                        : !strcmp(a, "--dtype") ? &o.dtype : !strcmp(a, "--storage") ? &o.storage
+                        : !strcmp(a, "--attention") ? &o.attention
                         : !strcmp(a, "--device") ? &o.device : !strcmp(a, "--dump") ? &o.dump : NULL;
         if ((!ip && !sp) || !v) {
             fprintf(stderr, "bench_flash_gpu: %s %s\n", a, !ip && !sp ? "is not an option" : "needs a value");
@@ -171,6 +211,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_flash_gpu: --dtype %s: expected fp32 or bf16\n", o.dtype);
         return usage();
     }
+    if (!o.storage)
+        o.storage = o.dtype;
+    const int b16 = !strcmp(o.storage, "bf16"); /* bf16 storage */
+    if (!b16 && strcmp(o.storage, "fp32")) {
+        fprintf(stderr, "bench_flash_gpu: --storage %s: expected fp32 or bf16\n", o.storage);
+        return usage();
+    }
+    if (b16 && (!bf16 || !strcmp(o.attention, "materialized"))) {
+        fprintf(stderr, "bench_flash_gpu: --storage bf16 needs --dtype bf16 and the fused attention\n");
+        return usage();
+    }
 
     bk_error err = {0};
     bk_backend *be = NULL;
@@ -199,15 +250,17 @@ int main(int argc, char **argv)
     const int B = o.B, H = o.H, T = o.T, C = o.H * o.D;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, ntab = (size_t)H * T;
     const size_t nsaved = backward ? be->attention_saved(be, B, T, H) : 0;
+    const size_t esz = b16 ? sizeof(uint16_t) : sizeof(float); /* bytes of a q, k, v, dO or output value */
     float *host = malloc((nqkv > ntab ? nqkv : ntab) * sizeof *host);
+    uint16_t *host16 = b16 ? malloc(nqkv * sizeof *host16) : NULL;
     void *qkv = NULL, *out = NULL, *dout = NULL, *dqkv = NULL, *saved = NULL, *table = NULL, *dtable = NULL;
-    int rc = host ? BK_OK : bk_fail(&err, BK_ERR_NOMEM, "out of memory");
+    int rc = host && (host16 || !b16) ? BK_OK : bk_fail(&err, BK_ERR_NOMEM, "out of memory");
     if (!rc)
-        rc = be->alloc(be, &qkv, nqkv * sizeof(float), &err);
+        rc = be->alloc(be, &qkv, nqkv * esz, &err);
     if (!rc)
-        rc = be->alloc(be, &out, nout * sizeof(float), &err);
+        rc = be->alloc(be, &out, nout * esz, &err);
     if (!rc && backward)
-        rc = be->alloc(be, &dout, nout * sizeof(float), &err);
+        rc = be->alloc(be, &dout, nout * esz, &err);
     if (!rc && backward)
         rc = be->alloc(be, &dqkv, nqkv * sizeof(float), &err);
     if (!rc && backward)
@@ -219,11 +272,11 @@ int main(int argc, char **argv)
     if (rc)
         FAIL("allocating device memory");
     fill(host, nqkv, 1);
-    if ((rc = be->upload(be, qkv, host, nqkv * sizeof(float), &err)))
+    if ((rc = upload_values(be, qkv, host, host16, nqkv, &err)))
         FAIL("upload");
     if (backward) {
         fill(host, nout, 2);
-        if ((rc = be->upload(be, dout, host, nout * sizeof(float), &err)))
+        if ((rc = upload_values(be, dout, host, host16, nout, &err)))
             FAIL("upload");
     }
     bk_attention_bias bias;
@@ -243,10 +296,10 @@ int main(int argc, char **argv)
                 FAIL("warm-up");
             t0 = now();
         }
-        if ((rc = be->attention_forward(be, out, saved, qkv, table ? &bias : NULL, B, T, C, H, &err)))
+        if ((rc = call_forward(be, b16, out, saved, qkv, table ? &bias : NULL, B, T, C, H, &err)))
             FAIL("attention forward");
-        if (backward && (rc = be->attention_backward(be, dqkv, dtables, dout, qkv, out, saved, table ? &bias : NULL, B,
-                                                     T, C, H, &err)))
+        if (backward && (rc = call_backward(be, b16, dqkv, dtables, dout, qkv, out, saved, table ? &bias : NULL, B, T,
+                                            C, H, &err)))
             FAIL("attention backward");
     }
     if ((rc = be->sync(be, &err)))
@@ -261,20 +314,27 @@ int main(int argc, char **argv)
         const bk_attention_bias *bp = table ? &bias : NULL;
         if ((dqkv && (rc = be->zero(be, dqkv, nqkv * sizeof(float), &err))) ||
             (dtable && (rc = be->zero(be, dtable, ntab * sizeof(float), &err))) ||
-            (rc = be->attention_forward(be, out, saved, qkv, bp, B, T, C, H, &err)) ||
-            (backward && (rc = be->attention_backward(be, dqkv, dtables, dout, qkv, out, saved, bp, B, T, C, H, &err))))
+            (rc = call_forward(be, b16, out, saved, qkv, bp, B, T, C, H, &err)) ||
+            (backward && (rc = call_backward(be, b16, dqkv, dtables, dout, qkv, out, saved, bp, B, T, C, H, &err))))
             FAIL("the call for --dump");
         const struct {
             const char *name;
             void *buf;
             size_t n;
-        } files[] = {{"qkv", qkv, nqkv}, {"out", out, nout}, {"table", table, ntab},
-                     {"dout", dout, nout}, {"dqkv", dqkv, nqkv}, {"dtable", dtable, ntab}};
+            int b16; /* stored as bf16: widened to float for the file */
+        } files[] = {{"qkv", qkv, nqkv, b16}, {"out", out, nout, b16},   {"table", table, ntab, 0},
+                     {"dout", dout, nout, b16}, {"dqkv", dqkv, nqkv, 0}, {"dtable", dtable, ntab, 0}};
         for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
             if (!files[k].buf)
                 continue;
-            if ((rc = be->download(be, host, files[k].buf, files[k].n * sizeof(float), &err)))
+            if (files[k].b16) {
+                if ((rc = be->download(be, host16, files[k].buf, files[k].n * sizeof *host16, &err)))
+                    FAIL("download for --dump");
+                for (size_t e = 0; e < files[k].n; e++)
+                    host[e] = bk_bf16_value(host16[e]);
+            } else if ((rc = be->download(be, host, files[k].buf, files[k].n * sizeof(float), &err))) {
                 FAIL("download for --dump");
+            }
             if ((rc = write_floats(o.dump, files[k].name, host, files[k].n, &err)))
                 FAIL("--dump");
         }
@@ -285,8 +345,8 @@ int main(int argc, char **argv)
         if (f) {
             bad = fprintf(f,
                           "{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"table\": \"%s\", \"mode\": \"%s\", "
-                          "\"dtype\": \"%s\", \"attention\": \"%s\", \"device\": \"%s\"}\n",
-                          B, H, T, o.D, o.table, o.mode, o.dtype, o.attention, o.device) < 0;
+                          "\"dtype\": \"%s\", \"storage\": \"%s\", \"attention\": \"%s\", \"device\": \"%s\"}\n",
+                          B, H, T, o.D, o.table, o.mode, o.dtype, o.storage, o.attention, o.device) < 0;
             bad |= fclose(f) != 0;
         }
         if (bad) {
@@ -303,5 +363,6 @@ done:;
             be->release(be, bufs[k]);
     bk_backend_destroy(be);
     free(host);
+    free(host16);
     return status;
 }

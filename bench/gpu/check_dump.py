@@ -13,7 +13,8 @@ rows (--block), so no B x H x T x T tensor is held: T = 16,384 fits in a few GiB
 
 Passes (exit 0) when every relative error is within the tolerance of the dump's dtype: fp32 1e-4, bf16
 5e-2 (bf16 rounds q, k, v, P and dS to 8 significant bits; measured on the emulated backend at
-test_flash_dump's shapes, T = 33 to 150: fp32 at most 4.6e-7, bf16 at most 3.5e-3); exit 1 otherwise,
+test_flash_dump's shapes, T = 33 to 150: fp32 at most 4.6e-7, bf16 at most 3.5e-3, with bf16 or fp32
+storage of q, k, v, dO and the output); exit 1 otherwise,
 2 for a bad dump."""
 import argparse
 import json
@@ -101,7 +102,9 @@ def main():
             errors["dtable"] = rel(got_dtable, dtab)
     what = ", ".join(f"{k} {v:.2e}" for k, v in errors.items())
     ok = all(e <= tol for e in errors.values())
-    print(f"check_dump: {meta.get('attention')} {meta.get('dtype')} {meta.get('table')} {meta.get('mode')} "
+    storage = meta.get("storage", meta.get("dtype"))
+    print(f"check_dump: {meta.get('attention')} {meta.get('dtype')} ({storage} storage) {meta.get('table')} "
+          f"{meta.get('mode')} "
           f"B={B} H={H} T={T} D={D} ({meta.get('device')}) against float64 on {a.device}: "
           f"max |error| / max |value|: {what} (tolerance {tol:.0e}): {'ok' if ok else 'FAILED'}")
     sys.exit(0 if ok else 1)

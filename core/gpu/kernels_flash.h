@@ -38,6 +38,7 @@
 
 #include "gpu/dev.h"
 #include "gpu/kernels_attention.h"
+#include "gpu/mma.h"
 #include "model/softmax_math.h"
 
 #include <math.h>
@@ -52,6 +53,12 @@ typedef struct k_flash_args {
     float *dsum;                     /* backward: (B, H, T), D_i = dO_i . O_i */
     float *dqkv;                     /* backward: (B, T, 3C), += */
     double *G[BK_STREAM_COUNT];      /* backward: partial rows (k_flash_g_at), or NULL */
+    /* bf16 storage (the tensor-core programs of kernels_flash_tc.h only): when qkv16 is set, q, k and v
+     * are read from it instead of qkv, dO and O from dout16 and o16 instead of dout and o, and the
+     * forward's output is written, rounded, to out16 instead of out; lse, dsum, dqkv and the partials
+     * stay fp32 (double). The same (B, T, 3C) and (B, T, C) layouts. */
+    const uint16_t *qkv16, *dout16, *o16;
+    uint16_t *out16;
     int32_t width[BK_STREAM_COUNT];  /* distances with a partial: 1 + the largest distance of stream s */
     k_att_bias bias;
     int B, T, C, H, tile;
@@ -238,10 +245,14 @@ static inline BK_DEV_HD void k_flash_fwd_finish(const k_flash_args *a, int64_t b
                                                 const float *Os, int ld, const float *m, const float *l, int t)
 {
     const int hd = a->C / a->H;
-    float *out = a->out + k_flash_bt_at(a, bh / a->H, h, i0);
+    const int64_t at = k_flash_bt_at(a, bh / a->H, h, i0);
     for (int e = t; e < rows * hd; e += BK_CTA_THREADS) {
         const int r = e / hd, d = e % hd;
-        out[(int64_t)r * a->C + d] = Os[r * ld + d] * (1.0f / l[r]);
+        const float o = Os[r * ld + d] * (1.0f / l[r]);
+        if (a->out16)
+            a->out16[at + (int64_t)r * a->C + d] = bk_bf16_round(o);
+        else
+            a->out[at + (int64_t)r * a->C + d] = o;
     }
     if (a->lse)
         for (int r = t; r < rows; r += BK_CTA_THREADS)
@@ -307,8 +318,19 @@ static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *s
 
 /* ---- backward -------------------------------------------------------------------------------------- */
 
+/* sum_j a[j] b[j] of bf16 rows, grouped in lanes as bk_dot_lanes groups its sum (j in lane j % 8): the
+ * bits of bk_dot_lanes over the same values widened to float. */
+static inline BK_DEV_HD double k_flash_dot16(const uint16_t *a, const uint16_t *b, int n)
+{
+    double lane[BK_SUM_LANES] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    for (int j = 0; j < n; j++)
+        lane[j % BK_SUM_LANES] += bk_dot_term(bk_bf16_value(a[j]), bk_bf16_value(b[j]));
+    return BK_LANES_TOTAL(lane);
+}
+
 /* D_i = dO_i . O_i for every (b, h, i), index over B*H*T in (b, h, i) order: the dot product by
- * bk_dot_lanes in double, rounded once (the CPU's rowsum of P dP is the same quantity). */
+ * bk_dot_lanes in double, rounded once (the CPU's rowsum of P dP is the same quantity); of the bf16
+ * rows by k_flash_dot16 with bf16 storage. */
 static inline BK_DEV_HD void k_flash_dsum(int64_t idx, const void *args)
 {
     const k_flash_args *a = (const k_flash_args *)args;
@@ -317,7 +339,8 @@ static inline BK_DEV_HD void k_flash_dsum(int64_t idx, const void *args)
     const int64_t bh = idx / a->T, b = bh / a->H;
     const int h = (int)(bh % a->H);
     const int64_t at = k_flash_bt_at(a, b, h, i);
-    a->dsum[idx] = (float)bk_dot_lanes(a->dout + at, a->o + at, hd);
+    a->dsum[idx] = (float)(a->o16 ? k_flash_dot16(a->dout16 + at, a->o16 + at, hd)
+                                  : bk_dot_lanes(a->dout + at, a->o + at, hd));
 }
 
 /* Row r of the query tile starting at i0: lse and D into smem (0 for rows past the sequence). */

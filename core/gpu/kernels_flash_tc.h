@@ -3,8 +3,9 @@
  * accumulation), valid C11 and CUDA C++. Same tiles, same walk over them, same saved row statistics,
  * same table-gradient partials and order as the fp32 programs; what differs:
  *
- *  - q, k, v and dO are rounded to bf16 as their tiles are loaded (the model's activations stay fp32),
- *    and so are P and dS before the products they enter; the score tiles, the softmax, the running
+ *  - q, k, v and dO are rounded to bf16 as their tiles are loaded, or read as they are with bf16 storage
+ *    (k_flash_args.qkv16: the forward's output is then stored in bf16 too), and P and dS are rounded
+ *    before the products they enter; the score tiles, the softmax, the running
  *    sums, the accumulators of O, dQ, dK, dV and the table-gradient partials (from dS in fp32) stay
  *    fp32;
  *  - each product is a warp phase (BK_CTA_WARP_PHASE): the four warps share out its 16 x 16 blocks;
@@ -25,15 +26,38 @@
 #include <math.h>
 #include <stdint.h>
 
-/* dst[r * ldh + d] = bf16(src[r * stride + d]) for the tile's rows r < rows and d < hd; zeros in the
- * rows past the sequence and the padding columns hd .. hdp-1. Thread t's share. */
+/* dst[r * ldh + d] = bf16(src[r * stride + d]) for the tile's rows r < rows and d < hd, or with bf16
+ * storage (src16 set, src NULL) src16's bits; zeros in the rows past the sequence and the padding
+ * columns hd .. hdp-1. Thread t's share. */
 static inline BK_DEV_HD void k_flash_tc_load(uint16_t *dst, const k_flash_smem *L, const float *src,
-                                             int64_t stride, int hd, int rows, int tile, int t)
+                                             const uint16_t *src16, int64_t stride, int hd, int rows, int tile, int t)
 {
     for (int e = t; e < tile * L->hdp; e += BK_CTA_THREADS) {
         const int r = e / L->hdp, d = e % L->hdp;
-        dst[r * L->ldh + d] = r < rows && d < hd ? bk_bf16_round(src[(int64_t)r * stride + d]) : (uint16_t)0;
+        const int64_t at = (int64_t)r * stride + d;
+        dst[r * L->ldh + d] = r >= rows || d >= hd ? (uint16_t)0 : src16 ? src16[at] : bk_bf16_round(src[at]);
     }
+}
+
+/* The tile of `rows` rows from t0 of q (part 0), k (1) or v (2) of head h in sequence b, from whichever
+ * storage the arguments have. */
+static inline BK_DEV_HD void k_flash_tc_load_qkv(uint16_t *dst, const k_flash_args *a, const k_flash_smem *L,
+                                                 int part, int64_t b, int h, int t0, int rows, int t)
+{
+    const int64_t at = k_flash_qkv_at(a, part, b, h, t0);
+    const float *src = a->qkv16 ? (const float *)0 : a->qkv + at;
+    const uint16_t *src16 = a->qkv16 ? a->qkv16 + at : (const uint16_t *)0;
+    k_flash_tc_load(dst, L, src, src16, 3 * (int64_t)a->C, a->C / a->H, rows, a->tile, t);
+}
+
+/* The same for dO. */
+static inline BK_DEV_HD void k_flash_tc_load_dout(uint16_t *dst, const k_flash_args *a, const k_flash_smem *L,
+                                                  int64_t b, int h, int t0, int rows, int t)
+{
+    const int64_t at = k_flash_bt_at(a, b, h, t0);
+    const float *src = a->dout16 ? (const float *)0 : a->dout + at;
+    const uint16_t *src16 = a->dout16 ? a->dout16 + at : (const uint16_t *)0;
+    k_flash_tc_load(dst, L, src, src16, a->C, a->C / a->H, rows, a->tile, t);
 }
 
 /* ---- forward --------------------------------------------------------------------------------------- */
@@ -44,7 +68,7 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
     const int hd = a->C / a->H, tile = a->tile;
     const k_flash_smem L = k_flash_layout(K_FLASH_FWD, 1, tile, hd);
     const k_flash_block blk = k_flash_block_of(a, cta, 1);
-    const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
+    const int64_t bh = blk.bh, b = blk.b;
     const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
     uint16_t *Qb = (uint16_t *)(smem + L.q), *Kb = (uint16_t *)(smem + L.k), *Vb = (uint16_t *)(smem + L.v);
     uint16_t *Pb = (uint16_t *)(smem + L.p);
@@ -52,15 +76,15 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
 
     BK_CTA_PHASE(t)
     {
-        k_flash_tc_load(Qb, &L, a->qkv + k_flash_qkv_at(a, 0, b, h, i0), C3, hd, rows, tile, t);
+        k_flash_tc_load_qkv(Qb, a, &L, 0, b, h, i0, rows, t);
         k_flash_fwd_start(Os, (int64_t)tile * L.ldf, m, l, alpha, tile, t);
     }
     for (int kt = 0; kt <= qt; kt++) {
         const int j0 = kt * tile, cols = k_flash_rows(a, j0);
         BK_CTA_PHASE(t)
         {
-            k_flash_tc_load(Kb, &L, a->qkv + k_flash_qkv_at(a, 1, b, h, j0), C3, hd, cols, tile, t);
-            k_flash_tc_load(Vb, &L, a->qkv + k_flash_qkv_at(a, 2, b, h, j0), C3, hd, cols, tile, t);
+            k_flash_tc_load_qkv(Kb, a, &L, 1, b, h, j0, cols, t);
+            k_flash_tc_load_qkv(Vb, a, &L, 2, b, h, j0, cols, t);
         }
         BK_CTA_WARP_PHASE(w) /* S = Q K^T */
         {
@@ -137,8 +161,8 @@ static inline BK_DEV_HD void k_flash_tc_dkdv(int64_t cta, const void *args, floa
 
     BK_CTA_PHASE(t)
     {
-        k_flash_tc_load(Kb, &L, a->qkv + k_flash_qkv_at(a, 1, b, h, j0), C3, hd, cols, tile, t);
-        k_flash_tc_load(Vb, &L, a->qkv + k_flash_qkv_at(a, 2, b, h, j0), C3, hd, cols, tile, t);
+        k_flash_tc_load_qkv(Kb, a, &L, 1, b, h, j0, cols, t);
+        k_flash_tc_load_qkv(Vb, a, &L, 2, b, h, j0, cols, t);
         for (int e = t; e < tile * L.ldf; e += BK_CTA_THREADS)
             dKs[e] = 0.0f, dVs[e] = 0.0f;
     }
@@ -146,8 +170,8 @@ static inline BK_DEV_HD void k_flash_tc_dkdv(int64_t cta, const void *args, floa
         const int i0 = qt * tile, rows = k_flash_rows(a, i0);
         BK_CTA_PHASE(t)
         {
-            k_flash_tc_load(Qb, &L, a->qkv + k_flash_qkv_at(a, 0, b, h, i0), C3, hd, rows, tile, t);
-            k_flash_tc_load(dOb, &L, a->dout + k_flash_bt_at(a, b, h, i0), a->C, hd, rows, tile, t);
+            k_flash_tc_load_qkv(Qb, a, &L, 0, b, h, i0, rows, t);
+            k_flash_tc_load_dout(dOb, a, &L, b, h, i0, rows, t);
             k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
         }
         BK_CTA_WARP_PHASE(w) /* S = Q K^T, dP = dO V^T */
@@ -186,8 +210,8 @@ static inline BK_DEV_HD void k_flash_tc_dq(int64_t cta, const void *args, float 
 
     BK_CTA_PHASE(t)
     {
-        k_flash_tc_load(Qb, &L, a->qkv + k_flash_qkv_at(a, 0, b, h, i0), C3, hd, rows, tile, t);
-        k_flash_tc_load(dOb, &L, a->dout + k_flash_bt_at(a, b, h, i0), a->C, hd, rows, tile, t);
+        k_flash_tc_load_qkv(Qb, a, &L, 0, b, h, i0, rows, t);
+        k_flash_tc_load_dout(dOb, a, &L, b, h, i0, rows, t);
         for (int e = t; e < tile * L.ldf; e += BK_CTA_THREADS)
             dQs[e] = 0.0f;
         k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
@@ -196,8 +220,8 @@ static inline BK_DEV_HD void k_flash_tc_dq(int64_t cta, const void *args, float 
         const int j0 = kt * tile, cols = k_flash_rows(a, j0);
         BK_CTA_PHASE(t)
         {
-            k_flash_tc_load(Kb, &L, a->qkv + k_flash_qkv_at(a, 1, b, h, j0), C3, hd, cols, tile, t);
-            k_flash_tc_load(Vb, &L, a->qkv + k_flash_qkv_at(a, 2, b, h, j0), C3, hd, cols, tile, t);
+            k_flash_tc_load_qkv(Kb, a, &L, 1, b, h, j0, cols, t);
+            k_flash_tc_load_qkv(Vb, a, &L, 2, b, h, j0, cols, t);
         }
         BK_CTA_WARP_PHASE(w) /* S = Q K^T, dP = dO V^T */
         {

@@ -51,6 +51,8 @@ static void dev_set_ops(bk_backend *be)
     be->attention_saved = dev_attention_saved;
     be->attention_forward = dev_attention_forward;
     be->attention_backward = dev_attention_backward;
+    be->attention_forward_bf16 = dev_attention_forward_bf16;
+    be->attention_backward_bf16 = dev_attention_backward_bf16;
     be->mix_forward = dev_mix_forward;
     be->mix_backward = dev_mix_backward;
     be->first_nonfinite = dev_first_nonfinite;

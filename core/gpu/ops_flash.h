@@ -7,7 +7,11 @@
  * or evaluation); backward reads it with the forward's output. Scratch: D = dO . O (B*H*T floats)
  * and, per stream whose table gradient is wanted, partial sums in double: B * ceil(T / tile) * H rows
  * of width (1 + the largest distance; at most T) with positions, and on the token stream rows cut at
- * the query tile's end (kernels_flash.h, k_flash_g_len): about B * H * T * T / (2 tile). */
+ * the query tile's end (kernels_flash.h, k_flash_g_len): about B * H * T * T / (2 tile).
+ *
+ * bf16 storage (attention_forward_bf16 / attention_backward_bf16): the same programs reading q, k, v,
+ * dO and O as bf16 and writing the output in bf16 (k_flash_args.qkv16), on the tensor-core programs
+ * only; the row statistics, dqkv and the table gradient stay fp32. */
 #ifndef BK_GPU_OPS_FLASH_H
 #define BK_GPU_OPS_FLASH_H
 
@@ -59,55 +63,69 @@ static int dev_flash_plan_for(const bk_dev *d, const char *what, int hd, int ten
                    most < DEV_FLASH_SMEM_MAX ? " on this GPU" : "");
 }
 
-static void dev_flash_args_of(k_flash_args *a, const float *qkv, const bk_attention_bias *bias, int B, int T, int C,
-                              int H, int tile)
+/* The arguments of one call: the storage pointers of `io` (qkv, out, o, dout, dqkv and their bf16
+ * forms, lse) with the shape, the tables and the tile. */
+static void dev_flash_args_of(k_flash_args *a, const k_flash_args *io, const bk_attention_bias *bias, int B, int T,
+                              int C, int H, int tile)
 {
-    memset(a, 0, sizeof *a);
-    a->qkv = qkv;
+    *a = *io;
     a->bias = dev_att_bias_of(bias);
     a->B = B, a->T = T, a->C = C, a->H = H, a->tile = tile;
     a->scale = 1.0f / sqrtf((float)(C / H));
 }
 
-static int dev_flash_forward(bk_backend *be, float *out, float *saved, const float *qkv, const bk_attention_bias *bias,
-                             int B, int T, int C, int H, bk_error *err)
+/* The checks and plan of a call; bf16 storage (io->qkv16) runs on the tensor-core programs only. */
+static int dev_flash_prepare(bk_backend *be, const char *what, const k_flash_args *io, const bk_attention_bias *bias,
+                             int B, int T, int C, int H, int32_t width[BK_STREAM_COUNT], dev_flash_plan *plan,
+                             bk_error *err)
+{
+    int rc;
+    if ((rc = dev_att_check(what, bias, B, T, C, H, width, err)) != BK_OK)
+        return rc;
+    if (io->qkv16 && (be->matmul != BK_MATMUL_BF16 || be->attention != BK_ATTENTION_FUSED))
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "%s: bf16 storage needs the fused attention on bf16 tensor cores ([run] attention = "
+                       "\"fused\" and matmul = \"bf16\"); this backend has attention = \"%s\", matmul = \"%s\"",
+                       what, be->attention == BK_ATTENTION_FUSED ? "fused" : "materialized",
+                       be->matmul == BK_MATMUL_BF16 ? "bf16" : be->matmul == BK_MATMUL_TF32 ? "tf32" : "fp32");
+    return dev_flash_plan_for((const bk_dev *)be->impl, what, C / H, be->matmul == BK_MATMUL_BF16, plan, err);
+}
+
+/* Forward of io's storage: qkv (or qkv16) in, out (or out16) and, when not NULL, lse out. */
+static int dev_flash_forward_io(bk_backend *be, const k_flash_args *io, const bk_attention_bias *bias, int B, int T,
+                                int C, int H, bk_error *err)
 {
     bk_dev *d = (bk_dev *)be->impl;
     int32_t width[BK_STREAM_COUNT];
     dev_flash_plan plan;
     int rc;
-    if ((rc = dev_att_check("attention forward", bias, B, T, C, H, width, err)) != BK_OK ||
-        (rc = dev_flash_plan_for(d, "attention forward", C / H, be->matmul == BK_MATMUL_BF16, &plan, err)) != BK_OK)
+    if ((rc = dev_flash_prepare(be, "attention forward", io, bias, B, T, C, H, width, &plan, err)) != BK_OK)
         return rc;
     k_flash_args a;
-    dev_flash_args_of(&a, qkv, bias, B, T, C, H, plan.tile);
-    a.out = out, a.lse = saved;
+    dev_flash_args_of(&a, io, bias, B, T, C, H, plan.tile);
     const int64_t blocks = (int64_t)B * H * k_flash_tiles(&a);
     if (plan.tensor)
         return BK_LAUNCH_CTA(d, k_flash_tc_fwd, k_flash_args, blocks, plan.smem_fwd, a, err);
     return BK_LAUNCH_CTA(d, k_flash_fwd, k_flash_args, blocks, plan.smem_fwd, a, err);
 }
 
-static int dev_flash_backward(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
-                              const float *qkv, const float *out, const float *saved, const bk_attention_bias *bias,
-                              int B, int T, int C, int H, bk_error *err)
+/* Backward of io's storage: qkv, o, dout (or their bf16 forms) and lse in; dqkv += and dtable[s] += . */
+static int dev_flash_backward_io(bk_backend *be, const k_flash_args *io, float *const dtable[BK_STREAM_COUNT],
+                                 const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
 {
     bk_dev *d = (bk_dev *)be->impl;
-    if (!saved || !out)
+    if (!io->lse || (!io->o && !io->o16))
         return bk_fail(err, BK_ERR_INVALID,
                        "attention backward: the fused attention needs the forward's output and the row statistics "
                        "it saved (%s is NULL)",
-                       !saved ? "saved" : "out");
+                       !io->lse ? "saved" : "out");
     int32_t width[BK_STREAM_COUNT];
     dev_flash_plan plan;
     int rc;
-    if ((rc = dev_att_check("attention backward", bias, B, T, C, H, width, err)) != BK_OK ||
-        (rc = dev_flash_plan_for(d, "attention backward", C / H, be->matmul == BK_MATMUL_BF16, &plan, err)) !=
-            BK_OK)
+    if ((rc = dev_flash_prepare(be, "attention backward", io, bias, B, T, C, H, width, &plan, err)) != BK_OK)
         return rc;
     k_flash_args a;
-    dev_flash_args_of(&a, qkv, bias, B, T, C, H, plan.tile);
-    a.lse = (float *)saved, a.o = out, a.dout = dout, a.dqkv = dqkv;
+    dev_flash_args_of(&a, io, bias, B, T, C, H, plan.tile);
     const int nq = k_flash_tiles(&a);
     const int64_t rows = (int64_t)B * H * T, blocks = (int64_t)B * H * nq;
 
@@ -121,6 +139,7 @@ static int dev_flash_backward(bk_backend *be, float *dqkv, float *const dtable[B
     size_t goff[BK_STREAM_COUNT], g_total = 0;
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         goff[s] = g_total;
+        a.G[s] = NULL, a.width[s] = 0;
         if (dtable && dtable[s] && width[s] > 0) {
             a.width[s] = width[s];
             g_total += (size_t)k_flash_g_at(&a, s, B, 0); /* past the last (b, qt) */
@@ -157,6 +176,25 @@ static int dev_flash_backward(bk_backend *be, float *dqkv, float *const dtable[B
     return BK_OK;
 }
 
+static int dev_flash_forward(bk_backend *be, float *out, float *saved, const float *qkv, const bk_attention_bias *bias,
+                             int B, int T, int C, int H, bk_error *err)
+{
+    k_flash_args io;
+    memset(&io, 0, sizeof io);
+    io.qkv = qkv, io.out = out, io.lse = saved;
+    return dev_flash_forward_io(be, &io, bias, B, T, C, H, err);
+}
+
+static int dev_flash_backward(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
+                              const float *qkv, const float *out, const float *saved, const bk_attention_bias *bias,
+                              int B, int T, int C, int H, bk_error *err)
+{
+    k_flash_args io;
+    memset(&io, 0, sizeof io);
+    io.qkv = qkv, io.o = out, io.dout = dout, io.dqkv = dqkv, io.lse = (float *)saved;
+    return dev_flash_backward_io(be, &io, dtable, bias, B, T, C, H, err);
+}
+
 /* --- the backend functions: fused or materialized ------------------------------------------------- */
 
 static size_t dev_attention_saved(bk_backend *be, int B, int T, int H)
@@ -181,6 +219,31 @@ static int dev_attention_backward(bk_backend *be, float *dqkv, float *const dtab
     if (be->attention == BK_ATTENTION_MATERIALIZED)
         return dev_att_materialized_backward(be, dqkv, dtable, dout, qkv, saved, bias, B, T, C, H, err);
     return dev_flash_backward(be, dqkv, dtable, dout, qkv, out, saved, bias, B, T, C, H, err);
+}
+
+/* bf16 storage (backend.h): the fused tensor-core programs on bf16 q, k, v, dO and O. */
+static int dev_attention_forward_bf16(bk_backend *be, uint16_t *out, float *saved, const uint16_t *qkv,
+                                      const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+{
+    k_flash_args io;
+    memset(&io, 0, sizeof io);
+    io.qkv16 = qkv, io.out16 = out, io.lse = saved;
+    if (!qkv || !out)
+        return bk_fail(err, BK_ERR_INVALID, "attention forward (bf16 storage): %s is NULL", !qkv ? "qkv" : "out");
+    return dev_flash_forward_io(be, &io, bias, B, T, C, H, err);
+}
+
+static int dev_attention_backward_bf16(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT],
+                                       const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
+                                       const float *saved, const bk_attention_bias *bias, int B, int T, int C, int H,
+                                       bk_error *err)
+{
+    k_flash_args io;
+    memset(&io, 0, sizeof io);
+    io.qkv16 = qkv, io.o16 = out, io.dout16 = dout, io.dqkv = dqkv, io.lse = (float *)saved;
+    if (!qkv || !dout)
+        return bk_fail(err, BK_ERR_INVALID, "attention backward (bf16 storage): %s is NULL", !qkv ? "qkv" : "dout");
+    return dev_flash_backward_io(be, &io, dtable, bias, B, T, C, H, err);
 }
 
 #endif

@@ -148,6 +148,15 @@ struct bk_backend {
     int (*attention_backward)(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
                               const float *qkv, const float *out, const float *saved, const bk_attention_bias *bias,
                               int B, int T, int C, int H, bk_error *err);
+    /* The same attention with bf16 storage: q, k, v (qkv), dO (dout) and the output (out) are bf16
+     * values (their bits as uint16_t), the output written rounded to nearest even; saved, dqkv and
+     * dtable stay fp32. Device backends with the fused attention and matmul BK_MATMUL_BF16 only (another
+     * configuration is refused with BK_ERR_UNSUPPORTED, naming what it needs); NULL on the CPU. */
+    int (*attention_forward_bf16)(bk_backend *be, uint16_t *out, float *saved, const uint16_t *qkv,
+                                  const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err);
+    int (*attention_backward_bf16)(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT],
+                                   const uint16_t *dout, const uint16_t *qkv, const uint16_t *out, const float *saved,
+                                   const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err);
 
     /* --- bias tables (bias/mix.h) ---------------------------------------------------------------- */
     /* out[k] = mix of tables[t][k], k < n (tables: n_terms pointers in backend memory, the array itself
