@@ -137,6 +137,12 @@ check "train: metrics log" 0 "^\{\"step\": 3, \"val_loss\": " cat "$work/run/met
 check "train: the banner gives the model's memory" 0 \
     "^memory: [0-9]+\.[0-9] MiB of activations and their gradients \([0-9]+ x [0-9]+ tokens per forward\), [0-9]+\.[0-9] MiB of parameters, gradients and AdamW moments$" \
     "$bk" train "$work/tiny.toml" --set term.1.plugin=alibi --set train.steps=1 --out "$work/run-memory" --plain
+check "train: bf16 storage in the banner, resumed on the CPU" 0 \
+    "device: emulated.*bf16 matmuls, bf16 storage memory: .* MiB of parameters, gradients and AdamW moments and the weights' bf16 copies .*done: 2 steps.*device: cpu.*done: 3 steps" \
+    bash -c "'$bk' train '$work/tiny.toml' --set term.1.plugin=alibi --set train.steps=2 --set run.device=emulated --set run.precision=bf16 --out '$work/run-bf16' --plain 2>&1 | tr '\n' ' ';
+             '$bk' train --resume '$work/run-bf16/checkpoint.safetensors' --set run.device=cpu --set train.steps=3 --plain 2>&1 | tr '\n' ' '"
+check "train: bf16 storage with tf32 matmuls is refused at the key" 1 "--set run.matmul=tf32:1:12: \[run\] matmul = \"tf32\" with precision = \"bf16\"" \
+    "$bk" train "$work/tiny.toml" --set run.precision=bf16 --set run.matmul=tf32
 check "eval: the extrapolation table" 0 "^ +64 +4\.00 " "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,32,64 --tokens 4000
 check "eval: csv" 0 "^32,16,[0-9]+,[0-9]+," "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --tokens 4000 --csv -
 check "eval: the memory of its largest forward" 0 "^memory: [0-9]+\.[0-9] MiB of activations at most \(length (16|32|64), [0-9]+ chunks? per forward\), on cpu$" \

@@ -86,7 +86,8 @@ typedef struct run {
 } run;
 
 /* device: "cpu", "emulated" or "cuda", optionally followed by "/materialized" (the device's
- * materialized attention instead of the fused default) or "/bf16" ([run] matmul = "bf16"). */
+ * materialized attention instead of the fused default), "/bf16" ([run] matmul = "bf16") or "/bf16store"
+ * ([run] precision = "bf16": bf16 storage, which makes matmul "bf16"). */
 static int open_run(run *r, const scheme *s, const char *device, bk_error *err)
 {
     memset(r, 0, sizeof *r);
@@ -95,6 +96,8 @@ static int open_run(run *r, const scheme *s, const char *device, bk_error *err)
     snprintf(set, sizeof set, "run.device=%.*s", slash ? (int)(slash - device) : (int)strlen(device), device);
     if (slash && !strcmp(slash + 1, "bf16"))
         snprintf(att, sizeof att, "run.matmul=bf16");
+    else if (slash && !strcmp(slash + 1, "bf16store"))
+        snprintf(att, sizeof att, "run.precision=bf16");
     else
         snprintf(att, sizeof att, "run.attention=%s", slash ? slash + 1 : "fused");
     const char *sets[2] = {set, att};
@@ -280,6 +283,8 @@ static void assert_deterministic(const scheme *s, const char *device)
  * tensor's largest (the KERPLE parameters' 1.2e-2); allowed 2e-4, 1e-2, 4e-2 (the GPU sums in other
  * orders). */
 static const step_tolerance tol_bf16 = {2e-4, 1e-2, 0.0, 4e-2, 1e-7};
+/* bf16 storage against bf16 products, gradients (storage_matches_products) */
+#define STORAGE_GRAD_REL 1e-2
 
 static void bf16_close_to_cpu(const scheme *s, const char *device)
 {
@@ -289,9 +294,93 @@ static void bf16_close_to_cpu(const scheme *s, const char *device)
     check(open_run(&dev, s, device, &err), &err, device);
     assert_int_equal(dev.lm.be->matmul, BK_MATMUL_BF16);
     first_step_close(&cpu, &dev, s, device, &tol_bf16);
-    printf("%-20s %s: loss %.7f, cpu %.7f (bf16 products)\n", s->name, device, dev.loss[0], cpu.loss[0]);
+    printf("%-20s %s: loss %.7f, cpu %.7f (bf16 products%s)\n", s->name, device, dev.loss[0], cpu.loss[0],
+           dev.lm.be->precision == BK_PRECISION_BF16 ? ", bf16 storage" : "");
     close_run(&cpu);
     close_run(&dev);
+}
+
+/* [run] precision = "bf16" against [run] matmul = "bf16" with fp32 storage: the stored bf16 values are
+ * the ones the products round their inputs to, so the forward is the same computation; on the emulated
+ * backend the loss and the logits must have the same bits. Backward differs only where the fused
+ * attention's D = dO . O reads the bf16 output and dO (fp32 storage: their fp32 values), so the gradients
+ * agree to bf16 rounding: within `grad_rel` of each tensor's largest value. On a GPU cuBLAS multiplies
+ * bf16 storage and fp32 storage with different kernels: no bits are promised there (exact = 0). */
+static void storage_matches_products(const scheme *s, const char *device, int exact, double grad_rel)
+{
+    bk_error err;
+    char d16[64], d32[64];
+    snprintf(d16, sizeof d16, "%s/bf16store", device);
+    snprintf(d32, sizeof d32, "%s/bf16", device);
+    run st, pr;
+    check(open_run(&st, s, d16, &err), &err, d16);
+    check(open_run(&pr, s, d32, &err), &err, d32);
+    assert_int_equal(st.lm.be->precision, BK_PRECISION_BF16);
+    assert_int_equal(st.lm.be->matmul, BK_MATMUL_BF16);
+    assert_int_equal(pr.lm.be->precision, BK_PRECISION_FP32);
+    forward_backward(&st, 0);
+    forward_backward(&pr, 0);
+    /* bf16 storage is in effect: the weights' bf16 copies exist and the activations take less room */
+    assert_non_null(st.lm.gpt.wparams16);
+    assert_null(pr.lm.gpt.wparams16);
+    assert_true(st.lm.gpt.acts_size < pr.lm.gpt.acts_size);
+    assert_int_equal(st.lm.gpt.dacts_size, pr.lm.gpt.dacts_size);
+    const size_t nl = (size_t)B * T * st.lm.gpt.V;
+    float *ls = malloc(nl * sizeof(float)), *lp = malloc(nl * sizeof(float));
+    assert_non_null(ls);
+    assert_non_null(lp);
+    check(bk_gpt_copy_logits(&st.lm.gpt, ls, &err), &err, "logits");
+    check(bk_gpt_copy_logits(&pr.lm.gpt, lp, &err), &err, "logits");
+    if (exact) {
+        if (memcmp(&st.loss[0], &pr.loss[0], sizeof(double)))
+            fail_msg("%s on %s: loss %.17g with bf16 storage, %.17g with bf16 products", s->name, device, st.loss[0],
+                     pr.loss[0]);
+        for (size_t k = 0; k < nl; k++)
+            if (memcmp(&ls[k], &lp[k], sizeof(float)))
+                fail_msg("%s on %s: logit %zu is %.9g with bf16 storage, %.9g with bf16 products", s->name, device, k,
+                         (double)ls[k], (double)lp[k]);
+    } else {
+        assert_true(fabs(st.loss[0] - pr.loss[0]) <= 1e-4 * fabs(pr.loss[0]));
+        assert_close("logits (bf16 storage vs products)", s->name, ls, lp, nl, 1e-2, 0.0);
+    }
+    free(ls), free(lp);
+    double worst = 0.0;
+    for (int i = 0; i < st.opt.n_groups; i++) {
+        float *gs = group_grad(&st, i), *gp = group_grad(&pr, i);
+        char what[160];
+        snprintf(what, sizeof what, "gradient of %s (bf16 storage vs products)", st.opt.groups[i].name);
+        assert_close(what, s->name, gs, gp, st.opt.groups[i].n, grad_rel, 1e-7);
+        double scale = 0.0, d = 0.0;
+        for (size_t k = 0; k < st.opt.groups[i].n; k++)
+            scale = fmax(scale, fabs((double)gp[k])), d = fmax(d, fabs((double)gs[k] - (double)gp[k]));
+        worst = scale > 0.0 ? fmax(worst, d / scale) : worst;
+        free(gs), free(gp);
+    }
+    printf("%-20s %s: bf16 storage: loss %.7f (%s the bf16 products'), gradients within %.2g of them\n", s->name,
+           device, st.loss[0], exact ? "the bits of" : "near", worst);
+    close_run(&st);
+    close_run(&pr);
+}
+
+static void test_emulated_bf16_storage(void **state)
+{
+    (void)state;
+    const size_t cases[] = {1, 4, 5}; /* learnable table, two streams, RoPE */
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        storage_matches_products(&schemes[cases[k]], "emulated", 1, STORAGE_GRAD_REL);
+        bf16_close_to_cpu(&schemes[cases[k]], "emulated/bf16store");
+    }
+    assert_deterministic(&schemes[1], "emulated/bf16store");
+}
+
+static void test_cuda_bf16_storage(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_SCHEMES; i++) {
+        storage_matches_products(&schemes[i], "cuda", 0, STORAGE_GRAD_REL);
+        bf16_close_to_cpu(&schemes[i], "cuda/bf16store");
+        assert_deterministic(&schemes[i], "cuda/bf16store");
+    }
 }
 
 static void test_emulated_bf16(void **state)
@@ -470,6 +559,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_cuda_deterministic),
             cmocka_unit_test(test_cuda_resume_across_devices),
             cmocka_unit_test(test_cuda_bf16),
+            cmocka_unit_test(test_cuda_bf16_storage),
         };
         return cmocka_run_group_tests(gpu, NULL, NULL);
     }
@@ -478,6 +568,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_emulated_deterministic),
         cmocka_unit_test(test_resume_across_devices),
         cmocka_unit_test(test_emulated_bf16),
+        cmocka_unit_test(test_emulated_bf16_storage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,6 +3,7 @@
 #include "test_util.h"
 
 #include "config/experiment.h"
+#include "model/backend.h" /* bk_precision, bk_matmul_mode */
 
 #include <math.h>
 
@@ -188,6 +189,36 @@ static void data_and_training_keys(void **state)
     expect_error("[data]\nformat = \"csv\"\n", NULL, 0, "[data] format: expected one of text, shards, got 'csv'", NULL);
 }
 
+/* [run] precision: fp32 by default; "bf16" makes matmul "bf16" when matmul is not set; another matmul or
+ * the materialized attention with it is an error at that key, from the file or from --set. */
+static void precision(void **state)
+{
+    (void)state;
+    bk_experiment exp;
+    bk_error err;
+    assert_int_equal(bk_experiment_parse("", "exp.toml", NULL, 0, &exp, &err), BK_OK);
+    assert_int_equal(exp.run.precision, BK_PRECISION_FP32);
+    assert_int_equal(exp.run.matmul, BK_MATMUL_FP32);
+    bk_experiment_free(&exp);
+    assert_int_equal(bk_experiment_parse("[run]\nprecision = \"bf16\"\n", "exp.toml", NULL, 0, &exp, &err), BK_OK);
+    assert_int_equal(exp.run.precision, BK_PRECISION_BF16);
+    assert_int_equal(exp.run.matmul, BK_MATMUL_BF16);
+    bk_experiment_free(&exp);
+    const char *both[] = {"run.precision=bf16", "run.matmul=bf16"};
+    assert_int_equal(bk_experiment_parse("", "exp.toml", both, 2, &exp, &err), BK_OK);
+    assert_int_equal(exp.run.matmul, BK_MATMUL_BF16);
+    bk_experiment_free(&exp);
+    expect_error("[run]\nprecision = \"bf16\"\nmatmul = \"tf32\"\n", NULL, 0,
+                 "exp.toml:3:10: [run] matmul = \"tf32\" with precision = \"bf16\"", "expected matmul = \"bf16\"");
+    const char *fp32[] = {"run.matmul=fp32"};
+    expect_error("[run]\nprecision = \"bf16\"\n", fp32, 1, "--set run.matmul=fp32", "matmul = \"fp32\" with");
+    expect_error("[run]\nprecision = \"bf16\"\nattention = \"materialized\"\n", NULL, 0,
+                 "exp.toml:3:13: [run] attention = \"materialized\" with precision = \"bf16\"",
+                 "expected attention = \"fused\"");
+    expect_error("[run]\nprecision = \"fp16\"\n", NULL, 0, "[run] precision: expected one of fp32, bf16, got 'fp16'",
+                 NULL);
+}
+
 static void closest_word(void **state)
 {
     (void)state;
@@ -212,6 +243,7 @@ int main(void)
         cmocka_unit_test(overrides),
         cmocka_unit_test(missing_file),
         cmocka_unit_test(data_and_training_keys),
+        cmocka_unit_test(precision),
         cmocka_unit_test(closest_word),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,7 +6,9 @@
  *  - training is linear in T with the fused attention (row statistics), and has exactly the T^2 term
  *    of the saved probabilities (B*H*T*T floats per layer, and their gradients) on the CPU and with the
  *    materialized attention.
- * Linear in T means f(4T) - f(2T) = 2 (f(2T) - f(T)); a term c T^2 adds 6 c T^2 to the left side. */
+ * Linear in T means f(4T) - f(2T) = 2 (f(2T) - f(T)); a term c T^2 adds 6 c T^2 to the left side.
+ * With bf16 storage ([run] precision = "bf16") the activations that are kept in bf16 take half their
+ * room, less the fp32 stage they are computed in, by exactly the formula below. */
 #include "test_util.h"
 
 #include "model/backend.h"
@@ -83,15 +85,43 @@ static void training_memory_by_attention(void **state)
     bk_backend_destroy(emu);
 }
 
-/* The function reports what a forward allocates (m->acts_size floats, twice when training). */
+/* bf16 storage keeps ln1, qkv, atty, ln2 and fch_gelu of every layer (10 C values per token) and lnf (C)
+ * in 2 bytes instead of 4, and adds an fp32 stage of 3 C floats per token; gradients stay fp32. */
+static void bf16_storage_memory(void **state)
+{
+    (void)state;
+    bk_backend *be = NULL;
+    bk_error err = {0};
+    if (bk_backend_emulated_create(&be, BK_MATMUL_BF16, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create: %s", err.message);
+    for (int train = 0; train <= 1; train++) {
+        const int B = 8, T = 1024;
+        const int64_t BT = (int64_t)B * T, La = train ? L : 1;
+        be->precision = BK_PRECISION_FP32;
+        const int64_t fp32 = (int64_t)bk_gpt_activation_bytes(be, L, H, C, V, B, T, train);
+        be->precision = BK_PRECISION_BF16;
+        const int64_t bf16 = (int64_t)bk_gpt_activation_bytes(be, L, H, C, V, B, T, train);
+        assert_int_equal(fp32 - bf16, 2 * (La * BT * 10 * C + BT * C) - 4 * BT * 3 * C);
+        print_message("GPT-2 small, %s of 8 x 1024 tokens: %.3f GiB of activations in fp32, %.3f GiB with bf16 "
+                      "storage\n", train ? "training" : "evaluation", (double)fp32 / (1 << 30), (double)bf16 / (1 << 30));
+        assert_int_equal(curvature(be, 1, T, train), 0); /* still linear in T with the fused attention */
+    }
+    bk_backend_destroy(be);
+}
+
+/* The function reports what a forward allocates (m->acts_size floats, and m->dacts_size when training),
+ * on the CPU, on the emulated device with the fused and the materialized attention, and with bf16
+ * storage. */
 static void matches_what_forward_allocates(void **state)
 {
     (void)state;
     bk_error err = {0};
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 4; kind++) {
         bk_backend *be = kind == 0 ? bk_backend_cpu() : emulated();
         if (kind == 2)
             be->attention = BK_ATTENTION_MATERIALIZED;
+        if (kind == 3)
+            be->matmul = BK_MATMUL_BF16, be->precision = BK_PRECISION_BF16;
         bk_gpt m;
         if (bk_gpt_init(&m, 2, 2, 8, 16, NULL, 1, &err) != BK_OK || bk_gpt_set_backend(&m, be, &err) != BK_OK)
             fail_msg("model: %s", err.message);
@@ -104,8 +134,11 @@ static void matches_what_forward_allocates(void **state)
         for (int train = 0; train <= 1; train++) {
             if (bk_gpt_forward(&m, in, tg, B, T, train, &err) != BK_OK)
                 fail_msg("forward (%s, train %d): %s", be->name, train, err.message);
-            assert_int_equal(m.acts_size * sizeof(float) * (train ? 2 : 1),
+            assert_int_equal((m.acts_size + m.dacts_size) * sizeof(float),
                              bk_gpt_activation_bytes(be, 2, 2, 8, 16, B, T, train));
+            assert_int_equal(m.dacts_size == 0, !train);
+            if (train && kind < 3)
+                assert_int_equal(m.acts_size, m.dacts_size);
         }
         free(in);
         free(tg);
@@ -120,6 +153,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(eval_is_linear_in_length),
         cmocka_unit_test(training_memory_by_attention),
+        cmocka_unit_test(bf16_storage_memory),
         cmocka_unit_test(matches_what_forward_allocates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

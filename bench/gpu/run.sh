@@ -2,7 +2,8 @@
 # GPT-2 small ALiBi training speed on a GPU: biaskit (examples/gpt2_small_alibi.toml, with its fused and its
 # materialized attention) against the same model in PyTorch (bench/gpu/gpt2_torch.py: eager attention,
 # SDPA with the bias as a float mask, and torch.compile + FlexAttention with the ALiBi score_mod), with
-# fp32, TF32 and bf16 matmuls (biaskit [run] matmul; PyTorch's bf16 is autocast). Each PyTorch run first
+# fp32, TF32 and bf16 matmuls (biaskit [run] matmul; PyTorch's bf16 is autocast), and with bf16 biaskit's
+# fused attention also with bf16 storage ([run] precision = "bf16"). Each PyTorch run first
 # checks its loss against eager fp32 on the same weights (gpt2_torch.py --check). Prints a markdown
 # table; docs/performance.md says how to read it.
 #
@@ -36,29 +37,37 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
     echo "# GPT-2 small (124M), ALiBi, batch 8 x 1024, $(date -u +%Y-%m-%d)"
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
     echo
-    echo "| engine | attention | matmul | tokens/s |"
-    echo "|---|---|---|---|"
+    echo "| engine | attention | matmul | storage | tokens/s |"
+    echo "|---|---|---|---|---|"
     for prec in $PRECISIONS; do
-        for att in fused materialized; do
-            out=$work/run-$prec-$att
-            "$BIN" train "$ROOT/examples/gpt2_small_alibi.toml" --out "$out" --set run.device=cuda \
-                --set run.matmul=$prec --set run.attention=$att --set train.steps=$((STEPS + WARMUP)) \
-                --set train.log_every=1 --set train.eval_every=0 --set train.eval_batches=1 \
-                --set data.paths="$work/corpus.txt" \
-                >"$work/train-$prec-$att.log" 2>&1 || { cat "$work/train-$prec-$att.log"; exit 1; }
-            rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/metrics.jsonl" | awk -v w="$WARMUP" 'NR > w {print $2}' | median)
-            echo "| biaskit | $att | $prec | $rate |"
+        variants="fused:fp32 materialized:fp32" # attention:storage
+        [ "$prec" = bf16 ] && variants+=" fused:bf16"
+        for v in $variants; do
+            att=${v%%:*} storage=${v##*:}
+            out=$work/run-$prec-$att-$storage
+            log=$work/train-$prec-$att-$storage.log
+            # a run that fails gets a row saying why (its log is kept next to the table's), the table goes on
+            if "$BIN" train "$ROOT/examples/gpt2_small_alibi.toml" --out "$out" --set run.device=cuda \
+                --set run.matmul=$prec --set run.attention=$att --set run.precision=$storage \
+                --set train.steps=$((STEPS + WARMUP)) --set train.log_every=1 --set train.eval_every=0 \
+                --set train.eval_batches=1 --set data.paths="$work/corpus.txt" >"$log" 2>&1; then
+                rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/metrics.jsonl" | awk -v w="$WARMUP" 'NR > w {print $2}' | median)
+                echo "| biaskit | $att | $prec | $storage | $rate |"
+            else
+                cp "$log" "$LOG.train-$prec-$att-$storage.log"
+                echo "| biaskit | $att | $prec | $storage | failed: $(tail -n 1 "$log") |"
+            fi
         done
         for mode in $TORCH_MODES; do
             # a peer that fails (its check, memory, an old PyTorch) gets a row saying so; the table goes on
             if said=$("$PY" "$ROOT/bench/gpu/gpt2_torch.py" --mode $mode --precision $prec --steps "$STEPS" \
                       --warmup "$WARMUP" --check 2>"$work/torch-$prec-$mode.err"); then
                 line=$(tail -n 1 <<<"$said")
-                echo "| ${line%%:*} | $mode | $prec | $(sed -E 's/.*: ([0-9]+) tokens\/s.*/\1/' <<<"$line") |"
+                echo "| ${line%%:*} | $mode | $prec | $([ "$prec" = bf16 ] && echo "bf16 (autocast)" || echo fp32) | $(sed -E 's/.*: ([0-9]+) tokens\/s.*/\1/' <<<"$line") |"
                 echo "<!-- $(grep '^check:' <<<"$said") -->"
                 echo "<!-- $line -->"
             else
-                echo "| pytorch | $mode | $prec | failed: $(tail -n 1 "$work/torch-$prec-$mode.err") |"
+                echo "| pytorch | $mode | $prec | - | failed: $(tail -n 1 "$work/torch-$prec-$mode.err") |"
             fi
         done
     done

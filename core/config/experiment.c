@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "config/experiment.h"
+#include "model/backend.h" /* the enums of [run] matmul, attention, precision */
 
 #include <math.h>
 #include <stdarg.h>
@@ -91,6 +92,12 @@ static const key_spec schema[] = {
      "layer) and never a T x T matrix; materialized = GEMMs over the saved probabilities (B x heads x T x T "
      "floats per layer), the first implementation; the CPU has one attention and ignores this",
      FIELD(run.attention)},
+    {"run", "precision", KEY_CHOICE, 0, 0, 0, BK_PRECISION_CHOICES,
+     "storage on a GPU: fp32 = every activation fp32 (the parity mode); bf16 = the inputs of the matmuls and of "
+     "the attention (LayerNorm and GELU outputs, q, k, v, the attention output) and copies of the weights in "
+     "bf16, fp32 master weights, gradients and AdamW state; needs matmul = bf16 (its default then) and the "
+     "fused attention; the CPU always computes fp32",
+     FIELD(run.precision)},
     {"run", "out_dir", KEY_STRING, 0, 0, 0, "",
      "checkpoints and logs, relative to the experiment file (\"\" = runs/<experiment name> in the working directory)",
      FIELD(run.out_dir)},
@@ -451,6 +458,28 @@ static int label_terms(bk_experiment *exp, bk_error *err)
     return BK_OK;
 }
 
+/* [run] precision = "bf16" multiplies on bf16 tensor cores and reads q, k, v through the fused attention:
+ * matmul becomes "bf16" unless set, and another matmul or attention is an error at that key. */
+static int check_precision(bk_experiment *exp, const bk_toml_node *root, bk_error *err)
+{
+    if (exp->run.precision != BK_PRECISION_BF16)
+        return BK_OK;
+    const bk_toml_node *run = bk_toml_get(root, "run");
+    const bk_toml_node *matmul = bk_toml_get(run, "matmul"), *attention = bk_toml_get(run, "attention");
+    if (!matmul)
+        exp->run.matmul = BK_MATMUL_BF16;
+    else if (exp->run.matmul != BK_MATMUL_BF16)
+        return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(matmul),
+                          "[run] matmul = \"%s\" with precision = \"bf16\": bf16 storage multiplies on bf16 "
+                          "tensor cores; expected matmul = \"bf16\" (or no matmul key)",
+                          exp->run.matmul == BK_MATMUL_TF32 ? "tf32" : "fp32");
+    if (attention && exp->run.attention != BK_ATTENTION_FUSED)
+        return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(attention),
+                          "[run] attention = \"materialized\" with precision = \"bf16\": bf16 storage needs the "
+                          "fused attention; expected attention = \"fused\" (or no attention key)");
+    return BK_OK;
+}
+
 static int validate(bk_experiment *exp, bk_error *err)
 {
     const bk_toml_node *root = bk_toml_root(exp->doc);
@@ -485,7 +514,8 @@ static int validate(bk_experiment *exp, bk_error *err)
         return bk_fail_at(err, BK_ERR_CONFIG, pos, "[model] dim: %lld is not a multiple of heads = %lld",
                           (long long)exp->model.dim, (long long)exp->model.heads);
     }
-    return label_terms(exp, err);
+    const int rc = check_precision(exp, root, err);
+    return rc ? rc : label_terms(exp, err);
 }
 
 static int finish_load(bk_experiment *out, const char *const *overrides, size_t n_overrides, bk_error *err)

@@ -10,7 +10,7 @@
  *                nonfinite ("stop" | "skip")
  *   [data]       format ("text" | "shards"), paths, val_paths, val_fraction, extensions, max_bytes
  *   [run]        device ("auto" | "cpu" | "cuda" | "emulated"), matmul ("fp32" | "tf32" | "bf16"),
- *                attention ("fused" | "materialized"), out_dir, threads
+ *                attention ("fused" | "materialized"), precision ("fp32" | "bf16"), out_dir, threads
  *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, plus the
  *                plugin's own options (checked against the plugin's declarations when it loads)
  */
@@ -29,6 +29,7 @@
 #define BK_DEVICE_CHOICES "auto|cpu|cuda|emulated"
 #define BK_MATMUL_CHOICES "fp32|tf32|bf16" /* the order of bk_matmul_mode (model/backend.h) */
 #define BK_ATTENTION_CHOICES "fused|materialized" /* the order of bk_attention_mode (model/backend.h) */
+#define BK_PRECISION_CHOICES "fp32|bf16" /* the order of bk_precision (model/backend.h) */
 #define BK_DATA_FORMAT_CHOICES "text|shards"
 #define BK_NONFINITE_CHOICES "stop|skip"
 
@@ -112,6 +113,8 @@ typedef struct bk_experiment {
         int64_t device;         /* bk_device_choice */
         int64_t matmul;         /* bk_matmul_mode (model/backend.h): BK_MATMUL_CHOICES */
         int64_t attention;      /* bk_attention_mode (model/backend.h): BK_ATTENTION_CHOICES */
+        int64_t precision;      /* bk_precision (model/backend.h): BK_PRECISION_CHOICES; "bf16" makes matmul
+                                   "bf16" (validated: with another matmul or attention it is an error) */
         const char *out_dir;    /* "" = runs/<experiment file name without .toml> */
         int64_t threads;        /* 0 = every core */
     } run;

@@ -75,6 +75,26 @@ static int dev_gemm(bk_dev *d, int transa, int transb, int m, int n, int k, floa
     return BK_OK;
 }
 
+// Operands stored in bf16 (their bits), fp32 output and accumulation on the tensor cores.
+static int dev_gemm_bf16(bk_dev *d, int transa, int transb, int m, int n, int k, float alpha, const uint16_t *A,
+                         int lda, int64_t strideA, const uint16_t *B, int ldb, int64_t strideB, float beta, float *C,
+                         int ldc, int64_t strideC, int batch, bk_error *err)
+{
+    if (batch == 0 || m == 0 || n == 0)
+        return BK_OK;
+    cublasStatus_t s = cublasGemmStridedBatchedEx(
+        (cublasHandle_t)d->blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+        &alpha, A, CUDA_R_16BF, lda, (long long)strideA, B, CUDA_R_16BF, ldb, (long long)strideB, &beta, C, CUDA_R_32F,
+        ldc, (long long)strideC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        char what[160];
+        snprintf(what, sizeof what, "cublasGemmStridedBatchedEx, bf16 storage (m = %d, n = %d, k = %d, batch = %d)", m,
+                 n, k, batch);
+        return cublas_fail(err, what, s);
+    }
+    return BK_OK;
+}
+
 static int dev_launched(bk_dev *d, const char *what, bk_error *err)
 {
     (void)d;

@@ -23,6 +23,8 @@
  *                float beta, float *C, int ldc, int64_t strideC, int batch, bk_error *err);
  *       cublasSgemmStridedBatched's meaning exactly: column-major, C = alpha op(A) op(B) + beta C for
  *       each of `batch` matrices (A + b * strideA, ...); transa/transb are 0 (N) or 1 (T).
+ *   int dev_gemm_bf16(...)  the same with A and B stored in bf16 (const uint16_t *), C fp32: fp32
+ *       accumulation on the tensor cores ([run] precision = "bf16").
  *   int dev_launched(bk_dev *d, const char *what, bk_error *err);   after a launch
  *   int dev_scratch(bk_dev *d, int slot, size_t bytes, void **out, bk_error *err);
  *       a buffer of at least `bytes` that stays valid until the next dev_scratch of the same slot
@@ -65,6 +67,7 @@ enum {
     BK_DEV_SCRATCH_PARTIAL,     /* per-chunk partial sums of the reductions */
     BK_DEV_SCRATCH_PARTIAL2,
     BK_DEV_SCRATCH_HOST_ARGS,   /* small argument arrays uploaded for one call */
+    BK_DEV_SCRATCH_BF16,        /* a GEMM's fp32 operand rounded to bf16 (bf16 storage) */
     BK_DEV_SCRATCH_COUNT
 };
 

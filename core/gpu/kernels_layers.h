@@ -21,6 +21,7 @@
 
 #include "config/experiment.h"
 #include "gpu/dev.h"
+#include "gpu/mma.h"
 #include "gpu/rows.h"
 #include "model/gelu_math.h"
 #include "model/layernorm_math.h"
@@ -281,6 +282,25 @@ static inline BK_DEV_HD void k_gelu_forward(int64_t i, const void *args)
 {
     const k_unary_args *a = (const k_unary_args *)args;
     a->out[i] = bk_gelu(a->x[i]);
+}
+
+/* bf16 storage ([run] precision = "bf16"): out = bf16(x), and out = bf16(GELU(x)), rounded to nearest
+ * even (gpu/mma.h) */
+typedef struct k_bf16_args {
+    uint16_t *out;
+    const float *x;
+} k_bf16_args;
+
+static inline BK_DEV_HD void k_cast_bf16(int64_t i, const void *args)
+{
+    const k_bf16_args *a = (const k_bf16_args *)args;
+    a->out[i] = bk_bf16_round(a->x[i]);
+}
+
+static inline BK_DEV_HD void k_gelu_forward_bf16(int64_t i, const void *args)
+{
+    const k_bf16_args *a = (const k_bf16_args *)args;
+    a->out[i] = bk_bf16_round(bk_gelu(a->x[i]));
 }
 
 /* out (dinp) += GELU'(x) dout */

@@ -41,6 +41,10 @@ static void dev_set_ops(bk_backend *be)
     be->layernorm_backward = dev_layernorm_backward;
     be->matmul_forward = dev_matmul_forward;
     be->matmul_backward = dev_matmul_backward;
+    be->cast_bf16 = dev_cast_bf16;
+    be->gelu_forward_bf16 = dev_gelu_forward_bf16;
+    be->matmul_forward_bf16 = dev_matmul_forward_bf16;
+    be->matmul_backward_bf16 = dev_matmul_backward_bf16;
     be->gelu_forward = dev_gelu_forward;
     be->gelu_backward = dev_gelu_backward;
     be->residual_forward = dev_residual_forward;

@@ -107,6 +107,29 @@ static int dev_layernorm_backward(bk_backend *be, float *dinp, float *dweight, f
  *   dweight   dweight (OC, C) += dout^T inp (N, C)   ->  dweight^T (C, OC) += inp^T (C, N) dout (N, OC):
  *             A = inp seen as (C, N); B = dout seen as (OC, N), transposed; m = C, n = OC, k = N */
 
+/* out[n][oc] += bias[oc] */
+static int dev_bias_add(bk_dev *d, float *out, const float *bias, int N, int OC, bk_error *err)
+{
+    k_bias_add_args a;
+    a.out = out, a.bias = bias, a.OC = OC;
+    return BK_LAUNCH(d, k_bias_add, k_bias_add_args, (int64_t)N * OC, a, err);
+}
+
+/* dbias[oc] += the column sums of dout (N, OC), in chunks of rows summed in order */
+static int dev_bias_backward(bk_dev *d, float *dbias, const float *dout, int N, int OC, bk_error *err)
+{
+    const int64_t chunks = layers_chunks(N, BK_DEV_ROW_CHUNK);
+    void *part = NULL;
+    int rc;
+    if ((rc = dev_scratch(d, BK_DEV_SCRATCH_PARTIAL, (size_t)(chunks * OC) * sizeof(double), &part, err)) != BK_OK)
+        return rc;
+    k_column_partials_args a;
+    a.part = (double *)part, a.x = dout, a.N = N, a.C = OC;
+    if ((rc = BK_LAUNCH(d, k_column_partials, k_column_partials_args, chunks * OC, a, err)) != BK_OK)
+        return rc;
+    return dev_column_sum(d, dbias, a.part, chunks, OC, err);
+}
+
 static int dev_matmul_forward(bk_backend *be, float *out, const float *inp, const float *weight, const float *bias,
                               int N, int C, int OC, bk_error *err)
 {
@@ -114,9 +137,7 @@ static int dev_matmul_forward(bk_backend *be, float *out, const float *inp, cons
     int rc = dev_gemm(d, 1, 0, OC, N, C, 1.0f, weight, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1, err);
     if (rc != BK_OK || !bias)
         return rc;
-    k_bias_add_args a;
-    a.out = out, a.bias = bias, a.OC = OC;
-    return BK_LAUNCH(d, k_bias_add, k_bias_add_args, (int64_t)N * OC, a, err);
+    return dev_bias_add(d, out, bias, N, OC, err);
 }
 
 /* Accumulates (beta = 1) into dinp and dweight, and dbias (when not NULL) += the column sums of dout
@@ -129,17 +150,52 @@ static int dev_matmul_backward(bk_backend *be, float *dinp, float *dweight, floa
     if ((rc = dev_gemm(d, 0, 0, C, N, OC, 1.0f, weight, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1, err)) != BK_OK ||
         (rc = dev_gemm(d, 0, 1, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dweight, C, 0, 1, err)) != BK_OK)
         return rc;
-    if (!dbias)
-        return BK_OK;
-    const int64_t chunks = layers_chunks(N, BK_DEV_ROW_CHUNK);
-    void *part = NULL;
-    if ((rc = dev_scratch(d, BK_DEV_SCRATCH_PARTIAL, (size_t)(chunks * OC) * sizeof(double), &part, err)) != BK_OK)
+    return dbias ? dev_bias_backward(d, dbias, dout, N, OC, err) : BK_OK;
+}
+
+/* --- bf16 storage ([run] precision = "bf16"; backend.h) ----------------------------------------- */
+
+static int dev_cast_bf16(bk_backend *be, uint16_t *out, const float *x, size_t n, bk_error *err)
+{
+    k_bf16_args a;
+    a.out = out, a.x = x;
+    return BK_LAUNCH(layers_dev(be), k_cast_bf16, k_bf16_args, n, a, err);
+}
+
+static int dev_gelu_forward_bf16(bk_backend *be, uint16_t *out, const float *inp, size_t n, bk_error *err)
+{
+    k_bf16_args a;
+    a.out = out, a.x = inp;
+    return BK_LAUNCH(layers_dev(be), k_gelu_forward_bf16, k_bf16_args, n, a, err);
+}
+
+/* The GEMMs of dev_matmul_forward / backward on bf16 inputs and weights (fp32 outputs); backward rounds
+ * dout to bf16 into scratch first, the bias gradient is summed from the fp32 dout. */
+static int dev_matmul_forward_bf16(bk_backend *be, float *out, const uint16_t *inp, const uint16_t *weight,
+                                   const float *bias, int N, int C, int OC, bk_error *err)
+{
+    bk_dev *d = layers_dev(be);
+    int rc = dev_gemm_bf16(d, 1, 0, OC, N, C, 1.0f, weight, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1, err);
+    if (rc != BK_OK || !bias)
         return rc;
-    k_column_partials_args a;
-    a.part = (double *)part, a.x = dout, a.N = N, a.C = OC;
-    if ((rc = BK_LAUNCH(d, k_column_partials, k_column_partials_args, chunks * OC, a, err)) != BK_OK)
+    return dev_bias_add(d, out, bias, N, OC, err);
+}
+
+static int dev_matmul_backward_bf16(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                                    const uint16_t *inp, const uint16_t *weight, int N, int C, int OC, bk_error *err)
+{
+    bk_dev *d = layers_dev(be);
+    void *buf = NULL;
+    int rc;
+    if ((rc = dev_scratch(d, BK_DEV_SCRATCH_BF16, (size_t)N * OC * sizeof(uint16_t), &buf, err)) != BK_OK ||
+        (rc = dev_cast_bf16(be, (uint16_t *)buf, dout, (size_t)N * OC, err)) != BK_OK)
         return rc;
-    return dev_column_sum(d, dbias, a.part, chunks, OC, err);
+    const uint16_t *dout16 = (const uint16_t *)buf;
+    if ((rc = dev_gemm_bf16(d, 0, 0, C, N, OC, 1.0f, weight, C, 0, dout16, OC, 0, 1.0f, dinp, C, 0, 1, err)) !=
+            BK_OK ||
+        (rc = dev_gemm_bf16(d, 0, 1, C, OC, N, 1.0f, inp, C, 0, dout16, OC, 0, 1.0f, dweight, C, 0, 1, err)) != BK_OK)
+        return rc;
+    return dbias ? dev_bias_backward(d, dbias, dout, N, OC, err) : BK_OK;
 }
 
 /* --- elementwise ------------------------------------------------------------------------------- */

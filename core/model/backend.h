@@ -51,6 +51,16 @@ typedef enum bk_matmul_mode {
     BK_MATMUL_BF16 = 2
 } bk_matmul_mode;
 
+/* Storage of the model on the device backends ([run] precision): "fp32" keeps every activation in fp32
+ * (the parity mode); "bf16" keeps the inputs of the GEMMs and of the attention (LayerNorm and GELU
+ * outputs, q, k, v, the attention output) and bf16 copies of the weights in bf16, with fp32 master
+ * weights, gradients and optimizer state (model/gpt.h); it needs matmul BK_MATMUL_BF16 and the fused
+ * attention. Set before the model is built. The CPU computes fp32 and ignores it. */
+typedef enum bk_precision {
+    BK_PRECISION_FP32 = 0,
+    BK_PRECISION_BF16 = 1
+} bk_precision;
+
 /* Attention of the device backends ([run] attention): "fused" runs the flash-style block programs
  * (gpu/kernels_flash.h), which keep B*H*T row statistics for backward and never store a T x T matrix;
  * "materialized" runs GEMMs and row kernels over the saved B*H*T*T probabilities (gpu/ops_attention.h).
@@ -91,6 +101,7 @@ struct bk_backend {
     int on_device;       /* 1: memory is not host memory; go through upload/download */
     bk_matmul_mode matmul;
     bk_attention_mode attention; /* device backends only (see above) */
+    bk_precision precision;      /* device backends only (see above) */
     void *impl;          /* the backend's own state */
 
     /* --- memory ------------------------------------------------------------------------------ */
@@ -123,6 +134,17 @@ struct bk_backend {
     int (*matmul_backward)(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int C, int OC, bk_error *err);
     int (*gelu_forward)(bk_backend *be, float *out, const float *inp, size_t n, bk_error *err);
+    /* bf16 storage ([run] precision = "bf16"; device backends, NULL on the CPU): values stored as bf16
+     * bits (uint16_t), rounded to nearest even. cast_bf16: out = bf16(x); gelu_forward_bf16: out =
+     * bf16(GELU(inp)); matmul_forward_bf16 / matmul_backward_bf16: matmul_forward / backward with inp
+     * and weight in bf16, fp32 accumulation, out, dinp, dweight, dbias and dout fp32 (backward rounds
+     * dout to bf16 for its products; dbias sums the fp32 dout). */
+    int (*cast_bf16)(bk_backend *be, uint16_t *out, const float *x, size_t n, bk_error *err);
+    int (*gelu_forward_bf16)(bk_backend *be, uint16_t *out, const float *inp, size_t n, bk_error *err);
+    int (*matmul_forward_bf16)(bk_backend *be, float *out, const uint16_t *inp, const uint16_t *weight,
+                               const float *bias, int N, int C, int OC, bk_error *err);
+    int (*matmul_backward_bf16)(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                                const uint16_t *inp, const uint16_t *weight, int N, int C, int OC, bk_error *err);
     int (*gelu_backward)(bk_backend *be, float *dinp, const float *inp, const float *dout, size_t n, bk_error *err);
     int (*residual_forward)(bk_backend *be, float *out, const float *a, const float *b, size_t n, bk_error *err);
     int (*residual_backward)(bk_backend *be, float *da, float *db, const float *dout, size_t n, bk_error *err);

@@ -10,44 +10,78 @@
 #define EVAL_LOGIT_ROWS 256 /* evaluation computes logits this many tokens at a time */
 
 /* Activation tensors, carved out of one allocation. Per-layer tensors hold La layers: every layer
- * when training, one (reused) when evaluating. */
+ * when training, one (reused) when evaluating. With bf16 storage (bf16_storage below) ln1, qkv, atty,
+ * ln2, fch_gelu and lnf hold bf16 values (uint16_t, in half the room) and `stage` is the fp32 room a
+ * LayerNorm or the qkv product is computed in before it is rounded; their gradients stay fp32. */
 typedef struct acts {
     float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd,
-        *fch, *fch_gelu, *fcproj, *res3, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs;
+        *fch, *fch_gelu, *fcproj, *res3, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *stage;
 } acts;
 
 #define N_ACTS (sizeof(acts) / sizeof(float *))
 
-static void shape_sizes(bk_backend *be, int L, int H, int C_, int V_, int B, int T, int train, size_t sizes[N_ACTS])
+/* [run] precision = "bf16" on a device backend (model/backend.h) */
+static int bf16_storage(const bk_backend *be)
+{
+    return be->on_device && be->precision == BK_PRECISION_BF16;
+}
+
+/* The floats' room of n values stored in bf16 (b16) or fp32: bf16 slots are whole 16-byte units. */
+static size_t room(int b16, size_t n)
+{
+    return b16 ? (n + 7) / 8 * 4 : n;
+}
+
+/* Slot sizes in floats of the activations (grads = 0) or of their gradients (grads = 1). */
+static void shape_sizes(bk_backend *be, int L, int H, int C_, int V_, int B, int T, int train, int grads,
+                        size_t sizes[N_ACTS])
 {
     size_t BT = (size_t)B * T, C = (size_t)C_, La = train ? (size_t)L : 1, V = (size_t)V_;
     size_t rows = train ? BT : (BT < EVAL_LOGIT_ROWS ? BT : EVAL_LOGIT_ROWS);
+    const int h = bf16_storage(be) && !grads; /* bf16 slots */
     size_t s[N_ACTS] = {
-        BT * C,                                            /* encoded */
-        La * BT * C, La * BT, La * BT,                     /* ln1, mean, rstd */
-        La * BT * 3 * C, La * BT * C,                      /* qkv, atty */
-        train ? La * be->attention_saved(be, B, T, H) : 0, /* att: what attention backward reads */
-        La * BT * C, La * BT * C,                          /* attproj, res2 */
-        La * BT * C, La * BT, La * BT,                     /* ln2, mean, rstd */
-        La * BT * 4 * C, La * BT * 4 * C, La * BT * C, La * BT * C, /* fch, fch_gelu, fcproj, res3 */
-        BT * C, BT, BT,                                    /* lnf, mean, rstd */
-        rows * V, train ? BT * V : 0,                      /* logits, probs */
+        BT * C,                                                     /* encoded */
+        room(h, La * BT * C), La * BT, La * BT,                     /* ln1, mean, rstd */
+        room(h, La * BT * 3 * C), room(h, La * BT * C),             /* qkv, atty */
+        train ? La * be->attention_saved(be, B, T, H) : 0,          /* att: what attention backward reads */
+        La * BT * C, La * BT * C,                                   /* attproj, res2 */
+        room(h, La * BT * C), La * BT, La * BT,                     /* ln2, mean, rstd */
+        La * BT * 4 * C, room(h, La * BT * 4 * C), La * BT * C, La * BT * C, /* fch, fch_gelu, fcproj, res3 */
+        room(h, BT * C), BT, BT,                                    /* lnf, mean, rstd */
+        rows * V, train ? BT * V : 0,                               /* logits, probs */
+        h ? BT * 3 * C : 0,                                         /* stage */
     };
     memcpy(sizes, s, sizeof s);
 }
 
-static void act_sizes(const bk_gpt *m, int B, int T, int train, size_t sizes[N_ACTS])
+static void act_sizes(const bk_gpt *m, int B, int T, int train, int grads, size_t sizes[N_ACTS])
 {
-    shape_sizes(m->be, m->L, m->H, m->C, m->V, B, T, train, sizes);
+    shape_sizes(m->be, m->L, m->H, m->C, m->V, B, T, train, grads, sizes);
+}
+
+static size_t total_of(const size_t sizes[N_ACTS])
+{
+    size_t total = 0;
+    for (size_t i = 0; i < N_ACTS; i++)
+        total += sizes[i];
+    return total;
 }
 
 size_t bk_gpt_activation_bytes(bk_backend *be, int layers, int heads, int dim, int vocab, int B, int T, int train)
 {
-    size_t sizes[N_ACTS], total = 0;
-    shape_sizes(be, layers, heads, dim, vocab, B, T, train, sizes);
-    for (size_t i = 0; i < N_ACTS; i++)
-        total += sizes[i];
-    return total * sizeof(float) * (train ? 2 : 1); /* training allocates their gradients alike */
+    size_t sizes[N_ACTS], total;
+    shape_sizes(be, layers, heads, dim, vocab, B, T, train, 0, sizes);
+    total = total_of(sizes);
+    if (train) { /* training allocates their gradients too */
+        shape_sizes(be, layers, heads, dim, vocab, B, T, train, 1, sizes);
+        total += total_of(sizes);
+    }
+    return total * sizeof(float);
+}
+
+size_t bk_gpt_parameter_bytes(const bk_gpt *m)
+{
+    return m->n_params * (4 * sizeof(float) + (bf16_storage(m->be) ? sizeof(uint16_t) : 0));
 }
 
 static void carve(float *base, const size_t sizes[N_ACTS], acts *a)
@@ -69,6 +103,7 @@ static void free_acts(bk_gpt *m)
 {
     release(m, m->acts);
     release(m, m->dacts);
+    m->dacts_size = 0;
     if (m->wlosses != m->losses)
         release(m, m->wlosses);
     free(m->losses);
@@ -81,12 +116,16 @@ static int reserve_acts(bk_gpt *m, int B, int T, int train, bk_error *err)
     if (m->acts && B == m->B && T == m->T && train == m->train)
         return BK_OK;
     const size_t bytes = bk_gpt_activation_bytes(m->be, m->L, m->H, m->C, m->V, B, T, train);
-    const size_t total = bytes / sizeof(float) / (train ? 2 : 1); /* floats of acts (and of dacts) */
+    size_t sizes[N_ACTS];
+    act_sizes(m, B, T, train, 0, sizes);
+    const size_t total = total_of(sizes); /* floats of acts */
+    act_sizes(m, B, T, train, 1, sizes);
+    const size_t dtotal = train ? total_of(sizes) : 0; /* of dacts */
     free_acts(m);
     bk_backend *be = m->be;
     int rc = be->alloc(be, (void **)&m->acts, total * sizeof(float), err);
     if (!rc && train)
-        rc = be->alloc(be, (void **)&m->dacts, total * sizeof(float), err);
+        rc = be->alloc(be, (void **)&m->dacts, dtotal * sizeof(float), err);
     if (!rc && !(m->losses = malloc((size_t)B * T * sizeof(float))))
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for %d x %d losses", B, T);
     if (!rc && be->on_device)
@@ -98,7 +137,7 @@ static int reserve_acts(bk_gpt *m, int B, int T, int train, bk_error *err)
         return bk_error_prefix(err, "activations of %d x %d tokens (%.1f GiB on %s): ", B, T,
                                (double)bytes / (1024.0 * 1024 * 1024), be->name);
     }
-    m->acts_size = total;
+    m->acts_size = total, m->dacts_size = dtotal;
     m->B = B, m->T = T, m->train = train;
     return BK_OK;
 }
@@ -233,6 +272,7 @@ void bk_gpt_free(bk_gpt *m)
         free_acts(m);
         if (m->wparams != m->params)
             release(m, m->wparams);
+        release(m, m->wparams16);
         if (m->wgrads != m->grads)
             release(m, m->wgrads);
         if (m->be->on_device)
@@ -325,7 +365,7 @@ int bk_gpt_to_device(bk_gpt *m, bk_error *err)
 static float *logits_of(const bk_gpt *m)
 {
     size_t sizes[N_ACTS];
-    act_sizes(m, m->B, m->T, 1, sizes);
+    act_sizes(m, m->B, m->T, 1, 0, sizes);
     acts a;
     carve(m->acts, sizes, &a);
     return a.logits;
@@ -350,7 +390,7 @@ const float *bk_gpt_attention_probs(const bk_gpt *m, int layer)
     if (!m->acts || !m->train || m->be != bk_backend_cpu() || layer < 0 || layer >= m->L)
         return NULL;
     size_t sizes[N_ACTS];
-    act_sizes(m, m->B, m->T, 1, sizes);
+    act_sizes(m, m->B, m->T, 1, 0, sizes);
     acts a;
     carve(m->acts, sizes, &a);
     return a.att + (size_t)layer * m->be->attention_saved(m->be, m->B, m->T, m->H);
@@ -367,6 +407,38 @@ static void attention_bias(const bk_gpt *m, int layer, bk_attention_bias *ab)
         ab->span[s] = ab->table[s] ? bk_positions_span(&m->pos, (bk_stream)s) : 0;
     }
     ab->distances = m->bias->distances;
+}
+
+/* --- bf16 storage --------------------------------------------------------------------------------
+ * The weights' bf16 copies (m->wparams16) have the working parameters' layout: the copy of a weight is
+ * at the same offset. The products run on whichever storage their input has (inp16 set: bf16). */
+static const uint16_t *w16(const bk_gpt *m, const float *w)
+{
+    return m->wparams16 + (w - m->wparams);
+}
+
+static int linear_forward(bk_gpt *m, float *out, const float *inp, const uint16_t *inp16, const float *w,
+                          const float *bias, int N, int C, int OC, bk_error *err)
+{
+    bk_backend *be = m->be;
+    if (inp16)
+        return be->matmul_forward_bf16(be, out, inp16, w16(m, w), bias, N, C, OC, err);
+    return be->matmul_forward(be, out, inp, w, bias, N, C, OC, err);
+}
+
+static int linear_backward(bk_gpt *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                           const uint16_t *inp16, const float *w, int N, int C, int OC, bk_error *err)
+{
+    bk_backend *be = m->be;
+    if (inp16)
+        return be->matmul_backward_bf16(be, dinp, dw, db, dout, inp16, w16(m, w), N, C, OC, err);
+    return be->matmul_backward(be, dinp, dw, db, dout, inp, w, N, C, OC, err);
+}
+
+/* out16 (when not NULL) = bf16(x), n values: what an fp32 result computed into the stage is kept as */
+static int keep_bf16(bk_gpt *m, uint16_t *out16, const float *x, size_t n, bk_error *err)
+{
+    return out16 ? m->be->cast_bf16(m->be, out16, x, n, err) : BK_OK;
 }
 
 /* Every backend call below returns BK_OK or fails with err set: stop at the first failure. */
@@ -389,13 +461,20 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
     if ((rc = reserve_acts(m, B, T, train, err)) || (rc = upload_batch(m, inputs, targets, B, T, train, err)))
         return rc;
     size_t sizes[N_ACTS];
-    act_sizes(m, B, T, train, sizes);
+    act_sizes(m, B, T, train, 0, sizes);
     acts a;
     carve(m->acts, sizes, &a);
     const int C = m->C, H = m->H, BT = B * T;
     const bk_gpt_params *p = &m->wp;
     bk_backend *be = m->be;
     const int32_t *tg = m->batch.targets;
+    const int b16 = bf16_storage(be);
+    if (b16) { /* the weights' bf16 copies, from the master weights as they are now */
+        if (!m->wparams16 && (rc = be->alloc(be, (void **)&m->wparams16, m->n_params * sizeof(uint16_t), err)))
+            return bk_error_prefix(err, "bf16 copies of %zu parameters: ", m->n_params);
+        if ((rc = be->cast_bf16(be, m->wparams16, m->wparams, m->n_params, err)))
+            return rc;
+    }
     if ((rc = bk_positions_prepare(&m->pos, inputs, B, T, err)))
         return rc;
     bk_rotary_view rot; /* valid after prepare: angles for positions < T, on the backend */
@@ -405,46 +484,64 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
     for (int l = 0; l < m->L; l++) {
         size_t la = train ? (size_t)l : 0; /* activation slot of this layer */
         const float *residual = l == 0 ? a.encoded : a.res3 + (train ? la - 1 : 0) * BT * C;
-        float *ln1 = a.ln1 + la * BT * C, *ln1_mean = a.ln1_mean + la * BT, *ln1_rstd = a.ln1_rstd + la * BT;
-        float *qkv = a.qkv + la * BT * 3 * C, *atty = a.atty + la * BT * C;
+        float *ln1_mean = a.ln1_mean + la * BT, *ln1_rstd = a.ln1_rstd + la * BT;
         float *att = train ? a.att + la * be->attention_saved(be, B, T, H) : NULL;
         float *attproj = a.attproj + la * BT * C, *res2 = a.res2 + la * BT * C;
-        float *ln2 = a.ln2 + la * BT * C, *ln2_mean = a.ln2_mean + la * BT, *ln2_rstd = a.ln2_rstd + la * BT;
-        float *fch = a.fch + la * BT * 4 * C, *fch_gelu = a.fch_gelu + la * BT * 4 * C;
+        float *ln2_mean = a.ln2_mean + la * BT, *ln2_rstd = a.ln2_rstd + la * BT;
+        float *fch = a.fch + la * BT * 4 * C;
         float *fcproj = a.fcproj + la * BT * C, *res3 = a.res3 + la * BT * C;
+        /* kept in fp32, or in bf16 (*16) with LayerNorms and qkv computed in the fp32 stage first */
+        float *ln1 = b16 ? a.stage : a.ln1 + la * BT * C, *qkv = b16 ? a.stage : a.qkv + la * BT * 3 * C;
+        float *atty = b16 ? NULL : a.atty + la * BT * C, *ln2 = b16 ? a.stage : a.ln2 + la * BT * C;
+        float *fch_gelu = b16 ? NULL : a.fch_gelu + la * BT * 4 * C;
+        uint16_t *ln1_16 = b16 ? (uint16_t *)a.ln1 + la * BT * C : NULL;
+        uint16_t *qkv16 = b16 ? (uint16_t *)a.qkv + la * BT * 3 * C : NULL;
+        uint16_t *atty16 = b16 ? (uint16_t *)a.atty + la * BT * C : NULL;
+        uint16_t *ln2_16 = b16 ? (uint16_t *)a.ln2 + la * BT * C : NULL;
+        uint16_t *gelu16 = b16 ? (uint16_t *)a.fch_gelu + la * BT * 4 * C : NULL;
 
         TRY(be->layernorm_forward(be, ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT, C,
                                   err));
-        TRY(be->matmul_forward(be, qkv, ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C,
-                               err));
+        TRY(keep_bf16(m, ln1_16, ln1, (size_t)BT * C, err));
+        TRY(linear_forward(m, qkv, ln1, ln1_16, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C,
+                           err));
         if (rotary) /* qkv keeps the rotated q, k: attention backward reads them */
             TRY(be->rotary(be, qkv, &rot, B, T, C, H, 1.0f, err));
+        TRY(keep_bf16(m, qkv16, qkv, (size_t)BT * 3 * C, err));
         bk_attention_bias ab;
         attention_bias(m, l, &ab);
-        if ((rc = be->attention_forward(be, atty, att, qkv, &ab, B, T, C, H, err)))
+        if ((rc = b16 ? be->attention_forward_bf16(be, atty16, att, qkv16, &ab, B, T, C, H, err)
+                      : be->attention_forward(be, atty, att, qkv, &ab, B, T, C, H, err)))
             return bk_error_prefix(err, "layer %d attention: ", l);
-        TRY(be->matmul_forward(be, attproj, atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, BT, C, C,
-                               err));
+        TRY(linear_forward(m, attproj, atty, atty16, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, BT, C, C,
+                           err));
         /* eval: reads res3 before it is rewritten */
         TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
         TRY(be->layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2, p->ln2w + l * C, p->ln2b + l * C, BT, C, err));
-        TRY(be->matmul_forward(be, fch, ln2, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C, BT, C, 4 * C, err));
-        TRY(be->gelu_forward(be, fch_gelu, fch, (size_t)BT * 4 * C, err));
-        TRY(be->matmul_forward(be, fcproj, fch_gelu, p->fcprojw + (size_t)l * C * 4 * C, p->fcprojb + l * C, BT,
-                               4 * C, C, err));
+        TRY(keep_bf16(m, ln2_16, ln2, (size_t)BT * C, err));
+        TRY(linear_forward(m, fch, ln2, ln2_16, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C, BT, C, 4 * C,
+                           err));
+        TRY(b16 ? be->gelu_forward_bf16(be, gelu16, fch, (size_t)BT * 4 * C, err)
+                : be->gelu_forward(be, fch_gelu, fch, (size_t)BT * 4 * C, err));
+        TRY(linear_forward(m, fcproj, fch_gelu, gelu16, p->fcprojw + (size_t)l * C * 4 * C, p->fcprojb + l * C, BT,
+                           4 * C, C, err));
         TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
     }
     const float *last = a.res3 + (train ? (size_t)(m->L - 1) : 0) * BT * C;
-    TRY(be->layernorm_forward(be, a.lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err));
+    float *lnf = b16 ? a.stage : a.lnf;
+    uint16_t *lnf16 = b16 ? (uint16_t *)a.lnf : NULL;
+    TRY(be->layernorm_forward(be, lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err));
+    TRY(keep_bf16(m, lnf16, lnf, (size_t)BT * C, err));
 
     if (train) {
-        TRY(be->matmul_forward(be, a.logits, a.lnf, p->wte, NULL, BT, C, m->V, err));
+        TRY(linear_forward(m, a.logits, lnf, lnf16, p->wte, NULL, BT, C, m->V, err));
         if (targets)
             TRY(be->crossentropy_forward(be, m->wlosses, a.probs, a.logits, tg, BT, m->V, err));
     } else if (targets) {
         for (int row = 0; row < BT; row += EVAL_LOGIT_ROWS) {
             int rows = BT - row < EVAL_LOGIT_ROWS ? BT - row : EVAL_LOGIT_ROWS;
-            TRY(be->matmul_forward(be, a.logits, a.lnf + (size_t)row * C, p->wte, NULL, rows, C, m->V, err));
+            TRY(linear_forward(m, a.logits, b16 ? NULL : lnf + (size_t)row * C, b16 ? lnf16 + (size_t)row * C : NULL,
+                               p->wte, NULL, rows, C, m->V, err));
             TRY(be->crossentropy_forward(be, m->wlosses + row, NULL, a.logits, tg + row, rows, m->V, err));
         }
     }
@@ -474,10 +571,12 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     bk_backend *be = m->be;
     const int B = m->B, T = m->T, C = m->C, H = m->H, L = m->L, BT = B * T;
     size_t sizes[N_ACTS];
-    act_sizes(m, B, T, 1, sizes);
     acts a, d;
+    act_sizes(m, B, T, 1, 0, sizes);
     carve(m->acts, sizes, &a);
+    act_sizes(m, B, T, 1, 1, sizes);
     carve(m->dacts, sizes, &d);
+    const int b16 = bf16_storage(be); /* a's ln1, qkv, atty, ln2, fch_gelu and lnf are bf16 (forward) */
     /* The gradients the layers accumulate into start at zero. Not zeroed: d.att and d.probs (never
      * used: attention backward reads the saved a.att and keeps dS in its own scratch) and d.logits
      * (crossentropy_backward writes all of it), the largest slots at long T. */
@@ -507,7 +606,8 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     }
 
     TRY(be->crossentropy_backward(be, d.logits, a.probs, m->batch.targets, loss_scale / (float)BT, BT, m->V, err));
-    TRY(be->matmul_backward(be, d.lnf, g->wte, NULL, d.logits, a.lnf, p->wte, BT, C, m->V, err));
+    TRY(linear_backward(m, d.lnf, g->wte, NULL, d.logits, b16 ? NULL : a.lnf, b16 ? (const uint16_t *)a.lnf : NULL,
+                        p->wte, BT, C, m->V, err));
     size_t last = (size_t)(L - 1) * BT * C;
     TRY(be->layernorm_backward(be, d.res3 + last, g->lnfw, g->lnfb, d.lnf, a.res3 + last, p->lnfw, a.lnf_mean,
                                a.lnf_rstd, BT, C, err));
@@ -515,32 +615,46 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
         size_t o1 = (size_t)l * BT, oC = o1 * C, o3 = oC * 3, o4 = oC * 4;
         const float *residual = l == 0 ? a.encoded : a.res3 + (size_t)(l - 1) * BT * C;
         float *dresidual = l == 0 ? d.encoded : d.res3 + (size_t)(l - 1) * BT * C;
+        /* the layer's saved inputs of the products and the attention, in their storage */
+        const float *ln1 = b16 ? NULL : a.ln1 + oC, *qkv = b16 ? NULL : a.qkv + o3, *atty = b16 ? NULL : a.atty + oC;
+        const float *ln2 = b16 ? NULL : a.ln2 + oC, *fch_gelu = b16 ? NULL : a.fch_gelu + o4;
+        const uint16_t *ln1_16 = b16 ? (const uint16_t *)a.ln1 + oC : NULL;
+        const uint16_t *qkv16 = b16 ? (const uint16_t *)a.qkv + o3 : NULL;
+        const uint16_t *atty16 = b16 ? (const uint16_t *)a.atty + oC : NULL;
+        const uint16_t *ln2_16 = b16 ? (const uint16_t *)a.ln2 + oC : NULL;
+        const uint16_t *gelu16 = b16 ? (const uint16_t *)a.fch_gelu + o4 : NULL;
 
         TRY(be->residual_backward(be, d.res2 + oC, d.fcproj + oC, d.res3 + oC, (size_t)BT * C, err));
-        TRY(be->matmul_backward(be, d.fch_gelu + o4, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C,
-                                d.fcproj + oC, a.fch_gelu + o4, p->fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C,
-                                err));
+        TRY(linear_backward(m, d.fch_gelu + o4, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C,
+                            d.fcproj + oC, fch_gelu, gelu16, p->fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, err));
         TRY(be->gelu_backward(be, d.fch + o4, a.fch + o4, d.fch_gelu + o4, (size_t)BT * 4 * C, err));
-        TRY(be->matmul_backward(be, d.ln2 + oC, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, d.fch + o4,
-                                a.ln2 + oC, p->fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, err));
+        TRY(linear_backward(m, d.ln2 + oC, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, d.fch + o4, ln2,
+                            ln2_16, p->fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, err));
         TRY(be->layernorm_backward(be, d.res2 + oC, g->ln2w + l * C, g->ln2b + l * C, d.ln2 + oC, a.res2 + oC,
                                    p->ln2w + l * C, a.ln2_mean + o1, a.ln2_rstd + o1, BT, C, err));
         TRY(be->residual_backward(be, dresidual, d.attproj + oC, d.res2 + oC, (size_t)BT * C, err));
-        TRY(be->matmul_backward(be, d.atty + oC, g->attprojw + (size_t)l * C * C, g->attprojb + l * C,
-                                d.attproj + oC, a.atty + oC, p->attprojw + (size_t)l * C * C, BT, C, C, err));
+        TRY(linear_backward(m, d.atty + oC, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, d.attproj + oC,
+                            atty, atty16, p->attprojw + (size_t)l * C * C, BT, C, C, err));
         bk_attention_bias ab;
         attention_bias(m, l, &ab);
         if (m->dtable_mem)
             TRY(be->zero(be, m->dtable_mem, dtable_floats * sizeof(float), err));
-        if ((rc = be->attention_backward(be, d.qkv + o3, dtable, d.atty + oC, a.qkv + o3, a.atty + oC,
-                                         a.att + (size_t)l * saved, &ab, B, T, C, H, err)))
+        if (b16) { /* dO in bf16, in the stage */
+            TRY(be->cast_bf16(be, (uint16_t *)a.stage, d.atty + oC, (size_t)BT * C, err));
+            rc = be->attention_backward_bf16(be, d.qkv + o3, dtable, (const uint16_t *)a.stage, qkv16, atty16,
+                                             a.att + (size_t)l * saved, &ab, B, T, C, H, err);
+        } else {
+            rc = be->attention_backward(be, d.qkv + o3, dtable, d.atty + oC, qkv, atty, a.att + (size_t)l * saved,
+                                        &ab, B, T, C, H, err);
+        }
+        if (rc)
             return bk_error_prefix(err, "layer %d attention backward: ", l);
         if (m->dtable_mem)
             TRY(bk_bias_backward(m->bias, l, (const float *const *)dtable, err));
         if (rotary)
             TRY(be->rotary(be, d.qkv + o3, &rot, B, T, C, H, -1.0f, err));
-        TRY(be->matmul_backward(be, d.ln1 + oC, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, d.qkv + o3,
-                                a.ln1 + oC, p->qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, err));
+        TRY(linear_backward(m, d.ln1 + oC, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, d.qkv + o3, ln1,
+                            ln1_16, p->qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, err));
         TRY(be->layernorm_backward(be, dresidual, g->ln1w + l * C, g->ln1b + l * C, d.ln1 + oC, residual,
                                    p->ln1w + l * C, a.ln1_mean + o1, a.ln1_rstd + o1, BT, C, err));
     }

@@ -65,6 +65,7 @@ typedef struct bk_gpt {
     bk_gpt_params p, g;
     bk_backend *be;          /* computes the layers: the CPU backend unless bk_gpt_set_backend (not owned) */
     float *wparams, *wgrads; /* the working copies in be's memory; the same arrays as params, grads on the CPU */
+    uint16_t *wparams16;     /* [run] precision = "bf16": wparams rounded to bf16, refreshed by every forward */
     bk_gpt_params wp, wg;
     /* the batch of the last forward in be's memory (aliases of the caller's arrays on the CPU), and
      * the encoder backward's buckets of its token ids */
@@ -81,7 +82,7 @@ typedef struct bk_gpt {
      * probabilities for backward, eval ones keep one layer at a time */
     int B, T, train;
     float *acts; /* in be's memory */
-    size_t acts_size;
+    size_t acts_size, dacts_size; /* floats of acts and of dacts (their gradients, training only) */
     float *dacts;
     float *losses;   /* (B, T) loss of every token of the last forward */
     float loss;      /* their mean */
@@ -104,6 +105,10 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
  * memory grows linearly with T on every backend. Parameters, gradients of parameters, optimizer state
  * and backend scratch are not included. */
 size_t bk_gpt_activation_bytes(bk_backend *be, int layers, int heads, int dim, int vocab, int B, int T, int train);
+
+/* Bytes the model keeps per parameter on its backend while training: value, gradient and AdamW's two
+ * moments (4 floats), and with bf16 storage the weights' bf16 copies (2 bytes more). */
+size_t bk_gpt_parameter_bytes(const bk_gpt *m);
 
 /* Backward of the last (train) forward: grads += d(mean loss * loss_scale)/d(params), and the bias
  * terms' gradients through bk_bias_backward. */

@@ -55,14 +55,21 @@ static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *er
     return bk_fail(err, BK_ERR_INTERNAL, "[run] device: unknown choice %lld", (long long)e->run.device);
 }
 
-/* ... with [run] attention, which a device backend takes before the model sizes its buffers. */
+/* ... with [run] attention and precision, which a device backend takes before the model sizes its
+ * buffers (the CPU computes fp32 with its one attention and ignores both). */
 static int create_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
 {
     int rc = choose_backend(e, out, err);
-    if (rc == BK_OK && (*out)->on_device)
-        (*out)->attention =
-            e->run.attention == BK_ATTENTION_MATERIALIZED ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
-    return rc;
+    if (rc != BK_OK || !(*out)->on_device)
+        return rc;
+    bk_backend *be = *out;
+    be->attention = e->run.attention == BK_ATTENTION_MATERIALIZED ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
+    if (e->run.precision == BK_PRECISION_BF16) {
+        be->precision = BK_PRECISION_BF16;
+        const size_t len = strlen(be->description);
+        snprintf(be->description + len, sizeof be->description - len, ", bf16 storage");
+    }
+    return BK_OK;
 }
 
 int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const char *config_dir,

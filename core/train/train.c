@@ -410,11 +410,12 @@ setup_done:
             lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
     fprintf(out, "device: %s\n", lm.be ? lm.be->description : "cpu");
     /* what the model keeps on its backend: a training forward's activations and their gradients, and
-     * four floats per parameter (value, gradient, AdamW's two moments) */
+     * four floats per parameter (value, gradient, AdamW's two moments; with bf16 storage a bf16 copy) */
+    const int copies = bk_gpt_parameter_bytes(&lm.gpt) > lm.gpt.n_params * 4 * sizeof(float);
     fprintf(out, "memory: %.1f MiB of activations and their gradients (%d x %d tokens per forward), %.1f MiB of "
-                 "parameters, gradients and AdamW moments\n",
+                 "parameters, gradients and AdamW moments%s\n",
             (double)bk_gpt_activation_bytes(lm.gpt.be, lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, Bl, T, 1) / 1048576.0,
-            Bl, T, (double)lm.gpt.n_params * 4 * sizeof(float) / 1048576.0);
+            Bl, T, (double)bk_gpt_parameter_bytes(&lm.gpt) / 1048576.0, copies ? " and the weights' bf16 copies" : "");
     if (dist->size > 1)
         fprintf(out, "processes: %d (MPI), each %d of the %d rows of every batch, %d thread%s each\n", dist->size, Bl,
                 B, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
