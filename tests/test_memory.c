@@ -103,7 +103,8 @@ static void bf16_storage_memory(void **state)
         const int64_t bf16 = (int64_t)bk_gpt_activation_bytes(be, L, H, C, V, B, T, train);
         assert_int_equal(fp32 - bf16, 2 * (La * BT * 10 * C + BT * C) - 4 * BT * 3 * C);
         print_message("GPT-2 small, %s of 8 x 1024 tokens: %.3f GiB of activations in fp32, %.3f GiB with bf16 "
-                      "storage\n", train ? "training" : "evaluation", (double)fp32 / (1 << 30), (double)bf16 / (1 << 30));
+                      "storage\n",
+                      train ? "training" : "evaluation", (double)fp32 / (1 << 30), (double)bf16 / (1 << 30));
         assert_int_equal(curvature(be, 1, T, train), 0); /* still linear in T with the fused attention */
     }
     bk_backend_destroy(be);

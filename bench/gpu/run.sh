@@ -51,7 +51,8 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
                 --set run.matmul=$prec --set run.attention=$att --set run.precision=$storage \
                 --set train.steps=$((STEPS + WARMUP)) --set train.log_every=1 --set train.eval_every=0 \
                 --set train.eval_batches=1 --set data.paths="$work/corpus.txt" >"$log" 2>&1; then
-                rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/metrics.jsonl" | awk -v w="$WARMUP" 'NR > w {print $2}' | median)
+                rate=$(grep -o '"tokens_per_s": [0-9.]*' "$out/metrics.jsonl" |
+                       awk -v w="$WARMUP" 'NR > w {print $2}' | median)
                 echo "| biaskit | $att | $prec | $storage | $rate |"
             else
                 cp "$log" "$LOG.train-$prec-$att-$storage.log"
@@ -63,7 +64,8 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
             if said=$("$PY" "$ROOT/bench/gpu/gpt2_torch.py" --mode $mode --precision $prec --steps "$STEPS" \
                       --warmup "$WARMUP" --check 2>"$work/torch-$prec-$mode.err"); then
                 line=$(tail -n 1 <<<"$said")
-                echo "| ${line%%:*} | $mode | $prec | $([ "$prec" = bf16 ] && echo "bf16 (autocast)" || echo fp32) | $(sed -E 's/.*: ([0-9]+) tokens\/s.*/\1/' <<<"$line") |"
+                storage=$([ "$prec" = bf16 ] && echo "bf16 (autocast)" || echo fp32)
+                echo "| ${line%%:*} | $mode | $prec | $storage | $(sed -E 's/.*: ([0-9]+) tokens\/s.*/\1/' <<<"$line") |"
                 echo "<!-- $(grep '^check:' <<<"$said") -->"
                 echo "<!-- $line -->"
             else

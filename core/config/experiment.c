@@ -84,7 +84,7 @@ static const key_spec schema[] = {
     {"run", "matmul", KEY_CHOICE, 0, 0, 0, BK_MATMUL_CHOICES,
      "matmul precision on a GPU: fp32 = IEEE fp32 products (the parity mode); tf32 = TF32 tensor cores, fp32 "
      "accumulation (faster, ~1e-3 relative error); bf16 = bf16 tensor cores, fp32 accumulation, for cuBLAS's "
-     "products and the fused attention's (~1e-2 relative error; storage stays fp32); the CPU always computes "
+     "products and the fused attention's (~1e-2 relative error; storage: [run] precision); the CPU always computes "
      "fp32. The default is provisional: it is to be re-chosen by measurement on a GPU",
      FIELD(run.matmul)},
     {"run", "attention", KEY_CHOICE, 0, 0, 0, BK_ATTENTION_CHOICES,

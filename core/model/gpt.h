@@ -102,8 +102,11 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
  * their gradients too) in a model of this shape on backend `be` (its attention decides what training
  * keeps: B*H*T*T probabilities on the CPU and with the materialized device attention, B*H*T row
  * statistics with the fused one). Evaluation keeps one layer and a bounded block of logits, so its
- * memory grows linearly with T on every backend. Parameters, gradients of parameters, optimizer state
- * and backend scratch are not included. */
+ * memory grows linearly with T on every backend. With bf16 storage (be->precision, [run] precision =
+ * "bf16" on a device backend) the activations that feed products take 2 bytes each and an fp32 stage of
+ * 3 C floats per token is added; their gradients stay fp32. Parameters, gradients of parameters,
+ * optimizer state, the weights' bf16 copies (bk_gpt_parameter_bytes) and backend scratch are not
+ * included. */
 size_t bk_gpt_activation_bytes(bk_backend *be, int layers, int heads, int dim, int vocab, int B, int T, int train);
 
 /* Bytes the model keeps per parameter on its backend while training: value, gradient and AdamW's two
