@@ -702,6 +702,10 @@ static void check_bf16_storage_errors(bk_backend *be)
     assert_int_equal(be->attention_backward_bf16(be, (float *)lse, NULL, x, x, x, NULL, NULL, 1, 2, 16, 2, &err),
                      BK_ERR_INVALID);
     assert_message_has(err.message, "saved is NULL");
+    /* a head too large for the fused programs (512 > 480 in bf16): the advice leaves bf16 storage */
+    assert_int_equal(be->attention_forward_bf16(be, x, lse, x, NULL, 1, 2, 1024, 2, &err), BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "head size 512 is too large for the fused attention");
+    assert_message_has(err.message, "with precision = \"fp32\" (bf16 storage needs the fused attention)");
     be->release(be, x);
     be->release(be, lse);
     be->matmul = was;

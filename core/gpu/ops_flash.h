@@ -40,8 +40,10 @@ typedef struct dev_flash_plan {
     size_t smem_fwd, smem_dkdv, smem_dq; /* bytes */
 } dev_flash_plan;
 
-static int dev_flash_plan_for(const bk_dev *d, const char *what, int hd, int tensor, dev_flash_plan *plan,
-                              bk_error *err)
+/* `storage16`: the call has bf16 storage, which the materialized attention does not take (the refusal
+ * then advises fp32 storage as well). */
+static int dev_flash_plan_for(const bk_dev *d, const char *what, int hd, int tensor, int storage16,
+                              dev_flash_plan *plan, bk_error *err)
 {
     const int n = (int)(sizeof dev_flash_tiles / sizeof dev_flash_tiles[0]);
     const size_t most = d->smem_optin && d->smem_optin < DEV_FLASH_SMEM_MAX ? d->smem_optin : DEV_FLASH_SMEM_MAX;
@@ -58,9 +60,9 @@ static int dev_flash_plan_for(const bk_dev *d, const char *what, int hd, int ten
     return bk_fail(err, BK_ERR_UNSUPPORTED,
                    "%s: head size %d is too large for the fused attention (with tiles of %d rows its backward "
                    "needs %zu bytes of shared memory per block, at most %zu allowed%s); use [run] attention = "
-                   "\"materialized\"",
-                   what, hd, plan->tile, plan->smem_dkdv, most,
-                   most < DEV_FLASH_SMEM_MAX ? " on this GPU" : "");
+                   "\"materialized\"%s",
+                   what, hd, plan->tile, plan->smem_dkdv, most, most < DEV_FLASH_SMEM_MAX ? " on this GPU" : "",
+                   storage16 ? " with precision = \"fp32\" (bf16 storage needs the fused attention)" : "");
 }
 
 /* The arguments of one call: the storage pointers of `io` (qkv, out, o, dout, dqkv and their bf16
@@ -88,7 +90,8 @@ static int dev_flash_prepare(bk_backend *be, const char *what, const k_flash_arg
                        "\"fused\" and matmul = \"bf16\"); this backend has attention = \"%s\", matmul = \"%s\"",
                        what, be->attention == BK_ATTENTION_FUSED ? "fused" : "materialized",
                        be->matmul == BK_MATMUL_BF16 ? "bf16" : be->matmul == BK_MATMUL_TF32 ? "tf32" : "fp32");
-    return dev_flash_plan_for((const bk_dev *)be->impl, what, C / H, be->matmul == BK_MATMUL_BF16, plan, err);
+    return dev_flash_plan_for((const bk_dev *)be->impl, what, C / H, be->matmul == BK_MATMUL_BF16, io->qkv16 != NULL,
+                              plan, err);
 }
 
 /* Forward of io's storage: qkv (or qkv16) in, out (or out16) and, when not NULL, lse out. */
