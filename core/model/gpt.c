@@ -32,7 +32,10 @@ static size_t room(int b16, size_t n)
     return b16 ? (n + 7) / 8 * 4 : n;
 }
 
-/* Slot sizes in floats of the activations (grads = 0) or of their gradients (grads = 1). */
+/* Slot sizes in floats of the activations (grads = 0) or of their gradients (grads = 1). Nothing takes
+ * the gradient of the saved attention (backward reads a.att and keeps dS in its own scratch) or of the
+ * probabilities (crossentropy_backward writes d.logits from a.probs): those two gradient slots are
+ * empty. */
 static void shape_sizes(bk_backend *be, int L, int H, int C_, int V_, int B, int T, int train, int grads,
                         size_t sizes[N_ACTS])
 {
@@ -43,12 +46,12 @@ static void shape_sizes(bk_backend *be, int L, int H, int C_, int V_, int B, int
         BT * C,                                                     /* encoded */
         room(h, La * BT * C), La * BT, La * BT,                     /* ln1, mean, rstd */
         room(h, La * BT * 3 * C), room(h, La * BT * C),             /* qkv, atty */
-        train ? La * be->attention_saved(be, B, T, H) : 0,          /* att: what attention backward reads */
+        train && !grads ? La * be->attention_saved(be, B, T, H) : 0, /* att: what attention backward reads */
         La * BT * C, La * BT * C,                                   /* attproj, res2 */
         room(h, La * BT * C), La * BT, La * BT,                     /* ln2, mean, rstd */
         La * BT * 4 * C, room(h, La * BT * 4 * C), La * BT * C, La * BT * C, /* fch, fch_gelu, fcproj, res3 */
         room(h, BT * C), BT, BT,                                    /* lnf, mean, rstd */
-        rows * V, train ? BT * V : 0,                               /* logits, probs */
+        rows * V, train && !grads ? BT * V : 0,                     /* logits, probs */
         h ? BT * 3 * C : 0,                                         /* stage */
     };
     memcpy(sizes, s, sizeof s);
@@ -577,11 +580,9 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     act_sizes(m, B, T, 1, 1, sizes);
     carve(m->dacts, sizes, &d);
     const int b16 = bf16_storage(be); /* a's ln1, qkv, atty, ln2, fch_gelu and lnf are bf16 (forward) */
-    /* The gradients the layers accumulate into start at zero. Not zeroed: d.att and d.probs (never
-     * used: attention backward reads the saved a.att and keeps dS in its own scratch) and d.logits
-     * (crossentropy_backward writes all of it), the largest slots at long T. */
-    if ((rc = be->zero(be, d.encoded, (size_t)(d.att - d.encoded) * sizeof(float), err)) ||
-        (rc = be->zero(be, d.attproj, (size_t)(d.logits - d.attproj) * sizeof(float), err)))
+    /* The gradients the layers accumulate into start at zero. Not zeroed: d.logits (crossentropy_backward
+     * writes all of it); d.att and d.probs are empty (shape_sizes). */
+    if ((rc = be->zero(be, d.encoded, (size_t)(d.logits - d.encoded) * sizeof(float), err)))
         return rc;
     const bk_gpt_params *p = &m->wp, *g = &m->wg;
     const size_t saved = be->attention_saved(be, B, T, H);
