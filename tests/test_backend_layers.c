@@ -19,6 +19,7 @@
 #include "bias/mix.h"
 #include "device.h"
 #include "gpu/dev.h" /* bk_emulated_thread_order */
+#include "gpu/mma.h" /* bk_bf16_round, bk_bf16_value */
 #include "model/backend.h"
 #include "model/layers.h"
 #include "model/rotary_math.h"
@@ -379,6 +380,111 @@ static void matmul_matches_cpu(void **state)
     matmul_case(be, B * T_LONG, C, V, 1, 5);     /* odd output width */
     matmul_case(be, B * T_SHORT, C, 3 * C, 1, 6); /* the qkv projection's shape */
     matmul_case(be, B * T_SHORT, 4 * C, C, 0, 7); /* no bias */
+}
+
+/* --- bf16 storage ([run] precision = "bf16") ------------------------------------------------------ */
+
+/* n bf16 values of device buffer p, widened to float on the host */
+static float *get_bf16(bk_backend *be, const uint16_t *p, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    assert_non_null(h);
+    assert_non_null(f);
+    OK(be->download(be, h, p, n * sizeof *h, &err_));
+    for (size_t i = 0; i < n; i++)
+        f[i] = bk_bf16_value(h[i]);
+    free(h);
+    return f;
+}
+
+/* x rounded to bf16 and widened back, in place */
+static void round_bf16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = bk_bf16_value(bk_bf16_round(x[i]));
+}
+
+/* The layers' bf16-storage variants against the fp32 ones on the same backend: cast, GELU and LayerNorm
+ * forward write the fp32 results rounded to bf16; the matmuls on bf16 inputs and weights give what the
+ * fp32-storage matmuls give with bf16 products ([run] matmul = "bf16", which rounds the same inputs).
+ * Emulated, all of it bit for bit; on a GPU the rounding is the same but the bf16-output kernels may
+ * contract differently (one bf16 step, 2^-8 relative) and cuBLAS picks other GEMM kernels for bf16
+ * storage (1e-5). */
+static void bf16_storage_matches_fp32(void **state)
+{
+    bk_backend *be = backend_of(state);
+    const int emu = be->kind == BK_BACKEND_EMULATED;
+    enum { N = B * T_LONG, OC = 3 * C };
+    const size_t nx = (size_t)N * C, ny = (size_t)N * OC, nw = (size_t)OC * C;
+    bk_rng r = biaskit_rng_seeded(21);
+    float *x = normal_floats(&r, nx, 2.0), *w = normal_floats(&r, C, 1.0), *b = normal_floats(&r, C, 0.3);
+    float *mw = normal_floats(&r, nw, 0.2), *mb = normal_floats(&r, OC, 1.0), *dy = normal_floats(&r, ny, 1.0);
+    float *x_d = (float *)put(be, x, nx * sizeof(float)), *w_d = (float *)put(be, w, C * sizeof(float));
+    float *b_d = (float *)put(be, b, C * sizeof(float)), *y_d = (float *)put(be, NULL, nx * sizeof(float));
+    uint16_t *y16_d = (uint16_t *)put(be, NULL, nx * sizeof(uint16_t));
+    float *mean_d = (float *)put(be, NULL, N * sizeof(float)), *rstd_d = (float *)put(be, NULL, N * sizeof(float));
+
+    /* cast: round to nearest even, the same function on both */
+    OK(be->cast_bf16(be, y16_d, x_d, nx, &err_));
+    float *got = get_bf16(be, y16_d, nx), *want = copy_floats(x, nx);
+    round_bf16(want, nx);
+    expect_same("cast_bf16", got, want, nx);
+    free(got), free(want);
+    /* GELU */
+    OK(be->gelu_forward(be, y_d, x_d, nx, &err_));
+    OK(be->gelu_forward_bf16(be, y16_d, x_d, nx, &err_));
+    got = get_bf16(be, y16_d, nx), want = get(be, y_d, nx);
+    round_bf16(want, nx);
+    check_floats("gelu_forward_bf16", got, want, nx, emu ? 0.0 : 1.0 / 256);
+    free(got), free(want);
+    /* LayerNorm forward (the statistics are the fp32 call's) */
+    OK(be->layernorm_forward(be, y_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
+    float *mean = get(be, mean_d, N), *rstd = get(be, rstd_d, N);
+    OK(be->layernorm_forward_bf16(be, y16_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
+    got = get_bf16(be, y16_d, nx), want = get(be, y_d, nx);
+    round_bf16(want, nx);
+    check_floats("layernorm_forward_bf16", got, want, nx, emu ? 0.0 : 1.0 / 256);
+    float *mean2 = get(be, mean_d, N), *rstd2 = get(be, rstd_d, N);
+    expect_same("layernorm_forward_bf16 mean", mean2, mean, N);
+    expect_same("layernorm_forward_bf16 rstd", rstd2, rstd, N);
+    free(got), free(want), free(mean), free(rstd), free(mean2), free(rstd2);
+
+    /* matmuls: the inputs (the LayerNorm's bf16 output) and the weights in bf16, against fp32 storage of
+     * the same values with bf16 products; backward accumulates onto zero */
+    float *xin = get_bf16(be, y16_d, nx); /* the bf16 input, widened */
+    float *xin_d = (float *)put(be, xin, nx * sizeof(float)), *mw_d = (float *)put(be, mw, nw * sizeof(float));
+    float *mb_d = (float *)put(be, mb, OC * sizeof(float)), *dy_d = (float *)put(be, dy, ny * sizeof(float));
+    uint16_t *mw16_d = (uint16_t *)put(be, NULL, nw * sizeof(uint16_t));
+    OK(be->cast_bf16(be, mw16_d, mw_d, nw, &err_));
+    float *o32 = (float *)put(be, NULL, ny * sizeof(float)), *o16 = (float *)put(be, NULL, ny * sizeof(float));
+    float *g32[3], *g16[3];
+    const size_t gn[3] = {nx, nw, OC};
+    for (int k = 0; k < 3; k++)
+        g32[k] = (float *)put(be, NULL, gn[k] * sizeof(float)), g16[k] = (float *)put(be, NULL, gn[k] * sizeof(float));
+    bk_dev *d = (bk_dev *)be->impl;
+    const int was = d->bf16;
+    d->bf16 = 1; /* the fp32-storage GEMMs with bf16 products */
+    OK(be->matmul_forward(be, o32, xin_d, mw_d, mb_d, N, C, OC, &err_));
+    OK(be->matmul_backward(be, g32[0], g32[1], g32[2], dy_d, xin_d, mw_d, N, C, OC, &err_));
+    d->bf16 = was;
+    OK(be->matmul_forward_bf16(be, o16, y16_d, mw16_d, mb_d, N, C, OC, &err_));
+    OK(be->matmul_backward_bf16(be, g16[0], g16[1], g16[2], dy_d, y16_d, mw16_d, N, C, OC, &err_));
+    const char *names[4] = {"matmul_forward_bf16", "matmul_backward_bf16 dinp", "matmul_backward_bf16 dweight",
+                            "matmul_backward_bf16 dbias"};
+    float *outs32[4] = {o32, g32[0], g32[1], g32[2]}, *outs16[4] = {o16, g16[0], g16[1], g16[2]};
+    const size_t counts[4] = {ny, nx, nw, OC};
+    for (int k = 0; k < 4; k++) {
+        float *a = get(be, outs16[k], counts[k]), *e = get(be, outs32[k], counts[k]);
+        check_floats(names[k], a, e, counts[k], emu || k == 3 ? 0.0 : 1e-5); /* dbias: the same fp32 sums */
+        free(a), free(e);
+    }
+    for (int k = 0; k < 3; k++)
+        be->release(be, g32[k]), be->release(be, g16[k]);
+    void *bufs[] = {x_d, w_d, b_d, y_d, y16_d, mean_d, rstd_d, xin_d, mw_d, mb_d, dy_d, mw16_d, o32, o16};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->release(be, bufs[k]);
+    free(x), free(w), free(b), free(mw), free(mb), free(dy), free(xin);
 }
 
 /* --- elementwise --------------------------------------------------------------------------------- */
@@ -822,7 +928,8 @@ static int teardown(void **state)
         cmocka_unit_test(gelu_residual_scale_match_cpu), cmocka_unit_test(crossentropy_matches_cpu),           \
         cmocka_unit_test(rotary_matches_cpu), cmocka_unit_test(sumsq_equals_cpu_bits),                         \
         cmocka_unit_test(adamw_matches_cpu), cmocka_unit_test(first_nonfinite_finds_the_first),                \
-        cmocka_unit_test(mix_matches_cpu), cmocka_unit_test(two_runs_are_identical)
+        cmocka_unit_test(mix_matches_cpu), cmocka_unit_test(two_runs_are_identical),                           \
+        cmocka_unit_test(bf16_storage_matches_fp32)
 
 int main(void)
 {

@@ -102,6 +102,7 @@ static inline BK_DEV_HD void k_encoder_backward(int64_t i, const void *args)
  * shared memory 2 * BK_CTA_THREADS doubles (the lane sums of x, then of its squared deviations) */
 typedef struct k_layernorm_forward_args {
     float *out, *mean, *rstd;
+    uint16_t *out16; /* not NULL: the output rounded to bf16 there instead of out (bf16 storage) */
     const float *inp, *weight, *bias;
     int64_t N, C;
 } k_layernorm_forward_args;
@@ -144,8 +145,13 @@ static inline BK_DEV_HD void k_layernorm_forward(int64_t cta, const void *args, 
             const float *x = a->inp + n * C;
             const double m = bk_layernorm_lanes_mean(lm + r * BK_SUM_LANES, C);
             const float s = bk_layernorm_rstd(bk_layernorm_lanes_mean(lv + r * BK_SUM_LANES, C));
-            for (int64_t c = t; c < C; c += BK_CTA_THREADS)
-                a->out[n * C + c] = bk_layernorm_y(x[c], m, s, a->weight[c], a->bias[c]);
+            for (int64_t c = t; c < C; c += BK_CTA_THREADS) {
+                const float y = bk_layernorm_y(x[c], m, s, a->weight[c], a->bias[c]);
+                if (a->out16)
+                    a->out16[n * C + c] = bk_bf16_round(y);
+                else
+                    a->out[n * C + c] = y;
+            }
             if (t == 0)
                 a->mean[n] = (float)m, a->rstd[n] = s;
         }

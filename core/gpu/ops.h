@@ -43,6 +43,7 @@ static void dev_set_ops(bk_backend *be)
     be->matmul_backward = dev_matmul_backward;
     be->cast_bf16 = dev_cast_bf16;
     be->gelu_forward_bf16 = dev_gelu_forward_bf16;
+    be->layernorm_forward_bf16 = dev_layernorm_forward_bf16;
     be->matmul_forward_bf16 = dev_matmul_forward_bf16;
     be->matmul_backward_bf16 = dev_matmul_backward_bf16;
     be->gelu_forward = dev_gelu_forward;

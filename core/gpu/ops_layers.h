@@ -52,16 +52,31 @@ static int dev_encoder_backward(bk_backend *be, float *dwte, const float *dout, 
 
 /* --- layernorm --------------------------------------------------------------------------------- */
 
-static int dev_layernorm_forward(bk_backend *be, float *out, float *mean, float *rstd, const float *inp,
-                                 const float *weight, const float *bias, int N, int C, bk_error *err)
+/* The output in fp32 (out) or, with bf16 storage, in bf16 (out16). */
+static int dev_layernorm_forward_to(bk_backend *be, float *out, uint16_t *out16, float *mean, float *rstd,
+                                    const float *inp, const float *weight, const float *bias, int N, int C,
+                                    bk_error *err)
 {
     bk_dev *d = layers_dev(be);
     if (N == 0)
         return BK_OK;
     k_layernorm_forward_args a;
-    a.out = out, a.mean = mean, a.rstd = rstd, a.inp = inp, a.weight = weight, a.bias = bias, a.N = N, a.C = C;
+    a.out = out, a.out16 = out16, a.mean = mean, a.rstd = rstd, a.inp = inp, a.weight = weight, a.bias = bias;
+    a.N = N, a.C = C;
     return BK_LAUNCH_CTA(d, k_layernorm_forward, k_layernorm_forward_args, k_row_blocks(N),
                          K_LAYERNORM_SMEM_BYTES, a, err);
+}
+
+static int dev_layernorm_forward(bk_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                 const float *weight, const float *bias, int N, int C, bk_error *err)
+{
+    return dev_layernorm_forward_to(be, out, NULL, mean, rstd, inp, weight, bias, N, C, err);
+}
+
+static int dev_layernorm_forward_bf16(bk_backend *be, uint16_t *out, float *mean, float *rstd, const float *inp,
+                                      const float *weight, const float *bias, int N, int C, bk_error *err)
+{
+    return dev_layernorm_forward_to(be, NULL, out, mean, rstd, inp, weight, bias, N, C, err);
 }
 
 /* out[c] += column sums of the (chunks, C) partials, chunk by chunk in order */

@@ -136,11 +136,13 @@ struct bk_backend {
     int (*gelu_forward)(bk_backend *be, float *out, const float *inp, size_t n, bk_error *err);
     /* bf16 storage ([run] precision = "bf16"; device backends, NULL on the CPU): values stored as bf16
      * bits (uint16_t), rounded to nearest even. cast_bf16: out = bf16(x); gelu_forward_bf16: out =
-     * bf16(GELU(inp)); matmul_forward_bf16 / matmul_backward_bf16: matmul_forward / backward with inp
+     * bf16(GELU(inp)); layernorm_forward_bf16: layernorm_forward with out in bf16; matmul_forward_bf16 / matmul_backward_bf16: matmul_forward / backward with inp
      * and weight in bf16, fp32 accumulation, out, dinp, dweight, dbias and dout fp32 (backward rounds
      * dout to bf16 for its products; dbias sums the fp32 dout). */
     int (*cast_bf16)(bk_backend *be, uint16_t *out, const float *x, size_t n, bk_error *err);
     int (*gelu_forward_bf16)(bk_backend *be, uint16_t *out, const float *inp, size_t n, bk_error *err);
+    int (*layernorm_forward_bf16)(bk_backend *be, uint16_t *out, float *mean, float *rstd, const float *inp,
+                                  const float *weight, const float *bias, int N, int C, bk_error *err);
     int (*matmul_forward_bf16)(bk_backend *be, float *out, const uint16_t *inp, const uint16_t *weight,
                                const float *bias, int N, int C, int OC, bk_error *err);
     int (*matmul_backward_bf16)(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,

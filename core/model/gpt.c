@@ -11,8 +11,8 @@
 
 /* Activation tensors, carved out of one allocation. Per-layer tensors hold La layers: every layer
  * when training, one (reused) when evaluating. With bf16 storage (bf16_storage below) ln1, qkv, atty,
- * ln2, fch_gelu and lnf hold bf16 values (uint16_t, in half the room) and `stage` is the fp32 room a
- * LayerNorm or the qkv product is computed in before it is rounded; their gradients stay fp32. */
+ * ln2, fch_gelu and lnf hold bf16 values (uint16_t, in half the room) and `stage` is the fp32 room the
+ * qkv product (bias, RoPE) is computed in before it is rounded; their gradients stay fp32. */
 typedef struct acts {
     float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd,
         *fch, *fch_gelu, *fcproj, *res3, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *stage;
@@ -438,12 +438,6 @@ static int linear_backward(bk_gpt *m, float *dinp, float *dw, float *db, const f
     return be->matmul_backward(be, dinp, dw, db, dout, inp, w, N, C, OC, err);
 }
 
-/* out16 (when not NULL) = bf16(x), n values: what an fp32 result computed into the stage is kept as */
-static int keep_bf16(bk_gpt *m, uint16_t *out16, const float *x, size_t n, bk_error *err)
-{
-    return out16 ? m->be->cast_bf16(m->be, out16, x, n, err) : BK_OK;
-}
-
 /* Every backend call below returns BK_OK or fails with err set: stop at the first failure. */
 #define TRY(call)                   \
     do {                            \
@@ -493,9 +487,9 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
         float *ln2_mean = a.ln2_mean + la * BT, *ln2_rstd = a.ln2_rstd + la * BT;
         float *fch = a.fch + la * BT * 4 * C;
         float *fcproj = a.fcproj + la * BT * C, *res3 = a.res3 + la * BT * C;
-        /* kept in fp32, or in bf16 (*16) with LayerNorms and qkv computed in the fp32 stage first */
-        float *ln1 = b16 ? a.stage : a.ln1 + la * BT * C, *qkv = b16 ? a.stage : a.qkv + la * BT * 3 * C;
-        float *atty = b16 ? NULL : a.atty + la * BT * C, *ln2 = b16 ? a.stage : a.ln2 + la * BT * C;
+        /* kept in fp32, or in bf16 (*16) with qkv computed in the fp32 stage first */
+        float *ln1 = b16 ? NULL : a.ln1 + la * BT * C, *qkv = b16 ? a.stage : a.qkv + la * BT * 3 * C;
+        float *atty = b16 ? NULL : a.atty + la * BT * C, *ln2 = b16 ? NULL : a.ln2 + la * BT * C;
         float *fch_gelu = b16 ? NULL : a.fch_gelu + la * BT * 4 * C;
         uint16_t *ln1_16 = b16 ? (uint16_t *)a.ln1 + la * BT * C : NULL;
         uint16_t *qkv16 = b16 ? (uint16_t *)a.qkv + la * BT * 3 * C : NULL;
@@ -503,14 +497,16 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
         uint16_t *ln2_16 = b16 ? (uint16_t *)a.ln2 + la * BT * C : NULL;
         uint16_t *gelu16 = b16 ? (uint16_t *)a.fch_gelu + la * BT * 4 * C : NULL;
 
-        TRY(be->layernorm_forward(be, ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT, C,
-                                  err));
-        TRY(keep_bf16(m, ln1_16, ln1, (size_t)BT * C, err));
+        TRY(b16 ? be->layernorm_forward_bf16(be, ln1_16, ln1_mean, ln1_rstd, residual, p->ln1w + l * C,
+                                             p->ln1b + l * C, BT, C, err)
+                : be->layernorm_forward(be, ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT,
+                                        C, err));
         TRY(linear_forward(m, qkv, ln1, ln1_16, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C,
                            err));
         if (rotary) /* qkv keeps the rotated q, k: attention backward reads them */
             TRY(be->rotary(be, qkv, &rot, B, T, C, H, 1.0f, err));
-        TRY(keep_bf16(m, qkv16, qkv, (size_t)BT * 3 * C, err));
+        if (b16) /* q, k, v kept in bf16 from the fp32 stage (bias and rotation applied) */
+            TRY(be->cast_bf16(be, qkv16, qkv, (size_t)BT * 3 * C, err));
         bk_attention_bias ab;
         attention_bias(m, l, &ab);
         if ((rc = b16 ? be->attention_forward_bf16(be, atty16, att, qkv16, &ab, B, T, C, H, err)
@@ -520,8 +516,10 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
                            err));
         /* eval: reads res3 before it is rewritten */
         TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
-        TRY(be->layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2, p->ln2w + l * C, p->ln2b + l * C, BT, C, err));
-        TRY(keep_bf16(m, ln2_16, ln2, (size_t)BT * C, err));
+        TRY(b16 ? be->layernorm_forward_bf16(be, ln2_16, ln2_mean, ln2_rstd, res2, p->ln2w + l * C,
+                                             p->ln2b + l * C, BT, C, err)
+                : be->layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2, p->ln2w + l * C, p->ln2b + l * C, BT, C,
+                                        err));
         TRY(linear_forward(m, fch, ln2, ln2_16, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C, BT, C, 4 * C,
                            err));
         TRY(b16 ? be->gelu_forward_bf16(be, gelu16, fch, (size_t)BT * 4 * C, err)
@@ -531,10 +529,10 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
         TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
     }
     const float *last = a.res3 + (train ? (size_t)(m->L - 1) : 0) * BT * C;
-    float *lnf = b16 ? a.stage : a.lnf;
+    float *lnf = b16 ? NULL : a.lnf;
     uint16_t *lnf16 = b16 ? (uint16_t *)a.lnf : NULL;
-    TRY(be->layernorm_forward(be, lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err));
-    TRY(keep_bf16(m, lnf16, lnf, (size_t)BT * C, err));
+    TRY(b16 ? be->layernorm_forward_bf16(be, lnf16, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err)
+            : be->layernorm_forward(be, lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err));
 
     if (train) {
         TRY(linear_forward(m, a.logits, lnf, lnf16, p->wte, NULL, BT, C, m->V, err));
