@@ -468,11 +468,13 @@ static int check_precision(bk_experiment *exp, const bk_toml_node *root, bk_erro
     const bk_toml_node *matmul = bk_toml_get(run, "matmul"), *attention = bk_toml_get(run, "attention");
     if (!matmul)
         exp->run.matmul = BK_MATMUL_BF16;
-    else if (exp->run.matmul != BK_MATMUL_BF16)
+    else if (exp->run.matmul != BK_MATMUL_BF16) {
+        char name[16];
         return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(matmul),
                           "[run] matmul = \"%s\" with precision = \"bf16\": bf16 storage multiplies on bf16 "
                           "tensor cores; expected matmul = \"bf16\" (or no matmul key)",
-                          exp->run.matmul == BK_MATMUL_TF32 ? "tf32" : "fp32");
+                          bk_choice_name(BK_MATMUL_CHOICES, exp->run.matmul, name, sizeof name));
+    }
     if (attention && exp->run.attention != BK_ATTENTION_FUSED)
         return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(attention),
                           "[run] attention = \"materialized\" with precision = \"bf16\": bf16 storage needs the "

@@ -142,7 +142,6 @@ static int dev_flash_backward_io(bk_backend *be, const k_flash_args *io, float *
     size_t goff[BK_STREAM_COUNT], g_total = 0;
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         goff[s] = g_total;
-        a.G[s] = NULL, a.width[s] = 0;
         if (dtable && dtable[s] && width[s] > 0) {
             a.width[s] = width[s];
             g_total += (size_t)k_flash_g_at(&a, s, B, 0); /* past the last (b, qt) */

@@ -43,8 +43,8 @@ typedef enum bk_backend_kind {
 /* Matmul precision of the device backends ([run] matmul): "fp32" keeps IEEE fp32 products, "tf32"
  * lets cuBLAS use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation), "bf16" bf16 tensor
  * cores (inputs rounded to bf16, fp32 accumulation) for cuBLAS's products and the fused attention's.
- * Storage is bk_precision's (below). The CPU ignores it; the emulated backend computes bf16 as the GPU does (inputs
- * rounded) and tf32 as fp32. */
+ * Storage is bk_precision's (below). The CPU ignores it; the emulated backend computes bf16 as the GPU
+ * does (inputs rounded) and tf32 as fp32. */
 typedef enum bk_matmul_mode {
     BK_MATMUL_FP32 = 0,
     BK_MATMUL_TF32 = 1,
@@ -136,9 +136,10 @@ struct bk_backend {
     int (*gelu_forward)(bk_backend *be, float *out, const float *inp, size_t n, bk_error *err);
     /* bf16 storage ([run] precision = "bf16"; device backends, NULL on the CPU): values stored as bf16
      * bits (uint16_t), rounded to nearest even. cast_bf16: out = bf16(x); gelu_forward_bf16: out =
-     * bf16(GELU(inp)); layernorm_forward_bf16: layernorm_forward with out in bf16; matmul_forward_bf16 / matmul_backward_bf16: matmul_forward / backward with inp
-     * and weight in bf16, fp32 accumulation, out, dinp, dweight, dbias and dout fp32 (backward rounds
-     * dout to bf16 for its products; dbias sums the fp32 dout). */
+     * bf16(GELU(inp)); layernorm_forward_bf16: layernorm_forward with out in bf16; matmul_forward_bf16 /
+     * matmul_backward_bf16: matmul_forward / backward with inp and weight in bf16, fp32 accumulation, out,
+     * dinp, dweight, dbias and dout fp32 (backward rounds dout to bf16 for its products; dbias sums the
+     * fp32 dout). */
     int (*cast_bf16)(bk_backend *be, uint16_t *out, const float *x, size_t n, bk_error *err);
     int (*gelu_forward_bf16)(bk_backend *be, uint16_t *out, const float *inp, size_t n, bk_error *err);
     int (*layernorm_forward_bf16)(bk_backend *be, uint16_t *out, float *mean, float *rstd, const float *inp,

@@ -438,6 +438,28 @@ static int linear_backward(bk_gpt *m, float *dinp, float *dw, float *db, const f
     return be->matmul_backward(be, dinp, dw, db, dout, inp, w, N, C, OC, err);
 }
 
+/* Layer la's saved inputs of the products and the attention, in their storage: the fp32 pointers, or with
+ * bf16 storage the bf16 ones (*16), the others NULL. */
+typedef struct stored {
+    float *ln1, *qkv, *atty, *ln2, *fch_gelu;
+    uint16_t *ln1_16, *qkv16, *atty16, *ln2_16, *gelu16;
+} stored;
+
+static stored stored_of(const acts *a, int b16, size_t la, size_t BT, size_t C)
+{
+    stored s;
+    memset(&s, 0, sizeof s);
+    if (b16) {
+        s.ln1_16 = (uint16_t *)a->ln1 + la * BT * C, s.qkv16 = (uint16_t *)a->qkv + la * BT * 3 * C;
+        s.atty16 = (uint16_t *)a->atty + la * BT * C, s.ln2_16 = (uint16_t *)a->ln2 + la * BT * C;
+        s.gelu16 = (uint16_t *)a->fch_gelu + la * BT * 4 * C;
+    } else {
+        s.ln1 = a->ln1 + la * BT * C, s.qkv = a->qkv + la * BT * 3 * C, s.atty = a->atty + la * BT * C;
+        s.ln2 = a->ln2 + la * BT * C, s.fch_gelu = a->fch_gelu + la * BT * 4 * C;
+    }
+    return s;
+}
+
 /* Every backend call below returns BK_OK or fails with err set: stop at the first failure. */
 #define TRY(call)                   \
     do {                            \
@@ -487,15 +509,11 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
         float *ln2_mean = a.ln2_mean + la * BT, *ln2_rstd = a.ln2_rstd + la * BT;
         float *fch = a.fch + la * BT * 4 * C;
         float *fcproj = a.fcproj + la * BT * C, *res3 = a.res3 + la * BT * C;
-        /* kept in fp32, or in bf16 (*16) with qkv computed in the fp32 stage first */
-        float *ln1 = b16 ? NULL : a.ln1 + la * BT * C, *qkv = b16 ? a.stage : a.qkv + la * BT * 3 * C;
-        float *atty = b16 ? NULL : a.atty + la * BT * C, *ln2 = b16 ? NULL : a.ln2 + la * BT * C;
-        float *fch_gelu = b16 ? NULL : a.fch_gelu + la * BT * 4 * C;
-        uint16_t *ln1_16 = b16 ? (uint16_t *)a.ln1 + la * BT * C : NULL;
-        uint16_t *qkv16 = b16 ? (uint16_t *)a.qkv + la * BT * 3 * C : NULL;
-        uint16_t *atty16 = b16 ? (uint16_t *)a.atty + la * BT * C : NULL;
-        uint16_t *ln2_16 = b16 ? (uint16_t *)a.ln2 + la * BT * C : NULL;
-        uint16_t *gelu16 = b16 ? (uint16_t *)a.fch_gelu + la * BT * 4 * C : NULL;
+        const stored st = stored_of(&a, b16, la, (size_t)BT, (size_t)C);
+        float *ln1 = st.ln1, *atty = st.atty, *ln2 = st.ln2, *fch_gelu = st.fch_gelu;
+        float *qkv = b16 ? a.stage : st.qkv; /* with bf16 storage computed in the fp32 stage, then kept */
+        uint16_t *ln1_16 = st.ln1_16, *qkv16 = st.qkv16, *atty16 = st.atty16, *ln2_16 = st.ln2_16;
+        uint16_t *gelu16 = st.gelu16;
 
         TRY(b16 ? be->layernorm_forward_bf16(be, ln1_16, ln1_mean, ln1_rstd, residual, p->ln1w + l * C,
                                              p->ln1b + l * C, BT, C, err)
@@ -614,14 +632,10 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
         size_t o1 = (size_t)l * BT, oC = o1 * C, o3 = oC * 3, o4 = oC * 4;
         const float *residual = l == 0 ? a.encoded : a.res3 + (size_t)(l - 1) * BT * C;
         float *dresidual = l == 0 ? d.encoded : d.res3 + (size_t)(l - 1) * BT * C;
-        /* the layer's saved inputs of the products and the attention, in their storage */
-        const float *ln1 = b16 ? NULL : a.ln1 + oC, *qkv = b16 ? NULL : a.qkv + o3, *atty = b16 ? NULL : a.atty + oC;
-        const float *ln2 = b16 ? NULL : a.ln2 + oC, *fch_gelu = b16 ? NULL : a.fch_gelu + o4;
-        const uint16_t *ln1_16 = b16 ? (const uint16_t *)a.ln1 + oC : NULL;
-        const uint16_t *qkv16 = b16 ? (const uint16_t *)a.qkv + o3 : NULL;
-        const uint16_t *atty16 = b16 ? (const uint16_t *)a.atty + oC : NULL;
-        const uint16_t *ln2_16 = b16 ? (const uint16_t *)a.ln2 + oC : NULL;
-        const uint16_t *gelu16 = b16 ? (const uint16_t *)a.fch_gelu + o4 : NULL;
+        const stored st = stored_of(&a, b16, (size_t)l, (size_t)BT, (size_t)C);
+        const float *ln1 = st.ln1, *qkv = st.qkv, *atty = st.atty, *ln2 = st.ln2, *fch_gelu = st.fch_gelu;
+        const uint16_t *ln1_16 = st.ln1_16, *qkv16 = st.qkv16, *atty16 = st.atty16, *ln2_16 = st.ln2_16;
+        const uint16_t *gelu16 = st.gelu16;
 
         TRY(be->residual_backward(be, d.res2 + oC, d.fcproj + oC, d.res3 + oC, (size_t)BT * C, err));
         TRY(linear_backward(m, d.fch_gelu + o4, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C,
