@@ -4,6 +4,7 @@
 // every key's and value's source position, lists table entries in the order they were written, and
 // can be edited by --set overrides. No C++ exception crosses into C: every entry point catches.
 #include "config/toml.h"
+#include "util/file.h"
 
 #include <toml++/toml.h>
 
@@ -453,39 +454,11 @@ int bk_toml_read_file(const char *path, char **text, size_t *len, bk_error *err)
 {
     *text = nullptr;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-    size_t cap = 4096, used = 0;
-    char *buf = static_cast<char *>(malloc(cap));
-    int rc = BK_OK;
-    while (buf) {
-        size_t got = fread(buf + used, 1, cap - used - 1, f);
-        used += got;
-        if (got == 0) {
-            if (ferror(f))
-                rc = bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, errno ? strerror(errno) : "read error");
-            break;
-        }
-        if (used + 1 == cap) {
-            char *bigger = cap <= SIZE_MAX / 2 ? static_cast<char *>(realloc(buf, cap * 2)) : nullptr;
-            if (!bigger) {
-                free(buf);
-                buf = nullptr;
-                break;
-            }
-            buf = bigger;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (!buf)
-        return bk_fail(err, BK_ERR_NOMEM, "out of memory reading '%s'", path);
-    if (rc != BK_OK) {
-        free(buf);
+    char *buf = nullptr;
+    size_t used = 0;
+    int rc = bk_file_read_all(path, "TOML file", BK_TEXT_FILE_MAX, &buf, &used, err);
+    if (rc != BK_OK)
         return rc;
-    }
-    buf[used] = '\0';
     toml::source_position where{};
     if (find_nul(buf, used, &where)) {
         free(buf);
