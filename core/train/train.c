@@ -57,21 +57,15 @@ static char crash_stack[1 << 16];
 
 static void on_crash(int sig)
 {
-    static const struct {
-        int sig;
-        const char *name;
-    } names[] = {{SIGSEGV, "SIGSEGV, segmentation fault"}, {SIGBUS, "SIGBUS, bus error"},
-                 {SIGFPE, "SIGFPE, arithmetic exception"}, {SIGILL, "SIGILL, illegal instruction"},
-                 {SIGABRT, "SIGABRT, aborted"}};
     char line[6144], call[1024];
     size_t at = bk_sigsafe_put(line, sizeof line, 0, "\nbiaskit: error: crashed with signal ");
     at = bk_sigsafe_put_int(line, sizeof line, at, sig);
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (names[i].sig == sig) {
-            at = bk_sigsafe_put(line, sizeof line, at, " (");
-            at = bk_sigsafe_put(line, sizeof line, at, names[i].name);
-            at = bk_sigsafe_put(line, sizeof line, at, ")");
-        }
+    const char *name = bk_sigsafe_signal_name(sig);
+    if (name) {
+        at = bk_sigsafe_put(line, sizeof line, at, " (");
+        at = bk_sigsafe_put(line, sizeof line, at, name);
+        at = bk_sigsafe_put(line, sizeof line, at, ")");
+    }
     if (bk_plugin_call_describe(call, sizeof call)) {
         at = bk_sigsafe_put(line, sizeof line, at, " inside ");
         at = bk_sigsafe_put(line, sizeof line, at, call);

@@ -3,6 +3,7 @@
 #ifndef BK_SIGSAFE_H
 #define BK_SIGSAFE_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,26 @@ static inline size_t bk_sigsafe_put_int(char *buf, size_t size, size_t at, int64
         text[k++] = digits[--n];
     text[k] = '\0';
     return bk_sigsafe_put(buf, size, at, text);
+}
+
+/* A signal's name and meaning, "SIGSEGV, segmentation fault", for the signals a crash or a killed
+ * child ends with; NULL for others. A static string: safe in a signal handler. */
+static inline const char *bk_sigsafe_signal_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV, segmentation fault";
+    case SIGBUS: return "SIGBUS, bus error";
+    case SIGFPE: return "SIGFPE, arithmetic exception";
+    case SIGILL: return "SIGILL, illegal instruction";
+    case SIGABRT: return "SIGABRT, aborted";
+    case SIGKILL: return "SIGKILL, killed";
+    case SIGTERM: return "SIGTERM, terminated";
+    case SIGALRM: return "SIGALRM, alarm clock";
+    case SIGPIPE: return "SIGPIPE, broken pipe";
+    case SIGTRAP: return "SIGTRAP, trace trap";
+    case SIGSYS: return "SIGSYS, bad system call";
+    }
+    return NULL;
 }
 
 #endif
