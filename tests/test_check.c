@@ -365,6 +365,43 @@ static void set_options_reach_create(void **state)
     free(r);
 }
 
+/* A library that misbehaves while it is loaded: one FAIL item "load" naming the file and the stage, and
+ * the checking process goes on (before, it died with the plugin: 134, 139, 135, or hung). */
+static void expect_load_fails(const char *file, unsigned timeout, const char *stage, const char *how)
+{
+    report *r = malloc(sizeof *r);
+    bk_error err;
+    char path[64], needle[1024];
+    snprintf(path, sizeof path, "hostile/%s", file);
+    assert_int_equal(run_check(path, NULL, 0, timeout, r, &err), BK_OK);
+    if (r->n != 1)
+        print_report(r);
+    assert_int_equal(r->n, 1);
+    snprintf(needle, sizeof needle, "plugin file '%s/hostile/%s', %s: the plugin code %s", BK_TEST_PLUGINS_DIR, file,
+             stage, how);
+    expect_item(r, "load", BK_CHECK_FAIL, needle);
+    assert_int_equal(r->counts.failed, 1);
+    assert_int_equal(r->counts.passed, 0);
+    free(r);
+}
+
+static void a_load_that_crashes_exits_or_hangs_is_one_fail(void **state)
+{
+    (void)state;
+    const char *in_dlopen = "in dlopen() (mapping the library and running its constructors)";
+    const char *in_entry = "in its entry point biaskit_plugin_entry()";
+    const char *reading = "reading the descriptor its entry point returned";
+    expect_load_fails("biaskit_ctor_abort.so", 0, in_dlopen, "crashed with signal 6 (SIGABRT");
+    /* exit(0) in a constructor: nothing was checked, so it is a failure, not "no check failed" */
+    expect_load_fails("biaskit_ctor_exit.so", 0, in_dlopen, "ended the process (exit status 0) before finishing");
+    expect_load_fails("biaskit_ctor_hang.so", 1, in_dlopen, "did not finish within 1 s (killed)");
+    expect_load_fails("biaskit_entry_data.so", 0, in_entry, "crashed with signal 11 (SIGSEGV");
+    expect_load_fails("biaskit_entry_garbage.so", 0, reading, "crashed with signal 11 (SIGSEGV");
+    expect_load_fails("biaskit_entry_abort.so", 0, in_entry, "crashed with signal 6 (SIGABRT");
+    expect_load_fails("biaskit_entry_hang.so", 1, in_entry, "did not finish within 1 s (killed)");
+    expect_load_fails("biaskit_desc_garbage.so", 0, reading, "crashed with signal 11 (SIGSEGV");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +422,7 @@ int main(void)
         cmocka_unit_test(create_without_an_instance_fails),
         cmocka_unit_test(bad_options_are_usage_errors),
         cmocka_unit_test(set_options_reach_create),
+        cmocka_unit_test(a_load_that_crashes_exits_or_hangs_is_one_fail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,11 +1,13 @@
 /* The plugin host: discovery, loading, and every rejection with its message (docs/design.md §5). */
-#define _POSIX_C_SOURCE 200809L /* setenv */
+#define _DEFAULT_SOURCE /* setenv, mkdtemp */
 #include "test_util.h"
 
 #include "plugin/descriptor.h"
 #include "plugin/host.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *const builtin_dirs[] = {BK_TEST_PLUGIN_DIR};
 static const char *const test_dirs[] = {BK_TEST_PLUGINS_DIR};
@@ -198,6 +200,34 @@ static void descriptor_validator_refuses_what_the_engine_cannot_honour(void **st
     assert_message_has(s.first, "declares the rotary capability but has no rotary_frequencies function");
 }
 
+/* An int option's default reaches create() as an int64_t: one the conversion cannot represent (found
+ * by fuzz_descriptor: 7e223, undefined behaviour in get_int) or would cut (2.5) is refused. */
+static void descriptor_validator_refuses_an_int_default_that_is_not_an_integer(void **state)
+{
+    (void)state;
+    static const double bad[] = {7.3e223, 2.5, -1e19, 1e300};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        biaskit_option o[] = {BIASKIT_OPTION_INT("count", 0, "how many")};
+        o[0].default_number = bad[i];
+        biaskit_plugin d = valid_descriptor();
+        d.options = o;
+        d.n_options = 1;
+        seen s = problems_of(&d);
+        assert_int_equal(s.refused, 1);
+        assert_message_has(s.first, "option 'count': an int default must be a whole number of magnitude at most 2^53");
+    }
+    biaskit_option nan_default[] = {BIASKIT_OPTION_INT("count", 0, "how many")};
+    nan_default[0].default_number = 0.0 / 0.0;
+    biaskit_plugin d = valid_descriptor();
+    d.options = nan_default;
+    d.n_options = 1;
+    assert_int_equal(problems_of(&d).refused, 1);
+    biaskit_option fine[] = {BIASKIT_OPTION_INT("count", -9007199254740992LL, "how many")};
+    d.options = fine;
+    seen s = problems_of(&d);
+    assert_int_equal(s.refused + s.flawed, 0);
+}
+
 static void descriptor_validator_only_flags_what_the_engine_tolerates(void **state)
 {
     (void)state;
@@ -349,6 +379,168 @@ static void search_path_from_environment(void **state)
     unsetenv("BIASKIT_PLUGIN_PATH");
 }
 
+/* A FIFO (or a directory) under a plugin's file name: refused by name, by path and in a search,
+ * before dlopen() could block on it (an alarm fails the test if anything blocks). */
+static void non_regular_files_are_refused_before_dlopen(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/bk_host_fifo_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char fifo[256], sub[256];
+    snprintf(fifo, sizeof fifo, "%s/biaskit_x.so", dir);
+    snprintf(sub, sizeof sub, "%s/biaskit_d.so", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    alarm(20);
+    bk_registry reg;
+    bk_error err;
+    const char *dirs[] = {dir};
+    assert_int_equal(bk_registry_init_dirs(&reg, dirs, 1, &err), BK_OK);
+    const bk_plugin *p;
+    assert_int_equal(bk_registry_load_file(&reg, fifo, &p, &err), BK_ERR_PLUGIN);
+    assert_message_has(err.message, "plugin file '");
+    assert_message_has(err.message, "/biaskit_x.so' is a FIFO (named pipe); expected a regular file");
+    assert_int_equal(bk_registry_load(&reg, "x", &p, &err), BK_ERR_PLUGIN);
+    assert_message_has(err.message, "/biaskit_x.so' is a FIFO (named pipe)");
+    char path[512];
+    assert_int_equal(bk_registry_locate(&reg, "d", path, sizeof path, &err), BK_ERR_PLUGIN);
+    assert_message_has(err.message, "/biaskit_d.so' is a directory");
+    assert_int_equal(reg.count, 0);
+    problems pr = {0};
+    assert_int_equal(bk_registry_scan(&reg, record_problem, &pr), 0);
+    assert_int_equal(pr.count, 2); /* both reported as rejected, neither opened */
+    alarm(0);
+    bk_registry_free(&reg);
+    unlink(fifo);
+    rmdir(sub);
+    rmdir(dir);
+}
+
+/* bk_registry_locate finds the file and loads nothing. */
+static void locate_loads_nothing(void **state)
+{
+    (void)state;
+    bk_registry reg;
+    bk_error err;
+    assert_int_equal(bk_registry_init_dirs(&reg, builtin_dirs, 1, &err), BK_OK);
+    char path[1024];
+    assert_int_equal(bk_registry_locate(&reg, "alibi", path, sizeof path, &err), BK_OK);
+    assert_string_equal(path, BK_TEST_PLUGIN_DIR "/biaskit_alibi.so");
+    assert_int_equal(reg.count, 0);
+    assert_int_equal(bk_registry_locate(&reg, "nosuch", path, sizeof path, &err), BK_ERR_PLUGIN);
+    assert_message_has(err.message, "plugin 'nosuch' not found; searched: ");
+    bk_registry_free(&reg);
+}
+
+/* The loader's acceptance path without a library: the validator, then the name. */
+static void a_descriptor_in_memory_is_accepted_like_a_loaded_one(void **state)
+{
+    (void)state;
+    bk_registry reg;
+    bk_error err;
+    assert_int_equal(bk_registry_init_dirs(&reg, NULL, 0, &err), BK_OK);
+    biaskit_plugin d = valid_descriptor(), twin = valid_descriptor(), bad = valid_descriptor();
+    const bk_plugin *p;
+    assert_int_equal(bk_registry_add(&reg, &d, "(memory)", &p, &err), BK_OK);
+    assert_ptr_equal(p->desc, &d);
+    assert_ptr_equal(bk_registry_find(&reg, "ok"), p);
+    assert_int_equal(bk_registry_add(&reg, &twin, "(twin)", &p, &err), BK_ERR_PLUGIN);
+    assert_message_has(err.message, "plugin '(twin)': duplicate name 'ok', already loaded from '(memory)'");
+    bad.name = "other";
+    bad.capabilities = BIASKIT_CAP_TABLE | (1u << 9);
+    assert_int_equal(bk_registry_add(&reg, &bad, "(bad)", &p, &err), BK_ERR_PLUGIN);
+    assert_message_has(err.message, "plugin '(bad)' (other): declares capability bits 0x200");
+    assert_int_equal(bk_registry_add(&reg, NULL, "(none)", &p, &err), BK_ERR_PLUGIN);
+    assert_message_has(err.message, "plugin '(none)': biaskit_plugin_entry() returned no descriptor");
+    assert_int_equal(reg.count, 1);
+    bk_registry_free(&reg); /* nothing to unload */
+}
+
+typedef struct load_job {
+    const char *path;
+    int fail_plainly;
+} load_job;
+
+static int load_in_child(void *ctx, FILE *out, bk_error *err)
+{
+    const load_job *job = ctx;
+    fprintf(out, "child was here");
+    if (job->fail_plainly)
+        return bk_fail(err, BK_ERR_CONFIG, "a plain failure");
+    bk_registry reg;
+    int rc = bk_registry_init_dirs(&reg, NULL, 0, err);
+    const bk_plugin *p;
+    if (!rc)
+        rc = bk_registry_load_file(&reg, job->path, &p, err);
+    bk_registry_free(&reg);
+    return rc;
+}
+
+/* Plugin code that crashes, exits or hangs in a child: the error names the stage and the file. */
+static void isolate_names_the_stage_that_died(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file, *stage, *how;
+    } cases[] = {
+        {"biaskit_ctor_abort.so", "in dlopen() (mapping the library and running its constructors)",
+         "the plugin code crashed with signal 6 (SIGABRT"},
+        {"biaskit_ctor_exit.so", "in dlopen() (mapping the library and running its constructors)",
+         "the plugin code ended the process (exit status 0)"},
+        {"biaskit_entry_data.so", "in its entry point biaskit_plugin_entry()",
+         "the plugin code crashed with signal 11 (SIGSEGV"},
+        {"biaskit_entry_garbage.so", "reading the descriptor its entry point returned",
+         "the plugin code crashed with signal 11 (SIGSEGV"},
+        {"biaskit_desc_garbage.so", "reading the descriptor its entry point returned",
+         "the plugin code crashed with signal 11 (SIGSEGV"},
+        {"biaskit_entry_hang.so", "in its entry point biaskit_plugin_entry()",
+         "the plugin code did not finish within 1 s (killed)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1024], needle[1200];
+        snprintf(path, sizeof path, "%s/hostile/%s", BK_TEST_PLUGINS_DIR, cases[i].file);
+        load_job job = {path, 0};
+        bk_isolated res;
+        bk_error err;
+        assert_int_equal(bk_plugin_isolate(load_in_child, &job, 1, "loading it", &res, &err), BK_ERR_PLUGIN);
+        assert_false(res.finished);
+        snprintf(needle, sizeof needle, "plugin file '%s', %s: %s", path, cases[i].stage, cases[i].how);
+        assert_message_has(err.message, needle);
+        assert_false(bk_plugin_stage_active()); /* only a child listens */
+        free(res.output);
+    }
+    /* a child that finishes: its own error and its text, untouched */
+    load_job plain = {"", 1};
+    bk_isolated res;
+    bk_error err;
+    assert_int_equal(bk_plugin_isolate(load_in_child, &plain, 5, "loading it", &res, &err), BK_ERR_CONFIG);
+    assert_string_equal(err.message, "a plain failure");
+    assert_string_equal(res.output, "child was here");
+    free(res.output);
+    /* a good plugin loads in the child */
+    load_job good = {BK_TEST_PLUGIN_DIR "/biaskit_alibi.so", 0};
+    assert_int_equal(bk_plugin_isolate(load_in_child, &good, 5, "loading it", NULL, &err), BK_OK);
+}
+
+static void writable_by_others_is_noticed(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/bk_host_open_XXXXXX", buf[128];
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(chmod(dir, 0755), 0);
+    assert_null(bk_plugin_path_writable_by_others(dir, buf, sizeof buf));
+    assert_int_equal(chmod(dir, 0775), 0); /* the group is the owner's business */
+    assert_null(bk_plugin_path_writable_by_others(dir, buf, sizeof buf));
+    assert_int_equal(chmod(dir, 0777), 0);
+    assert_non_null(bk_plugin_path_writable_by_others(dir, buf, sizeof buf));
+    assert_string_equal(buf, "mode 0777");
+    assert_int_equal(chmod(dir, 01777), 0);
+    assert_non_null(bk_plugin_path_writable_by_others(dir, buf, sizeof buf));
+    assert_message_has(buf, "mode 1777, sticky");
+    assert_null(bk_plugin_path_writable_by_others("/nonexistent/dir", buf, sizeof buf));
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +554,7 @@ int main(void)
         cmocka_unit_test(rejects_unknown_capability_bits),
         cmocka_unit_test(descriptor_validator_refuses_what_the_engine_cannot_honour),
         cmocka_unit_test(descriptor_validator_only_flags_what_the_engine_tolerates),
+        cmocka_unit_test(descriptor_validator_refuses_an_int_default_that_is_not_an_integer),
         cmocka_unit_test(descriptor_validator_stops_at_a_foreign_abi),
         cmocka_unit_test(null_instance_is_named),
         cmocka_unit_test(rejects_duplicate_name),
@@ -369,6 +562,11 @@ int main(void)
         cmocka_unit_test(scan_registers_good_and_reports_bad),
         cmocka_unit_test(scan_same_file_twice_is_no_shadow),
         cmocka_unit_test(search_path_from_environment),
+        cmocka_unit_test(non_regular_files_are_refused_before_dlopen),
+        cmocka_unit_test(locate_loads_nothing),
+        cmocka_unit_test(a_descriptor_in_memory_is_accepted_like_a_loaded_one),
+        cmocka_unit_test(isolate_names_the_stage_that_died),
+        cmocka_unit_test(writable_by_others_is_noticed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

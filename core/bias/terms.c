@@ -28,11 +28,17 @@ void bk_plugin_call_enter(const bk_term *term, const char *hook, int layer, int6
     current_call.layer = layer;
     current_call.step = step;
     current_call.active = 1;
+    if (bk_plugin_stage_active()) { /* in a child of bk_plugin_isolate: the parent names the call if it dies */
+        char where[96];
+        bk_plugin_stage("plugin '%s' ('%s'), term '%s', in %s%s", term->plugin->desc->name, term->plugin->path,
+                        term->label, hook, bk_term_where(layer, step, where, sizeof where));
+    }
 }
 
 void bk_plugin_call_leave(void)
 {
     current_call.active = 0;
+    bk_plugin_stage(NULL);
 }
 
 size_t bk_plugin_call_describe(char *buf, size_t size)

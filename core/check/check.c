@@ -137,6 +137,35 @@ static int run_checks(checker *c, bk_error *err)
     return rc;
 }
 
+typedef struct load_job {
+    bk_registry *reg;
+    const char *name_or_path;
+} load_job;
+
+/* In the child: everything bk_registry_load does (dlopen and the constructors, the entry point, the
+ * descriptor read and validated); the child's registry is thrown away with it. */
+static int load_in_child(void *ctx, FILE *out, bk_error *err)
+{
+    (void)out;
+    const load_job *job = ctx;
+    const bk_plugin *p;
+    return bk_registry_load(job->reg, job->name_or_path, &p, err);
+}
+
+/* The plugin loaded into `reg`, but only after a child process loaded it first, within the time
+ * limit: a constructor or an entry point that crashes, calls exit() or never returns, an entry symbol
+ * that is not a function, a descriptor that cannot be read, is an error naming the file and the stage
+ * (plugin/host.h), and this process never runs that code. */
+static int load_plugin(bk_registry *reg, const char *name_or_path, unsigned timeout_s, const bk_plugin **out,
+                       bk_error *err)
+{
+    load_job job = {reg, name_or_path};
+    char what[600];
+    snprintf(what, sizeof what, "loading plugin '%s'", name_or_path);
+    int rc = bk_plugin_isolate(load_in_child, &job, timeout_s, what, NULL, err);
+    return rc ? rc : bk_registry_load(reg, name_or_path, out, err);
+}
+
 int bk_check_plugin(bk_registry *reg, const char *name_or_path, const bk_check_options *opt,
                     bk_check_report_fn report, void *ctx, bk_check_counts *counts, bk_error *err)
 {
@@ -146,7 +175,7 @@ int bk_check_plugin(bk_registry *reg, const char *name_or_path, const bk_check_o
         return rc;
     checker c = {.opt = opt, .report = report, .ctx = ctx, .counts = counts, .out_fd = -1};
     bk_error load_err;
-    if (bk_registry_load(reg, name_or_path, &c.plugin, &load_err)) {
+    if (load_plugin(reg, name_or_path, opt->timeout_s, &c.plugin, &load_err)) {
         ck_item(&c, BK_CHECK_FAIL, "load", "%s", load_err.message);
         return BK_OK;
     }

@@ -23,7 +23,10 @@
  *
  * Every call into the plugin runs in a fork()ed child process, so a crash (signal), a hang (time
  * limit) or an exit() inside the plugin is reported as a FAIL of the check that ran it and the
- * remaining checks go on.
+ * remaining checks go on. Loading too: a child loads the plugin first (dlopen and the library's
+ * constructors, the entry point, the descriptor read and validated), within the time limit; only when
+ * that child succeeded is the plugin loaded into the registry here. A load that crashes, exits or
+ * hangs is the one FAIL item "load", naming the file, the stage and what happened.
  *
  * The files of core/check/: harness.c (report lines, child processes), descriptor.c (the descriptor,
  * through the loader's own validator, plugin/descriptor.h), instance.c (instances and wrapped
@@ -68,8 +71,9 @@ typedef struct bk_check_counts {
     int passed, failed, skipped;
 } bk_check_counts;
 
-/* Load `name_or_path` into `reg` and run every check, reporting each item through `report` and
- * counting them in *counts. A plugin that does not load is one FAIL item ("load") and nothing else.
+/* Load `name_or_path` into `reg` (after a child loaded it, see above) and run every check, reporting
+ * each item through `report` and counting them in *counts. A plugin that does not load is one FAIL
+ * item ("load") and nothing else.
  * Returns BK_OK when the checks ran (whatever they found); BK_ERR_USAGE when the options are wrong
  * (a geometry the engine would refuse, a --set value the plugin's declarations refuse), with the
  * message in err; another code when the checks cannot run (no fork(), out of memory). */

@@ -2,20 +2,60 @@
  * values it resolves to; --keys prints every engine key with its type, default and meaning. */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "util/isolate.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 static const char help[] =
-    "usage: biaskit config <experiment.toml> [--set section.key=value]...\n"
+    "usage: biaskit config <experiment.toml> [--set section.key=value]... [--timeout S]\n"
     "       biaskit config --keys\n\n"
     "Checks the experiment file as `train` and `bias` would (unknown keys, wrong types, plugins and\n"
     "their options) and prints the resolved values, defaults included. --keys lists every engine key\n"
     "with its type, default and meaning. --set overrides a value (term.N.key for the N-th [[term]],\n"
-    "counted from 0) and may be repeated.\n";
+    "counted from 0) and may be repeated.\n\n"
+    "The plugins are loaded and their terms created in a child process: a plugin that crashes, calls\n"
+    "exit() or does not return (in its constructors, its entry point or create()) is an error naming\n"
+    "the plugin, its file, the call and what happened.\n"
+    "  --timeout S   time limit of that child in seconds (default 60)\n\n"
+    "exit status: 0 the file is valid, 1 it is not (or a plugin failed), 2 bad usage.\n";
+
+typedef struct config_job {
+    const char *path;
+    const char *const *sets;
+    size_t n_sets;
+} config_job;
+
+/* In the child: open the session (plugins loaded, terms created) and write the resolved values. */
+static int check_in_child(void *ctx, FILE *out, bk_error *err)
+{
+    const config_job *job = ctx;
+    bk_session s;
+    int rc = bk_session_open(&s, job->path, job->sets, job->n_sets, err);
+    if (rc)
+        return rc;
+    const bk_experiment *e = &s.exp;
+    char a[32];
+    fprintf(out, "%s: ok\n\n", e->path);
+    bk_experiment_print_values(e, out);
+    for (int i = 0; i < s.terms.n; i++) {
+        const bk_term *t = &s.terms.terms[i];
+        char caps[96];
+        fprintf(out, "\n[[term]]  # %s (%s)\nplugin = \"%s\"\nname = \"%s\"\nstream = \"%s\"\n", t->plugin->path,
+                bk_capabilities_string(t->caps, caps, sizeof caps), t->plugin->desc->name, t->label,
+                bk_choice_name(BK_STREAM_CHOICES, t->stream, a, sizeof a));
+        if (bk_term_has_table(t))
+            fprintf(out, "weight = %g\nper_layer = %s\n", t->weight, t->per_layer ? "true" : "false");
+        fprintf(out, "# %lld learnable parameter%s x %d cop%s\n", (long long)t->n_params, t->n_params == 1 ? "" : "s",
+                t->n_copies, t->n_copies == 1 ? "y" : "ies");
+    }
+    bk_session_close(&s);
+    return BK_OK;
+}
 
 int bk_cmd_config(int argc, char **argv)
 {
-    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"keys", 0, 0}, {"set", 1, 1}};
+    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"keys", 0, 0}, {"set", 1, 1}, {"timeout", 1, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit config", &args, &err))
@@ -32,26 +72,18 @@ int bk_cmd_config(int argc, char **argv)
         bk_fail(&err, BK_ERR_USAGE, "biaskit config: expected one experiment file; see 'biaskit config --help'");
         return bk_report(&err);
     }
-    const char *sets[BK_ARGS_MAX];
-    size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
-    bk_session s;
-    if (bk_session_open(&s, args.positional[0], sets, n_sets, &err))
+    long timeout = BK_ISOLATE_TIMEOUT_S;
+    const char *t = bk_args_get(&args, "timeout");
+    if (t && bk_args_int("timeout", t, 1, 86400, &timeout, &err))
         return bk_report(&err);
-    const bk_experiment *e = &s.exp;
-    char a[32];
-    printf("%s: ok\n\n", e->path);
-    bk_experiment_print_values(e, stdout);
-    for (int i = 0; i < s.terms.n; i++) {
-        const bk_term *t = &s.terms.terms[i];
-        char caps[96];
-        printf("\n[[term]]  # %s (%s)\nplugin = \"%s\"\nname = \"%s\"\nstream = \"%s\"\n", t->plugin->path,
-               bk_capabilities_string(t->caps, caps, sizeof caps), t->plugin->desc->name, t->label,
-               bk_choice_name(BK_STREAM_CHOICES, t->stream, a, sizeof a));
-        if (bk_term_has_table(t))
-            printf("weight = %g\nper_layer = %s\n", t->weight, t->per_layer ? "true" : "false");
-        printf("# %lld learnable parameter%s x %d cop%s\n", (long long)t->n_params, t->n_params == 1 ? "" : "s",
-               t->n_copies, t->n_copies == 1 ? "y" : "ies");
-    }
-    bk_session_close(&s);
-    return 0;
+    const char *sets[BK_ARGS_MAX];
+    config_job job = {args.positional[0], sets, bk_args_all(&args, "set", sets, BK_ARGS_MAX)};
+    char what[512];
+    snprintf(what, sizeof what, "checking '%s'", args.positional[0]);
+    bk_isolated res;
+    int rc = bk_plugin_isolate(check_in_child, &job, (unsigned)timeout, what, &res, &err);
+    if (res.output)
+        fputs(res.output, stdout);
+    free(res.output);
+    return rc ? bk_report(&err) : 0;
 }

@@ -1,61 +1,62 @@
 /* biaskit plugins: what plugins are found, where, and what each one takes. */
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "device.h"
 #include "plugin/host.h"
 #include "plugin/services.h"
+#include "util/isolate.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char help[] =
-    "usage: biaskit plugins [NAME|PATH ...]\n\n"
+    "usage: biaskit plugins [NAME|PATH ...] [--timeout S] [--strict]\n\n"
     "Lists every plugin found on the search path (or only the named ones; a PATH to a .so loads that\n"
     "file): name, version, file, capabilities, reference, learnable parameters and every option with\n"
-    "its type, default and meaning. Files that are not valid plugins are reported on stderr.\n\n"
-    "Search path: $BIASKIT_PLUGIN_PATH (colon-separated), <prefix>/lib/biaskit/plugins of this\n"
-    "executable, then the build directory. The first plugin of a name wins; a later file of the same\n"
-    "name is noted on stderr as shadowed, with the file that wins.\n";
+    "its type, default and meaning.\n\n"
+    "Search path: the directories of $BIASKIT_PLUGIN_PATH (colon-separated), in order; then, when this\n"
+    "executable is installed (<its directory>/../lib/biaskit/plugins exists), that directory; an\n"
+    "executable that is not installed (./build/biaskit, the tests) searches the build directory it was\n"
+    "compiled in instead. The first plugin of a name wins; a later file of the same name is noted on\n"
+    "stderr as shadowed, with the file that wins. The same file reached twice is one plugin.\n\n"
+    "Each file is loaded and described in a child process: a file that is not a valid plugin, or whose\n"
+    "code crashes, calls exit() or does not return (in its constructors, its entry point or create()),\n"
+    "is skipped with a warning on stderr naming the file, the stage and what happened, and the listing\n"
+    "goes on. A plugin directory or file that users other than its owner and group may write is named\n"
+    "in a warning: a library placed there runs its code in whoever lists or loads plugins.\n\n"
+    "  --timeout S   time limit for loading and describing one file, in seconds (default 60)\n"
+    "  --strict      exit 1 when a file was skipped or a plugin directory or file is writable by others\n\n"
+    "exit status: 0 the listing was printed (files skipped on the search path are warnings, unless\n"
+    "--strict); 1 a plugin named on the command line could not be loaded, or --strict found a problem;\n"
+    "2 bad usage.\n";
 
 typedef struct scan_counts {
-    int rejected, shadowed;
+    int rejected, shadowed, writable;
 } scan_counts;
 
-/* A rejected file is a warning; a shadowed one is a note (an installed biaskit also searches the build
- * directory it came from, whose plugins its own install directory shadows). */
-static void on_problem(void *ctx, bk_scan_problem kind, const char *path, const char *message)
-{
-    (void)path; /* every message names its file */
-    scan_counts *counts = ctx;
-    if (kind == BK_SCAN_SHADOWED) {
-        counts->shadowed++;
-        fprintf(stderr, "biaskit: note: %s\n", message);
-    } else {
-        counts->rejected++;
-        fprintf(stderr, "biaskit: warning: skipped: %s\n", message);
-    }
-}
-
-static void print_default(const biaskit_option *o)
+static void print_default(FILE *out, const biaskit_option *o)
 {
     switch (o->type) {
-    case BIASKIT_OPT_BOOL: printf("%-9s", o->default_number != 0 ? "true" : "false"); break;
-    case BIASKIT_OPT_INT: printf("%-9.0f", o->default_number); break;
-    case BIASKIT_OPT_DOUBLE: printf("%-9g", o->default_number); break;
+    case BIASKIT_OPT_BOOL: fprintf(out, "%-9s", o->default_number != 0 ? "true" : "false"); break;
+    case BIASKIT_OPT_INT: fprintf(out, "%-9.0f", o->default_number); break;
+    case BIASKIT_OPT_DOUBLE: fprintf(out, "%-9g", o->default_number); break;
     case BIASKIT_OPT_STRING: {
         char quoted[128];
         snprintf(quoted, sizeof quoted, "\"%s\"", o->default_string ? o->default_string : "");
-        printf("%-9s", quoted);
+        fprintf(out, "%-9s", quoted);
         break;
     }
     case BIASKIT_OPT_DOUBLE_ARRAY:
-    case BIASKIT_OPT_STRING_ARRAY: printf("%-9s", "[]"); break;
+    case BIASKIT_OPT_STRING_ARRAY: fprintf(out, "%-9s", "[]"); break;
     }
 }
 
 /* Learnable parameters of an instance made with default options for an 8-head, 1-layer model. */
-static void print_parameters(const bk_plugin *p)
+static void print_parameters(FILE *out, const bk_plugin *p)
 {
     const biaskit_plugin *d = p->desc;
     biaskit_config view;
@@ -65,73 +66,265 @@ static void print_parameters(const bk_plugin *p)
     biaskit_geometry geo = {sizeof geo, 1, 8, 256, 32, 256, 256};
     void *inst = NULL;
     biaskit_error pe = {0};
-    if (d->create(bk_services(), &view, &geo, &inst, &pe) != BIASKIT_OK) {
-        printf("  parameters:   (default options need more: %s)\n", pe.message);
+    bk_plugin_stage("plugin '%s' ('%s'), in create() with the default options", d->name, p->path);
+    int rc = d->create(bk_services(), &view, &geo, &inst, &pe);
+    bk_plugin_stage(NULL);
+    if (rc != BIASKIT_OK) {
+        fprintf(out, "  parameters:   (default options need more: %s)\n", pe.message);
         return;
     }
     if (bk_plugin_check_created(p, inst, &e)) {
-        printf("  parameters:   (create() with the default options: %s)\n", e.message);
+        fprintf(out, "  parameters:   (create() with the default options: %s)\n", e.message);
         return;
     }
+    bk_plugin_stage("plugin '%s' ('%s'), in param_count() and param_tensors()", d->name, p->path);
     int64_t count = d->param_count ? d->param_count(inst) : 0;
     if (count == 0)
-        printf("  parameters:   none with the default options");
+        fprintf(out, "  parameters:   none with the default options");
     else if (d->capabilities & BIASKIT_CAP_TABLE)
-        printf("  parameters:   %lld learnable for 8 heads, %s", (long long)count,
+        fprintf(out, "  parameters:   %lld learnable for 8 heads, %s", (long long)count,
                d->flags & BIASKIT_FLAG_PER_LAYER ? "per layer by default" : "shared across layers by default");
     else /* an embedding or a rotation acts once, so the engine keeps one copy (core/bias/terms.c) */
-        printf("  parameters:   %lld learnable for 8 heads, one copy (the term acts once, not per layer)",
+        fprintf(out, "  parameters:   %lld learnable for 8 heads, one copy (the term acts once, not per layer)",
                (long long)count);
     biaskit_tensor_info tensors[16];
     int32_t n = count > 0 && d->param_tensors ? d->param_tensors(inst, tensors, 16) : 0;
     for (int32_t i = 0; i < n && i < 16; i++)
-        printf("%s %s[%dx%d]", i ? "," : ":", tensors[i].name, tensors[i].rows, tensors[i].cols);
-    printf("\n");
+        fprintf(out, "%s %s[%dx%d]", i ? "," : ":", tensors[i].name, tensors[i].rows, tensors[i].cols);
+    bk_plugin_stage("plugin '%s' ('%s'), in destroy()", d->name, p->path);
     d->destroy(inst);
+    bk_plugin_stage(NULL);
+    fprintf(out, "\n");
 }
 
-static void print_plugin(const bk_plugin *p)
+static void print_plugin(FILE *out, const bk_plugin *p)
 {
     const biaskit_plugin *d = p->desc;
     char caps[128];
-    printf("\n%s %s - %s\n", d->name, d->version, d->summary);
-    printf("  file:         %s\n", p->path);
-    printf("  capabilities: %s%s\n", bk_capabilities_string(d->capabilities, caps, sizeof caps),
+    fprintf(out, "\n%s %s - %s\n", d->name, d->version, d->summary);
+    fprintf(out, "  file:         %s\n", p->path);
+    fprintf(out, "  capabilities: %s%s\n", bk_capabilities_string(d->capabilities, caps, sizeof caps),
            d->table_cuda ? " (CUDA kernels)" : " (host only)");
     if (d->reference)
-        printf("  reference:    %s\n", d->reference);
-    print_parameters(p);
+        fprintf(out, "  reference:    %s\n", d->reference);
+    print_parameters(out, p);
     if (!d->n_options) {
-        printf("  options:      none\n");
+        fprintf(out, "  options:      none\n");
         return;
     }
-    printf("  options:\n");
+    fprintf(out, "  options:\n");
     for (uint32_t i = 0; i < d->n_options; i++) {
         const biaskit_option *o = &d->options[i];
-        printf("    %-16s %-12s = ", o->name, bk_option_type_name(o->type));
-        print_default(o);
-        printf(" %s", o->doc ? o->doc : "");
+        fprintf(out, "    %-16s %-12s = ", o->name, bk_option_type_name(o->type));
+        print_default(out, o);
+        fprintf(out, " %s", o->doc ? o->doc : "");
         if (o->choices) {
-            printf(" (");
+            fprintf(out, " (");
             for (const char *c = o->choices; *c; c++)
-                fputs(*c == '|' ? ", " : (char[2]){*c, 0}, stdout);
-            printf(")");
+                fputs(*c == '|' ? ", " : (char[2]){*c, 0}, out);
+            fprintf(out, ")");
         }
-        printf("\n");
+        fprintf(out, "\n");
     }
+}
+
+/* One plugin listed: its name, its file and its listing, from a child. */
+typedef struct listed {
+    char *name, *path, *text;
+} listed;
+
+typedef struct lister {
+    bk_registry *reg;
+    unsigned timeout_s;
+    listed *items;
+    size_t n, cap;
+    dev_t *seen_dev; /* every file tried, by identity: a file reached twice is one plugin */
+    ino_t *seen_ino;
+    size_t n_seen;
+    scan_counts counts;
+    int status;
+} lister;
+
+typedef struct list_job {
+    bk_registry *reg;
+    const char *name_or_path;
+} list_job;
+
+/* In the child: load the plugin, then "NAME\tPATH\n" and its listing. */
+static int describe_in_child(void *ctx, FILE *out, bk_error *err)
+{
+    const list_job *job = ctx;
+    const bk_plugin *p;
+    int rc = bk_registry_load(job->reg, job->name_or_path, &p, err);
+    if (rc)
+        return rc;
+    fprintf(out, "%s\t%s\n", p->desc->name, p->path);
+    print_plugin(out, p);
+    return BK_OK;
+}
+
+static const listed *find_listed(const lister *l, const char *name)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->items[i].name, name) == 0)
+            return &l->items[i];
+    return NULL;
+}
+
+/* 1 when the file was tried before (by another path); else it is remembered. */
+static int seen_before(lister *l, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return 0;
+    for (size_t i = 0; i < l->n_seen; i++)
+        if (l->seen_dev[i] == st.st_dev && l->seen_ino[i] == st.st_ino)
+            return 1;
+    dev_t *devs = realloc(l->seen_dev, (l->n_seen + 1) * sizeof *devs);
+    if (devs)
+        l->seen_dev = devs;
+    ino_t *inos = devs ? realloc(l->seen_ino, (l->n_seen + 1) * sizeof *inos) : NULL;
+    if (!inos)
+        return 0;
+    l->seen_ino = inos;
+    l->seen_dev[l->n_seen] = st.st_dev;
+    l->seen_ino[l->n_seen++] = st.st_ino;
+    return 0;
+}
+
+static void warn_writable(lister *l, const char *kind, const char *path)
+{
+    char mode[128];
+    if (!bk_plugin_path_writable_by_others(path, mode, sizeof mode))
+        return;
+    l->counts.writable++;
+    fprintf(stderr,
+            "biaskit: warning: %s '%s' is writable by users other than its owner and group (%s): a library placed "
+            "there runs its code in whoever lists or loads plugins; remove that permission (chmod o-w)%s\n",
+            kind, path, mode, strcmp(kind, "plugin directory") == 0 ? " or take it off the search path" : "");
+}
+
+/* Describes one plugin in a child; 0 and *item filled, or the error (the child's, or how it died). */
+static int describe(lister *l, const char *name_or_path, listed *item, bk_error *err)
+{
+    char what[PATH_MAX + 64];
+    snprintf(what, sizeof what, "listing plugin '%s'", name_or_path);
+    list_job job = {l->reg, name_or_path};
+    bk_isolated res;
+    int rc = bk_plugin_isolate(describe_in_child, &job, l->timeout_s, what, &res, err);
+    char *text = res.output;
+    char *tab = text ? strchr(text, '\t') : NULL, *nl = tab ? strchr(tab, '\n') : NULL;
+    if (!rc && (!tab || !nl))
+        rc = bk_fail(err, BK_ERR_INTERNAL, "%s: the child process sent no listing", what);
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    *tab = *nl = '\0';
+    item->name = strdup(text);
+    item->path = strdup(tab + 1);
+    item->text = strdup(nl + 1);
+    free(text);
+    if (!item->name || !item->path || !item->text) {
+        free(item->name), free(item->path), free(item->text);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory listing plugin '%s'", name_or_path);
+    }
+    return BK_OK;
+}
+
+static void keep(lister *l, listed *item)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        listed *grown = realloc(l->items, cap * sizeof *grown);
+        if (!grown) {
+            fprintf(stderr, "biaskit: warning: out of memory listing plugin '%s'\n", item->path);
+            free(item->name), free(item->path), free(item->text);
+            return;
+        }
+        l->items = grown;
+        l->cap = cap;
+    }
+    l->items[l->n++] = *item;
+}
+
+/* A file of the search path: listed, shadowed (a note), or skipped (a warning). */
+static void scan_file(void *ctx, const char *path)
+{
+    lister *l = ctx;
+    if (seen_before(l, path))
+        return;
+    warn_writable(l, "plugin file", path);
+    listed item;
+    bk_error err;
+    if (describe(l, path, &item, &err)) {
+        l->counts.rejected++;
+        fprintf(stderr, "biaskit: warning: skipped: %s\n", err.message);
+        return;
+    }
+    const listed *winner = find_listed(l, item.name);
+    if (winner) { /* a note: an installed biaskit's build tree holds the same plugins */
+        char message[2 * PATH_MAX + 256];
+        bk_shadow_message(message, sizeof message, item.path, item.name, winner->path);
+        fprintf(stderr, "biaskit: note: %s\n", message);
+        l->counts.shadowed++;
+        free(item.name), free(item.path), free(item.text);
+        return;
+    }
+    keep(l, &item);
+}
+
+/* A plugin named on the command line: an error when it does not load. */
+static void named(lister *l, const char *name_or_path)
+{
+    char path[PATH_MAX];
+    bk_error err;
+    int rc = bk_registry_locate(l->reg, name_or_path, path, sizeof path, &err);
+    if (!rc) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+            *slash = '\0';
+            warn_writable(l, "plugin directory", dir);
+        }
+        warn_writable(l, "plugin file", path);
+    }
+    listed item;
+    if (rc || (rc = describe(l, name_or_path, &item, &err))) {
+        l->status = bk_report(&err);
+        return;
+    }
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->items[i].path, item.path) == 0) { /* the same file named twice: listed once */
+            free(item.name), free(item.path), free(item.text);
+            return;
+        }
+    const listed *first = find_listed(l, item.name);
+    if (first) {
+        bk_fail_duplicate_name(&err, item.path, item.name, first->path);
+        l->status = bk_report(&err);
+        free(item.name), free(item.path), free(item.text);
+        return;
+    }
+    keep(l, &item);
 }
 
 int bk_cmd_plugins(int argc, char **argv)
 {
-    static const bk_arg_spec specs[] = {{"help", 0, 0}};
+    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"timeout", 1, 0}, {"strict", 0, 0}};
     bk_args args;
     bk_error err;
-    if (bk_args_parse(argc, argv, specs, 1, "biaskit plugins", &args, &err))
+    if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit plugins", &args, &err))
         return bk_report(&err);
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;
     }
+    long timeout = BK_ISOLATE_TIMEOUT_S;
+    const char *t = bk_args_get(&args, "timeout");
+    if (t && bk_args_int("timeout", t, 1, 86400, &timeout, &err))
+        return bk_report(&err);
     bk_registry reg;
     if (bk_registry_init(&reg, &err))
         return bk_report(&err);
@@ -141,28 +334,36 @@ int bk_cmd_plugins(int argc, char **argv)
     printf("device: %s\nsearch path:\n", device);
     for (size_t i = 0; i < reg.n_search_dirs; i++)
         printf("  %zu. %s\n", i + 1, reg.search_dirs[i]);
+    fflush(stdout);
 
-    scan_counts problems = {0, 0};
-    int status = 0;
+    lister l = {.reg = &reg, .timeout_s = (unsigned)timeout};
     if (args.n_positional == 0) {
-        bk_registry_scan(&reg, on_problem, &problems);
+        for (size_t i = 0; i < reg.n_search_dirs; i++)
+            warn_writable(&l, "plugin directory", reg.search_dirs[i]);
+        bk_registry_scan_files(&reg, scan_file, &l);
     } else {
-        for (size_t i = 0; i < args.n_positional; i++) {
-            const bk_plugin *p;
-            if (bk_registry_load(&reg, args.positional[i], &p, &err))
-                status = bk_report(&err);
-        }
+        for (size_t i = 0; i < args.n_positional; i++)
+            named(&l, args.positional[i]);
     }
-    for (size_t i = 0; i < reg.count; i++)
-        print_plugin(reg.plugins[i]);
-    if (reg.count == 0 && status == 0)
+    for (size_t i = 0; i < l.n; i++)
+        fputs(l.items[i].text, stdout);
+    if (l.n == 0 && l.status == 0)
         printf("\nno plugins found\n");
-    printf("\n%zu plugin%s", reg.count, reg.count == 1 ? "" : "s");
-    if (problems.rejected)
-        printf(", %d file%s skipped (see above)", problems.rejected, problems.rejected == 1 ? "" : "s");
-    if (problems.shadowed)
-        printf(", %d shadowed (see above)", problems.shadowed);
+    printf("\n%zu plugin%s", l.n, l.n == 1 ? "" : "s");
+    if (l.counts.rejected)
+        printf(", %d file%s skipped (see above)", l.counts.rejected, l.counts.rejected == 1 ? "" : "s");
+    if (l.counts.shadowed)
+        printf(", %d shadowed (see above)", l.counts.shadowed);
+    if (l.counts.writable)
+        printf(", %d writable by others (see above)", l.counts.writable);
     printf("\n");
+    for (size_t i = 0; i < l.n; i++)
+        free(l.items[i].name), free(l.items[i].path), free(l.items[i].text);
+    free(l.items);
+    free(l.seen_dev);
+    free(l.seen_ino);
     bk_registry_free(&reg);
-    return status;
+    if (!l.status && bk_args_get(&args, "strict") && (l.counts.rejected || l.counts.writable))
+        l.status = 1;
+    return l.status;
 }

@@ -191,8 +191,11 @@ static void check_default(sink *s, const biaskit_option *o)
             problem(s, part, flawed, "option '%s': a bool default must be 0 or 1, got %g", o->name, v);
         break;
     case BIASKIT_OPT_INT:
+        /* refused: get_int() hands the default to create() as an int64_t, and the conversion of a NaN, an
+         * infinity or anything past 2^63 is undefined behaviour in C (a fraction would be cut silently) */
         if (!isfinite(v) || v != floor(v) || fabs(v) > 9007199254740992.0)
-            problem(s, part, flawed, "option '%s': an int default must be a whole number, got %g", o->name, v);
+            problem(s, part, BK_DESCRIPTOR_REFUSED,
+                    "option '%s': an int default must be a whole number of magnitude at most 2^53, got %g", o->name, v);
         break;
     case BIASKIT_OPT_DOUBLE:
         if (!isfinite(v))

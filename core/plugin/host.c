@@ -2,15 +2,18 @@
 #include "plugin/host.h"
 
 #include "plugin/descriptor.h"
+#include "util/file.h"
 #include "util/path.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,12 +92,88 @@ int bk_registry_init(bk_registry *reg, bk_error *err)
     return rc;
 }
 
+/* ---- the stage of plugin code, shared with a parent (bk_plugin_isolate) -------------------------- */
+
+static char *stage_page; /* MAP_SHARED with the parent; NULL: no parent listens */
+static size_t stage_size;
+
+int bk_plugin_stage_active(void)
+{
+    return stage_page != NULL;
+}
+
+void bk_plugin_stage(const char *fmt, ...)
+{
+    if (!stage_page)
+        return;
+    if (!fmt) {
+        stage_page[0] = '\0';
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(stage_page, stage_size, fmt, ap);
+    va_end(ap);
+}
+
+int bk_plugin_isolate(bk_isolated_fn fn, void *ctx, unsigned timeout_s, const char *what, bk_isolated *res,
+                      bk_error *err)
+{
+    bk_isolated local;
+    if (!res)
+        res = &local;
+    memset(res, 0, sizeof *res);
+    size_t size = (size_t)sysconf(_SC_PAGESIZE);
+    char *page = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED)
+        return bk_fail(err, BK_ERR_INTERNAL, "%s: cannot map a page shared with a child process: %s", what,
+                       strerror(errno));
+    page[0] = '\0';
+    char *outer_page = stage_page; /* a child of a child: the stages go to the innermost parent */
+    size_t outer_size = stage_size;
+    stage_page = page;
+    stage_size = size;
+    int rc = bk_isolate(fn, ctx, timeout_s, "the plugin code", res, err);
+    stage_page = outer_page;
+    stage_size = outer_size;
+    if (rc && !res->finished) {
+        char stage[BK_ERROR_MESSAGE_MAX / 2]; /* the child wrote it NUL-terminated; it may have died mid-write */
+        snprintf(stage, sizeof stage, "%.*s", (int)strnlen(page, size), page);
+        if (stage[0])
+            bk_error_prefix(err, "%s: ", stage);
+        else
+            bk_error_prefix(err, "%s: ", what);
+    }
+    munmap(page, size);
+    if (res == &local)
+        free(local.output);
+    return rc;
+}
+
+const char *bk_plugin_path_writable_by_others(const char *path, char *buf, size_t size)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !(st.st_mode & S_IWOTH))
+        return NULL;
+    snprintf(buf, size, "mode %04o%s", (unsigned)(st.st_mode & 07777),
+             S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) ? ", sticky: others cannot replace files, but can add them" : "");
+    return buf;
+}
+
+/* dlclose() runs the library's destructors: plugin code too. */
+static void close_library(void *handle, const char *path)
+{
+    bk_plugin_stage("plugin file '%s', in dlclose() (unloading the library runs its destructors)", path);
+    dlclose(handle);
+    bk_plugin_stage(NULL);
+}
+
 static void plugin_free(bk_plugin *p)
 {
     if (!p)
         return;
     if (p->handle)
-        dlclose(p->handle);
+        close_library(p->handle, p->path);
     free(p->path);
     free(p);
 }
@@ -172,10 +251,54 @@ static int register_plugin(bk_registry *reg, bk_plugin *p, bk_error *err)
     return BK_OK;
 }
 
+/* Accepts a descriptor for `canon`: the validator, then the name (*same_name is set when the only
+ * problem is that its name is already taken, by that plugin); on success registers it, owning
+ * `handle` (may be NULL). */
+static int accept_descriptor(bk_registry *reg, const biaskit_plugin *desc, const char *canon, void *handle,
+                             dev_t dev, ino_t ino, const bk_plugin **out, const bk_plugin **same_name, bk_error *err)
+{
+    bk_plugin_stage("plugin file '%s', reading the descriptor its entry point returned", canon);
+    int rc = check_descriptor(desc, canon, err);
+    if (!rc) {
+        const bk_plugin *same = bk_registry_find(reg, desc->name);
+        if (same) {
+            *same_name = same;
+            rc = bk_fail_duplicate_name(err, canon, desc->name, same->path);
+        }
+    }
+    bk_plugin_stage(NULL);
+    if (rc)
+        return rc;
+    bk_plugin *p = calloc(1, sizeof *p);
+    if (!p || !(p->path = strdup(canon))) {
+        free(p);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory loading plugin '%s'", canon);
+    }
+    p->desc = desc;
+    p->file_dev = dev;
+    p->file_ino = ino;
+    if ((rc = register_plugin(reg, p, err))) {
+        plugin_free(p);
+        return rc;
+    }
+    p->handle = handle; /* owned from here on */
+    *out = p;
+    return BK_OK;
+}
+
+int bk_registry_add(bk_registry *reg, const biaskit_plugin *desc, const char *path, const bk_plugin **out,
+                    bk_error *err)
+{
+    const bk_plugin *same_name = NULL;
+    if (!desc)
+        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s': %s() returned no descriptor", path, BIASKIT_ENTRY_SYMBOL);
+    return accept_descriptor(reg, desc, path, NULL, 0, 0, out, &same_name, err);
+}
+
 /* Loads one file; *same_name is set when the only problem is that its name is already taken, by
  * that plugin. A file already registered, by this path or another (a symlink, a hard link, a
  * directory listed twice), is the same plugin: its entry is returned, and dlopen() would return the
- * same library anyway. */
+ * same library anyway. Each stage that runs the library's code is named for bk_plugin_isolate. */
 static int load_file(bk_registry *reg, const char *path, const bk_plugin **out, const bk_plugin **same_name,
                      bk_error *err)
 {
@@ -190,56 +313,35 @@ static int load_file(bk_registry *reg, const char *path, const bk_plugin **out, 
             *out = reg->plugins[i];
             return BK_OK;
         }
+    /* dlopen() of a FIFO blocks until someone writes it, of a device reads it: refused by name first */
+    if (bk_file_check_regular(canon, "plugin file", err)) {
+        err->code = BK_ERR_PLUGIN;
+        return err->code;
+    }
 
     dlerror();
+    bk_plugin_stage("plugin file '%s', in dlopen() (mapping the library and running its constructors)", canon);
     void *handle = dlopen(canon, RTLD_NOW | RTLD_LOCAL);
+    bk_plugin_stage(NULL);
     if (!handle)
         return bk_fail(err, BK_ERR_PLUGIN, "cannot load plugin '%s': %s", canon, dlerror());
     biaskit_entry_fn entry;
     /* POSIX: a function pointer round-trips through void* (dlsym's documented use). */
     *(void **)&entry = dlsym(handle, BIASKIT_ENTRY_SYMBOL);
     if (!entry) {
-        dlclose(handle);
+        close_library(handle, canon);
         return bk_fail(err, BK_ERR_PLUGIN,
                        "plugin '%s' is not a biaskit plugin: no entry symbol '%s' (define it with BIASKIT_DEFINE_PLUGIN)",
                        canon, BIASKIT_ENTRY_SYMBOL);
     }
+    bk_plugin_stage("plugin file '%s', in its entry point %s()", canon, BIASKIT_ENTRY_SYMBOL);
     const biaskit_plugin *desc = entry(BIASKIT_ABI_VERSION);
-    if (!desc) {
-        dlclose(handle);
-        return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s': %s() returned no descriptor", canon,
-                       BIASKIT_ENTRY_SYMBOL);
-    }
-    int rc = check_descriptor(desc, canon, err);
-    if (!rc) {
-        const bk_plugin *same = bk_registry_find(reg, desc->name);
-        if (same) {
-            *same_name = same;
-            rc = bk_fail(err, BK_ERR_PLUGIN,
-                         "plugin '%s': duplicate name '%s', already loaded from '%s'", canon, desc->name,
-                         same->path);
-        }
-    }
-    if (rc) {
-        dlclose(handle);
-        return rc;
-    }
-    bk_plugin *p = calloc(1, sizeof *p);
-    if (!p || !(p->path = strdup(canon))) {
-        free(p);
-        dlclose(handle);
-        return bk_fail(err, BK_ERR_NOMEM, "out of memory loading plugin '%s'", canon);
-    }
-    p->desc = desc;
-    p->handle = handle;
-    p->file_dev = st.st_dev;
-    p->file_ino = st.st_ino;
-    if ((rc = register_plugin(reg, p, err))) {
-        plugin_free(p);
-        return rc;
-    }
-    *out = p;
-    return BK_OK;
+    bk_plugin_stage(NULL);
+    int rc = desc ? accept_descriptor(reg, desc, canon, handle, st.st_dev, st.st_ino, out, same_name, err)
+                  : bk_fail(err, BK_ERR_PLUGIN, "plugin '%s': %s() returned no descriptor", canon, BIASKIT_ENTRY_SYMBOL);
+    if (rc)
+        close_library(handle, canon);
+    return rc;
 }
 
 int bk_registry_load_file(bk_registry *reg, const char *path, const bk_plugin **out, bk_error *err)
@@ -254,42 +356,26 @@ static int names_a_path(const char *s)
     return strchr(s, '/') != NULL || (n >= k && strcmp(s + n - k, BK_PLUGIN_FILE_SUFFIX) == 0);
 }
 
-static int file_exists(const char *path)
+int bk_registry_locate(const bk_registry *reg, const char *name_or_path, char *path, size_t size, bk_error *err)
 {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-int bk_registry_load(bk_registry *reg, const char *name_or_path, const bk_plugin **out, bk_error *err)
-{
-    if (names_a_path(name_or_path)) {
-        char path[PATH_MAX];
-        int rc = bk_path_resolve(reg->relative_to, name_or_path, path, sizeof path, err);
-        return rc ? rc : bk_registry_load_file(reg, path, out, err);
-    }
+    if (names_a_path(name_or_path))
+        return bk_path_resolve(reg->relative_to, name_or_path, path, size, err);
     if (!bk_descriptor_identifier(name_or_path, 1))
         return bk_fail(err, BK_ERR_PLUGIN,
                        "'%s' is neither a plugin name (lower-case letters, digits, '_', '-') nor a path to a .so",
                        name_or_path);
-    const bk_plugin *loaded = bk_registry_find(reg, name_or_path);
-    if (loaded) {
-        *out = loaded;
-        return BK_OK;
-    }
     char tried[BK_ERROR_MESSAGE_MAX / 2] = "";
     size_t used = 0;
     for (size_t i = 0; i < reg->n_search_dirs; i++) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s%s%s", reg->search_dirs[i], BK_PLUGIN_FILE_PREFIX, name_or_path,
-                 BK_PLUGIN_FILE_SUFFIX);
-        if (file_exists(path)) {
-            int rc = bk_registry_load_file(reg, path, out, err);
-            if (rc)
-                return rc;
-            if (strcmp((*out)->desc->name, name_or_path) != 0)
-                return bk_fail(err, BK_ERR_PLUGIN, "plugin file '%s' declares the name '%s', expected '%s'",
-                               (*out)->path, (*out)->desc->name, name_or_path);
-            return BK_OK;
+        int n = snprintf(path, size, "%s/%s%s%s", reg->search_dirs[i], BK_PLUGIN_FILE_PREFIX, name_or_path,
+                         BK_PLUGIN_FILE_SUFFIX);
+        struct stat st;
+        if (n > 0 && (size_t)n < size && stat(path, &st) == 0) {
+            if (S_ISREG(st.st_mode))
+                return BK_OK;
+            bk_file_check_regular(path, "plugin file", err); /* a FIFO, a directory: refused by name */
+            err->code = BK_ERR_PLUGIN;
+            return err->code;
         }
         if (used < sizeof tried)
             used += (size_t)snprintf(tried + used, sizeof tried - used, "%s%s", used ? ", " : "", path);
@@ -299,14 +385,31 @@ int bk_registry_load(bk_registry *reg, const char *name_or_path, const bk_plugin
                    name_or_path, reg->n_search_dirs ? tried : "no directories");
 }
 
+int bk_registry_load(bk_registry *reg, const char *name_or_path, const bk_plugin **out, bk_error *err)
+{
+    int by_name = !names_a_path(name_or_path);
+    const bk_plugin *loaded = by_name ? bk_registry_find(reg, name_or_path) : NULL;
+    if (loaded) {
+        *out = loaded;
+        return BK_OK;
+    }
+    char path[PATH_MAX];
+    int rc = bk_registry_locate(reg, name_or_path, path, sizeof path, err);
+    if (rc || (rc = bk_registry_load_file(reg, path, out, err)))
+        return rc;
+    if (by_name && strcmp((*out)->desc->name, name_or_path) != 0)
+        return bk_fail(err, BK_ERR_PLUGIN, "plugin file '%s' declares the name '%s', expected '%s'", (*out)->path,
+                       (*out)->desc->name, name_or_path);
+    return BK_OK;
+}
+
 static int compare_names(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-size_t bk_registry_scan(bk_registry *reg, bk_scan_problem_fn on_problem, void *ctx)
+void bk_registry_scan_files(const bk_registry *reg, bk_scan_file_fn fn, void *ctx)
 {
-    size_t before = reg->count;
     size_t prefix = strlen(BK_PLUGIN_FILE_PREFIX), suffix = strlen(BK_PLUGIN_FILE_SUFFIX);
     for (size_t i = 0; i < reg->n_search_dirs; i++) {
         DIR *dir = opendir(reg->search_dirs[i]);
@@ -333,22 +436,50 @@ size_t bk_registry_scan(bk_registry *reg, bk_scan_problem_fn on_problem, void *c
             char path[PATH_MAX];
             snprintf(path, sizeof path, "%s/%s", reg->search_dirs[i], files[k]);
             free(files[k]);
-            const bk_plugin *p, *winner;
-            bk_error e;
-            if (!load_file(reg, path, &p, &winner, &e) || !on_problem)
-                continue;
-            if (!winner) {
-                on_problem(ctx, BK_SCAN_REJECTED, path, e.message);
-                continue;
-            }
-            char canon[PATH_MAX], message[2 * PATH_MAX + 256];
-            const char *shown = realpath(path, canon) ? canon : path;
-            snprintf(message, sizeof message, "'%s' (plugin '%s') is shadowed by '%s', earlier in the search path",
-                     shown, winner->desc->name, winner->path);
-            on_problem(ctx, BK_SCAN_SHADOWED, shown, message);
+            fn(ctx, path);
         }
         free(files);
     }
+}
+
+int bk_fail_duplicate_name(bk_error *err, const char *path, const char *name, const char *first)
+{
+    return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s': duplicate name '%s', already loaded from '%s'", path, name, first);
+}
+
+void bk_shadow_message(char *buf, size_t size, const char *path, const char *name, const char *winner)
+{
+    snprintf(buf, size, "'%s' (plugin '%s') is shadowed by '%s', earlier in the search path", path, name, winner);
+}
+
+typedef struct scan_state {
+    bk_registry *reg;
+    bk_scan_problem_fn on_problem;
+    void *ctx;
+} scan_state;
+
+static void scan_one(void *ctx, const char *path)
+{
+    scan_state *s = ctx;
+    const bk_plugin *p, *winner;
+    bk_error e;
+    if (!load_file(s->reg, path, &p, &winner, &e) || !s->on_problem)
+        return;
+    if (!winner) {
+        s->on_problem(s->ctx, BK_SCAN_REJECTED, path, e.message);
+        return;
+    }
+    char canon[PATH_MAX], message[2 * PATH_MAX + 256];
+    const char *shown = realpath(path, canon) ? canon : path;
+    bk_shadow_message(message, sizeof message, shown, winner->desc->name, winner->path);
+    s->on_problem(s->ctx, BK_SCAN_SHADOWED, shown, message);
+}
+
+size_t bk_registry_scan(bk_registry *reg, bk_scan_problem_fn on_problem, void *ctx)
+{
+    size_t before = reg->count;
+    scan_state s = {reg, on_problem, ctx};
+    bk_registry_scan_files(reg, scan_one, &s);
     return reg->count - before;
 }
 

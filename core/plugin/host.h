@@ -3,14 +3,20 @@
  *
  * Search order for a plugin named NAME (file biaskit_NAME.so):
  *   1. each directory of $BIASKIT_PLUGIN_PATH (colon-separated), in order;
- *   2. the install directory: <directory of the running executable>/../lib/biaskit/plugins;
- *   3. the build directory the engine was compiled in (so ./build/biaskit finds built-in plugins).
+ *   2. when the running executable is installed (<its directory>/../lib/biaskit/plugins exists): that
+ *      install directory, and nothing else;
+ *   3. otherwise (./build/biaskit, the tests): the build directory the engine was compiled in.
  * A plugin named by a path ("./libmine.so", anything containing '/' or ending in ".so") is loaded
- * from that file only. */
+ * from that file only. Only regular files are loaded: a FIFO, a device or a directory is refused by
+ * name before dlopen() could block on it or read it.
+ *
+ * Loading runs the plugin's code in this process (its constructors, its entry point); a command that
+ * only needs an answer from a plugin asks it in a child process (bk_plugin_isolate below). */
 #ifndef BK_PLUGIN_HOST_H
 #define BK_PLUGIN_HOST_H
 
 #include "util/error.h"
+#include "util/isolate.h"
 
 #include <biaskit/plugin.h>
 #include <stddef.h>
@@ -56,6 +62,18 @@ int bk_registry_load_file(bk_registry *reg, const char *path, const bk_plugin **
 int bk_registry_load(bk_registry *reg, const char *name_or_path, const bk_plugin **out,
                      bk_error *err);
 
+/* The file bk_registry_load would load for `name_or_path`, without loading anything: a path resolved
+ * (against reg->relative_to), or the first biaskit_NAME.so of the search path. Not found: the message
+ * lists every file that was tried; a biaskit_NAME.so that is not a regular file is refused by name. */
+int bk_registry_locate(const bk_registry *reg, const char *name_or_path, char *path, size_t size, bk_error *err);
+
+/* Registers a descriptor that is already in memory (a test's, a fuzzer's; bk_registry_load_file
+ * takes the same path after dlopen() and the entry point): refused unless the validator
+ * (plugin/descriptor.h) accepts it and its name is free, with the messages of bk_registry_load_file
+ * naming `path`. The descriptor must outlive the registry; nothing is unloaded when it is freed. */
+int bk_registry_add(bk_registry *reg, const biaskit_plugin *desc, const char *path, const bk_plugin **out,
+                    bk_error *err);
+
 /* Load every biaskit_*.so in the search path, in search order. Files that are rejected, and names
  * already provided by an earlier directory (shadowed: the message names both files), are reported
  * through `on_problem` (may be NULL) and skipped; the scan goes on. A file already registered under
@@ -64,6 +82,41 @@ int bk_registry_load(bk_registry *reg, const char *name_or_path, const bk_plugin
 typedef enum bk_scan_problem { BK_SCAN_REJECTED, BK_SCAN_SHADOWED } bk_scan_problem;
 typedef void (*bk_scan_problem_fn)(void *ctx, bk_scan_problem kind, const char *path, const char *message);
 size_t bk_registry_scan(bk_registry *reg, bk_scan_problem_fn on_problem, void *ctx);
+
+/* The files bk_registry_scan would load, without loading them: each biaskit_*.so of each search
+ * directory, in search order (by name within a directory); fn(ctx, path) for each. */
+typedef void (*bk_scan_file_fn)(void *ctx, const char *path);
+void bk_registry_scan_files(const bk_registry *reg, bk_scan_file_fn fn, void *ctx);
+
+/* BK_ERR_PLUGIN "plugin 'PATH': duplicate name 'NAME', already loaded from 'FIRST'". */
+int bk_fail_duplicate_name(bk_error *err, const char *path, const char *name, const char *first);
+
+/* The note for a file whose plugin name an earlier file of the search path has: "'PATH' (plugin
+ * 'NAME') is shadowed by 'WINNER', earlier in the search path". */
+void bk_shadow_message(char *buf, size_t size, const char *path, const char *name, const char *winner);
+
+/* ---- plugin code in a child process -------------------------------------------------------------
+ * A plugin's constructors, its entry point, create() and the rest are arbitrary code that may crash,
+ * call exit() or never return. bk_plugin_isolate runs fn in a child (util/isolate.h) while every
+ * stage of plugin code that the loader (dlopen, the entry point, reading the descriptor, dlclose) and
+ * the terms (create() and the other calls, bias/terms.c) enter is written to a page shared with the
+ * parent. A child that dies is then BK_ERR_PLUGIN naming the stage, its plugin and file, and what
+ * happened: "plugin file '/x/biaskit_y.so', in dlopen() (its constructors): the plugin code crashed
+ * with signal 6 (SIGABRT, Aborted)"; `what` names the work when it died outside plugin code.
+ * timeout_s 0: BK_ISOLATE_TIMEOUT_S. One call at a time per process (the page is process-wide); a
+ * child may call it again (its own children then report to it). */
+int bk_plugin_isolate(bk_isolated_fn fn, void *ctx, unsigned timeout_s, const char *what, bk_isolated *res,
+                      bk_error *err);
+
+/* Names the plugin code about to run (printf-style), when a bk_plugin_isolate child is listening
+ * (bk_plugin_stage_active); NULL ends the stage. Anywhere else it does nothing. */
+int bk_plugin_stage_active(void);
+void bk_plugin_stage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Whether users other than the owner and group may write `path` (a plugin directory or file): a
+ * library placed there runs its code in whoever loads it. NULL when not (or when `path` does not
+ * exist), else the mode in words for a warning, written into buf: "mode 0777". */
+const char *bk_plugin_path_writable_by_others(const char *path, char *buf, size_t size);
 
 /* After create() returned BIASKIT_OK: BK_OK when it gave an instance, else BK_ERR_PLUGIN naming the
  * plugin and its file. Every caller of create() asks, since every other function of the plugin gets
