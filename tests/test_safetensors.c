@@ -1,7 +1,7 @@
 /* safetensors files: round trips, the header as written on disk, atomic overwrite (one temp file per writer, so
  * concurrent writers of one path never mix their bytes), the header-size cap, XXH64 against its reference values,
- * and a message for each way a file can be malformed (truncated, bad JSON, wrong dtype, mismatched or overlapping
- * offsets). */
+ * a message for each way a file can be malformed (truncated, bad JSON, wrong dtype, mismatched or overlapping
+ * offsets), and regular files only (a FIFO or a device refused without blocking). */
 #define _POSIX_C_SOURCE 200809L
 
 #include "test_util.h"
@@ -229,6 +229,38 @@ static void round_trip(void **state)
     assert_null(bk_safetensors_meta(st, "format"));
     bk_safetensors_close(st);
     bk_safetensors_close(NULL);
+}
+
+/* The header alone: the same tensors, shapes and metadata, no data; a truncated data section is
+ * still refused (the offsets are checked against the file's size). */
+static void header_only(void **state)
+{
+    char path[600], cut[600];
+    path_in(state, "model.safetensors", path, sizeof path);
+    path_in(state, "cut.safetensors", cut, sizeof cut);
+    bk_st_tensor t[5];
+    int n = sample_tensors(t);
+    write_sample(path);
+    bk_safetensors *st = NULL;
+    bk_error err;
+    assert_int_equal(bk_safetensors_open_header(path, &st, &err), BK_OK);
+    assert_int_equal(bk_safetensors_count(st), n);
+    for (int i = 0; i < n; i++) {
+        const bk_st_tensor *got = bk_safetensors_find(st, t[i].name);
+        assert_non_null(got);
+        assert_int_equal(got->ndim, t[i].ndim);
+        assert_null(got->data);
+    }
+    assert_string_equal(bk_safetensors_meta(st, "note"), sample_meta[1].value);
+    bk_safetensors_close(st);
+
+    size_t len;
+    unsigned char *bytes = read_all(path, &len);
+    write_bytes(cut, bytes, len - 1);
+    assert_int_equal(bk_safetensors_open_header(cut, &st, &err), BK_ERR_PARSE);
+    assert_null(st);
+    assert_message_has(err.message, "tensor 'cube' ends at byte 64 of the data, the file holds 63 data bytes");
+    free(bytes);
 }
 
 static void header_is_aligned_json(void **state)
@@ -654,7 +686,14 @@ static void unreadable_files(void **state)
     expect_open_fails(path, BK_ERR_IO, "cannot read '");
     expect_open_fails(path, BK_ERR_IO, "No such file or directory");
     fixture *fx = *state;
-    expect_open_fails(fx->dir, BK_ERR_IO, "Is a directory");
+    expect_open_fails(fx->dir, BK_ERR_IO, "is a directory; expected a regular file");
+    /* a FIFO (or a device) is refused by name at once: opening it for reading would block */
+    path_in(state, "fifo.safetensors", path, sizeof path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(20); /* a blocking open fails the test instead of hanging it */
+    expect_open_fails(path, BK_ERR_IO, "is a FIFO (named pipe); expected a regular file");
+    expect_open_fails("/dev/zero", BK_ERR_IO, "is a character device");
+    alarm(0);
 }
 
 static void write_into_missing_directory(void **state)
@@ -703,6 +742,7 @@ static void write_rejects_bad_input(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(header_only, setup, teardown),
         cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(header_is_aligned_json, setup, teardown),
         cmocka_unit_test_setup_teardown(file_order_is_data_order, setup, teardown),

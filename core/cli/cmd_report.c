@@ -18,7 +18,9 @@ static const char help[] =
     "               learned bias T_h(d) per head (from its first seed's checkpoint), and the learned\n"
     "               mixing weights over training: NAME.png, with the gnuplot script NAME.gp that drew\n"
     "               it from NAME.dat (restyle: edit NAME.gp, run 'gnuplot NAME.gp')\n\n"
-    "Figures need gnuplot (Debian: gnuplot-nox); without it the scripts and data are still written.\n\n"
+    "Figures need gnuplot (Debian: gnuplot-nox); without it the scripts and data are still written.\n"
+    "Only regular files are read (a FIFO or a device in a file's place is refused by name). An\n"
+    "evaluation of another step than the run's checkpoint is set aside and the run listed.\n\n"
     "  --out DIR    write the report there (default: <sweep dir>/report)\n";
 
 /* The report of sweep directory `dir` into `out` (NULL: dir/report), with the summary lines; the exit

@@ -6,7 +6,9 @@
 #define _GNU_SOURCE /* prctl, setenv, dprintf */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "dist/dist.h"
 #include "sweep/sweep.h"
+#include "util/file.h"
 #include "util/path.h"
 
 #include <errno.h>
@@ -22,7 +24,8 @@
 #include <unistd.h>
 
 static const char help_head[] =
-    "usage: biaskit sweep <sweep.toml> [--jobs N] [--dry-run] [--only NAME-GLOB] [--report]\n\n"
+    "usage: biaskit sweep <sweep.toml> [--jobs N] [--dry-run] [--only NAME-GLOB]... [--report]\n"
+    "                     [--plugin-timeout S]\n\n"
     "Trains and evaluates every run of a sweep file: a base experiment crossed with [[variant]]s\n"
     "(positional schemes), [[corpus]]es, [grid] values and seeds. Every run is resolved and\n"
     "validated before anything runs. Runs already done are skipped; an interrupted run resumes from\n"
@@ -32,12 +35,17 @@ static const char help_head[] =
     "                   cores when [run] threads is 0), at least 1 (default 1)\n"
     "  --dry-run        resolve and list the runs, their state and settings; write nothing (exit 1\n"
     "                   when a run cannot train)\n"
-    "  --only GLOB      only the runs whose name matches the shell pattern, e.g. 'alibi-*'\n"
+    "  --only GLOB      only the runs whose name matches the shell pattern, e.g. 'alibi-*'; repeat it\n"
+    "                   for the runs that match any of them\n"
     "  --report         then write the sweep's report, as `biaskit report <sweep dir>` does (also after\n"
-    "                   failed runs, which it lists; not after Ctrl-C)\n\n"
+    "                   failed runs, which it lists; not after Ctrl-C)\n"
+    "  --plugin-timeout S  time limit in seconds of the plugins' check of a variant's terms, run in a\n"
+    "                   child process before anything trains (default 60): a plugin that crashes,\n"
+    "                   exits or hangs there fails that variant's runs, and the others run\n\n"
     "The sweep directory holds sweep.json (the runs), and per run <name>/: experiment.toml (the\n"
     "resolved experiment), the training's files, eval.json (and eval-sliding.json), status.json,\n"
-    "train.log and eval.log. See docs/sweeps.md.\n\n";
+    "train.log and eval.log. One sweep at a time works in a sweep directory (.sweep.lock); a sweep\n"
+    "started by an MPI launcher (mpirun) is refused: every run is its own process. See docs/sweeps.md.\n\n";
 
 /* ------------------------------------------------------------------------------------------------
  * Signals: Ctrl-C (SIGINT) or SIGTERM stop the sweep; they are passed on to the children, which run
@@ -160,11 +168,24 @@ static int spawn(sweep_ctx *c, job *j, bk_error *err)
     argv[n++] = threads;
     argv[n] = NULL;
 
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+    /* a FIFO or a device put there is refused, never opened (O_NONBLOCK: nor one put there meanwhile) */
+    struct stat sb;
+    if (stat(log, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return bk_fail(err, BK_ERR_IO, "run '%s': its log '%s' is %s; expected a regular file", r->name, log,
+                       bk_file_kind(sb.st_mode));
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0666);
     if (fd < 0)
         return bk_fail(err, BK_ERR_IO, "run '%s': cannot write '%s': %s", r->name, log, strerror(errno));
-    struct stat sb;
-    j->log_offset = fstat(fd, &sb) == 0 ? (long)sb.st_size : 0;
+    int stat_failed = fstat(fd, &sb) != 0, e = errno;
+    if (stat_failed || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        if (stat_failed)
+            return bk_fail(err, BK_ERR_IO, "run '%s': cannot write '%s': %s", r->name, log, strerror(e));
+        return bk_fail(err, BK_ERR_IO, "run '%s': its log '%s' is %s; expected a regular file", r->name, log,
+                       bk_file_kind(sb.st_mode));
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    j->log_offset = (long)sb.st_size;
     dprintf(fd, "$");
     for (int i = 0; i < n; i++)
         dprintf(fd, " %s", argv[i]);
@@ -217,8 +238,9 @@ static void child_error(const job *j, int status, char *out, size_t size)
                  log);
     else
         snprintf(out, size, "%s exited with status %d; see %.1024s", what, WEXITSTATUS(status), log);
-    FILE *f = fopen(log, "r");
-    if (!f)
+    FILE *f;
+    bk_error ignored; /* a log that cannot be read (or is no longer a regular file) leaves the description */
+    if (bk_file_open_regular(log, "run log", 0, &f, NULL, &ignored))
         return;
     fseek(f, j->log_offset, SEEK_SET);
     char line[BK_ERROR_MESSAGE_MAX + 64];
@@ -361,7 +383,7 @@ static void print_run(const bk_sweep_run *r, const bk_run_status *st)
         printf("    cannot train: %s\n", r->invalid);
 }
 
-static int dry_run(const bk_sweep *sw, const char *only, const bk_run_status *sts)
+static int dry_run(const bk_sweep *sw, const char *const *only, int n_only, const bk_run_status *sts)
 {
     int invalid = 0, n = 0;
     char shown[4096];
@@ -382,7 +404,7 @@ static int dry_run(const bk_sweep *sw, const char *only, const bk_run_status *st
         printf("; sliding, stride %lld", (long long)sw->sliding);
     printf("), %lld tokens\n\n", (long long)sw->tokens);
     for (int i = 0; i < sw->n_runs; i++) {
-        if (!bk_sweep_run_selected(&sw->runs[i], only))
+        if (!bk_sweep_run_selected(&sw->runs[i], only, n_only))
             continue;
         print_run(&sw->runs[i], &sts[i]);
         invalid += sw->runs[i].invalid != NULL;
@@ -395,9 +417,39 @@ static int dry_run(const bk_sweep *sw, const char *only, const bk_run_status *st
     return invalid ? 1 : 0;
 }
 
+/* Every run's status.json; a damaged one is a warning, and the run starts again (from its checkpoint,
+ * if any). */
+static void read_states(const bk_sweep *sw, bk_run_status *sts)
+{
+    bk_error err;
+    for (int i = 0; i < sw->n_runs; i++)
+        if (bk_sweep_read_status(&sw->runs[i], &sts[i], &err)) {
+            fprintf(stderr, "biaskit: warning: %s\n", err.message);
+            sts[i].state = BK_RUN_PENDING;
+        }
+}
+
+/* A sweep started by an MPI launcher: each process would run the whole sweep into one directory, and
+ * every run (a child) would inherit the launcher's environment. */
+static int refuse_mpi_launcher(bk_error *err)
+{
+    const char *v = NULL;
+    const char *var = bk_dist_launcher_var(&v);
+    if (var)
+        return bk_fail(err, BK_ERR_USAGE,
+                       "biaskit sweep: started by an MPI launcher (%s=%s): each of its processes would run the "
+                       "whole sweep into the same directory, and every run would inherit the launcher's "
+                       "environment. Run 'biaskit sweep' without mpirun: each run is its own process "
+                       "(--jobs N runs N at a time); 'mpirun -np N biaskit train' trains one experiment "
+                       "data-parallel (docs/scaling.md)",
+                       var, v);
+    return BK_OK;
+}
+
 int bk_cmd_sweep(int argc, char **argv)
 {
-    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"jobs", 1, 0}, {"dry-run", 0, 0}, {"only", 1, 0}, {"report", 0, 0}};
+    static const bk_arg_spec specs[] = {{"help", 0, 0},   {"jobs", 1, 0},   {"dry-run", 0, 0},
+                                        {"only", 1, 1},   {"report", 0, 0}, {"plugin-timeout", 1, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit sweep", &args, &err))
@@ -411,21 +463,31 @@ int bk_cmd_sweep(int argc, char **argv)
         bk_fail(&err, BK_ERR_USAGE, "biaskit sweep: expected one sweep file; see 'biaskit sweep --help'");
         return bk_report(&err);
     }
-    long jobs = 1;
+    if (refuse_mpi_launcher(&err))
+        return bk_report(&err);
+    long jobs = 1, timeout = BK_SWEEP_PLUGIN_TIMEOUT_S;
     const char *v = bk_args_get(&args, "jobs");
     if (v && bk_args_int("jobs", v, 1, 256, &jobs, &err))
         return bk_report(&err);
-    const char *only = bk_args_get(&args, "only");
+    if ((v = bk_args_get(&args, "plugin-timeout")) && bk_args_int("plugin-timeout", v, 1, 86400, &timeout, &err))
+        return bk_report(&err);
+    const char *only[BK_ARGS_MAX];
+    int n_only = (int)bk_args_all(&args, "only", only, BK_ARGS_MAX);
 
     bk_sweep sw;
-    if (bk_sweep_load(args.positional[0], &sw, &err))
+    bk_sweep_load_options lo = {only, n_only, (unsigned)timeout, 0, 0};
+    if (bk_sweep_load_ex(args.positional[0], &lo, &sw, &err))
         return bk_report(&err);
     int selected = 0;
     for (int i = 0; i < sw.n_runs; i++)
-        selected += bk_sweep_run_selected(&sw.runs[i], only);
+        selected += bk_sweep_run_selected(&sw.runs[i], only, n_only);
     if (!selected) {
-        bk_fail(&err, BK_ERR_USAGE, "biaskit sweep: no run of '%s' matches --only '%s' (%d runs, e.g. '%s')", sw.path,
-                only, sw.n_runs, sw.runs[0].name);
+        char list[1024] = "";
+        size_t used = 0;
+        for (int i = 0; i < n_only && used < sizeof list; i++)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s'", i ? ", " : "", only[i]);
+        bk_fail(&err, BK_ERR_USAGE, "biaskit sweep: no run of '%s' matches --only %s (%d runs, e.g. '%s')", sw.path,
+                list, sw.n_runs, sw.runs[0].name);
         bk_sweep_free(&sw);
         return bk_report(&err);
     }
@@ -437,15 +499,10 @@ int bk_cmd_sweep(int argc, char **argv)
         bk_fail(&err, BK_ERR_NOMEM, "out of memory");
         return bk_report(&err);
     }
-    int rc = 0;
-    for (int i = 0; i < sw.n_runs && !rc; i++)
-        if (bk_sweep_read_status(&sw.runs[i], &sts[i], &err)) {
-            /* a damaged status file: the run starts again (from its checkpoint, if any) */
-            fprintf(stderr, "biaskit: warning: %s\n", err.message);
-            sts[i].state = BK_RUN_PENDING;
-        }
-    if (bk_args_get(&args, "dry-run")) {
-        rc = dry_run(&sw, only, sts);
+    int rc = 0, dry = bk_args_get(&args, "dry-run") != NULL;
+    if (dry) {
+        read_states(&sw, sts);
+        rc = dry_run(&sw, only, n_only, sts);
         free(sts), free(jobsv);
         bk_sweep_free(&sw);
         return rc;
@@ -454,16 +511,20 @@ int bk_cmd_sweep(int argc, char **argv)
     sweep_ctx c = {&sw, (int)jobs, sysconf(_SC_NPROCESSORS_ONLN), 0, 0, 0, 0, NULL, 0};
     if (c.threads_per_run_total < 1)
         c.threads_per_run_total = 1;
-    if (bk_sweep_write_index(&sw, &err)) {
+    /* one sweep at a time in a sweep directory: the states are read under its lock */
+    int lock = -1;
+    if (bk_sweep_lock(&sw, &lock, &err) || bk_sweep_write_index(&sw, &err)) {
+        bk_sweep_unlock(&lock);
         free(sts), free(jobsv);
         bk_sweep_free(&sw);
         return bk_report(&err);
     }
+    read_states(&sw, sts);
 
     /* the queue: every selected run not yet done */
     int n_queue = 0, skipped = 0;
     for (int i = 0; i < sw.n_runs; i++) {
-        if (!bk_sweep_run_selected(&sw.runs[i], only))
+        if (!bk_sweep_run_selected(&sw.runs[i], only, n_only))
             continue;
         if (sts[i].state == BK_RUN_DONE) {
             skipped++;
@@ -564,6 +625,7 @@ int bk_cmd_sweep(int argc, char **argv)
         int report_rc = bk_report_sweep_dir(sw.out_dir, NULL);
         rc = rc ? rc : report_rc;
     }
+    bk_sweep_unlock(&lock);
     for (int i = 0; i < c.n_failures; i++)
         free(c.failures[i]);
     free(c.failures);

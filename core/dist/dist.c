@@ -13,15 +13,26 @@
  * then the PMI of MPICH / Slurm's srun. */
 static const char *const launcher_size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
 
-/* The job size the launcher announced, or 0 when no launcher started this process. */
-static int launched_size(void)
+const char *bk_dist_launcher_var(const char **value)
 {
     for (size_t i = 0; i < sizeof launcher_size_vars / sizeof launcher_size_vars[0]; i++) {
         const char *v = getenv(launcher_size_vars[i]);
-        if (v && *v)
-            return atoi(v) > 0 ? atoi(v) : 1;
+        if (v && *v) {
+            if (value)
+                *value = v;
+            return launcher_size_vars[i];
+        }
     }
-    return 0;
+    return NULL;
+}
+
+/* The job size the launcher announced, or 0 when no launcher started this process. */
+static int launched_size(void)
+{
+    const char *v = NULL;
+    if (!bk_dist_launcher_var(&v))
+        return 0;
+    return atoi(v) > 0 ? atoi(v) : 1;
 }
 
 int bk_dist_threads(const bk_dist *d)

@@ -31,6 +31,10 @@ int bk_dist_threads(const bk_dist *d);
 int bk_dist_available(void);
 /* One process: rank 0 of 1, no MPI. */
 void bk_dist_single(bk_dist *d);
+/* The environment variable by which a launcher (Open MPI's mpirun, or a PMI launcher such as srun)
+ * announced a job, with its value in *value; NULL when no launcher started this process. */
+const char *bk_dist_launcher_var(const char **value);
+
 /* MPI_Init when built with MPI and started by an MPI launcher (Open MPI's mpirun, or a PMI launcher such
  * as srun: the environment says so); else bk_dist_single. An error when the launcher started N > 1
  * processes of an engine built without MPI (each would train alone). */

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "io/safetensors.h"
+#include "util/file.h"
 
 #include <stddef.h>
 
@@ -731,30 +732,24 @@ static int parse_header(const char *path, const char *header, size_t header_len,
     return BK_OK;
 }
 
-int bk_safetensors_open(const char *path, bk_safetensors **out, bk_error *err)
+static int open_file(const char *path, int with_data, bk_safetensors **out, bk_error *err)
 {
     if (out)
         *out = NULL;
     if (!path || !out)
         return bk_fail(err, BK_ERR_INVALID, "cannot read a safetensors file: no path or result given");
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-    struct stat sb;
-    int stat_failed = fstat(fileno(f), &sb) != 0;
-    if (stat_failed || !S_ISREG(sb.st_mode)) {
-        int e = stat_failed ? errno : S_ISDIR(sb.st_mode) ? EISDIR : 0;
-        fclose(f);
-        return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, e ? strerror(e) : "not a regular file");
-    }
-    uint64_t size = (uint64_t)sb.st_size;
+    FILE *f = NULL; /* a regular file only: a FIFO or a device is refused by name, without blocking */
+    uint64_t size = 0;
+    int rc = bk_file_open_regular(path, "safetensors file", 0, &f, &size, err);
+    if (rc != BK_OK)
+        return rc;
     if (size < 8) {
         fclose(f);
         return bk_fail(err, BK_ERR_PARSE, "%s: truncated: %" PRIu64 " bytes, too short for a safetensors header", path,
                        size);
     }
     unsigned char length[8];
-    int rc = read_exact(f, length, sizeof length, path, err);
+    rc = read_exact(f, length, sizeof length, path, err);
     if (rc != BK_OK) {
         fclose(f);
         return rc;
@@ -794,6 +789,16 @@ int bk_safetensors_open(const char *path, bk_safetensors **out, bk_error *err)
         rc = parse_header(path, header, (size_t)header_len, data_bytes, st, &entries, err);
     }
     free(header);
+    if (!with_data) { /* the header alone: the tensors have no data */
+        fclose(f);
+        free(entries);
+        if (rc != BK_OK) {
+            bk_safetensors_close(st);
+            return rc;
+        }
+        *out = st;
+        return BK_OK;
+    }
     if (rc == BK_OK) {
         st->data = malloc(data_bytes ? (size_t)data_bytes : 1);
         if (!st->data)
@@ -825,6 +830,16 @@ int bk_safetensors_open(const char *path, bk_safetensors **out, bk_error *err)
     }
     *out = st;
     return BK_OK;
+}
+
+int bk_safetensors_open(const char *path, bk_safetensors **out, bk_error *err)
+{
+    return open_file(path, 1, out, err);
+}
+
+int bk_safetensors_open_header(const char *path, bk_safetensors **out, bk_error *err)
+{
+    return open_file(path, 0, out, err);
 }
 
 int bk_safetensors_count(const bk_safetensors *st)

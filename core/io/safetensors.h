@@ -40,11 +40,16 @@ int bk_safetensors_write(const char *path, const bk_st_tensor *tensors, int n_te
 
 typedef struct bk_safetensors bk_safetensors;
 
-/* Read and validate a whole file: header length within the file and at most BK_ST_MAX_HEADER, valid JSON, every tensor F32 with
- * offsets inside the data and matching its shape, no overlaps. Errors name the path and what is
- * wrong (BK_ERR_IO for unreadable, BK_ERR_PARSE for malformed or truncated:
+/* Read and validate a whole file: a regular file (opened through util/file.h: a FIFO, a device or a
+ * directory is refused by name, without blocking), header length within the file and at most
+ * BK_ST_MAX_HEADER, valid JSON, every tensor F32 with offsets inside the data and matching its shape,
+ * no overlaps. Errors name the path and what is wrong (BK_ERR_IO for unreadable or not a regular file,
+ * BK_ERR_PARSE for malformed or truncated:
  * "PATH: truncated: tensor 'NAME' ends at byte E of the data, the file holds D data bytes"). */
 int bk_safetensors_open(const char *path, bk_safetensors **out, bk_error *err);
+/* The header alone, validated as bk_safetensors_open does (offsets against the file's size), without
+ * reading the data: the tensors' `data` is NULL. For what only the metadata says (a checkpoint's step). */
+int bk_safetensors_open_header(const char *path, bk_safetensors **out, bk_error *err);
 void bk_safetensors_close(bk_safetensors *st);
 
 int bk_safetensors_count(const bk_safetensors *st);

@@ -4,8 +4,10 @@
 #include "report/report.h"
 
 #include "report/plot.h"
+#include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/rundir.h"
+#include "util/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -37,6 +39,7 @@ typedef struct eval_file {
     int ok;
     eval_point *pts;
     int n;
+    long long step; /* the checkpoint step it evaluated; -1 when the file gives none */
 } eval_file;
 
 typedef struct run_rec {
@@ -157,65 +160,42 @@ static int make_dirs(const char *dir, bk_error *err)
     return BK_OK;
 }
 
-/* The whole file, terminated; NULL with `why` set when it cannot be read. */
-static char *read_text(const char *path, size_t *len, char *why, size_t size)
+/* Whether `path` names anything (a file that is not regular is refused when read, by name). */
+static int path_exists(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(why, size, "%s", strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *bigger = realloc(buf, cap * 2);
-            if (!bigger) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = bigger, cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        snprintf(why, size, "%s", buf ? "read error" : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    if (len)
-        *len = n;
-    return buf;
+    struct stat st;
+    return lstat(path, &st) == 0;
 }
 
-/* A JSON file parsed; NULL with `why` saying what went wrong (the file, or where the JSON is bad). */
-static cJSON *read_json(const char *path, char *why, size_t size)
+/* JSON text parsed; NULL with `why` saying where it is bad (`name`:LINE:COLUMN). */
+static cJSON *parse_json(const char *text, size_t len, const char *name, char *why, size_t size)
 {
-    char reason[256];
-    size_t len;
-    char *text = read_text(path, &len, reason, sizeof reason);
-    if (!text) {
-        snprintf(why, size, "cannot read '%s': %s", path, reason);
-        return NULL;
-    }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!j) {
         int line = 1, col = 1;
-        for (const char *p = text; end && p < end && *p; p++)
+        for (const char *p = text; end && p < end && p < text + len; p++)
             if (*p == '\n')
                 line++, col = 1;
             else
                 col++;
-        snprintf(why, size, "%s:%d:%d: malformed JSON", path, line, col);
+        snprintf(why, size, "%s:%d:%d: malformed JSON", name, line, col);
     }
+    return j;
+}
+
+/* A JSON file (a regular file of at most BK_TEXT_FILE_MAX bytes) parsed; NULL with `why` saying what
+ * went wrong (the file, or where the JSON is bad). */
+static cJSON *read_json(const char *path, const char *what, char *why, size_t size)
+{
+    bk_error err;
+    char *text;
+    size_t len;
+    if (bk_file_read_all(path, what, BK_TEXT_FILE_MAX, &text, &len, &err)) {
+        bk_copy_text(why, size, err.message);
+        return NULL;
+    }
+    cJSON *j = parse_json(text, len, path, why, size);
     free(text);
     return j;
 }
@@ -341,36 +321,32 @@ static void eval_file_free(eval_file *e)
     memset(e, 0, sizeof *e);
 }
 
-/* A run's eval.json / eval-sliding.json (`biaskit eval --json`); problems go to the run. */
-static void read_eval(report_ctx *c, run_rec *r, int proto)
+/* A run's eval.json / eval-sliding.json (`biaskit eval --json`) parsed, from file `path`: its points,
+ * its step (-1 when it gives none); problems go to the run. */
+static void parse_eval(report_ctx *c, run_rec *r, int proto, const cJSON *j, const char *path)
 {
-    char path[REPORT_PATH_MAX + 32], why[BK_ERROR_MESSAGE_MAX];
-    snprintf(path, sizeof path, "%s/%s", r->path, proto_file[proto]);
-    if (!file_exists(path)) {
-        add_problem(r, "%s is missing", proto_file[proto]);
-        return;
-    }
-    cJSON *j = read_json(path, why, sizeof why);
-    if (!j) {
-        add_problem(r, "%s", why);
-        return;
-    }
     eval_file *e = &r->ev[proto];
+    e->step = -1;
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
+    if (step && !json_int(step, 0, 9007199254740991.0, &e->step)) {
+        add_problem(r, "%s: \"step\": expected a non-negative integer (the checkpoint's step)", path);
+        return;
+    }
     const cJSON *protocol = cJSON_GetObjectItemCaseSensitive(j, "protocol");
     const cJSON *results = cJSON_GetObjectItemCaseSensitive(j, "results");
     if (cJSON_IsString(protocol) && strcmp(protocol->valuestring, proto_name[proto]) != 0) {
         add_problem(r, "%s: protocol is \"%s\", expected \"%s\"", path, protocol->valuestring, proto_name[proto]);
-        goto done;
+        return;
     }
     if (!cJSON_IsArray(results)) {
         add_problem(r, "%s: expected a \"results\" array (the output of 'biaskit eval --json')", path);
-        goto done;
+        return;
     }
     int n = cJSON_GetArraySize(results);
     e->pts = calloc(n ? (size_t)n : 1, sizeof *e->pts);
     if (!e->pts) {
         add_problem(r, "%s: out of memory", path);
-        goto done;
+        return;
     }
     int k = 0;
     const cJSON *item;
@@ -384,7 +360,7 @@ static void read_eval(report_ctx *c, run_rec *r, int proto)
             add_problem(r, "%s: result %d: expected numbers \"length\" (a positive integer), \"loss\" and \"ppl\"", path,
                         k + 1);
             eval_file_free(e);
-            goto done;
+            return;
         }
         eval_point *pt = &e->pts[e->n++];
         pt->length = (int32_t)length, pt->loss = loss->valuedouble, pt->ppl = ppl->valuedouble;
@@ -407,8 +383,74 @@ static void read_eval(report_ctx *c, run_rec *r, int proto)
         if (!found)
             add_problem(r, "%s has no result at length %d", proto_file[proto], (int)c->lengths[i]);
     }
-done:
+}
+
+static void read_eval(report_ctx *c, run_rec *r, int proto)
+{
+    char path[REPORT_PATH_MAX + 32], why[BK_ERROR_MESSAGE_MAX];
+    snprintf(path, sizeof path, "%s/%s", r->path, proto_file[proto]);
+    if (!path_exists(path)) {
+        add_problem(r, "%s is missing", proto_file[proto]);
+        return;
+    }
+    cJSON *j = read_json(path, "evaluation file", why, sizeof why);
+    if (!j) {
+        add_problem(r, "%s", why);
+        return;
+    }
+    parse_eval(c, r, proto, j, path);
     cJSON_Delete(j);
+}
+
+/* The step of the checkpoint at `path` (its metadata, checkpoint.h: the "biaskit" key); 0 with `why`
+ * when it cannot be read. */
+static int checkpoint_step(const char *path, long long *step, char *why, size_t size)
+{
+    bk_safetensors *st = NULL;
+    bk_error err;
+    if (bk_safetensors_open_header(path, &st, &err)) { /* the step only: the data is not read */
+        bk_copy_text(why, size, err.message);
+        return 0;
+    }
+    const char *meta = bk_safetensors_meta(st, "biaskit");
+    cJSON *j = meta ? cJSON_Parse(meta) : NULL;
+    int ok = j && json_int(cJSON_GetObjectItemCaseSensitive(j, "step"), 0, 9007199254740991.0, step);
+    if (!ok)
+        snprintf(why, size, "%.1500s: no step in its metadata (not a biaskit checkpoint)", path);
+    cJSON_Delete(j);
+    bk_safetensors_close(st);
+    return ok;
+}
+
+/* The evaluations of a finished run must be of the checkpoint that is there now: an eval.json of step
+ * 60 beside a checkpoint of step 52 (two sweeps in one directory, a training resumed by hand) is not
+ * the run's result. Such an evaluation is set aside and the run listed. */
+static void check_eval_steps(report_ctx *c, run_rec *r)
+{
+    char ckpt[REPORT_PATH_MAX + 32], why[BK_ERROR_MESSAGE_MAX];
+    snprintf(ckpt, sizeof ckpt, "%s/" BK_RUN_CHECKPOINT_FILE, r->path);
+    int any = 0;
+    for (int p = 0; p < N_PROTO; p++)
+        any |= r->ev[p].ok && r->ev[p].step >= 0;
+    if (!any)
+        return;
+    if (!path_exists(ckpt)) /* deleted to save space: nothing to compare */
+        return;
+    long long step;
+    if (!checkpoint_step(ckpt, &step, why, sizeof why)) {
+        note(c, "run '%s': cannot read the step of its checkpoint, so its evaluations are not checked against it: %s",
+             r->name, why);
+        return;
+    }
+    for (int p = 0; p < N_PROTO; p++) {
+        eval_file *e = &r->ev[p];
+        if (!e->ok || e->step < 0 || e->step == step)
+            continue;
+        add_problem(r, "%s is of step %lld but the checkpoint is at step %lld: the evaluation is not of this model "
+                       "(evaluate it again: delete %s and status.json, then run the sweep again)",
+                    proto_file[p], e->step, step, proto_file[p]);
+        eval_file_free(e);
+    }
 }
 
 static void read_run(report_ctx *c, run_rec *r)
@@ -421,12 +463,12 @@ static void read_run(report_ctx *c, run_rec *r)
         return;
     }
     snprintf(path, sizeof path, "%s/status.json", r->path);
-    if (!file_exists(path)) {
+    if (!path_exists(path)) {
         bk_copy_text(r->state, sizeof r->state, "pending");
         add_problem(r, "not run yet: no status.json in '%s'", r->path);
         return;
     }
-    cJSON *j = read_json(path, why, sizeof why);
+    cJSON *j = read_json(path, "status file", why, sizeof why);
     if (!j) {
         bk_copy_text(r->state, sizeof r->state, "unknown");
         add_problem(r, "%s", why);
@@ -454,7 +496,10 @@ static void read_run(report_ctx *c, run_rec *r)
     read_eval(c, r, PROTO_CHUNKS);
     if (c->sliding > 0)
         read_eval(c, r, PROTO_SLIDING);
+    check_eval_steps(c, r);
 }
+
+static int parse_index(report_ctx *c, const cJSON *j, bk_error *err);
 
 /* sweep.json: the runs, lengths, protocols. Malformed: an error naming the file and the field. */
 static int read_index(report_ctx *c, bk_error *err)
@@ -467,13 +512,22 @@ static int read_index(report_ctx *c, bk_error *err)
                        "'%s' is not a directory: expected a sweep directory (the output of 'biaskit sweep', with "
                        "sweep.json in it)", c->sweep_dir);
     snprintf(c->index_path, sizeof c->index_path, "%s/sweep.json", c->sweep_dir);
-    if (!file_exists(c->index_path))
+    if (!path_exists(c->index_path))
         return bk_fail(err, BK_ERR_INVALID,
                        "'%s' is not a sweep directory: it has no sweep.json (made by 'biaskit sweep')", c->sweep_dir);
     char why[BK_ERROR_MESSAGE_MAX];
-    cJSON *j = read_json(c->index_path, why, sizeof why);
+    cJSON *j = read_json(c->index_path, "sweep index", why, sizeof why);
     if (!j)
         return bk_fail(err, BK_ERR_PARSE, "%s", why);
+    int rc = parse_index(c, j, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* sweep.json parsed, from c->index_path: the runs (their directories under c->sweep_dir), lengths,
+ * protocols; malformed: an error naming the file and the field. */
+static int parse_index(report_ctx *c, const cJSON *j, bk_error *err)
+{
     int rc = BK_OK;
     const char *path = c->index_path;
     const cJSON *v;
@@ -620,7 +674,6 @@ static int read_index(report_ctx *c, bk_error *err)
                 goto done;
             }
 done:
-    cJSON_Delete(j);
     return rc;
 }
 
@@ -1063,71 +1116,128 @@ done:
     return rc;
 }
 
-/* (4) the learned mixing weights over training, from the "mix" objects of metrics.jsonl. */
-static int figure_mix(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *lm, bk_error *err)
+/* The mixing weights of metrics.jsonl, one point per record that has "mix" and "step": x[i] the
+ * step, y[k * lines + i] weight k (the streams' terms in order, offset[s] + j; NAN where missing). A
+ * record whose step is not after the one before it (a training resumed from an earlier checkpoint
+ * logs its steps again) replaces every earlier point from that step on: the curve is the last
+ * training's, one point per step, steps increasing. */
+typedef struct mix_log {
+    size_t lines, n;   /* capacity (lines of the text), points */
+    int total;         /* weights per point */
+    double *x, *y;
+    int bad;           /* lines malformed or with weights of another shape */
+    int restarts;      /* records that went back in steps */
+    long long first_restart; /* the step of the first of them */
+} mix_log;
+
+static void mix_log_free(mix_log *m)
 {
-    char path[REPORT_PATH_MAX + 32], why[256];
-    snprintf(path, sizeof path, "%s/" BK_RUN_METRICS_FILE, r->path);
-    char *text = read_text(path, NULL, why, sizeof why);
-    if (!text) {
-        note(c, "run '%s': cannot read '%s': %s; its mixing weights are not drawn", r->name, path, why);
-        return BK_OK;
-    }
-    const bk_bias *b = &lm->bias;
-    int total = 0, offset[BK_STREAM_COUNT];
+    free(m->x), free(m->y);
+    memset(m, 0, sizeof *m);
+}
+
+/* Parses `text` (len bytes; NUL bytes end a line's JSON there) for terms n_on[s] per stream. Returns
+ * BK_OK, or BK_ERR_NOMEM. */
+static int parse_mix_log(const char *text, size_t len, const int n_on[BK_STREAM_COUNT], mix_log *m)
+{
+    memset(m, 0, sizeof *m);
+    int offset[BK_STREAM_COUNT];
     for (int s = 0; s < BK_STREAM_COUNT; s++)
-        offset[s] = total, total += b->n_on[s];
-    size_t lines = 1;
-    for (const char *p = text; *p; p++)
-        lines += *p == '\n';
-    double *x = malloc(lines * sizeof *x), *y = malloc(lines * (size_t)(total ? total : 1) * sizeof *y);
-    bk_plot_series *series = calloc((size_t)(total ? total : 1), sizeof *series);
-    char(*titles)[128] = calloc((size_t)(total ? total : 1), sizeof *titles);
-    int rc = BK_OK;
-    if (!x || !y || !series || !titles) {
-        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory reading '%s'", path);
-        goto done;
+        offset[s] = m->total, m->total += n_on[s];
+    m->lines = 1;
+    for (size_t i = 0; i < len; i++)
+        m->lines += text[i] == '\n';
+    m->x = malloc(m->lines * sizeof *m->x);
+    m->y = malloc(m->lines * (size_t)(m->total ? m->total : 1) * sizeof *m->y);
+    if (!m->x || !m->y) {
+        mix_log_free(m);
+        return BK_ERR_NOMEM;
     }
-    size_t n = 0;
-    int bad = 0;
-    for (char *line = text; line && *line;) {
-        char *end = strchr(line, '\n');
-        if (end)
-            *end = '\0';
-        cJSON *j = cJSON_Parse(line);
+    for (size_t at = 0; at < len;) {
+        const char *line = text + at, *nl = memchr(line, '\n', len - at);
+        size_t n = nl ? (size_t)(nl - line) : len - at;
+        at += n + 1;
+        size_t blank = 0;
+        while (blank < n && (line[blank] == ' ' || line[blank] == '\t' || line[blank] == '\r'))
+            blank++;
+        if (blank == n)
+            continue;
+        cJSON *j = cJSON_ParseWithLength(line, n);
         const cJSON *mix = j ? cJSON_GetObjectItemCaseSensitive(j, "mix") : NULL;
         long long step;
         if (mix && json_int(cJSON_GetObjectItemCaseSensitive(j, "step"), 0, 9007199254740991.0, &step)) {
-            x[n] = (double)step;
-            for (int k = 0; k < total; k++)
-                y[(size_t)k * lines + n] = NAN;
+            size_t i = m->n;
+            if (i > 0 && m->x[i - 1] >= (double)step) {
+                if (!m->restarts++)
+                    m->first_restart = step;
+                while (i > 0 && m->x[i - 1] >= (double)step)
+                    i--;
+            }
+            m->x[i] = (double)step;
+            for (int k = 0; k < m->total; k++)
+                m->y[(size_t)k * m->lines + i] = NAN;
             for (int s = 0; s < BK_STREAM_COUNT; s++) {
                 char stream[16];
                 bk_choice_name(BK_STREAM_CHOICES, s, stream, sizeof stream);
                 const cJSON *w = cJSON_GetObjectItemCaseSensitive(mix, stream);
                 if (!w)
                     continue;
-                if (!cJSON_IsArray(w) || cJSON_GetArraySize(w) != b->n_on[s]) {
-                    bad++;
+                if (!cJSON_IsArray(w) || cJSON_GetArraySize(w) != n_on[s]) {
+                    m->bad++;
                     continue;
                 }
                 int k = 0;
                 const cJSON *v;
                 cJSON_ArrayForEach(v, w)
                 {
-                    y[(size_t)(offset[s] + k) * lines + n] = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+                    m->y[(size_t)(offset[s] + k) * m->lines + i] = cJSON_IsNumber(v) ? v->valuedouble : NAN;
                     k++;
                 }
             }
-            n++;
-        } else if (!j && *line)
-            bad++;
+            m->n = i + 1;
+        } else if (!j)
+            m->bad++;
         cJSON_Delete(j);
-        line = end ? end + 1 : NULL;
     }
-    if (bad)
+    return BK_OK;
+}
+
+/* (4) the learned mixing weights over training, from the "mix" objects of metrics.jsonl. */
+static int figure_mix(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *lm, bk_error *err)
+{
+    char path[REPORT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/" BK_RUN_METRICS_FILE, r->path);
+    char *text = NULL;
+    size_t len = 0;
+    bk_error rerr;
+    if (bk_file_read_all(path, "metrics file", BK_JSONL_FILE_MAX, &text, &len, &rerr)) {
+        note(c, "run '%s': %s; its mixing weights are not drawn", r->name, rerr.message);
+        return BK_OK;
+    }
+    const bk_bias *b = &lm->bias;
+    mix_log m;
+    int total = 0;
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        total += b->n_on[s];
+    bk_plot_series *series = calloc((size_t)(total ? total : 1), sizeof *series);
+    char(*titles)[128] = calloc((size_t)(total ? total : 1), sizeof *titles);
+    int rc = BK_OK;
+    if (parse_mix_log(text, len, b->n_on, &m) || !series || !titles) {
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory reading '%s'", path);
+        goto done;
+    }
+    size_t n = m.n, lines = m.lines;
+    double *x = m.x, *y = m.y;
+    int offset[BK_STREAM_COUNT];
+    for (int s = 0, o = 0; s < BK_STREAM_COUNT; s++)
+        offset[s] = o, o += b->n_on[s];
+    if (m.bad)
         note(c, "run '%s': %s: %d line%s malformed or with mixing weights of another shape than the checkpoint's "
-             "terms; skipped", r->name, path, bad, bad == 1 ? "" : "s");
+             "terms; skipped", r->name, path, m.bad, m.bad == 1 ? "" : "s");
+    if (m.restarts)
+        note(c, "run '%s': %s: steps logged again from step %lld%s (a training resumed from an earlier checkpoint): the "
+             "records of the last training are drawn, each step once", r->name, path, m.first_restart,
+             m.restarts > 1 ? " and later" : "");
     if (n == 0) {
         fprintf(md, "**%s** (run `%s`): metrics.jsonl has no mixing weights (trained by a biaskit that did not log "
                     "them).\n\n", r->variant, r->name);
@@ -1163,7 +1273,8 @@ static int figure_mix(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *lm
         figure(c, md, &p, name, "mixing weights over training");
     }
 done:
-    free(text), free(x), free(y), free(series), free(titles);
+    free(text), free(series), free(titles);
+    mix_log_free(&m);
     return rc;
 }
 
@@ -1210,7 +1321,8 @@ static int figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, bk_error *err
             /* on the CPU whatever device trained it: a table is a few thousand values */
             static const char *const overrides[] = {"run.device=cpu"};
             warn_ctx w = {c, r->name};
-            bk_checkpoint_options co = {overrides, 1, 0, on_checkpoint_warning, &w};
+            bk_checkpoint_options co = {.overrides = overrides, .n_overrides = 1, .warn = on_checkpoint_warning,
+                                        .warn_ctx = &w};
             bk_lm lm;
             bk_train_state st;
             bk_error lerr = {0};
@@ -1546,7 +1658,7 @@ int bk_sweep_report(const bk_sweep_report_options *o, bk_sweep_report_summary *s
             for (int i = 0; i < c->n_runs && !c->train_length; i++) {
                 char path[REPORT_PATH_MAX + 32], why[256];
                 snprintf(path, sizeof path, "%s/%s", c->runs[i].path, proto_file[PROTO_CHUNKS]);
-                cJSON *j = c->runs[i].ev[PROTO_CHUNKS].ok ? read_json(path, why, sizeof why) : NULL;
+                cJSON *j = c->runs[i].ev[PROTO_CHUNKS].ok ? read_json(path, "evaluation file", why, sizeof why) : NULL;
                 long long L;
                 if (j && json_int(cJSON_GetObjectItemCaseSensitive(j, "train_length"), 1, MAX_LENGTH, &L))
                     c->train_length = L;
@@ -1565,6 +1677,66 @@ int bk_sweep_report(const bk_sweep_report_options *o, bk_sweep_report_summary *s
         rc = write_csvs(c, err);
     if (!rc)
         rc = write_report(c, err);
+    ctx_free(c);
+    free(c);
+    return rc;
+}
+
+int bk_report_read_bytes(bk_report_file kind, const char *bytes, size_t size, bk_error *err)
+{
+    bk_error_clear(err);
+    report_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory");
+    bk_sweep_report_options o = {"fuzz", NULL, NULL};
+    bk_sweep_report_summary sum;
+    memset(&sum, 0, sizeof sum);
+    c->o = &o, c->sum = &sum;
+    bk_copy_text(c->sweep_dir, sizeof c->sweep_dir, "fuzz");
+    bk_copy_text(c->index_path, sizeof c->index_path, "fuzz/sweep.json");
+    int rc = BK_OK;
+    char why[BK_ERROR_MESSAGE_MAX];
+    if (kind == BK_REPORT_FILE_METRICS) {
+        static const int n_on[BK_STREAM_COUNT] = {2, 1};
+        mix_log m;
+        if (parse_mix_log(bytes, size, n_on, &m))
+            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory");
+        else if (m.n > m.lines)
+            rc = bk_fail(err, BK_ERR_INTERNAL, "metrics: %zu points from %zu lines", m.n, m.lines);
+        for (size_t i = 1; !rc && i < m.n; i++)
+            if (!(m.x[i] > m.x[i - 1])) /* the steps drawn increase */
+                rc = bk_fail(err, BK_ERR_INTERNAL, "metrics: step %g after %g", m.x[i], m.x[i - 1]);
+        mix_log_free(&m);
+    } else {
+        cJSON *j = parse_json(bytes, size, kind == BK_REPORT_FILE_INDEX ? "sweep.json" : "eval.json", why, sizeof why);
+        if (!j)
+            rc = bk_fail(err, BK_ERR_PARSE, "%s", why);
+        else if (kind == BK_REPORT_FILE_INDEX) {
+            rc = parse_index(c, j, err);
+            if (!rc && c->n_lengths == 0)
+                lengths_from_evals(c);
+        } else {
+            /* the evaluation of one run of a sweep at lengths 16, 32, 64 */
+            static const int32_t lengths[] = {16, 32, 64};
+            c->n_lengths = 3;
+            memcpy(c->lengths, lengths, sizeof lengths);
+            run_rec *r = c->runs = calloc(1, sizeof *c->runs);
+            if (!r)
+                rc = bk_fail(err, BK_ERR_NOMEM, "out of memory");
+            else {
+                c->n_runs = 1;
+                int proto = kind == BK_REPORT_FILE_EVAL_SLIDING ? PROTO_SLIDING : PROTO_CHUNKS;
+                parse_eval(c, r, proto, j, "fuzz/run/eval.json");
+                if (r->problem[0])
+                    rc = bk_fail(err, BK_ERR_PARSE, "%s", r->problem);
+                for (int k = 0; r->ev[proto].ok && k < r->ev[proto].n; k++) {
+                    cell s;
+                    cell_stats(c, 0, 0, proto, r->ev[proto].pts[k].length, &s);
+                }
+            }
+        }
+        cJSON_Delete(j);
+    }
     ctx_free(c);
     free(c);
     return rc;

@@ -22,6 +22,7 @@
 
 #include "util/error.h"
 
+#include <stddef.h>
 #include <stdio.h>
 
 #define BK_REPORT_DEFAULT_SUBDIR "report"
@@ -51,5 +52,19 @@ typedef struct bk_sweep_report_summary {
  * an error: the report lists it with its error. A figure that cannot be drawn is not an error
  * either (the summary counts it; the report says why). */
 int bk_sweep_report(const bk_sweep_report_options *o, bk_sweep_report_summary *sum, bk_error *err);
+
+/* The report's readers on a file's bytes instead of a sweep directory (fuzz/fuzz_report.c drives them):
+ * sweep.json as the report reads it; eval.json / eval-sliding.json as a run's evaluation at lengths 16,
+ * 32 and 64; metrics.jsonl's mixing weights for 2 token-stream terms and 1 segment-stream term.
+ * Returns BK_OK, or the error the report would give (sweep.json) or the problem it would list for the
+ * run (the others); BK_ERR_INTERNAL when a reader broke its own promise (metrics: the steps drawn do
+ * not increase). Nothing is read from or written to disk. */
+typedef enum bk_report_file {
+    BK_REPORT_FILE_INDEX = 0,
+    BK_REPORT_FILE_EVAL = 1,
+    BK_REPORT_FILE_EVAL_SLIDING = 2,
+    BK_REPORT_FILE_METRICS = 3
+} bk_report_file;
+int bk_report_read_bytes(bk_report_file kind, const char *bytes, size_t size, bk_error *err);
 
 #endif

@@ -1,16 +1,18 @@
 /* The sweep file: parsing, expansion into runs, resolution through the experiment layer, and the
  * state files of a sweep directory (docs/sweeps.md). */
-#define _XOPEN_SOURCE 700 /* strdup, fnmatch, mkdir, getpid */
+#define _GNU_SOURCE /* strdup, fnmatch, mkdir, getpid, flock, MAP_ANONYMOUS */
 #include "sweep/sweep.h"
 
 #include "bias/terms.h"
 #include "config/experiment.h"
 #include "config/toml.h"
 #include "plugin/host.h"
+#include "util/file.h"
 #include "util/path.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <limits.h>
 #include <math.h>
@@ -18,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -351,6 +355,7 @@ typedef struct assign_list {
 typedef struct group { /* a [[variant]] or a [[corpus]] */
     const char *name;
     bk_toml_pos pos;
+    bk_toml_pos name_pos;
     assign_list sets;
 } group;
 
@@ -536,6 +541,7 @@ static int read_groups(const bk_toml_node *array, const char *what, int allow_te
         if (bk_toml_type_of(name) != BK_TOML_STRING)
             return wrong(err, name, where, "a string for 'name'");
         g->name = bk_toml_string(name);
+        g->name_pos = bk_toml_position(name);
         if (!valid_name(g->name))
             return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(name),
                               "%s name '%s': expected 1-100 characters of A-Z a-z 0-9 _ - . + (not starting with '.'): "
@@ -670,27 +676,31 @@ static int map_error(bk_error *err, const assign *const *as, int n, const char *
     for (int i = 0; i < n; i++) {
         const assign *a = as[i];
         size_t tn = strlen(a->text);
-        const char *rest = NULL;
-        if (strncmp(msg, "--set ", 6) == 0 && strncmp(msg + 6, a->text, tn) == 0 && msg[6 + tn] == ':') {
-            rest = msg + 6 + tn + 1;
-            /* :LINE:COL of the position inside the assignment */
-            const char *r = rest;
-            for (int k = 0; k < 2 && *r >= '0' && *r <= '9'; k++) {
-                while (*r >= '0' && *r <= '9')
-                    r++;
-                if (*r == ':')
-                    rest = ++r;
+        const char *rest = NULL, *at = NULL;
+        /* at the start of the message, or inside it (a plugin's refusal is wrapped: "term 'x' (plugin
+         * ...): create() failed: --set TEXT:1:41: ...") */
+        for (const char *p = strstr(msg, "--set "); p && !rest; p = strstr(p + 1, "--set ")) {
+            if (strncmp(p + 6, a->text, tn) == 0 && p[6 + tn] == ':') {
+                rest = p + 6 + tn + 1;
+                /* :LINE:COL of the position inside the assignment */
+                const char *r = rest;
+                for (int k = 0; k < 2 && *r >= '0' && *r <= '9'; k++) {
+                    while (*r >= '0' && *r <= '9')
+                        r++;
+                    if (*r == ':')
+                        rest = ++r;
+                }
+            } else if (p[6] == '\'' && strncmp(p + 7, a->text, tn) == 0 && strncmp(p + 7 + tn, "':", 2) == 0) {
+                rest = p + 7 + tn + 2;
             }
-        } else if (strncmp(msg, "--set '", 7) == 0 && strncmp(msg + 7, a->text, tn) == 0 &&
-                   strncmp(msg + 7 + tn, "':", 2) == 0) {
-            rest = msg + 7 + tn + 2;
+            at = p;
         }
         if (!rest)
             continue;
         while (*rest == ' ')
             rest++;
-        bk_fail_at(err, err->code == BK_ERR_USAGE ? BK_ERR_CONFIG : err->code, a->pos, "%s, %s, '%s': %s", who,
-                   a->label, a->text, rest);
+        bk_fail_at(err, err->code == BK_ERR_USAGE ? BK_ERR_CONFIG : err->code, a->pos, "%s, %s, '%s': %.*s%s", who,
+                   a->label, a->text, (int)(at - msg), msg, rest);
         free(msg);
         return err->code;
     }
@@ -729,14 +739,155 @@ static void run_free(bk_sweep_run *r)
     memset(r, 0, sizeof *r);
 }
 
+/* The answer of the plugins for one model and term list (checked once, shared by the runs that give
+ * the plugins the same: check_key). */
+typedef struct term_answer {
+    char *key;
+    int rc;          /* bk_terms_create's code; BK_ERR_PLUGIN with `died` when the child did not finish */
+    int died;        /* crashed, exited or hung: `message` says which */
+    int term;        /* then the 0-based term being created, or -1 when not known */
+    char *message;   /* the refusal (positions of the experiment checked), or what happened to the child */
+} term_answer;
+
 typedef struct resolver {
     bk_sweep *sw;
     sweep_priv *p;
     path_ctx pc;
     const char *base_source; /* the name errors give the base: its path, or the sweep file for an inline base */
+    const bk_sweep_load_options *o;
     bk_registry reg;
     int reg_ready;
+    term_answer *answers;
+    int n_answers;
+    volatile int *at;        /* shared with the checking child: the term it is creating */
 } resolver;
+
+static void resolver_free(resolver *rs)
+{
+    if (rs->reg_ready)
+        bk_registry_free(&rs->reg);
+    rs->reg_ready = 0;
+    for (int i = 0; i < rs->n_answers; i++)
+        free(rs->answers[i].key), free(rs->answers[i].message);
+    free(rs->answers);
+    rs->answers = NULL;
+    rs->n_answers = 0;
+    if (rs->at)
+        munmap((void *)rs->at, sizeof *rs->at);
+    rs->at = NULL;
+}
+
+/* What bk_terms_create sees of an experiment besides the seed: the model's geometry, the attention
+ * section and the [[term]] list (paths in it are absolute or read from one directory per sweep). */
+static char *check_key(const bk_experiment *exp)
+{
+    sbuf b = {0};
+    sb_printf(&b, "%lld %lld %lld %lld %lld %lld|", (long long)exp->model.layers, (long long)exp->model.heads,
+              (long long)exp->model.dim, (long long)exp->model.vocab, (long long)exp->train.length,
+              (long long)exp->attention.mixing);
+    const bk_toml_node *root = bk_toml_root(exp->doc), *v;
+    if ((v = bk_toml_get(root, "attention")))
+        put_value(&b, v, NOT_PATH, NULL);
+    sb_puts(&b, "|");
+    if ((v = bk_toml_get(root, "term")))
+        put_value(&b, v, NOT_PATH, NULL);
+    return sb_take(&b);
+}
+
+typedef struct term_check {
+    const bk_experiment *exp;
+    bk_registry *reg;
+    volatile int *at;
+} term_check;
+
+/* In the child: each term alone first (its create(), param_init(): what a plugin can crash in),
+ * with `at` naming it, then the whole list as the training creates it, whose answer is returned. */
+static int check_terms_child(void *ctx, FILE *out, bk_error *err)
+{
+    (void)out;
+    const term_check *tc = ctx;
+    bk_experiment one = *tc->exp;
+    for (int i = 0; i < tc->exp->n_terms; i++) {
+        *tc->at = i;
+        one.terms = &tc->exp->terms[i];
+        one.n_terms = 1;
+        bk_term_set set;
+        bk_error ignored; /* a refusal of a term alone may be the list's (roles, weights): the list answers */
+        if (bk_terms_create(&set, &one, tc->reg, &ignored) == BK_OK)
+            bk_terms_free(&set);
+    }
+    *tc->at = -1;
+    bk_term_set set;
+    int rc = bk_terms_create(&set, tc->exp, tc->reg, err);
+    if (rc == BK_OK)
+        bk_terms_free(&set);
+    return rc;
+}
+
+/* The plugins' answer for `exp` (cached by check_key); NULL with err set when no child can be started. */
+static const term_answer *check_terms(resolver *rs, const bk_experiment *exp, bk_error *err)
+{
+    char *key = check_key(exp);
+    if (!key) {
+        bk_fail(err, BK_ERR_NOMEM, "out of memory checking the terms of the runs");
+        return NULL;
+    }
+    for (int i = 0; i < rs->n_answers; i++)
+        if (strcmp(rs->answers[i].key, key) == 0) {
+            free(key);
+            return &rs->answers[i];
+        }
+    term_answer *grown = realloc(rs->answers, (size_t)(rs->n_answers + 1) * sizeof *grown);
+    if (!grown) {
+        free(key);
+        bk_fail(err, BK_ERR_NOMEM, "out of memory checking the terms of the runs");
+        return NULL;
+    }
+    rs->answers = grown;
+    if (!rs->reg_ready) {
+        if (bk_registry_init(&rs->reg, err)) {
+            free(key);
+            return NULL;
+        }
+        rs->reg_ready = 1;
+    }
+    rs->reg.relative_to = rs->p->base_dir ? rs->p->base_dir : rs->sw->dir;
+    if (!rs->at) {
+        void *shared = mmap(NULL, sizeof *rs->at, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (shared == MAP_FAILED) {
+            free(key);
+            bk_fail(err, BK_ERR_INTERNAL, "cannot map memory to share with a child process: %s", strerror(errno));
+            return NULL;
+        }
+        rs->at = shared;
+    }
+    *rs->at = -1;
+    term_check tc = {exp, &rs->reg, rs->at};
+    unsigned timeout = rs->o && rs->o->plugin_timeout_s ? rs->o->plugin_timeout_s : BK_SWEEP_PLUGIN_TIMEOUT_S;
+    bk_isolated res;
+    bk_error cerr;
+    bk_error_clear(&cerr);
+    int rc = bk_plugin_isolate(check_terms_child, &tc, timeout, "the check of the run's terms", &res, &cerr);
+    free(res.output);
+    if (rc != BK_OK && !res.finished && rc != BK_ERR_PLUGIN) { /* no child: the sweep cannot check its runs */
+        free(key);
+        *err = cerr;
+        return NULL;
+    }
+    term_answer *a = &rs->answers[rs->n_answers];
+    memset(a, 0, sizeof *a);
+    a->key = key;
+    a->rc = rc;
+    a->died = rc != BK_OK && !res.finished;
+    a->term = a->died ? *rs->at : -1;
+    if (!(a->message = strdup(rc ? cerr.message : ""))) {
+        free(key);
+        bk_fail(err, BK_ERR_NOMEM, "out of memory checking the terms of the runs");
+        return NULL;
+    }
+    rs->n_answers++;
+    return a;
+}
 
 /* Resolve the run of (variant, corpus, grid point, seed index); seed index -1: the base's seed. */
 static int resolve_run(resolver *rs, const group *v, const group *c, const int *point, int seed_i,
@@ -810,6 +961,21 @@ static int resolve_run(resolver *rs, const group *v, const group *c, const int *
         map_error(err, as, n, name);
         goto out;
     }
+    /* [run] out_dir written in the sweep file (set, variant, corpus, grid, inline base): refused, not
+     * ignored; a base file's own out_dir is not the sweep's to use (each run writes its directory) */
+    const bk_toml_node *run_table = bk_toml_get(bk_toml_root(exp.doc), "run");
+    const bk_toml_node *od = run_table ? bk_toml_get(run_table, "out_dir") : NULL;
+    bk_toml_pos od_pos = od ? bk_toml_position(od) : (bk_toml_pos){0};
+    if (od && od_pos.source && strncmp(od_pos.source, "--set ", 6) == 0) {
+        free(suffix.s);
+        rc = bk_fail_at(err, BK_ERR_CONFIG, od_pos,
+                        "[run] out_dir: each run writes its own directory in the sweep directory (<sweep dir>/<run "
+                        "name>); give the sweep directory as [sweep] out_dir");
+        bk_experiment_free(&exp); /* after the message: the position's source is the document's */
+        snprintf(name, sizeof name, "runs '%s-%s-*'", run->variant, run->corpus);
+        map_error(err, as, n, name);
+        goto out;
+    }
     char *sfx = sb_take(&suffix);
     if (!sfx) {
         bk_experiment_free(&exp);
@@ -863,25 +1029,35 @@ static int resolve_run(resolver *rs, const group *v, const group *c, const int *
     }
     bk_experiment_free(&back);
 
-    /* the plugins check the terms as the training will; a refusal names the sweep file's line */
-    if (!rs->reg_ready) {
-        if ((rc = bk_registry_init(&rs->reg, err))) {
-            bk_experiment_free(&exp);
-            goto out;
-        }
-        rs->reg_ready = 1;
+    /* the plugins check the terms as the training will, in a child process; a refusal names the sweep
+     * file's line, a crash, an exit or a hang the term and its plugin */
+    int check = exp.n_terms > 0 && !(rs->o && rs->o->no_plugin_check) &&
+                bk_sweep_run_selected(run, rs->o ? rs->o->only : NULL, rs->o ? rs->o->n_only : 0);
+    const term_answer *answer = NULL;
+    if (check && !(answer = check_terms(rs, &exp, err))) {
+        rc = err->code;
+        bk_experiment_free(&exp);
+        goto out;
     }
-    rs->reg.relative_to = rs->p->base_dir ? rs->p->base_dir : rs->sw->dir;
-    bk_term_set terms;
-    memset(&terms, 0, sizeof terms);
-    if (bk_terms_create(&terms, &exp, &rs->reg, &perr)) {
+    if (answer && answer->rc != BK_OK) {
+        if (!answer->died) {
+            perr.code = answer->rc;
+            bk_copy_text(perr.message, sizeof perr.message, answer->message);
+        } else if (answer->term >= 0 && answer->term < exp.n_terms) {
+            const bk_term_config *t = &exp.terms[answer->term];
+            bk_fail_at(&perr, BK_ERR_PLUGIN, t->pos,
+                       "[[term]] #%d (%s): %s, when the sweep checked the term (in a child process, before "
+                       "training); 'biaskit check %s' tests the plugin",
+                       t->index, t->plugin, answer->message, t->plugin);
+        } else
+            bk_fail(&perr, BK_ERR_PLUGIN, "%s, when the sweep checked the terms (in a child process, before training)",
+                    answer->message);
         char who[300];
         snprintf(who, sizeof who, "run '%s'", name);
         map_error(&perr, as, n, who);
         if (!(run->invalid = strdup(perr.message)))
             rc = bk_fail(err, BK_ERR_NOMEM, "out of memory resolving runs");
-    } else
-        bk_terms_free(&terms);
+    }
     bk_experiment_free(&exp);
 out:
     for (int i = 0; extra && i < n_extra; i++)
@@ -999,7 +1175,75 @@ static void canonical_dir(char *dir, size_t size)
     }
 }
 
-static int load(const char *path, bk_sweep *sw, sweep_priv *p, bk_error *err)
+/* The sweep directory: one that exists must be a directory; one that does not must be creatable (its
+ * nearest existing ancestor a directory). `pos`: where the sweep file gives it. */
+static int check_out_dir(const char *dir, bk_toml_pos pos, bk_error *err)
+{
+    char head[4096];
+    snprintf(head, sizeof head, "%s", dir);
+    for (;;) {
+        struct stat st;
+        if (stat(head, &st) == 0) {
+            if (S_ISDIR(st.st_mode))
+                return BK_OK;
+            if (strcmp(head, dir) == 0)
+                return bk_fail_at(err, BK_ERR_CONFIG, pos,
+                                  "[sweep] out_dir: the sweep directory '%s' is %s; expected a directory (or a path "
+                                  "where one can be created)",
+                                  dir, bk_file_kind(st.st_mode));
+            return bk_fail_at(err, BK_ERR_CONFIG, pos,
+                              "[sweep] out_dir: the sweep directory '%s' cannot be created: '%s' is %s, not a directory",
+                              dir, head, bk_file_kind(st.st_mode));
+        }
+        if (errno != ENOENT && errno != ENOTDIR)
+            return bk_fail_at(err, BK_ERR_CONFIG, pos, "[sweep] out_dir: cannot use the sweep directory '%s': '%s': %s",
+                              dir, head, strerror(errno));
+        char *slash = strrchr(head, '/');
+        if (!slash || slash == head)
+            return BK_OK;
+        *slash = '\0';
+    }
+}
+
+/* Two runs of one name: which parts of the sweep file made it. */
+static int name_clash(const bk_sweep *sw, const sweep_priv *p, const bk_sweep_run *a, const bk_sweep_run *b,
+                      bk_error *err)
+{
+    if (strcmp(a->variant, b->variant) != 0 || strcmp(a->corpus, b->corpus) != 0) {
+        bk_toml_pos pos = {sw->path, 0, 0};
+        for (int i = 0; i < p->n_variants; i++)
+            if (p->variants[i].name == b->variant && strcmp(a->variant, b->variant) != 0)
+                pos = p->variants[i].name_pos;
+        for (int i = 0; i < p->n_corpora && !pos.line; i++)
+            if (p->corpora[i].name == b->corpus)
+                pos = p->corpora[i].name_pos;
+        return bk_fail_at(err, BK_ERR_CONFIG, pos,
+                          "variant '%s' with corpus '%s' and variant '%s' with corpus '%s' make the same run name "
+                          "'%s' (<variant>-<corpus>-s<seed>...): rename the variant or the corpus so that their "
+                          "names joined with '-' differ",
+                          a->variant, a->corpus, b->variant, b->corpus, a->name);
+    }
+    if (a->seed != b->seed || a->n_grid == 0)
+        return bk_fail_at(err, BK_ERR_CONFIG, (bk_toml_pos){sw->path, 0, 0},
+                          "runs of variant '%s' and corpus '%s' are both named '%s' (seeds %lld and %lld): every run "
+                          "needs its own directory",
+                          a->variant, a->corpus, a->name, (long long)a->seed, (long long)b->seed);
+    char pa[512] = "", pb[512] = "";
+    size_t ua = 0, ub = 0;
+    for (int g = 0; g < a->n_grid; g++) {
+        if (ua < sizeof pa)
+            ua += (size_t)snprintf(pa + ua, sizeof pa - ua, "%s%s=%s", g ? ", " : "", a->grid_keys[g], a->grid_values[g]);
+        if (ub < sizeof pb)
+            ub += (size_t)snprintf(pb + ub, sizeof pb - ub, "%s%s=%s", g ? ", " : "", b->grid_keys[g], b->grid_values[g]);
+    }
+    return bk_fail_at(err, BK_ERR_CONFIG, p->n_grid ? p->grid[0].pos : (bk_toml_pos){sw->path, 0, 0},
+                      "[grid]: the grid points (%s) and (%s) both name the run '%s' (a run's name holds the last part of "
+                      "each grid key and its value, with characters outside A-Z a-z 0-9 _ - . + as '_'): every run "
+                      "needs its own directory",
+                      pa, pb, a->name);
+}
+
+static int load(const char *path, const bk_sweep_load_options *o, bk_sweep *sw, sweep_priv *p, bk_error *err)
 {
     char buf[4096];
     int rc;
@@ -1017,6 +1261,7 @@ static int load(const char *path, bk_sweep *sw, sweep_priv *p, bk_error *err)
     static const char *const keys[] = {"base", "sweep", "eval", "grid", "variant", "corpus"};
     const bk_toml_node *base = NULL, *variants = NULL, *corpora = NULL;
     const char *out_dir = NULL;
+    bk_toml_pos out_dir_pos = {sw->path, 0, 0};
     int64_t multiples[BK_SWEEP_MAX_LENGTHS] = {1, 2, 4, 8};
     int n_multiples = 4;
     sw->tokens = 65536;
@@ -1076,8 +1321,14 @@ static int load(const char *path, bk_sweep *sw, sweep_priv *p, bk_error *err)
         return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(corpora), "'corpus': expected at least one [[corpus]]");
 
     /* the sweep directory */
-    if (out_dir)
+    if (out_dir) {
+        bk_toml_entry oe;
+        const bk_toml_node *st = bk_toml_get(root, "sweep");
+        for (size_t i = 0; st && bk_toml_entry_at(st, i, &oe) == 0; i++)
+            if (strcmp(oe.key, "out_dir") == 0)
+                out_dir_pos = bk_toml_position(oe.value);
         rc = bk_path_resolve(sw->dir, out_dir, buf, sizeof buf, err);
+    }
     else {
         char stem[512];
         snprintf(stem, sizeof stem, "%s", file);
@@ -1095,9 +1346,11 @@ static int load(const char *path, bk_sweep *sw, sweep_priv *p, bk_error *err)
     canonical_dir(buf, sizeof buf);
     if (!(sw->out_dir = strdup(buf)))
         return bk_fail(err, BK_ERR_NOMEM, "out of memory");
+    if ((rc = check_out_dir(sw->out_dir, out_dir_pos, err)))
+        return rc;
 
     /* the base alone first: its own errors name its own lines */
-    resolver rs = {sw, p, {sw->dir, sw->base, p->base_dir}, sw->base ? sw->base : sw->path, {0}, 0};
+    resolver rs = {sw, p, {sw->dir, sw->base, p->base_dir}, sw->base ? sw->base : sw->path, o, {0}, 0, NULL, 0, NULL};
     bk_experiment exp;
     if (sw->base) {
         if ((rc = bk_experiment_parse(p->base_text, rs.base_source, NULL, 0, &exp, err)))
@@ -1111,9 +1364,10 @@ static int load(const char *path, bk_sweep *sw, sweep_priv *p, bk_error *err)
     long long total = (long long)nv * nc * ns;
     for (int g = 0; g < p->n_grid; g++)
         total *= (long long)bk_toml_count(p->grid[g].values);
-    if (total > 100000)
+    int max_runs = o && o->max_runs > 0 ? o->max_runs : BK_SWEEP_MAX_RUNS;
+    if (total > max_runs)
         return bk_fail_at(err, BK_ERR_CONFIG, (bk_toml_pos){sw->path, 0, 0},
-                          "the sweep expands to %lld runs; at most 100000", total);
+                          "the sweep expands to %lld runs; at most %d", total, max_runs);
     sw->runs = calloc((size_t)total, sizeof *sw->runs);
     int *point = calloc((size_t)p->n_grid + 1, sizeof *point);
     if (!sw->runs || !point) {
@@ -1140,18 +1394,14 @@ static int load(const char *path, bk_sweep *sw, sweep_priv *p, bk_error *err)
             }
         }
     free(point);
-    if (rs.reg_ready)
-        bk_registry_free(&rs.reg);
+    resolver_free(&rs);
     if (rc)
         return rc;
 
     for (int i = 0; i < sw->n_runs; i++)
         for (int k = 0; k < i; k++)
             if (strcmp(sw->runs[i].name, sw->runs[k].name) == 0)
-                return bk_fail_at(err, BK_ERR_CONFIG, (bk_toml_pos){sw->path, 0, 0},
-                                  "two runs are named '%s' (grid keys whose last part and value are the same): "
-                                  "every run needs its own directory",
-                                  sw->runs[i].name);
+                return name_clash(sw, p, &sw->runs[k], &sw->runs[i], err);
     sw->train_length = sw->runs[0].train_length;
     for (int i = 1; i < sw->n_runs; i++)
         if (sw->runs[i].train_length != sw->train_length)
@@ -1173,17 +1423,22 @@ static int load(const char *path, bk_sweep *sw, sweep_priv *p, bk_error *err)
     return BK_OK;
 }
 
-int bk_sweep_load(const char *path, bk_sweep *out, bk_error *err)
+int bk_sweep_load_ex(const char *path, const bk_sweep_load_options *o, bk_sweep *out, bk_error *err)
 {
     memset(out, 0, sizeof *out);
     sweep_priv *p = calloc(1, sizeof *p);
     if (!p)
         return bk_fail(err, BK_ERR_NOMEM, "out of memory loading '%s'", path);
     out->priv = p;
-    int rc = load(path, out, p, err);
+    int rc = load(path, o, out, p, err);
     if (rc)
         bk_sweep_free(out);
     return rc;
+}
+
+int bk_sweep_load(const char *path, bk_sweep *out, bk_error *err)
+{
+    return bk_sweep_load_ex(path, NULL, out, err);
 }
 
 void bk_sweep_free(bk_sweep *sw)
@@ -1198,9 +1453,12 @@ void bk_sweep_free(bk_sweep *sw)
     memset(sw, 0, sizeof *sw);
 }
 
-int bk_sweep_run_selected(const bk_sweep_run *run, const char *pattern)
+int bk_sweep_run_selected(const bk_sweep_run *run, const char *const *patterns, int n)
 {
-    return !pattern || fnmatch(pattern, run->name, 0) == 0;
+    for (int i = 0; i < n; i++)
+        if (fnmatch(patterns[i], run->name, 0) == 0)
+            return 1;
+    return n <= 0;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -1231,9 +1489,16 @@ static int write_atomic(const char *path, const char *text, bk_error *err)
 {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return bk_fail(err, BK_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+    /* a new file of ours: whatever a dead sweep of this pid (or anyone) left under the name goes first */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return bk_fail(err, BK_ERR_IO, "cannot write '%s': %s", tmp, strerror(e));
+    }
     int bad = fputs(text, f) < 0;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {
@@ -1244,23 +1509,71 @@ static int write_atomic(const char *path, const char *text, bk_error *err)
     return BK_OK;
 }
 
-static char *read_text(const char *path)
+/* A state file of the sweep directory: *text NULL when there is none; else a regular file of at
+ * most BK_TEXT_FILE_MAX bytes (a FIFO or a device there is refused, never read). */
+static int read_state_file(const char *path, const char *what, char **text, bk_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    sbuf b = {0};
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        sb_add(&b, chunk, n);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(b.s);
-        return NULL;
+    *text = NULL;
+    struct stat st;
+    if (lstat(path, &st) != 0 && errno == ENOENT)
+        return BK_OK;
+    size_t len;
+    return bk_file_read_all(path, what, BK_TEXT_FILE_MAX, text, &len, err);
+}
+
+int bk_sweep_lock(const bk_sweep *sw, int *fd, bk_error *err)
+{
+    *fd = -1;
+    int rc = mkdir_p(sw->out_dir, err);
+    if (rc)
+        return rc;
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/" BK_SWEEP_LOCK_FILE, sw->out_dir);
+    int f = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0666);
+    if (f < 0)
+        return bk_fail(err, BK_ERR_IO, "cannot write the lock file '%s' of the sweep directory: %s", lock,
+                       strerror(errno));
+    struct stat st;
+    if (fstat(f, &st) != 0) {
+        int saved = errno;
+        close(f);
+        return bk_fail(err, BK_ERR_IO, "cannot read the lock file '%s': %s", lock, strerror(saved));
     }
-    return sb_take(&b);
+    if (!S_ISREG(st.st_mode)) {
+        close(f);
+        return bk_fail(err, BK_ERR_IO, "the lock file '%s' of the sweep directory is %s; expected a regular file "
+                       "(remove it)", lock, bk_file_kind(st.st_mode));
+    }
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int saved = errno;
+        char pid[32] = "";
+        ssize_t got = saved == EWOULDBLOCK ? pread(f, pid, sizeof pid - 1, 0) : -1;
+        pid[got > 0 ? got : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(f);
+        if (saved != EWOULDBLOCK)
+            return bk_fail(err, BK_ERR_IO, "cannot lock the sweep directory '%s' (%s): %s", sw->out_dir, lock,
+                           strerror(saved));
+        return bk_fail(err, BK_ERR_IO, "the sweep directory '%s' is in use by another sweep (pid %s, lock %s); wait "
+                       "for it to end (its runs would train twice), or give this sweep another [sweep] out_dir",
+                       sw->out_dir, pid[0] ? pid : "unknown", lock);
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)n, 0) != n) {
+        int saved = errno;
+        close(f);
+        return bk_fail(err, BK_ERR_IO, "cannot write the lock file '%s': %s", lock, strerror(saved));
+    }
+    *fd = f;
+    return BK_OK;
+}
+
+void bk_sweep_unlock(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd); /* releases the flock; the file stays (removing it would race the next sweep) */
+    *fd = -1;
 }
 
 int bk_sweep_write_index(const bk_sweep *sw, bk_error *err)
@@ -1323,7 +1636,9 @@ int bk_sweep_prepare_run(const bk_sweep_run *run, int has_checkpoint, bk_error *
         return rc;
     char path[4200];
     snprintf(path, sizeof path, "%s/" BK_SWEEP_EXPERIMENT_FILE, run->dir);
-    char *old = read_text(path);
+    char *old;
+    if ((rc = read_state_file(path, "run experiment file", &old, err)))
+        return bk_error_prefix(err, "run '%s': ", run->name);
     int same = old && strcmp(old, run->text) == 0;
     free(old);
     if (same)
@@ -1348,9 +1663,10 @@ int bk_sweep_read_status(const bk_sweep_run *run, bk_run_status *st, bk_error *e
     st->state = BK_RUN_PENDING;
     char path[4200];
     snprintf(path, sizeof path, "%s/" BK_SWEEP_STATUS_FILE, run->dir);
-    char *text = read_text(path);
-    if (!text)
-        return errno == ENOENT ? BK_OK : bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    char *text;
+    int rc = read_state_file(path, "status file", &text, err);
+    if (rc || !text)
+        return rc;
     cJSON *j = cJSON_Parse(text);
     free(text);
     const cJSON *state = cJSON_GetObjectItemCaseSensitive(j, "state");

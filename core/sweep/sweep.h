@@ -10,6 +10,7 @@
 #define BK_SWEEP_H
 
 #include "util/error.h"
+#include "util/isolate.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -74,15 +75,45 @@ typedef struct bk_sweep {
     void *priv;          /* the parsed sweep file (names of runs point into it) */
 } bk_sweep;
 
+/* The time limit of the plugin check of one run's terms (below), in seconds, when no option gives one. */
+#define BK_SWEEP_PLUGIN_TIMEOUT_S BK_ISOLATE_TIMEOUT_S
+/* The most runs a sweep file may expand to. */
+#define BK_SWEEP_MAX_RUNS 100000
+
+typedef struct bk_sweep_load_options {
+    const char *const *only;   /* check the plugins of the runs matching one of these globs only (n_only = 0: all) */
+    int n_only;
+    unsigned plugin_timeout_s; /* 0: BK_SWEEP_PLUGIN_TIMEOUT_S */
+    int no_plugin_check;       /* 1: no plugin code runs, no child process (fuzz/fuzz_sweep.c) */
+    int max_runs;              /* 0: BK_SWEEP_MAX_RUNS */
+} bk_sweep_load_options;
+
 /* Read `path`, expand it and resolve every run. Errors in the sweep file, in the base or in a
  * value the sweep gives to an engine key name FILE:LINE:COLUMN (and the run) and what was expected;
- * nothing is created or written. A run whose plugins refuse their terms (an unknown plugin, a bad
- * plugin option) is not an error here: its `invalid` says why, and it fails alone when run. */
+ * nothing is created or written. A sweep directory that exists and is not a directory (or cannot be
+ * created under an ancestor that is not one) is an error naming [sweep] out_dir.
+ *
+ * Then the plugins check each selected run's terms as the training will (bk_terms_create), in a
+ * child process (util/isolate.h) with a time limit: a plugin can crash, exit or hang there, which
+ * fails the runs it was checked for, never the sweep. Runs that give the plugins the same model and
+ * terms (the seeds and corpora of a variant) are checked once. A run whose plugins refuse their terms
+ * (an unknown plugin, a bad plugin option) or crash, exit or hang is not an error here: its
+ * `invalid` says why (naming the sweep file's line, the term and its plugin), and it fails alone
+ * when run. `o` may be NULL (defaults). */
+int bk_sweep_load_ex(const char *path, const bk_sweep_load_options *o, bk_sweep *out, bk_error *err);
+/* bk_sweep_load_ex with the defaults: every run checked, BK_SWEEP_PLUGIN_TIMEOUT_S. */
 int bk_sweep_load(const char *path, bk_sweep *out, bk_error *err);
 void bk_sweep_free(bk_sweep *sw);
 
-/* 1 when the run's name matches the shell glob `pattern` (fnmatch), or pattern is NULL. */
-int bk_sweep_run_selected(const bk_sweep_run *run, const char *pattern);
+/* 1 when the run's name matches one of the shell globs `patterns` (fnmatch), or n == 0. */
+int bk_sweep_run_selected(const bk_sweep_run *run, const char *const *patterns, int n);
+
+/* The sweep directory's lock (BK_SWEEP_LOCK_FILE, flock): creates out_dir, then takes the lock for as
+ * long as *fd stays open (bk_sweep_unlock closes it). A second sweep of the same directory fails at
+ * once naming the directory and the pid of the sweep that holds it. */
+#define BK_SWEEP_LOCK_FILE ".sweep.lock"
+int bk_sweep_lock(const bk_sweep *sw, int *fd, bk_error *err);
+void bk_sweep_unlock(int *fd);
 
 /* Write <out_dir>/sweep.json (atomically: temporary file + rename), creating out_dir. */
 int bk_sweep_write_index(const bk_sweep *sw, bk_error *err);
@@ -92,7 +123,8 @@ int bk_sweep_write_index(const bk_sweep *sw, bk_error *err);
  * and the file (the checkpoint would resume the old experiment). */
 int bk_sweep_prepare_run(const bk_sweep_run *run, int has_checkpoint, bk_error *err);
 
-/* status.json of a run: a missing file is state pending; a malformed one an error naming it. */
+/* status.json of a run: a missing file is state pending; a malformed one, or one that is not a regular
+ * file (a FIFO, a device: never read), an error naming it. */
 int bk_sweep_read_status(const bk_sweep_run *run, bk_run_status *st, bk_error *err);
 int bk_sweep_write_status(const bk_sweep_run *run, const bk_run_status *st, bk_error *err);
 const char *bk_run_state_name(bk_run_state state);
