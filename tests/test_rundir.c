@@ -1,12 +1,14 @@
 /* Paths and run directories (util/path.h, train/rundir.h): the path rule's helpers, the default run
- * directory, the run-directory lock, and the metrics log cut back to a checkpoint on resume. */
-#define _POSIX_C_SOURCE 200809L
+ * directory, the run-directory lock, the metrics log cut back to a checkpoint on resume, and a run
+ * directory named through a symbolic link to another run. */
+#define _DEFAULT_SOURCE /* realpath, symlink */
 #include "test_util.h"
 
 #include "train/rundir.h"
 #include "util/path.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[256];
@@ -152,6 +154,59 @@ static void test_metrics_cut_on_resume(void **state)
     bk_run_dir_close(&rd);
 }
 
+/* A run directory named through a symbolic link: refused when the link's target holds another run (a
+ * checkpoint or a metrics log) that the training does not resume; allowed to an empty directory and
+ * when resuming the run the link names; --out '' is a usage error, not the working directory. */
+static void test_choose_refuses_a_link_to_another_run(void **state)
+{
+    (void)state;
+    char a[512], link_a[512], empty[512], link_e[512], ckpt[600], out[4096], want[9000], real_a[4096];
+    snprintf(a, sizeof a, "%s/A", dir);
+    snprintf(link_a, sizeof link_a, "%s/B", dir);
+    snprintf(empty, sizeof empty, "%s/empty", dir);
+    snprintf(link_e, sizeof link_e, "%s/E", dir);
+    assert_int_equal(mkdir(a, 0777), 0);
+    assert_int_equal(mkdir(empty, 0777), 0);
+    assert_int_equal(symlink("A", link_a), 0);
+    assert_int_equal(symlink("empty", link_e), 0);
+    assert_non_null(realpath(a, real_a));
+    bk_lm lm;
+    memset(&lm, 0, sizeof lm);
+    char exp_path[] = "exp.toml";
+    lm.exp.path = exp_path;
+    bk_error err;
+    assert_int_equal(bk_run_dir_choose(&lm, "", NULL, out, sizeof out, &err), BK_ERR_USAGE);
+    assert_message_has(err.message, "--out: expected a directory, got an empty string");
+    assert_int_equal(bk_run_dir_choose(&lm, link_a, NULL, out, sizeof out, &err), BK_OK); /* A holds no run yet */
+    assert_int_equal(bk_run_dir_choose(&lm, link_e, NULL, out, sizeof out, &err), BK_OK);
+    const char *files[] = {BK_RUN_METRICS_FILE, BK_RUN_CHECKPOINT_FILE};
+    for (int k = 0; k < 2; k++) {
+        snprintf(ckpt, sizeof ckpt, "%s/%s", a, files[k]);
+        fclose(fopen(ckpt, "w"));
+        assert_int_equal(bk_run_dir_choose(&lm, link_a, NULL, out, sizeof out, &err), BK_ERR_IO);
+        const char *named = k == 0 ? BK_RUN_METRICS_FILE : BK_RUN_CHECKPOINT_FILE; /* the checkpoint first */
+        snprintf(want, sizeof want, "--out '%s' is a symbolic link to '%s', which holds another run (%s)", link_a,
+                 real_a, named);
+        assert_message_has(err.message, want);
+    }
+    /* resuming the run the link names is fine, through either name; another checkpoint is not */
+    assert_int_equal(bk_run_dir_choose(&lm, link_a, ckpt, out, sizeof out, &err), BK_OK);
+    char via_link[700], other[700];
+    snprintf(via_link, sizeof via_link, "%s/%s", link_a, BK_RUN_CHECKPOINT_FILE);
+    assert_int_equal(bk_run_dir_choose(&lm, link_a, via_link, out, sizeof out, &err), BK_OK);
+    assert_int_equal(bk_run_dir_choose(&lm, NULL, via_link, out, sizeof out, &err), BK_OK); /* its own directory */
+    snprintf(other, sizeof other, "%s/%s", empty, BK_RUN_CHECKPOINT_FILE);
+    fclose(fopen(other, "w"));
+    assert_int_equal(bk_run_dir_choose(&lm, link_a, other, out, sizeof out, &err), BK_ERR_IO);
+    /* naming the directory itself replaces the run, as it always has */
+    assert_int_equal(bk_run_dir_choose(&lm, a, NULL, out, sizeof out, &err), BK_OK);
+    /* [run] out_dir is held to the same rule */
+    lm.exp.run.out_dir = "B";
+    lm.config_dir = dir;
+    assert_int_equal(bk_run_dir_choose(&lm, NULL, NULL, out, sizeof out, &err), BK_ERR_IO);
+    assert_message_has(err.message, "[run] out_dir '");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -161,6 +216,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_temporaries_go, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_cut_on_resume, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_choose_refuses_a_link_to_another_run, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "device.h"
+#include "eval/eval.h"
 #include "train/checkpoint.h"
+#include "util/output.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -15,7 +17,7 @@
 static const char help[] =
     "usage: biaskit bias <experiment.toml | checkpoint.safetensors> [--layer N] [--length L] [--all]\n"
     "                    [--terms] [--csv FILE] [--device auto|cpu|cuda|emulated] [--set section.key=value]...\n"
-    "                    [--strict]\n\n"
+    "                    [--strict] [--no-verify]\n\n"
     "Computes the distance table T[h][d] of every [[term]] of the experiment for one layer and\n"
     "prints, per position stream, the mixed table the attention adds to its scores (after the\n"
     "1/sqrt(d_head) scale): one column per head, one row per distance d = i - j. Given a checkpoint\n"
@@ -27,13 +29,19 @@ static const char help[] =
     "  --all         print every distance (default: 0..16, then powers of two, then L-1)\n"
     "  --terms       also print each term's own table before the mix\n"
     "  --csv FILE    write every value as CSV: layer,stream,table,head,distance,value\n"
-    "                (table is a term's name, or \"mixed\"); FILE '-' is standard output\n"
+    "                (table is a term's name, or \"mixed\"); FILE '-' is standard output. FILE is\n"
+    "                written atomically (a temporary file renamed over it once complete; a failed write\n"
+    "                is an error and leaves the old file as it was) and refused when it names an input\n"
+    "                (the experiment file or checkpoint, a plugin; through a link too). A device or a\n"
+    "                pipe is written directly, every write checked\n"
     "  --device D    compute the tables with the plugins' CUDA code (cuda), on the host (cpu, and\n"
     "                emulated, whose device code never runs plugins' CUDA code), or as [run] device\n"
     "                says (auto: CUDA when a GPU answers); for a checkpoint, auto unless given (its model\n"
     "                is rebuilt on the CPU, whatever device trained it: only its terms are used)\n"
     "  --set K=V     override a value of the experiment file (repeatable)\n"
-    "  --strict      checkpoint: refuse it when its plugins differ from the ones it was trained with\n";
+    "  --strict      checkpoint: refuse it when its plugins differ from the ones it was trained with,\n"
+    "                a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
+    "  --no-verify   checkpoint: skip the checksums of the tensors' data (the metadata's is verified)\n";
 
 /* The rows shown without --all: every distance up to 16, then powers of two, then the last. */
 static int shown(int32_t d, int32_t distances, int all)
@@ -65,13 +73,14 @@ static void print_table(FILE *out, const char *title, const float *table, int32_
     }
 }
 
-static void write_csv(FILE *f, int layer, const char *stream, const char *name, const float *table, int32_t heads,
+static void write_csv(bk_output *f, int layer, const char *stream, const char *name, const float *table, int32_t heads,
                       int32_t distances)
 {
     for (int32_t h = 0; h < heads; h++)
         for (int32_t d = 0; d < distances; d++)
-            fprintf(f, "%d,%s,%s,%d,%d,%.9g\n", layer, stream, name, h, d,
-                    (double)table[(size_t)h * (size_t)distances + (size_t)d]);
+            if (bk_output_printf(f, "%d,%s,%s,%d,%d,%.9g\n", layer, stream, name, h, d,
+                                 (double)table[(size_t)h * (size_t)distances + (size_t)d]))
+                return; /* the error is kept and reported when the file is closed */
 }
 
 typedef struct bias_options {
@@ -81,7 +90,7 @@ typedef struct bias_options {
 } bias_options;
 
 /* `out` gets the readable tables (NULL: none), `csv` the values (NULL: none). */
-static int run(const bk_term_set *set, const bias_options *o, FILE *out, FILE *csv, bk_error *err)
+static int run(const bk_term_set *set, const bias_options *o, FILE *out, bk_output *csv, bk_error *err)
 {
     int32_t heads = set->geometry.n_heads, D = (int32_t)o->length;
     size_t n = (size_t)heads * (size_t)D;
@@ -149,7 +158,7 @@ int bk_cmd_bias(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0},   {"layer", 1, 0}, {"length", 1, 0}, {"all", 0, 0},
                                         {"terms", 0, 0},  {"csv", 1, 0},   {"device", 1, 0}, {"set", 1, 1},
-                                        {"strict", 0, 0}};
+                                        {"strict", 0, 0}, {"no-verify", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit bias", &args, &err))
@@ -163,19 +172,24 @@ int bk_cmd_bias(int argc, char **argv)
                 "biaskit bias: expected one experiment file or checkpoint; see 'biaskit bias --help'");
         return bk_report(&err);
     }
+    /* a checkpoint (by extension or content) brings its learned parameters; else an experiment file */
+    const char *source = args.positional[0];
+    int from_checkpoint = bk_checkpoint_is_file(source);
+    const bk_output_input source_input = {from_checkpoint ? "checkpoint" : "experiment file", source, NULL, 0};
+    const char *csv_path = bk_args_get(&args, "csv");
+    if (csv_path && bk_output_check("--csv", csv_path, &source_input, 1, &err)) /* before any work */
+        return bk_report(&err);
     /* A checkpoint's model is rebuilt but never run here: on the CPU, whatever device trained it (a
      * checkpoint of a GPU run then reads on a machine without one); --set can still say otherwise. */
     const char *sets[BK_ARGS_MAX + 1];
     sets[0] = "run.device=cpu";
     size_t n_sets = bk_args_all(&args, "set", sets + 1, BK_ARGS_MAX);
-    /* a checkpoint (by extension or content) brings its learned parameters; else an experiment file */
-    const char *source = args.positional[0];
-    int from_checkpoint = bk_checkpoint_is_file(source);
     bk_session s = {0};
     bk_lm lm = {0};
     bk_train_state ckpt_state = {0};
     if (from_checkpoint) {
-        bk_checkpoint_options co = {sets, (int)n_sets + 1, bk_args_get(&args, "strict") != NULL, NULL, NULL};
+        bk_checkpoint_options co = {sets, (int)n_sets + 1, bk_args_get(&args, "strict") != NULL, NULL, NULL,
+                                    bk_args_get(&args, "no-verify") != NULL};
         if (bk_checkpoint_load_ex(source, &co, &lm, NULL, &ckpt_state, &err))
             return bk_report(&err);
     } else if (bk_session_open(&s, source, sets + 1, n_sets, &err))
@@ -210,16 +224,16 @@ int bk_cmd_bias(int argc, char **argv)
     /* emulated: the plugins' CUDA code is not run there (model/backend.h); their host tables are */
     o.use_cuda = !rc && (device == BK_DEVICE_AUTO || device == BK_DEVICE_CUDA) && have_gpu;
 
-    FILE *csv = NULL;
-    if (!rc && o.csv) {
-        csv = strcmp(o.csv, "-") == 0 ? stdout : fopen(o.csv, "w");
-        if (!csv)
-            rc = bk_fail(&err, BK_ERR_IO, "cannot write CSV file '%s': %s", o.csv, strerror(errno));
-        else
-            fprintf(csv, "layer,stream,table,head,distance,value\n");
-    }
+    bk_eval_inputs inputs = {0};
+    bk_output csv = {0};
+    if (!rc && o.csv &&
+        !(rc = bk_eval_inputs_collect(&inputs, from_checkpoint ? "checkpoint" : "experiment file", source, terms, NULL,
+                                      NULL, 0, &err)) &&
+        !(rc = bk_output_open(&csv, "--csv", o.csv, inputs.items, inputs.n, &err)))
+        bk_output_printf(&csv, "layer,stream,table,head,distance,value\n");
+    const int csv_on_stdout = csv.kind == BK_OUTPUT_STDOUT; /* then nothing else goes there */
     if (!rc) {
-        if (csv != stdout) {
+        if (!csv_on_stdout) {
             char mixing[16];
             if (from_checkpoint)
                 printf("checkpoint: %s (step %lld: learned parameters)\n", source, (long long)ckpt_state.step);
@@ -230,12 +244,17 @@ int bk_cmd_bias(int argc, char **argv)
                    terms->n == 1 ? "" : "s", bk_choice_name(BK_MIXING_CHOICES, terms->mixing, mixing, sizeof mixing),
                    o.length - 1);
         }
-        rc = run(terms, &o, csv == stdout ? NULL : stdout, csv, &err); /* CSV on stdout: nothing else there */
+        rc = run(terms, &o, csv_on_stdout ? NULL : stdout, o.csv ? &csv : NULL, &err);
     }
-    if (csv && csv != stdout && fclose(csv) != 0 && !rc)
-        rc = bk_fail(&err, BK_ERR_IO, "cannot finish CSV file '%s': %s", o.csv, strerror(errno));
-    if (!rc && csv && csv != stdout)
+    if (!rc)
+        rc = bk_output_close(&csv, &err);
+    else
+        bk_output_discard(&csv);
+    if (!rc && o.csv && !csv_on_stdout)
         printf("\nwrote %s\n", o.csv);
+    if (!rc)
+        rc = bk_output_stdout_check(&err);
+    bk_eval_inputs_free(&inputs);
     if (from_checkpoint)
         bk_lm_close(&lm);
     else

@@ -6,6 +6,7 @@
 #include "analysis/trf.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "eval/eval.h"
 #include "report/plot.h"
 #include "train/checkpoint.h"
 
@@ -18,7 +19,8 @@
 
 static const char help[] =
     "usage: biaskit erf <checkpoint.safetensors> [--length L] [--eps E1,E2,...] [--sequences N]\n"
-    "                   [--queries Q] [--csv FILE] [--plot FILE.png] [--set section.key=value]... [--strict]\n\n"
+    "                   [--queries Q] [--csv FILE] [--plot FILE.png] [--set section.key=value]... [--strict]\n"
+    "                   [--no-verify]\n\n"
     "The empirical receptive field (ERF) of Qin, Zhong & Deng, \"Exploring Transformer Extrapolation\"\n"
     "(AAAI 2024, arXiv 2307.10156): how many of the nearest keys carry the attention of a trained model.\n"
     "The model stored in the checkpoint runs a training-mode forward on the CPU over N sequences of L\n"
@@ -40,9 +42,16 @@ static const char help[] =
     "  --plot FILE.png  normalised receptive field (field / L) against eps, 50 eps from 1 to 0 (the\n"
     "                   paper's `draw`): ERF and TRF over every layer and head, and the ERF of each\n"
     "                   layer; FILE.gp and FILE.dat are written beside it (needs gnuplot for the PNG)\n"
+    "                   and none of the three may name an input\n"
     "  --set K=V        override a value of the stored experiment (repeatable); run.device=cpu is set\n"
     "                   first, as the attention probabilities are read from the CPU backend\n"
-    "  --strict         refuse a checkpoint whose plugins differ from the ones it was trained with\n";
+    "  --strict         refuse a checkpoint whose plugins differ from the ones it was trained with,\n"
+    "                   a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
+    "  --no-verify      skip the checksums of the tensors' data (the metadata's is still verified)\n\n"
+    "The CSV file is written atomically (a temporary file renamed over it once complete: a failed\n"
+    "write is an error and leaves the old file as it was) and refused when it names an input (the\n"
+    "checkpoint, a plugin, a data file; through a link too); a device or a pipe is written directly,\n"
+    "every write checked.\n";
 
 #define MAX_PLOT_LAYERS 8
 
@@ -63,7 +72,8 @@ typedef struct erf_run {
     double *erf_p;  /* L x H x T mean attention by distance */
     double *trf_p;  /* L x H x T normalised kernel b / S_T */
     double *mean_e, *mean_t, *prefix; /* T, T, T + 1 scratch */
-    FILE *out, *csv;
+    FILE *out;       /* the readable table (NULL: none) */
+    bk_output *csv;  /* NULL: none */
 } erf_run;
 
 static void row_out(const erf_run *r, const char *layer, const char *head, const double *pe, const double *pt)
@@ -83,7 +93,8 @@ static void row_out(const erf_run *r, const char *layer, const char *head, const
     }
     if (r->csv)
         for (int e = 0; e < r->n_eps; e++)
-            fprintf(r->csv, "%s,%s,%g,%lld,%lld\n", layer, head, r->eps[e], (long long)erf[e], (long long)trf[e]);
+            bk_output_printf(r->csv, "%s,%s,%g,%lld,%lld\n", layer, head, r->eps[e], (long long)erf[e],
+                             (long long)trf[e]);
 }
 
 /* The normalised TRF kernel of every layer and head: the token stream's mixed table on T distances. */
@@ -179,7 +190,7 @@ int bk_cmd_erf(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0}, {"length", 1, 0}, {"eps", 1, 0}, {"sequences", 1, 0},
                                         {"queries", 1, 0}, {"csv", 1, 0}, {"plot", 1, 0}, {"set", 1, 1},
-                                        {"strict", 0, 0}};
+                                        {"strict", 0, 0}, {"no-verify", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit erf", &args, &err))
@@ -208,6 +219,10 @@ int bk_cmd_erf(int argc, char **argv)
     if (!rc && !bk_checkpoint_is_file(source))
         rc = bk_fail(&err, BK_ERR_USAGE, "biaskit erf: '%s' is not a checkpoint: expected a .safetensors file written "
                      "by 'biaskit train' (the ERF needs trained weights)", source);
+    const char *csv_path = bk_args_get(&args, "csv");
+    const bk_output_input ckpt_input = {"checkpoint", source, NULL, 0};
+    if (!rc) /* before any work; again against every input once they are known */
+        rc = bk_eval_check_outputs(csv_path, plot, &ckpt_input, 1, &err);
     if (rc)
         return bk_report(&err);
 
@@ -216,7 +231,8 @@ int bk_cmd_erf(int argc, char **argv)
     size_t n_sets = 1 + bk_args_all(&args, "set", sets + 1, BK_ARGS_MAX);
     bk_lm lm;
     bk_train_state st;
-    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL};
+    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
+                                bk_args_get(&args, "no-verify") != NULL};
     if (bk_checkpoint_load_ex(source, &co, &lm, NULL, &st, &err))
         return bk_report(&err);
     const bk_experiment *e = &lm.exp;
@@ -244,15 +260,15 @@ int bk_cmd_erf(int argc, char **argv)
         rc = bk_erf_measure(&lm, &val, r.T, (int)sequences, (int)queries, r.erf_p, &used, &err);
     if (!rc)
         rc = trf_kernels(&r, &lm.terms, &err);
-    const char *csv_path = bk_args_get(&args, "csv");
-    if (!rc && csv_path) {
-        r.csv = strcmp(csv_path, "-") == 0 ? stdout : fopen(csv_path, "w");
-        if (!r.csv)
-            rc = bk_fail(&err, BK_ERR_IO, "cannot write CSV file '%s': %s", csv_path, strerror(errno));
-        else
-            fprintf(r.csv, "layer,head,eps,erf,trf\n");
+    bk_eval_inputs inputs = {0};
+    if (!rc && !(rc = bk_eval_inputs_collect(&inputs, "checkpoint", source, &lm.terms, &lm, NULL, 0, &err)))
+        rc = bk_eval_check_outputs(csv_path, plot, inputs.items, inputs.n, &err);
+    bk_output csv = {0};
+    if (!rc && csv_path && !(rc = bk_output_open(&csv, "--csv", csv_path, inputs.items, inputs.n, &err))) {
+        r.csv = &csv;
+        bk_output_printf(&csv, "layer,head,eps,erf,trf\n");
     }
-    r.out = r.csv == stdout ? NULL : stdout;
+    r.out = csv.kind == BK_OUTPUT_STDOUT ? NULL : stdout; /* CSV on stdout: nothing else there */
     if (!rc && r.out) {
         printf("checkpoint: %s (step %lld, trained at length %lld)\n", source, (long long)st.step,
                (long long)e->train.length);
@@ -263,12 +279,17 @@ int bk_cmd_erf(int argc, char **argv)
     }
     if (!rc)
         report(&r);
-    if (r.csv && r.csv != stdout && fclose(r.csv) != 0 && !rc)
-        rc = bk_fail(&err, BK_ERR_IO, "cannot finish CSV file '%s': %s", csv_path, strerror(errno));
-    if (!rc && r.csv && r.csv != stdout)
+    if (!rc)
+        rc = bk_output_close(&csv, &err);
+    else
+        bk_output_discard(&csv);
+    if (!rc && csv_path && r.out)
         printf("wrote %s\n", csv_path);
     if (!rc && plot && !(rc = write_plot(&r, plot, source, used, &err)) && r.out)
         printf("wrote %s (and its .gp and .dat)\n", plot);
+    if (!rc)
+        rc = bk_output_stdout_check(&err);
+    bk_eval_inputs_free(&inputs);
     free(r.erf_p), free(r.trf_p), free(r.mean_e), free(r.mean_t), free(r.prefix);
     bk_tokens_free(&train), bk_tokens_free(&val);
     bk_lm_close(&lm);

@@ -5,6 +5,7 @@
 #include "dist/dist.h"
 #include "eval/eval.h"
 #include "train/checkpoint.h"
+#include "util/output.h"
 
 #include <errno.h>
 #include <math.h>
@@ -35,12 +36,23 @@ static const char help[] =
     "  --json FILE       write the same as JSON, with the position-wise loss, chunks per forward\n"
     "                    (batch) and activation memory in bytes ('-' = stdout)\n"
     "  --positions FILE  write length,position,loss (loss at each position, averaged over chunks)\n"
-    "  --set K=V         override a value of the stored experiment (repeatable)\n"
+    "                    ('-' = stdout)\n"
+    "  --set K=V         override a value of the stored experiment (repeatable): [data] and [run] keys,\n"
+    "                    a plugin's option (a warning); not the model's shape nor how it was trained\n"
     "  --strict          refuse a checkpoint whose plugins differ from the ones it was trained with\n"
-    "                    (version, declarations or file bytes; by default a warning names the change)\n\n"
+    "                    (version, declarations or file bytes; by default a warning names the change),\n"
+    "                    a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
+    "  --no-verify       skip the checksums of the tensors' data (faster on a large checkpoint); the\n"
+    "                    checksum of the metadata (experiment, step, plugin records) is still verified\n\n"
     "With an MPI launcher (mpirun -np N biaskit eval ...; a biaskit built with MPI) the batches of\n"
     "chunks are shared out among the processes and their sums added in order: the same numbers,\n"
-    "to the bit, as one process. Rank 0 prints and writes the files.\n";
+    "to the bit, as one process. Rank 0 prints and writes the files.\n\n"
+    "Each FILE is written atomically (into a temporary file beside it, renamed over it once complete:\n"
+    "a failed write is an error and leaves the old file as it was) and refused when it names an input\n"
+    "(the checkpoint, a plugin, a data file, or a file the data reader would take in a data directory;\n"
+    "through a symbolic or hard link too) or another output. A symbolic link is followed; a device or a\n"
+    "pipe (/dev/null, a process substitution) is written directly, every write checked. A FILE '-'\n"
+    "has standard output to itself: the table is not printed (and only one FILE may be '-').\n";
 
 static int parse_lengths(const char *text, int32_t *out, int cap, int *n, bk_error *err)
 {
@@ -62,18 +74,82 @@ static int parse_lengths(const char *text, int32_t *out, int cap, int *n, bk_err
     return BK_OK;
 }
 
-static FILE *open_out(const char *path, bk_error *err)
+/* What the output files say. */
+typedef struct eval_report {
+    const bk_eval_result *results;
+    int n;
+    int64_t train_length, step;
+    const char *checkpoint;
+    int32_t stride;
+} eval_report;
+
+/* A JSON number, or null for a value JSON cannot hold (a diverged model's infinite perplexity). */
+static void json_number(bk_output *o, const char *format, double v)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
-    if (!f)
-        bk_fail(err, BK_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-    return f;
+    if (isfinite(v))
+        bk_output_printf(o, format, v);
+    else
+        bk_output_printf(o, "null");
 }
 
-static void close_out(FILE *f)
+static void write_csv(bk_output *o, const eval_report *r)
 {
-    if (f && f != stdout)
-        fclose(f);
+    bk_output_printf(o, "length,train_length,chunks,tokens,loss,ppl\n");
+    for (int i = 0; i < r->n; i++)
+        bk_output_printf(o, "%d,%lld,%lld,%lld,%.6f,%.6f\n", (int)r->results[i].length, (long long)r->train_length,
+                         (long long)r->results[i].chunks, (long long)r->results[i].tokens, r->results[i].loss,
+                         r->results[i].ppl);
+}
+
+static void write_json(bk_output *o, const eval_report *r)
+{
+    bk_output_printf(o, "{\"checkpoint\": ");
+    bk_output_json_string(o, r->checkpoint);
+    bk_output_printf(o, ", \"step\": %lld, \"train_length\": %lld, \"protocol\": \"%s\", \"results\": [",
+                     (long long)r->step, (long long)r->train_length, r->stride ? "sliding" : "non-overlapping");
+    for (int i = 0; i < r->n; i++) {
+        const bk_eval_result *x = &r->results[i];
+        bk_output_printf(o, "%s\n  {\"length\": %d, \"chunks\": %lld, \"tokens\": %lld, \"loss\": ", i ? "," : "",
+                         (int)x->length, (long long)x->chunks, (long long)x->tokens);
+        json_number(o, "%.6f", x->loss);
+        bk_output_printf(o, ", \"ppl\": ");
+        json_number(o, "%.6f", x->ppl);
+        bk_output_printf(o, ", \"batch\": %d, \"activation_bytes\": %zu", (int)x->batch, x->activation_bytes);
+        if (x->position_loss) {
+            bk_output_printf(o, ", \"position_loss\": [");
+            for (int32_t t = 0; t < x->length; t++) {
+                bk_output_printf(o, "%s", t ? ", " : "");
+                json_number(o, "%.5f", x->position_loss[t]);
+            }
+            bk_output_printf(o, "]");
+        }
+        bk_output_printf(o, "}");
+    }
+    bk_output_printf(o, "\n]}\n");
+}
+
+static void write_positions(bk_output *o, const eval_report *r)
+{
+    bk_output_printf(o, "length,position,loss\n");
+    for (int i = 0; i < r->n; i++)
+        for (int32_t t = 0; r->results[i].position_loss && t < r->results[i].length; t++)
+            bk_output_printf(o, "%d,%d,%.6f\n", (int)r->results[i].length, (int)t, r->results[i].position_loss[t]);
+}
+
+/* The output files: --csv, --json, --positions. */
+#define N_OUTPUTS 3
+static const char *const output_flags[N_OUTPUTS] = {"--csv", "--json", "--positions"};
+static void (*const output_writers[N_OUTPUTS])(bk_output *, const eval_report *) = {write_csv, write_json,
+                                                                                     write_positions};
+
+/* Each output given: refused when it names an input or another output (util/output.h). */
+static int check_outputs(const char *const *paths, const bk_output_input *inputs, int n_inputs, bk_error *err)
+{
+    int rc = bk_output_check_distinct(output_flags, paths, N_OUTPUTS, err);
+    for (int k = 0; k < N_OUTPUTS && !rc; k++)
+        if (paths[k])
+            rc = bk_output_check(output_flags[k], paths[k], inputs, n_inputs, err);
+    return rc;
 }
 
 #define MAX_LENGTHS 64
@@ -82,7 +158,7 @@ int bk_cmd_eval(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0},  {"lengths", 1, 0}, {"sliding", 1, 0}, {"data", 1, 1},
                                         {"tokens", 1, 0}, {"csv", 1, 0},     {"json", 1, 0},    {"positions", 1, 0},
-                                        {"set", 1, 1},   {"strict", 0, 0}};
+                                        {"set", 1, 1},   {"strict", 0, 0}, {"no-verify", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit eval", &args, &err))
@@ -104,6 +180,12 @@ int bk_cmd_eval(int argc, char **argv)
     const char *sets[BK_ARGS_MAX], *data[BK_ARGS_MAX];
     size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
     size_t n_data = bk_args_all(&args, "data", data, BK_ARGS_MAX);
+    const char *outputs[N_OUTPUTS] = {bk_args_get(&args, "csv"), bk_args_get(&args, "json"),
+                                      bk_args_get(&args, "positions")};
+    /* the outputs against the checkpoint now, before it loads; against every input once they are known */
+    const bk_output_input ckpt_input = {"checkpoint", args.positional[0], NULL, 0};
+    if (check_outputs(outputs, &ckpt_input, 1, &err))
+        return bk_report(&err);
 
     bk_dist dist; /* one process, or one of `mpirun -np N`: the chunks are shared out */
     if (bk_dist_init(&dist, &err))
@@ -111,7 +193,8 @@ int bk_cmd_eval(int argc, char **argv)
     const int lead = dist.rank == 0; /* rank 0 prints and writes; every rank computes */
     bk_lm lm;
     bk_train_state st;
-    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL};
+    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
+                                bk_args_get(&args, "no-verify") != NULL};
     if (bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err)) {
         int status = lead ? bk_report(&err) : 1;
         bk_dist_finalize(&dist);
@@ -131,6 +214,11 @@ int bk_cmd_eval(int argc, char **argv)
         for (int k = 1; k <= 8; k *= 2)
             lengths[n_lengths++] = (int32_t)(k * e->train.length);
 
+    bk_eval_inputs inputs = {0};
+    if (!rc && !(rc = bk_eval_inputs_collect(&inputs, "checkpoint", args.positional[0], &lm.terms, &lm, data,
+                                             (int)n_data, &err)))
+        rc = check_outputs(outputs, inputs.items, inputs.n, &err);
+    rc = bk_dist_agree(&dist, rc, &err); /* every process checked the same files */
     bk_tokens train = {0}, val = {0};
     if (!rc) /* the data: the experiment's validation split, or --data (paths from the working directory) */
         rc = bk_lm_load_data(&lm, data, (int)n_data, 2, "; or give --data PATH", &train, &val, &err);
@@ -141,94 +229,61 @@ int bk_cmd_eval(int argc, char **argv)
         if (!rc)
             bk_eval_results_free(results, n_lengths);
         bk_tokens_free(&train), bk_tokens_free(&val);
+        bk_eval_inputs_free(&inputs);
         bk_lm_close(&lm);
         int status = rc && lead ? bk_report(&err) : rc ? 1 : 0;
         bk_dist_finalize(&dist);
         return status;
     }
 
+    int on_stdout = 0; /* an output on standard output has it to itself: no table there */
+    for (int k = 0; k < N_OUTPUTS; k++)
+        on_stdout |= outputs[k] && strcmp(outputs[k], "-") == 0;
     double base = NAN;
     for (int i = 0; i < n_lengths; i++)
         if (results[i].length == e->train.length)
             base = results[i].ppl;
-    printf("checkpoint: %s (step %lld, trained at length %lld)\n", args.positional[0], (long long)st.step,
-           (long long)e->train.length);
-    printf("device: %s\n", lm.be ? lm.be->description : "cpu");
-    printf("data: %s, %lld tokens used; %s\n\n", val.name,
-           (long long)(max_tokens > 0 && max_tokens < val.count ? max_tokens : val.count),
-           stride ? "sliding window" : "non-overlapping chunks");
-    printf("%8s %7s %7s %9s %9s %10s %9s\n", "length", "x train", "chunks", "tokens", "loss", "perplexity",
-           "vs train");
-    for (int i = 0; i < n_lengths; i++) {
-        const bk_eval_result *r = &results[i];
-        char change[32] = "";
-        if (isfinite(base))
-            snprintf(change, sizeof change, "%+.1f%%", 100.0 * (r->ppl / base - 1.0));
-        printf("%8d %7.2f %7lld %9lld %9.4f %10.3f %9s\n", (int)r->length,
-               (double)r->length / (double)e->train.length, (long long)r->chunks, (long long)r->tokens, r->loss, r->ppl,
-               change);
+    if (!on_stdout) {
+        printf("checkpoint: %s (step %lld, trained at length %lld)\n", args.positional[0], (long long)st.step,
+               (long long)e->train.length);
+        printf("device: %s\n", lm.be ? lm.be->description : "cpu");
+        printf("data: %s, %lld tokens used; %s\n\n", val.name,
+               (long long)(max_tokens > 0 && max_tokens < val.count ? max_tokens : val.count),
+               stride ? "sliding window" : "non-overlapping chunks");
+        printf("%8s %7s %7s %9s %9s %10s %9s\n", "length", "x train", "chunks", "tokens", "loss", "perplexity",
+               "vs train");
+        for (int i = 0; i < n_lengths; i++) {
+            const bk_eval_result *r = &results[i];
+            char change[32] = "";
+            if (isfinite(base))
+                snprintf(change, sizeof change, "%+.1f%%", 100.0 * (r->ppl / base - 1.0));
+            printf("%8d %7.2f %7lld %9lld %9.4f %10.3f %9s\n", (int)r->length,
+                   (double)r->length / (double)e->train.length, (long long)r->chunks, (long long)r->tokens, r->loss,
+                   r->ppl, change);
+        }
+
+        int most = 0; /* the length whose forward needed the most memory */
+        for (int i = 1; i < n_lengths; i++)
+            if (results[i].activation_bytes > results[most].activation_bytes)
+                most = i;
+        printf("\nmemory: %.1f MiB of activations at most (length %d, %d chunk%s per forward), on %s\n",
+               (double)results[most].activation_bytes / (1024.0 * 1024.0), (int)results[most].length,
+               (int)results[most].batch, results[most].batch == 1 ? "" : "s", lm.be ? lm.be->name : "cpu");
     }
 
-    int most = 0; /* the length whose forward needed the most memory */
-    for (int i = 1; i < n_lengths; i++)
-        if (results[i].activation_bytes > results[most].activation_bytes)
-            most = i;
-    printf("\nmemory: %.1f MiB of activations at most (length %d, %d chunk%s per forward), on %s\n",
-           (double)results[most].activation_bytes / (1024.0 * 1024.0), (int)results[most].length,
-           (int)results[most].batch, results[most].batch == 1 ? "" : "s", lm.be ? lm.be->name : "cpu");
-
-    FILE *f;
-    if (!rc && (v = bk_args_get(&args, "csv"))) {
-        if (!(f = open_out(v, &err)))
-            rc = err.code;
-        else {
-            fprintf(f, "length,train_length,chunks,tokens,loss,ppl\n");
-            for (int i = 0; i < n_lengths; i++)
-                fprintf(f, "%d,%lld,%lld,%lld,%.6f,%.6f\n", (int)results[i].length, (long long)e->train.length,
-                        (long long)results[i].chunks, (long long)results[i].tokens, results[i].loss, results[i].ppl);
-            close_out(f);
+    const eval_report report = {results, n_lengths, e->train.length, st.step, args.positional[0], (int32_t)stride};
+    for (int k = 0; k < N_OUTPUTS && !rc; k++) {
+        bk_output out;
+        if (outputs[k] && !(rc = bk_output_open(&out, output_flags[k], outputs[k], inputs.items, inputs.n, &err))) {
+            output_writers[k](&out, &report);
+            rc = bk_output_close(&out, &err);
         }
     }
-    if (!rc && (v = bk_args_get(&args, "json"))) {
-        if (!(f = open_out(v, &err)))
-            rc = err.code;
-        else {
-            fprintf(f, "{\"checkpoint\": \"%s\", \"step\": %lld, \"train_length\": %lld, \"protocol\": \"%s\", "
-                       "\"results\": [",
-                    args.positional[0], (long long)st.step, (long long)e->train.length,
-                    stride ? "sliding" : "non-overlapping");
-            for (int i = 0; i < n_lengths; i++) {
-                const bk_eval_result *r = &results[i];
-                fprintf(f,
-                        "%s\n  {\"length\": %d, \"chunks\": %lld, \"tokens\": %lld, \"loss\": %.6f, \"ppl\": %.6f, "
-                        "\"batch\": %d, \"activation_bytes\": %zu",
-                        i ? "," : "", (int)r->length, (long long)r->chunks, (long long)r->tokens, r->loss, r->ppl,
-                        (int)r->batch, r->activation_bytes);
-                if (r->position_loss) {
-                    fprintf(f, ", \"position_loss\": [");
-                    for (int32_t t = 0; t < r->length; t++)
-                        fprintf(f, "%s%.5f", t ? ", " : "", r->position_loss[t]);
-                    fprintf(f, "]");
-                }
-                fprintf(f, "}");
-            }
-            fprintf(f, "\n]}\n");
-            close_out(f);
-        }
-    }
-    if (!rc && (v = bk_args_get(&args, "positions"))) {
-        if (!(f = open_out(v, &err)))
-            rc = err.code;
-        else {
-            fprintf(f, "length,position,loss\n");
-            for (int i = 0; i < n_lengths; i++)
-                for (int32_t t = 0; results[i].position_loss && t < results[i].length; t++)
-                    fprintf(f, "%d,%d,%.6f\n", (int)results[i].length, (int)t, results[i].position_loss[t]);
-            close_out(f);
-        }
-    }
+    if (!rc)
+        rc = bk_output_stdout_check(&err);
     bk_eval_results_free(results, n_lengths);
     bk_tokens_free(&train), bk_tokens_free(&val);
+    bk_eval_inputs_free(&inputs);
     bk_lm_close(&lm);
     int status = rc ? bk_report(&err) : 0;
     bk_dist_finalize(&dist);

@@ -22,8 +22,12 @@ static const char help[] =
     "                   on top of the experiment stored in the checkpoint (e.g. train.steps=2000)\n"
     "  --resume CKPT    continue a run exactly where its checkpoint left it\n"
     "  --strict         with --resume: refuse a checkpoint whose plugins differ from the ones it was\n"
-    "                   trained with (version, declarations or file bytes; by default a warning)\n"
-    "  --out DIR        write to DIR instead of [run] out_dir (on resume: the checkpoint's directory)\n"
+    "                   trained with (version, declarations or file bytes; by default a warning), a\n"
+    "                   plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
+    "  --out DIR        write to DIR instead of [run] out_dir (on resume: the checkpoint's directory);\n"
+    "                   a DIR that is a symbolic link to a directory holding another run (a checkpoint\n"
+    "                   or metrics.jsonl this training does not resume) is refused: name the directory\n"
+    "                   itself to replace that run\n"
     "  --stop-after N   stop after N steps of this run, writing a checkpoint (as Ctrl-C does, which\n"
     "                   exits with status 130)\n"
     "  --plain          plain log lines even on a terminal (no redrawn progress line)\n\n"
@@ -70,6 +74,10 @@ int bk_cmd_train(int argc, char **argv)
     o.n_overrides = (int)n_sets;
     o.resume = resume;
     o.out_dir = bk_args_get(&args, "out");
+    if (o.out_dir && !*o.out_dir) { /* not the working directory */
+        bk_fail(&err, BK_ERR_USAGE, "--out: expected a directory, got an empty string");
+        return bk_report(&err);
+    }
     o.progress = !bk_args_get(&args, "plain") && isatty(fileno(stderr));
     o.out = stderr;
     const char *v = bk_args_get(&args, "stop-after");

@@ -5,6 +5,7 @@
 #include "analysis/trf.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "eval/eval.h"
 #include "report/plot.h"
 #include "train/checkpoint.h"
 
@@ -16,7 +17,8 @@
 
 static const char help[] =
     "usage: biaskit trf <experiment.toml | checkpoint.safetensors> [--windows L1,L2,...] [--eps E1,E2,...]\n"
-    "                   [--csv FILE] [--plot FILE.png] [--set section.key=value]... [--strict]\n\n"
+    "                   [--csv FILE] [--plot FILE.png] [--set section.key=value]... [--strict]\n"
+    "                   [--no-verify]\n\n"
     "The theoretical receptive field (TRF) of Qin, Zhong & Deng, \"Exploring Transformer\n"
     "Extrapolation\" (AAAI 2024, arXiv 2307.10156), computed from the distance tables alone (no data,\n"
     "no training). For every [[term]] with a table, every layer copy (per_layer terms) and every head,\n"
@@ -43,7 +45,13 @@ static const char help[] =
     "                   table (layer 0 when it differs per layer); FILE.gp and FILE.dat are written\n"
     "                   beside it (needs gnuplot for the PNG)\n"
     "  --set K=V        override a value of the experiment (repeatable)\n"
-    "  --strict         checkpoint: refuse it when its plugins differ from the ones it was trained with\n";
+    "  --strict         checkpoint: refuse it when its plugins differ from the ones it was trained with,\n"
+    "                   a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
+    "  --no-verify      checkpoint: skip the checksums of the tensors' data (the metadata's is verified)\n\n"
+    "The CSV file is written atomically (a temporary file renamed over it once complete: a failed\n"
+    "write is an error and leaves the old file as it was) and refused when it names an input (the\n"
+    "experiment file or checkpoint, a plugin; through a link too); so are the plot's three files. A\n"
+    "device or a pipe is written directly, every write checked.\n";
 
 #define MAX_PLOT_SERIES 64
 
@@ -51,7 +59,8 @@ typedef struct trf_run {
     int64_t windows[BK_RF_MAX_WINDOWS];
     double eps[BK_RF_MAX_EPS];
     int n_windows, n_eps;
-    FILE *out, *csv;       /* readable tables (NULL: none), CSV (NULL: none) */
+    FILE *out;             /* readable tables (NULL: none) */
+    bk_output *csv;        /* CSV (NULL: none) */
     double *b, *prefix;    /* scratch: longest window */
     /* the plot's curves */
     int n_series;
@@ -117,9 +126,9 @@ static int analyse_table(trf_run *r, const char *title, const char *name, const 
         if (r->csv)
             for (int w = 0; w < r->n_windows; w++)
                 for (int e = 0; e < r->n_eps; e++)
-                    fprintf(r->csv, "%s,%s,%s,%s,%d,%lld,%g,%.17g,%lld,%.17g,%s\n", name, plugin, stream, layer_text,
-                            (int)h, (long long)r->windows[w], r->eps[e], res.sum[w], (long long)res.field[w][e],
-                            res.tail, verdict(res.settled));
+                    bk_output_printf(r->csv, "%s,%s,%s,%s,%d,%lld,%g,%.17g,%lld,%.17g,%s\n", name, plugin, stream,
+                                     layer_text, (int)h, (long long)r->windows[w], r->eps[e], res.sum[w],
+                                     (long long)res.field[w][e], res.tail, verdict(res.settled));
         if (plot && r->n_series < MAX_PLOT_SERIES) {
             int k = r->n_series++;
             snprintf(r->titles[k], sizeof r->titles[k], "%s head %d", stream, (int)h);
@@ -206,7 +215,8 @@ static int write_plot(const trf_run *r, const char *path, const char *source, bk
 int bk_cmd_trf(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0}, {"windows", 1, 0}, {"eps", 1, 0},  {"csv", 1, 0},
-                                        {"plot", 1, 0}, {"set", 1, 1},     {"strict", 0, 0}};
+                                        {"plot", 1, 0}, {"set", 1, 1},     {"strict", 0, 0},
+                                        {"no-verify", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit trf", &args, &err))
@@ -233,6 +243,12 @@ int bk_cmd_trf(int argc, char **argv)
     const char *plot = bk_args_get(&args, "plot");
     if (!rc && plot && (strlen(plot) < 5 || strcmp(plot + strlen(plot) - 4, ".png") != 0))
         rc = bk_fail(&err, BK_ERR_USAGE, "--plot: expected a file name ending in .png, got '%s'", plot);
+    const char *source = args.positional[0];
+    int from_checkpoint = bk_checkpoint_is_file(source);
+    const char *csv_path = bk_args_get(&args, "csv");
+    const bk_output_input source_input = {from_checkpoint ? "checkpoint" : "experiment file", source, NULL, 0};
+    if (!rc) /* before any work; again against every input once they are known */
+        rc = bk_eval_check_outputs(csv_path, plot, &source_input, 1, &err);
     if (rc) {
         free(r);
         return bk_report(&err);
@@ -242,13 +258,12 @@ int bk_cmd_trf(int argc, char **argv)
     const char *sets[BK_ARGS_MAX + 1];
     sets[0] = "run.device=cpu";
     size_t n_sets = 1 + bk_args_all(&args, "set", sets + 1, BK_ARGS_MAX);
-    const char *source = args.positional[0];
-    int from_checkpoint = bk_checkpoint_is_file(source);
     bk_session s = {0};
     bk_lm lm = {0};
     bk_train_state st = {0};
     if (from_checkpoint) {
-        bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL};
+        bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
+                                    bk_args_get(&args, "no-verify") != NULL};
         rc = bk_checkpoint_load_ex(source, &co, &lm, NULL, &st, &err);
     } else {
         rc = bk_session_open(&s, source, sets, n_sets, &err);
@@ -265,15 +280,16 @@ int bk_cmd_trf(int argc, char **argv)
     r->prefix = malloc((size_t)(D + 1) * sizeof *r->prefix);
     if (!r->b || !r->prefix)
         rc = bk_fail(&err, BK_ERR_NOMEM, "out of memory for %lld distances", (long long)D);
-    const char *csv_path = bk_args_get(&args, "csv");
-    if (!rc && csv_path) {
-        r->csv = strcmp(csv_path, "-") == 0 ? stdout : fopen(csv_path, "w");
-        if (!r->csv)
-            rc = bk_fail(&err, BK_ERR_IO, "cannot write CSV file '%s': %s", csv_path, strerror(errno));
-        else
-            fprintf(r->csv, "table,plugin,stream,layer,head,window,eps,partial_sum,trf,tail,series\n");
+    bk_eval_inputs inputs = {0};
+    if (!rc && !(rc = bk_eval_inputs_collect(&inputs, from_checkpoint ? "checkpoint" : "experiment file", source,
+                                             terms, NULL, NULL, 0, &err)))
+        rc = bk_eval_check_outputs(csv_path, plot, inputs.items, inputs.n, &err);
+    bk_output csv = {0};
+    if (!rc && csv_path && !(rc = bk_output_open(&csv, "--csv", csv_path, inputs.items, inputs.n, &err))) {
+        r->csv = &csv;
+        bk_output_printf(&csv, "table,plugin,stream,layer,head,window,eps,partial_sum,trf,tail,series\n");
     }
-    r->out = r->csv == stdout ? NULL : stdout; /* CSV on stdout: nothing else there */
+    r->out = csv.kind == BK_OUTPUT_STDOUT ? NULL : stdout; /* CSV on stdout: nothing else there */
     if (!rc && r->out) {
         if (from_checkpoint)
             printf("checkpoint: %s (step %lld: learned parameters)\n", source, (long long)st.step);
@@ -295,9 +311,11 @@ int bk_cmd_trf(int argc, char **argv)
         rc = run(r, terms, (int)exp->model.layers, &err);
     if (!rc && r->out)
         printf("\n%d head row%s settled, %d growing\n", r->settled, r->settled == 1 ? "" : "s", r->growing);
-    if (r->csv && r->csv != stdout && fclose(r->csv) != 0 && !rc)
-        rc = bk_fail(&err, BK_ERR_IO, "cannot finish CSV file '%s': %s", csv_path, strerror(errno));
-    if (!rc && r->csv && r->csv != stdout)
+    if (!rc)
+        rc = bk_output_close(&csv, &err);
+    else
+        bk_output_discard(&csv);
+    if (!rc && csv_path && r->out)
         printf("wrote %s\n", csv_path);
     if (!rc && plot) {
         if (r->n_series == 0)
@@ -305,6 +323,9 @@ int bk_cmd_trf(int argc, char **argv)
         else if (!(rc = write_plot(r, plot, source, &err)) && r->out)
             printf("wrote %s (and its .gp and .dat)\n", plot);
     }
+    if (!rc)
+        rc = bk_output_stdout_check(&err);
+    bk_eval_inputs_free(&inputs);
     free(r->b), free(r->prefix), free(r);
     if (from_checkpoint)
         bk_lm_close(&lm);

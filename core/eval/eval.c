@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #include "eval/eval.h"
 
 #include <math.h>
@@ -123,4 +124,77 @@ void bk_eval_results_free(bk_eval_result *results, int n)
         free(results[i].position_loss);
         results[i].position_loss = NULL;
     }
+}
+
+/* The data reader's names for shards (data/data.c takes the files ending so under a directory). */
+static const char *const shard_extensions[] = {".bin"};
+
+int bk_eval_inputs_collect(bk_eval_inputs *in, const char *what, const char *source, const bk_term_set *terms,
+                           const bk_lm *lm, const char *const *data, int n_data, bk_error *err)
+{
+    memset(in, 0, sizeof *in);
+    const bk_experiment *e = lm ? &lm->exp : NULL;
+    int n_exp_data = e && n_data == 0 ? e->data.paths.n + e->data.val_paths.n : 0;
+    int cap = 1 + (terms ? terms->n : 0) + (lm ? n_data + n_exp_data : 0);
+    in->items = calloc((size_t)cap, sizeof *in->items);
+    in->owned = calloc(n_exp_data ? (size_t)n_exp_data : 1, sizeof *in->owned);
+    if (!in->items || !in->owned) {
+        bk_eval_inputs_free(in);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory listing the inputs of '%s'", source);
+    }
+    in->items[in->n++] = (bk_output_input){what, source, NULL, 0};
+    for (int i = 0; terms && i < terms->n; i++)
+        if (terms->terms[i].plugin && terms->terms[i].plugin->path)
+            in->items[in->n++] = (bk_output_input){"plugin", terms->terms[i].plugin->path, NULL, 0};
+    if (!lm)
+        return BK_OK;
+    const int text = e->data.format == BK_DATA_TEXT;
+    const char *const *ext = text ? e->data.extensions.items : shard_extensions;
+    const int n_ext = text ? e->data.extensions.n : 1;
+    for (int i = 0; i < n_data; i++)
+        in->items[in->n++] = (bk_output_input){"data path", data[i], ext, n_ext};
+    for (int i = 0; i < n_exp_data; i++) {
+        const char *p = i < e->data.paths.n ? e->data.paths.items[i] : e->data.val_paths.items[i - e->data.paths.n];
+        char buf[4096];
+        int rc = bk_lm_path(lm, p, buf, sizeof buf, err);
+        if (!rc && !(in->owned[in->n_owned] = strdup(buf)))
+            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory listing the inputs of '%s'", source);
+        if (rc) {
+            bk_eval_inputs_free(in);
+            return rc;
+        }
+        in->items[in->n++] = (bk_output_input){"data path", in->owned[in->n_owned++], ext, n_ext};
+    }
+    return BK_OK;
+}
+
+void bk_eval_inputs_free(bk_eval_inputs *in)
+{
+    for (int i = 0; in->owned && i < in->n_owned; i++)
+        free(in->owned[i]);
+    free(in->owned), free(in->items);
+    memset(in, 0, sizeof *in);
+}
+
+int bk_eval_check_outputs(const char *csv, const char *plot, const bk_output_input *inputs, int n_inputs,
+                          bk_error *err)
+{
+    int rc = csv ? bk_output_check("--csv", csv, inputs, n_inputs, err) : BK_OK;
+    if (rc || !plot)
+        return rc;
+    size_t stem = strlen(plot) > 4 ? strlen(plot) - 4 : 0; /* without ".png" (the commands require it) */
+    char files[3][4200];
+    snprintf(files[0], sizeof files[0], "%s", plot);
+    snprintf(files[1], sizeof files[1], "%.*s.gp", (int)stem, plot);
+    snprintf(files[2], sizeof files[2], "%.*s.dat", (int)stem, plot);
+    for (int k = 0; k < 3 && !rc; k++) {
+        rc = k ? bk_output_check_beside("--plot", plot, files[k], inputs, n_inputs, err)
+               : bk_output_check("--plot", plot, inputs, n_inputs, err);
+        const char *flags[2] = {"--csv", "--plot"}, *paths[2] = {csv, files[k]};
+        if (!rc && bk_output_check_distinct(flags, paths, 2, err))
+            rc = k ? bk_fail(err, BK_ERR_USAGE, "--plot '%s' writes '%s', which is the file of --csv '%s'; give each "
+                             "output its own file", plot, files[k], csv)
+                   : err->code;
+    }
+    return rc;
 }

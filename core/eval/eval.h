@@ -8,6 +8,7 @@
 #include "data/data.h"
 #include "dist/dist.h"
 #include "train/lm.h"
+#include "util/output.h"
 
 /* Chunks evaluated together: as many as fit in this many tokens (enough per forward to keep the matmuls
  * efficient), at least one. */
@@ -32,5 +33,27 @@ typedef struct bk_eval_result {
 int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_lengths, int32_t stride,
             int64_t max_tokens, bk_dist *dist, bk_eval_result *results, bk_error *err);
 void bk_eval_results_free(bk_eval_result *results, int n);
+
+/* The files a command reads, which none of its outputs may replace (util/output.h). */
+typedef struct bk_eval_inputs {
+    bk_output_input *items;
+    char **owned; /* the paths made here (the data paths read from the experiment's directory) */
+    int n, n_owned;
+} bk_eval_inputs;
+
+/* Collects the inputs of a command on an experiment or a checkpoint: `source` (named `what`:
+ * "checkpoint", "experiment file"), the shared object of every term's plugin, and, when `lm` is not
+ * NULL, the data the command reads: data[n_data] as given (--data), else the experiment's [data]
+ * paths and val_paths read from its directory, with the names the data reader takes in a directory
+ * ([data] extensions for text, .bin for shards). Free with bk_eval_inputs_free. */
+int bk_eval_inputs_collect(bk_eval_inputs *in, const char *what, const char *source, const bk_term_set *terms,
+                           const bk_lm *lm, const char *const *data, int n_data, bk_error *err);
+void bk_eval_inputs_free(bk_eval_inputs *in);
+
+/* The --csv FILE and --plot FILE.png of a command (NULL: not given), with the FILE.gp and FILE.dat that
+ * report/plot.h writes beside the image: each refused when it names one of inputs[n_inputs], and the
+ * CSV when it is one of the plot's files (util/output.h). */
+int bk_eval_check_outputs(const char *csv, const char *plot, const bk_output_input *inputs, int n_inputs,
+                          bk_error *err);
 
 #endif

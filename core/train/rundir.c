@@ -1,6 +1,7 @@
 #define _DEFAULT_SOURCE /* flock */
 #include "train/rundir.h"
 
+#include "util/file.h"
 #include "util/path.h"
 
 #include <dirent.h>
@@ -13,12 +14,46 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* A run directory named through a symbolic link (`what` 'dir'): refused when the directory it points to
+ * holds another run, a checkpoint or a metrics log that this training does not resume (`resume`: the
+ * checkpoint it continues, or NULL). Naming that directory itself replaces the run, as it always has. */
+static int check_link(const char *what, const char *dir, const char *resume, bk_error *err)
+{
+    struct stat st;
+    char target[PATH_MAX];
+    if (lstat(dir, &st) != 0 || !S_ISLNK(st.st_mode) || !realpath(dir, target))
+        return BK_OK; /* not a link; a dangling one is reported when the directory is made */
+    static const char *const run_files[] = {BK_RUN_CHECKPOINT_FILE, BK_RUN_METRICS_FILE};
+    struct stat resumed, ours;
+    char ckpt[PATH_MAX + 32];
+    snprintf(ckpt, sizeof ckpt, "%s/%s", target, BK_RUN_CHECKPOINT_FILE);
+    if (resume && stat(resume, &resumed) == 0 && stat(ckpt, &ours) == 0 && resumed.st_dev == ours.st_dev &&
+        resumed.st_ino == ours.st_ino)
+        return BK_OK; /* this training continues the run the link names */
+    for (size_t i = 0; i < sizeof run_files / sizeof run_files[0]; i++) {
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/%s", target, run_files[i]);
+        if (stat(path, &st) == 0)
+            return bk_fail(err, BK_ERR_IO,
+                           "%s '%s' is a symbolic link to '%s', which holds another run (%s); training through the "
+                           "link would replace it. Name the directory itself to replace that run, continue it with "
+                           "--resume %s/%s, or write elsewhere",
+                           what, dir, target, run_files[i], target, BK_RUN_CHECKPOINT_FILE);
+    }
+    return BK_OK;
+}
+
 int bk_run_dir_choose(const bk_lm *lm, const char *out_dir, const char *resume, char *dir, size_t size,
                       bk_error *err)
 {
     const bk_experiment *e = &lm->exp;
-    if (out_dir)
-        return bk_path_resolve(NULL, out_dir, dir, size, err);
+    int rc;
+    if (out_dir && !*out_dir)
+        return bk_fail(err, BK_ERR_USAGE, "--out: expected a directory, got an empty string");
+    if (out_dir) {
+        rc = bk_path_resolve(NULL, out_dir, dir, size, err);
+        return rc ? rc : check_link("--out", dir, resume, err);
+    }
     if (resume) { /* a resumed run continues in its checkpoint's directory */
         char buf[PATH_MAX];
         if (snprintf(buf, sizeof buf, "%s", resume) >= (int)sizeof buf)
@@ -28,15 +63,17 @@ int bk_run_dir_choose(const bk_lm *lm, const char *out_dir, const char *resume, 
             slash[slash == buf] = '\0'; /* "/ckpt" keeps "/" */
         return bk_path_resolve(NULL, slash ? buf : ".", dir, size, err);
     }
-    if (e->run.out_dir && e->run.out_dir[0])
-        return bk_path_resolve(lm->config_dir, e->run.out_dir, dir, size, err);
+    if (e->run.out_dir && e->run.out_dir[0]) {
+        rc = bk_path_resolve(lm->config_dir, e->run.out_dir, dir, size, err);
+        return rc ? rc : check_link("[run] out_dir", dir, resume, err);
+    }
     const char *base = strrchr(e->path, '/') ? strrchr(e->path, '/') + 1 : e->path;
     size_t len = strlen(base);
     if (len > 5 && strcmp(base + len - 5, ".toml") == 0)
         len -= 5;
     if (snprintf(dir, size, "runs/%.*s", (int)len, base) >= (int)size)
         return bk_fail(err, BK_ERR_INVALID, "run directory name for '%s' is too long", e->path);
-    return BK_OK;
+    return check_link("the run directory", dir, resume, err);
 }
 
 /* mkdir -p */
@@ -54,9 +91,13 @@ static int make_dirs(const char *path, bk_error *err)
                 if (errno != EEXIST)
                     return bk_fail(err, BK_ERR_IO, "cannot create the run directory '%s': %s: %s", path, buf,
                                    strerror(errno));
-                if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-                    return bk_fail(err, BK_ERR_IO, "cannot create the run directory '%s': '%s' is not a directory",
-                                   path, buf);
+                if (stat(buf, &st) != 0)
+                    return bk_fail(err, BK_ERR_IO, "cannot create the run directory '%s': '%s': %s", path, buf,
+                                   strerror(errno));
+                if (!S_ISDIR(st.st_mode))
+                    return bk_fail(err, BK_ERR_IO,
+                                   "cannot create the run directory '%s': '%s' is not a directory (it is %s)", path,
+                                   buf, bk_file_kind(st.st_mode));
             }
             *p = c;
             if (!c)

@@ -21,7 +21,10 @@ typedef struct bk_run_dir {
 /* Which directory a training writes (not yet created): `out_dir` (command line: from the working
  * directory) when given; else on resume the checkpoint's directory; else [run] out_dir (from the
  * experiment file's directory); else runs/<experiment file name without .toml> in the working
- * directory. */
+ * directory. An empty out_dir is BK_ERR_USAGE. A directory named through a symbolic link is refused
+ * (BK_ERR_IO, naming the link, its target and what it holds) when the target holds another run (a
+ * checkpoint or a metrics log) that this training does not resume (`resume`, the checkpoint it
+ * continues, or NULL): a training never replaces a run through another name. */
 int bk_run_dir_choose(const bk_lm *lm, const char *out_dir, const char *resume, char *dir, size_t size,
                       bk_error *err);
 
