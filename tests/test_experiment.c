@@ -219,6 +219,90 @@ static void precision(void **state)
                  NULL);
 }
 
+/* What each key is to a trained model (experiment.h, bk_key_role): one rule for every schema key. */
+static void key_roles(void **state)
+{
+    (void)state;
+    assert_int_equal(bk_experiment_key_role("model", "heads"), BK_KEY_MODEL);
+    assert_int_equal(bk_experiment_key_role("model", "vocab"), BK_KEY_MODEL);
+    assert_int_equal(bk_experiment_key_role("attention", "mixing"), BK_KEY_MODEL);
+    assert_int_equal(bk_experiment_key_role("term", "plugin"), BK_KEY_MODEL);
+    assert_int_equal(bk_experiment_key_role("train", "length"), BK_KEY_FACT);
+    assert_int_equal(bk_experiment_key_role("train", "batch"), BK_KEY_FACT);
+    assert_int_equal(bk_experiment_key_role("train", "accumulate"), BK_KEY_FACT);
+    assert_int_equal(bk_experiment_key_role("train", "seed"), BK_KEY_FACT);
+    assert_int_equal(bk_experiment_key_role("train", "steps"), BK_KEY_SCHEDULE);
+    assert_int_equal(bk_experiment_key_role("train", "lr"), BK_KEY_SCHEDULE);
+    assert_int_equal(bk_experiment_key_role("train", "nonfinite"), BK_KEY_SCHEDULE);
+    assert_int_equal(bk_experiment_key_role("data", "paths"), BK_KEY_RUN);
+    assert_int_equal(bk_experiment_key_role("run", "device"), BK_KEY_RUN);
+    assert_int_equal(bk_experiment_key_role("train", "nosuch"), BK_KEY_RUN);
+}
+
+/* The differences between an experiment and the same with overrides: each changed key once, with its
+ * role, its --set spelling, its name in messages and both values; a key set to its own value (an
+ * integer for a float included) is no change. */
+static void differences(void **state)
+{
+    (void)state;
+    const char *text = "[model]\nheads = 4\ndim = 32\n[train]\nlength = 32\nlr = 0.001\n[data]\npaths = [\"a\"]\n"
+                       "[[term]]\nplugin = \"alibi\"\nslope_scale = 1\n"
+                       "[[term]]\nplugin = \"kerple\"\nweight = 0.5\n";
+    bk_experiment a, b;
+    bk_error err;
+    assert_int_equal(bk_experiment_parse(text, "exp.toml", NULL, 0, &a, &err), BK_OK);
+    const char *same[] = {"model.heads=4", "train.lr=1e-3", "term.0.slope_scale=1.0", "term.1.weight=0.5",
+                          "data.paths=[\"a\"]"};
+    assert_int_equal(bk_experiment_parse(text, "exp.toml", same, 5, &b, &err), BK_OK);
+    bk_experiment_change c[16];
+    assert_int_equal(bk_experiment_diff(&a, &b, c, 16), 0);
+    bk_experiment_free(&b);
+
+    const char *sets[] = {"model.heads=8",          "train.length=64",  "train.steps=9",       "run.threads=2",
+                          "data.paths=[\"a\", \"b\"]", "term.0.slope_scale=0.5", "term.1.ratio=2", "term.1.weight=1",
+                          "attention.mixing=kernel"};
+    assert_int_equal(bk_experiment_parse(text, "exp.toml", sets, 9, &b, &err), BK_OK);
+    int n = bk_experiment_diff(&a, &b, c, 16);
+    assert_int_equal(n, 9);
+    /* schema order, then the terms (engine keys, then options) */
+    const struct {
+        bk_key_role role;
+        const char *key, *where, *before, *after;
+    } want[] = {
+        {BK_KEY_MODEL, "model.heads", "[model] heads", "4", "8"},
+        {BK_KEY_MODEL, "attention.mixing", "[attention] mixing", "\"sum\"", "\"kernel\""},
+        {BK_KEY_FACT, "train.length", "[train] length", "32", "64"},
+        {BK_KEY_SCHEDULE, "train.steps", "[train] steps", "1000", "9"},
+        {BK_KEY_RUN, "data.paths", "[data] paths", "[\"a\"]", "[\"a\", \"b\"]"},
+        {BK_KEY_RUN, "run.threads", "[run] threads", "0", "2"},
+        {BK_KEY_OPTION, "term.0.slope_scale", "[[term]] #1 (alibi) option 'slope_scale'", "1", "0.5"},
+        {BK_KEY_MODEL, "term.1.weight", "[[term]] #2 weight", "0.5", "1.0"},
+        {BK_KEY_OPTION, "term.1.ratio", "[[term]] #2 (kerple) option 'ratio'", "not set", "2"},
+    };
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(c[i].role, want[i].role);
+        assert_string_equal(c[i].key, want[i].key);
+        assert_string_equal(c[i].where, want[i].where);
+        assert_string_equal(c[i].before, want[i].before);
+        assert_string_equal(c[i].after, want[i].after);
+    }
+    /* room for fewer: the count is still whole */
+    assert_int_equal(bk_experiment_diff(&a, &b, c, 2), 9);
+    assert_int_equal(bk_experiment_diff(&a, &b, NULL, 0), 9);
+    bk_experiment_free(&b);
+
+    /* another number of terms */
+    assert_int_equal(bk_experiment_parse("[model]\nheads = 4\ndim = 32\n", "exp.toml", NULL, 0, &b, &err), BK_OK);
+    n = bk_experiment_diff(&a, &b, c, 16);
+    assert_true(n >= 1);
+    assert_string_equal(c[n - 1].key, "term");
+    assert_string_equal(c[n - 1].before, "2 terms");
+    assert_string_equal(c[n - 1].after, "0 terms");
+    assert_int_equal(c[n - 1].role, BK_KEY_MODEL);
+    bk_experiment_free(&b);
+    bk_experiment_free(&a);
+}
+
 static void closest_word(void **state)
 {
     (void)state;
@@ -244,6 +328,8 @@ int main(void)
         cmocka_unit_test(missing_file),
         cmocka_unit_test(data_and_training_keys),
         cmocka_unit_test(precision),
+        cmocka_unit_test(key_roles),
+        cmocka_unit_test(differences),
         cmocka_unit_test(closest_word),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -23,7 +23,9 @@ static const char help[] =
     "  README.md        the formula and the commands to build, check and use it\n"
     "  NAME.toml        an experiment with one NAME term\n\n"
     "NAME: a lowercase letter, then lowercase letters, digits or '_' (at most 40): it is the plugin's\n"
-    "name and the C prefix of its code. D/NAME must not exist yet.\n\n"
+    "name and the C prefix of its code, so not 'biaskit' nor 'biaskit_...' (the SDK's prefix), nor a\n"
+    "macro of the compiler or the C headers (linux, unix, i386, math_errhandling). D/NAME must not\n"
+    "exist yet.\n\n"
     "  --dir D          the folder to create NAME/ in\n";
 
 #define MAX_NAME 40
@@ -138,6 +140,31 @@ static int valid_name(const char *name)
     return 1;
 }
 
+/* A well-formed name whose generated code would not compile, with the reason; NULL for a good name.
+ * The code only pastes NAME onto suffixes (NAME_params, NAME_ctx, NAME_tp_create, NAME_PARAMS), so C
+ * and C++ keywords are fine (int_params). Two kinds of name are not:
+ *  - the SDK's own prefix: 'biaskit' makes biaskit_tp_create, which the SDK declares; 'biaskit_...' is
+ *    reserved with it (the SDK's names are biaskit_..., BIASKIT_... and bktp_..., the latter never a
+ *    NAME_suffix of the template);
+ *  - a lower-case object-like macro of the compiler or of the headers the code includes (GNU C predefines
+ *    linux and unix, i386 on 32-bit x86; math.h defines math_errhandling): the SDK's macros pass NAME
+ *    through other macros, which expand it before pasting (linux_tp_... becomes 1_tp_...).
+ * tests/test_ckpt_hostile.sh checks the macros against the compiler's own list and compiles the
+ * borderline names. */
+static const char *unusable_name(const char *name)
+{
+    static const char *const macros[] = {"linux", "unix", "i386", "math_errhandling"};
+    if (strcmp(name, "biaskit") == 0 || strncmp(name, "biaskit_", 8) == 0)
+        return "names 'biaskit' and 'biaskit_...' are the SDK's own prefix (the generated code would declare "
+               "NAME_tp_create beside the SDK's biaskit_tp_create and the like)";
+    for (size_t i = 0; i < sizeof macros / sizeof macros[0]; i++)
+        if (strcmp(name, macros[i]) == 0)
+            return "it is a macro of the C compiler or of the C headers a plugin includes (GNU C: #define linux 1, "
+                   "unix 1, i386 1; math.h: math_errhandling), which the SDK's macros would expand inside the "
+                   "generated names";
+    return NULL;
+}
+
 /* dir/file (with @ in `file` replaced by name) gets `text` with every @ replaced by name. */
 static int write_file(const char *dir, const char *file, const char *name, const char *text, bk_error *err)
 {
@@ -181,6 +208,12 @@ int bk_cmd_new_plugin(int argc, char **argv)
         bk_fail(&err, BK_ERR_USAGE, "biaskit new-plugin: '%s' is not a plugin name: expected a lowercase letter, "
                 "then lowercase letters, digits or '_', at most %d characters (it is also the C prefix)", name,
                 MAX_NAME);
+        return bk_report(&err);
+    }
+    const char *why = unusable_name(name);
+    if (why) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit new-plugin: '%s' cannot be a plugin name: %s; the code would not "
+                "compile: pick another name", name, why);
         return bk_report(&err);
     }
     const char *parent = bk_args_get(&args, "dir");

@@ -83,7 +83,8 @@ static const key_spec schema[] = {
      FIELD(run.device)},
     {"run", "matmul", KEY_CHOICE, 0, 0, 0, BK_MATMUL_CHOICES,
      "matmul precision on a GPU: fp32 = IEEE fp32 products (the parity mode); tf32 = TF32 tensor cores, fp32 "
-     "accumulation (faster, ~1e-3 relative error); bf16 = bf16 tensor cores, fp32 accumulation, for cuBLAS's "
+     "accumulation, for cuBLAS's products (inputs rounded to 10 mantissa bits; emulated, gradients within ~1e-3 "
+     "of the CPU's, relative to each tensor's largest; speed not yet measured on a GPU); bf16 = bf16 tensor cores, fp32 accumulation, for cuBLAS's "
      "products and the fused attention's (~1e-2 relative error; storage: [run] precision); the CPU always computes "
      "fp32. The default is provisional: it is to be re-chosen by measurement on a GPU",
      FIELD(run.matmul)},
@@ -642,6 +643,19 @@ static void print_string(FILE *f, const char *text)
     fputc('"', f);
 }
 
+/* The shortest text that reads back as the same double (6 to 17 significant digits), with ".0" added
+ * to a whole number so that TOML reads it as a float. */
+static void shortest_double(double v, char *text, size_t size)
+{
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(text, size, "%.*g", digits, v);
+        if (strtod(text, NULL) == v)
+            break;
+    }
+    if (!strpbrk(text, ".en"))
+        strncat(text, ".0", size - strlen(text) - 1);
+}
+
 void bk_experiment_print_values(const bk_experiment *exp, void *fp)
 {
     FILE *f = fp;
@@ -656,15 +670,10 @@ void bk_experiment_print_values(const bk_experiment *exp, void *fp)
         fprintf(f, "%s = ", k->key);
         switch (k->type) {
         case KEY_INT: fprintf(f, "%lld", (long long)*(const int64_t *)field); break;
-        case KEY_FLOAT: { /* the shortest text that reads back as the same double */
-            double v = *(const double *)field;
-            char text[32];
-            for (int digits = 6; digits <= 17; digits++) {
-                snprintf(text, sizeof text, "%.*g", digits, v);
-                if (strtod(text, NULL) == v)
-                    break;
-            }
-            fprintf(f, "%s%s", text, strpbrk(text, ".en") ? "" : ".0");
+        case KEY_FLOAT: {
+            char text[40];
+            shortest_double(*(const double *)field, text, sizeof text);
+            fputs(text, f);
             break;
         }
         case KEY_BOOL: fprintf(f, "%s", *(const int *)field ? "true" : "false"); break;
@@ -687,4 +696,285 @@ void bk_experiment_print_values(const bk_experiment *exp, void *fp)
         }
         fputc('\n', f);
     }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Roles and differences: what --set may change on a model already trained (experiment.h)
+ * ---------------------------------------------------------------------------------------------- */
+
+bk_key_role bk_experiment_key_role(const char *section, const char *key)
+{
+    static const char *const facts[] = {"length", "batch", "accumulate", "seed"};
+    if (strcmp(section, "model") == 0 || strcmp(section, "attention") == 0 || strcmp(section, "term") == 0)
+        return BK_KEY_MODEL;
+    if (strcmp(section, "train") == 0) {
+        for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++)
+            if (strcmp(key, facts[i]) == 0)
+                return BK_KEY_FACT;
+        return find_key(section, key) ? BK_KEY_SCHEDULE : BK_KEY_RUN;
+    }
+    return BK_KEY_RUN;
+}
+
+/* Appends to buf[size] at *used (stops when full). */
+static void text_add(char *buf, size_t size, size_t *used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void text_add(char *buf, size_t size, size_t *used, const char *fmt, ...)
+{
+    if (*used + 1 >= size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *used, size - *used, fmt, ap);
+    va_end(ap);
+    *used += k > 0 ? (size_t)k : 0;
+    if (*used >= size)
+        *used = size - 1;
+}
+
+static void quoted_text(char *buf, size_t size, size_t *used, const char *s)
+{
+    text_add(buf, size, used, "\"");
+    for (const char *c = s; *c && *used + 1 < size; c++)
+        text_add(buf, size, used, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+    text_add(buf, size, used, "\"");
+}
+
+/* A TOML node as messages show it (truncated to the buffer). */
+static void node_text(const bk_toml_node *node, char *buf, size_t size, size_t *used, int depth)
+{
+    switch (bk_toml_type_of(node)) {
+    case BK_TOML_STRING: quoted_text(buf, size, used, bk_toml_string(node)); break;
+    case BK_TOML_INT: text_add(buf, size, used, "%lld", (long long)bk_toml_int(node)); break;
+    case BK_TOML_FLOAT: {
+        char text[32];
+        shortest_double(bk_toml_float(node), text, sizeof text);
+        text_add(buf, size, used, "%s", text);
+        break;
+    }
+    case BK_TOML_BOOL: text_add(buf, size, used, "%s", bk_toml_bool(node) ? "true" : "false"); break;
+    case BK_TOML_ARRAY:
+        text_add(buf, size, used, "[");
+        for (size_t i = 0; i < bk_toml_count(node) && depth < 4; i++) {
+            text_add(buf, size, used, i ? ", " : "");
+            node_text(bk_toml_at(node, i), buf, size, used, depth + 1);
+        }
+        text_add(buf, size, used, "]");
+        break;
+    case BK_TOML_TABLE: text_add(buf, size, used, "{...}"); break;
+    default: text_add(buf, size, used, "%s", bk_toml_string(node) ? bk_toml_string(node) : "?"); break;
+    }
+}
+
+/* 1 when two TOML values are the same value (an integer and a float of equal value are). */
+static int same_node(const bk_toml_node *a, const bk_toml_node *b, int depth)
+{
+    bk_toml_type ta = bk_toml_type_of(a), tb = bk_toml_type_of(b);
+    if ((ta == BK_TOML_INT || ta == BK_TOML_FLOAT) && (tb == BK_TOML_INT || tb == BK_TOML_FLOAT)) {
+        if (ta == BK_TOML_INT && tb == BK_TOML_INT)
+            return bk_toml_int(a) == bk_toml_int(b);
+        double x = bk_toml_float(a), y = bk_toml_float(b);
+        return x == y || (isnan(x) && isnan(y));
+    }
+    if (ta != tb || depth > BK_TOML_MAX_DEPTH)
+        return ta == tb;
+    switch (ta) {
+    case BK_TOML_BOOL: return bk_toml_bool(a) == bk_toml_bool(b);
+    case BK_TOML_ARRAY:
+        if (bk_toml_count(a) != bk_toml_count(b))
+            return 0;
+        for (size_t i = 0; i < bk_toml_count(a); i++)
+            if (!same_node(bk_toml_at(a, i), bk_toml_at(b, i), depth + 1))
+                return 0;
+        return 1;
+    case BK_TOML_TABLE: {
+        if (bk_toml_count(a) != bk_toml_count(b))
+            return 0;
+        bk_toml_entry e;
+        for (size_t i = 0; bk_toml_entry_at(a, i, &e) == 0; i++) {
+            const bk_toml_node *other = bk_toml_get(b, e.key);
+            if (!other || !same_node(e.value, other, depth + 1))
+                return 0;
+        }
+        return 1;
+    }
+    default: {
+        const char *x = bk_toml_string(a), *y = bk_toml_string(b);
+        return x && y ? strcmp(x, y) == 0 : x == y;
+    }
+    }
+}
+
+/* A schema value as TOML writes it (lists truncated to the buffer). */
+static void value_text(const bk_experiment *exp, const key_spec *k, char *buf, size_t size)
+{
+    const char *field = (const char *)exp + k->offset;
+    size_t used = 0;
+    buf[0] = '\0';
+    switch (k->type) {
+    case KEY_INT: text_add(buf, size, &used, "%lld", (long long)*(const int64_t *)field); break;
+    case KEY_FLOAT: shortest_double(*(const double *)field, buf, size); break;
+    case KEY_BOOL: text_add(buf, size, &used, "%s", *(const int *)field ? "true" : "false"); break;
+    case KEY_CHOICE: {
+        char name[48];
+        quoted_text(buf, size, &used, bk_choice_name(k->choices, *(const int64_t *)field, name, sizeof name));
+        break;
+    }
+    case KEY_STRING: quoted_text(buf, size, &used, *(const char *const *)field); break;
+    case KEY_STRINGS: {
+        const bk_string_list *list = (const bk_string_list *)field;
+        text_add(buf, size, &used, "[");
+        for (int j = 0; j < list->n; j++) {
+            text_add(buf, size, &used, j ? ", " : "");
+            quoted_text(buf, size, &used, list->items[j]);
+        }
+        text_add(buf, size, &used, "]");
+        break;
+    }
+    }
+}
+
+static int same_value(const bk_experiment *a, const bk_experiment *b, const key_spec *k)
+{
+    const char *x = (const char *)a + k->offset, *y = (const char *)b + k->offset;
+    switch (k->type) {
+    case KEY_INT:
+    case KEY_CHOICE: return *(const int64_t *)x == *(const int64_t *)y;
+    case KEY_FLOAT: return *(const double *)x == *(const double *)y;
+    case KEY_BOOL: return *(const int *)x == *(const int *)y;
+    case KEY_STRING: return strcmp(*(const char *const *)x, *(const char *const *)y) == 0;
+    case KEY_STRINGS: {
+        const bk_string_list *p = (const bk_string_list *)x, *q = (const bk_string_list *)y;
+        if (p->n != q->n)
+            return 0;
+        for (int j = 0; j < p->n; j++)
+            if (strcmp(p->items[j], q->items[j]) != 0)
+                return 0;
+        return 1;
+    }
+    }
+    return 0;
+}
+
+typedef struct change_list {
+    bk_experiment_change *out;
+    int cap, n;
+    bk_experiment_change sink; /* a change past the caller's room: counted, not kept */
+} change_list;
+
+static bk_experiment_change *next_change(change_list *c, bk_key_role role)
+{
+    bk_experiment_change *ch = c->n < c->cap ? &c->out[c->n] : &c->sink;
+    c->n++;
+    memset(ch, 0, sizeof *ch);
+    ch->role = role;
+    return ch;
+}
+
+static void term_engine_change(change_list *c, int k, const char *key, const char *before, const char *after)
+{
+    bk_experiment_change *ch = next_change(c, BK_KEY_MODEL);
+    snprintf(ch->key, sizeof ch->key, "term.%d.%s", k, key);
+    snprintf(ch->where, sizeof ch->where, "[[term]] #%d %s", k + 1, key);
+    bk_copy_text(ch->before, sizeof ch->before, before);
+    bk_copy_text(ch->after, sizeof ch->after, after);
+}
+
+static void optional_text(const char *s, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    if (s)
+        quoted_text(buf, size, &used, s);
+    else
+        snprintf(buf, size, "not set");
+}
+
+static void term_changes(change_list *c, const bk_term_config *x, const bk_term_config *y, int k)
+{
+    char before[96], after[96];
+    if (strcmp(x->plugin, y->plugin) != 0) {
+        optional_text(x->plugin, before, sizeof before), optional_text(y->plugin, after, sizeof after);
+        term_engine_change(c, k, "plugin", before, after);
+    }
+    if (!(x->name == y->name || (x->name && y->name && strcmp(x->name, y->name) == 0))) {
+        optional_text(x->name, before, sizeof before), optional_text(y->name, after, sizeof after);
+        term_engine_change(c, k, "name", before, after);
+    }
+    if (x->stream_set != y->stream_set || x->stream != y->stream) {
+        char name[32];
+        optional_text(x->stream_set ? bk_choice_name(BK_STREAM_CHOICES, x->stream, name, sizeof name) : NULL, before,
+                      sizeof before);
+        optional_text(y->stream_set ? bk_choice_name(BK_STREAM_CHOICES, y->stream, name, sizeof name) : NULL, after,
+                      sizeof after);
+        term_engine_change(c, k, "stream", before, after);
+    }
+    if (!(x->weight == y->weight || (isnan(x->weight) && isnan(y->weight)))) {
+        if (isnan(x->weight))
+            snprintf(before, sizeof before, "not set");
+        else
+            shortest_double(x->weight, before, sizeof before);
+        if (isnan(y->weight))
+            snprintf(after, sizeof after, "not set");
+        else
+            shortest_double(y->weight, after, sizeof after);
+        term_engine_change(c, k, "weight", before, after);
+    }
+    if (x->per_layer != y->per_layer) {
+        snprintf(before, sizeof before, "%s", x->per_layer < 0 ? "not set" : x->per_layer ? "true" : "false");
+        snprintf(after, sizeof after, "%s", y->per_layer < 0 ? "not set" : y->per_layer ? "true" : "false");
+        term_engine_change(c, k, "per_layer", before, after);
+    }
+    /* the plugin's own options: every key of either table that is not the engine's */
+    for (int side = 0; side < 2; side++) {
+        const bk_toml_node *mine = side ? y->table : x->table, *theirs = side ? x->table : y->table;
+        bk_toml_entry e;
+        for (size_t i = 0; bk_toml_entry_at(mine, i, &e) == 0; i++) {
+            if (bk_term_key_is_reserved(e.key))
+                continue;
+            const bk_toml_node *other = bk_toml_get(theirs, e.key);
+            if (side == 1 && other)
+                continue; /* compared from the first side */
+            if (other && same_node(e.value, other, 0))
+                continue;
+            bk_experiment_change *ch = next_change(c, BK_KEY_OPTION);
+            snprintf(ch->key, sizeof ch->key, "term.%d.%s", k, e.key);
+            snprintf(ch->where, sizeof ch->where, "[[term]] #%d (%s) option '%s'", k + 1, x->name ? x->name : x->plugin,
+                     e.key);
+            size_t ub = 0, ua = 0;
+            const bk_toml_node *was = side ? other : e.value, *now = side ? e.value : other;
+            if (was)
+                node_text(was, ch->before, sizeof ch->before, &ub, 0);
+            else
+                snprintf(ch->before, sizeof ch->before, "not set");
+            if (now)
+                node_text(now, ch->after, sizeof ch->after, &ua, 0);
+            else
+                snprintf(ch->after, sizeof ch->after, "not set");
+        }
+    }
+}
+
+int bk_experiment_diff(const bk_experiment *a, const bk_experiment *b, bk_experiment_change *out, int cap)
+{
+    change_list c = {.out = out, .cap = cap};
+    for (size_t i = 0; i < N_SCHEMA; i++) {
+        const key_spec *k = &schema[i];
+        if (same_value(a, b, k))
+            continue;
+        bk_experiment_change *ch = next_change(&c, bk_experiment_key_role(k->section, k->key));
+        snprintf(ch->key, sizeof ch->key, "%s.%s", k->section, k->key);
+        snprintf(ch->where, sizeof ch->where, "[%s] %s", k->section, k->key);
+        value_text(a, k, ch->before, sizeof ch->before);
+        value_text(b, k, ch->after, sizeof ch->after);
+    }
+    if (a->n_terms != b->n_terms) {
+        bk_experiment_change *ch = next_change(&c, BK_KEY_MODEL);
+        snprintf(ch->key, sizeof ch->key, "term");
+        snprintf(ch->where, sizeof ch->where, "the [[term]] list");
+        snprintf(ch->before, sizeof ch->before, "%d term%s", a->n_terms, a->n_terms == 1 ? "" : "s");
+        snprintf(ch->after, sizeof ch->after, "%d term%s", b->n_terms, b->n_terms == 1 ? "" : "s");
+    }
+    for (int k = 0; k < a->n_terms && k < b->n_terms; k++)
+        term_changes(&c, &a->terms[k], &b->terms[k], k);
+    return c.n;
 }

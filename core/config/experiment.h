@@ -151,6 +151,33 @@ void bk_choices_text(const char *choices, char *buf, size_t size);
  * else NULL ("did you mean 'heads'?"). */
 const char *bk_closest_word(const char *word, const char *const *candidates, size_t n);
 
+/* What a key is to a model already trained: a checkpoint's experiment changed by --set (eval, bias,
+ * erf, train --resume; train/checkpoint.h says what each command lets change). One rule, here:
+ *   [data], [run]                      what the model reads and where it runs          BK_KEY_RUN
+ *   [train] length, batch, accumulate, how the stored model was trained (they also      BK_KEY_FACT
+ *           seed                       place a resumed run's data cursor)
+ *   [train] every other key            the training still to come (steps, lr, ...)     BK_KEY_SCHEDULE
+ *   [model], [attention], the [[term]]  the model's shape and function                 BK_KEY_MODEL
+ *           list and its engine keys
+ *   a plugin's own option in a [[term]] the plugin's math, which only it knows          BK_KEY_OPTION */
+typedef enum bk_key_role { BK_KEY_RUN, BK_KEY_FACT, BK_KEY_SCHEDULE, BK_KEY_MODEL, BK_KEY_OPTION } bk_key_role;
+
+/* The role of engine key [section] key (BK_KEY_RUN for a key the schema does not have). */
+bk_key_role bk_experiment_key_role(const char *section, const char *key);
+
+/* One key whose value differs between two experiments. */
+typedef struct bk_experiment_change {
+    bk_key_role role;
+    char key[96];   /* as --set spells it: "model.heads", "term.0.slope_scale"; "term" for the number of terms */
+    char where[96]; /* as messages name it: "[model] heads", "[[term]] #1 (alibi) option 'slope_scale'" */
+    char before[96], after[96]; /* the values as TOML writes them ("2", "\"sum\""), or "not set" */
+} bk_experiment_change;
+
+/* Compares every engine value and every [[term]] (engine keys and plugin options) of `a` and `b`:
+ * writes the first `cap` differences to `out` in schema order, then the terms, and returns how many
+ * there are. */
+int bk_experiment_diff(const bk_experiment *a, const bk_experiment *b, bk_experiment_change *out, int cap);
+
 /* Width of one attention head: dim / heads (validated to divide exactly). */
 static inline int64_t bk_experiment_head_dim(const bk_experiment *exp)
 {

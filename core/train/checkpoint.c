@@ -2,6 +2,7 @@
 #include "train/checkpoint.h"
 
 #include "io/safetensors.h"
+#include "util/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,7 +15,9 @@
 #include <sys/stat.h>
 
 #define META_KEY "biaskit"
+#define SEAL_KEY "biaskit_xxh64" /* format 3: the XXH64 of the META_KEY text (bk_checkpoint_seal) */
 #define CHECKSUM_NAME "xxh64"
+#define SEAL_COVERS "experiment text, overrides, step, data cursor, plugin records and tensor checksums"
 #define MAX_COUNT 9007199254740991.0 /* 2^53 - 1: the largest integer a JSON number holds exactly */
 #define MAX_PLUGIN_TENSORS 256       /* named tensors read from one plugin's param_tensors() */
 
@@ -201,19 +204,19 @@ static uint64_t descriptor_checksum(const biaskit_plugin *d)
     return h;
 }
 
-/* XXH64 of a whole file's bytes; 0 with *ok = 0 when it cannot be read. */
+/* XXH64 of a whole file's bytes; 0 with *ok = 0 when it cannot be read (or is no regular file). */
 static uint64_t file_checksum(const char *path, int *ok)
 {
     *ok = 0;
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f)
+    FILE *f = NULL;
+    uint64_t size = 0;
+    bk_error ignored;
+    if (!path || bk_file_open_regular(path, "plugin file", 0, &f, &size, &ignored) != BK_OK)
         return 0;
-    struct stat sb;
-    unsigned char *bytes = NULL;
+    unsigned char *bytes = size < (uint64_t)SIZE_MAX ? malloc((size_t)size + 1) : NULL;
     uint64_t h = 0;
-    if (fstat(fileno(f), &sb) == 0 && sb.st_size >= 0 && (bytes = malloc((size_t)sb.st_size + 1)) &&
-        fread(bytes, 1, (size_t)sb.st_size, f) == (size_t)sb.st_size) {
-        h = bk_xxh64(bytes, (size_t)sb.st_size, 0);
+    if (bytes && fread(bytes, 1, (size_t)size, f) == (size_t)size) {
+        h = bk_xxh64(bytes, (size_t)size, 0);
         *ok = 1;
     }
     free(bytes);
@@ -296,22 +299,18 @@ static int compare_plugins(const char *path, const cJSON *records, const bk_lm *
     for (int k = 0; k < lm->terms.n; k++) {
         const bk_term *t = &lm->terms.terms[k];
         const biaskit_plugin *d = t->plugin->desc;
-        const cJSON *r = NULL, *item;
-        cJSON_ArrayForEach(item, records)
-        {
-            const char *label = record_text(item, "term");
-            if (label && strcmp(label, t->label) == 0)
-                r = item;
-        }
+        const cJSON *r = cJSON_GetArrayItem(records, k); /* the records are written in term order */
         size_t used = 0;
         append(line, sizeof line, &used, 0, "checkpoint '%s': term '%s' (plugin %s, %s): ", path, t->label, d->name,
                t->plugin->path ? t->plugin->path : "?");
         size_t start = used;
 #define ADD(...) append(line, sizeof line, &used, start, __VA_ARGS__)
         if (!r) {
-            ADD("the checkpoint has no record of the plugin this term was trained with");
+            ADD("the checkpoint has no record of the plugin this term was trained with (it records %d term%s)",
+                cJSON_GetArraySize(records), cJSON_GetArraySize(records) == 1 ? "" : "s");
         } else {
             const char *name = record_text(r, "plugin"), *version = record_text(r, "version");
+            const char *label = record_text(r, "term");
             const char *desc = record_text(r, "descriptor"), *file = record_text(r, "file");
             const char *file_sum = record_text(r, "file_xxh64");
             char now_desc[17], now_file[17] = "";
@@ -321,8 +320,9 @@ static int compare_plugins(const char *path, const cJSON *records, const bk_lm *
             if (ok)
                 hex64(h, now_file);
             const char *now_version = d->version ? d->version : "";
-            if (!name || strcmp(name, d->name) != 0)
-                ADD("trained with plugin '%s', now '%s'", name ? name : "?", d->name);
+            if (!name || strcmp(name, d->name) != 0 || !label || strcmp(label, t->label) != 0)
+                ADD("[[term]] #%d was trained with plugin '%s' (term '%s'), now plugin '%s'", k + 1, name ? name : "?",
+                    label ? label : "?", d->name);
             if (!version || strcmp(version, now_version) != 0)
                 ADD("version %s at save, %s now", version ? version : "?", now_version);
             if (!desc || strcmp(desc, now_desc) != 0)
@@ -348,6 +348,18 @@ static int compare_plugins(const char *path, const cJSON *records, const bk_lm *
 }
 
 /* ----------------------------------------------------------------------------------------- save */
+
+static int check_progress(const char *path, int counts, const bk_train_state *s, const bk_experiment *e,
+                          bk_error *err);
+
+/* A count written as a plain integer: cJSON prints a double with 15 significant digits when that reads
+ * back within its tolerance, which rounds counts past 10^15 (9007199254740991 becomes ...990). */
+static void add_count(cJSON *meta, const char *key, int64_t v)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%" PRId64, v);
+    cJSON_AddRawToObject(meta, key, text);
+}
 
 int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, const bk_train_state *st,
                        bk_error *err)
@@ -406,17 +418,22 @@ int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, c
         goto done;
     }
     cJSON_AddNumberToObject(meta, "format", BK_CHECKPOINT_FORMAT);
-    cJSON_AddNumberToObject(meta, "step", (double)st->step);
-    cJSON_AddNumberToObject(meta, "adam_t", (double)opt->t);
-    cJSON_AddNumberToObject(meta, "tokens", (double)st->tokens);
-    cJSON_AddNumberToObject(meta, "data_epoch", (double)st->data_epoch);
-    cJSON_AddNumberToObject(meta, "data_index", (double)st->data_index);
+    add_count(meta, "step", st->step);
+    add_count(meta, "adam_t", opt->t);
+    add_count(meta, "tokens", st->tokens);
+    add_count(meta, "data_epoch", st->data_epoch);
+    add_count(meta, "data_index", st->data_index);
     if (isfinite(st->val_loss))
         cJSON_AddNumberToObject(meta, "val_loss", st->val_loss);
     cJSON_AddStringToObject(meta, "config_source", lm->config_source ? lm->config_source : lm->exp.path);
     cJSON_AddStringToObject(meta, "config_dir", lm->config_dir);
     cJSON_AddStringToObject(meta, "config", lm->config_text);
     cJSON_AddStringToObject(meta, "checksum", CHECKSUM_NAME);
+    /* counts that a run of this experiment cannot reach are kept as they are, marked unchecked: a format 2
+     * checkpoint whose batch, length or accumulation changed on a resume (allowed then) goes on */
+    bk_error unreachable;
+    if (check_progress(path, 1, st, &lm->exp, &unreachable) != BK_OK)
+        cJSON_AddFalseToObject(meta, "counts_checked");
     cJSON *overrides = cJSON_AddArrayToObject(meta, "overrides");
     for (int i = 0; overrides && i < lm->n_overrides; i++)
         cJSON_AddItemToArray(overrides, cJSON_CreateString(lm->overrides[i]));
@@ -424,8 +441,10 @@ int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, c
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
         goto done;
     }
-    bk_st_meta entries[2] = {{"format", "pt"}, {META_KEY, json}};
-    rc = bk_safetensors_write(path, tensors, n, entries, 2, err);
+    char seal[17];
+    bk_checkpoint_seal(json, seal);
+    bk_st_meta entries[3] = {{"format", "pt"}, {META_KEY, json}, {SEAL_KEY, seal}};
+    rc = bk_safetensors_write(path, tensors, n, entries, 3, err);
 done:
     free(json);
     cJSON_Delete(meta);
@@ -455,8 +474,9 @@ static int count_field(const cJSON *meta, const char *key, double max, const cha
     return BK_OK;
 }
 
-/* Every tensor of the file against its recorded checksum, and every recorded checksum against a tensor. */
-static int verify_checksums(const char *path, const bk_safetensors *st, const cJSON *meta, bk_error *err)
+/* Every tensor of the file against its recorded checksum (unless `hash` is 0: --no-verify), and every
+ * recorded checksum against a tensor. */
+static int verify_checksums(const char *path, const bk_safetensors *st, const cJSON *meta, int hash, bk_error *err)
 {
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(meta, "checksum");
     const cJSON *sums = cJSON_GetObjectItemCaseSensitive(meta, "tensors");
@@ -471,6 +491,8 @@ static int verify_checksums(const char *path, const bk_safetensors *st, const cJ
         const cJSON *want = cJSON_GetObjectItemCaseSensitive(sums, t->name);
         if (!cJSON_IsString(want))
             return bk_fail(err, BK_ERR_PARSE, "%s: tensor '%s' has no checksum in the metadata", path, t->name);
+        if (!hash)
+            continue;
         size_t count = 1;
         for (int d = 0; d < t->ndim; d++)
             count *= (size_t)t->shape[d];
@@ -490,6 +512,268 @@ static int verify_checksums(const char *path, const bk_safetensors *st, const cJ
     }
     return BK_OK;
 }
+
+/* ------------------------------------------------------------------------------------ metadata */
+
+void bk_checkpoint_seal(const char *json, char out[17])
+{
+    hex64(bk_xxh64(json, strlen(json), 0), out);
+}
+
+/* The format: BK_CHECKPOINT_FORMAT_OLDEST .. BK_CHECKPOINT_FORMAT; format 3's seal verified; format 2
+ * a warning, or with strict an error. */
+static int check_format(const char *path, const cJSON *meta, const char *json, const char *seal,
+                        const bk_checkpoint_options *o, int *format, bk_error *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, "format");
+    if (!cJSON_IsNumber(v))
+        return bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata has no number 'format'", path);
+    double f = v->valuedouble;
+    if (!(f >= BK_CHECKPOINT_FORMAT_OLDEST && f <= BK_CHECKPOINT_FORMAT && floor(f) == f))
+        return bk_fail(err, BK_ERR_PARSE,
+                       "%s: checkpoint format %.17g; this biaskit reads formats %d and %d (format 3 adds the checksum "
+                       "of the metadata, format 2 named plugin tensors, per-tensor checksums and plugin records): "
+                       "evaluate it with the biaskit that wrote it, or train again",
+                       path, f, BK_CHECKPOINT_FORMAT_OLDEST, BK_CHECKPOINT_FORMAT);
+    *format = (int)f;
+    if (*format >= 3) {
+        if (!seal)
+            return bk_fail(err, BK_ERR_PARSE,
+                           "%s: checkpoint format %d without its metadata checksum '%s' (over the %s): it was edited "
+                           "or damaged after it was written; refused",
+                           path, *format, SEAL_KEY, SEAL_COVERS);
+        char got[17];
+        bk_checkpoint_seal(json, got);
+        if (strcmp(got, seal) != 0)
+            return bk_fail(err, BK_ERR_PARSE,
+                           "%s: the checkpoint's metadata does not match its checksum: %s %.16s%s recorded, %s "
+                           "computed over the metadata (%s): it was edited or damaged after it was written; refused "
+                           "(train again, or resume from an earlier checkpoint)",
+                           path, SEAL_KEY, seal, strlen(seal) > 16 ? "..." : "", got, SEAL_COVERS);
+        return BK_OK;
+    }
+    char line[BK_ERROR_MESSAGE_MAX];
+    snprintf(line, sizeof line,
+             "checkpoint '%s' is format %d, written before checkpoints carried a checksum of their metadata (this "
+             "biaskit writes format %d): its experiment, step and plugin records cannot be verified",
+             path, *format, BK_CHECKPOINT_FORMAT);
+    if (o && o->strict)
+        return bk_fail(err, BK_ERR_PARSE, "%s; refused (--strict)", line);
+    bk_checkpoint_warn_fn warn = o && o->warn ? o->warn : warn_stderr;
+    char full[BK_ERROR_MESSAGE_MAX + 96];
+    snprintf(full, sizeof full, "%s (--strict refuses it; a resumed run writes format %d)", line, BK_CHECKPOINT_FORMAT);
+    warn(o && o->warn ? o->warn_ctx : NULL, full);
+    return BK_OK;
+}
+
+/* a * b into *out, or 0 when it does not fit in [0, 2^53) (both non-negative). */
+static int count_product(int64_t a, int64_t b, int64_t *out)
+{
+    if (a < 0 || b < 0 || (b > 0 && a > (int64_t)MAX_COUNT / b))
+        return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* The step and the data cursor against the stored experiment (checkpoint.h): a training never goes past
+ * its steps; each step reads batch x accumulate windows of length tokens, so that tokens and where the
+ * loader stands (data/data.h: after W windows, epoch * windows per epoch + index = W, 1 <= index <=
+ * windows per epoch) follow from the step. With `counts` 0, the step only: format 2 checkpoints (runs
+ * then could change batch or length on a resume) and those a save marked counts_checked = false. */
+static int check_progress(const char *path, int counts, const bk_train_state *s, const bk_experiment *e,
+                          bk_error *err)
+{
+    if (s->step > e->train.steps)
+        return bk_fail(err, BK_ERR_PARSE,
+                       "%s: checkpoint metadata 'step' is %" PRId64 ", but its experiment trains [train] steps = %" PRId64
+                       ": a training never goes past its steps",
+                       path, s->step, e->train.steps);
+    if (!counts)
+        return BK_OK;
+    const int64_t per_step = e->train.batch * e->train.accumulate;
+    int64_t windows = 0, tokens = 0;
+    if (!count_product(s->step, per_step, &windows) || !count_product(windows, e->train.length, &tokens) ||
+        s->tokens != tokens)
+        return bk_fail(err, BK_ERR_PARSE,
+                       "%s: checkpoint metadata 'tokens' is %" PRId64 "; %" PRId64 " steps of %" PRId64 " x %" PRId64
+                       " tokens x %" PRId64 " accumulated make %" PRId64,
+                       path, s->tokens, s->step, e->train.batch, e->train.length, e->train.accumulate, tokens);
+    const int64_t epoch = s->data_epoch, index = s->data_index;
+    int ok = windows == 0 ? epoch == 0 && index == 0
+                          : index >= 1 && index <= windows &&
+                                (epoch == 0 ? index == windows
+                                            : (windows - index) % epoch == 0 && (windows - index) / epoch >= index);
+    if (!ok)
+        return bk_fail(err, BK_ERR_PARSE,
+                       "%s: checkpoint metadata 'data_epoch' %" PRId64 ", 'data_index' %" PRId64 ": not where %" PRId64
+                       " steps of %" PRId64 " x %" PRId64 " windows leave the data (%" PRId64
+                       " windows read: epoch x windows per epoch + index, with 1 <= index <= windows per epoch)",
+                       path, epoch, index, s->step, e->train.batch, e->train.accumulate, windows);
+    return BK_OK;
+}
+
+/* What --set `set` changed (`c`, from experiment `before` to `after`) may do to a checkpoint's model
+ * (checkpoint.h, by the key's role). */
+static int judge_change(const char *path, const char *set, const bk_experiment_change *c, const bk_experiment *after,
+                        int64_t step, const bk_checkpoint_options *o, int resume, bk_error *err)
+{
+    switch (c->role) {
+    case BK_KEY_RUN:
+        return BK_OK;
+    case BK_KEY_MODEL:
+        return bk_fail(err, BK_ERR_CONFIG,
+                       "--set %s: %s is %s in checkpoint '%s'; %s would change the model's shape or function "
+                       "([model], [attention], the terms and their plugin, name, stream, weight and per_layer): its "
+                       "weights were trained for the model as it is; train a new model for another",
+                       set, c->where, c->before, path, c->after);
+    case BK_KEY_FACT:
+        return bk_fail(err, BK_ERR_CONFIG,
+                       "--set %s: %s is %s in checkpoint '%s', a fact of how its model was trained ([train] length, "
+                       "batch, accumulate and seed; they also place a resumed run's data cursor), so it cannot "
+                       "change on a checkpoint%s",
+                       set, c->where, c->before, path,
+                       strcmp(c->key, "train.length") == 0 ? " (eval --lengths evaluates at other lengths)" : "");
+    case BK_KEY_SCHEDULE:
+        if (!resume)
+            return bk_fail(err, BK_ERR_CONFIG,
+                           "--set %s: %s is %s in checkpoint '%s'; eval, bias and erf do not train: a [train] key of "
+                           "a checkpoint changes only with train --resume",
+                           set, c->where, c->before, path);
+        if (strcmp(c->key, "train.steps") == 0 && after->train.steps < step)
+            return bk_fail(err, BK_ERR_CONFIG,
+                           "--set %s: checkpoint '%s' is at step %" PRId64 "; [train] steps must be at least that to "
+                           "continue it",
+                           set, path, step);
+        return BK_OK;
+    case BK_KEY_OPTION: {
+        char line[BK_ERROR_MESSAGE_MAX];
+        snprintf(line, sizeof line,
+                 "checkpoint '%s': --set %s changes %s (%s in the checkpoint, now %s): a plugin's option may change "
+                 "what the model computes",
+                 path, set, c->where, c->before, c->after);
+        if (o && o->strict)
+            return bk_fail(err, BK_ERR_CONFIG, "%s; refused (--strict)", line);
+        bk_checkpoint_warn_fn warn = o && o->warn ? o->warn : warn_stderr;
+        char full[BK_ERROR_MESSAGE_MAX + 32];
+        snprintf(full, sizeof full, "%s (--strict refuses)", line);
+        warn(o && o->warn ? o->warn_ctx : NULL, full);
+        return BK_OK;
+    }
+    }
+    return BK_OK;
+}
+
+#define MAX_CHANGES 64 /* keys one --set may change (a whole [[term]] table given at once) */
+
+void bk_checkpoint_meta_free(bk_checkpoint_meta *m)
+{
+    if (!m)
+        return;
+    bk_experiment_free(&m->exp);
+    free(m->overrides);
+    cJSON_Delete(m->json);
+    memset(m, 0, sizeof *m);
+}
+
+int bk_checkpoint_meta_read(const char *path, const char *json, const char *seal, const bk_checkpoint_options *o,
+                            int resume, bk_checkpoint_meta *m, bk_error *err)
+{
+    memset(m, 0, sizeof *m);
+    cJSON *meta = json ? cJSON_Parse(json) : NULL;
+    if (!meta || !cJSON_IsObject(meta)) {
+        cJSON_Delete(meta);
+        return bk_fail(err, BK_ERR_PARSE, "%s: not a biaskit checkpoint (no valid '%s' metadata)", path, META_KEY);
+    }
+    m->json = meta;
+    bk_train_state *s = &m->state;
+    int rc;
+    if ((rc = check_format(path, meta, json, seal, o, &m->format, err)) ||
+        (rc = count_field(meta, "step", MAX_COUNT, path, &s->step, err)) ||
+        (rc = count_field(meta, "adam_t", MAX_COUNT, path, &m->adam_t, err)) ||
+        (rc = count_field(meta, "tokens", MAX_COUNT, path, &s->tokens, err)) ||
+        (rc = count_field(meta, "data_epoch", MAX_COUNT, path, &s->data_epoch, err)) ||
+        (rc = count_field(meta, "data_index", MAX_COUNT, path, &s->data_index, err)))
+        goto fail;
+    if (m->adam_t != s->step) { /* the optimizer takes exactly one step per training step */
+        rc = bk_fail(err, BK_ERR_PARSE,
+                     "%s: checkpoint metadata 'adam_t' is %" PRId64 ", expected the step count %" PRId64, path,
+                     m->adam_t, s->step);
+        goto fail;
+    }
+    const cJSON *val_loss = cJSON_GetObjectItemCaseSensitive(meta, "val_loss");
+    if (val_loss && (!cJSON_IsNumber(val_loss) || !isfinite(val_loss->valuedouble) || val_loss->valuedouble < 0.0)) {
+        rc = bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata 'val_loss' must be a finite non-negative number",
+                     path);
+        goto fail;
+    }
+    s->val_loss = val_loss ? val_loss->valuedouble : NAN;
+    const cJSON *counts = cJSON_GetObjectItemCaseSensitive(meta, "counts_checked");
+    if (counts && !cJSON_IsBool(counts)) {
+        rc = bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata 'counts_checked' must be true or false", path);
+        goto fail;
+    }
+    m->counts_checked = m->format >= 3 && !cJSON_IsFalse(counts);
+    const cJSON *config = cJSON_GetObjectItemCaseSensitive(meta, "config");
+    const cJSON *dir = cJSON_GetObjectItemCaseSensitive(meta, "config_dir");
+    const cJSON *source = cJSON_GetObjectItemCaseSensitive(meta, "config_source");
+    const cJSON *overrides = cJSON_GetObjectItemCaseSensitive(meta, "overrides");
+    if (!cJSON_IsString(config) || !cJSON_IsString(dir) || !cJSON_IsString(source) || !cJSON_IsArray(overrides)) {
+        rc = bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata lacks the experiment (config, config_dir, "
+                     "config_source, overrides)", path);
+        goto fail;
+    }
+    m->config = config->valuestring;
+    m->config_dir = dir->valuestring;
+    m->config_source = source->valuestring;
+    int n_extra = o && o->overrides ? o->n_overrides : 0;
+    m->n_saved = cJSON_GetArraySize(overrides);
+    m->n_overrides = m->n_saved + n_extra;
+    if (!(m->overrides = calloc((size_t)(m->n_overrides ? m->n_overrides : 1), sizeof *m->overrides))) {
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory reading checkpoint '%s'", path);
+        goto fail;
+    }
+    for (int i = 0; i < m->n_saved; i++) {
+        const cJSON *v = cJSON_GetArrayItem(overrides, i);
+        if (!cJSON_IsString(v)) {
+            rc = bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata 'overrides' entry %d is not a string", path, i);
+            goto fail;
+        }
+        m->overrides[i] = v->valuestring;
+    }
+    for (int i = 0; i < n_extra; i++)
+        m->overrides[m->n_saved + i] = o->overrides[i];
+
+    /* the stored experiment, then each --set on top of it, judged by what it changes */
+    char name[4096]; /* names the stored experiment in messages only */
+    snprintf(name, sizeof name, "%s (experiment saved in %s)", m->config_source, path);
+    if ((rc = bk_experiment_parse(m->config, name, m->overrides, (size_t)m->n_saved, &m->exp, err)) ||
+        (rc = check_progress(path, m->counts_checked, s, &m->exp, err)))
+        goto fail;
+    for (int i = 0; i < n_extra; i++) {
+        bk_experiment next;
+        if ((rc = bk_experiment_parse(m->config, name, m->overrides, (size_t)(m->n_saved + i + 1), &next, err)))
+            goto fail;
+        bk_experiment_change changes[MAX_CHANGES];
+        int n = bk_experiment_diff(&m->exp, &next, changes, MAX_CHANGES);
+        if (n > MAX_CHANGES) /* none may go unjudged */
+            rc = bk_fail(err, BK_ERR_CONFIG,
+                         "--set %s: it changes %d keys of checkpoint '%s' at once, more than the %d this biaskit "
+                         "judges one by one; give them as separate --set",
+                         o->overrides[i], n, path, MAX_CHANGES);
+        for (int c = 0; c < n && c < MAX_CHANGES && !rc; c++)
+            rc = judge_change(path, o->overrides[i], &changes[c], &next, s->step, o, resume, err);
+        bk_experiment_free(&m->exp);
+        m->exp = next;
+        if (rc)
+            goto fail;
+    }
+    return BK_OK;
+fail:
+    bk_checkpoint_meta_free(m);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------------------- load */
 
 /* Copies stored tensor `name` (of slot s's layout) into array `which` of its optimizer group. */
 static int read_slot(const bk_safetensors *st, const char *path, const slot *s, int which, bk_adamw *opt,
@@ -538,91 +822,30 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
     int rc = bk_safetensors_open(path, &st, err);
     if (rc)
         return rc;
-    cJSON *meta = NULL;
+    bk_checkpoint_meta meta;
     slot *slots = NULL;
     int n_slots = 0, lm_open = 0;
     bk_adamw local = {0};
-    const char *json = bk_safetensors_meta(st, META_KEY);
-    if (!json || !(meta = cJSON_Parse(json)) || !cJSON_IsObject(meta)) {
-        rc = bk_fail(err, BK_ERR_PARSE, "%s: not a biaskit checkpoint (no valid '%s' metadata)", path, META_KEY);
-        goto done;
+    if ((rc = bk_checkpoint_meta_read(path, bk_safetensors_meta(st, META_KEY), bk_safetensors_meta(st, SEAL_KEY), o,
+                                      opt != NULL, &meta, err))) {
+        bk_safetensors_close(st);
+        return rc;
     }
-    const cJSON *format = cJSON_GetObjectItemCaseSensitive(meta, "format");
-    if (!cJSON_IsNumber(format)) {
-        rc = bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata has no number 'format'", path);
+    if ((rc = verify_checksums(path, st, meta.json, !(o && o->no_verify), err)))
         goto done;
-    }
-    if (format->valuedouble != BK_CHECKPOINT_FORMAT) {
-        rc = bk_fail(err, BK_ERR_PARSE,
-                     "%s: checkpoint format %.17g; this biaskit reads format %d only (format %d adds named plugin "
-                     "tensors, per-tensor checksums and plugin records): evaluate it with the biaskit that wrote "
-                     "it, or train again",
-                     path, format->valuedouble, BK_CHECKPOINT_FORMAT, BK_CHECKPOINT_FORMAT);
-        goto done;
-    }
-    int64_t step = 0, adam_t = 0, tokens = 0, epoch = 0, index = 0;
-    if ((rc = count_field(meta, "step", MAX_COUNT, path, &step, err)) ||
-        (rc = count_field(meta, "adam_t", MAX_COUNT, path, &adam_t, err)) ||
-        (rc = count_field(meta, "tokens", MAX_COUNT, path, &tokens, err)) ||
-        (rc = count_field(meta, "data_epoch", MAX_COUNT, path, &epoch, err)) ||
-        (rc = count_field(meta, "data_index", MAX_COUNT, path, &index, err)))
-        goto done;
-    if (adam_t != step) { /* the optimizer takes exactly one step per training step */
-        rc = bk_fail(err, BK_ERR_PARSE,
-                     "%s: checkpoint metadata 'adam_t' is %" PRId64 ", expected the step count %" PRId64, path, adam_t,
-                     step);
-        goto done;
-    }
-    const cJSON *val_loss = cJSON_GetObjectItemCaseSensitive(meta, "val_loss");
-    if (val_loss && (!cJSON_IsNumber(val_loss) || !isfinite(val_loss->valuedouble) || val_loss->valuedouble < 0.0)) {
-        rc = bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata 'val_loss' must be a finite non-negative number",
-                     path);
-        goto done;
-    }
-    if ((rc = verify_checksums(path, st, meta, err)))
-        goto done;
-    const cJSON *config = cJSON_GetObjectItemCaseSensitive(meta, "config");
-    const cJSON *dir = cJSON_GetObjectItemCaseSensitive(meta, "config_dir");
-    const cJSON *source = cJSON_GetObjectItemCaseSensitive(meta, "config_source");
-    const cJSON *overrides = cJSON_GetObjectItemCaseSensitive(meta, "overrides");
-    if (!cJSON_IsString(config) || !cJSON_IsString(dir) || !cJSON_IsString(source) || !cJSON_IsArray(overrides)) {
-        rc = bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata lacks the experiment (config, config_dir, "
-                     "config_source, overrides)", path);
-        goto done;
-    }
-    int n_extra = o ? o->n_overrides : 0;
-    int n_saved = cJSON_GetArraySize(overrides), n_all = n_saved + n_extra;
-    const char **all = calloc((size_t)(n_all ? n_all : 1), sizeof *all);
-    if (!all) {
-        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory reading checkpoint '%s'", path);
-        goto done;
-    }
-    for (int i = 0; i < n_saved; i++) {
-        const cJSON *v = cJSON_GetArrayItem(overrides, i);
-        if (!cJSON_IsString(v)) {
-            free(all);
-            rc = bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata 'overrides' entry %d is not a string", path, i);
-            goto done;
-        }
-        all[i] = v->valuestring;
-    }
-    for (int i = 0; i < n_extra; i++)
-        all[n_saved + i] = o->overrides[i];
     char name[4096]; /* names the stored experiment in messages only: the checkpoint keeps the plain source */
-    snprintf(name, sizeof name, "%s (experiment saved in %s)", source->valuestring, path);
-    rc = bk_lm_open_text(lm, config->valuestring, name, dir->valuestring, all, n_all, err);
-    free(all);
-    if (rc)
+    snprintf(name, sizeof name, "%s (experiment saved in %s)", meta.config_source, path);
+    if ((rc = bk_lm_open_text(lm, meta.config, name, meta.config_dir, meta.overrides, meta.n_overrides, err)))
         goto done;
     lm_open = 1;
-    char *plain = strdup(source->valuestring);
+    char *plain = strdup(meta.config_source);
     if (!plain) {
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory reading checkpoint '%s'", path);
         goto done;
     }
     free(lm->config_source);
     lm->config_source = plain;
-    if ((rc = compare_plugins(path, cJSON_GetObjectItemCaseSensitive(meta, "plugins"), lm, o, err)))
+    if ((rc = compare_plugins(path, cJSON_GetObjectItemCaseSensitive(meta.json, "plugins"), lm, o, err)))
         goto done;
 
     bk_adamw *use = opt ? opt : &local;
@@ -639,25 +862,20 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
     }
     if (rc)
         goto done;
-    use->t = adam_t;
+    use->t = meta.adam_t;
     /* what was read went into the host copies: the working copies in the backend's memory follow */
     if ((rc = opt ? bk_adamw_to_device(opt, err) : bk_gpt_to_device(&lm->gpt, err)))
         goto done;
     if (lm->exp.attention.learn_weights)
         bk_bias_sync_weights(&lm->bias);
-    if (state) {
-        state->step = step;
-        state->tokens = tokens;
-        state->data_epoch = epoch;
-        state->data_index = index;
-        state->val_loss = val_loss ? val_loss->valuedouble : NAN;
-    }
+    if (state)
+        *state = meta.state;
 done:
     bk_adamw_free(&local);
     if (rc && lm_open)
         bk_lm_close(lm);
     free(slots);
-    cJSON_Delete(meta);
+    bk_checkpoint_meta_free(&meta);
     bk_safetensors_close(st);
     return rc;
 }
@@ -665,7 +883,7 @@ done:
 int bk_checkpoint_load(const char *path, const char *const *extra_overrides, int n_extra, bk_lm *lm, bk_adamw *opt,
                        bk_train_state *st, bk_error *err)
 {
-    bk_checkpoint_options o = {extra_overrides, n_extra, 0, NULL, NULL};
+    bk_checkpoint_options o = {extra_overrides, n_extra, 0, NULL, NULL, 0};
     return bk_checkpoint_load_ex(path, &o, lm, opt, st, err);
 }
 
@@ -674,17 +892,18 @@ int bk_checkpoint_is_file(const char *path)
     size_t n = strlen(path), ext = strlen(".safetensors");
     if (n >= ext && strcmp(path + n - ext, ".safetensors") == 0)
         return 1;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
+    FILE *f = NULL;
+    uint64_t size = 0;
+    bk_error ignored;
+    if (bk_file_open_regular(path, "checkpoint", 0, &f, &size, &ignored) != BK_OK)
+        return 0; /* missing, or no regular file: whoever reads it next says so */
     unsigned char head[9];
-    struct stat sb;
     int yes = 0;
-    if (fread(head, 1, sizeof head, f) == sizeof head && fstat(fileno(f), &sb) == 0 && head[8] == '{') {
+    if (size >= sizeof head && fread(head, 1, sizeof head, f) == sizeof head && head[8] == '{') {
         uint64_t len = 0;
         for (int i = 0; i < 8; i++)
             len |= (uint64_t)head[i] << (8 * i);
-        yes = len <= (uint64_t)sb.st_size - 8;
+        yes = len <= size - 8;
     }
     fclose(f);
     return yes;
