@@ -101,6 +101,8 @@ static bk_data_config text_config(const char *const *paths, int n, const char *c
     return c;
 }
 
+static bk_data_config shard_config(const char *const *paths, int n, double f);
+
 /* The whole stream (train then val) as a string, for split-by-fraction loads. */
 static void joined(const bk_tokens *train, const bk_tokens *val, char *out, size_t size)
 {
@@ -234,6 +236,132 @@ static void text_errors(void **state)
         assert_message_has(err.message, "cannot read '");
         assert_message_has(err.message, "locked.c': ");
     }
+}
+
+/* A FIFO, a device or a socket where a corpus file is expected: reading a FIFO blocks and /dev/zero
+ * never ends. A named one is refused saying what it is; inside a data directory, one the name filter
+ * would take (or a symlink to one) is refused naming it, where it used to be skipped without a word;
+ * one the filter leaves out is no matter. Nothing here may block: an alarm fails the test first. */
+static void non_regular_files_are_refused(void **state)
+{
+    (void)state;
+    alarm(20);
+    bk_tokens train, val;
+    bk_error err;
+    make_dir("odd");
+    write_text("odd/a.txt", "hello world");
+    assert_int_equal(mkfifo(at("odd/pipe.txt"), 0600), 0);
+    const char *dir[1] = {at("odd")};
+    bk_data_config c = text_config(dir, 1, NULL, 0, 0.1);
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_IO);
+    assert_message_has(err.message, "odd/pipe.txt' (in data directory '");
+    assert_message_has(err.message, "is a FIFO (named pipe); expected a regular file");
+    assert_null(train.tokens);
+    assert_null(val.tokens);
+
+    const char *txt[1] = {".txt"}, *md[1] = {".md"};
+    c = text_config(dir, 1, txt, 1, 0.1); /* the filter takes it: refused */
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_IO);
+    assert_message_has(err.message, "pipe.txt");
+    write_text("odd/b.md", "markdown");
+    c = text_config(dir, 1, md, 1, 0.1); /* the filter leaves it out */
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_OK);
+    assert_int_equal(train.count + val.count, 8);
+    bk_tokens_free(&train);
+    bk_tokens_free(&val);
+
+    /* a symlink to /dev/zero in a directory, for text and for shards */
+    make_dir("zero");
+    write_text("zero/a.txt", "hello world");
+    assert_int_equal(symlink("/dev/zero", at("zero/z.txt")), 0);
+    const char *zdir[1] = {at("zero")};
+    c = text_config(zdir, 1, NULL, 0, 0.1);
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_IO);
+    assert_message_has(err.message, "zero/z.txt' (in data directory '");
+    assert_message_has(err.message, "is a symlink to a character device; expected a regular file");
+    make_dir("zshards");
+    assert_int_equal(symlink("/dev/zero", at("zshards/z.bin")), 0);
+    const char *zs[1] = {at("zshards")};
+    c = shard_config(zs, 1, 0.5);
+    assert_int_equal(bk_data_load(&c, 65536, 1, &train, &val, &err), BK_ERR_IO);
+    assert_message_has(err.message, "zshards/z.bin' (in data directory '");
+
+    /* named as data paths (and as validation paths): refused saying what they are */
+    const char *fifo[1] = {at("odd/pipe.txt")}, *zero[1] = {"/dev/zero"}, *good[1] = {at("odd/a.txt")};
+    c = text_config(fifo, 1, NULL, 0, 0.1);
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_IO);
+    assert_message_has(err.message, "pipe.txt' is a FIFO (named pipe); expected a regular file or a directory");
+    c = text_config(zero, 1, NULL, 0, 0.1);
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_IO);
+    assert_message_has(err.message, "data path '/dev/zero' is a character device; expected a regular file or a "
+                                    "directory");
+    c = shard_config(zero, 1, 0.5);
+    assert_int_equal(bk_data_load(&c, 65536, 1, &train, &val, &err), BK_ERR_IO);
+    assert_message_has(err.message, "'/dev/zero' is a character device");
+    c = text_config(good, 1, NULL, 0, 0.1);
+    c.val_paths = fifo, c.n_val_paths = 1;
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_IO);
+    assert_message_has(err.message, "pipe.txt' is a FIFO (named pipe)");
+    assert_null(train.tokens);
+    assert_null(val.tokens);
+    alarm(0);
+}
+
+/* One file reached through two entries would be read twice: in training twice, or (split by fraction,
+ * or through val_paths) in training and in validation. Refused naming both entries; a symlink inside
+ * one entry's tree stays a file of its own (system trees hold such links). */
+static void a_file_is_read_once(void **state)
+{
+    (void)state;
+    bk_tokens train, val;
+    bk_error err;
+    make_dir("twice");
+    make_dir("twice/sub");
+    write_text("twice/sub/a.txt", "hello world, hello world");
+    write_text("twice/b.txt", "another file");
+    const char *same[2] = {at("twice/b.txt"), at("twice/b.txt")};
+    bk_data_config c = text_config(same, 2, NULL, 0, 0.1);
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_CONFIG);
+    assert_message_has(err.message, "data: paths entry 1 ('");
+    assert_message_has(err.message, "twice/b.txt') and paths entry 2 ('");
+    assert_message_has(err.message, "twice/b.txt') are the same file; its text would be read twice");
+    assert_null(train.tokens);
+    assert_null(val.tokens);
+
+    const char *nested[2] = {at("twice"), at("twice/sub")}; /* a directory and one inside it */
+    c = text_config(nested, 2, NULL, 0, 0.1);
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_CONFIG);
+    assert_message_has(err.message, "twice') and paths entry 2 ('");
+    assert_message_has(err.message, "twice/sub') both hold the file '");
+    assert_message_has(err.message, "twice/sub/a.txt'");
+
+    assert_int_equal(link(at("twice/b.txt"), at("hard.txt")), 0); /* another name, the same file */
+    const char *hard[2] = {at("twice/b.txt"), at("hard.txt")};
+    c = text_config(hard, 2, NULL, 0, 0.1);
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_CONFIG);
+    assert_message_has(err.message, "hard.txt') are the same file");
+
+    const char *tr[1] = {at("twice")}, *va[1] = {at("twice/sub/a.txt")};
+    c = text_config(tr, 1, NULL, 0, 0.1);
+    c.val_paths = va, c.n_val_paths = 1;
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_CONFIG);
+    assert_message_has(err.message, "data: paths entry 1 ('");
+    assert_message_has(err.message, "twice') and val_paths entry 1 ('");
+    assert_message_has(err.message, "the validation text would be in training as well");
+    assert_null(train.tokens);
+    assert_null(val.tokens);
+
+    /* distinct entries, and a symlink inside one tree, still load */
+    assert_int_equal(symlink(at("twice/b.txt"), at("twice/sub/c.txt")), 0);
+    const char *both[2] = {at("twice/sub"), at("twice/b.txt")};
+    c = text_config(both, 2, NULL, 0, 0.1);
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_ERR_CONFIG);
+    assert_message_has(err.message, "both hold the file '"); /* the symlink reaches entry 2's file */
+    c = text_config(tr, 1, NULL, 0, 0.1);
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_OK);
+    assert_int_equal(train.count + val.count, 12 + 24 + 12); /* b.txt, sub/a.txt, sub/c.txt -> b.txt */
+    bk_tokens_free(&train);
+    bk_tokens_free(&val);
 }
 
 /* ---- split ---- */
@@ -727,6 +855,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(text_walk),        cmocka_unit_test(text_errors),
+        cmocka_unit_test(non_regular_files_are_refused),
+        cmocka_unit_test(a_file_is_read_once),
         cmocka_unit_test(split_by_fraction), cmocka_unit_test(split_by_paths),
         cmocka_unit_test(shards),           cmocka_unit_test(shard_errors),
         cmocka_unit_test(shard_size_must_match_header),

@@ -35,8 +35,10 @@ static void usage(FILE *f)
     fprintf(f, "usage: biaskit <command> [options]\n"
                "       biaskit --version | --help\n\n"
                "Positional schemes (ALiBi, KERPLE, T5, ...) are plugins: shared objects found on\n"
-               "BIASKIT_PLUGIN_PATH (colon-separated), then in the install directory, then in the\n"
-               "build directory. An experiment file (TOML) names them in [[term]] tables.\n\n"
+               "BIASKIT_PLUGIN_PATH (colon-separated), then in ../lib/biaskit/plugins beside the\n"
+               "biaskit binary when that directory exists (an installed biaskit), else in the build\n"
+               "directory it was built in ('biaskit plugins' prints the search path). An experiment\n"
+               "file (TOML) names them in [[term]] tables.\n\n"
                "commands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);

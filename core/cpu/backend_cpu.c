@@ -17,7 +17,10 @@ static int cpu_alloc(bk_backend *be, void **ptr, size_t bytes, bk_error *err)
 {
     (void)be;
     *ptr = calloc(1, bytes ? bytes : 1);
-    return *ptr ? BK_OK : bk_fail(err, BK_ERR_NOMEM, "out of memory for %zu bytes", bytes);
+    if (*ptr)
+        return BK_OK;
+    return bk_fail(err, BK_ERR_NOMEM, "cpu backend: out of memory for %zu bytes (%.1f MiB) of host memory", bytes,
+                   (double)bytes / (1024.0 * 1024.0));
 }
 
 static void cpu_release(bk_backend *be, void *ptr)

@@ -1,5 +1,7 @@
-// The CUDA backend (model/backend.h): the device code of core/gpu/ (gpu/dev.h) compiled as CUDA C++,
-// every kernel and copy queued on the backend's own stream, the GEMMs on a cuBLAS handle bound to it.
+// The CUDA backend (model/backend.h), built into the module biaskit_cuda_backend.so (cuda/module.h) that
+// cuda/loader.c loads when a cuda backend is asked for: the device code of core/gpu/ (gpu/dev.h)
+// compiled as CUDA C++, every kernel and copy queued on the backend's own stream, the GEMMs on a cuBLAS
+// handle bound to it.
 // Work is asynchronous: a failure of queued work is reported by the next call that waits (download,
 // sync). Every error names the CUDA or cuBLAS call that failed and the runtime's own explanation.
 #include <cublas_v2.h>
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/module.h"
 #include "gpu/dev.h"
 #include "model/backend.h"
 
@@ -173,7 +176,8 @@ static int cuda_alloc(bk_backend *be, void **ptr, size_t bytes, bk_error *err)
     cudaError_t e = cudaMallocAsync(ptr, bytes ? bytes : 1, stream_of(d)); // a unique pointer for 0 bytes too
     if (e != cudaSuccess) {
         char what[96];
-        snprintf(what, sizeof what, "cudaMallocAsync of %zu bytes", bytes);
+        snprintf(what, sizeof what, "cudaMallocAsync of %zu bytes (%.1f MiB)", bytes,
+                 (double)bytes / (1024.0 * 1024.0));
         *ptr = NULL;
         return cuda_fail(err, what, e);
     }
@@ -221,7 +225,7 @@ static void cuda_destroy(bk_backend *be)
     free(c);
 }
 
-extern "C" int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, bk_error *err)
+static int backend_create(bk_backend **out, bk_matmul_mode matmul, bk_error *err)
 {
     *out = NULL;
     int count = 0;
@@ -284,4 +288,11 @@ extern "C" int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, b
     be->destroy = cuda_destroy;
     *out = be;
     return BK_OK;
+}
+
+extern "C" __attribute__((visibility("default"))) const bk_cuda_backend_api *bk_cuda_backend_module(void)
+{
+    static const bk_cuda_backend_api api = {BK_CUDA_MODULE_ABI, (unsigned)sizeof(bk_error),
+                                            (unsigned)sizeof(bk_backend), backend_create};
+    return &api;
 }

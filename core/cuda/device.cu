@@ -1,8 +1,10 @@
-// CUDA side of device.h. Every function returns the CUDA error as an engine error with the call named.
+// CUDA side of device.h, in the engine (the CUDA runtime is linked into biaskit: plugins' CUDA code
+// shares it). Every function returns the CUDA error as an engine error with the call named.
 #include <cuda_runtime.h>
 #include <stdio.h>
 
 extern "C" {
+#include "cuda/module.h"
 #include "device.h"
 }
 
@@ -30,8 +32,16 @@ extern "C" int bk_device_probe(char *desc, size_t size)
         snprintf(desc, size, "cpu (CUDA build, device 0 unreadable: %s)", cudaGetErrorString(e));
         return 0;
     }
-    snprintf(desc, size, "cuda:0 %s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
+    char found[256];
+    snprintf(found, sizeof found, "cuda:0 %.120s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    // a GPU that the cuda backend could not drive would make "auto" fail instead of using the CPU
+    const char *why = bk_cuda_backend_module_error();
+    if (why) {
+        snprintf(desc, size, "cpu (CUDA build; %s answers, but %s)", found, why);
+        return 0;
+    }
+    snprintf(desc, size, "%s", found);
     return 1;
 }
 

@@ -4,10 +4,12 @@
 
 #include "data/data.h"
 
+#include "util/file.h"
 #include "util/rng.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +111,10 @@ static int compare_names(const void *a, const void *b)
 }
 
 /* Adds the matching regular files under directory `dir` (sorted by name, hidden entries skipped,
- * symlinked directories not followed, symlinked files read). */
+ * symlinked directories not followed, symlinked files read, dangling symlinks skipped). An entry that
+ * the name filter would take but that is neither a regular file nor a directory (a FIFO, a socket, a
+ * device, or a symlink to one) is refused, naming it: reading a FIFO would block and a device would
+ * never end, and skipping it would train on less than the directory holds without a word. */
 static int walk_dir(const char *dir, const char *const *ext, int n_ext, file_list *fl, bk_error *err)
 {
     DIR *d = opendir(dir);
@@ -151,11 +156,17 @@ static int walk_dir(const char *dir, const char *const *ext, int n_ext, file_lis
         if (lstat(full, &st) == 0) {
             if (S_ISDIR(st.st_mode)) {
                 rc = walk_dir(full, ext, n_ext, fl, err);
-            } else {
-                /* a symlink counts when it points at a regular file; symlinked directories would risk loops */
-                int regular = S_ISREG(st.st_mode) || (S_ISLNK(st.st_mode) && stat(full, &st) == 0 && S_ISREG(st.st_mode));
-                if (regular && has_extension(names.paths[i], ext, n_ext))
+            } else if (has_extension(names.paths[i], ext, n_ext)) {
+                /* a symlink counts as what it points at; symlinked directories would risk loops, and a
+                 * dangling symlink holds nothing */
+                int link = S_ISLNK(st.st_mode), dangling = link && stat(full, &st) != 0;
+                if (!dangling && S_ISREG(st.st_mode))
                     rc = file_list_add(fl, full, err);
+                else if (!dangling && !S_ISDIR(st.st_mode))
+                    rc = bk_fail(err, BK_ERR_IO, "'%s' (in data directory '%s') is %s%s; expected a regular file: "
+                                 "a corpus directory may hold only regular files, directories and symlinks (remove "
+                                 "it, or name the files to read with [data] extensions)", full, dir,
+                                 link ? "a symlink to " : "", bk_file_kind(st.st_mode));
             }
         }
         free(full);
@@ -183,7 +194,8 @@ static int collect(const char *path, const char *const *ext, int n_ext, file_lis
         if (rc != BK_OK)
             return rc;
     } else {
-        return bk_fail(err, BK_ERR_IO, "data path '%s' is neither a regular file nor a directory", path);
+        return bk_fail(err, BK_ERR_IO, "data path '%s' is %s; expected a regular file or a directory", path,
+                       bk_file_kind(st.st_mode));
     }
     if (fl->count == before) {
         char desc[512];
@@ -217,13 +229,20 @@ static int token_buf_reserve(token_buf *b, int64_t extra, const char *path, bk_e
     return BK_OK;
 }
 
-/* Appends the bytes of a text file open as `f`, at most `limit` of them (< 0 = all); `path` names it. */
-static int read_text_stream(FILE *f, const char *path, int64_t limit, int32_t vocab, token_buf *b, bk_error *err)
+/* Appends the bytes of a text file open as `f` of `size` bytes, at most `limit` of them (< 0 = all);
+ * `path` names it. Only the bytes the file held when it was opened are read: one that shrinks meanwhile
+ * is an error, and one that grows (a log being written) is read as it was. */
+static int read_text_stream(FILE *f, const char *path, uint64_t size, int64_t limit, int32_t vocab, token_buf *b,
+                            bk_error *err)
 {
     unsigned char chunk[BK_READ_CHUNK];
     int64_t offset = 0;
-    int rc = BK_OK;
-    while (limit < 0 || offset < limit) {
+    if (size > (uint64_t)INT64_MAX)
+        size = (uint64_t)INT64_MAX;
+    if (limit < 0 || (uint64_t)limit > size)
+        limit = (int64_t)size;
+    int rc = token_buf_reserve(b, limit, path, err);
+    while (rc == BK_OK && offset < limit) {
         size_t want = sizeof chunk;
         if (limit >= 0 && (int64_t)want > limit - offset)
             want = (size_t)(limit - offset);
@@ -231,6 +250,9 @@ static int read_text_stream(FILE *f, const char *path, int64_t limit, int32_t vo
         if (got == 0) {
             if (ferror(f))
                 rc = bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+            else
+                rc = bk_fail(err, BK_ERR_IO, "'%s' changed while it was read: %llu bytes when opened, only %lld "
+                             "could be read", path, (unsigned long long)size, (long long)offset);
             break;
         }
         if ((rc = token_buf_reserve(b, (int64_t)got, path, err)) != BK_OK)
@@ -250,12 +272,17 @@ static int read_text_stream(FILE *f, const char *path, int64_t limit, int32_t vo
     return rc;
 }
 
+/* What the readers call a file in messages (util/file.h): "data file '<path>' is a FIFO ...". */
+#define BK_DATA_FILE "data file"
+
 static int read_text(const char *path, int64_t limit, int32_t vocab, token_buf *b, bk_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-    int rc = read_text_stream(f, path, limit, vocab, b, err);
+    FILE *f;
+    uint64_t size;
+    int rc = bk_file_open_regular(path, BK_DATA_FILE, 0, &f, &size, err);
+    if (rc != BK_OK)
+        return rc;
+    rc = read_text_stream(f, path, size, limit, vocab, b, err);
     fclose(f);
     return rc;
 }
@@ -266,10 +293,20 @@ static int32_t read_le32(const unsigned char *p)
     return (int32_t)v;
 }
 
-/* Appends the tokens of one llm.c shard open as `f`; `path` names it. The file must hold exactly the
- * header and the tokens its header counts, as llm.c's own loader (dataloader.h) requires: fewer is
- * "truncated", more is refused too (a header that undercounts would silently drop the rest). */
-static int read_shard_stream(FILE *f, const char *path, int32_t vocab, token_buf *b, bk_error *err)
+/* "header says N tokens, but the file holds M (...)": a shard longer than its header counts. */
+static int shard_longer(const char *path, int32_t n, long long end, bk_error *err)
+{
+    return bk_fail(err, BK_ERR_PARSE, "%s: header says %d tokens, but the file holds %lld (%lld bytes after the "
+                   "header, expected %lld); a shard's size must match its header", path, (int)n,
+                   (end - BK_SHARD_HEADER_BYTES) / 2, end - BK_SHARD_HEADER_BYTES, 2LL * n);
+}
+
+/* Appends the tokens of one llm.c shard open as `f` of `size` bytes; `path` names it. The file must
+ * hold exactly the header and the tokens its header counts, as llm.c's own loader (dataloader.h)
+ * requires: fewer is "truncated", more is refused too (a header that undercounts would silently drop
+ * the rest). The size is compared with the header before any token is read, and again by the reading
+ * (a file that changes meanwhile). */
+static int read_shard_stream(FILE *f, const char *path, uint64_t size, int32_t vocab, token_buf *b, bk_error *err)
 {
     unsigned char chunk[BK_READ_CHUNK];
     int rc = BK_OK;
@@ -291,6 +328,13 @@ static int read_shard_stream(FILE *f, const char *path, int32_t vocab, token_buf
                          BK_SHARD_VERSION);
         else if (n < 0)
             rc = bk_fail(err, BK_ERR_PARSE, "%s: header says %d tokens, expected a count >= 0", path, (int)n);
+        else if (size < (uint64_t)BK_SHARD_HEADER_BYTES + 2 * (uint64_t)n)
+            rc = bk_fail(err, BK_ERR_PARSE, "%s: truncated: header says %d tokens, file holds %lld", path, (int)n,
+                         (long long)(size > BK_SHARD_HEADER_BYTES ? (size - BK_SHARD_HEADER_BYTES) / 2 : 0));
+        else if (size > (uint64_t)BK_SHARD_HEADER_BYTES + 2 * (uint64_t)n)
+            rc = shard_longer(path, n, size > (uint64_t)LLONG_MAX ? LLONG_MAX : (long long)size, err);
+        else
+            rc = token_buf_reserve(b, n, path, err);
     }
     int64_t done = 0; /* tokens of this shard read so far */
     while (rc == BK_OK && done < n) {
@@ -325,44 +369,145 @@ static int read_shard_stream(FILE *f, const char *path, int32_t vocab, token_buf
             rc = bk_fail(err, BK_ERR_PARSE, "%s: header says %d tokens, but the file holds more data after them; "
                          "expected exactly %d header bytes + 2 bytes per token", path, (int)n, BK_SHARD_HEADER_BYTES);
         else
-            rc = bk_fail(err, BK_ERR_PARSE, "%s: header says %d tokens, but the file holds %lld (%lld bytes after the "
-                         "header, expected %lld); a shard's size must match its header", path, (int)n,
-                         (long long)(end - BK_SHARD_HEADER_BYTES) / 2, (long long)(end - BK_SHARD_HEADER_BYTES),
-                         2LL * n);
+            rc = shard_longer(path, n, (long long)end, err);
     }
     return rc;
 }
 
 static int read_shard(const char *path, int32_t vocab, token_buf *b, bk_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-    int rc = read_shard_stream(f, path, vocab, b, err);
+    FILE *f;
+    uint64_t size;
+    int rc = bk_file_open_regular(path, BK_DATA_FILE, 0, &f, &size, err);
+    if (rc != BK_OK)
+        return rc;
+    rc = read_shard_stream(f, path, size, vocab, b, err);
     fclose(f);
     return rc;
 }
 
-/* Reads one stream from `paths` into `out` (zeroed on failure). */
-static int load_stream(const bk_data_config *cfg, const char *const *paths, int n_paths, int32_t vocab, bk_tokens *out,
-                       bk_error *err)
+/* The files of one stream: those of each entry of its paths in turn; entry e gave files
+ * start[e] .. start[e + 1] - 1. */
+typedef struct stream_files {
+    const char *key; /* "paths" or "val_paths", for messages */
+    const char *const *paths;
+    int n_paths;
+    file_list files;
+    int *start; /* n_paths + 1 */
+} stream_files;
+
+static void stream_files_free(stream_files *sf)
 {
-    memset(out, 0, sizeof *out);
+    file_list_free(&sf->files);
+    free(sf->start);
+    sf->start = NULL;
+}
+
+static int collect_stream(const bk_data_config *cfg, const char *key, const char *const *paths, int n_paths,
+                          stream_files *sf, bk_error *err)
+{
+    memset(sf, 0, sizeof *sf);
+    sf->key = key, sf->paths = paths, sf->n_paths = n_paths;
     if (n_paths <= 0 || !paths)
         return bk_fail(err, BK_ERR_CONFIG, "data: no paths given");
-    char where[1024];
-    describe_paths(where, sizeof where, paths, n_paths);
-
+    if (!(sf->start = malloc(((size_t)n_paths + 1) * sizeof *sf->start)))
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory listing the data files of %s", key);
     int text = cfg->format == BK_DATA_TEXT;
     static const char *const bin_ext[1] = {".bin"};
     const char *const *ext = text ? cfg->extensions : bin_ext;
     int n_ext = text ? (cfg->extensions ? cfg->n_extensions : 0) : 1;
+    int rc = BK_OK;
+    for (int i = 0; i < n_paths && rc == BK_OK; i++) {
+        sf->start[i] = sf->files.count;
+        rc = collect(paths[i], ext, n_ext, &sf->files, err);
+    }
+    sf->start[n_paths] = sf->files.count;
+    if (rc != BK_OK)
+        stream_files_free(sf);
+    return rc;
+}
 
-    file_list files = {0};
+/* A file of the streams: its identity, and where it was found. */
+typedef struct file_id {
+    dev_t dev;
+    ino_t ino;
+    int side;  /* 0: the training stream's paths, 1: val_paths */
+    int entry; /* index in that list */
+    int index; /* in its stream's files */
+} file_id;
+
+static int compare_ids(const void *pa, const void *pb)
+{
+    const file_id *a = pa, *b = pb;
+    if (a->dev != b->dev)
+        return a->dev < b->dev ? -1 : 1;
+    if (a->ino != b->ino)
+        return a->ino < b->ino ? -1 : 1;
+    if (a->side != b->side)
+        return a->side - b->side;
+    if (a->entry != b->entry)
+        return a->entry - b->entry;
+    return a->index - b->index;
+}
+
+/* One file reached through two entries (of paths, or of paths and val_paths) would be read twice: its
+ * text counted twice in training, or in training and in validation as well. Refused naming both
+ * entries. (Within one entry's directory a symlink to a file of the same tree is read as a file of its
+ * own, as it always was: system trees such as /usr/include hold such links.) */
+static int check_distinct(stream_files *const *streams, int n_streams, bk_error *err)
+{
+    size_t n = 0;
+    for (int s = 0; s < n_streams; s++)
+        n += (size_t)streams[s]->files.count;
+    file_id *ids = malloc((n ? n : 1) * sizeof *ids);
+    if (!ids)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory comparing %zu data files", n);
+    size_t k = 0;
+    for (int s = 0; s < n_streams; s++)
+        for (int e = 0; e < streams[s]->n_paths; e++)
+            for (int i = streams[s]->start[e]; i < streams[s]->start[e + 1]; i++) {
+                struct stat st;
+                if (stat(streams[s]->files.paths[i], &st) != 0)
+                    continue; /* gone since it was listed: the read says so */
+                ids[k++] = (file_id){st.st_dev, st.st_ino, s, e, i};
+            }
+    qsort(ids, k, sizeof *ids, compare_ids);
+    int rc = BK_OK;
+    for (size_t run = 0, end; run < k && rc == BK_OK; run = end) {
+        for (end = run + 1; end < k && ids[end].dev == ids[run].dev && ids[end].ino == ids[run].ino; end++)
+            ;
+        const file_id *a = &ids[run], *b = &ids[end - 1]; /* the first and last entry that reach it */
+        if (a->side == b->side && a->entry == b->entry)
+            continue;
+        const stream_files *sa = streams[a->side], *sb = streams[b->side];
+        const char *fa = sa->files.paths[a->index], *fb = sb->files.paths[b->index];
+        const char *ea = sa->paths[a->entry], *eb = sb->paths[b->entry];
+        const char *why = a->side != b->side ? "the validation text would be in training as well"
+                                             : "its text would be read twice";
+        if (strcmp(fa, ea) == 0 && strcmp(fb, eb) == 0)
+            rc = bk_fail(err, BK_ERR_CONFIG, "data: %s entry %d ('%s') and %s entry %d ('%s') are the same file; %s",
+                         sa->key, a->entry + 1, ea, sb->key, b->entry + 1, eb, why);
+        else
+            rc = bk_fail(err, BK_ERR_CONFIG, "data: %s entry %d ('%s') and %s entry %d ('%s') both hold the file "
+                         "'%s'%s%s%s; %s", sa->key, a->entry + 1, ea, sb->key, b->entry + 1, eb, fa,
+                         strcmp(fa, fb) ? " (as '" : "", strcmp(fa, fb) ? fb : "", strcmp(fa, fb) ? "')" : "", why);
+    }
+    free(ids);
+    return rc;
+}
+
+/* Reads one stream from the files of `sf` into `out` (zeroed on failure). */
+static int load_stream(const bk_data_config *cfg, const stream_files *sf, int32_t vocab, bk_tokens *out, bk_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *const *paths = sf->paths;
+    const int n_paths = sf->n_paths;
+    const file_list files = sf->files;
+    char where[1024];
+    describe_paths(where, sizeof where, paths, n_paths);
+    int text = cfg->format == BK_DATA_TEXT;
     token_buf buf = {0};
     int rc = BK_OK, n_read = 0;
-    for (int i = 0; i < n_paths && rc == BK_OK; i++)
-        rc = collect(paths[i], ext, n_ext, &files, err);
     for (int i = 0; i < files.count && rc == BK_OK; i++) {
         if (text) {
             int64_t limit = -1;
@@ -407,7 +552,6 @@ static int load_stream(const bk_data_config *cfg, const char *const *paths, int 
     } else {
         free(buf.tok);
     }
-    file_list_free(&files);
     return rc;
 }
 
@@ -437,7 +581,23 @@ int bk_data_load(const bk_data_config *cfg, int32_t vocab, int64_t min_tokens, b
                        "data: val_fraction %g must be between 0 and 1 (exclusive) when no val_paths are given",
                        cfg->val_fraction);
 
-    int rc = load_stream(cfg, cfg->paths, cfg->n_paths, vocab, train, err);
+    stream_files sf[2];
+    int rc = collect_stream(cfg, "paths", cfg->paths, cfg->n_paths, &sf[0], err);
+    if (rc != BK_OK)
+        return rc;
+    if (!by_fraction && (rc = collect_stream(cfg, "val_paths", cfg->val_paths, cfg->n_val_paths, &sf[1], err))) {
+        stream_files_free(&sf[0]);
+        return rc;
+    }
+    stream_files *streams[2] = {&sf[0], &sf[1]};
+    rc = check_distinct(streams, by_fraction ? 1 : 2, err);
+    if (rc == BK_OK)
+        rc = load_stream(cfg, &sf[0], vocab, train, err);
+    if (rc == BK_OK && !by_fraction && (rc = load_stream(cfg, &sf[1], vocab, val, err)))
+        bk_tokens_free(train);
+    stream_files_free(&sf[0]);
+    if (!by_fraction)
+        stream_files_free(&sf[1]);
     if (rc != BK_OK)
         return rc;
     if (by_fraction) {
@@ -462,12 +622,6 @@ int bk_data_load(const bk_data_config *cfg, int32_t vocab, int64_t min_tokens, b
         bk_copy_text(val->name, sizeof val->name, w > 0 ? name : base);
         w = snprintf(name, sizeof name, "first %g%% of %s", 100.0 * (1.0 - cfg->val_fraction), base);
         bk_copy_text(train->name, sizeof train->name, w > 0 ? name : base);
-    } else {
-        rc = load_stream(cfg, cfg->val_paths, cfg->n_val_paths, vocab, val, err);
-        if (rc != BK_OK) {
-            bk_tokens_free(train);
-            return rc;
-        }
     }
     rc = check_size(train, "training", cfg->paths, cfg->n_paths, min_tokens, err);
     if (rc == BK_OK)
@@ -498,8 +652,8 @@ int bk_data_read_memory(bk_data_format format, const void *bytes, size_t size, c
     if (!size)
         (void)fgetc(f); /* at the end of the stream */
     token_buf buf = {0};
-    int rc = format == BK_DATA_TEXT ? read_text_stream(f, name, max_bytes > 0 ? max_bytes : -1, vocab, &buf, err)
-                                    : read_shard_stream(f, name, vocab, &buf, err);
+    int rc = format == BK_DATA_TEXT ? read_text_stream(f, name, size, max_bytes > 0 ? max_bytes : -1, vocab, &buf, err)
+                                    : read_shard_stream(f, name, size, vocab, &buf, err);
     fclose(f);
     if (rc != BK_OK) {
         free(buf.tok);

@@ -165,7 +165,8 @@ static int upload_batch(bk_gpt *m, const int32_t *inputs, const int32_t *targets
         if (be->on_device && ((rc = be->alloc(be, (void **)&m->d_inputs, bytes, err)) ||
                               (rc = be->alloc(be, (void **)&m->d_targets, bytes, err)) ||
                               (rc = be->alloc(be, (void **)&m->d_buckets, bucket_bytes, err))))
-            return rc;
+            return bk_error_prefix(err, "the token ids of a batch of %lld tokens on the %s backend: ", (long long)n,
+                                   be->name);
         if (be->on_device && !(m->h_buckets = malloc(bucket_bytes)))
             return bk_fail(err, BK_ERR_NOMEM, "out of memory for the buckets of %lld tokens", (long long)n);
         m->batch_capacity = n;

@@ -65,7 +65,8 @@ int bk_adamw_add_on(bk_adamw *opt, bk_backend *be, const char *name, float *para
             rc = be->alloc(be, (void **)&g->v, bytes, err);
         if (rc) {
             release_group(g);
-            return rc;
+            return bk_error_prefix(err, "the AdamW moments of '%s' (%zu values) on the %s backend: ", name, n,
+                                   be->name);
         }
     }
     if (on_device(g)) {
