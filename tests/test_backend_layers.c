@@ -19,7 +19,7 @@
 #include "bias/mix.h"
 #include "device.h"
 #include "gpu/dev.h" /* bk_emulated_thread_order */
-#include "gpu/mma.h" /* bk_bf16_round, bk_bf16_value */
+#include "gpu/mma.h" /* bk_bf16_round, bk_bf16_value, bk_tf32_round */
 #include "model/backend.h"
 #include "model/layers.h"
 #include "model/rotary_math.h"
@@ -88,23 +88,31 @@ static void expect_same(const char *what, const float *got, const float *want, s
                      want[i], n);
 }
 
-/* max_i |got - want| / (|want| + rms(want)) <= tol */
-static void expect_close(const char *what, const float *got, const float *want, size_t n, double tol)
+/* max_i |got - want| / (|want| + rms(want)), and its i in *at (NaN counts as the worst) */
+static double max_rel_error(const float *got, const float *want, size_t n, size_t *at)
 {
     double ss = 0.0;
     for (size_t i = 0; i < n; i++)
         ss += (double)want[i] * want[i];
     const double rms = n ? sqrt(ss / (double)n) : 0.0;
     double worst = 0.0;
-    size_t at = 0;
+    *at = 0;
     for (size_t i = 0; i < n; i++) {
         double e = fabs((double)got[i] - want[i]) / (fabs(want[i]) + rms + 1e-30);
-        if (!(e <= worst)) { /* NaN counts as the worst */
-            worst = e, at = i;
+        if (!(e <= worst)) {
+            worst = e, *at = i;
             if (isnan(e))
                 break;
         }
     }
+    return worst;
+}
+
+/* max_i |got - want| / (|want| + rms(want)) <= tol */
+static void expect_close(const char *what, const float *got, const float *want, size_t n, double tol)
+{
+    size_t at;
+    const double worst = max_rel_error(got, want, n, &at);
     if (!(worst <= tol))
         fail_msg("%s: element %zu is %.9g, expected %.9g: relative error %.3g exceeds %.3g (of %zu values)", what,
                  at, got[at], want[at], worst, tol, n);
@@ -380,6 +388,144 @@ static void matmul_matches_cpu(void **state)
     matmul_case(be, B * T_LONG, C, V, 1, 5);     /* odd output width */
     matmul_case(be, B * T_SHORT, C, 3 * C, 1, 6); /* the qkv projection's shape */
     matmul_case(be, B * T_SHORT, 4 * C, C, 0, 7); /* no bias */
+}
+
+/* --- TF32 products ([run] matmul = "tf32") ------------------------------------------------------- */
+
+static float f32_of(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static uint32_t bits_of(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* bk_tf32_round (gpu/mma.h) on chosen values: 10 explicit mantissa bits kept, the 13 below rounded to
+ * nearest with ties away from zero (PTX's cvt.rna.tf32.f32), carries into the exponent, inf, NaN. */
+static void tf32_round_on_chosen_values(void **state)
+{
+    (void)state;
+    static const struct {
+        uint32_t in, out;
+        const char *what;
+    } cases[] = {
+        {0x3f800000u, 0x3f800000u, "1 (exact)"},
+        {0x3f802000u, 0x3f802000u, "1 + 2^-10 (exact)"},
+        {0x3f800fffu, 0x3f800000u, "just below half a TF32 unit: down"},
+        {0x3f801000u, 0x3f802000u, "a tie with an even last bit: away from zero (to even would stay)"},
+        {0x3f803000u, 0x3f804000u, "a tie with an odd last bit: up"},
+        {0x3f801001u, 0x3f802000u, "just above half: up"},
+        {0xbf801000u, 0xbf802000u, "a negative tie: away from zero"},
+        {0xbf800fffu, 0xbf800000u, "negative, below half: toward zero"},
+        {0x3fffffffu, 0x40000000u, "just below 2: the carry reaches the exponent"},
+        {0x3ffff000u, 0x40000000u, "the last tie below 2: 2"},
+        {0x7f7fefffu, 0x7f7fe000u, "below the largest TF32 value's half unit: the largest TF32"},
+        {0x7f7fffffu, 0x7f800000u, "the largest float: inf"},
+        {0xff7ff000u, 0xff800000u, "the last negative tie: -inf"},
+        {0x00001000u, 0x00002000u, "a subnormal tie: up"},
+        {0x00000fffu, 0x00000000u, "the smallest subnormals: 0"},
+        {0x80000fffu, 0x80000000u, "negative ones: -0"},
+        {0x007ff000u, 0x00800000u, "the largest subnormal tie: the smallest normal"},
+        {0x00000000u, 0x00000000u, "0"},
+        {0x80000000u, 0x80000000u, "-0"},
+        {0x7f800000u, 0x7f800000u, "inf"},
+        {0xff800000u, 0xff800000u, "-inf"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const uint32_t got = bits_of(bk_tf32_round(f32_of(cases[k].in)));
+        if (got != cases[k].out)
+            fail_msg("bk_tf32_round(0x%08x): 0x%08x, expected 0x%08x (%s)", (unsigned)cases[k].in, (unsigned)got,
+                     (unsigned)cases[k].out, cases[k].what);
+    }
+    /* NaN stays NaN, also one whose payload sits only in the 13 bits that are rounded away */
+    const uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7f801000u, 0xff800fffu};
+    for (size_t k = 0; k < sizeof nans / sizeof nans[0]; k++)
+        if (!isnan(bk_tf32_round(f32_of(nans[k]))))
+            fail_msg("bk_tf32_round(0x%08x) is 0x%08x, expected a NaN", (unsigned)nans[k],
+                     (unsigned)bits_of(bk_tf32_round(f32_of(nans[k]))));
+    /* every result has its 13 low bits 0 and is within half a TF32 unit (2^-11 relative) */
+    bk_rng r = biaskit_rng_seeded(31);
+    for (int k = 0; k < 100000; k++) {
+        const float x = (float)(bk_rng_normal(&r) * 100.0), y = bk_tf32_round(x);
+        if ((bits_of(y) & 0x1fffu) || fabs((double)y - x) > ldexp(fabs((double)x), -11))
+            fail_msg("bk_tf32_round(%.9g) = %.9g: not a TF32 value within half a unit", (double)x, (double)y);
+    }
+}
+
+static float *tf32_rounded(const float *x, size_t n)
+{
+    float *y = copy_floats(x, n);
+    for (size_t i = 0; i < n; i++)
+        y[i] = bk_tf32_round(y[i]);
+    return y;
+}
+
+/* [run] matmul = "tf32": a backend created with BK_MATMUL_TF32 multiplies its operands rounded to TF32
+ * and sums in fp32. Its matmul forward and backward (dinp, dweight) against the same backend kind in
+ * fp32 given the operands already rounded: the same bits when emulated (the same sgemm on the same
+ * values); on a GPU within cuBLAS's summation order (1e-5), which also checks that cuBLAS's TF32 kernels
+ * round as bk_tf32_round does (a truncating conversion would be off by ~1e-4). And not the plain fp32
+ * product: at least 1e-5 away from it, so that a backend that dropped the rounding fails here, and at
+ * most 3e-3 (seen emulated: 0.7e-3 to 1.0e-3; bf16's rounding, 8 times coarser, would exceed it). */
+static void tf32_matmul_rounds_its_inputs(void **state)
+{
+    bk_backend *be = backend_of(state);
+    const int emu = be->kind == BK_BACKEND_EMULATED;
+    bk_backend *t = NULL;
+    bk_error err;
+    if ((emu ? bk_backend_emulated_create(&t, BK_MATMUL_TF32, &err) : bk_backend_cuda_create(&t, BK_MATMUL_TF32, &err)))
+        fail_msg("creating the %s backend with tf32 matmuls: %s", be->name, err.message);
+    assert_int_equal(t->matmul, BK_MATMUL_TF32);
+    if (!strstr(t->description, "tf32"))
+        fail_msg("a tf32 backend's description does not say tf32: '%s'", t->description);
+    enum { N = B * T_SHORT, OC = V };
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    bk_rng r = biaskit_rng_seeded(32);
+    float *x = normal_floats(&r, nx, 1.0), *w = normal_floats(&r, nw, 0.2), *bias = normal_floats(&r, OC, 1.0);
+    float *dy = normal_floats(&r, ny, 1.0);
+    float *rx = tf32_rounded(x, nx), *rw = tf32_rounded(w, nw), *rdy = tf32_rounded(dy, ny);
+    /* three runs: tf32 on the plain operands, fp32 on the rounded ones, fp32 on the plain ones */
+    bk_backend *runs[3] = {t, be, be};
+    const float *ins[3][3] = {{x, w, dy}, {rx, rw, rdy}, {x, w, dy}};
+    const size_t counts[3] = {ny, nx, nw};
+    float *outs[3][3];
+    for (int k = 0; k < 3; k++) {
+        bk_backend *b = runs[k];
+        float *x_d = (float *)put(b, ins[k][0], nx * sizeof(float)), *w_d = (float *)put(b, ins[k][1], nw * sizeof(float));
+        float *dy_d = (float *)put(b, ins[k][2], ny * sizeof(float)), *b_d = (float *)put(b, bias, OC * sizeof(float));
+        float *o_d = (float *)put(b, NULL, ny * sizeof(float)), *dx_d = (float *)put(b, NULL, nx * sizeof(float));
+        float *dw_d = (float *)put(b, NULL, nw * sizeof(float));
+        OK(b->matmul_forward(b, o_d, x_d, w_d, b_d, N, C, OC, &err_));
+        OK(b->matmul_backward(b, dx_d, dw_d, NULL, dy_d, x_d, w_d, N, C, OC, &err_));
+        outs[k][0] = get(b, o_d, ny), outs[k][1] = get(b, dx_d, nx), outs[k][2] = get(b, dw_d, nw);
+        void *bufs[] = {x_d, w_d, dy_d, b_d, o_d, dx_d, dw_d};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            b->release(b, bufs[i]);
+    }
+    const char *names[3] = {"tf32 matmul forward", "tf32 matmul backward dinp", "tf32 matmul backward dweight"};
+    for (int j = 0; j < 3; j++) {
+        char what[160];
+        snprintf(what, sizeof what, "%s against fp32 on operands rounded to tf32", names[j]);
+        check_floats(what, outs[0][j], outs[1][j], counts[j], emu ? 0.0 : 1e-5);
+        size_t at;
+        const double off = max_rel_error(outs[0][j], outs[2][j], counts[j], &at);
+        if (!(off >= 1e-5 && off <= 3e-3))
+            fail_msg("%s: %.3g from the plain fp32 product (element %zu: %.9g vs %.9g); expected TF32's rounding, "
+                     "between 1e-5 and 3e-3", names[j], off, at, (double)outs[0][j][at], (double)outs[2][j][at]);
+        printf("%s: %s the fp32 product of rounded operands; %.2g from the plain fp32 product\n", names[j],
+               emu ? "the bits of" : "within 1e-5 of", off);
+    }
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < 3; j++)
+            free(outs[k][j]);
+    free(x), free(w), free(bias), free(dy), free(rx), free(rw), free(rdy);
+    bk_backend_destroy(t);
 }
 
 /* --- bf16 storage ([run] precision = "bf16") ------------------------------------------------------ */
@@ -929,11 +1075,12 @@ static int teardown(void **state)
         cmocka_unit_test(rotary_matches_cpu), cmocka_unit_test(sumsq_equals_cpu_bits),                         \
         cmocka_unit_test(adamw_matches_cpu), cmocka_unit_test(first_nonfinite_finds_the_first),                \
         cmocka_unit_test(mix_matches_cpu), cmocka_unit_test(two_runs_are_identical),                           \
-        cmocka_unit_test(bf16_storage_matches_fp32)
+        cmocka_unit_test(bf16_storage_matches_fp32), cmocka_unit_test(tf32_matmul_rounds_its_inputs)
 
 int main(void)
 {
-    const struct CMUnitTest host[] = {cmocka_unit_test(batch_buckets_are_sorted)};
+    const struct CMUnitTest host[] = {cmocka_unit_test(batch_buckets_are_sorted),
+                                      cmocka_unit_test(tf32_round_on_chosen_values)};
     const struct CMUnitTest emulated[] = {CASES};
     const struct CMUnitTest cuda[] = {CASES};
     int failed = cmocka_run_group_tests_name("host", host, NULL, NULL);

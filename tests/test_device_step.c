@@ -86,22 +86,32 @@ typedef struct run {
 } run;
 
 /* device: "cpu", "emulated" or "cuda", optionally followed by "/materialized" (the device's
- * materialized attention instead of the fused default), "/bf16" ([run] matmul = "bf16") or "/bf16store"
- * ([run] precision = "bf16": bf16 storage, which makes matmul "bf16"). */
+ * materialized attention instead of the fused default), "/bf16" ([run] matmul = "bf16"), "/tf32"
+ * ([run] matmul = "tf32") or "/bf16store" ([run] precision = "bf16": bf16 storage, which makes matmul
+ * "bf16"); "/tf32/materialized" is both. */
 static int open_run(run *r, const scheme *s, const char *device, bk_error *err)
 {
     memset(r, 0, sizeof *r);
-    char *text = experiment(s), set[64], att[64];
+    char *text = experiment(s), set[64], att[64], mm[64];
     const char *slash = strchr(device, '/');
     snprintf(set, sizeof set, "run.device=%.*s", slash ? (int)(slash - device) : (int)strlen(device), device);
-    if (slash && !strcmp(slash + 1, "bf16"))
-        snprintf(att, sizeof att, "run.matmul=bf16");
-    else if (slash && !strcmp(slash + 1, "bf16store"))
-        snprintf(att, sizeof att, "run.precision=bf16");
-    else
-        snprintf(att, sizeof att, "run.attention=%s", slash ? slash + 1 : "fused");
-    const char *sets[2] = {set, att};
-    int rc = bk_lm_open_text(&r->lm, text, s->name, ".", sets, 2, err);
+    snprintf(att, sizeof att, "run.attention=fused");
+    const char *sets[3] = {set, att, NULL};
+    int n_sets = 2;
+    for (const char *opt = slash; opt; opt = strchr(opt + 1, '/')) {
+        const char *end = strchr(opt + 1, '/');
+        const int len = end ? (int)(end - opt - 1) : (int)strlen(opt + 1);
+        if ((len == 4 && (!strncmp(opt + 1, "bf16", 4) || !strncmp(opt + 1, "tf32", 4))) ||
+            (len == 9 && !strncmp(opt + 1, "bf16store", 9))) {
+            if (len == 9)
+                snprintf(mm, sizeof mm, "run.precision=bf16");
+            else
+                snprintf(mm, sizeof mm, "run.matmul=%.4s", opt + 1);
+            sets[n_sets++] = mm;
+        } else
+            snprintf(att, sizeof att, "run.attention=%.*s", len, opt + 1);
+    }
+    int rc = bk_lm_open_text(&r->lm, text, s->name, ".", sets, n_sets, err);
     free(text);
     if (rc)
         return rc;
@@ -290,25 +300,39 @@ static void assert_deterministic(const scheme *s, const char *device)
  * CPU's, within what bf16 inputs allow. Largest differences seen emulated (kerple_log, bipe_alibi,
  * rope): loss 3.2e-5 relative, logits 3.4e-3 of their largest magnitude, gradients 5.8e-3 of each
  * tensor's largest (the KERPLE parameters' 1.2e-2); allowed 2e-4, 1e-2, 4e-2 (the GPU sums in other
- * orders). With bf16 storage ([run] precision = "bf16") the same cases gave loss 2.8e-5, logits 3.4e-3,
- * gradients 1.1e-2 (the printed "largest differences"). */
+ * orders). With bf16 storage ([run] precision = "bf16") the same cases gave loss 3.2e-5, logits 3.4e-3,
+ * gradients 1.1e-2 (the printed "largest differences", 2026-11-25). */
 static const step_tolerance tol_bf16 = {2e-4, 1e-2, 0.0, 4e-2, 1e-7};
 /* bf16 storage against bf16 products, gradients (storage_matches_products) */
 #define STORAGE_GRAD_REL 1e-2
 
-static void bf16_close_to_cpu(const scheme *s, const char *device)
+/* [run] matmul = "tf32" (every cuBLAS GEMM on TF32 tensor cores; emulated, both inputs rounded to TF32
+ * by bk_tf32_round; the fused attention's own products stay fp32): the first step near the CPU's.
+ * Largest differences seen emulated (kerple_log, bipe_alibi, rope; kerple_log materialized): loss
+ * 5.9e-6 relative, logits 3.9e-4 of their largest magnitude, gradients 1.0e-3 of each tensor's largest
+ * (the printed "largest differences"); allowed 5e-5, 2e-3 and 1e-2 (the GPU sums in other orders). */
+static const step_tolerance tol_tf32 = {5e-5, 2e-3, 0.0, 1e-2, 1e-7};
+
+/* The first step with reduced-precision products (`want`: BK_MATMUL_BF16 or BK_MATMUL_TF32) near the
+ * CPU's fp32, within `tol`; prints the largest differences. */
+static void products_close_to_cpu(const scheme *s, const char *device, bk_matmul_mode want, const step_tolerance *tol)
 {
     bk_error err;
     run cpu, dev;
     check(open_run(&cpu, s, "cpu", &err), &err, "open on the CPU");
     check(open_run(&dev, s, device, &err), &err, device);
-    assert_int_equal(dev.lm.be->matmul, BK_MATMUL_BF16);
-    first_step_close(&cpu, &dev, s, device, &tol_bf16);
-    printf("%-20s %s: loss %.7f, cpu %.7f (bf16 products%s); largest differences: loss %.2g, logits %.2g, "
-           "gradients %.2g\n", s->name, device, dev.loss[0], cpu.loss[0],
+    assert_int_equal(dev.lm.be->matmul, want);
+    first_step_close(&cpu, &dev, s, device, tol);
+    printf("%-20s %s: loss %.7f, cpu %.7f (%s products%s); largest differences: loss %.2g, logits %.2g, "
+           "gradients %.2g\n", s->name, device, dev.loss[0], cpu.loss[0], want == BK_MATMUL_TF32 ? "tf32" : "bf16",
            dev.lm.be->precision == BK_PRECISION_BF16 ? ", bf16 storage" : "", seen_loss, seen_logits, seen_grad);
     close_run(&cpu);
     close_run(&dev);
+}
+
+static void bf16_close_to_cpu(const scheme *s, const char *device)
+{
+    products_close_to_cpu(s, device, BK_MATMUL_BF16, &tol_bf16);
 }
 
 /* [run] precision = "bf16" against [run] matmul = "bf16" with fp32 storage: the stored bf16 values are
@@ -401,6 +425,24 @@ static void test_emulated_bf16(void **state)
     bf16_close_to_cpu(&schemes[4], "emulated/bf16"); /* two streams */
     bf16_close_to_cpu(&schemes[5], "emulated/bf16"); /* RoPE: q and k rotated before the attention */
     assert_deterministic(&schemes[1], "emulated/bf16");
+}
+
+static void test_emulated_tf32(void **state)
+{
+    (void)state;
+    const size_t cases[] = {1, 4, 5}; /* learnable table, two streams, RoPE */
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        products_close_to_cpu(&schemes[cases[k]], "emulated/tf32", BK_MATMUL_TF32, &tol_tf32);
+    products_close_to_cpu(&schemes[1], "emulated/tf32/materialized", BK_MATMUL_TF32, &tol_tf32);
+}
+
+static void test_cuda_tf32(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < N_SCHEMES; i++) {
+        products_close_to_cpu(&schemes[i], "cuda/tf32", BK_MATMUL_TF32, &tol_tf32);
+        assert_deterministic(&schemes[i], "cuda/tf32");
+    }
 }
 
 static void test_cuda_bf16(void **state)
@@ -571,6 +613,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_cuda_resume_across_devices),
             cmocka_unit_test(test_cuda_bf16),
             cmocka_unit_test(test_cuda_bf16_storage),
+            cmocka_unit_test(test_cuda_tf32),
         };
         return cmocka_run_group_tests(gpu, NULL, NULL);
     }
@@ -580,6 +623,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_resume_across_devices),
         cmocka_unit_test(test_emulated_bf16),
         cmocka_unit_test(test_emulated_bf16_storage),
+        cmocka_unit_test(test_emulated_tf32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

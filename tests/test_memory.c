@@ -14,6 +14,7 @@
 #include "model/backend.h"
 #include "model/gpt.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 enum { L = 12, H = 12, C = 768, V = 50257 };
@@ -82,6 +83,21 @@ static void training_memory_by_attention(void **state)
     emu->attention = BK_ATTENTION_FUSED;
     const size_t fused = bk_gpt_activation_bytes(emu, L, H, C, V, 8, 1024, 1);
     assert_int_equal(materialized - fused, sizeof(float) * L * 8 * H * (1024 * 1024 - 1024));
+    /* docs/design.md: fused, 14.8 GiB; the two gradient slots training leaves out (of the saved attention
+     * and of the probabilities: acts - dacts, as matches_what_forward_allocates asserts) would add 1.5
+     * GiB, and 4.5 GiB more with the materialized attention */
+    const double gib = 1024.0 * 1024 * 1024;
+    double left_out[2];
+    for (int mat = 0; mat <= 1; mat++) {
+        emu->attention = mat ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
+        left_out[mat] = (double)sizeof(float) * ((double)L * emu->attention_saved(emu, 8, 1024, H) + 8.0 * 1024 * V);
+    }
+    print_message("GPT-2 small, training of 8 x 1024 tokens, fused: %.3f GiB; the two gradient slots left out: %.3f GiB "
+                  "fused, %.3f GiB more materialized\n", (double)fused / gib, left_out[0] / gib,
+                  (left_out[1] - left_out[0]) / gib);
+    assert_true(fabs((double)fused / gib - 14.8) < 0.05);
+    assert_true(fabs(left_out[0] / gib - 1.5) < 0.05);
+    assert_true(fabs((left_out[1] - left_out[0]) / gib - 4.5) < 0.05);
     bk_backend_destroy(emu);
 }
 

@@ -444,6 +444,22 @@ static void sum_learned_weights(void **state)
                          "[{\"slope_scale\": 2.0, \"weight\": 0.5}, {\"init\": 0.1, \"weight\": 1.5}]", 0, NULL});
 }
 
+/* Sum mixing with fixed weights (learn_weights = false): three tables on the token stream, each scaled
+ * by its own weight, none of them 1, so that a weight ignored or misapplied changes the mixed table;
+ * two of the tables are learnable (KERPLE-log shared, testlin per layer), so their gradients pass
+ * through the weights. */
+static void sum_fixed_weights(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"sum_fixed",
+                         MODEL(4, 32) "[attention]\nmixing = \"sum\"\nlearn_weights = false\n"
+                                      "[[term]]\nplugin = \"kerple\"\nweight = 0.6\n"
+                                      "[[term]]\nplugin = \"alibi\"\nslope_scale = 0.5\nweight = 1.5\n"
+                                      "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 2.5\nper_layer = true\n",
+                         "[{\"weight\": 0.6}, {\"slope_scale\": 0.5, \"weight\": 1.5}, {\"init\": 0.1, \"weight\": 2.5}]",
+                         1, NULL});
+}
+
 static void nope(void **state)
 {
     (void)state;
@@ -660,6 +676,7 @@ int main(void)
         cmocka_unit_test(testlin_per_layer),
         cmocka_unit_test(kernel_learned_weights),
         cmocka_unit_test(sum_learned_weights),
+        cmocka_unit_test(sum_fixed_weights),
         cmocka_unit_test(nope),
         cmocka_unit_test(alibi_six_heads_kernel_fixed),
         cmocka_unit_test(kernel_large_weights),

@@ -5,7 +5,7 @@
  * arguments unchanged. Memory is host memory, but the model goes through upload/download as it
  * would for a GPU (on_device = 1), so that a missing transfer shows up here too. */
 #include "gpu/dev.h"
-#include "gpu/mma.h" /* bk_bf16_round */
+#include "gpu/mma.h" /* bk_bf16_round, bk_tf32_round */
 #include "model/backend.h"
 
 #include <cblas.h>
@@ -54,14 +54,15 @@ int bk_emulated_launch_cta(int64_t n, bk_dev_cta_program f, const void *args, si
 /* --- the primitives of gpu/dev.h ------------------------------------------------------------------ */
 
 /* The span of a column-major operand of `rows` x `cols` (as stored) with leading dimension ld, rounded
- * to bf16 into a new buffer: what the GPU's bf16 tensor cores multiply (NULL when out of memory). */
-static float *bf16_copy(const float *x, int rows, int cols, int ld)
+ * to bf16 (tf32 = 0) or to TF32 (tf32 = 1) into a new buffer: what the GPU's bf16 or TF32 tensor cores
+ * multiply (NULL when out of memory). */
+static float *rounded_copy(const float *x, int rows, int cols, int ld, int tf32)
 {
     const size_t span = rows > 0 && cols > 0 ? (size_t)ld * (size_t)(cols - 1) + (size_t)rows : 0;
     float *y = malloc(span ? span * sizeof *y : 1);
     if (y)
         for (size_t i = 0; i < span; i++)
-            y[i] = bk_bf16_value(bk_bf16_round(x[i]));
+            y[i] = tf32 ? bk_tf32_round(x[i]) : bk_bf16_value(bk_bf16_round(x[i]));
     return y;
 }
 
@@ -86,12 +87,15 @@ static int dev_gemm(bk_dev *d, int transa, int transb, int m, int n, int k, floa
     for (int b = 0; b < batch; b++) {
         const float *a = A + (int64_t)b * strideA, *bb = B + (int64_t)b * strideB;
         float *ra = NULL, *rb = NULL;
-        if (d->bf16) { /* [run] matmul = "bf16": cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF rounds both inputs */
-            ra = bf16_copy(a, transa ? k : m, transa ? m : k, lda);
-            rb = bf16_copy(bb, transb ? n : k, transb ? k : n, ldb);
+        /* [run] matmul = "bf16": cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF rounds both inputs to bf16;
+         * "tf32": CUBLAS_TF32_TENSOR_OP_MATH rounds them to TF32 (gpu/mma.h, bk_tf32_round); both sum in fp32 */
+        if (d->bf16 || d->tf32) {
+            ra = rounded_copy(a, transa ? k : m, transa ? m : k, lda, !d->bf16);
+            rb = rounded_copy(bb, transb ? n : k, transb ? k : n, ldb, !d->bf16);
             if (!ra || !rb) {
                 free(ra), free(rb);
-                return bk_fail(err, BK_ERR_NOMEM, "emulated GEMM: out of memory for the bf16 copies of its inputs");
+                return bk_fail(err, BK_ERR_NOMEM, "emulated GEMM: out of memory for the %s copies of its inputs",
+                               d->bf16 ? "bf16" : "tf32");
             }
             a = ra, bb = rb;
         }
@@ -186,7 +190,8 @@ static int emu_alloc(bk_backend *be, void **ptr, size_t bytes, bk_error *err)
     (void)be;
     *ptr = calloc(bytes ? bytes : 1, 1); /* a unique pointer for 0 bytes too */
     if (!*ptr)
-        return bk_fail(err, BK_ERR_NOMEM, "emulated device: out of memory allocating %zu bytes", bytes);
+        return bk_fail(err, BK_ERR_NOMEM, "emulated device: out of memory for %zu bytes (%.1f MiB) of device memory",
+                       bytes, (double)bytes / (1024.0 * 1024.0));
     return BK_OK;
 }
 
@@ -232,14 +237,17 @@ int bk_backend_emulated_create(bk_backend **out, bk_matmul_mode matmul, bk_error
     bk_backend *be = &e->be;
     be->kind = BK_BACKEND_EMULATED;
     be->name = "emulated";
-    /* tf32 is not emulated (its products stay fp32 here); bf16 is, in the GEMMs and the fused attention */
-    const int bf16 = matmul == BK_MATMUL_BF16;
+    /* bf16 is emulated in the GEMMs and the fused attention; tf32 in the GEMMs (cuBLAS's TF32 math mode
+     * touches nothing else on the GPU either: the fused attention's fp32 programs stay fp32) */
+    const int bf16 = matmul == BK_MATMUL_BF16, tf32 = matmul == BK_MATMUL_TF32;
     bk_copy_text(be->description, sizeof be->description,
-                 bf16 ? "emulated device (CUDA code run as C on the host), bf16 matmuls"
-                      : "emulated device (CUDA code run as C on the host), fp32 matmuls");
+                 bf16   ? "emulated device (CUDA code run as C on the host), bf16 matmuls"
+                 : tf32 ? "emulated device (CUDA code run as C on the host), tf32 matmuls"
+                        : "emulated device (CUDA code run as C on the host), fp32 matmuls");
     be->on_device = 1;
-    be->matmul = bf16 ? BK_MATMUL_BF16 : BK_MATMUL_FP32;
+    be->matmul = bf16 ? BK_MATMUL_BF16 : tf32 ? BK_MATMUL_TF32 : BK_MATMUL_FP32;
     e->impl.dev.bf16 = bf16;
+    e->impl.dev.tf32 = tf32;
     be->impl = &e->impl;
 
     be->alloc = emu_alloc;

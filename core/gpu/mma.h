@@ -3,7 +3,8 @@
  * emulation that rounds the same inputs to bf16 the same way and sums in float.
  *
  * bf16 is stored as uint16_t (its bits) in both, so that block programs carve it from their shared
- * memory alike. bk_bf16_round is round-to-nearest-even (NaN stays NaN), as __float2bfloat16_rn.
+ * memory alike. bk_bf16_round is round-to-nearest-even (NaN stays NaN), as __float2bfloat16_rn;
+ * bk_tf32_round (TF32, [run] matmul = "tf32") is below it.
  *
  * bk_mma_block is warp-collective on the GPU: every thread of one warp calls it with the same arguments
  * (inside BK_CTA_WARP_PHASE). It computes one 16 x 16 block of C (fp32, row-major, leading dimension
@@ -48,6 +49,24 @@ static inline BK_DEV_HD float bk_bf16_value(uint16_t h)
 {
     const uint32_t u = (uint32_t)h << 16;
     float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* x rounded to TF32 (10 explicit mantissa bits, fp32's 8-bit exponent), kept in a float: what
+ * [run] matmul = "tf32" multiplies. Round to nearest, ties away from zero, as PTX's cvt.rna.tf32.f32
+ * (CUDA's wmma::__float_to_tf32); a carry may reach the exponent (the largest floats round to inf);
+ * inf stays inf and NaN stays NaN. cuBLAS does not document its kernels' conversion: the emulated
+ * backend rounds both operands of every GEMM with this (gpu/backend_emulated.c), and test_backend_layers
+ * compares that with a GPU's TF32 GEMMs when one answers. Plain C, so host and device alike. */
+static inline BK_DEV_HD float bk_tf32_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) /* inf or NaN: unchanged (a NaN whose payload is in the low bits
+                                            * would become inf if they were cut) */
+        return x;
+    u = (u + 0x1000u) & 0xffffe000u; /* half a unit of the 10th mantissa bit added to the magnitude */
     memcpy(&x, &u, sizeof x);
     return x;
 }

@@ -43,8 +43,8 @@ typedef enum bk_backend_kind {
 /* Matmul precision of the device backends ([run] matmul): "fp32" keeps IEEE fp32 products, "tf32"
  * lets cuBLAS use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation), "bf16" bf16 tensor
  * cores (inputs rounded to bf16, fp32 accumulation) for cuBLAS's products and the fused attention's.
- * Storage is bk_precision's (below). The CPU ignores it; the emulated backend computes bf16 as the GPU
- * does (inputs rounded) and tf32 as fp32. */
+ * Storage is bk_precision's (below). The CPU ignores it; the emulated backend rounds the inputs of its
+ * products as the GPU does: to bf16, or to TF32 (gpu/mma.h, bk_tf32_round). */
 typedef enum bk_matmul_mode {
     BK_MATMUL_FP32 = 0,
     BK_MATMUL_TF32 = 1,
