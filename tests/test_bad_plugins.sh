@@ -119,6 +119,9 @@ check "plugins: a FIFO named on the command line is refused" 1 "error: plugin fi
 check "plugins --help: the search path as the code has it" 0 \
     "when this.*executable is installed.*that directory; an.*executable that is not installed.*searches the build directory it was.*compiled in instead" \
     bash -c "'$bk' plugins --help | tr '\n' ' '"
+check "biaskit --help: the build directory only when not installed" 0 \
+    "then in ../lib/biaskit/plugins beside the +biaskit binary when that directory exists \(an installed biaskit\), else in the build +directory" \
+    bash -c "'$bk' --help | tr '\n' ' '"
 
 # plugin directories and files that others may write
 mkdir -p "$work/open"
