@@ -3,6 +3,7 @@
  * the check that ran it and the remaining checks go on. */
 #define _GNU_SOURCE /* strsignal */
 #include "check/internal.h"
+#include "util/file.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -56,19 +57,6 @@ const char *bk_check_status_name(bk_check_status status)
     return "?";
 }
 
-static void write_all(int fd, const char *s, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(fd, s, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return;
-        s += k;
-        n -= (size_t)k;
-    }
-}
-
 /* One line to the parent: TAG \t ID \t TEXT, with tabs and newlines of the text made spaces. */
 void ck_child_line(const checker *c, char tag, const char *id, const char *text)
 {
@@ -78,7 +66,7 @@ void ck_child_line(const checker *c, char tag, const char *id, const char *text)
         if (b.s[i] == '\t' || b.s[i] == '\n' || b.s[i] == '\r')
             b.s[i] = ' ';
     if (b.s)
-        write_all(c->out_fd, b.s, b.len);
+        (void)bk_write_all(c->out_fd, b.s, b.len); /* a parent gone is the parent's problem */
     free(b.s);
 }
 

@@ -58,18 +58,6 @@ static void describe_extensions(char *dst, size_t size, const char *const *ext, 
     }
 }
 
-static int has_extension(const char *name, const char *const *ext, int n)
-{
-    if (n <= 0)
-        return 1;
-    size_t len = strlen(name);
-    for (int i = 0; i < n; i++) {
-        size_t el = strlen(ext[i]);
-        if (el <= len && memcmp(name + len - el, ext[i], el) == 0)
-            return 1;
-    }
-    return 0;
-}
 
 /* ---- finding files ---- */
 
@@ -156,7 +144,7 @@ static int walk_dir(const char *dir, const char *const *ext, int n_ext, file_lis
         if (lstat(full, &st) == 0) {
             if (S_ISDIR(st.st_mode)) {
                 rc = walk_dir(full, ext, n_ext, fl, err);
-            } else if (has_extension(names.paths[i], ext, n_ext)) {
+            } else if (bk_name_has_suffix(names.paths[i], ext, n_ext)) {
                 /* a symlink counts as what it points at; symlinked directories would risk loops, and a
                  * dangling symlink holds nothing */
                 int link = S_ISLNK(st.st_mode), dangling = link && stat(full, &st) != 0;
@@ -413,7 +401,7 @@ static int collect_stream(const bk_data_config *cfg, const char *key, const char
     if (!(sf->start = malloc(((size_t)n_paths + 1) * sizeof *sf->start)))
         return bk_fail(err, BK_ERR_NOMEM, "out of memory listing the data files of %s", key);
     int text = cfg->format == BK_DATA_TEXT;
-    static const char *const bin_ext[1] = {".bin"};
+    static const char *const bin_ext[1] = {BK_SHARD_EXTENSION};
     const char *const *ext = text ? cfg->extensions : bin_ext;
     int n_ext = text ? (cfg->extensions ? cfg->n_extensions : 0) : 1;
     int rc = BK_OK;

@@ -14,6 +14,8 @@
 #define BK_SHARD_MAGIC 20240520
 #define BK_SHARD_VERSION 1
 #define BK_SHARD_HEADER_INTS 256
+/* The name a shard has under a data directory: the reader takes the files ending so. */
+#define BK_SHARD_EXTENSION ".bin"
 
 typedef enum bk_data_format { BK_DATA_TEXT = 0, BK_DATA_SHARDS = 1 } bk_data_format;
 /* names: BK_DATA_FORMAT_CHOICES in config/experiment.h */

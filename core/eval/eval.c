@@ -126,8 +126,8 @@ void bk_eval_results_free(bk_eval_result *results, int n)
     }
 }
 
-/* The data reader's names for shards (data/data.c takes the files ending so under a directory). */
-static const char *const shard_extensions[] = {".bin"};
+/* The data reader's names for shards (data/data.h). */
+static const char *const shard_extensions[] = {BK_SHARD_EXTENSION};
 
 int bk_eval_inputs_collect(bk_eval_inputs *in, const char *what, const char *source, const bk_term_set *terms,
                            const bk_lm *lm, const char *const *data, int n_data, bk_error *err)

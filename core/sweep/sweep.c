@@ -1529,44 +1529,13 @@ int bk_sweep_lock(const bk_sweep *sw, int *fd, bk_error *err)
         return rc;
     char lock[4200];
     snprintf(lock, sizeof lock, "%s/" BK_SWEEP_LOCK_FILE, sw->out_dir);
-    int f = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0666);
-    if (f < 0)
-        return bk_fail(err, BK_ERR_IO, "cannot write the lock file '%s' of the sweep directory: %s", lock,
-                       strerror(errno));
-    struct stat st;
-    if (fstat(f, &st) != 0) {
-        int saved = errno;
-        close(f);
-        return bk_fail(err, BK_ERR_IO, "cannot read the lock file '%s': %s", lock, strerror(saved));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(f);
-        return bk_fail(err, BK_ERR_IO, "the lock file '%s' of the sweep directory is %s; expected a regular file "
-                       "(remove it)", lock, bk_file_kind(st.st_mode));
-    }
-    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
-        int saved = errno;
-        char pid[32] = "";
-        ssize_t got = saved == EWOULDBLOCK ? pread(f, pid, sizeof pid - 1, 0) : -1;
-        pid[got > 0 ? got : 0] = '\0';
-        pid[strcspn(pid, "\n")] = '\0';
-        close(f);
-        if (saved != EWOULDBLOCK)
-            return bk_fail(err, BK_ERR_IO, "cannot lock the sweep directory '%s' (%s): %s", sw->out_dir, lock,
-                           strerror(saved));
-        return bk_fail(err, BK_ERR_IO, "the sweep directory '%s' is in use by another sweep (pid %s, lock %s); wait "
-                       "for it to end (its runs would train twice), or give this sweep another [sweep] out_dir",
-                       sw->out_dir, pid[0] ? pid : "unknown", lock);
-    }
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)n, 0) != n) {
-        int saved = errno;
-        close(f);
-        return bk_fail(err, BK_ERR_IO, "cannot write the lock file '%s': %s", lock, strerror(saved));
-    }
-    *fd = f;
-    return BK_OK;
+    char holder[32];
+    rc = bk_file_lock(lock, "the lock file of the sweep directory", fd, holder, sizeof holder, err);
+    if (rc == BK_OK && *fd < 0)
+        rc = bk_fail(err, BK_ERR_IO, "the sweep directory '%s' is in use by another sweep (pid %s, lock %s); wait "
+                     "for it to end (its runs would train twice), or give this sweep another [sweep] out_dir",
+                     sw->out_dir, holder, lock);
+    return rc;
 }
 
 void bk_sweep_unlock(int *fd)

@@ -117,32 +117,13 @@ int bk_run_dir_open(bk_run_dir *rd, const char *dir, bk_error *err)
     bk_path_display(dir, rd->path, sizeof rd->path);
     char lock[PATH_MAX + 32];
     snprintf(lock, sizeof lock, "%s/%s", rd->path, BK_RUN_LOCK_FILE);
-    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0)
-        return bk_fail(err, BK_ERR_IO, "cannot write in the run directory '%s' (lock file %s): %s", rd->path,
-                       BK_RUN_LOCK_FILE, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int saved = errno;
-        char pid[32] = "";
-        ssize_t got = saved == EWOULDBLOCK ? pread(fd, pid, sizeof pid - 1, 0) : -1;
-        pid[got > 0 ? got : 0] = '\0';
-        pid[strcspn(pid, "\n")] = '\0';
-        close(fd);
-        if (saved != EWOULDBLOCK)
-            return bk_fail(err, BK_ERR_IO, "cannot lock the run directory '%s' (%s): %s", rd->path, lock,
-                           strerror(saved));
+    char holder[32];
+    rc = bk_file_lock(lock, "the lock file of the run directory", &rd->lock_fd, holder, sizeof holder, err);
+    if (rc)
+        return rc;
+    if (rd->lock_fd < 0)
         return bk_fail(err, BK_ERR_IO, "the run directory '%s' is in use by another training (pid %s, lock %s); "
-                       "wait for it to end or write elsewhere with --out DIR", rd->path, pid[0] ? pid : "unknown",
-                       lock);
-    }
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
-        int saved = errno;
-        close(fd);
-        return bk_fail(err, BK_ERR_IO, "cannot write the lock file '%s': %s", lock, strerror(saved));
-    }
-    rd->lock_fd = fd;
+                       "wait for it to end or write elsewhere with --out DIR", rd->path, holder, lock);
     /* Temporary files of checkpoint and metrics writes that a killed trainer left: with the lock held
      * no one else writes here, so they are all stale. */
     DIR *d = opendir(rd->path);

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -143,4 +144,78 @@ int bk_file_read_all(const char *path, const char *what, uint64_t max_bytes, cha
     *text = buf;
     *len = used;
     return BK_OK;
+}
+
+int bk_file_lock(const char *path, const char *what, int *fd, char *holder, size_t size, bk_error *err)
+{
+    *fd = -1;
+    if (size)
+        holder[0] = '\0';
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0666);
+    if (f < 0)
+        return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': %s", what, path, strerror(errno));
+    struct stat st;
+    if (fstat(f, &st) != 0) {
+        int e = errno;
+        close(f);
+        return bk_fail(err, BK_ERR_IO, "cannot read %s '%s': %s", what, path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(f);
+        return bk_fail(err, BK_ERR_IO, "%s '%s' is %s; expected a regular file (remove it)", what, path,
+                       bk_file_kind(st.st_mode));
+    }
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t got = e == EWOULDBLOCK ? pread(f, pid, sizeof pid - 1, 0) : -1;
+        pid[got > 0 ? got : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        close(f);
+        if (e != EWOULDBLOCK)
+            return bk_fail(err, BK_ERR_IO, "cannot lock %s '%s': %s", what, path, strerror(e));
+        if (size)
+            snprintf(holder, size, "%s", pid[0] ? pid : "unknown");
+        return BK_OK;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)n, 0) != n) {
+        int e = errno;
+        close(f);
+        return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': %s", what, path, strerror(e));
+    }
+    *fd = f;
+    return BK_OK;
+}
+
+int bk_name_has_suffix(const char *name, const char *const *suffixes, int n)
+{
+    if (n <= 0)
+        return 1;
+    size_t len = strlen(name);
+    for (int i = 0; i < n; i++) {
+        size_t el = strlen(suffixes[i]);
+        if (el <= len && memcmp(name + len - el, suffixes[i], el) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int bk_write_all(int fd, const void *buf, size_t n)
+{
+    const char *s = buf;
+    while (n > 0) {
+        ssize_t k = write(fd, s, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            if (k == 0)
+                errno = EIO;
+            return -1;
+        }
+        s += k;
+        n -= (size_t)k;
+    }
+    return 0;
 }

@@ -42,6 +42,21 @@ int bk_file_check_regular(const char *path, const char *what, bk_error *err);
 int bk_file_read_all(const char *path, const char *what, uint64_t max_bytes, char **text, size_t *len,
                      bk_error *err);
 
+/* Writes all n bytes to fd, again after EINTR and short writes; 0, or -1 with errno set. */
+int bk_write_all(int fd, const void *buf, size_t n);
+
+/* 1 when `name` ends with one of suffixes[n], or n <= 0 (no filter): which names a data directory's
+ * reader takes (data/data.c), and so which an output must not be written as (util/output.c). */
+int bk_name_has_suffix(const char *name, const char *const *suffixes, int n);
+
+/* Takes the lock file `path` (created when missing; a regular file, not followed through a symbolic
+ * link) with an exclusive flock(), held while *fd stays open, and writes this process's pid into it.
+ * When another process holds it: BK_OK with *fd = -1 and that process's pid (as its file says, or
+ * "unknown") in holder[size], for the caller's message. `what` names the lock in errors ("the lock
+ * file of the run directory"). Closing *fd releases the lock; the file stays (removing it would race
+ * the next holder). */
+int bk_file_lock(const char *path, const char *what, int *fd, char *holder, size_t size, bk_error *err);
+
 #ifdef __cplusplus
 }
 #endif

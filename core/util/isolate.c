@@ -6,6 +6,7 @@
  * child's process group (the child and anything it started) when the deadline passes. */
 #define _GNU_SOURCE /* open_memstream, strsignal */
 #include "util/isolate.h"
+#include "util/file.h"
 #include "util/sigsafe.h"
 
 #include <errno.h>
@@ -19,20 +20,6 @@
 #include <unistd.h>
 
 #define RECORD_TAG "BKISO"
-
-static int write_all(int fd, const char *s, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(fd, s, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        s += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
 
 /* The child: default actions for the crash signals (the parent's handlers must not run here), a
  * time limit of its own in case the parent is gone, the work, the record, _exit (the parent's stdio
@@ -62,8 +49,8 @@ static _Noreturn void child_main(int fd, bk_isolated_fn fn, void *ctx, unsigned 
     char head[96];
     size_t msg_len = strlen(err.message);
     int n = snprintf(head, sizeof head, RECORD_TAG " %d %zu %zu\n", rc, msg_len, text_len);
-    int bad = write_all(fd, head, (size_t)n) || write_all(fd, err.message, msg_len) ||
-              (text_len && write_all(fd, text, text_len));
+    int bad = bk_write_all(fd, head, (size_t)n) || bk_write_all(fd, err.message, msg_len) ||
+              (text_len && bk_write_all(fd, text, text_len));
     _exit(bad ? 125 : 0);
 }
 

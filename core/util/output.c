@@ -77,20 +77,6 @@ static void target_dir(const char *target, char *dir, size_t size)
         slash[slash == dir] = '\0';
 }
 
-/* 1 when `name` ends with one of ext[n] (n 0: any name): the data reader's rule (data/data.h). */
-static int data_name(const char *name, const char *const *ext, int n)
-{
-    if (n <= 0)
-        return 1;
-    size_t len = strlen(name);
-    for (int i = 0; i < n; i++) {
-        size_t el = strlen(ext[i]);
-        if (el <= len && memcmp(name + len - el, ext[i], el) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 /* 1 when the absolute file `target` lies under the directory `dir` (a real path) where the data reader
  * would take it: no hidden component below dir, a name with one of the extensions. */
 static int in_data_dir(const char *target, const char *dir, const char *const *ext, int n_ext)
@@ -112,7 +98,7 @@ static int in_data_dir(const char *target, const char *dir, const char *const *e
         p = slash + 1;
     }
     const char *base = strrchr(target, '/') + 1;
-    return data_name(base, ext, n_ext);
+    return bk_name_has_suffix(base, ext, n_ext);
 }
 
 static void describe_ext(char *dst, size_t size, const char *const *ext, int n)
