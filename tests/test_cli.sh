@@ -137,6 +137,15 @@ check "train: metrics log" 0 "^\{\"step\": 3, \"val_loss\": " cat "$work/run/met
 check "train: the banner gives the model's memory" 0 \
     "^memory: [0-9]+\.[0-9] MiB of activations and their gradients \([0-9]+ x [0-9]+ tokens per forward\), [0-9]+\.[0-9] MiB of parameters, gradients and AdamW moments$" \
     "$bk" train "$work/tiny.toml" --set term.1.plugin=alibi --set train.steps=1 --out "$work/run-memory" --plain
+if "$bk" --version | grep -q "^device: cpu"; then # auto on a machine without a GPU: the banners say why the CPU
+    check "train: auto on the CPU says why" 0 '^device: cpu \(.*\); \[run\] device = "auto", and no GPU answers: cpu \(' \
+        "$bk" train "$work/tiny.toml" --set term.1.plugin=alibi --set train.steps=1 --out "$work/run-auto" --plain
+    check "eval: auto on the CPU says why" 0 '^device: cpu \(.*\); \[run\] device = "auto", and no GPU answers: ' \
+        "$bk" eval "$work/run-auto/checkpoint.safetensors" --lengths 16 --tokens 1000
+    check "train: device = cpu gives no reason" 0 '^device: cpu \([^;]*\)$' \
+        "$bk" train "$work/tiny.toml" --set term.1.plugin=alibi --set train.steps=1 --set run.device=cpu \
+        --out "$work/run-cpu" --plain
+fi
 check "train: bf16 storage in the banner, resumed on the CPU" 0 \
     "device: emulated.*bf16 matmuls, bf16 storage memory: .* MiB of parameters, gradients and AdamW moments and the weights' bf16 copies .*done: 2 steps.*device: cpu.*done: 3 steps" \
     bash -c "'$bk' train '$work/tiny.toml' --set term.1.plugin=alibi --set train.steps=2 --set run.device=emulated --set run.precision=bf16 --out '$work/run-bf16' --plain 2>&1 | tr '\n' ' ';

@@ -246,7 +246,8 @@ int bk_cmd_eval(int argc, char **argv)
     if (!on_stdout) {
         printf("checkpoint: %s (step %lld, trained at length %lld)\n", args.positional[0], (long long)st.step,
                (long long)e->train.length);
-        printf("device: %s\n", lm.be ? lm.be->description : "cpu");
+        printf("device: %s%s%s\n", lm.be ? lm.be->description : "cpu", lm.device_note[0] ? "; " : "",
+               lm.device_note);
         printf("data: %s, %lld tokens used; %s\n\n", val.name,
                (long long)(max_tokens > 0 && max_tokens < val.count ? max_tokens : val.count),
                stride ? "sliding window" : "non-overlapping chunks");

@@ -24,7 +24,7 @@ static void device_origin(const bk_experiment *e, char *out, size_t size)
 /* The backend [run] device and matmul ask for. Resolved on the final experiment (file, --set, or the
  * one stored in a checkpoint), so a checkpoint trained on a GPU with device = "cuda" evaluates and
  * resumes on a machine without one under --set run.device=cpu, and under "auto" without anything. */
-static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
+static int choose_backend(const bk_experiment *e, bk_backend **out, char *note, size_t note_size, bk_error *err)
 {
     *out = NULL;
     const bk_matmul_mode matmul = e->run.matmul == BK_MATMUL_TF32   ? BK_MATMUL_TF32
@@ -39,6 +39,7 @@ static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *er
         return bk_backend_emulated_create(out, matmul, err);
     case BK_DEVICE_AUTO:
         if (!bk_device_probe(probe, sizeof probe)) {
+            snprintf(note, note_size, "[run] device = \"auto\", and no GPU answers: %s", probe);
             *out = bk_backend_cpu();
             return BK_OK;
         }
@@ -57,9 +58,10 @@ static int choose_backend(const bk_experiment *e, bk_backend **out, bk_error *er
 
 /* ... with [run] attention and precision, which a device backend takes before the model sizes its
  * buffers (the CPU computes fp32 with its one attention and ignores both). */
-static int create_backend(const bk_experiment *e, bk_backend **out, bk_error *err)
+static int create_backend(const bk_experiment *e, bk_backend **out, char *note, size_t note_size, bk_error *err)
 {
-    int rc = choose_backend(e, out, err);
+    note[0] = '\0';
+    int rc = choose_backend(e, out, note, note_size, err);
     if (rc != BK_OK || !(*out)->on_device)
         return rc;
     bk_backend *be = *out;
@@ -103,7 +105,7 @@ int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const 
         (rc = bk_bias_init(&lm->bias, &lm->terms, (int)e->model.layers, e->attention.learn_weights, err)) ||
         (rc = bk_gpt_init(&lm->gpt, (int)e->model.layers, (int)e->model.heads, (int)e->model.dim, (int)e->model.vocab,
                           &lm->bias, (uint64_t)e->train.seed, err)) ||
-        (rc = create_backend(e, &lm->be, err)) || (rc = bk_gpt_set_backend(&lm->gpt, lm->be, err)) ||
+        (rc = create_backend(e, &lm->be, lm->device_note, sizeof lm->device_note, err)) || (rc = bk_gpt_set_backend(&lm->gpt, lm->be, err)) ||
         (rc = bk_bias_set_backend(&lm->bias, lm->be, err))) {
         bk_lm_close(lm);
         return rc;

@@ -25,6 +25,7 @@ typedef struct bk_lm {
     char *config_dir;    /* its directory, absolute: relative paths of the file are read from there */
     char **overrides;    /* the --set assignments applied on top */
     int n_overrides;
+    char device_note[320]; /* why [run] device = "auto" computes on the CPU (what the GPU probe said); "" else */
 } bk_lm;
 
 /* Build from an experiment file and --set overrides, on the backend [run] device names: auto = the

@@ -402,7 +402,8 @@ setup_done:
 
     fprintf(out, "train: %s; %d layers, %d heads, dim %d, vocab %d; %zu model parameters, %d term%s\n", e->path,
             lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
-    fprintf(out, "device: %s\n", lm.be ? lm.be->description : "cpu");
+    fprintf(out, "device: %s%s%s\n", lm.be ? lm.be->description : "cpu", lm.device_note[0] ? "; " : "",
+            lm.device_note);
     /* what the model keeps on its backend: a training forward's activations and their gradients, and
      * four floats per parameter (value, gradient, AdamW's two moments; with bf16 storage a bf16 copy) */
     const int copies = bk_gpt_parameter_bytes(&lm.gpt) > lm.gpt.n_params * 4 * sizeof(float);
