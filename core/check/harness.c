@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* strsignal */
 #include "check/internal.h"
 #include "util/file.h"
+#include "util/isolate.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -126,14 +127,7 @@ void ck_stage(const checker *c, const char *fmt, ...)
  * stdio buffers and atexit handlers are the parent's). */
 static _Noreturn void child_main(checker *c, int fd, child_fn fn, const void *arg)
 {
-    static const int signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGTRAP, SIGALRM, SIGPIPE};
-    sigset_t set;
-    sigemptyset(&set);
-    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
-        signal(signals[i], SIG_DFL);
-        sigaddset(&set, signals[i]);
-    }
-    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    bk_child_default_signals();
     c->out_fd = fd;
     alarm(c->opt->timeout_s);
     fn(c, arg);

@@ -58,7 +58,6 @@ static void describe_extensions(char *dst, size_t size, const char *const *ext, 
     }
 }
 
-
 /* ---- finding files ---- */
 
 typedef struct file_list {
@@ -232,7 +231,7 @@ static int read_text_stream(FILE *f, const char *path, uint64_t size, int64_t li
     int rc = token_buf_reserve(b, limit, path, err);
     while (rc == BK_OK && offset < limit) {
         size_t want = sizeof chunk;
-        if (limit >= 0 && (int64_t)want > limit - offset)
+        if ((int64_t)want > limit - offset)
             want = (size_t)(limit - offset);
         size_t got = fread(chunk, 1, want, f);
         if (got == 0) {
@@ -243,9 +242,7 @@ static int read_text_stream(FILE *f, const char *path, uint64_t size, int64_t li
                              "could be read", path, (unsigned long long)size, (long long)offset);
             break;
         }
-        if ((rc = token_buf_reserve(b, (int64_t)got, path, err)) != BK_OK)
-            break;
-        for (size_t i = 0; i < got; i++) {
+        for (size_t i = 0; i < got; i++) { /* room for all `limit` bytes was reserved above */
             if (chunk[i] >= vocab) {
                 rc = bk_fail(err, BK_ERR_PARSE, "%s: byte %d at offset %lld is outside the vocabulary (vocab %d)", path,
                              chunk[i], (long long)(offset + (int64_t)i), (int)vocab);
@@ -330,9 +327,7 @@ static int read_shard_stream(FILE *f, const char *path, uint64_t size, int32_t v
         if ((int64_t)want > n - done)
             want = (size_t)(n - done);
         got = fread(chunk, 2, want, f);
-        if ((rc = token_buf_reserve(b, (int64_t)got, path, err)) != BK_OK)
-            break;
-        for (size_t i = 0; i < got; i++) {
+        for (size_t i = 0; i < got; i++) { /* room for the header's n tokens was reserved above */
             uint16_t t = (uint16_t)(chunk[2 * i] | chunk[2 * i + 1] << 8);
             if (t >= vocab) {
                 rc = bk_fail(err, BK_ERR_PARSE, "%s: token %u at index %lld is outside the vocabulary (vocab %d)", path,

@@ -383,37 +383,6 @@ static void remove_stale_temps(const char *path)
     free(dir);
 }
 
-/* fsync of the directory holding `path`, so that a rename into it is durable. File systems that cannot
- * sync a directory (EINVAL) are not an error: there is nothing more to do there. */
-static int sync_directory(const char *path)
-{
-    size_t n = strlen(path);
-    char *dir = malloc(n + 2);
-    if (!dir) {
-        errno = ENOMEM;
-        return -1;
-    }
-    memcpy(dir, path, n + 1);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(dir);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc != 0 && e == EINVAL)
-        return 0;
-    errno = e;
-    return rc;
-}
-
 int bk_safetensors_write(const char *path, const bk_st_tensor *tensors, int n_tensors, const bk_st_meta *meta,
                          int n_meta, bk_error *err)
 {
@@ -470,7 +439,7 @@ int bk_safetensors_write(const char *path, const bk_st_tensor *tensors, int n_te
         if (!ok)
             remove(tmp);
     }
-    if (renamed && sync_directory(path) != 0) {
+    if (renamed && bk_file_sync_dir(path) != 0) {
         ok = 0;
         saved = errno;
     }

@@ -285,6 +285,22 @@ static void warn_stderr(void *ctx, const char *message)
     fprintf(stderr, "biaskit: warning: %s\n", message);
 }
 
+/* What only --strict refuses: with strict, the error `code` "LINE; refused (--strict)"; else the
+ * warning "LINE (HINT)" through the options' warn function. */
+static int warn_unless_strict(const bk_checkpoint_options *o, int code, const char *line, const char *hint,
+                              bk_error *err)
+{
+    if (o && o->strict)
+        return bk_fail(err, code, "%s; refused (--strict)", line);
+    char full[BK_ERROR_MESSAGE_MAX + 128];
+    snprintf(full, sizeof full, "%s (%s)", line, hint);
+    if (o && o->warn)
+        o->warn(o->warn_ctx, full);
+    else
+        warn_stderr(NULL, full);
+    return BK_OK;
+}
+
 /* Each term's plugin against its record: a warning per changed term, or with strict the first one as
  * an error. */
 static int compare_plugins(const char *path, const cJSON *records, const bk_lm *lm, const bk_checkpoint_options *o,
@@ -557,13 +573,9 @@ static int check_format(const char *path, const cJSON *meta, const char *json, c
              "checkpoint '%s' is format %d, written before checkpoints carried a checksum of their metadata (this "
              "biaskit writes format %d): its experiment, step and plugin records cannot be verified",
              path, *format, BK_CHECKPOINT_FORMAT);
-    if (o && o->strict)
-        return bk_fail(err, BK_ERR_PARSE, "%s; refused (--strict)", line);
-    bk_checkpoint_warn_fn warn = o && o->warn ? o->warn : warn_stderr;
-    char full[BK_ERROR_MESSAGE_MAX + 96];
-    snprintf(full, sizeof full, "%s (--strict refuses it; a resumed run writes format %d)", line, BK_CHECKPOINT_FORMAT);
-    warn(o && o->warn ? o->warn_ctx : NULL, full);
-    return BK_OK;
+    char hint[96];
+    snprintf(hint, sizeof hint, "--strict refuses it; a resumed run writes format %d", BK_CHECKPOINT_FORMAT);
+    return warn_unless_strict(o, BK_ERR_PARSE, line, hint, err);
 }
 
 /* a * b into *out, or 0 when it does not fit in [0, 2^53) (both non-negative). */
@@ -651,13 +663,7 @@ static int judge_change(const char *path, const char *set, const bk_experiment_c
                  "checkpoint '%s': --set %s changes %s (%s in the checkpoint, now %s): a plugin's option may change "
                  "what the model computes",
                  path, set, c->where, c->before, c->after);
-        if (o && o->strict)
-            return bk_fail(err, BK_ERR_CONFIG, "%s; refused (--strict)", line);
-        bk_checkpoint_warn_fn warn = o && o->warn ? o->warn : warn_stderr;
-        char full[BK_ERROR_MESSAGE_MAX + 32];
-        snprintf(full, sizeof full, "%s (--strict refuses)", line);
-        warn(o && o->warn ? o->warn_ctx : NULL, full);
-        return BK_OK;
+        return warn_unless_strict(o, BK_ERR_CONFIG, line, "--strict refuses", err);
     }
     }
     return BK_OK;

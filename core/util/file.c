@@ -219,3 +219,34 @@ int bk_write_all(int fd, const void *buf, size_t n)
     }
     return 0;
 }
+
+/* fsync of the directory holding `path`, so that a rename into it is durable. File systems that cannot
+ * sync a directory (EINVAL) are not an error: there is nothing more to do there. */
+int bk_file_sync_dir(const char *path)
+{
+    size_t n = strlen(path);
+    char *dir = malloc(n + 2);
+    if (!dir) {
+        errno = ENOMEM;
+        return -1;
+    }
+    memcpy(dir, path, n + 1);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && e == EINVAL)
+        return 0;
+    errno = e;
+    return rc;
+}

@@ -42,6 +42,10 @@ int bk_file_check_regular(const char *path, const char *what, bk_error *err);
 int bk_file_read_all(const char *path, const char *what, uint64_t max_bytes, char **text, size_t *len,
                      bk_error *err);
 
+/* fsync of the directory holding `path`, so that a rename into it is durable; 0, or -1 with errno set.
+ * A file system that cannot sync a directory (EINVAL) is not an error. */
+int bk_file_sync_dir(const char *path);
+
 /* Writes all n bytes to fd, again after EINTR and short writes; 0, or -1 with errno set. */
 int bk_write_all(int fd, const void *buf, size_t n);
 

@@ -24,7 +24,7 @@
 /* The child: default actions for the crash signals (the parent's handlers must not run here), a
  * time limit of its own in case the parent is gone, the work, the record, _exit (the parent's stdio
  * buffers and atexit handlers are the parent's). */
-static _Noreturn void child_main(int fd, bk_isolated_fn fn, void *ctx, unsigned timeout_s)
+void bk_child_default_signals(void)
 {
     static const int signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGTRAP, SIGALRM, SIGPIPE,
                                   SIGINT, SIGTERM};
@@ -35,6 +35,11 @@ static _Noreturn void child_main(int fd, bk_isolated_fn fn, void *ctx, unsigned 
         sigaddset(&set, signals[i]);
     }
     sigprocmask(SIG_UNBLOCK, &set, NULL);
+}
+
+static _Noreturn void child_main(int fd, bk_isolated_fn fn, void *ctx, unsigned timeout_s)
+{
+    bk_child_default_signals();
     alarm(timeout_s + 1);
     char *text = NULL;
     size_t text_len = 0;

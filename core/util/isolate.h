@@ -34,6 +34,11 @@ typedef struct bk_isolated {
     size_t output_len;
 } bk_isolated;
 
+/* In a fork()ed child, before plugin code runs: the default action for the signals a crash, a time
+ * limit or an interrupt sends (a parent's handlers, a test harness's included, must not run there), and
+ * none of them blocked. */
+void bk_child_default_signals(void);
+
 /* Runs fn(ctx, out, err) in a child with a limit of timeout_s seconds (0: BK_ISOLATE_TIMEOUT_S).
  * Returns fn's code with fn's message when the child finished (res->output holds its text, also on
  * failure); BK_ERR_PLUGIN with "WHAT crashed with signal 11 (SIGSEGV, ...)", "WHAT did not finish

@@ -384,14 +384,9 @@ int bk_output_close(bk_output *o, bk_error *err)
         return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': %s (%s)", o->flag, o->path, strerror(e),
                        existed ? "the file is unchanged" : "no file was created");
     }
-    /* the rename itself reaches the disk with its directory */
-    char dir[BK_OUTPUT_PATH_MAX];
-    target_dir(o->target, dir, sizeof dir);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd); /* best effort: the file is complete and in place either way */
-        close(dfd);
-    }
+    /* the rename itself reaches the disk with its directory; best effort: the file is complete and in
+     * place either way */
+    (void)bk_file_sync_dir(o->target);
     reset(o);
     return BK_OK;
 }
