@@ -8,7 +8,7 @@ trap 'rm -rf "$work"' EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
 
-check "version" 0 "biaskit [0-9.]+ \(plugin ABI 1\)" "$bk" --version
+check "version" 0 "biaskit [0-9.]+ \(plugin ABI 2\)" "$bk" --version
 check "version names the device" 0 "^device: (cpu|cuda)" "$bk" --version
 check "version says whether MPI is built in" 0 "^processes: (MPI|one \(built without MPI\))" "$bk" --version
 if "$bk" --version | grep -q "built without MPI"; then # started as one of 2 by a launcher: refused, not 2 lone runs

@@ -81,8 +81,8 @@ static void rejects_abi_mismatch(void **state)
 {
     (void)state;
     char needle[128];
-    snprintf(needle, sizeof needle, "ABI version mismatch: built for ABI %u, this biaskit loads ABI %u",
-             BIASKIT_ABI_VERSION + 1, BIASKIT_ABI_VERSION);
+    snprintf(needle, sizeof needle, "ABI version mismatch: built for ABI %u, this biaskit loads ABI %u to %u",
+             BIASKIT_ABI_VERSION + 1, BIASKIT_ABI_VERSION_MIN, BIASKIT_ABI_VERSION);
     expect_rejected("biaskit_futureabi.so", needle);
 }
 
@@ -182,10 +182,10 @@ static void descriptor_validator_refuses_what_the_engine_cannot_honour(void **st
     assert_int_equal(s.first_part, BK_DESCRIPTOR_CAPABILITIES);
     assert_message_has(s.first, "declares capability bits 0x80000000 that this biaskit does not know");
 
-    d.capabilities = BIASKIT_CAP_TABLE | BIASKIT_CAP_WEIGHT; /* reserved, not in ABI 1 */
+    d.capabilities = BIASKIT_CAP_TABLE | BIASKIT_CAP_WEIGHT; /* reserved, not implemented */
     s = problems_of(&d);
     assert_int_equal(s.refused, 1);
-    assert_message_has(s.first, "BIASKIT_CAP_WEIGHT, which is reserved and not part of ABI 1");
+    assert_message_has(s.first, "BIASKIT_CAP_WEIGHT, which is reserved and not part of ABI 2");
 
     d = valid_descriptor();
     d.flags = BIASKIT_FLAG_PER_LAYER | (1u << 4);
@@ -197,7 +197,24 @@ static void descriptor_validator_refuses_what_the_engine_cannot_honour(void **st
     d.capabilities = BIASKIT_CAP_TABLE | BIASKIT_CAP_ROTARY; /* no rotary_frequencies */
     s = problems_of(&d);
     assert_int_equal(s.refused, 1);
-    assert_message_has(s.first, "declares the rotary capability but has no rotary_frequencies function");
+    assert_message_has(s.first, "declares the rotary capability but has no rotary_frequencies or rotary_ctx function");
+
+    /* ABI 2: each capability needs its hook; table() means one thing per plugin */
+    d = valid_descriptor();
+    d.capabilities = BIASKIT_CAP_COORDINATE; /* table() present, no coordinate_points / coordinate */
+    s = problems_of(&d);
+    assert_int_equal(s.refused, 2);
+    assert_message_has(s.first, "declares the coordinate capability but has no coordinate_points function");
+    d = valid_descriptor();
+    d.capabilities = BIASKIT_CAP_TABLE | BIASKIT_CAP_MASK;
+    s = problems_of(&d);
+    assert_int_equal(s.refused, 1);
+    assert_message_has(s.first, "declares the mask capability but has no mask function");
+    d = valid_descriptor();
+    d.capabilities = BIASKIT_CAP_TABLE | BIASKIT_CAP_SCALE;
+    s = problems_of(&d);
+    assert_int_equal(s.refused, 1);
+    assert_message_has(s.first, "declares the scale capability but has no scale function");
 }
 
 /* An int option's default reaches create() as an int64_t: one the conversion cannot represent (found

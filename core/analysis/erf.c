@@ -33,6 +33,7 @@ int bk_erf_measure(bk_lm *lm, const bk_tokens *data, int32_t length, int sequenc
         return bk_fail(err, BK_ERR_INVALID, "ERF at length %d: the data (%s) has %lld tokens, fewer than one sequence",
                        (int)T, data->name, (long long)data->count);
     int n = available < sequences ? (int)available : sequences;
+    lm->bias.training = 0; /* an evaluation of the trained model */
     int rc = bk_bias_forward(&lm->bias, T, err);
     if (rc)
         return rc;

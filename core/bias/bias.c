@@ -41,11 +41,15 @@ static void table_buffers_free(bk_bias *b)
         b->be->release(b->be, b->term_tables);
         b->be->release(b->be, b->mixed);
         b->be->release(b->be, b->scratch);
+        if (b->capped)
+            b->be->release(b->be, b->capped);
+        if (b->capped_grad)
+            b->be->release(b->be, b->capped_grad);
     } else {
-        free(b->term_tables), free(b->mixed), free(b->scratch);
+        free(b->term_tables), free(b->mixed), free(b->scratch), free(b->capped), free(b->capped_grad);
     }
     free(b->host_table);
-    b->term_tables = b->mixed = b->scratch = b->host_table = NULL;
+    b->term_tables = b->mixed = b->scratch = b->host_table = b->capped = b->capped_grad = NULL;
     b->capacity = 0;
 }
 
@@ -79,6 +83,7 @@ void bk_bias_free(bk_bias *b)
     device_state_free(b);
     free(b->cuda_tables), free(b->host_tables), free(b->cuda_backwards), free(b->host_backwards);
     free(b->logged), free(b->dtable_nonfinite);
+    bk_query_free(&b->query);
     memset(b, 0, sizeof *b);
 }
 
@@ -97,6 +102,7 @@ int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, 
     b->n_heads = set->geometry.n_heads;
     b->learn_weights = learn_weights;
     b->check_finite = 1;
+    b->training = 1;
     size_t n_terms = (size_t)(set->n ? set->n : 1);
     b->dtheta = calloc(n_terms, sizeof *b->dtheta);
     b->cuda_tables = calloc(n_terms, sizeof *b->cuda_tables);
@@ -133,7 +139,10 @@ int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, 
     }
     if (learn_weights)
         bk_bias_sync_weights(b); /* kernel mode: weights as the softmax of their parameters exactly */
-    return BK_OK;
+    int rc = bk_query_init(&b->query, set, n_layers, err);
+    if (rc)
+        bk_bias_free(b);
+    return rc;
 nomem:
     bk_bias_free(b);
     return bk_fail(err, BK_ERR_NOMEM, "out of memory setting up the positional terms");
@@ -147,6 +156,9 @@ int bk_bias_set_backend(bk_bias *b, bk_backend *be, bk_error *err)
     device_state_free(b);
     b->be = be;
     b->zero_pending = 0;
+    int qrc = bk_query_set_backend(&b->query, be, err);
+    if (qrc)
+        return qrc;
     if (!on_device(b) || !calls_cuda(b))
         return BK_OK;
     size_t n_terms = (size_t)(b->set->n ? b->set->n : 1), largest = 0;
@@ -197,7 +209,12 @@ static int reserve(bk_bias *b, int32_t distances, bk_error *err)
         rc = table_alloc(b, &b->mixed, (size_t)b->n_layers * BK_STREAM_COUNT * per, err);
     if (!rc)
         rc = table_alloc(b, &b->scratch, n_terms * per, err);
-    if (!rc && on_device(b) && !(b->host_table = malloc(per * sizeof(float))))
+    if (!rc && b->query.set && b->set->mask >= 0) { /* a distance cap may come with the mask */
+        rc = table_alloc(b, &b->capped, (size_t)b->n_layers * BK_STREAM_COUNT * per, err);
+        if (!rc)
+            rc = table_alloc(b, &b->capped_grad, per, err);
+    }
+    if (!rc && (on_device(b) || b->capped) && !(b->host_table = malloc(per * sizeof(float))))
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory");
     if (rc) {
         table_buffers_free(b);
@@ -312,6 +329,52 @@ static int device_forward(bk_bias *b, int32_t distances, bk_error *err)
     return BK_OK;
 }
 
+static int host_forward(bk_bias *b, int32_t distances, bk_error *err);
+
+/* LM-Infinite's distance cap: M_capped[h][d] = M[h][min(d, cap)], into b->capped. */
+static void cap_rows(float *out, const float *m, int32_t heads, int32_t distances, int32_t cap)
+{
+    for (int32_t h = 0; h < heads; h++) {
+        const float *row = m + (size_t)h * (size_t)distances;
+        float *dst = out + (size_t)h * (size_t)distances;
+        for (int32_t d = 0; d < distances; d++)
+            dst[d] = row[d < cap ? d : cap];
+    }
+}
+
+static float *capped_table(const bk_bias *b, int layer, int stream)
+{
+    return b->capped + ((size_t)layer * BK_STREAM_COUNT + (size_t)stream) * table_size(b);
+}
+
+static int apply_cap(bk_bias *b, bk_error *err)
+{
+    if (!b->distance_cap)
+        return BK_OK;
+    const size_t n = (size_t)b->n_heads * (size_t)b->distances;
+    for (int l = 0; l < b->n_layers; l++)
+        for (int s = 0; s < BK_STREAM_COUNT; s++) {
+            if (!b->n_on[s])
+                continue;
+            if (!on_device(b)) {
+                cap_rows(capped_table(b, l, s), mixed_table(b, l, s), b->n_heads, b->distances, b->distance_cap);
+                continue;
+            }
+            float *staged = b->host_table; /* n floats: the mixed table comes down, is capped, goes up */
+            int rc = b->be->download(b->be, staged, mixed_table(b, l, s), n * sizeof(float), err);
+            for (int32_t h = 0; h < b->n_heads && !rc; h++) {
+                float *row = staged + (size_t)h * (size_t)b->distances;
+                for (int32_t d = b->distance_cap + 1; d < b->distances; d++)
+                    row[d] = row[b->distance_cap];
+            }
+            if (!rc)
+                rc = b->be->upload(b->be, capped_table(b, l, s), staged, n * sizeof(float), err);
+            if (rc)
+                return bk_error_prefix(err, "capping the distance tables at %d: ", (int)b->distance_cap);
+        }
+    return BK_OK;
+}
+
 int bk_bias_forward(bk_bias *b, int32_t distances, bk_error *err)
 {
     if (distances <= 0)
@@ -320,8 +383,19 @@ int bk_bias_forward(bk_bias *b, int32_t distances, bk_error *err)
     if (rc)
         return rc;
     b->distances = distances;
-    if (on_device(b))
-        return device_forward(b, distances, err);
+    rc = on_device(b) ? device_forward(b, distances, err) : host_forward(b, distances, err);
+    if (!rc)
+        rc = bk_query_forward(&b->query, distances, b->training, b->step, b->check_finite, err);
+    if (rc)
+        return rc;
+    /* a cap at or past the last distance changes nothing */
+    b->distance_cap = b->query.mask.distance_cap < distances - 1 ? b->query.mask.distance_cap : 0;
+    return apply_cap(b, err);
+}
+
+static int host_forward(bk_bias *b, int32_t distances, bk_error *err)
+{
+    int rc;
     size_t n = (size_t)b->n_heads * (size_t)distances;
     for (int l = 0; l < b->n_layers; l++) {
         for (int t = 0; t < b->set->n; t++) {
@@ -352,7 +426,50 @@ int bk_bias_forward(bk_bias *b, int32_t distances, bk_error *err)
 
 const float *bk_bias_table(const bk_bias *b, int layer, bk_stream stream)
 {
-    return b->n_on[stream] ? mixed_table(b, layer, (int)stream) : NULL;
+    if (!b->n_on[stream])
+        return NULL;
+    return b->distance_cap ? capped_table(b, layer, (int)stream) : mixed_table(b, layer, (int)stream);
+}
+
+void bk_bias_attention(const bk_bias *b, int layer, bk_attention_bias *ab)
+{
+    bk_query_attention(&b->query, layer, ab);
+}
+
+int bk_bias_backward_begin(bk_bias *b, int layer, bk_attention_bias *ab, bk_error *err)
+{
+    return bk_query_backward_begin(&b->query, layer, ab, err);
+}
+
+int bk_bias_query_backward(bk_bias *b, int layer, bk_error *err)
+{
+    return bk_query_backward(&b->query, layer, b->dtheta, b->training, b->step, err);
+}
+
+/* The gradient of the cap: dM[h][cap] += sum over d > cap of dM_capped[h][d], dM[h][d > cap] = 0, into
+ * b->capped_grad (backend memory). */
+static int fold_cap(bk_bias *b, const float *dcapped, const float **dmixed, bk_error *err)
+{
+    const size_t n = (size_t)b->n_heads * (size_t)b->distances;
+    float *host = on_device(b) ? b->host_table : b->capped_grad;
+    int rc = on_device(b) ? b->be->download(b->be, host, dcapped, n * sizeof(float), err) : BK_OK;
+    if (rc)
+        return bk_error_prefix(err, "the gradient of the distance cap: ");
+    if (!on_device(b))
+        memcpy(host, dcapped, n * sizeof(float));
+    for (int32_t h = 0; h < b->n_heads; h++) {
+        float *row = host + (size_t)h * (size_t)b->distances;
+        double folded = row[b->distance_cap];
+        for (int32_t d = b->distance_cap + 1; d < b->distances; d++) {
+            folded += row[d];
+            row[d] = 0.0f;
+        }
+        row[b->distance_cap] = (float)folded;
+    }
+    if (on_device(b) && (rc = b->be->upload(b->be, b->capped_grad, host, n * sizeof(float), err)))
+        return bk_error_prefix(err, "the gradient of the distance cap: ");
+    *dmixed = b->capped_grad;
+    return BK_OK;
 }
 
 static int all_finite(const float *x, size_t n)
@@ -463,6 +580,9 @@ int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_
         int count = b->n_on[s];
         if (!count || !dmixed[s])
             continue;
+        const float *dm = dmixed[s];
+        if (b->distance_cap && (rc = fold_cap(b, dmixed[s], &dm, err)))
+            return rc;
         const float *tables[count];
         float *dtables[count];
         double w[count], dw[count];
@@ -478,9 +598,9 @@ int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_
         }
         stream_weights(b, s, w);
         if (!device)
-            bk_mix_backward(b->set->mixing, tables, w, count, n, mixed_table(b, layer, s), dmixed[s], dtables, dw);
+            bk_mix_backward(b->set->mixing, tables, w, count, n, mixed_table(b, layer, s), dm, dtables, dw);
         else if ((rc = b->be->mix_backward(b->be, b->set->mixing, tables, w, count, n, mixed_table(b, layer, s),
-                                           dmixed[s], dtables, b->learn_weights ? dw : NULL, err)))
+                                           dm, dtables, b->learn_weights ? dw : NULL, err)))
             return bk_error_prefix(err, "mixing backward of the %s-stream tables of layer %d: ",
                                    s == BK_STREAM_SEGMENT ? "segment" : "token", layer);
         if (b->learn_weights)

@@ -33,6 +33,7 @@
 #ifndef BK_BIAS_H
 #define BK_BIAS_H
 
+#include "bias/query.h"
 #include "bias/terms.h"
 #include "model/backend.h"
 
@@ -75,6 +76,16 @@ typedef struct bk_bias {
     unsigned char *logged;        /* per term: 1 host-path table logged, 2 host-path gradient logged */
     unsigned char *dtable_nonfinite; /* per term: a dL/dT given to table_backward_cuda was not finite */
     int zero_pending;             /* the device dtheta must be zeroed before it is added into again */
+
+    /* --- ABI 2 (bias/query.h): the coordinate, mask and scale terms --- */
+    bk_query query;
+    int training;                 /* 1 (the default): tables for training steps; 0 for evaluation (the
+                                   * plugins' biaskit_context.training) */
+    int32_t distance_cap;         /* the mask's distance_cap (0: none): the attention reads
+                                   * M[h][min(d, cap)] (LM-Infinite's Lambda-shape) */
+    float *capped;                /* with a distance cap: [layer][stream] the mixed tables capped (the
+                                   * attention's), in the backend's memory; `mixed` stays uncapped */
+    float *capped_grad;           /* with a distance cap: one folded dL/dM (n_heads * capacity) */
 } bk_bias;
 
 /* Set up for `set` (which must outlive the bias). With learn_weights the terms' current weights are
@@ -92,15 +103,24 @@ int bk_bias_set_backend(bk_bias *b, bk_backend *be, bk_error *err);
  * device backend: uploads theta first, since the host copy is authoritative). */
 int bk_bias_forward(bk_bias *b, int32_t distances, bk_error *err);
 
+/* The attention's bias for `layer`: the mixed tables and their positions (set by the model) and the
+ * ABI 2 fields (bias/query.h). */
+void bk_bias_attention(const bk_bias *b, int layer, bk_attention_bias *ab);
+
 /* The mixed table of (layer, stream), n_heads x distances, in the backend's memory; NULL when no
  * term uses the stream. */
 const float *bk_bias_table(const bk_bias *b, int layer, bk_stream stream);
+
+/* Before the attention backward of `layer`: points ab's ABI 2 gradient outputs at zeroed buffers. */
+int bk_bias_backward_begin(bk_bias *b, int layer, bk_attention_bias *ab, bk_error *err);
 
 /* Accumulate the gradients of layer `layer` given dmixed[s] = dL/dM[layer][s] (NULL for streams
  * without terms; in the backend's memory): plugin parameter gradients into dtheta (on a CUDA backend
  * into the device dtheta of terms with table_backward_cuda), mixing-parameter gradients into
  * mix_grads (host). */
 int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_COUNT], bk_error *err);
+/* The same for the ABI 2 terms, after the attention backward that bk_bias_backward_begin prepared. */
+int bk_bias_query_backward(bk_bias *b, int layer, bk_error *err);
 
 /* Once per step, after the last bk_bias_backward and before the gradient norm: afterwards dtheta and
  * mix_grads (host) hold the complete gradients. Downloads every device dtheta, adds it into dtheta

@@ -91,6 +91,24 @@ static int term_fail(bk_error *err, const bk_term *t, const biaskit_error *pe, c
     return term_fail_at(err, t, pe, what, "");
 }
 
+static biaskit_context bk_term_context_of(const biaskit_geometry *geo, int layer, int32_t length, int training)
+{
+    return (biaskit_context){
+        .struct_size = sizeof(biaskit_context),
+        .layer = layer,
+        .n_layers = geo->n_layers,
+        .n_heads = geo->n_heads,
+        .length = length,
+        .train_length = geo->train_length,
+        .training = training,
+    };
+}
+
+biaskit_context bk_term_context(const bk_term_set *set, int layer, int32_t length, int training)
+{
+    return bk_term_context_of(&set->geometry, layer, length, training);
+}
+
 static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experiment *exp, bk_registry *reg,
                        const biaskit_geometry *geo, bk_error *err)
 {
@@ -114,15 +132,22 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
         return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
                           "%s: plugin '%s' has none of the capabilities this engine uses (table, segment, embed, "
                           "rotary)", where, d->name);
-    if (!(d->capabilities & BIASKIT_CAP_TABLE) && cfg->per_layer == 1)
+    if (!bk_term_in_attention(t) && cfg->per_layer == 1)
         return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
-                          "%s: per_layer = true needs a distance table; plugin '%s' acts once (at the input or on "
-                          "q and k), so its parameters are shared",
+                          "%s: per_layer = true needs a term that acts inside each layer's attention (a distance "
+                          "table, a coordinate table or a logit scale); plugin '%s' acts once (at the input, on q and "
+                          "k, or as a mask), so its parameters are shared",
                           where, d->name);
     if (!(d->capabilities & BIASKIT_CAP_TABLE) && !isnan(cfg->weight))
         return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
                           "%s: 'weight' mixes distance tables; plugin '%s' has no table, remove the key", where,
                           d->name);
+    const uint32_t query_caps = BIASKIT_CAP_COORDINATE | BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE;
+    if ((d->capabilities & query_caps) && t->stream != BK_STREAM_TOKEN)
+        return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
+                          "%s: plugin '%s' works on the token index (query i, key j, d = i - j); stream = \"segment\" "
+                          "is for distance tables, remove the key",
+                          where, d->name);
     if ((rc = bk_config_view_init(&t->view, d, cfg->table, cfg->pos, where, err)))
         return rc;
 
@@ -137,7 +162,7 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
     if ((rc = bk_plugin_check_created(t->plugin, t->instance, err)))
         return bk_error_prefix(err, "term '%s': ", t->label);
     t->per_layer = cfg->per_layer >= 0 ? cfg->per_layer : (d->flags & BIASKIT_FLAG_PER_LAYER) != 0;
-    if (!(d->capabilities & BIASKIT_CAP_TABLE))
+    if (!bk_term_in_attention(t))
         t->per_layer = 0;
     t->n_copies = t->per_layer ? (int)exp->model.layers : 1;
     bk_plugin_call_enter(t, "param_count()", -1, 0);
@@ -153,11 +178,18 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
         for (int l = 0; l < t->n_copies; l++) {
             float *theta = bk_term_theta(t, l);
             uint64_t seed = bk_derive_seed((uint64_t)exp->train.seed, (uint64_t)t->index, (uint64_t)l);
-            bk_plugin_call_enter(t, "param_init()", t->per_layer ? l : -1, 0);
-            rc = d->param_init(t->instance, theta, seed, &pe);
+            const int with_ctx = BIASKIT_HAS_FIELD(d, biaskit_plugin, param_init_ctx) && d->param_init_ctx;
+            const char *hook = with_ctx ? "param_init_ctx()" : "param_init()";
+            bk_plugin_call_enter(t, hook, t->per_layer ? l : -1, 0);
+            if (with_ctx) {
+                biaskit_context ctx = bk_term_context_of(geo, t->per_layer ? l : -1, geo->train_length, 1);
+                rc = d->param_init_ctx(t->instance, theta, seed, &ctx, &pe);
+            } else {
+                rc = d->param_init(t->instance, theta, seed, &pe);
+            }
             bk_plugin_call_leave();
             if (rc != BIASKIT_OK)
-                return term_fail(err, t, &pe, "param_init()");
+                return term_fail(err, t, &pe, hook);
             if (d->param_project) {
                 bk_plugin_call_enter(t, "param_project()", t->per_layer ? l : -1, 0);
                 d->param_project(t->instance, theta);
@@ -180,6 +212,21 @@ static int check_roles(bk_term_set *set, const bk_experiment *exp, bk_error *err
                                   "[[term]] #%d (%s): a second segmenting term; term '%s' already defines the segments",
                                   t->index, t->plugin->desc->name, set->terms[set->segmenter].label);
             set->segmenter = i;
+        }
+        static const struct {
+            uint32_t cap;
+            const char *what;
+        } single[] = {{BIASKIT_CAP_COORDINATE, "coordinate-table"}, {BIASKIT_CAP_MASK, "masking"},
+                      {BIASKIT_CAP_SCALE, "logit-scale"}};
+        int *slot[] = {&set->coordinate, &set->mask, &set->scale};
+        for (int k = 0; k < 3; k++) {
+            if (!(t->caps & single[k].cap))
+                continue;
+            if (*slot[k] >= 0)
+                return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
+                                  "[[term]] #%d (%s): a second %s term; term '%s' already is one (one per model)",
+                                  t->index, t->plugin->desc->name, single[k].what, set->terms[*slot[k]].label);
+            *slot[k] = i;
         }
         if (t->caps & BIASKIT_CAP_ROTARY) {
             if (set->rotary >= 0)
@@ -241,7 +288,7 @@ static int check_kernel_weights(const bk_term_set *set, const bk_experiment *exp
 int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg, bk_error *err)
 {
     memset(set, 0, sizeof *set);
-    set->segmenter = set->rotary = -1;
+    set->segmenter = set->rotary = set->coordinate = set->mask = set->scale = -1;
     set->mixing = (bk_mixing)exp->attention.mixing;
     set->geometry = (biaskit_geometry){
         .struct_size = sizeof(biaskit_geometry),

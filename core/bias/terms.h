@@ -7,8 +7,14 @@
  *            what the `segment` stream reads (at most one such term; its stream defaults to segment);
  *   embed    an absolute embedding added at the input, indexed by the term's stream: the token index
  *            on `token`, the position inside the segment on `segment`;
- *   rotary   RoPE on q and k by the term's stream positions (at most one such term).
- * Only table terms take `weight` and `per_layer`: the others act once, at the input or on q and k. */
+ *   rotary   RoPE on q and k by the term's stream positions (at most one such term);
+ * and, in ABI 2 (plugin.h, "Beyond distance tables"; bias/query.h), on the token index only:
+ *   coordinate  a table over u(i, d) in [0, 1], interpolated by the attention (at most one);
+ *   mask        window and sinks: -inf outside (at most one);
+ *   scale       a per-head, per-query factor on q.k / sqrt(d_head) (at most one).
+ * Only table terms take `weight`; table, coordinate and scale terms take `per_layer` (they act inside
+ * every layer's attention); the others act once, at the input, on q and k, or as a mask. Coordinate,
+ * mask and scale terms are not mixed: they act on the score after the mixed tables. */
 #ifndef BK_TERMS_H
 #define BK_TERMS_H
 
@@ -39,6 +45,9 @@ typedef struct bk_term_set {
     biaskit_geometry geometry;
     int segmenter;       /* index of the term whose plugin segments, or -1 */
     int rotary;          /* index of the rotary term, or -1 */
+    int coordinate;      /* index of the coordinate-table term, or -1 */
+    int mask;            /* index of the masking term, or -1 */
+    int scale;           /* index of the logit-scale term, or -1 */
 } bk_term_set;
 
 /* 1 when `term` contributes a distance table on its stream. */
@@ -46,6 +55,17 @@ static inline int bk_term_has_table(const bk_term *term)
 {
     return (term->caps & BIASKIT_CAP_TABLE) != 0;
 }
+
+/* 1 when `term` acts inside every layer's attention with its own values per layer when per_layer
+ * (a distance table, a coordinate table or a logit scale). */
+static inline int bk_term_in_attention(const bk_term *term)
+{
+    return (term->caps & (BIASKIT_CAP_TABLE | BIASKIT_CAP_COORDINATE | BIASKIT_CAP_SCALE)) != 0;
+}
+
+/* The context of a call into `term`'s plugin (plugin.h, biaskit_context): `layer` -1 for a value shared
+ * by every layer; `length` the sequence length of the call. */
+biaskit_context bk_term_context(const bk_term_set *set, int layer, int32_t length, int training);
 
 /* Load each term's plugin from `reg`, check its options, create its instance, allocate and
  * initialise its parameters (seeded from [train] seed, the term and the layer), project them, and

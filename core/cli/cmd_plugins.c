@@ -3,6 +3,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "device.h"
+#include "plugin/descriptor.h"
 #include "plugin/host.h"
 #include "plugin/services.h"
 #include "util/isolate.h"
@@ -16,8 +17,9 @@
 static const char help[] =
     "usage: biaskit plugins [NAME|PATH ...] [--timeout S] [--strict]\n\n"
     "Lists every plugin found on the search path (or only the named ones; a PATH to a .so loads that\n"
-    "file): name, version, file, capabilities, reference, learnable parameters and every option with\n"
-    "its type, default and meaning.\n\n"
+    "file): name, version, file, capabilities, what it needs from the engine (distances, the query\n"
+    "position, masks, a logit scale, the evaluation length), reference, learnable parameters and every\n"
+    "option with its type, default and meaning.\n\n"
     "Search path: the directories of $BIASKIT_PLUGIN_PATH (colon-separated), in order; then, when this\n"
     "executable is installed (<its directory>/../lib/biaskit/plugins exists), that directory; an\n"
     "executable that is not installed (./build/biaskit, the tests) searches the build directory it was\n"
@@ -81,7 +83,7 @@ static void print_parameters(FILE *out, const bk_plugin *p)
     int64_t count = d->param_count ? d->param_count(inst) : 0;
     if (count == 0)
         fprintf(out, "  parameters:   none with the default options");
-    else if (d->capabilities & BIASKIT_CAP_TABLE)
+    else if (d->capabilities & (BIASKIT_CAP_TABLE | BIASKIT_CAP_COORDINATE | BIASKIT_CAP_SCALE))
         fprintf(out, "  parameters:   %lld learnable for 8 heads, %s", (long long)count,
                d->flags & BIASKIT_FLAG_PER_LAYER ? "per layer by default" : "shared across layers by default");
     else /* an embedding or a rotation acts once, so the engine keeps one copy (core/bias/terms.c) */
@@ -97,6 +99,33 @@ static void print_parameters(FILE *out, const bk_plugin *p)
     fprintf(out, "\n");
 }
 
+/* What the plugin's terms read from the engine, from its capabilities and hooks (plugin.h). */
+static void print_needs(FILE *out, const biaskit_plugin *d)
+{
+    const uint32_t caps = d->capabilities;
+    const struct {
+        int present;
+        const char *what;
+    } needs[] = {
+        {(caps & BIASKIT_CAP_TABLE) != 0, "distance p(i) - p(j) on its stream"},
+        {(caps & BIASKIT_CAP_SEGMENT) != 0, "token ids (to segment them)"},
+        {(caps & BIASKIT_CAP_EMBED) != 0, "absolute positions"},
+        {(caps & BIASKIT_CAP_ROTARY) != 0, "positions (rotating q and k)"},
+        {(caps & (BIASKIT_CAP_COORDINATE | BIASKIT_CAP_SCALE)) != 0, "query position i"},
+        {(caps & BIASKIT_CAP_COORDINATE) != 0, "a coordinate table over u(i, d) in [0, 1]"},
+        {(caps & BIASKIT_CAP_MASK) != 0, "masks (-inf: window, sinks)"},
+        {(caps & BIASKIT_CAP_SCALE) != 0, "a logit scale on q.k"},
+        {BK_DESCRIPTOR_FN(d, rotary_ctx) != NULL, "the evaluation length (frequencies per length)"},
+        {BK_DESCRIPTOR_FN(d, param_init_ctx) != NULL, "the layer index at initialisation"},
+    };
+    int n = 0;
+    fprintf(out, "  needs:        ");
+    for (size_t i = 0; i < sizeof needs / sizeof needs[0]; i++)
+        if (needs[i].present)
+            fprintf(out, "%s%s", n++ ? ", " : "", needs[i].what);
+    fprintf(out, "%s\n", n ? "" : "nothing");
+}
+
 static void print_plugin(FILE *out, const bk_plugin *p)
 {
     const biaskit_plugin *d = p->desc;
@@ -107,6 +136,7 @@ static void print_plugin(FILE *out, const bk_plugin *p)
            d->table_cuda ? " (CUDA kernels)" : " (host only)");
     if (d->reference)
         fprintf(out, "  reference:    %s\n", d->reference);
+    print_needs(out, d);
     print_parameters(out, p);
     if (!d->n_options) {
         fprintf(out, "  options:      none\n");

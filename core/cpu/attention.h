@@ -13,6 +13,10 @@
  * OpenBLAS for the q.k and P.v products of a block, so only the causal half is computed and the
  * scratch is a block of rows, not a T x T matrix, when `probs` is NULL (evaluation at long lengths).
  *
+ * ABI 2 terms (the coordinate table, the mask, the logit scale; fields below): with a mask, a block of
+ * queries computes only the keys some of its rows see (the window and the sinks), so the cost per
+ * query grows with the window, not with T; masked scores are exactly -inf and get no gradient.
+ *
  * Determinism: results do not depend on the number of threads. The table gradient is reduced
  * along diagonals per (b, h) into scratch and then summed over b in a fixed order. */
 #ifndef BK_CPU_ATTENTION_H
@@ -35,6 +39,23 @@ typedef struct bk_attention_bias {
      * beyond it), or 0 when not known (then distances). The CPU computes its own; the device
      * attention reads it to size its table-gradient work (the model sets it from the host positions). */
     int32_t span[BK_STREAM_COUNT];
+
+    /* --- ABI 2 terms (model/bias_math.h; all on the token index i, j and d = i - j; each absent when
+     * its pointer is NULL / window is 0) --- */
+    /* Coordinate table: score += grid[h * points + .] interpolated at u = phi[d] * rscale[i]. */
+    const float *grid;   /* H x points (the term's weight already applied) */
+    int32_t points;      /* >= 2 */
+    const float *phi;    /* distances floats, >= 0, non-decreasing */
+    const float *rscale; /* T floats (per query index, the same for every batch row), phi[i] * rscale[i] <= 1 */
+    /* Mask: key j is visible to query i when i - j < window or j < sinks (window 0: no mask). */
+    int32_t window, sinks;
+    /* Logit scale: score = scale[h * T + i] * q.k / sqrt(hd) + bias (NULL: 1). */
+    const float *scale;
+
+    /* Backward outputs of the ABI 2 terms (+=; each NULL when not wanted): dgrid (H x points),
+     * dphi (distances), drscale (T), dscale (H x T), each summed over the batch (dphi, drscale also over
+     * the heads). Ignored by the forward pass. */
+    float *dgrid, *dphi, *drscale, *dscale;
 } bk_attention_bias;
 
 /* Forward. `probs` (B, H, T, T), when not NULL, receives the attention probabilities for the

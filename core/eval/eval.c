@@ -109,6 +109,7 @@ int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_leng
                            (int)lengths[i]);
         longest = lengths[i] > longest ? lengths[i] : longest;
     }
+    lm->bias.training = 0; /* the plugins' context says evaluation (e.g. logn's form = "qwen") */
     int rc = bk_bias_forward(&lm->bias, longest, err);
     int64_t n = max_tokens > 0 && max_tokens < data->count ? max_tokens : data->count;
     for (int i = 0; i < n_lengths && !rc; i++)

@@ -411,6 +411,7 @@ static void attention_bias(const bk_gpt *m, int layer, bk_attention_bias *ab)
         ab->span[s] = ab->table[s] ? bk_positions_span(&m->pos, (bk_stream)s) : 0;
     }
     ab->distances = m->bias->distances;
+    bk_bias_attention(m->bias, layer, ab);
 }
 
 /* --- bf16 storage --------------------------------------------------------------------------------
@@ -653,6 +654,8 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
         attention_bias(m, l, &ab);
         if (m->dtable_mem)
             TRY(be->zero(be, m->dtable_mem, dtable_floats * sizeof(float), err));
+        if (m->bias)
+            TRY(bk_bias_backward_begin(m->bias, l, &ab, err));
         if (b16) { /* dO in bf16, in the stage */
             TRY(be->cast_bf16(be, (uint16_t *)a.stage, d.atty + oC, (size_t)BT * C, err));
             rc = be->attention_backward_bf16(be, d.qkv + o3, dtable, (const uint16_t *)a.stage, qkv16, atty16,
@@ -665,6 +668,8 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
             return bk_error_prefix(err, "layer %d attention backward: ", l);
         if (m->dtable_mem)
             TRY(bk_bias_backward(m->bias, l, (const float *const *)dtable, err));
+        if (m->bias)
+            TRY(bk_bias_query_backward(m->bias, l, err));
         if (rotary)
             TRY(be->rotary(be, d.qkv + o3, &rot, B, T, C, H, -1.0f, err));
         TRY(linear_backward(m, d.ln1 + oC, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, d.qkv + o3, ln1,

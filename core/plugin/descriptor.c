@@ -12,7 +12,9 @@
 
 /* The capability and flag bits this engine implements. Anything else is refused, not ignored (see
  * check_capabilities). */
-#define KNOWN_CAPABILITIES (BIASKIT_CAP_TABLE | BIASKIT_CAP_SEGMENT | BIASKIT_CAP_EMBED | BIASKIT_CAP_ROTARY)
+#define KNOWN_CAPABILITIES                                                                                     \
+    (BIASKIT_CAP_TABLE | BIASKIT_CAP_SEGMENT | BIASKIT_CAP_EMBED | BIASKIT_CAP_ROTARY | BIASKIT_CAP_COORDINATE | \
+     BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE)
 #define KNOWN_FLAGS ((uint32_t)BIASKIT_FLAG_PER_LAYER)
 
 typedef struct sink {
@@ -70,10 +72,10 @@ static int check_fields(sink *s, const biaskit_plugin *d)
                 BIASKIT_ABI_VERSION, (size_t)BIASKIT_PLUGIN_V1_SIZE);
         return 0;
     }
-    if (d->abi_version != BIASKIT_ABI_VERSION) {
+    if (d->abi_version < BIASKIT_ABI_VERSION_MIN || d->abi_version > BIASKIT_ABI_VERSION) {
         problem(s, BK_DESCRIPTOR_FIELDS, BK_DESCRIPTOR_REFUSED,
-                "ABI version mismatch: built for ABI %u, this biaskit loads ABI %u; rebuild it against this SDK",
-                d->abi_version, BIASKIT_ABI_VERSION);
+                "ABI version mismatch: built for ABI %u, this biaskit loads ABI %u to %u; rebuild it against this SDK",
+                d->abi_version, BIASKIT_ABI_VERSION_MIN, BIASKIT_ABI_VERSION);
         return 0;
     }
     if (!bk_descriptor_identifier(d->name, 1))
@@ -102,7 +104,7 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
     if (unknown)
         problem(s, part, BK_DESCRIPTOR_REFUSED,
                 "declares capability bits 0x%x that this biaskit does not know (ABI %u: table, segment, embed, "
-                "rotary); it would ignore what they ask for and compute another model, so it refuses the plugin "
+                "rotary, coordinate, mask, scale); it would ignore what they ask for and compute another model, so it refuses the plugin "
                 "(use a biaskit that knows them)", unknown, BIASKIT_ABI_VERSION);
     if (caps & BIASKIT_CAP_WEIGHT)
         problem(s, part, BK_DESCRIPTOR_REFUSED,
@@ -115,7 +117,8 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
                 BIASKIT_ABI_VERSION);
     if (!caps)
         problem(s, part, BK_DESCRIPTOR_FLAWED,
-                "declares no capability (TABLE, SEGMENT, EMBED or ROTARY): the engine has nothing to call");
+                "declares no capability (TABLE, SEGMENT, EMBED, ROTARY, COORDINATE, MASK or SCALE): the engine has "
+                "nothing to call");
     const struct {
         uint32_t bit;
         int present;
@@ -124,7 +127,13 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
         {BIASKIT_CAP_TABLE, d->table != NULL, "table", "table"},
         {BIASKIT_CAP_SEGMENT, d->segment != NULL, "segment", "segment"},
         {BIASKIT_CAP_EMBED, d->embed != NULL, "embed", "embed"},
-        {BIASKIT_CAP_ROTARY, d->rotary_frequencies != NULL, "rotary", "rotary_frequencies"},
+        {BIASKIT_CAP_ROTARY, d->rotary_frequencies || BK_DESCRIPTOR_FN(d, rotary_ctx), "rotary",
+         "rotary_frequencies or rotary_ctx"},
+        {BIASKIT_CAP_COORDINATE, d->table != NULL, "coordinate", "table (over the grid of u)"},
+        {BIASKIT_CAP_COORDINATE, BK_DESCRIPTOR_FN(d, coordinate_points) != NULL, "coordinate", "coordinate_points"},
+        {BIASKIT_CAP_COORDINATE, BK_DESCRIPTOR_FN(d, coordinate) != NULL, "coordinate", "coordinate"},
+        {BIASKIT_CAP_MASK, BK_DESCRIPTOR_FN(d, mask) != NULL, "mask", "mask"},
+        {BIASKIT_CAP_SCALE, BK_DESCRIPTOR_FN(d, scale) != NULL, "scale", "scale"},
     };
     for (size_t i = 0; i < sizeof needs / sizeof needs[0]; i++)
         if ((caps & needs[i].bit) && !needs[i].present)
@@ -132,9 +141,28 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
                     needs[i].function);
     if (d->param_count && !d->param_init)
         problem(s, part, BK_DESCRIPTOR_REFUSED, "has param_count but no param_init");
-    int table = (caps & BIASKIT_CAP_TABLE) != 0, embed = (caps & BIASKIT_CAP_EMBED) != 0;
+    int table = (caps & (BIASKIT_CAP_TABLE | BIASKIT_CAP_COORDINATE)) != 0, embed = (caps & BIASKIT_CAP_EMBED) != 0;
     if (table && d->param_count && !d->table_backward)
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "TABLE with parameters (param_count) needs table_backward()");
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "%s with parameters (param_count) needs table_backward()",
+                caps & BIASKIT_CAP_TABLE ? "TABLE" : "COORDINATE");
+    if ((caps & BIASKIT_CAP_COORDINATE) && d->param_count && !BK_DESCRIPTOR_FN(d, coordinate_backward))
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "COORDINATE with parameters (param_count) needs coordinate_backward()");
+    if ((caps & BIASKIT_CAP_SCALE) && d->param_count && !BK_DESCRIPTOR_FN(d, scale_backward))
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "SCALE with parameters (param_count) needs scale_backward()");
+    if ((caps & BIASKIT_CAP_TABLE) && (caps & BIASKIT_CAP_COORDINATE))
+        problem(s, part, BK_DESCRIPTOR_REFUSED,
+                "declares both TABLE and COORDINATE: table() is over distances for one and over the grid of u for the "
+                "other; make two plugins");
+    if (!(caps & BIASKIT_CAP_COORDINATE) &&
+        (BK_DESCRIPTOR_FN(d, coordinate_points) || BK_DESCRIPTOR_FN(d, coordinate) ||
+         BK_DESCRIPTOR_FN(d, coordinate_backward)))
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "has coordinate functions but does not declare BIASKIT_CAP_COORDINATE");
+    if (!(caps & BIASKIT_CAP_MASK) && BK_DESCRIPTOR_FN(d, mask))
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "has mask() but does not declare BIASKIT_CAP_MASK");
+    if (!(caps & BIASKIT_CAP_SCALE) && (BK_DESCRIPTOR_FN(d, scale) || BK_DESCRIPTOR_FN(d, scale_backward)))
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "has scale functions but does not declare BIASKIT_CAP_SCALE");
+    if (!(caps & BIASKIT_CAP_ROTARY) && BK_DESCRIPTOR_FN(d, rotary_ctx))
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "has rotary_ctx() but does not declare BIASKIT_CAP_ROTARY");
     if (embed && d->param_count && !d->embed_backward)
         problem(s, part, BK_DESCRIPTOR_FLAWED, "EMBED with parameters (param_count) needs embed_backward()");
     if (d->table_backward_cuda && !d->table_cuda)
@@ -143,7 +171,8 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
                 "host and its gradient from the device");
     if (!table && (d->table || d->table_backward || d->table_cuda || d->table_backward_cuda))
         problem(s, part, BK_DESCRIPTOR_FLAWED,
-                "has table functions but does not declare BIASKIT_CAP_TABLE (the engine never calls them)");
+                "has table functions but declares neither BIASKIT_CAP_TABLE nor BIASKIT_CAP_COORDINATE (the engine "
+                "never calls them)");
     if (!(caps & BIASKIT_CAP_SEGMENT) && d->segment)
         problem(s, part, BK_DESCRIPTOR_FLAWED, "has segment() but does not declare BIASKIT_CAP_SEGMENT");
     bk_embed_cuda_fn embed_cuda = bk_descriptor_embed_cuda(d); /* NULL past an older struct_size */

@@ -53,6 +53,10 @@ static inline bk_embed_backward_cuda_fn bk_descriptor_embed_backward_cuda(const 
     return BIASKIT_HAS_FIELD(d, biaskit_plugin, embed_backward_cuda) ? d->embed_backward_cuda : NULL;
 }
 
+/* The same for the ABI 2 hooks (param_init_ctx, coordinate_points, coordinate, coordinate_backward,
+ * mask, scale, scale_backward, rotary_ctx): the field, or NULL when struct_size ends before it. */
+#define BK_DESCRIPTOR_FN(d, field) (BIASKIT_HAS_FIELD((d), biaskit_plugin, field) ? (d)->field : NULL)
+
 /* Whether `s` is a plugin name ([a-z0-9_-]+, allow_dash) or an option name ([a-z0-9_]+). */
 int bk_descriptor_identifier(const char *s, int allow_dash);
 

@@ -230,7 +230,8 @@ static int check_descriptor(const biaskit_plugin *d, const char *path, bk_error 
     refusal r = {0};
     if (bk_descriptor_problems(d, keep_first_refusal, &r) == 0)
         return BK_OK;
-    int named = d->struct_size >= BIASKIT_PLUGIN_V1_SIZE && d->abi_version == BIASKIT_ABI_VERSION &&
+    int named = d->struct_size >= BIASKIT_PLUGIN_V1_SIZE && d->abi_version >= BIASKIT_ABI_VERSION_MIN &&
+                d->abi_version <= BIASKIT_ABI_VERSION &&
                 bk_descriptor_identifier(d->name, 1);
     if (named)
         return bk_fail(err, BK_ERR_PLUGIN, "plugin '%s' (%s): %s", path, d->name, r.text);
@@ -492,7 +493,10 @@ const char *bk_capabilities_string(uint32_t caps, char *buf, size_t size)
                  {BIASKIT_CAP_SEGMENT, "segment"},
                  {BIASKIT_CAP_EMBED, "embed"},
                  {BIASKIT_CAP_ROTARY, "rotary"},
-                 {BIASKIT_CAP_WEIGHT, "weight"}};
+                 {BIASKIT_CAP_WEIGHT, "weight"},
+                 {BIASKIT_CAP_COORDINATE, "coordinate"},
+                 {BIASKIT_CAP_MASK, "mask"},
+                 {BIASKIT_CAP_SCALE, "scale"}};
     size_t used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -108,6 +108,8 @@ static const biaskit_plugin descriptor = {
     .abi_version = BIASKIT_ABI_VERSION,
 #ifdef TESTLIN_UNNAMED /* the same plugin without param_tensors: checkpoints store its theta whole */
     .name = "testlin_unnamed",
+#elif defined(TESTLIN_ABI1) /* the same source built against the ABI 1 header (tests/plugins/abi1) */
+    .name = "testlin_abi1",
 #else
     .name = "testlin",
 #endif

@@ -1,5 +1,5 @@
 /*
- * biaskit plugin SDK, ABI version 1.
+ * biaskit plugin SDK, ABI version 2 (ABI 1 plus appended fields: a plugin built for ABI 1 loads unchanged).
  *
  * A plugin is a shared object that exports one function, `biaskit_plugin_entry`, returning a
  * pointer to a static `biaskit_plugin` descriptor. The engine loads it with dlopen(), checks the
@@ -39,9 +39,11 @@ extern "C" {
  * Versions, export and host/device macros
  * ------------------------------------------------------------------------------------------- */
 
-/* The ABI a plugin is compiled against. The host loads only plugins whose descriptor carries its
- * own ABI version. */
-#define BIASKIT_ABI_VERSION 1u
+/* The ABI a plugin is compiled against. ABI 2 only appended fields to ABI 1's structs, so the host
+ * loads plugins of every version from BIASKIT_ABI_VERSION_MIN to its own; a plugin built for a newer
+ * ABI is refused. */
+#define BIASKIT_ABI_VERSION 2u
+#define BIASKIT_ABI_VERSION_MIN 1u
 
 /* Name of the one symbol every plugin exports. */
 #define BIASKIT_ENTRY_SYMBOL "biaskit_plugin_entry"
@@ -214,13 +216,65 @@ enum {
     BIASKIT_CAP_SEGMENT = 1u << 1, /* segment: token ids -> (segment index, position in segment) */
     BIASKIT_CAP_EMBED = 1u << 2,   /* embed / embed_backward: absolute embedding added at the input */
     BIASKIT_CAP_ROTARY = 1u << 3,  /* rotary_frequencies: RoPE on q and k */
-    BIASKIT_CAP_WEIGHT = 1u << 4   /* reserved: multiplicative distance kernel on q.k (not in v1) */
+    BIASKIT_CAP_WEIGHT = 1u << 4,  /* reserved: multiplicative distance kernel on q.k (not implemented) */
+    /* ABI 2 (see "Beyond distance tables" below) */
+    BIASKIT_CAP_COORDINATE = 1u << 5, /* table over a coordinate u(i, d) in [0, 1]; coordinate() */
+    BIASKIT_CAP_MASK = 1u << 6,       /* mask(): exact -inf outside a window, with sinks */
+    BIASKIT_CAP_SCALE = 1u << 7       /* scale(): per-head, per-query factor on q.k / sqrt(d_head) */
 };
 
 enum {
     /* Parameters are per layer unless the term says otherwise (default: shared across layers). */
     BIASKIT_FLAG_PER_LAYER = 1u << 0
 };
+
+/* ---------------------------------------------------------------------------------------------
+ * ABI 2: context, and biases beyond distance tables
+ *
+ * The contract grows to
+ *
+ *     score[h,i,j] = s_h(i) * q_i . k_j / sqrt(d_head) + Bias[h,i,j]      (-inf where a mask says so)
+ *     Bias[h,i,j]  = mix of distance tables T_t[h, p_t(i) - p_t(j)]      (ABI 1)
+ *                  + w * F[h](u(i, d)),  u(i, d) = phi(d) * rscale(i)     (BIASKIT_CAP_COORDINATE)
+ *
+ * with i, j the 0-based token indices inside the sequence and d = i - j:
+ *  - COORDINATE: the plugin's table() is over a grid of `points` values of u (coordinate_points()):
+ *    table[h * points + g] = F_h(g / (points - 1)); the attention interpolates it linearly at
+ *    u(i, d). coordinate() gives the two factors of u: phi[d] for d < distances (>= 0, non-decreasing
+ *    in d) and rscale[i] for i < rows (>= 0), such that u(i, i) = phi[i] * rscale[i] <= 1. The engine
+ *    checks both. The gradient comes back as dL/dF (table_backward, over the grid) and as dL/dphi and
+ *    dL/drscale (coordinate_backward). Example: FIRE, phi(d) = log(c d + 1), rscale(i) =
+ *    1 / log(c max(i, L) + 1).
+ *  - MASK: mask() describes which keys a query sees: the key j is visible to query i when
+ *    i - j < window (the query and the window - 1 keys before it) or j < sinks. A masked score is
+ *    exactly -inf, whatever the other terms add; the kernels skip key tiles that are masked
+ *    entirely. At most one masking term per experiment.
+ *  - SCALE: scale() gives s_h(i) for h < n_heads, i < rows: scale[h * rows + i]. It multiplies
+ *    q.k / sqrt(d_head) only, not the additive biases. Its gradient dL/ds comes back to
+ *    scale_backward(). At most one scaling term per experiment.
+ * None of these hands a T x T tensor to a plugin: the arrays are O(points), O(distances), O(rows).
+ * ------------------------------------------------------------------------------------------- */
+
+/* What the engine is computing when it calls a plugin. */
+typedef struct biaskit_context {
+    uint32_t struct_size;
+    int32_t layer;        /* 0 .. n_layers - 1 for a per-layer value, -1 for one shared by every layer */
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t length;       /* tokens per sequence in this call: the training window or the evaluated length */
+    int32_t train_length; /* the context length the model trains at ([model] context) */
+    int32_t training;     /* 1 inside a training step, 0 in evaluation */
+} biaskit_context;
+
+/* What a BIASKIT_CAP_MASK term keeps (see above). */
+typedef struct biaskit_mask {
+    uint32_t struct_size;
+    int32_t window;       /* >= 1: keys with i - j < window are visible (FlashAttention's window_size[0]
+                           * = window - 1) */
+    int32_t sinks;        /* >= 0: the first `sinks` keys are visible to every query after them */
+    int32_t distance_cap; /* >= 0: when > 0, the distance tables are read at min(d, distance_cap) (so the
+                           * sinks sit at most that far away: LM-Infinite's Lambda-shape); 0: not capped */
+} biaskit_mask;
 
 /* ---------------------------------------------------------------------------------------------
  * The descriptor
@@ -314,6 +368,40 @@ typedef struct biaskit_plugin {
     int (*embed_backward_cuda)(const void *inst, const float *theta, const int32_t *positions,
                                int64_t count, const float *dout, float *dtheta, void *stream,
                                biaskit_error *err);
+    /* --- appended in ABI 2 (read only through BIASKIT_HAS_FIELD; every one optional unless its
+     * capability needs it) --- */
+
+    /* Like param_init, with the context: ctx->layer is the copy being initialised (per-layer terms;
+     * -1 for a shared copy). When set, the host calls it instead of param_init. */
+    int (*param_init_ctx)(const void *inst, float *theta, uint64_t seed, const biaskit_context *ctx,
+                          biaskit_error *err);
+
+    /* BIASKIT_CAP_COORDINATE: the number of grid points of u in [0, 1] (>= 2) the table is given at. */
+    int32_t (*coordinate_points)(const void *inst);
+    /* BIASKIT_CAP_COORDINATE: u(i, d) = phi[d] * rscale[i] for d < distances, i < rows. */
+    int (*coordinate)(const void *inst, const float *theta, const biaskit_context *ctx, int32_t distances,
+                      int32_t rows, float *phi, float *rscale, biaskit_error *err);
+    /* dtheta += dphi . dphi/dtheta + drscale . drscale/dtheta. */
+    int (*coordinate_backward)(const void *inst, const float *theta, const biaskit_context *ctx,
+                               int32_t distances, int32_t rows, const float *dphi, const float *drscale,
+                               float *dtheta, biaskit_error *err);
+
+    /* BIASKIT_CAP_MASK: fill *out (the engine sets out->struct_size first). */
+    int (*mask)(const void *inst, const biaskit_context *ctx, biaskit_mask *out, biaskit_error *err);
+
+    /* BIASKIT_CAP_SCALE: scale[h * rows + i] = s_h(i), finite. */
+    int (*scale)(const void *inst, const float *theta, const biaskit_context *ctx, int32_t rows, float *scale,
+                 biaskit_error *err);
+    /* dtheta += sum over h, i of dscale[h * rows + i] * ds_h(i)/dtheta. */
+    int (*scale_backward)(const void *inst, const float *theta, const biaskit_context *ctx, int32_t rows,
+                          const float *dscale, float *dtheta, biaskit_error *err);
+
+    /* BIASKIT_CAP_ROTARY, length-aware (position interpolation, NTK, YaRN): the d_head/2 inverse
+     * frequencies for sequences of ctx->length tokens, and the amplitude that multiplies q and k after
+     * the rotation (1 for plain RoPE; YaRN's temperature: the logits are multiplied by amplitude^2).
+     * When set, the host calls it (again whenever the length changes) instead of rotary_frequencies. */
+    int (*rotary_ctx)(const void *inst, const biaskit_context *ctx, float *inv_freq, float *amplitude,
+                      biaskit_error *err);
 } biaskit_plugin;
 
 /* The size of the first version of the descriptor: the host refuses anything smaller. A descriptor

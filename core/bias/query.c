@@ -1,0 +1,403 @@
+#include "bias/query.h"
+
+#include "plugin/descriptor.h"
+#include "plugin/services.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The coordinate may exceed 1 by float rounding of phi[i] * rscale[i] (a few ulp); the attention clamps. */
+#define COORD_SLACK 1e-5f
+
+static int on_device(const bk_query *q)
+{
+    return q->be && q->be->on_device;
+}
+
+static const bk_term *coord_term(const bk_query *q)
+{
+    return q->set->coordinate >= 0 ? &q->set->terms[q->set->coordinate] : NULL;
+}
+
+static const bk_term *scale_term(const bk_query *q)
+{
+    return q->set->scale >= 0 ? &q->set->terms[q->set->scale] : NULL;
+}
+
+static int copies(const bk_term *t)
+{
+    return t ? t->n_copies : 0;
+}
+
+int bk_query_active(const bk_query *q)
+{
+    return q->set && (q->set->coordinate >= 0 || q->set->mask >= 0 || q->set->scale >= 0);
+}
+
+static int plugin_failed(bk_error *err, const bk_term *t, const char *hook, int layer, int64_t step,
+                         const biaskit_error *pe)
+{
+    char where[64];
+    return bk_fail(err, pe->code ? pe->code : BK_ERR_PLUGIN, "term '%s' (plugin %s, %s)%s: %s failed: %s", t->label,
+                   t->plugin->desc->name, t->plugin->path, bk_term_where(layer, step, where, sizeof where), hook,
+                   pe->message[0] ? pe->message : "no message given");
+}
+
+__attribute__((format(printf, 6, 7))) static int bad_value(bk_error *err, const bk_term *t, const char *hook, int layer,
+                                                           int64_t step, const char *fmt, ...)
+{
+    char where[64], what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s, %s)%s: %s %s", t->label, t->plugin->desc->name,
+                   t->plugin->path, bk_term_where(layer, step, where, sizeof where), hook, what);
+}
+
+int bk_query_init(bk_query *q, const bk_term_set *set, int n_layers, bk_error *err)
+{
+    memset(q, 0, sizeof *q);
+    q->set = set;
+    q->n_layers = n_layers;
+    q->n_heads = set->geometry.n_heads;
+    const bk_term *c = coord_term(q);
+    if (!c)
+        return BK_OK;
+    bk_plugin_call_enter(c, "coordinate_points()", -1, 0);
+    int32_t points = BK_DESCRIPTOR_FN(c->plugin->desc, coordinate_points)(c->instance);
+    bk_plugin_call_leave();
+    if (points < 2 || points > BK_COORD_POINTS_MAX)
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "term '%s' (plugin %s, %s): coordinate_points() returned %d, expected 2 .. %d grid points of u",
+                       c->label, c->plugin->desc->name, c->plugin->path, (int)points, BK_COORD_POINTS_MAX);
+    q->points = points;
+    return BK_OK;
+}
+
+static void release(bk_query *q, float *p)
+{
+    if (p && on_device(q))
+        q->be->release(q->be, p);
+}
+
+static void arrays_free(bk_query *q)
+{
+    release(q, q->grid), release(q, q->phi), release(q, q->rscale), release(q, q->scale);
+    release(q, q->dgrid), release(q, q->dphi), release(q, q->drscale), release(q, q->dscale);
+    free(q->grid_h), free(q->phi_h), free(q->rscale_h), free(q->scale_h);
+    free(q->dgrid_h), free(q->dphi_h), free(q->drscale_h), free(q->dscale_h);
+    q->grid = q->phi = q->rscale = q->scale = NULL;
+    q->dgrid = q->dphi = q->drscale = q->dscale = NULL;
+    q->grid_h = q->phi_h = q->rscale_h = q->scale_h = NULL;
+    q->dgrid_h = q->dphi_h = q->drscale_h = q->dscale_h = NULL;
+    q->capacity = 0;
+}
+
+void bk_query_free(bk_query *q)
+{
+    if (!q || !q->set)
+        return;
+    arrays_free(q);
+    memset(q, 0, sizeof *q);
+}
+
+int bk_query_set_backend(bk_query *q, bk_backend *be, bk_error *err)
+{
+    (void)err;
+    if (q->be == be)
+        return BK_OK;
+    arrays_free(q); /* reallocated in the new memory by the next forward */
+    q->be = be;
+    return BK_OK;
+}
+
+/* One array of n floats on the host (*host) and, on a device, its twin in the backend's memory (*dev;
+ * else *dev = *host). */
+static int pair_alloc(bk_query *q, float **host, float **dev, size_t n, bk_error *err)
+{
+    if (!n)
+        return BK_OK;
+    if (!(*host = calloc(n, sizeof(float))))
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for %zu floats of the positional terms", n);
+    if (!on_device(q)) {
+        *dev = *host;
+        return BK_OK;
+    }
+    return q->be->alloc(q->be, (void **)dev, n * sizeof(float), err);
+}
+
+static int reserve(bk_query *q, int32_t distances, bk_error *err)
+{
+    if (distances <= q->capacity)
+        return BK_OK;
+    arrays_free(q);
+    /* on the CPU the device pointer is the host one: only one free of each (arrays_free frees the host side) */
+    const size_t H = (size_t)q->n_heads, D = (size_t)distances, P = (size_t)q->points;
+    const bk_term *c = coord_term(q), *s = scale_term(q);
+    int rc = BK_OK;
+    if (c) {
+        rc = pair_alloc(q, &q->grid_h, &q->grid, (size_t)copies(c) * H * P, err);
+        if (!rc)
+            rc = pair_alloc(q, &q->phi_h, &q->phi, (size_t)copies(c) * D, err);
+        if (!rc)
+            rc = pair_alloc(q, &q->rscale_h, &q->rscale, (size_t)copies(c) * D, err);
+        if (!rc && c->n_params)
+            rc = pair_alloc(q, &q->dgrid_h, &q->dgrid, H * P, err);
+        if (!rc && c->n_params)
+            rc = pair_alloc(q, &q->dphi_h, &q->dphi, D, err);
+        if (!rc && c->n_params)
+            rc = pair_alloc(q, &q->drscale_h, &q->drscale, D, err);
+    }
+    if (!rc && s) {
+        rc = pair_alloc(q, &q->scale_h, &q->scale, (size_t)copies(s) * H * D, err);
+        if (!rc && s->n_params)
+            rc = pair_alloc(q, &q->dscale_h, &q->dscale, H * D, err);
+    }
+    if (rc) {
+        arrays_free(q);
+        return bk_error_prefix(err, "the coordinate and scale arrays of %d distances on the %s backend: ",
+                               (int)distances, q->be ? q->be->name : "cpu");
+    }
+    q->capacity = distances;
+    return BK_OK;
+}
+
+/* The first index of x[0 .. n) that is not finite, or -1. */
+static int64_t first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return (int64_t)i;
+    return -1;
+}
+
+static int coordinate_forward(bk_query *q, int copy, int32_t D, const biaskit_context *ctx, int64_t step, int check,
+                              bk_error *err)
+{
+    const bk_term *c = coord_term(q);
+    const biaskit_plugin *d = c->plugin->desc;
+    const int layer = ctx->layer;
+    const size_t H = (size_t)q->n_heads, P = (size_t)q->points;
+    float *grid = q->grid_h + (size_t)copy * H * P, *phi = q->phi_h + (size_t)copy * (size_t)D;
+    float *rscale = q->rscale_h + (size_t)copy * (size_t)D;
+    const float *theta = bk_term_theta(c, copy);
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(c, "table()", layer, step);
+    int rc = d->table(c->instance, theta, q->points, grid, &pe);
+    bk_plugin_call_leave();
+    if (rc != BIASKIT_OK)
+        return plugin_failed(err, c, "table()", layer, step, &pe);
+    bk_plugin_call_enter(c, "coordinate()", layer, step);
+    rc = BK_DESCRIPTOR_FN(d, coordinate)(c->instance, theta, ctx, D, D, phi, rscale, &pe);
+    bk_plugin_call_leave();
+    if (rc != BIASKIT_OK)
+        return plugin_failed(err, c, "coordinate()", layer, step, &pe);
+    if (!check)
+        return BK_OK;
+    int64_t bad = first_nonfinite(grid, H * P);
+    if (bad >= 0)
+        return bad_value(err, c, "table()", layer, step, "gave a non-finite value %g at head %d, grid point %d of %d",
+                         (double)grid[bad], (int)(bad / (int64_t)P), (int)(bad % (int64_t)P), (int)P);
+    for (int32_t i = 0; i < D; i++) {
+        if (!isfinite(phi[i]) || phi[i] < 0.0f || (i > 0 && phi[i] < phi[i - 1]))
+            return bad_value(err, c, "coordinate()", layer, step,
+                             "gave phi[%d] = %g (phi[%d] = %g): expected finite values >= 0 that never decrease "
+                             "with the distance",
+                             (int)i, (double)phi[i], i > 0 ? (int)i - 1 : 0, (double)phi[i > 0 ? i - 1 : 0]);
+        if (!isfinite(rscale[i]) || rscale[i] < 0.0f)
+            return bad_value(err, c, "coordinate()", layer, step, "gave rscale[%d] = %g: expected a finite value >= 0",
+                             (int)i, (double)rscale[i]);
+        float u = phi[i] * rscale[i]; /* the largest u of row i (phi does not decrease) */
+        if (u > 1.0f + COORD_SLACK)
+            return bad_value(err, c, "coordinate()", layer, step,
+                             "puts the coordinate outside [0, 1]: u(i = %d, d = %d) = phi[%d] * rscale[%d] = %g; the "
+                             "table is given over u in [0, 1] only",
+                             (int)i, (int)i, (int)i, (int)i, (double)u);
+    }
+    return BK_OK;
+}
+
+static int scale_forward(bk_query *q, int copy, int32_t D, const biaskit_context *ctx, int64_t step, int check,
+                         bk_error *err)
+{
+    const bk_term *s = scale_term(q);
+    float *scale = q->scale_h + (size_t)copy * (size_t)q->n_heads * (size_t)D;
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(s, "scale()", ctx->layer, step);
+    int rc = BK_DESCRIPTOR_FN(s->plugin->desc, scale)(s->instance, bk_term_theta(s, copy), ctx, D, scale, &pe);
+    bk_plugin_call_leave();
+    if (rc != BIASKIT_OK)
+        return plugin_failed(err, s, "scale()", ctx->layer, step, &pe);
+    int64_t bad = check ? first_nonfinite(scale, (size_t)q->n_heads * (size_t)D) : -1;
+    if (bad >= 0)
+        return bad_value(err, s, "scale()", ctx->layer, step,
+                         "gave a logit scale that is not finite: %g at head %d, query %d", (double)scale[bad],
+                         (int)(bad / D), (int)(bad % D));
+    return BK_OK;
+}
+
+static int mask_forward(bk_query *q, const biaskit_context *ctx, int64_t step, bk_error *err)
+{
+    memset(&q->mask, 0, sizeof q->mask);
+    if (q->set->mask < 0)
+        return BK_OK;
+    const bk_term *t = &q->set->terms[q->set->mask];
+    biaskit_mask m = {.struct_size = sizeof m};
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(t, "mask()", -1, step);
+    int rc = BK_DESCRIPTOR_FN(t->plugin->desc, mask)(t->instance, ctx, &m, &pe);
+    bk_plugin_call_leave();
+    if (rc != BIASKIT_OK)
+        return plugin_failed(err, t, "mask()", -1, step, &pe);
+    if (m.window < 1 || m.sinks < 0 || m.distance_cap < 0)
+        return bad_value(err, t, "mask()", -1, step,
+                         "gave window %d, sinks %d, distance_cap %d: expected window >= 1 (a query always sees "
+                         "itself, so no row is left without a key), sinks >= 0 and distance_cap >= 0",
+                         (int)m.window, (int)m.sinks, (int)m.distance_cap);
+    q->mask = m;
+    return BK_OK;
+}
+
+static int upload(bk_query *q, float *dev, const float *host, size_t n, bk_error *err)
+{
+    return on_device(q) && n ? q->be->upload(q->be, dev, host, n * sizeof(float), err) : BK_OK;
+}
+
+int bk_query_forward(bk_query *q, int32_t distances, int training, int64_t step, int check, bk_error *err)
+{
+    if (!bk_query_active(q))
+        return BK_OK;
+    int rc = reserve(q, distances, err);
+    if (rc)
+        return rc;
+    q->distances = distances;
+    biaskit_context ctx = bk_term_context(q->set, -1, distances, training);
+    if ((rc = mask_forward(q, &ctx, step, err)))
+        return rc;
+    const bk_term *c = coord_term(q), *s = scale_term(q);
+    for (int k = 0; k < copies(c) && !rc; k++) {
+        ctx.layer = c->n_copies > 1 ? k : -1;
+        rc = coordinate_forward(q, k, distances, &ctx, step, check, err);
+    }
+    for (int k = 0; k < copies(s) && !rc; k++) {
+        ctx.layer = s->n_copies > 1 ? k : -1;
+        rc = scale_forward(q, k, distances, &ctx, step, check, err);
+    }
+    const size_t H = (size_t)q->n_heads, D = (size_t)distances;
+    if (!rc && c) {
+        /* the copies are packed with the capacity's stride: upload per copy */
+        rc = upload(q, q->grid, q->grid_h, (size_t)copies(c) * H * (size_t)q->points, err);
+        for (int k = 0; k < copies(c) && !rc; k++) {
+            rc = upload(q, q->phi + (size_t)k * D, q->phi_h + (size_t)k * D, D, err);
+            if (!rc)
+                rc = upload(q, q->rscale + (size_t)k * D, q->rscale_h + (size_t)k * D, D, err);
+        }
+    }
+    if (!rc && s)
+        rc = upload(q, q->scale, q->scale_h, (size_t)copies(s) * H * D, err);
+    return rc;
+}
+
+void bk_query_attention(const bk_query *q, int layer, bk_attention_bias *ab)
+{
+    if (!bk_query_active(q))
+        return;
+    const size_t H = (size_t)q->n_heads, D = (size_t)q->distances;
+    const bk_term *c = coord_term(q), *s = scale_term(q);
+    if (c) {
+        const size_t k = c->n_copies > 1 ? (size_t)layer : 0;
+        ab->grid = q->grid + k * H * (size_t)q->points;
+        ab->points = q->points;
+        ab->phi = q->phi + k * D;
+        ab->rscale = q->rscale + k * D;
+    }
+    if (s)
+        ab->scale = q->scale + (s->n_copies > 1 ? (size_t)layer : 0) * H * D;
+    ab->window = q->mask.window;
+    ab->sinks = q->mask.sinks;
+}
+
+static int zero(bk_query *q, float *dev, float *host, size_t n, bk_error *err)
+{
+    if (!dev)
+        return BK_OK;
+    if (on_device(q))
+        return q->be->zero(q->be, dev, n * sizeof(float), err);
+    memset(host, 0, n * sizeof(float));
+    return BK_OK;
+}
+
+int bk_query_backward_begin(bk_query *q, int layer, bk_attention_bias *ab, bk_error *err)
+{
+    (void)layer;
+    if (!bk_query_active(q))
+        return BK_OK;
+    const size_t H = (size_t)q->n_heads, D = (size_t)q->distances;
+    int rc = zero(q, q->dgrid, q->dgrid_h, H * (size_t)q->points, err);
+    if (!rc)
+        rc = zero(q, q->dphi, q->dphi_h, D, err);
+    if (!rc)
+        rc = zero(q, q->drscale, q->drscale_h, D, err);
+    if (!rc)
+        rc = zero(q, q->dscale, q->dscale_h, H * D, err);
+    if (rc)
+        return bk_error_prefix(err, "zeroing the coordinate and scale gradients: ");
+    ab->dgrid = q->dgrid, ab->dphi = q->dphi, ab->drscale = q->drscale, ab->dscale = q->dscale;
+    return BK_OK;
+}
+
+static int download(bk_query *q, float *host, const float *dev, size_t n, bk_error *err)
+{
+    return on_device(q) && n ? q->be->download(q->be, host, dev, n * sizeof(float), err) : BK_OK;
+}
+
+int bk_query_backward(bk_query *q, int layer, float *const *dtheta, int training, int64_t step, bk_error *err)
+{
+    if (!bk_query_active(q))
+        return BK_OK;
+    const size_t H = (size_t)q->n_heads;
+    const int32_t D = q->distances;
+    const bk_term *c = coord_term(q), *s = scale_term(q);
+    biaskit_context ctx = bk_term_context(q->set, -1, D, training);
+    biaskit_error pe = {0, ""};
+    int rc = BK_OK;
+    if (c && c->n_params) {
+        const int copy = c->n_copies > 1 ? layer : 0;
+        const biaskit_plugin *d = c->plugin->desc;
+        float *dth = dtheta[q->set->coordinate] + (size_t)copy * (size_t)c->n_params;
+        ctx.layer = c->n_copies > 1 ? layer : -1;
+        if ((rc = download(q, q->dgrid_h, q->dgrid, H * (size_t)q->points, err)) ||
+            (rc = download(q, q->dphi_h, q->dphi, (size_t)D, err)) ||
+            (rc = download(q, q->drscale_h, q->drscale, (size_t)D, err)))
+            return bk_error_prefix(err, "copying the coordinate gradients to the host: ");
+        bk_plugin_call_enter(c, "table_backward()", ctx.layer, step);
+        rc = d->table_backward(c->instance, bk_term_theta(c, copy), q->points, q->dgrid_h, dth, &pe);
+        bk_plugin_call_leave();
+        if (rc != BIASKIT_OK)
+            return plugin_failed(err, c, "table_backward()", ctx.layer, step, &pe);
+        bk_plugin_call_enter(c, "coordinate_backward()", ctx.layer, step);
+        rc = BK_DESCRIPTOR_FN(d, coordinate_backward)(c->instance, bk_term_theta(c, copy), &ctx, D, D, q->dphi_h,
+                                                      q->drscale_h, dth, &pe);
+        bk_plugin_call_leave();
+        if (rc != BIASKIT_OK)
+            return plugin_failed(err, c, "coordinate_backward()", ctx.layer, step, &pe);
+    }
+    if (s && s->n_params) {
+        const int copy = s->n_copies > 1 ? layer : 0;
+        float *dth = dtheta[q->set->scale] + (size_t)copy * (size_t)s->n_params;
+        ctx.layer = s->n_copies > 1 ? layer : -1;
+        if ((rc = download(q, q->dscale_h, q->dscale, H * (size_t)D, err)))
+            return bk_error_prefix(err, "copying the scale gradient to the host: ");
+        bk_plugin_call_enter(s, "scale_backward()", ctx.layer, step);
+        rc = BK_DESCRIPTOR_FN(s->plugin->desc, scale_backward)(s->instance, bk_term_theta(s, copy), &ctx, D,
+                                                                q->dscale_h, dth, &pe);
+        bk_plugin_call_leave();
+        if (rc != BIASKIT_OK)
+            return plugin_failed(err, s, "scale_backward()", ctx.layer, step, &pe);
+    }
+    return BK_OK;
+}

@@ -1,0 +1,82 @@
+/* The per-element pieces of the ABI 2 bias terms (sdk/include/biaskit/plugin.h, "Beyond distance
+ * tables"), written once for the CPU attention and the device kernels (core/gpu/):
+ *
+ *   coordinate tables   F_h(u) given at `points` grid values u_g = g / (points - 1), read by linear
+ *                       interpolation at u(i, d) = phi[d] * rscale[i] in [0, 1];
+ *   masks               key j is visible to query i when j <= i and (i - j < window or j < sinks);
+ *                       window <= 0 means no window; a masked score is exactly -inf;
+ *   tile classes        whether a block of (query, key) pairs is masked entirely (skipped: never
+ *                       loaded or multiplied), visible entirely, or partly (masked per element).
+ *
+ * The logit scale needs no helper: score = scale[h][i] * (q.k / sqrt(hd)) + bias. */
+#ifndef BK_BIAS_MATH_H
+#define BK_BIAS_MATH_H
+
+#include "model/host_simd.h" /* BK_HOST_INLINE */
+
+#include <biaskit/plugin.h> /* BIASKIT_HD */
+
+#include <stdint.h>
+
+/* u(i, d) from its two factors. */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_coord_u(float phi_d, float rscale_i)
+{
+    return phi_d * rscale_i;
+}
+
+/* The grid cell of u: x = u (points - 1), g = floor(x) kept inside [0, points - 2] (so u = 1 falls in
+ * the last cell, at t = 1), t = x - g in [0, 1]. Returns g; *t receives t. u outside [0, 1] is clamped
+ * to it (the engine checks u before it calls the attention; this keeps the reads inside the table). */
+static inline BK_HOST_INLINE BIASKIT_HD int32_t bk_coord_cell(float u, int32_t points, float *t)
+{
+    float x = u * (float)(points - 1);
+    x = x > 0.0f ? x : 0.0f;
+    x = x < (float)(points - 1) ? x : (float)(points - 1);
+    int32_t g = (int32_t)x;
+    g = g < points - 2 ? g : points - 2;
+    *t = x - (float)g;
+    return g;
+}
+
+/* F(u) by linear interpolation inside cell g at t (grid: one head's `points` values). */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_coord_lerp(const float *grid, int32_t g, float t)
+{
+    return grid[g] + t * (grid[g + 1] - grid[g]);
+}
+
+/* dF/du inside cell g: the cell's slope. */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_coord_slope(const float *grid, int32_t g, int32_t points)
+{
+    return (grid[g + 1] - grid[g]) * (float)(points - 1);
+}
+
+/* 1 when query i sees key j (both 0-based token indices). */
+static inline BK_HOST_INLINE BIASKIT_HD int bk_mask_keeps(int32_t i, int32_t j, int32_t window, int32_t sinks)
+{
+    return j <= i && (window <= 0 || i - j < window || j < sinks);
+}
+
+/* The first key of the window of query rows starting at i0: keys [first, ...) are the window part,
+ * keys [0, min(sinks, first)) the sinks. 0 without a window. */
+static inline BK_HOST_INLINE BIASKIT_HD int32_t bk_mask_first_key(int32_t i0, int32_t window)
+{
+    return window > 0 && i0 - window + 1 > 0 ? i0 - window + 1 : 0;
+}
+
+enum { BK_TILE_SKIP = 0, BK_TILE_FULL = 1, BK_TILE_PARTIAL = 2 };
+
+/* Class of the block of query rows [q0, q1) against keys [k0, k1) (both non-empty), causal mask
+ * included: SKIP when every pair is masked, FULL when every pair is visible, else PARTIAL. */
+static inline BK_HOST_INLINE BIASKIT_HD int bk_mask_tile(int32_t q0, int32_t q1, int32_t k0, int32_t k1, int32_t window,
+                                                         int32_t sinks)
+{
+    if (k0 > q1 - 1)
+        return BK_TILE_SKIP; /* every key after every query */
+    if (window > 0 && q0 - (k1 - 1) >= window && k0 >= sinks)
+        return BK_TILE_SKIP; /* even the nearest pair is outside the window, and no key is a sink */
+    int causal_full = k1 - 1 <= q0;
+    int window_full = window <= 0 || (q1 - 1) - k0 < window || k1 <= sinks;
+    return causal_full && window_full ? BK_TILE_FULL : BK_TILE_PARTIAL;
+}
+
+#endif

@@ -1,0 +1,346 @@
+/*
+ * [Test fixture: the SDK header of ABI 1 exactly as it shipped, kept so that tests/plugins/testlin.c can be
+ * built against it (the testlin_abi1 plugin, tests/test_abi1.c): a plugin built against the old header
+ * must keep loading and giving the same tables. Do not edit: it stands for a plugin compiled long ago.]
+ *
+ * biaskit plugin SDK, ABI version 1.
+ *
+ * A plugin is a shared object that exports one function, `biaskit_plugin_entry`, returning a
+ * pointer to a static `biaskit_plugin` descriptor. The engine loads it with dlopen(), checks the
+ * descriptor's ABI version and size, and from then on talks to it only through the descriptor's
+ * function pointers. The plugin never links the engine: everything it needs from the host (reading
+ * its options from the experiment file, logging, reporting errors) arrives as a table of function
+ * pointers, `biaskit_services`, handed to create().
+ *
+ * The math contract (docs/design.md §2 in the biaskit sources). For query token i and key token
+ * j <= i of head h,
+ *
+ *     score[h,i,j] = q_i . k_j / sqrt(d_head) + Bias[h, i, j]
+ *     Bias[h,i,j]  = mix over terms t of T_t[h, p_t(i) - p_t(j)]
+ *
+ * A plugin with BIASKIT_CAP_TABLE computes the distance table T[h][d] for d = 0 .. D-1 from its
+ * parameters theta alone. The bias is added after the 1/sqrt(d_head) scale and before the causal
+ * mask and softmax. The engine never asks a plugin for a T x T matrix.
+ *
+ * Growing the ABI: fields are only ever appended to the structs below. Every struct starts with
+ * `struct_size`, set to sizeof() as the side that filled it was compiled; the reader looks only at
+ * fields that lie inside that size (BIASKIT_HAS_FIELD). A change that breaks old plugins bumps
+ * BIASKIT_ABI_VERSION and the host refuses plugins built for another version.
+ *
+ * This header is plain C11 (also valid C++ and CUDA C++) and depends on nothing but the C library.
+ */
+#ifndef BIASKIT_PLUGIN_H
+#define BIASKIT_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Versions, export and host/device macros
+ * ------------------------------------------------------------------------------------------- */
+
+/* The ABI a plugin is compiled against. The host loads only plugins whose descriptor carries its
+ * own ABI version. */
+#define BIASKIT_ABI_VERSION 1u
+
+/* Name of the one symbol every plugin exports. */
+#define BIASKIT_ENTRY_SYMBOL "biaskit_plugin_entry"
+
+#if defined(_WIN32)
+#define BIASKIT_EXPORT __declspec(dllexport)
+#else
+#define BIASKIT_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Marks a per-element formula that both the host loop and the CUDA kernel call, so that each
+ * formula is written exactly once:   static inline BIASKIT_HD float my_bias(float a, int32_t d)  */
+#if defined(__CUDACC__)
+#define BIASKIT_HD __host__ __device__
+#else
+#define BIASKIT_HD
+#endif
+
+/* True when a descriptor (or any struct of this header) that was filled by the other side is large
+ * enough to contain `field`. */
+#define BIASKIT_HAS_FIELD(ptr, type, field) \
+    ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum biaskit_status {
+    BIASKIT_OK = 0,
+    BIASKIT_ERR_CONFIG = 1,      /* an option value is wrong (type, range, length) */
+    BIASKIT_ERR_INVALID = 2,     /* a call's arguments are wrong (e.g. distances <= 0) */
+    BIASKIT_ERR_NOMEM = 3,       /* an allocation failed */
+    BIASKIT_ERR_UNSUPPORTED = 4, /* the plugin cannot do what was asked (capability missing) */
+    BIASKIT_ERR_DEVICE = 5,      /* a CUDA call failed */
+    BIASKIT_ERR_INTERNAL = 6     /* anything else */
+} biaskit_status;
+
+#define BIASKIT_ERROR_MESSAGE_MAX 512
+
+/* Every fallible call takes one of these. On failure the callee sets `code` and writes a one-line
+ * human-readable `message` (what was wrong and what was expected; no trailing newline) and returns
+ * the same code. The host prefixes the plugin's name and the configuration file position. */
+typedef struct biaskit_error {
+    int code;
+    char message[BIASKIT_ERROR_MESSAGE_MAX];
+} biaskit_error;
+
+/* ---------------------------------------------------------------------------------------------
+ * Options: what a plugin can be configured with in the experiment file
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum biaskit_option_type {
+    BIASKIT_OPT_BOOL = 1,
+    BIASKIT_OPT_INT = 2,
+    BIASKIT_OPT_DOUBLE = 3,       /* an integer literal is accepted too */
+    BIASKIT_OPT_STRING = 4,
+    BIASKIT_OPT_DOUBLE_ARRAY = 5, /* default: empty */
+    BIASKIT_OPT_STRING_ARRAY = 6  /* default: empty */
+} biaskit_option_type;
+
+/* One option of a plugin. The host checks every key of a term's table against this list before
+ * create() is called: an unknown key or a value of the wrong type is reported with its file, line
+ * and column, and never reaches the plugin. `biaskit plugins` prints the list. */
+typedef struct biaskit_option {
+    const char *name;           /* TOML key: [a-z0-9_]+, not one of the engine's term keys */
+    biaskit_option_type type;
+    double default_number;      /* default of BOOL (0/1), INT and DOUBLE options */
+    const char *default_string; /* default of STRING options */
+    const char *choices;        /* STRING options: "a|b|c" restricts the value to these; or NULL */
+    const char *doc;            /* one line shown by `biaskit plugins` */
+} biaskit_option;
+
+/* Convenience initialisers for option tables. */
+#define BIASKIT_OPTION_BOOL(name, def, doc) {(name), BIASKIT_OPT_BOOL, (def) ? 1.0 : 0.0, NULL, NULL, (doc)}
+#define BIASKIT_OPTION_INT(name, def, doc) {(name), BIASKIT_OPT_INT, (double)(def), NULL, NULL, (doc)}
+#define BIASKIT_OPTION_DOUBLE(name, def, doc) {(name), BIASKIT_OPT_DOUBLE, (def), NULL, NULL, (doc)}
+#define BIASKIT_OPTION_STRING(name, def, doc) {(name), BIASKIT_OPT_STRING, 0.0, (def), NULL, (doc)}
+#define BIASKIT_OPTION_CHOICE(name, def, choices, doc) {(name), BIASKIT_OPT_STRING, 0.0, (def), (choices), (doc)}
+#define BIASKIT_OPTION_DOUBLE_ARRAY(name, doc) {(name), BIASKIT_OPT_DOUBLE_ARRAY, 0.0, NULL, NULL, (doc)}
+#define BIASKIT_OPTION_STRING_ARRAY(name, doc) {(name), BIASKIT_OPT_STRING_ARRAY, 0.0, NULL, NULL, (doc)}
+
+/* ---------------------------------------------------------------------------------------------
+ * Host services
+ * ------------------------------------------------------------------------------------------- */
+
+/* Opaque view of one term's table in the experiment file, valid until the instance is destroyed. */
+typedef struct biaskit_config biaskit_config;
+
+typedef enum biaskit_log_level {
+    BIASKIT_LOG_ERROR = 0,
+    BIASKIT_LOG_WARN = 1,
+    BIASKIT_LOG_INFO = 2,
+    BIASKIT_LOG_DEBUG = 3
+} biaskit_log_level;
+
+/* Functions the host gives a plugin. Never NULL for fields inside struct_size. */
+typedef struct biaskit_services {
+    uint32_t struct_size;
+    uint32_t abi_version; /* the host's BIASKIT_ABI_VERSION */
+
+    /* Typed option reads. `key` must be one of the plugin's declared options of that type: the value
+     * from the experiment file, else the declared default. Types were checked before create(), so
+     * these fail only for an undeclared key or a type that differs from the declaration (a plugin
+     * bug), with a message naming the key. */
+    int (*get_bool)(const biaskit_config *cfg, const char *key, int *out, biaskit_error *err);
+    int (*get_int)(const biaskit_config *cfg, const char *key, int64_t *out, biaskit_error *err);
+    int (*get_double)(const biaskit_config *cfg, const char *key, double *out, biaskit_error *err);
+    /* The string stays valid until destroy(). */
+    int (*get_string)(const biaskit_config *cfg, const char *key, const char **out, biaskit_error *err);
+    /* Writes at most `capacity` values and sets *count to the array's length; an array longer than
+     * `capacity` is a BIASKIT_ERR_CONFIG error naming the key and its position. */
+    int (*get_double_array)(const biaskit_config *cfg, const char *key, double *out, int32_t capacity,
+                            int32_t *count, biaskit_error *err);
+    int (*get_string_array)(const biaskit_config *cfg, const char *key, const char **out,
+                            int32_t capacity, int32_t *count, biaskit_error *err);
+    /* 1 when the experiment file sets `key` explicitly, 0 when the default applies. */
+    int (*is_set)(const biaskit_config *cfg, const char *key);
+
+    /* Report a bad option value: formats the message, prefixed with the file:line:column of `key`
+     * (or of the term when the key is not set), stores it in `err` with BIASKIT_ERR_CONFIG and
+     * returns BIASKIT_ERR_CONFIG.      return svc->config_error(cfg, "slopes", err, "...", ...); */
+    int (*config_error)(const biaskit_config *cfg, const char *key, biaskit_error *err,
+                        const char *fmt, ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 4, 5)))
+#endif
+        ;
+    /* Any other error: formats the message into `err`, sets `code`, returns `code`. */
+    int (*error)(biaskit_error *err, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 3, 4)))
+#endif
+        ;
+    /* A log line, shown according to the user's verbosity; `plugin` is the plugin's name. */
+    void (*log)(int level, const char *plugin, const char *fmt, ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 3, 4)))
+#endif
+        ;
+} biaskit_services;
+
+/* ---------------------------------------------------------------------------------------------
+ * What the model looks like, handed to create()
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct biaskit_geometry {
+    uint32_t struct_size;
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t d_model;
+    int32_t d_head;
+    int32_t vocab_size;
+    int32_t train_length; /* training context length in tokens */
+} biaskit_geometry;
+
+/* One named tensor inside a plugin's parameter vector theta (for checkpoints and listings). */
+typedef struct biaskit_tensor_info {
+    const char *name; /* e.g. "r1"; unique within the plugin */
+    int64_t offset;   /* first element inside theta */
+    int32_t rows;     /* shape rows x cols; a vector has cols = 1 */
+    int32_t cols;
+} biaskit_tensor_info;
+
+/* ---------------------------------------------------------------------------------------------
+ * Capabilities and flags
+ * ------------------------------------------------------------------------------------------- */
+
+enum {
+    BIASKIT_CAP_TABLE = 1u << 0,   /* table / table_backward: a distance table T[h][d] */
+    BIASKIT_CAP_SEGMENT = 1u << 1, /* segment: token ids -> (segment index, position in segment) */
+    BIASKIT_CAP_EMBED = 1u << 2,   /* embed / embed_backward: absolute embedding added at the input */
+    BIASKIT_CAP_ROTARY = 1u << 3,  /* rotary_frequencies: RoPE on q and k */
+    BIASKIT_CAP_WEIGHT = 1u << 4   /* reserved: multiplicative distance kernel on q.k (not in v1) */
+};
+
+enum {
+    /* Parameters are per layer unless the term says otherwise (default: shared across layers). */
+    BIASKIT_FLAG_PER_LAYER = 1u << 0
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * The descriptor
+ * ------------------------------------------------------------------------------------------- */
+
+/* Conventions for every function below:
+ *  - `inst` is what create() returned. Calls on one instance are not made concurrently.
+ *  - `theta` is the plugin's parameter vector (param_count floats), owned by the engine, which
+ *    trains it, checkpoints it and, for per-layer terms, keeps one copy per layer. A plugin with no
+ *    parameters gets theta = NULL (host and CUDA variants alike): its fixed values are its own, kept
+ *    in the instance, with a device copy for the CUDA variants (biaskit_cuda_upload_once() in
+ *    <biaskit/plugin_cuda.h>).
+ *  - Gradients accumulate: backward functions add (+=) into their output.
+ *  - Return BIASKIT_OK or an error code with `err` filled (see biaskit_error).
+ *  - The CUDA variants take device pointers and a cudaStream_t passed as void*; they must only
+ *    enqueue work on that stream. They are optional: when NULL the engine calls the host variant and
+ *    copies. */
+typedef struct biaskit_plugin {
+    uint32_t struct_size; /* sizeof(biaskit_plugin) as the plugin was compiled */
+    uint32_t abi_version; /* BIASKIT_ABI_VERSION as the plugin was compiled */
+    const char *name;     /* [a-z0-9_-]+, unique among loaded plugins; `plugin = "name"` in TOML */
+    const char *version;  /* the plugin's own version, free form ("1.0.0") */
+    const char *summary;  /* one line: what the scheme is */
+    const char *reference;/* the paper or source the formulas come from; may be NULL */
+    uint32_t capabilities;/* BIASKIT_CAP_* */
+    uint32_t flags;       /* BIASKIT_FLAG_* */
+    const biaskit_option *options;
+    uint32_t n_options;
+
+    /* Lifecycle. create() reads its options through `svc`, checks them against the geometry and
+     * either returns an instance in *out or fails with a message. `svc`, `cfg` and `geo` stay valid
+     * until destroy(). */
+    int (*create)(const biaskit_services *svc, const biaskit_config *cfg,
+                  const biaskit_geometry *geo, void **out, biaskit_error *err);
+    void (*destroy)(void *inst);
+
+    /* Parameters (all optional: NULL means none). */
+    int64_t (*param_count)(const void *inst);
+    /* Fill theta with initial values; deterministic for a given seed. */
+    int (*param_init)(const void *inst, float *theta, uint64_t seed, biaskit_error *err);
+    /* Project theta onto its constraints in place (e.g. KERPLE r > 0); called after every optimizer
+     * step. Must be idempotent. */
+    void (*param_project)(const void *inst, float *theta);
+    /* Describe theta as named tensors: fills up to `capacity` entries, returns how many there are. */
+    int32_t (*param_tensors)(const void *inst, biaskit_tensor_info *out, int32_t capacity);
+
+    /* BIASKIT_CAP_TABLE. table[h * distances + d] = T_h(d), 0 <= h < n_heads, 0 <= d < distances. */
+    int (*table)(const void *inst, const float *theta, int32_t distances, float *table,
+                 biaskit_error *err);
+    /* dtheta += sum over h, d of dtable[h * distances + d] * dT_h(d)/dtheta. */
+    int (*table_backward)(const void *inst, const float *theta, int32_t distances,
+                          const float *dtable, float *dtheta, biaskit_error *err);
+    int (*table_cuda)(const void *inst, const float *theta, int32_t distances, float *table,
+                      void *stream, biaskit_error *err);
+    int (*table_backward_cuda)(const void *inst, const float *theta, int32_t distances,
+                               const float *dtable, float *dtheta, void *stream, biaskit_error *err);
+
+    /* BIASKIT_CAP_SEGMENT. For `count` tokens of one sequence, write each token's segment index and
+     * its position inside its segment. The engine checks every row and rejects, naming the plugin and
+     * the first bad token, anything but: token 0 is segment 0, position 0; after that each segment
+     * index equals the previous one or exceeds it by exactly 1 (no gaps, never decreasing), and the
+     * position is 0 when the index stepped up, else the previous position + 1. Every sequence the
+     * engine hands over (a training window, an evaluation chunk) starts segment 0 afresh. */
+    int (*segment)(const void *inst, const int32_t *tokens, int64_t count, int32_t *segment_index,
+                   int32_t *segment_position, biaskit_error *err);
+
+    /* BIASKIT_CAP_EMBED. out[n * d_model + c] += A[positions[n]][c] for n < count. The engine passes
+     * the first (layer 0) copy of theta. */
+    int (*embed)(const void *inst, const float *theta, const int32_t *positions, int64_t count,
+                 float *out, biaskit_error *err);
+    /* dtheta += dA, where dA[positions[n]][c] += dout[n * d_model + c]. */
+    int (*embed_backward)(const void *inst, const float *theta, const int32_t *positions,
+                          int64_t count, const float *dout, float *dtheta, biaskit_error *err);
+
+    /* BIASKIT_CAP_ROTARY. Write the d_head/2 inverse frequencies: pair k of q and k at position p is
+     * rotated by the angle p * inv_freq[k]. */
+    int (*rotary_frequencies)(const void *inst, float *inv_freq, biaskit_error *err);
+
+    /* --- appended in ABI 1 (read by the host only through BIASKIT_HAS_FIELD: a plugin compiled
+     * against an older header has a smaller struct_size and gets the host variants + a copy) --- */
+
+    /* BIASKIT_CAP_EMBED on the device, optional: embed and embed_backward with device pointers
+     * (theta, positions, out, dout, dtheta), work enqueued on `stream` only. Same semantics as the
+     * host variants: out[n * d_model + c] += A[positions[n]][c]; dtheta += dA. embed_backward_cuda
+     * must be deterministic (no float atomics: every output element summed in a fixed order). The
+     * positions come in sequences (a batch is several): the token index 0, 1, 2, ... of each, or the
+     * position inside the segment, which restarts at 0 with every segment; so they are not sorted.
+     * plugins/ape/ape.cu shows one way (runs of non-decreasing positions, searched by bisection). */
+    int (*embed_cuda)(const void *inst, const float *theta, const int32_t *positions, int64_t count,
+                      float *out, void *stream, biaskit_error *err);
+    int (*embed_backward_cuda)(const void *inst, const float *theta, const int32_t *positions,
+                               int64_t count, const float *dout, float *dtheta, void *stream,
+                               biaskit_error *err);
+} biaskit_plugin;
+
+/* The size of the first version of the descriptor: the host refuses anything smaller. A descriptor
+ * that ends there (a plugin built before embed_cuda was appended) loads: the host reads the fields
+ * after rotary_frequencies only when BIASKIT_HAS_FIELD says they are inside struct_size. */
+#define BIASKIT_PLUGIN_V1_SIZE (offsetof(biaskit_plugin, rotary_frequencies) + sizeof(void (*)(void)))
+
+/* The entry point's type. `host_abi_version` lets a plugin that supports several ABIs pick one. */
+typedef const biaskit_plugin *(*biaskit_entry_fn)(uint32_t host_abi_version);
+
+/* Define the entry point of a plugin whose descriptor is the static object `descriptor`:
+ *     static const biaskit_plugin my_plugin = { sizeof(biaskit_plugin), BIASKIT_ABI_VERSION, ... };
+ *     BIASKIT_DEFINE_PLUGIN(my_plugin)                                                            */
+#define BIASKIT_DEFINE_PLUGIN(descriptor)                                              \
+    BIASKIT_EXPORT const biaskit_plugin *biaskit_plugin_entry(uint32_t host_abi_version); \
+    BIASKIT_EXPORT const biaskit_plugin *biaskit_plugin_entry(uint32_t host_abi_version) \
+    {                                                                                  \
+        (void)host_abi_version;                                                        \
+        return &(descriptor);                                                          \
+    }
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BIASKIT_PLUGIN_H */
