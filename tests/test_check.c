@@ -1,6 +1,7 @@
 /* biaskit check (core/check/): it passes real plugins, and on each deliberately broken test
- * plugin (tests/plugins/checkbad.c) it fails exactly the check that plugin breaks and passes the
- * others; crashes, hangs and exit() inside a plugin are reported and the checks go on. */
+ * plugin (tests/plugins/checkbad.c, and of ABI 2 checkbad2.c) it fails exactly the check that plugin
+ * breaks and passes the others; crashes, hangs and exit() inside a plugin are reported and the checks
+ * go on; a correct gradient with a kink at the initial parameters passes, the kink stepped around. */
 #include "test_util.h"
 
 #include "check/check.h"
@@ -402,6 +403,190 @@ static void a_load_that_crashes_exits_or_hangs_is_one_fail(void **state)
     expect_load_fails("biaskit_desc_garbage.so", 0, reading, "crashed with signal 11 (SIGSEGV");
 }
 
+/* ---- ABI 2 ------------------------------------------------------------------------------------- */
+
+/* The built-in ABI 2 plugins pass everything, with the items of their capabilities. */
+static void fire_passes_with_its_kink(void **state)
+{
+    (void)state;
+    report *r = checked("fire");
+    static const char *const none[] = {NULL};
+    expect_only_failures(r, none);
+    static const char *const ids[] = {"coordinate-points", "grid-finite", "grid-random", "coordinate",
+                                      "grid-backward-adds", "grid-gradient", "coordinate-backward-adds",
+                                      "coordinate-gradient", "determinism"};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        expect_item(r, ids[i], BK_CHECK_PASS, NULL);
+    expect_item(r, "coordinate", BK_CHECK_PASS, "at lengths 128 (training), 128, 512, 2048, 8192, 32768, 65536");
+    expect_item(r, "determinism", BK_CHECK_PASS, "coordinate_backward");
+    /* the threshold |L_multiplier L_init| = 64 sits on row 64 at the initial parameters */
+    expect_item(r, "coordinate-gradient", BK_CHECK_PASS, "stepped around");
+    expect_item(r, "coordinate-gradient", BK_CHECK_PASS, "L_multiplier[0] (initial parameters");
+    assert_int_equal(find(r, "table-finite"), -1); /* a grid, not a distance table */
+    assert_int_equal(find(r, "table-prefix"), -1);
+    free(r);
+}
+
+static void window_logn_ssmax_rope_pass(void **state)
+{
+    (void)state;
+    static const char *const none[] = {NULL};
+    report *r = checked("window");
+    expect_only_failures(r, none);
+    expect_item(r, "mask", BK_CHECK_PASS, "the same at every length");
+    expect_item(r, "mask", BK_CHECK_PASS, "query i sees key j when i - j < 128 (itself and the 127 keys before it)");
+    expect_item(r, "determinism", BK_CHECK_PASS, "mask");
+    free(r);
+    r = checked("logn");
+    expect_only_failures(r, none);
+    expect_item(r, "scale", BK_CHECK_PASS, "finite at lengths 128 (training), 128, 512");
+    expect_item(r, "scale-gradient", BK_CHECK_SKIP, "no parameters");
+    free(r);
+    r = checked("ssmax");
+    expect_only_failures(r, none);
+    expect_item(r, "scale", BK_CHECK_PASS, "s from 0 to"); /* s ln(i + 1) is 0 at i = 0: no sign required */
+    expect_item(r, "scale-backward-adds", BK_CHECK_PASS, NULL);
+    expect_item(r, "scale-gradient", BK_CHECK_PASS, "initial + 3 random parameter sets x lengths 128, 512");
+    free(r);
+    r = checked("rope");
+    expect_only_failures(r, none);
+    expect_item(r, "rotary", BK_CHECK_PASS, NULL);
+    expect_item(r, "rotary-ctx", BK_CHECK_PASS, "at lengths 32, 64, 128 (training), 128, 256, 1024, 8192");
+    expect_item(r, "rotary-ctx", BK_CHECK_PASS, "the same answer at every length (static)");
+    expect_item(r, "determinism", BK_CHECK_PASS, "rotary_ctx");
+    free(r);
+}
+
+/* Options reach the ABI 2 items: a window with sinks in words; dynamic YaRN leaves RoPE unscaled up to
+ * the training length and scales beyond it. */
+static void abi2_options_reach_the_items(void **state)
+{
+    (void)state;
+    static const char *const none[] = {NULL};
+    report *r = malloc(sizeof *r);
+    bk_error err;
+    const char *window[] = {"window=16", "sinks=4", "distance_cap=128"};
+    assert_int_equal(run_check("window", window, 3, 0, r, &err), BK_OK);
+    expect_only_failures(r, none);
+    expect_item(r, "mask", BK_CHECK_PASS, "i - j < 16 (itself and the 15 keys before it) or j < 4 (4 sinks); "
+                                          "distance tables read at min(d, 128)");
+    const char *yarn[] = {"scaling=\"yarn\"", "factor=0"};
+    assert_int_equal(run_check("rope", yarn, 2, 0, r, &err), BK_OK);
+    expect_only_failures(r, none);
+    expect_item(r, "rotary-ctx", BK_CHECK_PASS, "the answer changes with the length (dynamic)");
+    expect_item(r, "rotary-ctx", BK_CHECK_PASS, "at lengths <= 128 the unscaled values of rotary_frequencies()");
+    free(r);
+}
+
+/* A correct coordinate plugin whose initial m puts the kink of max(i, |m| T) exactly on row T: the
+ * gradient check steps around it and passes, and says so. */
+static void coordinate_kink_at_init_passes(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad2_coordkink.so");
+    static const char *const none[] = {NULL};
+    expect_only_failures(r, none);
+    expect_item(r, "coordinate-gradient", BK_CHECK_PASS, "kinks stepped around");
+    expect_item(r, "coordinate-gradient", BK_CHECK_PASS, "the first: m[0] (initial parameters, coordinate() at length "
+                                                         "128 (training)): one-sided differences");
+    expect_item(r, "coordinate-points", BK_CHECK_PASS, "coordinate_points() = 65");
+    expect_item(r, "grid-gradient", BK_CHECK_PASS, "the grid of 65 points");
+    free(r);
+}
+
+static void coordinate_beyond_one_far_away_fails(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad2_coordfar.so");
+    static const char *const failing[] = {"coordinate", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "coordinate", BK_CHECK_FAIL, "coordinate() at length 8192, initial parameters: u(i = 4096, d = "
+                                                "4096) = phi[4096] * rscale[4096]");
+    expect_item(r, "coordinate", BK_CHECK_FAIL, "> 1 + 1e-05");
+    free(r);
+}
+
+static void wrong_coordinate_gradient_fails_despite_the_kink(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad2_coordgrad.so");
+    static const char *const failing[] = {"coordinate-gradient", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "coordinate-gradient", BK_CHECK_FAIL, "analytic");
+    expect_item(r, "coordinate-gradient", BK_CHECK_FAIL, "vs central difference");
+    expect_item(r, "coordinate-gradient", BK_CHECK_FAIL, "> 0.001");
+    expect_item(r, "coordinate-gradient", BK_CHECK_FAIL, "the analytic gradient's mean");
+    expect_item(r, "coordinate-backward-adds", BK_CHECK_PASS, NULL);
+    free(r);
+}
+
+static void scale_nan_far_away_fails(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad2_scalenan.so");
+    static const char *const failing[] = {"scale", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "scale", BK_CHECK_FAIL, "scale() at length 8192 gives nan at head 0, query 5000 (initial parameters)");
+    expect_item(r, "scale-gradient", BK_CHECK_PASS, NULL);
+    free(r);
+}
+
+static void wrong_scale_gradient_fails(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad2_scalegrad.so");
+    static const char *const failing[] = {"scale-gradient", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "scale-gradient", BK_CHECK_FAIL, "scale_backward gradient a[0]: analytic");
+    expect_item(r, "scale", BK_CHECK_PASS, NULL);
+    free(r);
+}
+
+/* window 0 leaves every row empty: the mask item fails, and so do the geometry probes that accept it. */
+static void mask_with_window_0_fails(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad2_mask0.so");
+    static const char *const failing[] = {"mask", "geometry", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "mask", BK_CHECK_FAIL, "mask() at length 128 (training) gives window 0, sinks 4, distance_cap 0: "
+                                          "expected window >= 1");
+    expect_item(r, "determinism", BK_CHECK_PASS, "mask");
+    free(r);
+}
+
+static void mask_that_depends_on_the_length_is_explained(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad2_masklen.so");
+    static const char *const none[] = {NULL};
+    expect_only_failures(r, none);
+    expect_item(r, "mask", BK_CHECK_PASS, "it depends on the length: window 64 at 128 (training), 64 at 128, 256 at "
+                                          "512");
+    free(r);
+}
+
+static void rotary_ctx_contract(void **state)
+{
+    (void)state;
+    static const char *const failing[] = {"rotary-ctx", NULL};
+    report *r = checked("biaskit_checkbad2_rotamp0.so");
+    expect_only_failures(r, failing);
+    expect_item(r, "rotary-ctx", BK_CHECK_FAIL, "rotary_ctx() at length 1024 gives the amplitude 0 (expected finite "
+                                                "and > 0");
+    expect_item(r, "rotary", BK_CHECK_PASS, NULL);
+    free(r);
+    r = checked("biaskit_checkbad2_rotnan.so");
+    expect_only_failures(r, failing);
+    expect_item(r, "rotary-ctx", BK_CHECK_FAIL, "rotary_ctx() at length 8192 gives inverse frequency 0 = nan");
+    free(r);
+    r = checked("biaskit_checkbad2_rotdyn.so"); /* s = length / L without max(1, .) */
+    expect_only_failures(r, failing);
+    expect_item(r, "rotary-ctx", BK_CHECK_FAIL, "rotary_ctx() at length 32 gives pair 0 = 4");
+    expect_item(r, "rotary-ctx", BK_CHECK_FAIL, "must leave RoPE unscaled");
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -423,6 +608,17 @@ int main(void)
         cmocka_unit_test(bad_options_are_usage_errors),
         cmocka_unit_test(set_options_reach_create),
         cmocka_unit_test(a_load_that_crashes_exits_or_hangs_is_one_fail),
+        cmocka_unit_test(fire_passes_with_its_kink),
+        cmocka_unit_test(window_logn_ssmax_rope_pass),
+        cmocka_unit_test(abi2_options_reach_the_items),
+        cmocka_unit_test(coordinate_kink_at_init_passes),
+        cmocka_unit_test(coordinate_beyond_one_far_away_fails),
+        cmocka_unit_test(wrong_coordinate_gradient_fails_despite_the_kink),
+        cmocka_unit_test(scale_nan_far_away_fails),
+        cmocka_unit_test(wrong_scale_gradient_fails),
+        cmocka_unit_test(mask_with_window_0_fails),
+        cmocka_unit_test(mask_that_depends_on_the_length_is_explained),
+        cmocka_unit_test(rotary_ctx_contract),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,7 +56,7 @@ static void refusals_name_the_term(void **state)
                  "a second segmenting term", "'bipe' already");
     expect_term_error(MODEL "[[term]]\nplugin = \"rope\"\n[[term]]\nplugin = \"rope\"\nname = \"r2\"\n",
                  "a second rotary term", "#2");
-    expect_term_error(MODEL "[[term]]\nplugin = \"ape\"\nper_layer = true\n", "per_layer = true needs a distance table",
+    expect_term_error(MODEL "[[term]]\nplugin = \"ape\"\nper_layer = true\n", "per_layer = true needs a term that acts inside each layer's attention",
                  "'ape'");
     expect_term_error(MODEL "[[term]]\nplugin = \"rope\"\nweight = 0.5\n", "'weight' mixes distance tables", "rope");
     expect_term_error("[model]\nheads = 4\ndim = 36\n[[term]]\nplugin = \"rope\"\n", "head width must be even", "got 9");

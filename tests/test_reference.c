@@ -14,7 +14,8 @@
  *
  * Needs /usr/bin/python3 with torch (python3-torch), or the python BIASKIT_PYTHON names; without it
  * the whole test exits 77 (skipped).
- * BK_REFERENCE_KEEP=1 keeps the files (their paths are printed); a failing case always keeps its. */
+ * BK_REFERENCE_KEEP=1 keeps the files (their paths are printed); a failing case always keeps its.
+ * BK_REFERENCE_ONLY=PATTERN runs only the cases whose function name matches (cmocka's filter: '*' wildcards). */
 #define _POSIX_C_SOURCE 200809L /* setenv, mkstemp */
 #include "test_util.h"
 
@@ -660,6 +661,109 @@ static void long_blocked(void **state)
                 130);
 }
 
+/* ---- ABI 2 terms: FIRE (the reference computes the exact bias; the engine interpolates its grid), the
+ * window with sinks and LM-Infinite's distance cap, the logit scales, RoPE with each length scaling ---- */
+
+/* FIRE per layer, width 8, threshold 6 < T = 12: rows 0..6 read the constant normaliser psi(6), rows 7..11
+ * psi(i); large weights so that the ReLU kinks are crossed. The reference tabulates the MLP on the default
+ * grid (1025 points) and interpolates as the engine does: every value and gradient of the engine's FIRE is
+ * checked; how far the grid is from the exact MLP is test_fire's (against exact FIRE in PyTorch). */
+static void fire_per_layer(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"fire", MODEL(4, 32) "[[term]]\nplugin = \"fire\"\nwidth = 8\nthreshold = 6\n",
+                         "[{\"width\": 8, \"threshold\": 6}]", 1, NULL});
+}
+
+/* A coarse grid (9 points): cells wide enough that most pairs interpolate between kinks. */
+static void fire_coarse_grid(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"fire_coarse", MODEL(4, 32) "[[term]]\nplugin = \"fire\"\nwidth = 8\ngrid = 9\n",
+                         "[{\"width\": 8, \"grid\": 9}]", 1, NULL});
+}
+
+/* FIRE beside ALiBi, at T = 130 (past the CPU attention's 64-row blocks), the threshold default. */
+static void fire_alibi_long(void **state)
+{
+    (void)state;
+    run_case_at(&(ref_case){"fire_alibi_long",
+                            MODEL(4, 32) "[[term]]\nplugin = \"alibi\"\n[[term]]\nplugin = \"fire\"\nwidth = 4\n",
+                            "[{}, {\"width\": 4}]", 0, NULL},
+                130);
+}
+
+/* A window of 4 keys with 2 sinks and the tables read at min(d, 5) (LM-Infinite's Lambda-shape), with
+ * ALiBi and a learnable table on tokens. */
+static void window_sinks_cap(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"window_sinks_cap",
+                         MODEL(4, 32) "[[term]]\nplugin = \"alibi\"\n[[term]]\nplugin = \"testlin\"\ninit = 0.05\n"
+                                      "[[term]]\nplugin = \"window\"\nwindow = 4\nsinks = 2\ndistance_cap = 5\n",
+                         "[{}, {\"init\": 0.05}, {\"window\": 4, \"sinks\": 2, \"distance_cap\": 5}]", 1, NULL});
+}
+
+/* A window of 20 with 3 sinks at T = 130: the CPU attention's blocks skip the keys no row sees. */
+static void window_long(void **state)
+{
+    (void)state;
+    run_case_at(&(ref_case){"window_long",
+                            MODEL(4, 32) "[[term]]\nplugin = \"kerple\"\n[[term]]\nplugin = \"window\"\nwindow = 20\n"
+                                         "sinks = 3\n",
+                            "[{}, {\"window\": 20, \"sinks\": 3}]", 1, NULL},
+                130);
+}
+
+static void ssmax_per_layer(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"ssmax", MODEL(4, 32) "[[term]]\nplugin = \"ssmax\"\n[[term]]\nplugin = \"alibi\"\n",
+                         "[{}, {}]", 1, NULL});
+}
+
+static void logn_scale(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"logn", MODEL(4, 32) "[[term]]\nplugin = \"logn\"\n", "[{}]", 1, NULL});
+}
+
+/* RoPE scaled as the options say, base 100 so that the ramp of YaRN falls inside the 4 pairs of a head of 8. */
+static void rope_scaled(const char *name, const char *options_toml, const char *options_json)
+{
+    char config[512], json[256];
+    snprintf(config, sizeof config, "%s[[term]]\nplugin = \"rope\"\nbase = 100.0\n%s", MODEL(4, 32), options_toml);
+    snprintf(json, sizeof json, "[{\"base\": 100.0, %s}]", options_json);
+    run_case(&(ref_case){name, config, json, 1, NULL});
+}
+
+static void rope_pi(void **state)
+{
+    (void)state;
+    rope_scaled("rope_pi", "scaling = \"pi\"\nfactor = 4.0\n", "\"scaling\": \"pi\", \"factor\": 4.0");
+}
+
+static void rope_ntk(void **state)
+{
+    (void)state;
+    rope_scaled("rope_ntk", "scaling = \"ntk\"\nfactor = 4.0\n", "\"scaling\": \"ntk\", \"factor\": 4.0");
+}
+
+static void rope_yarn(void **state)
+{
+    (void)state;
+    rope_scaled("rope_yarn", "scaling = \"yarn\"\nfactor = 8.0\noriginal_length = 64\n",
+                "\"scaling\": \"yarn\", \"factor\": 8.0, \"original_length\": 64");
+}
+
+/* Dynamic YaRN: s = max(1, T / L) = 12 / 4 = 3 at this case's length. */
+static void rope_yarn_dynamic(void **state)
+{
+    (void)state;
+    rope_scaled("rope_yarn_dynamic", "scaling = \"yarn\"\nfactor = 0.0\noriginal_length = 4\n",
+                "\"scaling\": \"yarn\", \"factor\": 0.0, \"original_length\": 4");
+}
+
 int main(void)
 {
     char probe[600];
@@ -670,6 +774,8 @@ int main(void)
         return 77;
     }
     setenv("BIASKIT_PLUGIN_PATH", BK_TEST_PLUGIN_DIR ":" BK_TEST_PLUGINS_DIR, 1);
+    if (getenv("BK_REFERENCE_ONLY")) /* e.g. BK_REFERENCE_ONLY='fire*': the cases whose function name matches */
+        cmocka_set_test_filter(getenv("BK_REFERENCE_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(alibi_alone),
         cmocka_unit_test(testlin_shared),
@@ -696,6 +802,17 @@ int main(void)
         cmocka_unit_test(qin_type1),
         cmocka_unit_test(qin_forms),
         cmocka_unit_test(long_blocked),
+        cmocka_unit_test(fire_per_layer),
+        cmocka_unit_test(fire_coarse_grid),
+        cmocka_unit_test(fire_alibi_long),
+        cmocka_unit_test(window_sinks_cap),
+        cmocka_unit_test(window_long),
+        cmocka_unit_test(ssmax_per_layer),
+        cmocka_unit_test(logn_scale),
+        cmocka_unit_test(rope_pi),
+        cmocka_unit_test(rope_ntk),
+        cmocka_unit_test(rope_yarn),
+        cmocka_unit_test(rope_yarn_dynamic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

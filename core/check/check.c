@@ -105,6 +105,12 @@ typedef struct unit {
 static const unit units[] = {
     {"table-finite", "table checks", BIASKIT_CAP_TABLE, ck_unit_tables},
     {"table-gradient", "table gradient", BIASKIT_CAP_TABLE, ck_unit_table_gradient},
+    {"coordinate-points", "coordinate checks", BIASKIT_CAP_COORDINATE, ck_unit_coordinate},
+    {"grid-gradient", "grid gradient", BIASKIT_CAP_COORDINATE, ck_unit_grid_gradient},
+    {"coordinate-gradient", "coordinate gradient", BIASKIT_CAP_COORDINATE, ck_unit_coordinate_gradient},
+    {"scale", "scale checks", BIASKIT_CAP_SCALE, ck_unit_scale},
+    {"scale-gradient", "scale gradient", BIASKIT_CAP_SCALE, ck_unit_scale_gradient},
+    {"mask", "mask checks", BIASKIT_CAP_MASK, ck_unit_mask},
     {"embed", "embed checks", BIASKIT_CAP_EMBED, ck_unit_embed},
     {"embed-gradient", "embed gradient", BIASKIT_CAP_EMBED, ck_unit_embed_gradient},
     {"segment", "segment checks", BIASKIT_CAP_SEGMENT, ck_unit_segment},
@@ -127,8 +133,8 @@ static int run_checks(checker *c, bk_error *err)
     if (rc)
         return rc;
     if (!created) {
-        ck_item(c, BK_CHECK_SKIP, "remaining", "tables, gradients, project, determinism and CUDA: create() with the "
-                "default configuration failed");
+        ck_item(c, BK_CHECK_SKIP, "remaining", "tables, coordinates, scales, masks, gradients, project, determinism "
+                "and CUDA: create() with the default configuration failed");
         return BK_OK;
     }
     for (size_t i = 0; i < sizeof units / sizeof units[0] && !rc; i++)

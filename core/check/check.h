@@ -12,9 +12,19 @@
  *                                              depend on the number of distances asked for
  *   table-backward-adds, table-gradient        table_backward adds (+=) and matches central finite
  *                                              differences of L = sum dtable * T computed in float64
+ *                                              (kinks stepped around: check/gradient.c)
  *   embed, embed-backward-adds, embed-gradient the same for the embedding
- *   project, determinism, segment, rotary      idempotent projection into range; bit-identical
- *                                              repeated calls; segment and rotary contracts
+ *   coordinate-points, grid-finite, grid-random, coordinate
+ *                                              COORDINATE: the grid of u, its table, and coordinate()
+ *                                              at the training length and far beyond (check/abi2.c)
+ *   grid-backward-adds, grid-gradient, coordinate-backward-adds, coordinate-gradient
+ *                                              the grid's table_backward and coordinate_backward
+ *   scale, scale-backward-adds, scale-gradient SCALE: scale() finite far beyond; scale_backward
+ *   mask                                       MASK: window >= 1, sinks >= 0, distance_cap >= 0
+ *   project, determinism, segment, rotary, rotary-ctx
+ *                                              idempotent projection into range; bit-identical
+ *                                              repeated calls; segment and rotary contracts, and
+ *                                              rotary_ctx (finite, amplitude > 0, unscaled below L)
  *   cuda-table, cuda-backward                  the plugin's CUDA code against its host code (SKIP
  *                                              without a GPU, with the reason)
  *   remaining                                  SKIP: create() with the default configuration failed,
@@ -30,8 +40,10 @@
  *
  * The files of core/check/: harness.c (report lines, child processes), descriptor.c (the descriptor,
  * through the loader's own validator, plugin/descriptor.h), instance.c (instances and wrapped
- * calls), contracts.c (create, tables, project, determinism, segment, embed, rotary), gradient.c
- * (finite differences), probes.c (bad options and geometries), cuda.c, and check.c (this API). */
+ * calls), contracts.c (create, tables, project, determinism, segment, embed, rotary), abi2.c
+ * (coordinate, scale, mask, rotary_ctx), gradient.c (finite differences), probes.c (bad options and
+ * geometries), cuda.c, and check.c (this API). Every call of an ABI 2 hook gets a biaskit_context built
+ * as the engine builds it. */
 #ifndef BK_CHECK_CHECK_H
 #define BK_CHECK_CHECK_H
 
@@ -58,7 +70,7 @@ typedef struct bk_check_options {
     /* Plugin options as "KEY=VALUE", read as TOML values like the experiment file's [[term]] keys. */
     const char *const *sets;
     size_t n_sets;
-    int32_t max_distances; /* longest table checked for finiteness */
+    int32_t max_distances; /* longest table checked for finiteness; longest length of the ABI 2 checks */
     int n_seeds;           /* random parameter sets for the finiteness and gradient checks */
     uint64_t seed;         /* base of every random choice: the same seed gives the same report */
     unsigned timeout_s;    /* time limit of each child process (a hung plugin fails its check) */

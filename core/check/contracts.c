@@ -5,6 +5,7 @@
 #include "check/internal.h"
 
 #include "model/positions.h"
+#include "plugin/descriptor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -116,7 +117,7 @@ static void check_table_prefixes(checker *c, const instance *in, const float *lo
         int32_t D = lengths[k];
         if (D > longest_d || (k > 0 && D == lengths[k - 1]))
             continue;
-        model_fn m = {FN_TABLE, D, NULL, 0};
+        model_fn m = {.kind = FN_TABLE, .distances = D};
         if (ck_forward_finite(in, &m, in->theta, t, why, sizeof why)) {
             ck_item(c, BK_CHECK_FAIL, "table-prefix", "table with %d distances: %s", D, why);
             free(t), free(done.s);
@@ -154,7 +155,7 @@ static void check_random_tables(checker *c, instance *in, float *t, int32_t D)
         return;
     }
     for (int s = 0; s < c->opt->n_seeds; s++) {
-        model_fn m = {FN_TABLE, D, NULL, 0};
+        model_fn m = {.kind = FN_TABLE, .distances = D};
         if (ck_random_params(in, bk_derive_seed(c->opt->seed, 100, (uint64_t)s), why, sizeof why) ||
             ck_forward_finite(in, &m, in->theta, t, why, sizeof why)) {
             ck_item(c, BK_CHECK_FAIL, "table-random", "random projected parameters (set %d): %s", s + 1, why);
@@ -175,7 +176,7 @@ void ck_unit_tables(checker *c, const void *arg)
     int32_t D = c->opt->max_distances, H = table_heads(c);
     float *t = ck_guarded_alloc((size_t)H * (size_t)D);
     char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
-    model_fn m = {FN_TABLE, D, NULL, 0};
+    model_fn m = {.kind = FN_TABLE, .distances = D};
     int rc = t ? ck_forward(&in, &m, in.theta, NULL, t, why, sizeof why) : CALL_BROKEN;
     long long k = rc == CALL_OK ? ck_first_non_finite(t, (size_t)H * (size_t)D) : -1;
     if (!t)
@@ -240,21 +241,34 @@ static int check_in_range(const instance *in, const float *x, char *why, size_t 
         return 1;
     }
     const checker *c = in->c;
-    model_fn m = {FN_TABLE, c->opt->max_distances, NULL, 0};
-    int32_t L = c->geo.train_length;
-    int32_t *pos = NULL;
-    if (!(c->d->capabilities & BIASKIT_CAP_TABLE)) {
-        if (!(c->d->capabilities & BIASKIT_CAP_EMBED))
-            return 0;
-        pos = ck_embed_positions(L, L, 1, 0);
-        m = (model_fn){FN_EMBED, 0, pos, L};
-    }
-    float *out = ck_guarded_alloc(ck_fn_outputs(in, &m));
+    uint32_t caps = c->d->capabilities;
+    int32_t L = c->geo.train_length, P = 0;
+    int32_t *pos = (caps & BIASKIT_CAP_EMBED) ? ck_embed_positions(L, L, 1, 0) : NULL;
     char inner[BIASKIT_ERROR_MESSAGE_MAX + 128];
-    int bad = !out || (m.kind == FN_EMBED && !pos) || ck_forward_finite(in, &m, x, out, inner, sizeof inner);
+    if ((caps & BIASKIT_CAP_COORDINATE) && ck_grid_points(in, &P, inner, sizeof inner))
+        P = 0; /* the "coordinate-points" item reports it */
+    model_fn fns[5];
+    int n = 0;
+    if (caps & BIASKIT_CAP_TABLE)
+        fns[n++] = (model_fn){.kind = FN_TABLE, .distances = c->opt->max_distances};
+    if ((caps & BIASKIT_CAP_EMBED) && pos)
+        fns[n++] = (model_fn){.kind = FN_EMBED, .positions = pos, .count = L};
+    if (P)
+        fns[n++] = (model_fn){.kind = FN_GRID, .distances = P};
+    if (caps & BIASKIT_CAP_COORDINATE)
+        fns[n++] = (model_fn){.kind = FN_COORD, .distances = L, .rows = L, .length = L, .training = 1};
+    if (caps & BIASKIT_CAP_SCALE)
+        fns[n++] = (model_fn){.kind = FN_SCALE, .rows = L, .length = L, .training = 1};
+    int bad = (caps & BIASKIT_CAP_EMBED) && !pos;
     if (bad)
-        snprintf(why, size, "after projecting wild values: %s", out ? inner : "out of memory");
-    free(out);
+        snprintf(why, size, "out of memory");
+    for (int k = 0; k < n && !bad; k++) {
+        float *out = ck_guarded_alloc(ck_fn_outputs(in, &fns[k]));
+        bad = !out || ck_forward_finite(in, &fns[k], x, out, inner, sizeof inner);
+        if (bad)
+            snprintf(why, size, "after projecting wild values: %s", out ? inner : "out of memory");
+        free(out);
+    }
     free(pos);
     return bad;
 }
@@ -331,7 +345,7 @@ static int twice_backward(const instance *in, const model_fn *m, char *why, size
         memset(a, 0, n * sizeof *a);
         memset(b, 0, n * sizeof *b);
         bad = ck_backward(in, m, in->theta, w, a, why, size) || ck_backward(in, m, in->theta, w, b, why, size) ||
-              ck_same_bits(a, b, n, m->kind == FN_TABLE ? "table_backward()" : "embed_backward()", why, size);
+              ck_same_bits(a, b, n, ck_fn_backward_name(m), why, size);
     }
     free(w), free(a), free(b);
     return bad;
@@ -386,6 +400,50 @@ static int twice_rotary(const instance *in, char *why, size_t size)
     return bad;
 }
 
+/* Two calls agree; *points 0 when the answer is outside 2 .. CK_MAX_POINTS (the grid is not called:
+ * the "coordinate-points" item reports it). */
+static int twice_points(const instance *in, int32_t *points, char *why, size_t size)
+{
+    ck_stage(in->c, "coordinate_points()");
+    int32_t a = in->c->d->coordinate_points(in->inst), b = in->c->d->coordinate_points(in->inst);
+    if (a != b) {
+        snprintf(why, size, "coordinate_points() differs between two identical calls: %d, then %d", a, b);
+        return 1;
+    }
+    *points = a >= 2 && a <= CK_MAX_POINTS ? a : 0;
+    return 0;
+}
+
+static int twice_mask(const instance *in, char *why, size_t size)
+{
+    biaskit_mask a, b;
+    int32_t L = in->geo.train_length;
+    if (ck_mask(in, L, 0, 0, &a, why, size) || ck_mask(in, L, 0, 0, &b, why, size))
+        return 1;
+    if (a.window != b.window || a.sinks != b.sinks || a.distance_cap != b.distance_cap) {
+        snprintf(why, size, "mask() differs between two identical calls: window %d, sinks %d, distance_cap %d, then "
+                 "%d, %d, %d", a.window, a.sinks, a.distance_cap, b.window, b.sinks, b.distance_cap);
+        return 1;
+    }
+    return 0;
+}
+
+static int twice_rotary_ctx(const instance *in, char *why, size_t size)
+{
+    int32_t half = in->geo.d_head / 2, L = in->geo.train_length;
+    float *a = ck_guarded_alloc((size_t)half), *b = ck_guarded_alloc((size_t)half), amp_a = 0.0f, amp_b = 0.0f;
+    int bad = !a || !b;
+    if (bad)
+        snprintf(why, size, "out of memory");
+    /* at 4 L: a dynamic scaling is active there */
+    int32_t n = L <= INT32_MAX / 4 ? 4 * L : L;
+    bad = bad || ck_rotary_ctx(in, n, 0, 0, a, &amp_a, why, size) || ck_rotary_ctx(in, n, 0, 0, b, &amp_b, why, size) ||
+          ck_same_bits(a, b, (size_t)half, "rotary_ctx() (frequencies)", why, size) ||
+          ck_same_bits(&amp_a, &amp_b, 1, "rotary_ctx() (amplitude)", why, size);
+    free(a), free(b);
+    return bad;
+}
+
 void ck_unit_determinism(checker *c, const void *arg)
 {
     (void)arg;
@@ -397,9 +455,11 @@ void ck_unit_determinism(checker *c, const void *arg)
     char why[BIASKIT_ERROR_MESSAGE_MAX + 300];
     strbuf done = {0};
     int bad = 0;
-    int32_t L = c->geo.train_length;
+    int32_t L = c->geo.train_length, P = 0;
     int32_t *pos = ck_embed_positions(L, 64, 0, c->opt->seed);
-    model_fn table = {FN_TABLE, 1000, NULL, 0}, embed = {FN_EMBED, 0, pos, 64};
+    model_fn table = {.kind = FN_TABLE, .distances = 1000}, embed = {.kind = FN_EMBED, .positions = pos, .count = 64};
+    model_fn grid = {.kind = FN_GRID}, coord = {.kind = FN_COORD, .distances = L, .rows = L, .length = L, .training = 1};
+    model_fn scale = {.kind = FN_SCALE, .rows = L, .length = L, .training = 1};
     if (!bad && in.n_params > 0 && !(bad = twice_init(&in, why, sizeof why)))
         ck_sb_printf(&done, ", param_init");
     if (!bad && (caps & BIASKIT_CAP_TABLE) && !(bad = twice_forward(&in, &table, why, sizeof why)))
@@ -407,6 +467,27 @@ void ck_unit_determinism(checker *c, const void *arg)
     if (!bad && (caps & BIASKIT_CAP_TABLE) && in.n_params > 0 && d->table_backward &&
         !(bad = twice_backward(&in, &table, why, sizeof why)))
         ck_sb_printf(&done, ", table_backward");
+    if (!bad && (caps & BIASKIT_CAP_COORDINATE)) {
+        if (!(bad = twice_points(&in, &P, why, sizeof why)))
+            ck_sb_printf(&done, ", coordinate_points");
+        grid.distances = P;
+        if (!bad && P && !(bad = twice_forward(&in, &grid, why, sizeof why)))
+            ck_sb_printf(&done, ", table over the grid");
+        if (!bad && P && in.n_params > 0 && d->table_backward && !(bad = twice_backward(&in, &grid, why, sizeof why)))
+            ck_sb_printf(&done, ", its table_backward");
+        if (!bad && !(bad = twice_forward(&in, &coord, why, sizeof why)))
+            ck_sb_printf(&done, ", coordinate");
+        if (!bad && in.n_params > 0 && BK_DESCRIPTOR_FN(d, coordinate_backward) &&
+            !(bad = twice_backward(&in, &coord, why, sizeof why)))
+            ck_sb_printf(&done, ", coordinate_backward");
+    }
+    if (!bad && (caps & BIASKIT_CAP_SCALE) && !(bad = twice_forward(&in, &scale, why, sizeof why)))
+        ck_sb_printf(&done, ", scale");
+    if (!bad && (caps & BIASKIT_CAP_SCALE) && in.n_params > 0 && BK_DESCRIPTOR_FN(d, scale_backward) &&
+        !(bad = twice_backward(&in, &scale, why, sizeof why)))
+        ck_sb_printf(&done, ", scale_backward");
+    if (!bad && (caps & BIASKIT_CAP_MASK) && !(bad = twice_mask(&in, why, sizeof why)))
+        ck_sb_printf(&done, ", mask");
     if (!bad && (caps & BIASKIT_CAP_EMBED) && pos && !(bad = twice_forward(&in, &embed, why, sizeof why)))
         ck_sb_printf(&done, ", embed");
     if (!bad && (caps & BIASKIT_CAP_EMBED) && pos && in.n_params > 0 && d->embed_backward &&
@@ -414,8 +495,10 @@ void ck_unit_determinism(checker *c, const void *arg)
         ck_sb_printf(&done, ", embed_backward");
     if (!bad && (caps & BIASKIT_CAP_SEGMENT) && !(bad = twice_segment(&in, why, sizeof why)))
         ck_sb_printf(&done, ", segment");
-    if (!bad && (caps & BIASKIT_CAP_ROTARY) && !(bad = twice_rotary(&in, why, sizeof why)))
+    if (!bad && (caps & BIASKIT_CAP_ROTARY) && d->rotary_frequencies && !(bad = twice_rotary(&in, why, sizeof why)))
         ck_sb_printf(&done, ", rotary_frequencies");
+    if (!bad && (caps & BIASKIT_CAP_ROTARY) && ck_has_rotary_ctx(c) && !(bad = twice_rotary_ctx(&in, why, sizeof why)))
+        ck_sb_printf(&done, ", rotary_ctx");
     if (bad)
         ck_item(c, BK_CHECK_FAIL, "determinism", "not deterministic: %s", why);
     else if (done.len)
@@ -534,7 +617,7 @@ static int check_embed_adds(const instance *in, const model_fn *m, const float *
 static int check_far_positions(const instance *in, char *note, size_t note_size, char *why, size_t size)
 {
     int32_t far[] = {in->geo.train_length, 2 * in->geo.train_length, 4095, in->c->opt->max_distances - 1};
-    model_fn m = {FN_EMBED, 0, far, 4};
+    model_fn m = {.kind = FN_EMBED, .positions = far, .count = 4};
     float *out = ck_guarded_alloc(ck_fn_outputs(in, &m));
     char inner[BIASKIT_ERROR_MESSAGE_MAX + 128];
     int bad = !out;
@@ -565,7 +648,7 @@ void ck_unit_embed(checker *c, const void *arg)
         return;
     int32_t L = c->geo.train_length;
     int32_t *pos = ck_embed_positions(L, L, 1, 0);
-    model_fn m = {FN_EMBED, 0, pos, L};
+    model_fn m = {.kind = FN_EMBED, .positions = pos, .count = L};
     float *alone = pos ? ck_guarded_alloc(ck_fn_outputs(&in, &m)) : NULL;
     char why[BIASKIT_ERROR_MESSAGE_MAX + 300], note[BIASKIT_ERROR_MESSAGE_MAX + 64] = "";
     int bad = !alone;
@@ -585,17 +668,13 @@ void ck_unit_embed(checker *c, const void *arg)
 
 /* ---- rotary ------------------------------------------------------------------------------------- */
 
-void ck_unit_rotary(checker *c, const void *arg)
+static void check_rotary_frequencies(checker *c, const instance *in)
 {
-    (void)arg;
-    instance in;
-    if (ck_open_default(c, "rotary", c->opt->seed, 0, &in))
-        return;
     int32_t half = c->geo.d_head / 2;
     float *f = ck_guarded_alloc((size_t)half);
     biaskit_error pe = {0};
     ck_stage(c, "rotary_frequencies()");
-    int rc = f ? c->d->rotary_frequencies(in.inst, f, &pe) : BIASKIT_ERR_NOMEM;
+    int rc = f ? c->d->rotary_frequencies(in->inst, f, &pe) : BIASKIT_ERR_NOMEM;
     if (rc != BIASKIT_OK) {
         ck_item(c, BK_CHECK_FAIL, "rotary", "rotary_frequencies() failed: %s", pe.message[0] ? pe.message : "(no message)");
     } else if (!ck_guard_intact(f, (size_t)half)) {
@@ -612,5 +691,19 @@ void ck_unit_rotary(checker *c, const void *arg)
                     "(%.3g .. %.3g)", half, half ? (double)f[0] : 0.0, half ? (double)f[half - 1] : 0.0);
     }
     free(f);
+}
+
+/* "rotary": rotary_frequencies() (ABI 1); "rotary-ctx": rotary_ctx() (ABI 2, abi2.c). A plugin may have
+ * either or both. */
+void ck_unit_rotary(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "rotary", c->opt->seed, 0, &in))
+        return;
+    if (c->d->rotary_frequencies)
+        check_rotary_frequencies(c, &in);
+    if (ck_has_rotary_ctx(c))
+        ck_check_rotary_ctx(c, &in);
     ck_instance_close(&in);
 }

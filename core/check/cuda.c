@@ -128,7 +128,7 @@ static void cuda_compare_tables(checker *c, instance *in)
             int32_t D = lengths[k];
             if (D > maxd)
                 continue;
-            model_fn m = {FN_TABLE, D, NULL, 0};
+            model_fn m = {.kind = FN_TABLE, .distances = D};
             bad = ck_forward_finite(in, &m, in->theta, host, why, sizeof why) || cuda_table(in, in->theta, D, dev, why, sizeof why) ||
                   compare_tables(dev, host, H, D, why, sizeof why);
         }
@@ -177,7 +177,7 @@ static void cuda_compare_gradients(checker *c, instance *in)
     if (!bad)
         bad = ck_random_params(in, bk_derive_seed(c->opt->seed, 700, 0), why, sizeof why);
     for (size_t k = 0; !bad && k < 3; k++) {
-        model_fn m = {FN_TABLE, sizes[k], NULL, 0};
+        model_fn m = {.kind = FN_TABLE, .distances = sizes[k]};
         rng r = ck_rng_for(c->opt->seed, R_WEIGHTS, 1000 + k);
         ck_random_fill(w, ck_fn_outputs(in, &m), &r);
         memset(host, 0, n * sizeof *host);
@@ -321,7 +321,7 @@ static void cuda_compare_embeddings(checker *c, instance *in)
     int bad = !pos || !host || !dev || !again;
     if (bad)
         snprintf(why, sizeof why, "out of memory for the embedding of %lld positions", (long long)count);
-    model_fn m = {FN_EMBED, 0, pos, count};
+    model_fn m = {.kind = FN_EMBED, .positions = pos, .count = count};
     for (int set = 0; !bad && set < 2; set++) {
         if (set == 1 && in->n_params == 0)
             break;
@@ -358,7 +358,7 @@ static void cuda_compare_embed_gradients(checker *c, instance *in)
         snprintf(why, sizeof why, "out of memory");
     if (!bad)
         bad = ck_random_params(in, bk_derive_seed(c->opt->seed, 910, 0), why, sizeof why);
-    model_fn m = {FN_EMBED, 0, pos, count};
+    model_fn m = {.kind = FN_EMBED, .positions = pos, .count = count};
     if (!bad) {
         rng r = ck_rng_for(c->opt->seed, R_WEIGHTS, 2000);
         ck_random_fill(w, n_out, &r);

@@ -3,6 +3,9 @@
  * catch writes past the end and entries left unwritten. */
 #include "check/internal.h"
 
+#include "bias/terms.h"
+#include "plugin/descriptor.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,17 +143,33 @@ void ck_project(const instance *in, float *theta)
     }
 }
 
-/* param_init(seed) into theta (in->theta when NULL), then param_project. */
+biaskit_context ck_context(const instance *in, int32_t length, int training)
+{
+    bk_term_set set = {.geometry = in->geo}; /* all bk_term_context reads */
+    int per_layer = (in->c->d->flags & BIASKIT_FLAG_PER_LAYER) && in->geo.n_layers > 1;
+    return bk_term_context(&set, per_layer ? 0 : -1, length, training);
+}
+
+/* param_init(seed) into theta (in->theta when NULL), then param_project; param_init_ctx when the plugin
+ * has it, with the context of the engine's initialisation (core/bias/terms.c): train_length, training. */
 int ck_init_params(const instance *in, float *theta, uint64_t seed, char *why, size_t size)
 {
     if (in->n_params == 0)
         return 0;
     theta = theta ? theta : in->theta;
     biaskit_error pe = {0};
-    ck_stage(in->c, "param_init()");
-    int rc = in->c->d->param_init(in->inst, theta, seed, &pe);
-    if (rc != BIASKIT_OK)
-        return ck_refusal("param_init()", rc, &pe, why, size);
+    const biaskit_plugin *d = in->c->d;
+    int rc;
+    if (BK_DESCRIPTOR_FN(d, param_init_ctx)) {
+        biaskit_context ctx = ck_context(in, in->geo.train_length, 1);
+        ck_stage(in->c, "param_init_ctx()");
+        if ((rc = d->param_init_ctx(in->inst, theta, seed, &ctx, &pe)) != BIASKIT_OK)
+            return ck_refusal("param_init_ctx()", rc, &pe, why, size);
+    } else {
+        ck_stage(in->c, "param_init()");
+        if ((rc = d->param_init(in->inst, theta, seed, &pe)) != BIASKIT_OK)
+            return ck_refusal("param_init()", rc, &pe, why, size);
+    }
     ck_project(in, theta);
     return 0;
 }
@@ -188,51 +207,84 @@ void ck_entry_name(const instance *in, int64_t i, char *buf, size_t size)
     snprintf(buf, size, "theta[%lld]", (long long)i);
 }
 
+static size_t heads_of(const instance *in)
+{
+    return (size_t)(in->geo.n_heads > 0 ? in->geo.n_heads : 0);
+}
+
 size_t ck_fn_outputs(const instance *in, const model_fn *m)
 {
-    if (m->kind == FN_TABLE)
-        return (size_t)(in->geo.n_heads > 0 ? in->geo.n_heads : 0) * (size_t)m->distances;
+    switch (m->kind) {
+    case FN_TABLE:
+    case FN_GRID: return heads_of(in) * (size_t)m->distances;
+    case FN_COORD: return (size_t)m->distances + (size_t)m->rows;
+    case FN_SCALE: return heads_of(in) * (size_t)m->rows;
+    case FN_EMBED: break;
+    }
     return (size_t)m->count * (size_t)(in->geo.d_model > 0 ? in->geo.d_model : 0);
 }
 
-/* "head 3, distance 40000" or "token 5, channel 17" for output index k. */
+/* "head 3, distance 40000", "token 5, channel 17", "head 2, grid point 7", "rscale[4097]", "head 1,
+ * query 9000" for output index k. */
 void ck_output_place(const instance *in, const model_fn *m, size_t k, char *buf, size_t size)
 {
-    if (m->kind == FN_TABLE)
-        snprintf(buf, size, "head %zu, distance %zu", k / (size_t)m->distances, k % (size_t)m->distances);
-    else
-        snprintf(buf, size, "position %d (token %zu), channel %zu", m->positions[k / (size_t)in->geo.d_model],
-                 k / (size_t)in->geo.d_model, k % (size_t)in->geo.d_model);
+    size_t D = (size_t)m->distances, R = (size_t)m->rows;
+    switch (m->kind) {
+    case FN_TABLE: snprintf(buf, size, "head %zu, distance %zu", k / D, k % D); return;
+    case FN_GRID: snprintf(buf, size, "head %zu, grid point %zu of %zu", k / D, k % D, D); return;
+    case FN_COORD:
+        if (k < D)
+            snprintf(buf, size, "phi[%zu]", k);
+        else
+            snprintf(buf, size, "rscale[%zu]", k - D);
+        return;
+    case FN_SCALE: snprintf(buf, size, "head %zu, query %zu", k / R, k % R); return;
+    case FN_EMBED: break;
+    }
+    snprintf(buf, size, "position %d (token %zu), channel %zu", m->positions[k / (size_t)in->geo.d_model],
+             k / (size_t)in->geo.d_model, k % (size_t)in->geo.d_model);
 }
 
 void ck_fn_label(const model_fn *m, char *buf, size_t size)
 {
-    if (m->kind == FN_TABLE)
-        snprintf(buf, size, "table() with %d distances", m->distances);
-    else
-        snprintf(buf, size, "embed() of %lld positions", (long long)m->count);
+    const char *training = m->training ? " (training)" : "";
+    switch (m->kind) {
+    case FN_TABLE: snprintf(buf, size, "table() with %d distances", m->distances); return;
+    case FN_GRID: snprintf(buf, size, "table() over the grid of %d points", m->distances); return;
+    case FN_COORD:
+        if (m->distances == m->rows && m->rows == m->length)
+            snprintf(buf, size, "coordinate() at length %d%s", m->length, training);
+        else
+            snprintf(buf, size, "coordinate() at length %d%s, %d distances, %d rows", m->length, training,
+                     m->distances, m->rows);
+        return;
+    case FN_SCALE:
+        if (m->rows == m->length)
+            snprintf(buf, size, "scale() at length %d%s", m->length, training);
+        else
+            snprintf(buf, size, "scale() at length %d%s, %d rows", m->length, training, m->rows);
+        return;
+    case FN_EMBED: break;
+    }
+    snprintf(buf, size, "embed() of %lld positions", (long long)m->count);
 }
 
-/* The plugin's output into out (fn_outputs + guard floats): the table, or the embedding added to
- * zeros (or to `start` when not NULL). CALL_OK; CALL_REFUSED (failed with a message) or CALL_BROKEN
- * (failed without one, wrote past its end, left an entry unwritten) with why. Non-finite values are
- * the caller's business. */
-int ck_forward(const instance *in, const model_fn *m, const float *theta, const float *start, float *out,
-               char *why, size_t size)
+const char *ck_fn_backward_name(const model_fn *m)
 {
-    size_t n = ck_fn_outputs(in, m);
-    char label[96];
-    ck_fn_label(m, label, sizeof label);
-    ck_fill_sentinel(out, n + GUARD_FLOATS);
-    if (m->kind == FN_EMBED)
-        for (size_t k = 0; k < n; k++)
-            out[k] = start ? start[k] : 0.0f;
-    biaskit_error pe = {0};
-    ck_stage(in->c, "%s", label);
-    int rc = m->kind == FN_TABLE ? in->c->d->table(in->inst, theta, m->distances, out, &pe)
-                                 : in->c->d->embed(in->inst, theta, m->positions, m->count, out, &pe);
-    if (rc != BIASKIT_OK)
-        return ck_refusal(label, rc, &pe, why, size);
+    switch (m->kind) {
+    case FN_TABLE:
+    case FN_GRID: return "table_backward()";
+    case FN_COORD: return "coordinate_backward()";
+    case FN_SCALE: return "scale_backward()";
+    case FN_EMBED: break;
+    }
+    return "embed_backward()";
+}
+
+/* An output written, nothing past its end: CALL_OK, or CALL_BROKEN with why. */
+static int check_written(const instance *in, const model_fn *m, const char *label, const float *out, size_t n,
+                         size_t first, char *why, size_t size)
+{
     if (!ck_guard_intact(out, n)) {
         snprintf(why, size, "%s wrote past the end of its %zu output values", label, n);
         return CALL_BROKEN;
@@ -240,11 +292,73 @@ int ck_forward(const instance *in, const model_fn *m, const float *theta, const 
     for (size_t k = 0; k < n; k++)
         if (ck_is_sentinel(out[k])) {
             char place[96];
-            ck_output_place(in, m, k, place, sizeof place);
+            ck_output_place(in, m, first + k, place, sizeof place);
             snprintf(why, size, "%s left %s unwritten", label, place);
             return CALL_BROKEN;
         }
     return CALL_OK;
+}
+
+/* coordinate() into separate guarded phi and rscale (so that a write past the end of either is seen),
+ * copied to out: phi, then rscale. */
+static int coordinate_call(const instance *in, const model_fn *m, const float *theta, float *out, const char *label,
+                           char *why, size_t size)
+{
+    size_t D = (size_t)m->distances, R = (size_t)m->rows;
+    float *phi = ck_guarded_alloc(D), *rscale = ck_guarded_alloc(R);
+    if (!phi || !rscale) {
+        free(phi), free(rscale);
+        snprintf(why, size, "out of memory for %zu + %zu coordinate values", D, R);
+        return CALL_BROKEN;
+    }
+    biaskit_context ctx = ck_context(in, m->length, m->training);
+    biaskit_error pe = {0};
+    ck_stage(in->c, "%s", label);
+    int rc = in->c->d->coordinate(in->inst, theta, &ctx, m->distances, m->rows, phi, rscale, &pe);
+    char phi_label[160], rscale_label[160];
+    snprintf(phi_label, sizeof phi_label, "%s (phi)", label);
+    snprintf(rscale_label, sizeof rscale_label, "%s (rscale)", label);
+    if (rc != BIASKIT_OK)
+        rc = ck_refusal(label, rc, &pe, why, size);
+    else if ((rc = check_written(in, m, phi_label, phi, D, 0, why, size)) == CALL_OK &&
+             (rc = check_written(in, m, rscale_label, rscale, R, D, why, size)) == CALL_OK) {
+        memcpy(out, phi, D * sizeof *out);
+        memcpy(out + D, rscale, R * sizeof *out);
+    }
+    free(phi), free(rscale);
+    return rc;
+}
+
+/* The plugin's output into out (fn_outputs + guard floats): the table, or the embedding added to
+ * zeros (or to `start` when not NULL), the grid table, coordinate() or scale(). CALL_OK; CALL_REFUSED
+ * (failed with a message) or CALL_BROKEN (failed without one, wrote past its end, left an entry
+ * unwritten) with why. Non-finite values are the caller's business. */
+int ck_forward(const instance *in, const model_fn *m, const float *theta, const float *start, float *out,
+               char *why, size_t size)
+{
+    size_t n = ck_fn_outputs(in, m);
+    char label[128];
+    ck_fn_label(m, label, sizeof label);
+    ck_fill_sentinel(out, n + GUARD_FLOATS);
+    if (m->kind == FN_EMBED)
+        for (size_t k = 0; k < n; k++)
+            out[k] = start ? start[k] : 0.0f;
+    if (m->kind == FN_COORD)
+        return coordinate_call(in, m, theta, out, label, why, size);
+    biaskit_error pe = {0};
+    ck_stage(in->c, "%s", label);
+    const biaskit_plugin *d = in->c->d;
+    biaskit_context ctx = ck_context(in, m->length, m->training);
+    int rc;
+    switch (m->kind) {
+    case FN_TABLE:
+    case FN_GRID: rc = d->table(in->inst, theta, m->distances, out, &pe); break;
+    case FN_SCALE: rc = d->scale(in->inst, theta, &ctx, m->rows, out, &pe); break;
+    default: rc = d->embed(in->inst, theta, m->positions, m->count, out, &pe); break;
+    }
+    if (rc != BIASKIT_OK)
+        return ck_refusal(label, rc, &pe, why, size);
+    return check_written(in, m, label, out, n, 0, why, size);
 }
 
 /* forward() that also requires every value to be finite. */
@@ -256,23 +370,33 @@ int ck_forward_finite(const instance *in, const model_fn *m, const float *theta,
     long long k = ck_first_non_finite(out, ck_fn_outputs(in, m));
     if (k < 0)
         return 0;
-    char label[96], place[96];
+    char label[128], place[96];
     ck_fn_label(m, label, sizeof label);
     ck_output_place(in, m, (size_t)k, place, sizeof place);
     snprintf(why, size, "%s gives %g at %s", label, (double)out[k], place);
     return 1;
 }
 
-/* dtheta += d(sum w * out)/dtheta through table_backward or embed_backward. */
+/* dtheta += d(sum w * out)/dtheta through table_backward, embed_backward, coordinate_backward (w: the
+ * weights of phi, then of rscale) or scale_backward. */
 int ck_backward(const instance *in, const model_fn *m, const float *theta, const float *w, float *dtheta,
                 char *why, size_t size)
 {
-    const char *name = m->kind == FN_TABLE ? "table_backward()" : "embed_backward()";
+    const char *name = ck_fn_backward_name(m);
+    const biaskit_plugin *d = in->c->d;
+    biaskit_context ctx = ck_context(in, m->length, m->training);
     biaskit_error pe = {0};
     ck_stage(in->c, "%s", name);
-    int rc = m->kind == FN_TABLE
-                 ? in->c->d->table_backward(in->inst, theta, m->distances, w, dtheta, &pe)
-                 : in->c->d->embed_backward(in->inst, theta, m->positions, m->count, w, dtheta, &pe);
+    int rc;
+    switch (m->kind) {
+    case FN_TABLE:
+    case FN_GRID: rc = d->table_backward(in->inst, theta, m->distances, w, dtheta, &pe); break;
+    case FN_COORD:
+        rc = d->coordinate_backward(in->inst, theta, &ctx, m->distances, m->rows, w, w + m->distances, dtheta, &pe);
+        break;
+    case FN_SCALE: rc = d->scale_backward(in->inst, theta, &ctx, m->rows, w, dtheta, &pe); break;
+    default: rc = d->embed_backward(in->inst, theta, m->positions, m->count, w, dtheta, &pe); break;
+    }
     if (rc != BIASKIT_OK)
         return ck_refusal(name, rc, &pe, why, size);
     if (!ck_guard_intact(dtheta, ck_n_params(in))) {

@@ -129,7 +129,8 @@ int ck_open_default(checker *c, const char *id, uint64_t seed, int random, insta
 
 size_t ck_n_params(const instance *in);
 void ck_project(const instance *in, float *theta);
-/* param_init(seed) into theta (in->theta when NULL), then param_project. */
+/* param_init(seed) into theta (in->theta when NULL), then param_project; param_init_ctx instead of
+ * param_init when the plugin has it (as the engine: layer as ck_context, train_length, training). */
 int ck_init_params(const instance *in, float *theta, uint64_t seed, char *why, size_t size);
 /* Random parameters: param_init, theta + N(0, (0.25 |theta| + 0.05)^2), param_project. */
 int ck_random_params(const instance *in, uint64_t seed, char *why, size_t size);
@@ -138,15 +139,28 @@ void ck_entry_name(const instance *in, int64_t i, char *buf, size_t size);
 /* Positions for the embedding checks: 0 .. L-1, or `count` random ones below L (with repeats). */
 int32_t *ck_embed_positions(int32_t L, int64_t count, int sequential, uint64_t seed);
 
-/* What the checks evaluate: the table at `distances`, or the embedding of `positions`. */
-typedef enum { FN_TABLE, FN_EMBED } fn_kind;
+/* What the checks evaluate: the table at `distances`, the embedding of `positions`, or (ABI 2) the table
+ * of a COORDINATE plugin over its grid of `distances` = coordinate_points() values of u, its coordinate()
+ * (phi[distances] then rscale[rows], one output vector) or scale() (scale[h * rows + i]). The last two get
+ * a biaskit_context built per call (ck_context) from `length` and `training`. */
+typedef enum { FN_TABLE, FN_EMBED, FN_GRID, FN_COORD, FN_SCALE } fn_kind;
 
 typedef struct model_fn {
     fn_kind kind;
-    int32_t distances;
-    const int32_t *positions;
-    int64_t count;
+    int32_t distances;        /* FN_TABLE: distances; FN_GRID: grid points; FN_COORD: entries of phi */
+    const int32_t *positions; /* FN_EMBED */
+    int64_t count;            /* FN_EMBED */
+    int32_t rows;             /* FN_COORD: entries of rscale; FN_SCALE: queries per head */
+    int32_t length;           /* FN_COORD, FN_SCALE: ctx->length */
+    int training;             /* FN_COORD, FN_SCALE: ctx->training */
 } model_fn;
+
+/* The context of a call, built as the engine builds it (bias/terms.h, bk_term_context) from the
+ * instance's geometry: layer 0 for a plugin with BIASKIT_FLAG_PER_LAYER (and more than one layer),
+ * else -1 (one copy shared by every layer). */
+biaskit_context ck_context(const instance *in, int32_t length, int training);
+/* "table_backward()", "embed_backward()", "coordinate_backward()", "scale_backward()". */
+const char *ck_fn_backward_name(const model_fn *m);
 
 size_t ck_fn_outputs(const instance *in, const model_fn *m);
 /* "head 3, distance 40000" or "token 5, channel 17" for output index k. */
@@ -180,6 +194,42 @@ void ck_unit_rotary(checker *c, const void *arg);
 void ck_unit_cuda(checker *c, const void *arg);
 /* embed_cuda / embed_backward_cuda against the host embedding (cuda.c), for EMBED plugins. */
 void ck_unit_cuda_embed(checker *c, const void *arg);
+
+/* abi2.c: the ABI 2 capabilities. COORDINATE: coordinate_points(), the grid table, coordinate() at long
+ * lengths; SCALE: scale() at long lengths; MASK: mask(); ROTARY: rotary_ctx(). */
+void ck_unit_coordinate(checker *c, const void *arg);
+void ck_unit_scale(checker *c, const void *arg);
+void ck_unit_mask(checker *c, const void *arg);
+/* The "rotary-ctx" item (ck_unit_rotary calls it on its instance). */
+void ck_check_rotary_ctx(checker *c, const instance *in);
+/* Units of gradient.c for the ABI 2 backward functions. */
+void ck_unit_grid_gradient(checker *c, const void *arg);
+void ck_unit_coordinate_gradient(checker *c, const void *arg);
+void ck_unit_scale_gradient(checker *c, const void *arg);
+
+#define CK_MAX_POINTS 1048576 /* coordinate_points() must lie in 2 .. this */
+#define CK_COORD_SLACK 1e-5f  /* u(i, i) <= 1 + this: float rounding of phi * rscale (the engine's slack) */
+
+/* coordinate_points() in 2 .. CK_MAX_POINTS into *points; 0, or 1 with why. */
+int ck_grid_points(const instance *in, int32_t *points, char *why, size_t size);
+/* The contract of one coordinate() output (ck_forward of FN_COORD): phi finite, >= 0, non-decreasing;
+ * rscale finite, >= 0; u(i, i) = phi[i] * rscale[i] <= 1 + CK_COORD_SLACK (in float, as the engine
+ * computes it). 0, or 1 with why; *max_u (may be NULL) gets the largest u(i, i) and *max_at its row. */
+int ck_coordinate_contract(const model_fn *m, const float *out, double *max_u, int32_t *max_at, char *why,
+                           size_t size);
+/* mask() for a sequence of `length` tokens into *out (struct_size set, the rest zero, as the engine
+ * does), nothing written past the struct, then (when `values`) window >= 1, sinks >= 0,
+ * distance_cap >= 0: CALL_OK, CALL_REFUSED with its message, CALL_BROKEN (no message, written past its
+ * end, values outside the contract) with why. */
+int ck_mask(const instance *in, int32_t length, int training, int values, biaskit_mask *out, char *why, size_t size);
+/* rotary_ctx() for `length` into inv_freq (d_head/2 values + guard, from ck_guarded_alloc) and
+ * *amplitude: every frequency and the amplitude written, nothing past the end, then (when `values`)
+ * the frequencies finite, the amplitude finite and > 0: CALL_OK, CALL_REFUSED with its message,
+ * CALL_BROKEN with why. */
+int ck_rotary_ctx(const instance *in, int32_t length, int training, int values, float *inv_freq, float *amplitude,
+                  char *why, size_t size);
+/* 1 when the plugin has rotary_ctx() (inside its descriptor's struct_size and set). */
+int ck_has_rotary_ctx(const checker *c);
 
 /* probes.c: the "option:NAME" item of one option, and the "geometry" item. */
 int ck_probe_option(checker *c, const biaskit_option *o, bk_error *err);

@@ -117,7 +117,9 @@ typedef struct probe_arg {
 } probe_arg;
 
 /* Outputs of an instance made from a probe: finite table over train_length distances, finite
- * embedding of positions 0..train_length-1, finite positive rotary frequencies, a segment() call. */
+ * embedding of positions 0..train_length-1; the grid table and coordinate() at train_length, finite and
+ * in [0, 1]; scale() finite; a valid mask(); rotary_ctx() finite with an amplitude > 0; finite positive
+ * rotary frequencies; a segment() call. */
 static int probe_outputs(const instance *in, char *why, size_t size)
 {
     const checker *c = in->c;
@@ -126,7 +128,7 @@ static int probe_outputs(const instance *in, char *why, size_t size)
     if (ck_init_params(in, NULL, c->opt->seed, why, size))
         return 1;
     int32_t *pos = ck_embed_positions(L, L, 1, 0);
-    model_fn table = {FN_TABLE, L, NULL, 0}, embed = {FN_EMBED, 0, pos, L};
+    model_fn table = {.kind = FN_TABLE, .distances = L}, embed = {.kind = FN_EMBED, .positions = pos, .count = L};
     model_fn *fns[2] = {(caps & BIASKIT_CAP_TABLE) ? &table : NULL, (caps & BIASKIT_CAP_EMBED) && pos ? &embed : NULL};
     int bad = 0;
     for (int k = 0; k < 2 && !bad; k++) {
@@ -137,7 +139,34 @@ static int probe_outputs(const instance *in, char *why, size_t size)
         free(out);
     }
     free(pos);
-    if (!bad && (caps & BIASKIT_CAP_ROTARY) && in->geo.d_head >= 0) {
+    if (!bad && (caps & BIASKIT_CAP_COORDINATE)) {
+        int32_t P = 0;
+        model_fn fn[2] = {{.kind = FN_GRID}, {.kind = FN_COORD, .distances = L, .rows = L, .length = L, .training = 1}};
+        bad = ck_grid_points(in, &P, why, size);
+        fn[0].distances = P;
+        for (int k = 0; k < 2 && !bad; k++) {
+            float *out = ck_guarded_alloc(ck_fn_outputs(in, &fn[k]));
+            bad = !out || ck_forward_finite(in, &fn[k], in->theta, out, why, size) ||
+                  (k == 1 && ck_coordinate_contract(&fn[k], out, NULL, NULL, why, size));
+            free(out);
+        }
+    }
+    if (!bad && (caps & BIASKIT_CAP_SCALE)) {
+        model_fn m = {.kind = FN_SCALE, .rows = L, .length = L, .training = 1};
+        float *out = ck_guarded_alloc(ck_fn_outputs(in, &m));
+        bad = !out || ck_forward_finite(in, &m, in->theta, out, why, size);
+        free(out);
+    }
+    if (!bad && (caps & BIASKIT_CAP_MASK)) {
+        biaskit_mask m;
+        bad = ck_mask(in, L, 1, 1, &m, why, size) != CALL_OK;
+    }
+    if (!bad && (caps & BIASKIT_CAP_ROTARY) && ck_has_rotary_ctx(c) && in->geo.d_head >= 0) {
+        float *f = ck_guarded_alloc((size_t)(in->geo.d_head / 2)), amplitude;
+        bad = !f || ck_rotary_ctx(in, L, 1, 1, f, &amplitude, why, size) != CALL_OK;
+        free(f);
+    }
+    if (!bad && (caps & BIASKIT_CAP_ROTARY) && c->d->rotary_frequencies && in->geo.d_head >= 0) {
         int32_t half = in->geo.d_head / 2;
         float *f = ck_guarded_alloc((size_t)half);
         biaskit_error pe = {0};

@@ -132,8 +132,11 @@ static void print_plugin(FILE *out, const bk_plugin *p)
     char caps[128];
     fprintf(out, "\n%s %s - %s\n", d->name, d->version, d->summary);
     fprintf(out, "  file:         %s\n", p->path);
+    /* tables and embeddings may bring CUDA code; the ABI 2 terms' arrays are always the host's, and the
+     * engine's kernels do the per-element work on every backend */
+    const int device_code = (d->capabilities & (BIASKIT_CAP_TABLE | BIASKIT_CAP_EMBED)) != 0;
     fprintf(out, "  capabilities: %s%s\n", bk_capabilities_string(d->capabilities, caps, sizeof caps),
-           d->table_cuda ? " (CUDA kernels)" : " (host only)");
+           !device_code ? "" : d->table_cuda || bk_descriptor_embed_cuda(d) ? " (CUDA kernels)" : " (host only)");
     if (d->reference)
         fprintf(out, "  reference:    %s\n", d->reference);
     print_needs(out, d);

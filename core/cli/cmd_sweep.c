@@ -30,7 +30,9 @@ static const char help_head[] =
     "(positional schemes), [[corpus]]es, [grid] values and seeds. Every run is resolved and\n"
     "validated before anything runs. Runs already done are skipped; an interrupted run resumes from\n"
     "its checkpoint; a failed run is reported with its error while the others go on, and the exit\n"
-    "status is then 1 (130 after Ctrl-C, which stops every run at a checkpoint).\n\n"
+    "status is then 1 (130 after Ctrl-C, which stops every run at a checkpoint). Runs of one\n"
+    "experiment (variants that differ only in their eval_set) train once: the others get a copy of\n"
+    "its checkpoint and metrics, and are only evaluated.\n\n"
     "  --jobs N         run N runs at a time; each gets [run] threads / N CPU threads (the machine's\n"
     "                   cores when [run] threads is 0), at least 1 (default 1)\n"
     "  --dry-run        resolve and list the runs, their state and settings; write nothing (exit 1\n"
@@ -88,7 +90,14 @@ typedef struct job {
     long log_offset;    /* where this phase's output starts in its log */
     int signalled;      /* stop signals passed on to the child */
     int resumed;
+    int reevaluate;     /* done before, with another eval_set: evaluated again */
     char *prepare_error; /* why its directory could not be prepared, or NULL */
+    /* an earlier run of the same experiment (a variant that differs only in its eval_set): its
+     * training is this run's too; NULL when none (or this run has a checkpoint of its own) */
+    const bk_sweep_run *twin;
+    int twin_state;      /* the twin's state before this sweep (when it is not in the queue) */
+    struct job *twin_job; /* the twin's job in this sweep, or NULL */
+    int trained;         /* its training is complete: ended well in this sweep, or before it */
 } job;
 
 typedef struct sweep_ctx {
@@ -136,7 +145,7 @@ static int spawn(sweep_ctx *c, job *j, bk_error *err)
     snprintf(tokens, sizeof tokens, "%lld", (long long)c->sw->tokens);
     snprintf(sliding, sizeof sliding, "%lld", (long long)c->sw->sliding);
 
-    const char *argv[24];
+    const char *argv[24 + 2 * BK_SWEEP_MAX_EVAL_SETS];
     int n = 0;
     argv[n++] = "biaskit";
     if (j->phase == PHASE_TRAIN) {
@@ -162,6 +171,11 @@ static int spawn(sweep_ctx *c, job *j, bk_error *err)
         if (j->phase == PHASE_SLIDING) {
             argv[n++] = "--sliding";
             argv[n++] = sliding;
+        }
+        /* the variant's eval_set: the evaluation only (before the thread count, which is the sweep's) */
+        for (int i = 0; i < r->n_eval_sets; i++) {
+            argv[n++] = "--set";
+            argv[n++] = r->eval_sets[i];
         }
     }
     argv[n++] = "--set";
@@ -291,6 +305,8 @@ static int start_phase(sweep_ctx *c, job *j)
     bk_error err;
     j->st.state = j->phase == PHASE_TRAIN ? BK_RUN_TRAINING : BK_RUN_EVALUATING;
     j->st.error[0] = '\0';
+    if (j->phase != PHASE_TRAIN) /* what the evaluation uses, recorded: a later change evaluates it again */
+        bk_copy_text(j->st.eval_set, sizeof j->st.eval_set, j->run->eval_set_json ? j->run->eval_set_json : "");
     save_status(j);
     if (spawn(c, j, &err)) {
         fail_run(c, j, err.message, 0.0);
@@ -349,6 +365,7 @@ static int child_ended(sweep_ctx *c, job *j, int status)
             return 0;
         }
     } else {
+        j->trained = 1;
         printf("[%d/%d] %s: trained in %.1f s\n", j->number, c->total, j->run->name, seconds);
         fflush(stdout);
     }
@@ -370,22 +387,74 @@ static int child_ended(sweep_ctx *c, job *j, int status)
     return 0;
 }
 
+/* Whether a run with a twin (an earlier run of the same experiment) waits for the twin's training. */
+static int waits_for_twin(const job *j)
+{
+    const job *t = j->twin_job;
+    if (!j->twin || j->resumed || !t)
+        return 0;
+    if (t->number == 0) /* not started: it is earlier in the queue, and starts first */
+        return !(t->prepare_error || t->run->invalid);
+    return t->pid > 0 && t->phase == PHASE_TRAIN;
+}
+
+/* A run whose twin's training is complete takes a copy of it (its checkpoint and metrics) and is only
+ * evaluated: 1 when it did. Else (no twin, the twin's training failed, or the copy failed: said) it
+ * trains itself. */
+static int share_twin_training(sweep_ctx *c, job *j)
+{
+    if (!j->twin || j->resumed)
+        return 0;
+    int ready = j->twin_job ? j->twin_job->trained
+                            : (j->twin_state == BK_RUN_DONE || j->twin_state == BK_RUN_EVALUATING);
+    /* a twin outside this sweep's queue (done, or not selected): its checkpoint must be of this experiment */
+    if (!ready || !bk_sweep_trained_as(j->twin, j->run->text))
+        return 0;
+    bk_error err;
+    char log[4200];
+    snprintf(log, sizeof log, "%s/" BK_SWEEP_TRAIN_LOG, j->run->dir);
+    if (bk_sweep_share_training(j->twin, j->run, &err)) {
+        printf("[%d/%d] %s: %s; it trains itself\n", j->number, c->total, j->run->name, err.message);
+        fflush(stdout);
+        return 0;
+    }
+    FILE *f = fopen(log, "a"); /* the run's training log says where its training is */
+    if (f) {
+        fprintf(f, "the same experiment as run '%s' (experiment.toml): its checkpoint and metrics are copies of "
+                   "that run's, trained once\n", j->twin->name);
+        fclose(f);
+    }
+    j->resumed = 1;
+    j->trained = 1;
+    printf("[%d/%d] %s: the same experiment as %s: its training is shared; evaluating\n", j->number, c->total,
+           j->run->name, j->twin->name);
+    fflush(stdout);
+    return 1;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * The command
  * ---------------------------------------------------------------------------------------------- */
 
-static void print_run(const bk_sweep_run *r, const bk_run_status *st)
+static void print_run(const bk_sweep_run *r, const bk_run_status *st, const bk_sweep_run *twin)
 {
-    printf("%s  [%s]%s%s\n", r->name, bk_run_state_name(st->state), st->error[0] ? "  " : "", st->error);
+    printf("%s  [%s]%s%s%s\n", r->name, bk_run_state_name(st->state), st->error[0] ? "  " : "", st->error,
+           st->state == BK_RUN_DONE && !bk_sweep_eval_set_current(r, st)
+               ? "  (evaluated with another eval_set: the sweep evaluates it again)"
+               : "");
     for (int i = r->n_common_sets; i < r->n_sets; i++)
         printf("    %s\n", r->sets[i]);
+    for (int i = 0; i < r->n_eval_sets; i++)
+        printf("    eval: %s\n", r->eval_sets[i]);
+    if (twin)
+        printf("    training: %s's (the same experiment, trained once)\n", twin->name);
     if (r->invalid)
         printf("    cannot train: %s\n", r->invalid);
 }
 
 static int dry_run(const bk_sweep *sw, const char *const *only, int n_only, const bk_run_status *sts)
 {
-    int invalid = 0, n = 0;
+    int invalid = 0, n = 0, shared = 0;
     char shown[4096];
     bk_path_display(sw->path, shown, sizeof shown);
     printf("sweep: %s\n", shown);
@@ -403,14 +472,28 @@ static int dry_run(const bk_sweep *sw, const char *const *only, int n_only, cons
     if (sw->sliding)
         printf("; sliding, stride %lld", (long long)sw->sliding);
     printf("), %lld tokens\n\n", (long long)sw->tokens);
+    bk_error err;
+    int *first = calloc((size_t)sw->n_runs, sizeof *first);
+    if (first && bk_sweep_first_of_experiment(sw, first, &err))
+        free(first), first = NULL;
     for (int i = 0; i < sw->n_runs; i++) {
         if (!bk_sweep_run_selected(&sw->runs[i], only, n_only))
             continue;
-        print_run(&sw->runs[i], &sts[i]);
+        /* as the sweep would share it (a run with a checkpoint of its own resumes that instead) */
+        const bk_sweep_run *twin = first && first[i] != i && !sw->runs[first[i]].invalid && !sw->runs[i].invalid &&
+                                           !bk_sweep_has_checkpoint(&sw->runs[i])
+                                       ? &sw->runs[first[i]]
+                                       : NULL;
+        print_run(&sw->runs[i], &sts[i], twin);
+        shared += twin != NULL;
         invalid += sw->runs[i].invalid != NULL;
         n++;
     }
+    free(first);
     printf("\n%d run%s", n, n == 1 ? "" : "s");
+    if (shared)
+        printf(", %d distinct trainings (%d run%s share%s the training of an identical experiment)",
+               n - shared - invalid, shared, shared == 1 ? "" : "s", shared == 1 ? "s" : "");
     if (invalid)
         printf(", %d cannot train", invalid);
     printf(" (dry run: nothing written)\n");
@@ -526,7 +609,7 @@ int bk_cmd_sweep(int argc, char **argv)
     for (int i = 0; i < sw.n_runs; i++) {
         if (!bk_sweep_run_selected(&sw.runs[i], only, n_only))
             continue;
-        if (sts[i].state == BK_RUN_DONE) {
+        if (sts[i].state == BK_RUN_DONE && bk_sweep_eval_set_current(&sw.runs[i], &sts[i])) {
             skipped++;
             continue;
         }
@@ -534,6 +617,10 @@ int bk_cmd_sweep(int argc, char **argv)
         j->run = &sw.runs[i];
         j->st = sts[i];
         j->st.error[0] = '\0';
+        if (sts[i].state == BK_RUN_DONE) { /* trained; its variant's eval_set changed since it was evaluated */
+            j->st.state = BK_RUN_EVALUATING;
+            j->reevaluate = 1;
+        }
         /* every run's directory from the start: experiment.toml, and status.json "pending" when new */
         j->resumed = bk_sweep_has_checkpoint(j->run);
         if (bk_sweep_prepare_run(j->run, j->resumed, &err)) {
@@ -542,6 +629,29 @@ int bk_cmd_sweep(int argc, char **argv)
         } else if (sts[i].state == BK_RUN_PENDING && bk_sweep_write_status(j->run, &j->st, &err))
             fprintf(stderr, "biaskit: warning: %s\n", err.message);
     }
+    /* twins: a run whose experiment an earlier run has shares that run's training (no checkpoint of its own) */
+    int *first = calloc((size_t)sw.n_runs, sizeof *first);
+    job **of_run = calloc((size_t)sw.n_runs, sizeof *of_run);
+    if (!first || !of_run || bk_sweep_first_of_experiment(&sw, first, &err)) {
+        if (first && of_run)
+            fprintf(stderr, "biaskit: warning: %s; runs of one experiment train separately\n", err.message);
+        free(first), free(of_run);
+        first = NULL, of_run = NULL;
+    }
+    for (int q = 0; first && q < n_queue; q++)
+        of_run[jobsv[q].run - sw.runs] = &jobsv[q];
+    for (int q = 0; first && q < n_queue; q++) {
+        job *j = &jobsv[q];
+        int k = first[j->run - sw.runs];
+        if (k == (int)(j->run - sw.runs) || j->resumed || sw.runs[k].invalid)
+            continue;
+        j->twin = &sw.runs[k];
+        j->twin_job = of_run[k];
+        j->twin_state = sts[k].state;
+        if (j->twin_job && j->twin_job->resumed && j->twin_job->st.state == BK_RUN_EVALUATING)
+            j->twin_job->trained = 1; /* trained before: only evaluated */
+    }
+    free(first), free(of_run);
     c.total = n_queue;
     char shown[4096];
     bk_path_display(sw.out_dir, shown, sizeof shown);
@@ -564,11 +674,14 @@ int bk_cmd_sweep(int argc, char **argv)
     sigprocmask(SIG_BLOCK, &block, &orig);
     stop_signals = 0;
 
+    /* next: the first run not started; a run waiting for its twin's training lets later ones start */
     int next = 0, active = 0, started = 0;
     for (;;) {
         int progress = 0;
-        while (!stop_signals && active < c.jobs && next < n_queue) {
-            job *j = &jobsv[next++];
+        for (int q = next; !stop_signals && active < c.jobs && q < n_queue; q++) {
+            job *j = &jobsv[q];
+            if (j->number || waits_for_twin(j))
+                continue;
             j->number = ++started;
             progress = 1;
             if (j->prepare_error || j->run->invalid) {
@@ -578,13 +691,18 @@ int bk_cmd_sweep(int argc, char **argv)
             /* "evaluating" is written once training ended: such a run only evaluates again */
             j->phase = j->resumed && j->st.state == BK_RUN_EVALUATING ? PHASE_EVAL : PHASE_TRAIN;
             if (j->phase == PHASE_EVAL) {
-                printf("[%d/%d] %s: trained before; evaluating\n", j->number, c.total, j->run->name);
+                j->trained = 1;
+                printf("[%d/%d] %s: trained before; evaluating%s\n", j->number, c.total, j->run->name,
+                       j->reevaluate ? " again (its variant's eval_set changed)" : "");
                 fflush(stdout);
-            }
+            } else if (share_twin_training(&c, j))
+                j->phase = PHASE_EVAL;
             active += start_phase(&c, j);
         }
+        while (next < n_queue && jobsv[next].number)
+            next++;
         if (stop_signals) /* pass each stop on to the children (a third one kills them) */
-            for (int i = 0; i < next; i++)
+            for (int i = 0; i < n_queue; i++)
                 if (jobsv[i].pid > 0 && jobsv[i].signalled < stop_signals) {
                     kill(jobsv[i].pid, stop_signals >= 3 ? SIGKILL : SIGINT);
                     jobsv[i].signalled = stop_signals;
@@ -593,7 +711,7 @@ int bk_cmd_sweep(int argc, char **argv)
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
             progress = 1;
-            for (int i = 0; i < next; i++)
+            for (int i = 0; i < n_queue; i++)
                 if (jobsv[i].pid == pid) {
                     if (!child_ended(&c, &jobsv[i], status))
                         active--;
@@ -608,7 +726,7 @@ int bk_cmd_sweep(int argc, char **argv)
     sigprocmask(SIG_SETMASK, &orig, NULL);
     sigaction(SIGINT, &old_int, NULL), sigaction(SIGTERM, &old_term, NULL), sigaction(SIGCHLD, &old_chld, NULL);
 
-    int not_started = n_queue - next;
+    int not_started = n_queue - started;
     printf("\nsweep: %d run%s: %d done (%d before this sweep), %d failed", selected, selected == 1 ? "" : "s",
            c.n_done + skipped, skipped, c.n_failed);
     if (c.n_interrupted || not_started)

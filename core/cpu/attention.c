@@ -1,14 +1,27 @@
-/* Causal multi-head attention with additive distance-table biases, fp32 on the CPU (attention.h).
+/* Causal multi-head attention with additive biases, fp32 on the CPU (attention.h).
  *
- * One OpenMP task per (b, h). A task walks its queries in blocks of BLOCK rows; for the block [i0, i1)
- * only keys 0 .. i1-1 can be visited, so every product is an sgemm over that causal prefix:
- *     S = Q[i0:i1] K[0:i1]^T / sqrt(hd)      (block x i1)
- *     P = softmax_row(S + bias, j <= i)
- *     out[i0:i1] = P V[0:i1]
+ * One OpenMP task per (b, h). A task walks its queries in blocks of BLOCK rows. The block [i0, i1)
+ * visits only the keys some of its rows can see, in two contiguous parts (model/bias_math.h):
+ *     sinks   keys [0, ns),       ns = min(sinks, first)
+ *     window  keys [first, i1),   first = bk_mask_first_key(i0, window)
+ * laid side by side as the ns + (i1 - first) columns of a compact block of scores, so that every
+ * product is one sgemm per part (none for an empty sinks part):
+ *     A = Q[i0:i1] K[parts]^T / sqrt(hd)
+ *     P = softmax_row(scale_h(i) A + tables + grid) over the keys row i sees (-inf, then 0, elsewhere)
+ *     out[i0:i1] = P V[parts]
+ * Without a mask, first = ns = 0 and the window part is the causal prefix [0, i1): the plain causal
+ * attention, and a call without any ABI 2 term performs the operations of ABI 1 one for one (same
+ * bits). With a mask, the work and the scratch per query grow with sinks + window + BLOCK, not with T.
+ *
+ * Inside a block, row i sees (bias_math.h's predicate bk_mask_keeps) the keys [0, min(sinks, f_i)) and
+ * [f_i, i], f_i = bk_mask_first_key(i, window); in the compact row these are every column up to the
+ * diagonal except the window part's keys [max(first, min(sinks, f_i)), f_i) (row_keys below).
+ *
  * OpenBLAS runs single-threaded inside the parallel region, so each task is sequential and its result
  * is the same whichever thread runs it. */
 #include "cpu/attention.h"
 
+#include "model/bias_math.h"
 #include "model/host_simd.h"
 #include "model/softmax_math.h"
 #include "util/error.h"
@@ -18,9 +31,11 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* Query rows per block: BLOCK x T floats of scores per thread, and sgemms large enough to run near
- * peak; the masked triangle computed in vain is BLOCK / (2 T) of the work. */
+/* Query rows per block: BLOCK x T floats of scores per thread (BLOCK x (sinks + window + BLOCK) with a
+ * mask), and sgemms large enough to run near peak; the masked triangle computed in vain is BLOCK / (2 T)
+ * of the work (BLOCK / (2 (window + BLOCK)) with a mask). */
 #define BLOCK 64
 
 _Static_assert(BK_STREAM_COUNT == 2, "stream_names lists the streams of BK_STREAM_CHOICES");
@@ -51,16 +66,93 @@ static row_bias bias_for(const bk_attention_bias *bias, int b, int h, int T)
     return rb;
 }
 
-/* Shapes, and every distance p_s(i) - p_s(j), j <= i, inside [0, distances). Positions are
- * non-decreasing, so per row b it is enough that consecutive positions do not decrease and that
- * p(T-1) - p(0) < distances. span[s] receives 1 + the largest distance met on stream s (0 when the
- * stream has no table): the table gradient never touches entries beyond it. */
+/* The ABI 2 terms of a call. The mask is normalised: window = sinks = 0 when it hides no causal pair,
+ * i.e. when sinks + window >= T (every key j <= T - 1 - window is then a sink; window >= T is the
+ * case sinks = 0), so that such a call runs the unmasked code and gives its bits. */
+typedef struct terms {
+    int32_t window, sinks; /* window > 0: a mask that hides something */
+    const float *grid, *phi, *rscale, *scale;
+    int32_t points;
+} terms;
+
+static terms terms_of(const bk_attention_bias *bias, int T)
+{
+    terms tm = {.window = 0};
+    if (!bias)
+        return tm;
+    if (bias->window > 0 && (int64_t)bias->window + bias->sinks < T) {
+        tm.window = bias->window;
+        tm.sinks = bias->sinks;
+    }
+    tm.grid = bias->grid;
+    tm.points = bias->points;
+    tm.phi = bias->phi;
+    tm.rscale = bias->rscale;
+    tm.scale = bias->scale;
+    return tm;
+}
+
+/* 1 + the largest d = i - j of a visible pair: the window alone keeps d < window; with sinks (or
+ * without a mask) query T - 1 sees key 0. */
+static int64_t visible_span(const terms *tm, int T)
+{
+    return tm->window > 0 && tm->sinks == 0 ? tm->window : T;
+}
+
+/* The smallest key query i sees (the farthest one: positions are non-decreasing). */
+static int lowest_key(const terms *tm, int i)
+{
+    return tm->window > 0 && tm->sinks == 0 ? (int)bk_mask_first_key(i, tm->window) : 0;
+}
+
+/* Columns of a block of scores: ns + (i1 - first) <= min(sinks, first) + window + BLOCK - 1, and
+ * <= i1 <= T (ns <= first). */
+static int64_t block_width(const terms *tm, int T)
+{
+    if (tm->window <= 0)
+        return T;
+    int64_t w = (int64_t)tm->sinks + tm->window + BLOCK - 1;
+    return w < T ? w : T;
+}
+
+/* Shapes; the ABI 2 fields; and every distance p_s(i) - p_s(j) of a visible pair inside
+ * [0, distances), for the tables and (grid) for phi. Positions are non-decreasing, so per row b it is
+ * enough that consecutive positions do not decrease and that p(i) - p(lowest_key(i)) < distances
+ * (without a window-only mask, p(T-1) - p(0)). span[s] receives 1 + the largest distance met on
+ * stream s (0 when the stream has no table): the table gradient never touches entries beyond it.
+ * O(B T) at most. */
 static int check_args(const bk_attention_bias *bias, int B, int T, int C, int H, int32_t span[BK_STREAM_COUNT],
                       bk_error *err)
 {
     if (B <= 0 || T <= 0 || C <= 0 || H <= 0 || C % H)
         return bk_fail(err, BK_ERR_INVALID,
                        "attention: need B, T, C, H > 0 and C divisible by H, got B=%d T=%d C=%d H=%d", B, T, C, H);
+    if (bias) {
+        if (bias->window < 0)
+            return bk_fail(err, BK_ERR_INVALID,
+                           "attention: mask window = %d: expected the number of keys a query sees (>= 1), or 0 "
+                           "for no mask",
+                           bias->window);
+        if (bias->sinks < 0)
+            return bk_fail(err, BK_ERR_INVALID, "attention: mask sinks = %d: expected a number of keys >= 0",
+                           bias->sinks);
+        if (bias->grid && bias->points < 2)
+            return bk_fail(err, BK_ERR_INVALID,
+                           "attention: coordinate table: points = %d: expected at least 2 grid points of u",
+                           bias->points);
+        if (bias->grid && (!bias->phi || !bias->rscale))
+            return bk_fail(err, BK_ERR_INVALID,
+                           "attention: coordinate table: the grid is set but %s is NULL (u = phi[d] * rscale[i] "
+                           "needs both)",
+                           !bias->phi ? "phi" : "rscale");
+    }
+    const terms tm = terms_of(bias, T);
+    if (tm.grid && bias->distances < visible_span(&tm, T))
+        return bk_fail(err, BK_ERR_INVALID,
+                       "attention: coordinate table: phi holds %d distances, but visible keys lie up to d = %lld "
+                       "away (need distances >= %lld)",
+                       bias->distances, (long long)visible_span(&tm, T) - 1, (long long)visible_span(&tm, T));
+    const int window_only = tm.window > 0 && tm.sinks == 0;
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         span[s] = 0;
         if (!bias || !bias->table[s])
@@ -79,17 +171,24 @@ static int check_args(const bk_attention_bias *bias, int B, int T, int C, int H,
                                        stream_names[s], b, t, t - 1, (long long)d);
                 }
             }
+            if (window_only) { /* the farthest visible pair of each query */
+                far = 0;
+                for (int i = 0; i < T; i++) {
+                    const int j = lowest_key(&tm, i);
+                    const int64_t d = p ? (int64_t)p[i] - p[j] : i - j;
+                    far = d > far ? d : far;
+                }
+            }
             if (far >= D) {
-                int i = 0; /* the first query whose distance to key 0 leaves the table */
-                if (p)
-                    while ((int64_t)p[i] - p[0] < D)
-                        i++;
-                else
-                    i = D > 0 ? (int)D : 0;
+                int i = 0; /* the first query whose farthest visible key leaves the table */
+                while ((p ? (int64_t)p[i] - p[lowest_key(&tm, i)] : (int64_t)i - lowest_key(&tm, i)) < D)
+                    i++;
+                const int j = lowest_key(&tm, i);
                 return bk_fail(err, BK_ERR_INVALID,
-                               "attention: stream '%s', batch row %d: distance p(i=%d) - p(j=0) = %lld is outside "
+                               "attention: stream '%s', batch row %d: distance p(i=%d) - p(j=%d) = %lld is outside "
                                "the bias table, which holds distances 0 .. %lld",
-                               stream_names[s], b, i, p ? (long long)p[i] - p[0] : (long long)i, (long long)D - 1);
+                               stream_names[s], b, i, j, p ? (long long)p[i] - p[j] : (long long)(i - j),
+                               (long long)D - 1);
             }
             if (far + 1 > span[s])
                 span[s] = (int32_t)(far + 1);
@@ -98,24 +197,105 @@ static int check_args(const bk_attention_bias *bias, int B, int T, int C, int H,
     return BK_OK;
 }
 
-/* Row i of a score block (keys 0 .. i live, `width` columns in all): add the bias, then softmax in
- * place over j <= i (max subtracted so exp cannot overflow) and zero columns i+1 .. width-1. */
-static inline BK_HOST_INLINE void softmax_row(float *row, int i, int width, const row_bias *rb)
+/* The ABI 2 terms of head h (each NULL when absent). */
+typedef struct head_terms {
+    const float *lam; /* scale_h(i), i < T */
+    const float *F;   /* the grid of head h: points values */
+    const float *phi, *rscale;
+    int32_t points;
+} head_terms;
+
+static head_terms head_of(const terms *tm, int h, int T)
 {
+    head_terms ht = {.lam = tm->scale ? tm->scale + (size_t)h * T : NULL,
+                     .F = tm->grid ? tm->grid + (size_t)h * tm->points : NULL,
+                     .phi = tm->phi,
+                     .rscale = tm->rscale,
+                     .points = tm->points};
+    return ht;
+}
+
+/* The keys of the block [i0, i1): sinks [0, ns) in columns [0, ns), then [first, i1) in columns
+ * [ns, ns + nw). Column c holds key c (c < ns) or first - ns + c. */
+typedef struct block_keys {
+    int first, ns, nw;
+} block_keys;
+
+static inline BK_HOST_INLINE block_keys keys_of(int i0, int i1, const terms *tm)
+{
+    block_keys kb;
+    kb.first = (int)bk_mask_first_key(i0, tm->window);
+    kb.ns = tm->sinks < kb.first ? tm->sinks : kb.first;
+    kb.nw = i1 - kb.first;
+    return kb;
+}
+
+/* Row i of a block: columns [0, live) hold the keys up to the diagonal; of those, columns [m0, m1) are
+ * masked, the window part's keys [max(first, min(sinks, f_i)), f_i) with f_i = bk_mask_first_key(i,
+ * window): below its own window the row still sees the keys that are sinks. Empty without a mask. */
+typedef struct row_keys {
+    int live, m0, m1;
+} row_keys;
+
+static inline BK_HOST_INLINE row_keys row_of(int i, const block_keys *kb, const terms *tm)
+{
+    const int fi = (int)bk_mask_first_key(i, tm->window);
+    int lo = tm->sinks < fi ? tm->sinks : fi;
+    lo = lo > kb->first ? lo : kb->first;
+    row_keys rk = {.live = kb->ns + i + 1 - kb->first, .m0 = kb->ns + lo - kb->first, .m1 = kb->ns + fi - kb->first};
+    return rk;
+}
+
+/* Columns [c0, c1) of row i, holding the visible keys j = j0 + (c - c0), d = i - j: the scores of
+ * attention.h, s = scale_h(i) a + sum_s table_s[p_s(i) - p_s(j)] + F_h(u(i, d)), from a. */
+static inline BK_HOST_INLINE void add_terms(float *row, int i, int c0, int c1, int j0, const row_bias *rb,
+                                            const head_terms *ht)
+{
+    if (c0 >= c1)
+        return;
+    if (ht->lam) {
+        const float lam = ht->lam[i];
+        BK_OMP_SIMD
+        for (int c = c0; c < c1; c++)
+            row[c] *= lam;
+    }
+    const int di = i - j0 + c0; /* d = di - c */
     for (int k = 0; k < rb->n; k++) {
         const float *tab = rb->tab[k];
         const int32_t *p = rb->pos[k];
         if (p) {
             const int32_t pi = p[i];
-            for (int j = 0; j <= i; j++)
-                row[j] += tab[pi - p[j]];
+            for (int c = c0; c < c1; c++)
+                row[c] += tab[pi - p[j0 - c0 + c]];
         } else {
             BK_OMP_SIMD
-            for (int j = 0; j <= i; j++)
-                row[j] += tab[i - j];
+            for (int c = c0; c < c1; c++)
+                row[c] += tab[di - c];
         }
     }
-    bk_causal_softmax_row(row, i + 1, width);
+    if (ht->F) {
+        const float rs = ht->rscale[i];
+        for (int c = c0; c < c1; c++) {
+            float t;
+            const int32_t g = bk_coord_cell(bk_coord_u(ht->phi[di - c], rs), ht->points, &t);
+            row[c] += bk_coord_lerp(ht->F, g, t);
+        }
+    }
+}
+
+/* Row i of a block of scores (`width` columns): the terms on the visible keys, -inf on the masked ones,
+ * then softmax in place over the columns up to the diagonal (max subtracted so exp cannot overflow;
+ * a masked column's exp is exactly 0) and zeros in the columns after it. */
+static inline BK_HOST_INLINE void softmax_row(float *row, int i, int width, const block_keys *kb, const terms *tm,
+                                              const row_bias *rb, const head_terms *ht)
+{
+    const row_keys rk = row_of(i, kb, tm);
+    add_terms(row, i, 0, kb->ns, 0, rb, ht);
+    add_terms(row, i, kb->ns, rk.m0, kb->first, rb, ht);
+    add_terms(row, i, rk.m1, rk.live, kb->first - kb->ns + rk.m1, rb, ht);
+    for (int c = rk.m0; c < rk.m1; c++)
+        row[c] = -INFINITY;
+    bk_causal_softmax_row(row, rk.live, width);
 }
 
 BK_HOST_CLONES
@@ -128,11 +308,17 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
         return rc;
     const int hd = C / H, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
+    const terms tm = terms_of(bias, T);
+    /* Without a mask, probs rows serve as the score block (keys at their own columns); with one, the
+     * scores are compact (ld columns) whether or not probs is kept, so that both compute the same bits,
+     * and the rows are spread into probs afterwards. */
+    const int masked = tm.window > 0;
+    const int64_t ld = block_width(&tm, T);
 
-    /* Without probs, each thread keeps one block of scores; the team is at most max_threads wide. */
+    /* Each thread keeps one block of scores; the team is at most max_threads wide. */
     float *scratch = NULL;
-    if (!probs) {
-        size_t bytes = (size_t)omp_get_max_threads() * BLOCK * T * sizeof *scratch;
+    if (!probs || masked) {
+        size_t bytes = (size_t)omp_get_max_threads() * BLOCK * (size_t)ld * sizeof *scratch;
         scratch = malloc(bytes);
         if (!scratch)
             return bk_fail(err, BK_ERR_NOMEM, "attention forward: cannot allocate %zu bytes of score scratch", bytes);
@@ -143,32 +329,97 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
         const int b = bh / H, h = bh % H;
         const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hd, *k = q + C, *v = q + 2 * C;
         const row_bias rb = bias_for(bias, b, h, T);
-        float *mine = scratch ? scratch + (size_t)omp_get_thread_num() * BLOCK * T : NULL;
+        const head_terms ht = head_of(&tm, h, T);
+        float *mine = scratch ? scratch + (size_t)omp_get_thread_num() * BLOCK * (size_t)ld : NULL;
         for (int i0 = 0; i0 < T; i0 += BLOCK) {
             const int i1 = i0 + BLOCK < T ? i0 + BLOCK : T, rows = i1 - i0;
-            /* probs keeps whole rows (zeros past the diagonal); scratch only needs the i1 live columns */
-            float *S = probs ? probs + ((size_t)bh * T + i0) * T : mine;
-            const int width = probs ? T : i1;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, i1, hd, scale, q + (size_t)i0 * C3, C3, k, C3,
-                        0.0f, S, T);
+            const block_keys kb = keys_of(i0, i1, &tm);
+            /* probs keeps whole rows (zeros past the diagonal); scratch only needs the live columns */
+            const int direct = probs && !masked;
+            float *S = direct ? probs + ((size_t)bh * T + i0) * T : mine;
+            const int width = direct ? T : kb.ns + kb.nw;
+            if (kb.ns)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb.ns, hd, scale, q + (size_t)i0 * C3, C3,
+                            k, C3, 0.0f, S, (int)ld);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb.nw, hd, scale, q + (size_t)i0 * C3, C3,
+                        k + (size_t)kb.first * C3, C3, 0.0f, S + kb.ns, (int)ld);
             for (int r = 0; r < rows; r++)
-                softmax_row(S + (size_t)r * T, i0 + r, width, &rb);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, i1, 1.0f, S, T, v, C3, 0.0f,
-                        out + ((size_t)b * T + i0) * C + (size_t)h * hd, C);
+                softmax_row(S + (size_t)r * ld, i0 + r, width, &kb, &tm, &rb, &ht);
+            float *o = out + ((size_t)b * T + i0) * C + (size_t)h * hd;
+            if (kb.ns)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb.ns, 1.0f, S, (int)ld, v, C3, 0.0f,
+                            o, C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb.nw, 1.0f, S + kb.ns, (int)ld,
+                        v + (size_t)kb.first * C3, C3, kb.ns ? 1.0f : 0.0f, o, C);
+            if (probs && masked)
+                for (int r = 0; r < rows; r++) {
+                    float *dst = probs + ((size_t)bh * T + i0 + r) * T;
+                    const float *src = S + (size_t)r * ld;
+                    memcpy(dst, src, (size_t)kb.ns * sizeof *dst);
+                    memset(dst + kb.ns, 0, (size_t)(kb.first - kb.ns) * sizeof *dst);
+                    memcpy(dst + kb.first, src + kb.ns, (size_t)kb.nw * sizeof *dst);
+                    memset(dst + i1, 0, (size_t)(T - i1) * sizeof *dst);
+                }
         }
     }
     free(scratch);
     return BK_OK;
 }
 
-/* Backward, with P from the forward pass and dO = dout for one (b, h), per block of rows [i0, i1):
- *     dP = dO V[0:i1]^T
- *     dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)  (softmax Jacobian; 0 for j > i since P_ij = 0; the sum
- *                                              by bk_dot_lanes, in double)
- *     dV[0:i1] += P^T dO,  dQ[i0:i1] += dS K[0:i1] / sqrt(hd),  dK[0:i1] += dS^T Q[i0:i1] / sqrt(hd)
- *     G_s[h][p_s(i) - p_s(j)] += dS_ij   (the bias enters s unscaled)
- * Tasks write disjoint column ranges of dqkv. G is summed per task into its own double slice and the
- * slices are added over b in a fixed order afterwards, so the result does not depend on the threads. */
+/* G[p(i) - p(j)] += dS_ij over columns [c0, c1) of row i (keys j = j0 + (c - c0)). */
+static inline BK_HOST_INLINE void table_grads(double *G, const int32_t *p, const float *row, int i, int c0, int c1,
+                                              int j0)
+{
+    if (p) {
+        const int32_t pi = p[i];
+        for (int c = c0; c < c1; c++)
+            G[pi - p[j0 - c0 + c]] += row[c];
+    } else {
+        const int di = i - j0 + c0;
+        BK_OMP_SIMD
+        for (int c = c0; c < c1; c++)
+            G[di - c] += row[c];
+    }
+}
+
+/* The coordinate table's gradients over columns [c0, c1) of row i (keys j = j0 + (c - c0), d = i - j),
+ * with u = phi[d] rscale[i] in cell g at t: s = F[g] + t (F[g+1] - F[g]), so
+ *     dF[g] += dS (1 - t),  dF[g+1] += dS t,  du = dS slope_g,
+ *     dphi[d] += du rscale[i],  drscale[i] += du phi[d]   (*drs: this row's sum). */
+static inline BK_HOST_INLINE void grid_grads(double *dF, double *dphi, double *drs, const head_terms *ht,
+                                             const float *row, int i, int c0, int c1, int j0)
+{
+    const float rs = ht->rscale[i];
+    const int di = i - j0 + c0;
+    double sum = 0.0;
+    for (int c = c0; c < c1; c++) {
+        const int d = di - c;
+        float t;
+        const int32_t g = bk_coord_cell(bk_coord_u(ht->phi[d], rs), ht->points, &t);
+        const double ds = row[c];
+        dF[g] += ds * (1.0 - (double)t);
+        dF[g + 1] += ds * (double)t;
+        const double du = ds * (double)bk_coord_slope(ht->F, g, ht->points);
+        dphi[d] += du * (double)rs;
+        sum += du * (double)ht->phi[d];
+    }
+    *drs += sum;
+}
+
+/* Backward, with P from the forward pass and dO = dout for one (b, h), per block of rows [i0, i1), over
+ * the block's key parts (the columns of the compact block; masked keys are never multiplied):
+ *     dP = dO V[parts]^T
+ *     dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)  (softmax Jacobian: dL/ds; 0 where P is, set to exactly 0
+ *                                              on masked keys; the sum by bk_dot_lanes, in double)
+ *     G_s[h][p_s(i) - p_s(j)] += dS_ij          (the tables enter s unscaled)
+ *     dF, dphi, drscale                         (grid_grads)
+ *     dscale_h(i) += sum_j dS_ij a_ij           (a = Q K^T / sqrt(hd) recomputed for the block: P alone
+ *                                              cannot give it where scale_h(i) = 0)
+ *     dV[parts] += P^T dO,  dQ[i0:i1] += dS' K[parts] / sqrt(hd),  dK[parts] += dS'^T Q[i0:i1] / sqrt(hd)
+ *                                              with dS'_ij = scale_h(i) dS_ij
+ * Tasks write disjoint column ranges of dqkv. The other gradients are summed per task into its own
+ * double slice and the slices added in a fixed order afterwards (over b; for dphi and drscale over
+ * b and h), so the result does not depend on the threads. */
 BK_HOST_CLONES
 int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
                           const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
@@ -182,6 +433,8 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
         return rc;
     const int hd = C / H, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
+    const terms tm = terms_of(bias, T);
+    const int64_t ld = block_width(&tm, T);
 
     /* Streams whose table gradient is wanted; each task's slice holds `width` distances per stream
      * (the largest that occurs, often far fewer than the table's row). */
@@ -193,9 +446,18 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
             width = (size_t)span[s] > width ? (size_t)span[s] : width;
         }
     }
-    const size_t slice = (size_t)n_grad * width; /* doubles per (b, h) task */
+    /* The ABI 2 gradients wanted, and where they sit in a task's slice after the tables: dF (points),
+     * dphi (the visible distances), drscale (T), dscale (T: this task's head). */
+    const int want_grid = tm.grid && (bias->dgrid || bias->dphi || bias->drscale);
+    const int want_scale = tm.scale && bias->dscale;
+    const size_t n_phi = want_grid ? (size_t)visible_span(&tm, T) : 0;
+    const size_t off_grid = (size_t)n_grad * width, off_phi = off_grid + (want_grid ? (size_t)tm.points : 0);
+    const size_t off_rs = off_phi + n_phi, off_scale = off_rs + (want_grid ? (size_t)T : 0);
+    const size_t slice = off_scale + (want_scale ? (size_t)T : 0); /* doubles per (b, h) task */
 
-    size_t dp_bytes = (size_t)omp_get_max_threads() * BLOCK * T * sizeof(float);
+    /* per thread: dS, and a (for dscale) */
+    const size_t per_thread = (size_t)BLOCK * (size_t)ld * (want_scale ? 2 : 1);
+    size_t dp_bytes = (size_t)omp_get_max_threads() * per_thread * sizeof(float);
     float *scratch = malloc(dp_bytes);
     double *acc = slice ? calloc((size_t)B * H * slice, sizeof *acc) : NULL;
     if (!scratch || (slice && !acc)) {
@@ -203,7 +465,7 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
         free(acc);
         return bk_fail(err, BK_ERR_NOMEM,
                        "attention backward: cannot allocate %zu bytes of score scratch and %zu bytes of "
-                       "table-gradient scratch",
+                       "bias-gradient scratch",
                        dp_bytes, (size_t)B * H * slice * sizeof *acc);
     }
 
@@ -213,7 +475,9 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
         const size_t base = (size_t)b * T * C3 + (size_t)h * hd;
         const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
         float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
-        float *dS = scratch + (size_t)omp_get_thread_num() * BLOCK * T;
+        float *dS = scratch + (size_t)omp_get_thread_num() * per_thread;
+        float *A = want_scale ? dS + (size_t)BLOCK * ld : NULL;
+        const head_terms ht = head_of(&tm, h, T);
         const int32_t *gpos[BK_STREAM_COUNT];
         for (int g = 0; g < n_grad; g++)
             gpos[g] = bias->positions[grad[g]] ? bias->positions[grad[g]] + (size_t)b * T : NULL;
@@ -221,39 +485,78 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
 
         for (int i0 = 0; i0 < T; i0 += BLOCK) {
             const int i1 = i0 + BLOCK < T ? i0 + BLOCK : T, rows = i1 - i0;
+            const block_keys kb = keys_of(i0, i1, &tm);
+            const int ns = kb.ns, first = kb.first, nw = kb.nw;
             const float *P = probs + ((size_t)bh * T + i0) * T;
             const float *dO = dout + ((size_t)b * T + i0) * C + (size_t)h * hd;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, i1, hd, 1.0f, dO, C, v, C3, 0.0f, dS, T);
+            const float *qb = q + (size_t)i0 * C3, *kw = k + (size_t)first * C3, *vw = v + (size_t)first * C3;
+            if (ns)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ns, hd, 1.0f, dO, C, v, C3, 0.0f, dS,
+                            (int)ld);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nw, hd, 1.0f, dO, C, vw, C3, 0.0f, dS + ns,
+                        (int)ld);
+            if (A) {
+                if (ns)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ns, hd, scale, qb, C3, k, C3, 0.0f, A,
+                                (int)ld);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nw, hd, scale, qb, C3, kw, C3, 0.0f,
+                            A + ns, (int)ld);
+            }
             for (int r = 0; r < rows; r++) {
                 const int i = i0 + r;
-                const float *Pi = P + (size_t)r * T;
-                float *row = dS + (size_t)r * T;
-                const float fdot = (float)bk_dot_lanes(Pi, row, i + 1);
+                const row_keys rk = row_of(i, &kb, &tm);
+                const float *Pi = P + (size_t)r * T, *Pw = Pi + first - ns; /* Pw[c]: column c >= ns */
+                float *row = dS + (size_t)r * ld;
+                double dot = bk_dot_lanes(Pi + first, row + ns, i + 1 - first);
+                if (ns)
+                    dot = bk_dot_lanes(Pi, row, ns) + dot;
+                const float fdot = (float)dot;
                 BK_OMP_SIMD
-                for (int j = 0; j <= i; j++)
-                    row[j] = Pi[j] * (row[j] - fdot);
+                for (int c = 0; c < ns; c++)
+                    row[c] = Pi[c] * (row[c] - fdot);
                 BK_OMP_SIMD
-                for (int j = i + 1; j < i1; j++)
-                    row[j] = 0.0f;
-                for (int g = 0; g < n_grad; g++) {
-                    double *G = my_acc + (size_t)g * width;
-                    const int32_t *p = gpos[g];
-                    if (p) {
-                        const int32_t pi = p[i];
-                        for (int j = 0; j <= i; j++)
-                            G[pi - p[j]] += row[j];
-                    } else {
-                        BK_OMP_SIMD
-                        for (int j = 0; j <= i; j++)
-                            G[i - j] += row[j];
-                    }
+                for (int c = ns; c < rk.live; c++)
+                    row[c] = Pw[c] * (row[c] - fdot);
+                for (int c = rk.m0; c < rk.m1; c++)
+                    row[c] = 0.0f;
+                BK_OMP_SIMD
+                for (int c = rk.live; c < ns + nw; c++)
+                    row[c] = 0.0f;
+                /* the visible columns: [0, ns), [ns, m0), [m1, live) */
+                const int c0[3] = {0, ns, rk.m1}, c1[3] = {ns, rk.m0, rk.live};
+                const int j0[3] = {0, first, first - ns + rk.m1};
+                for (int g = 0; g < n_grad; g++)
+                    for (int part = 0; part < 3; part++)
+                        table_grads(my_acc + (size_t)g * width, gpos[g], row, i, c0[part], c1[part], j0[part]);
+                if (want_grid) {
+                    double *drs = my_acc + off_rs + i;
+                    for (int part = 0; part < 3; part++)
+                        grid_grads(my_acc + off_grid, my_acc + off_phi, drs, &ht, row, i, c0[part], c1[part],
+                                   j0[part]);
+                }
+                if (want_scale) /* masked columns hold dS = 0 */
+                    my_acc[off_scale + i] += bk_dot_lanes(row, A + (size_t)r * ld, rk.live);
+                if (ht.lam) {
+                    const float lam = ht.lam[i];
+                    BK_OMP_SIMD
+                    for (int c = 0; c < rk.live; c++)
+                        row[c] *= lam;
                 }
             }
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hd, rows, 1.0f, P, T, dO, C, 1.0f, dv, C3);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, i1, scale, dS, T, k, C3, 1.0f,
-                        dq + (size_t)i0 * C3, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hd, rows, scale, dS, T, q + (size_t)i0 * C3, C3,
-                        1.0f, dk, C3);
+            if (ns)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ns, hd, rows, 1.0f, P, T, dO, C, 1.0f, dv, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nw, hd, rows, 1.0f, P + first, T, dO, C, 1.0f,
+                        dv + (size_t)first * C3, C3);
+            if (ns)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, ns, scale, dS, (int)ld, k, C3, 1.0f,
+                            dq + (size_t)i0 * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nw, scale, dS + ns, (int)ld, kw, C3,
+                        1.0f, dq + (size_t)i0 * C3, C3);
+            if (ns)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ns, hd, rows, scale, dS, (int)ld, qb, C3, 1.0f,
+                            dk, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nw, hd, rows, scale, dS + ns, (int)ld, qb, C3, 1.0f,
+                        dk + (size_t)first * C3, C3);
         }
     }
 
@@ -270,6 +573,46 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                     sum += acc[((size_t)b * H + h) * slice + (size_t)g * width + d];
                 dst[d] += (float)sum;
             }
+        }
+    }
+    /* dF[h] and dscale[h] summed over b; dphi and drscale over (b, h) = (0, 0), (0, 1), ... */
+    if (want_grid && bias->dgrid) {
+        const int np = tm.points;
+#pragma omp parallel for schedule(static)
+        for (int hg = 0; hg < H * np; hg++) {
+            const int h = hg / np, g = hg % np;
+            double sum = 0.0;
+            for (int b = 0; b < B; b++)
+                sum += acc[((size_t)b * H + h) * slice + off_grid + (size_t)g];
+            bias->dgrid[hg] += (float)sum;
+        }
+    }
+    if (want_grid && bias->dphi) {
+#pragma omp parallel for schedule(static)
+        for (int d = 0; d < (int)n_phi; d++) {
+            double sum = 0.0;
+            for (int bh = 0; bh < B * H; bh++)
+                sum += acc[(size_t)bh * slice + off_phi + (size_t)d];
+            bias->dphi[d] += (float)sum;
+        }
+    }
+    if (want_grid && bias->drscale) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < T; i++) {
+            double sum = 0.0;
+            for (int bh = 0; bh < B * H; bh++)
+                sum += acc[(size_t)bh * slice + off_rs + (size_t)i];
+            bias->drscale[i] += (float)sum;
+        }
+    }
+    if (want_scale) {
+#pragma omp parallel for schedule(static)
+        for (int hi = 0; hi < H * T; hi++) {
+            const int h = hi / T, i = hi % T;
+            double sum = 0.0;
+            for (int b = 0; b < B; b++)
+                sum += acc[((size_t)b * H + h) * slice + off_scale + (size_t)i];
+            bias->dscale[hi] += (float)sum;
         }
     }
     free(scratch);

@@ -15,10 +15,15 @@
  *
  * ABI 2 terms (the coordinate table, the mask, the logit scale; fields below): with a mask, a block of
  * queries computes only the keys some of its rows see (the window and the sinks), so the cost per
- * query grows with the window, not with T; masked scores are exactly -inf and get no gradient.
+ * query grows with the window, not with T, and so does the scratch of forward-only evaluation
+ * (BLOCK x (sinks + window + BLOCK) floats per thread); masked scores are exactly -inf (probability
+ * exactly 0) and get no gradient; the terms of masked pairs (tables, phi) are never read. A mask that
+ * hides no causal pair (sinks + window >= T) is no mask: the call gives the unmasked bits. A call
+ * without any ABI 2 term runs the ABI 1 arithmetic, operation for operation.
  *
  * Determinism: results do not depend on the number of threads. The table gradient is reduced
- * along diagonals per (b, h) into scratch and then summed over b in a fixed order. */
+ * along diagonals per (b, h) into scratch and then summed over b in a fixed order; dgrid, dphi,
+ * drscale and dscale likewise (per (b, h) slices in double, summed in a fixed order). */
 #ifndef BK_CPU_ATTENTION_H
 #define BK_CPU_ATTENTION_H
 
@@ -33,7 +38,8 @@ typedef struct bk_attention_bias {
     /* positions[s]: B x T position of each token on stream s (non-decreasing along t); NULL means
      * the token index t. Needed for every stream whose table is set. */
     const int32_t *positions[BK_STREAM_COUNT];
-    /* Row length of the tables: every p_s(i) - p_s(j) that occurs must be < distances. */
+    /* Row length of the tables (and of phi): every p_s(i) - p_s(j) of a visible pair must be < distances
+     * (with a window and no sinks, the pairs i - j < window only; else every j <= i). */
     int32_t distances;
     /* span[s]: 1 + the largest p_s(i) - p_s(j), j <= i, in the batch (the table gradient is zero
      * beyond it), or 0 when not known (then distances). The CPU computes its own; the device
@@ -43,30 +49,34 @@ typedef struct bk_attention_bias {
     /* --- ABI 2 terms (model/bias_math.h; all on the token index i, j and d = i - j; each absent when
      * its pointer is NULL / window is 0) --- */
     /* Coordinate table: score += grid[h * points + .] interpolated at u = phi[d] * rscale[i]. */
-    const float *grid;   /* H x points (the term's weight already applied) */
+    const float *grid;   /* H x points */
     int32_t points;      /* >= 2 */
     const float *phi;    /* distances floats, >= 0, non-decreasing */
     const float *rscale; /* T floats (per query index, the same for every batch row), phi[i] * rscale[i] <= 1 */
-    /* Mask: key j is visible to query i when i - j < window or j < sinks (window 0: no mask). */
+    /* Mask: key j <= i is visible to query i when i - j < window or j < sinks (window 0: no mask;
+     * window >= 0 and sinks >= 0, else BK_ERR_INVALID). */
     int32_t window, sinks;
     /* Logit scale: score = scale[h * T + i] * q.k / sqrt(hd) + bias (NULL: 1). */
     const float *scale;
 
     /* Backward outputs of the ABI 2 terms (+=; each NULL when not wanted): dgrid (H x points),
      * dphi (distances), drscale (T), dscale (H x T), each summed over the batch (dphi, drscale also over
-     * the heads). Ignored by the forward pass. */
+     * the heads). Ignored by the forward pass, and left alone when their term is absent (grid or
+     * scale NULL). dscale[h * T + i] = sum_j dL/ds_ij * q_i.k_j / sqrt(hd). */
     float *dgrid, *dphi, *drscale, *dscale;
 } bk_attention_bias;
 
 /* Forward. `probs` (B, H, T, T), when not NULL, receives the attention probabilities for the
- * backward pass (entries j > i are 0). Returns BK_ERR_NOMEM (message set) if scratch cannot be
- * allocated, BK_ERR_INVALID if a distance falls outside the tables. */
+ * backward pass (entries j > i and masked entries are 0). Returns BK_ERR_NOMEM (message set) if scratch
+ * cannot be allocated, BK_ERR_INVALID if a distance falls outside the tables or phi, or an ABI 2 field
+ * is out of its range (points < 2, grid without phi or rscale, window or sinks < 0). */
 int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
                          int C, int H, bk_error *err);
 
 /* Backward: dqkv += d(loss)/d(qkv); dtable[s] (H x distances), when not NULL, += the diagonal-reduced
- * score gradient G_s[h][delta] = sum over (b, i, j <= i) with p_s(i) - p_s(j) = delta of dL/ds[b,h,i,j].
- * `probs` is what the forward pass saved. */
+ * score gradient G_s[h][delta] = sum over (b, i, j <= i) with p_s(i) - p_s(j) = delta of dL/ds[b,h,i,j];
+ * the ABI 2 gradients into bias->dgrid, dphi, drscale, dscale. `probs` is what the forward pass saved
+ * (with the same bias). */
 int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
                           const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
                           bk_error *err);

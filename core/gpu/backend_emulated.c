@@ -29,6 +29,8 @@ int bk_emulated_launch(int64_t n, bk_dev_kernel f, const void *args)
 
 int bk_emulated_thread_order = 0;
 
+long long bk_emulated_tile_visits[3] = {0, 0, 0};
+
 int bk_emulated_launch_cta(int64_t n, bk_dev_cta_program f, const void *args, size_t smem_bytes, bk_error *err)
 {
     int failed = 0;

@@ -68,6 +68,7 @@ enum {
     BK_DEV_SCRATCH_PARTIAL2,
     BK_DEV_SCRATCH_HOST_ARGS,   /* small argument arrays uploaded for one call */
     BK_DEV_SCRATCH_BF16,        /* a GEMM's fp32 operand rounded to bf16 (bf16 storage) */
+    BK_DEV_SCRATCH_ATT_V2,      /* the fused attention's partials of the ABI 2 gradients (kernels_flash.h) */
     BK_DEV_SCRATCH_COUNT
 };
 
@@ -191,6 +192,16 @@ int bk_emulated_launch_cta(int64_t n, bk_dev_cta_program f, const void *args, si
 #define BK_LAUNCH_CTA(d, F, A, n, smem_bytes, args, err)                                                  \
     ((void)(d), bk_emulated_launch_cta((int64_t)(n), F, &(args), (size_t)(smem_bytes), (err)))
 
+#endif
+
+/* The tile pairs the fused attention's block programs visit (kernels_flash.h: index K_FLASH_FWD, _DKDV,
+ * _DQ), counted by the emulation only, so that a test can see that a mask's skipped tiles are never
+ * visited; nothing on the GPU. Block programs run in parallel over host threads: relaxed atomic adds. */
+#if defined(__CUDACC__)
+#define BK_DEV_COUNT_TILE(which) ((void)0)
+#else
+extern long long bk_emulated_tile_visits[3];
+#define BK_DEV_COUNT_TILE(which) ((void)__atomic_fetch_add(&bk_emulated_tile_visits[(which)], 1LL, __ATOMIC_RELAXED))
 #endif
 
 #endif

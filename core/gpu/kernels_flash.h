@@ -32,18 +32,54 @@
  * a row the keys of that distance (one key on the token stream; a contiguous run when positions are
  * given, as p is non-decreasing) in ascending order. The partials are then summed over (b, qt) in
  * ascending order by k_flash_table_reduce into dtable. On the token stream without positions a row
- * holds only the distances its query tile can meet (k_flash_g_len). */
+ * holds only the distances its query tile can meet (k_flash_g_len).
+ *
+ * ABI 2 terms (k_flash_v2; cpu/attention.h, model/bias_math.h), each absent in an ABI 1 call, which then
+ * runs exactly the operations it ran before (the same bits):
+ *     s[i][j] = lscale[h][i] * scale (q_i . k_j) + tables + F_h(u),  u = phi[i - j] rscale[i]
+ *   (F_h: the coordinate grid read by bk_coord_cell / bk_coord_lerp), and -inf where bk_mask_keeps says
+ *   the window and sinks hide (i, j).
+ * - Tile skipping: a query tile walks only the key tiles that bk_mask_tile does not classify SKIP: the
+ *   sink tiles, then from the tile of bk_mask_first_key (k_flash_key_tiles, k_flash_kt_next), and a key
+ *   tile only the query tiles up to k_flash_qt_end; the mask is applied per element on PARTIAL tiles
+ *   only. So with a window the work per query grows with the window, not with T. A row may have no
+ *   visible key in one tile (k_flash_online_row keeps it at -inf / 0), never in all of them: every query
+ *   sees itself.
+ * - Backward: dK and dQ take dS lscale[h][i]; the gradients of the ABI 2 terms are reduced like the table
+ *   gradient, deterministically and without atomics: k_flash_dq, which owns (b, h, query tile), adds per
+ *   key tile (ascending) into partials it alone writes: per row (dscale: sum_j dS a with a = scale q.k;
+ *   drscale: sum_j dS slope phi[i - j]), per distance like a token-stream table partial (dphi: dS slope
+ *   rscale[i]), per grid point (dgrid: dS (1 - t) at cell g, dS t at g + 1; one thread per point, which
+ *   finds the keys of its cell in each row by binary search: the cell is monotone along a row since phi
+ *   is non-decreasing). k_flash_v2_reduce then sums the partials over (b, query tile) and, for dphi and
+ *   drscale, the heads, in ascending order, in double. */
 #ifndef BK_GPU_KERNELS_FLASH_H
 #define BK_GPU_KERNELS_FLASH_H
 
 #include "gpu/dev.h"
 #include "gpu/kernels_attention.h"
 #include "gpu/mma.h"
+#include "model/bias_math.h"
 #include "model/softmax_math.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+/* The ABI 2 terms of a call (see the header), pointers in backend memory; all NULL / 0 in an ABI 1 call. */
+typedef struct k_flash_v2 {
+    const float *grid;   /* H x points: the coordinate table F_h at u = g / (points - 1) */
+    const float *phi;    /* distances floats */
+    const float *rscale; /* T floats */
+    const float *lscale; /* H x T: the logit scale s_h(i) (bk_attention_bias.scale) */
+    int32_t points, window, sinks;
+    int32_t wphi; /* distances with a dphi partial: min(distances, T) */
+    /* backward partials, each NULL when its gradient is not wanted */
+    double *dscale_part;  /* (B, H, T): sum_j dS a of the row (written) */
+    double *drscale_part; /* (B, H, T): sum_j dS slope phi[i - j] of the row (written) */
+    double *dphi_part;    /* per (b, query tile, h), k_flash_phi_at (+=) */
+    double *dgrid_part;   /* (B, query tile, H, points) (+=) */
+} k_flash_v2;
 
 typedef struct k_flash_args {
     const float *qkv;                /* (B, T, 3C) */
@@ -61,6 +97,7 @@ typedef struct k_flash_args {
     uint16_t *out16;
     int32_t width[BK_STREAM_COUNT];  /* distances with a partial: 1 + the largest distance of stream s */
     k_att_bias bias;
+    k_flash_v2 v2;
     int B, T, C, H, tile;
     float scale;
 } k_flash_args;
@@ -79,8 +116,28 @@ enum { K_FLASH_FWD = 0, K_FLASH_DKDV = 1, K_FLASH_DQ = 2 };
 typedef struct k_flash_smem {
     int hdp, ldh, ldf, lds, ldp; /* head size as stored; row strides of the q, k, v, dout rows, of the
                                     accumulator rows, of s and dp, of p and ds */
-    int64_t q, k, v, dout, acc, acc2, s, dp, p, ds, m, l, alpha, total;
+    int64_t q, k, v, dout, acc, acc2, s, dp, p, ds, m, l, alpha;
+    int64_t sa, racc, rng; /* k_flash_dq's ABI 2 arrays (K_FLASH_V2_*), 0 when absent */
+    int64_t total;
 } k_flash_smem;
+
+/* What of k_flash_dq's shared memory the ABI 2 backward partials add (the `v2` of k_flash_layout):
+ *   K_FLASH_V2_SA     fp32: a tile of dS a (row stride ldp) for dscale (the tensor-core program writes it
+ *                     over dp, which it has read by then);
+ *   K_FLASH_V2_ROWS   two doubles per row: the running sums of dscale and drscale over the key tiles;
+ *   K_FLASH_V2_CELLS  two ints per row: the grid cells a row meets in the current tile (dgrid). */
+enum { K_FLASH_V2_SA = 1, K_FLASH_V2_ROWS = 2, K_FLASH_V2_CELLS = 4 };
+
+/* ... for the gradients wanted (each 0 or 1); k_flash_v2_needs from the partials a call has. */
+static inline BK_DEV_HD int k_flash_v2_needs_of(int dscale, int drscale, int dgrid)
+{
+    return (dscale ? K_FLASH_V2_SA : 0) | (dscale || drscale ? K_FLASH_V2_ROWS : 0) | (dgrid ? K_FLASH_V2_CELLS : 0);
+}
+
+static inline BK_DEV_HD int k_flash_v2_needs(const k_flash_v2 *v)
+{
+    return k_flash_v2_needs_of(v->dscale_part != 0, v->drscale_part != 0, v->dgrid_part != 0);
+}
 
 /* floats that hold n values of `bytes` bytes (4 or 2), rounded up to 32 bytes */
 static inline BK_DEV_HD int64_t k_flash_floats(int64_t n, int bytes)
@@ -88,7 +145,7 @@ static inline BK_DEV_HD int64_t k_flash_floats(int64_t n, int bytes)
     return ((n * bytes + 3) / 4 + 7) / 8 * 8;
 }
 
-static inline BK_DEV_HD k_flash_smem k_flash_layout(int which, int tensor, int tile, int hd)
+static inline BK_DEV_HD k_flash_smem k_flash_layout(int which, int tensor, int tile, int hd, int v2)
 {
     k_flash_smem L;
     memset(&L, 0, sizeof L);
@@ -120,6 +177,12 @@ static inline BK_DEV_HD k_flash_smem k_flash_layout(int which, int tensor, int t
     L.l = at, at += row; /* l, or D in backward */
     if (which == K_FLASH_FWD)
         L.alpha = at, at += row;
+    if (which == K_FLASH_DQ && (v2 & K_FLASH_V2_SA) && !tensor)
+        L.sa = at, at += k_flash_floats((int64_t)tile * L.ldp, 4);
+    if (which == K_FLASH_DQ && (v2 & K_FLASH_V2_ROWS))
+        L.racc = at, at += k_flash_floats(2 * (int64_t)tile, 8);
+    if (which == K_FLASH_DQ && (v2 & K_FLASH_V2_CELLS))
+        L.rng = at, at += k_flash_floats(2 * (int64_t)tile, 4);
     L.total = at;
     return L;
 }
@@ -166,6 +229,85 @@ static inline BK_DEV_HD k_flash_block k_flash_block_of(const k_flash_args *a, in
     return k;
 }
 
+/* ---- ABI 2: the tiles a mask lets through, the scores ----------------------------------------------- */
+
+/* The key tiles that query tile qt (of `tile` rows) walks, in ascending order: the sink tiles
+ * 0 .. *sink_end - 1 (those that hold a key j < sinks), then *first .. qt (from the tile of the window's
+ * first key for the tile's first row, bk_mask_first_key): exactly the tiles that bk_mask_tile does not
+ * classify BK_TILE_SKIP (tests/test_backend_attention_v2.c checks it). Without a window, 0 .. qt.
+ * Returns the first tile; k_flash_kt_next gives the next. */
+static inline BK_DEV_HD int k_flash_key_tiles(int qt, int tile, int window, int sinks, int *sink_end, int *first)
+{
+    const int f = bk_mask_first_key(qt * tile, window) / tile;
+    const int s = window > 0 && sinks > 0 ? (sinks + tile - 1) / tile : 0;
+    *first = f;
+    *sink_end = s < f ? s : f;
+    return *sink_end > 0 ? 0 : f;
+}
+
+static inline BK_DEV_HD int k_flash_kt_next(int kt, int sink_end, int first)
+{
+    return kt + 1 < sink_end || kt + 1 >= first ? kt + 1 : first;
+}
+
+/* One past the last query tile that key tile kt (keys kt * tile .. kt * tile + cols - 1) walks to from kt
+ * (of nq): every tile when the key tile holds a sink or there is no window, else up to the tile of the
+ * last query that sees its last key, j = kt * tile + cols - 1, i = j + window - 1. The tiles kt ..
+ * k_flash_qt_end - 1 are the ones bk_mask_tile does not classify BK_TILE_SKIP. */
+static inline BK_DEV_HD int k_flash_qt_end(int kt, int cols, int tile, int nq, int window, int sinks)
+{
+    const int64_t j0 = (int64_t)kt * tile;
+    if (window <= 0 || j0 < sinks)
+        return nq;
+    const int64_t end = (j0 + cols - 1 + window - 1) / tile + 1;
+    return end < nq ? (int)end : nq;
+}
+
+/* The class of the tile pair (query rows i0 .. i0 + rows - 1, keys j0 .. j0 + cols - 1): bk_mask_tile,
+ * the causal mask included. */
+static inline BK_DEV_HD int k_flash_tile_class(const k_flash_args *a, int i0, int rows, int j0, int cols)
+{
+    return bk_mask_tile(i0, i0 + rows, j0, j0 + cols, a->v2.window, a->v2.sinks);
+}
+
+/* Whether (i, j) of a tile of class cls has a score: every pair of a full tile, per element in a
+ * partial one. */
+static inline BK_DEV_HD int k_flash_keeps(const k_flash_args *a, int cls, int i, int j)
+{
+    return cls == BK_TILE_FULL || bk_mask_keeps(i, j, a->v2.window, a->v2.sinks);
+}
+
+/* The visible keys of row i inside the tile from j0 with j <= i: columns 0 .. k_flash_causal_cols - 1
+ * (none when <= 0). */
+static inline BK_DEV_HD int k_flash_causal_cols(int i, int j0, int cols)
+{
+    const int n = i - j0 + 1;
+    return n < cols ? n : cols;
+}
+
+/* The grid cell of (i, j), j <= i, and its t (model/bias_math.h). */
+static inline BK_DEV_HD int32_t k_flash_cell(const k_flash_v2 *v, int i, int j, float *t)
+{
+    return bk_coord_cell(bk_coord_u(v->phi[i - j], v->rscale[i]), v->points, t);
+}
+
+/* The biased score of (i, j), j <= i visible, from x = scale (q_i . k_j): the logit scale, the tables'
+ * entries in stream order (k_att_add_bias), then the coordinate table. With no ABI 2 term, exactly
+ * k_att_add_bias(x). */
+static inline BK_DEV_HD float k_flash_biased_a(const k_flash_args *a, int64_t b, int h, int i, int j, float x)
+{
+    const k_flash_v2 *v = &a->v2;
+    if (v->lscale)
+        x *= v->lscale[(int64_t)h * a->T + i];
+    float s = k_att_add_bias(&a->bias, b, h, a->T, i, j, x);
+    if (v->grid) {
+        float t;
+        const int32_t g = k_flash_cell(v, i, j, &t);
+        s += bk_coord_lerp(v->grid + (int64_t)h * v->points, g, t);
+    }
+    return s;
+}
+
 /* The forward's start, thread t's share: the output accumulator (n floats) zeroed, the running max and
  * sum of each of the tile's rows at -inf and 0. */
 static inline BK_DEV_HD void k_flash_fwd_start(float *acc, int64_t n, float *m, float *l, float *alpha, int tile,
@@ -207,10 +349,10 @@ static inline BK_DEV_HD float k_flash_dot(const float *x, const float *y, int n)
     return acc;
 }
 
-/* The biased score of (i, j), j <= i, from the dot product q_i . k_j. */
+/* The biased score of (i, j), j <= i visible, from the dot product q_i . k_j. */
 static inline BK_DEV_HD float k_flash_biased(const k_flash_args *a, int64_t b, int h, int i, int j, float dot)
 {
-    return k_att_add_bias(&a->bias, b, h, a->T, i, j, a->scale * dot);
+    return k_flash_biased_a(a, b, h, i, j, a->scale * dot);
 }
 
 /* ... from rows of q and k in shared memory. */
@@ -222,10 +364,18 @@ static inline BK_DEV_HD float k_flash_score(const k_flash_args *a, int64_t b, in
 
 /* The online softmax's step for one row and one key tile: row[0 .. n-1] holds the tile's biased scores
  * (-inf where masked) and becomes their exps against the new running max; m, l are the row's running
- * max and sum, alpha receives the factor that rescales what was accumulated before. */
+ * max and sum, alpha receives the factor that rescales what was accumulated before. A row that has seen
+ * no visible key yet (a window mask: all -inf so far) stays at m = -inf, l = 0, its exps 0 (exp(-inf -
+ * -inf) would be NaN); without a mask the first tile always holds key 0, so this never happens. */
 static inline BK_DEV_HD void k_flash_online_row(float *row, int n, float *m, float *l, float *alpha)
 {
     const float mx = fmaxf(*m, bk_max_lanes(row, n));
+    if (mx == -INFINITY) {
+        for (int c = 0; c < n; c++)
+            row[c] = 0.0f;
+        *alpha = 1.0f;
+        return;
+    }
     for (int c = 0; c < n; c++)
         row[c] = bk_expf_nonpositive(row[c] - mx);
     const float al = bk_expf_nonpositive(*m - mx);
@@ -265,7 +415,7 @@ static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *s
 {
     const k_flash_args *a = (const k_flash_args *)args;
     const int hd = a->C / a->H, tile = a->tile;
-    const k_flash_smem L = k_flash_layout(K_FLASH_FWD, 0, tile, hd);
+    const k_flash_smem L = k_flash_layout(K_FLASH_FWD, 0, tile, hd, 0);
     const int ld = L.ldh, lds = L.lds;
     const k_flash_block blk = k_flash_block_of(a, cta, 1);
     const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
@@ -278,19 +428,23 @@ static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *s
         k_flash_load(Qs, &L, a->qkv + k_flash_qkv_at(a, 0, b, h, i0), C3, rows, tile, t);
         k_flash_fwd_start(Os, (int64_t)tile * ld, m, l, alpha, tile, t);
     }
-    for (int kt = 0; kt <= qt; kt++) {
-        const int j0 = kt * tile, cols = k_flash_rows(a, j0);
+    int sink_end, first;
+    for (int kt = k_flash_key_tiles(qt, tile, a->v2.window, a->v2.sinks, &sink_end, &first); kt <= qt;
+         kt = k_flash_kt_next(kt, sink_end, first)) {
+        const int j0 = kt * tile, cols = k_flash_rows(a, j0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
+        BK_DEV_COUNT_TILE(K_FLASH_FWD);
         BK_CTA_PHASE(t)
         {
             k_flash_load(Ks, &L, a->qkv + k_flash_qkv_at(a, 1, b, h, j0), C3, cols, tile, t);
             k_flash_load(Vs, &L, a->qkv + k_flash_qkv_at(a, 2, b, h, j0), C3, cols, tile, t);
         }
-        BK_CTA_PHASE(t) /* scores; -inf past the diagonal and outside the sequence */
+        BK_CTA_PHASE(t) /* scores; -inf where masked (past the diagonal, a window) and outside the sequence */
         {
             for (int e = t; e < tile * tile; e += BK_CTA_THREADS) {
                 const int r = e / tile, c = e % tile, i = i0 + r, j = j0 + c;
-                Ss[r * lds + c] =
-                    r < rows && c < cols && j <= i ? k_flash_score(a, b, h, i, j, Qs + r * ld, Ks + c * ld) : -INFINITY;
+                Ss[r * lds + c] = r < rows && c < cols && k_flash_keeps(a, cls, i, j)
+                                      ? k_flash_score(a, b, h, i, j, Qs + r * ld, Ks + c * ld)
+                                      : -INFINITY;
             }
         }
         BK_CTA_PHASE(t) /* per row: the new max, the exps in place, the running sum, the rescale factor */
@@ -353,24 +507,34 @@ static inline BK_DEV_HD void k_flash_load_stats(float *lse, float *dsum, const k
     }
 }
 
-/* P and dS of one (query tile, key tile) pair, thread t's share: P[r][c] = exp(s - lse_r) and
- * dS[r][c] = P (dO_r . v_c - D_r) for j <= i inside the sequence, 0 elsewhere. P may be NULL. */
+/* P and dS of one (query tile, key tile) pair of class cls, thread t's share: P[r][c] = exp(s - lse_r) and
+ * dS[r][c] = P (dO_r . v_c - D_r) for the visible (i, j) inside the sequence, 0 elsewhere. P may be NULL.
+ * for_dk: dS is stored times the logit scale of its row (what dK = scale (dS lscale)^T Q takes); else as
+ * it is (the score gradient of every additive term; dQ applies the scale per row). Sa, when not NULL,
+ * receives dS a (a = scale q.k: dscale's terms). */
 static inline BK_DEV_HD void k_flash_ds_tile(const k_flash_args *a, const k_flash_smem *L, int64_t b, int h, int i0,
-                                             int rows, int j0, int cols, const float *Qs, const float *dOs,
-                                             const float *Ks, const float *Vs, const float *lse, const float *dsum,
-                                             float *Ps, float *dSs, int t)
+                                             int rows, int j0, int cols, int cls, int for_dk, const float *Qs,
+                                             const float *dOs, const float *Ks, const float *Vs, const float *lse,
+                                             const float *dsum, float *Ps, float *dSs, float *Sa, int t)
 {
     const int hd = a->C / a->H, ld = L->ldh, tile = a->tile, lds = L->ldp;
+    const float *lscale = for_dk ? a->v2.lscale : (const float *)0;
     for (int e = t; e < tile * tile; e += BK_CTA_THREADS) {
         const int r = e / tile, c = e % tile, i = i0 + r, j = j0 + c;
-        float p = 0.0f, ds = 0.0f;
-        if (r < rows && c < cols && j <= i) {
-            p = k_flash_prob(k_flash_score(a, b, h, i, j, Qs + r * ld, Ks + c * ld), lse[r]);
+        float p = 0.0f, ds = 0.0f, sa = 0.0f;
+        if (r < rows && c < cols && k_flash_keeps(a, cls, i, j)) {
+            const float x = a->scale * k_flash_dot(Qs + r * ld, Ks + c * ld, hd);
+            p = k_flash_prob(k_flash_biased_a(a, b, h, i, j, x), lse[r]);
             ds = p * (k_flash_dot(dOs + r * ld, Vs + c * ld, hd) - dsum[r]);
+            sa = ds * x;
+            if (lscale)
+                ds *= lscale[(int64_t)h * a->T + i];
         }
         if (Ps)
             Ps[r * lds + c] = p;
         dSs[r * lds + c] = ds;
+        if (Sa)
+            Sa[r * lds + c] = sa;
     }
 }
 
@@ -378,7 +542,7 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
 {
     const k_flash_args *a = (const k_flash_args *)args;
     const int hd = a->C / a->H, tile = a->tile, nq = k_flash_tiles(a);
-    const k_flash_smem L = k_flash_layout(K_FLASH_DKDV, 0, tile, hd);
+    const k_flash_smem L = k_flash_layout(K_FLASH_DKDV, 0, tile, hd, 0);
     const int ld = L.ldh, lds = L.ldp;
     const k_flash_block blk = k_flash_block_of(a, cta, 0);
     const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
@@ -393,8 +557,10 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
         for (int e = t; e < tile * ld; e += BK_CTA_THREADS)
             dKs[e] = 0.0f, dVs[e] = 0.0f;
     }
-    for (int qt = kt; qt < nq; qt++) {
-        const int i0 = qt * tile, rows = k_flash_rows(a, i0);
+    const int qt_end = k_flash_qt_end(kt, cols, tile, nq, a->v2.window, a->v2.sinks);
+    for (int qt = kt; qt < qt_end; qt++) {
+        const int i0 = qt * tile, rows = k_flash_rows(a, i0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
+        BK_DEV_COUNT_TILE(K_FLASH_DKDV);
         BK_CTA_PHASE(t)
         {
             k_flash_load(Qs, &L, a->qkv + k_flash_qkv_at(a, 0, b, h, i0), C3, rows, tile, t);
@@ -403,7 +569,8 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
         }
         BK_CTA_PHASE(t)
         {
-            k_flash_ds_tile(a, &L, b, h, i0, rows, j0, cols, Qs, dOs, Ks, Vs, lse, dsum, Ps, dSs, t);
+            k_flash_ds_tile(a, &L, b, h, i0, rows, j0, cols, cls, 1, Qs, dOs, Ks, Vs, lse, dsum, Ps, dSs, (float *)0,
+                            t);
         }
         BK_CTA_PHASE(t) /* dV += P^T dO, dK += scale dS^T Q, rows in ascending order */
         {
@@ -426,26 +593,38 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
     }
 }
 
-/* The table-gradient partial rows of stream s. The row of (b, query tile qt, h) holds k_flash_g_len
- * distances: all `width` with positions, and on the token stream without positions only those below the
- * tile's end, min(width, (qt + 1) tile), the largest a query tile can meet, so that the rows of the early
- * tiles are short (about half the memory of full rows at long lengths). (b, qt)'s H rows follow those of
- * every earlier (b, qt) in (b, qt) order; k_flash_g_at is where they start. */
-static inline BK_DEV_HD int64_t k_flash_g_len(const k_flash_args *a, int s, int qt)
+/* Partial rows over distances (the table gradients' and dphi's): the row of query tile qt holds
+ * k_flash_row_len(w, positioned, tile, qt) of w distances: all w with positions, and on the token index
+ * only those below the tile's end, min(w, (qt + 1) tile), the largest a query tile can meet, so that
+ * the rows of the early tiles are short (about half the memory of full rows at long lengths);
+ * k_flash_row_prefix is the sum of the lengths of query tiles 0 .. q-1 (the short tiles, whose end is
+ * below w, are the first (w - 1) / tile ones). */
+static inline BK_DEV_HD int64_t k_flash_row_len(int64_t w, int positioned, int tile, int qt)
 {
-    const int64_t w = a->width[s], end = (int64_t)(qt + 1) * a->tile;
-    return a->bias.positions[s] || end >= w ? w : end;
+    const int64_t end = (int64_t)(qt + 1) * tile;
+    return positioned || end >= w ? w : end;
 }
 
-/* the sum of k_flash_g_len over query tiles 0 .. q-1: the short tiles, whose end is below width, are
- * the first (width - 1) / tile ones */
-static inline BK_DEV_HD int64_t k_flash_g_prefix(const k_flash_args *a, int s, int64_t q)
+static inline BK_DEV_HD int64_t k_flash_row_prefix(int64_t w, int positioned, int tile, int64_t q)
 {
-    const int64_t w = a->width[s], tile = a->tile;
-    if (a->bias.positions[s] || w < 1)
+    if (positioned || w < 1)
         return q * w;
     const int64_t short_tiles = (w - 1) / tile, k = q < short_tiles ? q : short_tiles;
-    return tile * k * (k + 1) / 2 + (q - k) * w;
+    return (int64_t)tile * k * (k + 1) / 2 + (q - k) * w;
+}
+
+/* The table-gradient partial rows of stream s: the row of (b, query tile qt, h) holds k_flash_g_len
+ * distances of width[s] (k_flash_row_len). (b, qt)'s H rows follow those of every earlier (b, qt) in
+ * (b, qt) order; k_flash_g_at is where they start. */
+static inline BK_DEV_HD int64_t k_flash_g_len(const k_flash_args *a, int s, int qt)
+{
+    return k_flash_row_len(a->width[s], a->bias.positions[s] != 0, a->tile, qt);
+}
+
+/* the sum of k_flash_g_len over query tiles 0 .. q-1 */
+static inline BK_DEV_HD int64_t k_flash_g_prefix(const k_flash_args *a, int s, int64_t q)
+{
+    return k_flash_row_prefix(a->width[s], a->bias.positions[s] != 0, a->tile, q);
 }
 
 static inline BK_DEV_HD int64_t k_flash_g_at(const k_flash_args *a, int s, int64_t b, int qt)
@@ -513,17 +692,226 @@ static inline BK_DEV_HD void k_flash_table_partial(const k_flash_args *a, int s,
     }
 }
 
+/* ---- ABI 2 gradients: the partials of k_flash_dq and their reduction --------------------------------- */
+
+/* dphi's partial rows: like a token-stream table partial of width wphi (k_flash_row_len), (b, qt)'s H
+ * rows after those of every earlier (b, qt). */
+static inline BK_DEV_HD int64_t k_flash_phi_len(const k_flash_args *a, int qt)
+{
+    return k_flash_row_len(a->v2.wphi, 0, a->tile, qt);
+}
+
+static inline BK_DEV_HD int64_t k_flash_phi_at(const k_flash_args *a, int64_t b, int qt)
+{
+    return (int64_t)a->H * (b * k_flash_row_prefix(a->v2.wphi, 0, a->tile, k_flash_tiles(a)) +
+                            k_flash_row_prefix(a->v2.wphi, 0, a->tile, qt));
+}
+
+/* dgrid's partial row of (b, qt, h): `points` doubles. */
+static inline BK_DEV_HD int64_t k_flash_grid_at(const k_flash_args *a, int64_t b, int qt, int h)
+{
+    return ((b * k_flash_tiles(a) + qt) * a->H + h) * (int64_t)a->v2.points;
+}
+
+/* The first column c in [lo, hi) of row i (keys from j0, all j <= i) whose grid cell is <= target (hi when
+ * none): cells do not increase with c (u grows with the distance i - j, phi being non-decreasing). */
+static inline BK_DEV_HD int k_flash_cell_search(const k_flash_v2 *v, int i, int j0, int lo, int hi, int32_t target)
+{
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        float t;
+        if (k_flash_cell(v, i, j0 + mid, &t) <= target)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* k_flash_dq's start, thread t's share: the rows' running sums of dscale and drscale at 0. */
+static inline BK_DEV_HD void k_flash_v2_start(const k_flash_smem *L, float *smem, int tile, int t)
+{
+    if (!L->racc)
+        return;
+    double *racc = (double *)(smem + L->racc);
+    for (int e = t; e < 2 * tile; e += BK_CTA_THREADS)
+        racc[e] = 0.0;
+}
+
+/* For dgrid, thread t's rows of the tile pair: the grid points row r adds to, rng[2r] .. rng[2r + 1] (the
+ * cell of its nearest key to 1 + the cell of its farthest; empty, points .. -1, without keys). */
+static inline BK_DEV_HD void k_flash_v2_cells(const k_flash_args *a, const k_flash_smem *L, float *smem, int i0,
+                                              int rows, int j0, int cols, int t)
+{
+    if (!L->rng)
+        return;
+    int32_t *rng = (int32_t *)(smem + L->rng);
+    for (int r = t; r < a->tile; r += BK_CTA_THREADS) {
+        const int i = i0 + r, n = r < rows ? k_flash_causal_cols(i, j0, cols) : 0;
+        float tt;
+        rng[2 * r] = n > 0 ? k_flash_cell(&a->v2, i, j0 + n - 1, &tt) : a->v2.points;
+        rng[2 * r + 1] = n > 0 ? k_flash_cell(&a->v2, i, j0, &tt) + 1 : -1;
+    }
+}
+
+/* Thread t's share of the ABI 2 partials of one tile pair, from dS (fp32, raw: not times the logit scale)
+ * with row stride ld_ds and, for dscale, Sa = dS a with row stride ld_sa (masked pairs hold 0 in both):
+ *  - per row r (thread r): dscale += sum_c Sa, drscale += sum_c (dS slope) phi[i - j], keys ascending,
+ *    into the running sums in shared memory (k_flash_v2_finish writes them);
+ *  - per distance delta (threads in turn, as k_flash_table_partial): dphi's partial row += sum over rows
+ *    ascending of (dS slope) rscale[i] at j = i - delta;
+ *  - per grid point g of the tile's range (threads in turn): dgrid's partial row += sum over rows
+ *    ascending, keys ascending, of dS (1 - t) over the keys of cell g and dS t over those of cell g - 1
+ *    (two binary searches per row find them).
+ * The slope of cell g is bk_coord_slope; dS slope is du of the header, in float. */
+static inline BK_DEV_HD void k_flash_v2_partial(const k_flash_args *a, const k_flash_smem *L, float *smem, int64_t b,
+                                                int h, int qt, int i0, int rows, int j0, int cols, const float *dS,
+                                                int ld_ds, const float *Sa, int ld_sa, int t)
+{
+    const k_flash_v2 *v = &a->v2;
+    const float *F = v->grid ? v->grid + (int64_t)h * v->points : (const float *)0;
+    if (L->racc) {
+        double *racc = (double *)(smem + L->racc);
+        for (int r = t; r < rows; r += BK_CTA_THREADS) {
+            const int i = i0 + r, n = k_flash_causal_cols(i, j0, cols);
+            double as = racc[2 * r], ar = racc[2 * r + 1];
+            for (int c = 0; c < n; c++) {
+                if (v->dscale_part)
+                    as += (double)Sa[r * ld_sa + c];
+                if (v->drscale_part) {
+                    float tt;
+                    const int32_t g = k_flash_cell(v, i, j0 + c, &tt);
+                    const float du = dS[r * ld_ds + c] * bk_coord_slope(F, g, v->points);
+                    ar += (double)du * (double)v->phi[i - j0 - c];
+                }
+            }
+            racc[2 * r] = as, racc[2 * r + 1] = ar;
+        }
+    }
+    if (v->dphi_part) {
+        const int64_t len = k_flash_phi_len(a, qt);
+        const int64_t lo = (int64_t)i0 - (j0 + cols - 1) > 0 ? (int64_t)i0 - (j0 + cols - 1) : 0;
+        const int64_t hi = (int64_t)i0 + rows - 1 - j0 < len - 1 ? (int64_t)i0 + rows - 1 - j0 : len - 1;
+        double *G = v->dphi_part + k_flash_phi_at(a, b, qt) + h * len;
+        for (int64_t delta = lo + t; delta <= hi; delta += BK_CTA_THREADS) {
+            double acc = 0.0;
+            for (int r = 0; r < rows; r++) {
+                const int i = i0 + r;
+                const int64_t j = i - delta;
+                if (j < j0 || j >= j0 + cols)
+                    continue;
+                float tt;
+                const int32_t g = k_flash_cell(v, i, (int)j, &tt);
+                const float du = dS[r * ld_ds + (int)(j - j0)] * bk_coord_slope(F, g, v->points);
+                acc += (double)du * (double)v->rscale[i];
+            }
+            G[delta] += acc;
+        }
+    }
+    if (v->dgrid_part) {
+        const int32_t *rng = (const int32_t *)(smem + L->rng);
+        int32_t glo = v->points, ghi = -1;
+        for (int r = 0; r < rows; r++) {
+            glo = rng[2 * r] < glo ? rng[2 * r] : glo;
+            ghi = rng[2 * r + 1] > ghi ? rng[2 * r + 1] : ghi;
+        }
+        double *G = v->dgrid_part + k_flash_grid_at(a, b, qt, h);
+        for (int32_t g = glo + t; g <= ghi; g += BK_CTA_THREADS) {
+            double acc = 0.0;
+            for (int r = 0; r < rows; r++) {
+                if (g < rng[2 * r] || g > rng[2 * r + 1])
+                    continue;
+                const int i = i0 + r, n = k_flash_causal_cols(i, j0, cols);
+                const int ca = k_flash_cell_search(v, i, j0, 0, n, g);      /* cells <= g from here */
+                const int cb = k_flash_cell_search(v, i, j0, ca, n, g - 2); /* cells <= g - 2 from here */
+                for (int c = ca; c < cb; c++) {
+                    float tt;
+                    const int32_t gc = k_flash_cell(v, i, j0 + c, &tt);
+                    const double ds = (double)dS[r * ld_ds + c];
+                    acc += gc == g ? ds * (1.0 - (double)tt) : ds * (double)tt;
+                }
+            }
+            G[g] += acc;
+        }
+    }
+}
+
+/* k_flash_dq's end, thread t's share: the rows' sums into the (B, H, T) partials of dscale and drscale. */
+static inline BK_DEV_HD void k_flash_v2_finish(const k_flash_args *a, const k_flash_smem *L, const float *smem,
+                                               int64_t bh, int i0, int rows, int t)
+{
+    if (!L->racc)
+        return;
+    const double *racc = (const double *)(smem + L->racc);
+    for (int r = t; r < rows; r += BK_CTA_THREADS) {
+        if (a->v2.dscale_part)
+            a->v2.dscale_part[bh * a->T + i0 + r] = racc[2 * r];
+        if (a->v2.drscale_part)
+            a->v2.drscale_part[bh * a->T + i0 + r] = racc[2 * r + 1];
+    }
+}
+
+/* The reduction of the ABI 2 partials into the gradients (+=, each summed in double, rounded once):
+ *   K_FLASH_R_DSCALE  index (h, i) over H*T: dscale[h T + i] += sum over b ascending;
+ *   K_FLASH_R_DRSCALE index i over T: drscale[i] += sum over b, then h, ascending;
+ *   K_FLASH_R_DPHI    index d over wphi: dphi[d] += sum over (b, qt), then h, ascending (rows too short to
+ *                     hold d hold no partial of it);
+ *   K_FLASH_R_DGRID   index (h, g) over H*points: dgrid[h points + g] += sum over (b, qt) ascending. */
+enum { K_FLASH_R_DSCALE = 0, K_FLASH_R_DRSCALE = 1, K_FLASH_R_DPHI = 2, K_FLASH_R_DGRID = 3 };
+
+typedef struct k_flash_v2_reduce_args {
+    float *out;
+    k_flash_args fa;
+    int which;
+} k_flash_v2_reduce_args;
+
+static inline BK_DEV_HD void k_flash_v2_reduce(int64_t idx, const void *args)
+{
+    const k_flash_v2_reduce_args *r = (const k_flash_v2_reduce_args *)args;
+    const k_flash_args *a = &r->fa;
+    const k_flash_v2 *v = &a->v2;
+    const int64_t T = a->T, H = a->H;
+    const int nq = k_flash_tiles(a);
+    double sum = 0.0;
+    if (r->which == K_FLASH_R_DSCALE) {
+        const int64_t h = idx / T, i = idx % T;
+        for (int64_t b = 0; b < a->B; b++)
+            sum += v->dscale_part[(b * H + h) * T + i];
+    } else if (r->which == K_FLASH_R_DRSCALE) {
+        for (int64_t bh = 0; bh < a->B * H; bh++)
+            sum += v->drscale_part[bh * T + idx];
+    } else if (r->which == K_FLASH_R_DPHI) {
+        int64_t rows = 0; /* k_flash_phi_len summed over the (b, qt) before this one */
+        for (int64_t b = 0; b < a->B; b++)
+            for (int qt = 0; qt < nq; qt++) {
+                const int64_t len = k_flash_phi_len(a, qt);
+                if (idx < len)
+                    for (int64_t h = 0; h < H; h++)
+                        sum += v->dphi_part[H * rows + h * len + idx];
+                rows += len;
+            }
+    } else {
+        const int64_t h = idx / v->points, g = idx % v->points;
+        for (int64_t b = 0; b < a->B; b++)
+            for (int qt = 0; qt < nq; qt++)
+                sum += v->dgrid_part[k_flash_grid_at(a, b, qt, (int)h) + g];
+    }
+    r->out[idx] += (float)sum;
+}
+
 static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *smem)
 {
     const k_flash_args *a = (const k_flash_args *)args;
     const int hd = a->C / a->H, tile = a->tile;
-    const k_flash_smem L = k_flash_layout(K_FLASH_DQ, 0, tile, hd);
+    const k_flash_smem L = k_flash_layout(K_FLASH_DQ, 0, tile, hd, k_flash_v2_needs(&a->v2));
     const int ld = L.ldh, lds = L.ldp;
     const k_flash_block blk = k_flash_block_of(a, cta, 1);
     const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
     const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
     float *Qs = smem + L.q, *dOs = smem + L.dout, *dQs = smem + L.acc, *Ks = smem + L.k, *Vs = smem + L.v;
     float *dSs = smem + L.ds, *lse = smem + L.m, *dsum = smem + L.l;
+    float *Sa = L.sa ? smem + L.sa : (float *)0;
+    const float *lscale = a->v2.lscale ? a->v2.lscale + (int64_t)h * a->T + i0 : (const float *)0;
 
     BK_CTA_PHASE(t)
     {
@@ -532,9 +920,13 @@ static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *sm
         for (int e = t; e < tile * ld; e += BK_CTA_THREADS)
             dQs[e] = 0.0f;
         k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
+        k_flash_v2_start(&L, smem, tile, t);
     }
-    for (int kt = 0; kt <= qt; kt++) {
-        const int j0 = kt * tile, cols = k_flash_rows(a, j0);
+    int sink_end, first;
+    for (int kt = k_flash_key_tiles(qt, tile, a->v2.window, a->v2.sinks, &sink_end, &first); kt <= qt;
+         kt = k_flash_kt_next(kt, sink_end, first)) {
+        const int j0 = kt * tile, cols = k_flash_rows(a, j0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
+        BK_DEV_COUNT_TILE(K_FLASH_DQ);
         BK_CTA_PHASE(t)
         {
             k_flash_load(Ks, &L, a->qkv + k_flash_qkv_at(a, 1, b, h, j0), C3, cols, tile, t);
@@ -542,25 +934,29 @@ static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *sm
         }
         BK_CTA_PHASE(t)
         {
-            k_flash_ds_tile(a, &L, b, h, i0, rows, j0, cols, Qs, dOs, Ks, Vs, lse, dsum, (float *)0, dSs, t);
+            k_flash_ds_tile(a, &L, b, h, i0, rows, j0, cols, cls, 0, Qs, dOs, Ks, Vs, lse, dsum, (float *)0, dSs, Sa,
+                            t);
+            k_flash_v2_cells(a, &L, smem, i0, rows, j0, cols, t);
         }
-        BK_CTA_PHASE(t) /* dQ += scale dS K, keys in ascending order; the tile's table-gradient partials */
+        BK_CTA_PHASE(t) /* dQ += scale lscale dS K, keys in ascending order; the tile's gradient partials */
         {
             for (int e = t; e < rows * hd; e += BK_CTA_THREADS) {
                 const int r = e / hd, d = e % hd;
                 float acc = 0.0f;
                 for (int c = 0; c < cols; c++)
                     acc += dSs[r * lds + c] * Ks[c * ld + d];
-                dQs[r * ld + d] += a->scale * acc;
+                dQs[r * ld + d] += lscale ? a->scale * (acc * lscale[r]) : a->scale * acc;
             }
             for (int s = 0; s < BK_STREAM_COUNT; s++)
                 if (a->G[s])
                     k_flash_table_partial(a, s, b, h, qt, i0, rows, j0, cols, dSs, lds, t);
+            k_flash_v2_partial(a, &L, smem, b, h, qt, i0, rows, j0, cols, dSs, lds, Sa, lds, t);
         }
     }
     BK_CTA_PHASE(t)
     {
         k_flash_add_rows(a->dqkv + k_flash_qkv_at(a, 0, b, h, i0), C3, dQs, ld, 1.0f, rows, hd, t);
+        k_flash_v2_finish(a, &L, smem, bh, i0, rows, t);
     }
 }
 

@@ -15,7 +15,11 @@
  *    elements and fp32 ones by 4, which keeps wmma's alignment rules (gpu/mma.h) and spreads a
  *    column's elements over the banks.
  *
- * Shared memory of each program: k_flash_layout(which, 1, tile, hd) (kernels_flash.h). */
+ * The ABI 2 terms (kernels_flash.h's header) the same way too: the same tiles visited, the same mask, the
+ * same partials; dS enters the bf16 products times the row's logit scale, dS a (dscale) is written over
+ * dp once read.
+ *
+ * Shared memory of each program: k_flash_layout(which, 1, tile, hd, v2) (kernels_flash.h). */
 #ifndef BK_GPU_KERNELS_FLASH_TC_H
 #define BK_GPU_KERNELS_FLASH_TC_H
 
@@ -66,7 +70,7 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
 {
     const k_flash_args *a = (const k_flash_args *)args;
     const int hd = a->C / a->H, tile = a->tile;
-    const k_flash_smem L = k_flash_layout(K_FLASH_FWD, 1, tile, hd);
+    const k_flash_smem L = k_flash_layout(K_FLASH_FWD, 1, tile, hd, 0);
     const k_flash_block blk = k_flash_block_of(a, cta, 1);
     const int64_t bh = blk.bh, b = blk.b;
     const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
@@ -79,8 +83,11 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
         k_flash_tc_load_qkv(Qb, a, &L, 0, b, h, i0, rows, t);
         k_flash_fwd_start(Os, (int64_t)tile * L.ldf, m, l, alpha, tile, t);
     }
-    for (int kt = 0; kt <= qt; kt++) {
-        const int j0 = kt * tile, cols = k_flash_rows(a, j0);
+    int sink_end, first;
+    for (int kt = k_flash_key_tiles(qt, tile, a->v2.window, a->v2.sinks, &sink_end, &first); kt <= qt;
+         kt = k_flash_kt_next(kt, sink_end, first)) {
+        const int j0 = kt * tile, cols = k_flash_rows(a, j0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
+        BK_DEV_COUNT_TILE(K_FLASH_FWD);
         BK_CTA_PHASE(t)
         {
             k_flash_tc_load_qkv(Kb, a, &L, 1, b, h, j0, cols, t);
@@ -102,7 +109,8 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
                 }
                 const int i = i0 + r;
                 for (int c = 0; c < tile; c++)
-                    row[c] = c < cols && j0 + c <= i ? k_flash_biased(a, b, h, i, j0 + c, row[c]) : -INFINITY;
+                    row[c] = c < cols && k_flash_keeps(a, cls, i, j0 + c) ? k_flash_biased(a, b, h, i, j0 + c, row[c])
+                                                                           : -INFINITY;
                 k_flash_online_row(row, tile, &m[r], &l[r], &alpha[r]);
                 for (int c = 0; c < tile; c++)
                     prow[c] = bk_bf16_round(row[c]);
@@ -123,26 +131,34 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
 
 /* ---- backward -------------------------------------------------------------------------------------- */
 
-/* P and dS of one tile pair from the fp32 tiles S = Q K^T and dP = dO V^T in shared memory, thread t's
- * share: Pb (when not NULL) and dSb get them in bf16, dSf (when not NULL, may be S itself) dS in fp32;
- * 0 past the diagonal and outside the sequence. */
+/* P and dS of one tile pair of class cls from the fp32 tiles S = Q K^T and dP = dO V^T in shared memory,
+ * thread t's share: Pb (when not NULL) gets P in bf16, dSb dS times the row's logit scale in bf16 (what the
+ * products take), dSf (when not NULL, may be S itself) dS in fp32 as it is (the additive terms' score
+ * gradient), Sa (when not NULL, may be dP itself) dS a, a = scale q.k (dscale's terms); 0 where masked and
+ * outside the sequence. Each element is read before it is overwritten, by the one thread that owns it. */
 static inline BK_DEV_HD void k_flash_tc_ds(const k_flash_args *a, const k_flash_smem *L, int64_t b, int h, int i0,
-                                           int rows, int j0, int cols, float *S, const float *dP, const float *lse,
-                                           const float *dsum, uint16_t *Pb, uint16_t *dSb, float *dSf, int t)
+                                           int rows, int j0, int cols, int cls, float *S, float *dP, const float *lse,
+                                           const float *dsum, uint16_t *Pb, uint16_t *dSb, float *dSf, float *Sa, int t)
 {
     const int tile = a->tile;
+    const float *lscale = a->v2.lscale;
     for (int e = t; e < tile * tile; e += BK_CTA_THREADS) {
         const int r = e / tile, c = e % tile, i = i0 + r, j = j0 + c;
-        float p = 0.0f, ds = 0.0f;
-        if (r < rows && c < cols && j <= i) {
-            p = k_flash_prob(k_flash_biased(a, b, h, i, j, S[r * L->lds + c]), lse[r]);
+        float p = 0.0f, ds = 0.0f, sa = 0.0f, dsl = 0.0f;
+        if (r < rows && c < cols && k_flash_keeps(a, cls, i, j)) {
+            const float x = a->scale * S[r * L->lds + c];
+            p = k_flash_prob(k_flash_biased_a(a, b, h, i, j, x), lse[r]);
             ds = p * (dP[r * L->lds + c] - dsum[r]);
+            sa = ds * x;
+            dsl = lscale ? ds * lscale[(int64_t)h * a->T + i] : ds;
         }
         if (Pb)
             Pb[r * L->ldp + c] = bk_bf16_round(p);
-        dSb[r * L->ldp + c] = bk_bf16_round(ds);
+        dSb[r * L->ldp + c] = bk_bf16_round(dsl);
         if (dSf)
             dSf[r * L->lds + c] = ds;
+        if (Sa)
+            Sa[r * L->lds + c] = sa;
     }
 }
 
@@ -150,7 +166,7 @@ static inline BK_DEV_HD void k_flash_tc_dkdv(int64_t cta, const void *args, floa
 {
     const k_flash_args *a = (const k_flash_args *)args;
     const int hd = a->C / a->H, tile = a->tile, nq = k_flash_tiles(a);
-    const k_flash_smem L = k_flash_layout(K_FLASH_DKDV, 1, tile, hd);
+    const k_flash_smem L = k_flash_layout(K_FLASH_DKDV, 1, tile, hd, 0);
     const k_flash_block blk = k_flash_block_of(a, cta, 0);
     const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
     const int h = blk.h, kt = blk.tile, j0 = blk.t0, cols = blk.n;
@@ -166,8 +182,10 @@ static inline BK_DEV_HD void k_flash_tc_dkdv(int64_t cta, const void *args, floa
         for (int e = t; e < tile * L.ldf; e += BK_CTA_THREADS)
             dKs[e] = 0.0f, dVs[e] = 0.0f;
     }
-    for (int qt = kt; qt < nq; qt++) {
-        const int i0 = qt * tile, rows = k_flash_rows(a, i0);
+    const int qt_end = k_flash_qt_end(kt, cols, tile, nq, a->v2.window, a->v2.sinks);
+    for (int qt = kt; qt < qt_end; qt++) {
+        const int i0 = qt * tile, rows = k_flash_rows(a, i0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
+        BK_DEV_COUNT_TILE(K_FLASH_DKDV);
         BK_CTA_PHASE(t)
         {
             k_flash_tc_load_qkv(Qb, a, &L, 0, b, h, i0, rows, t);
@@ -181,7 +199,7 @@ static inline BK_DEV_HD void k_flash_tc_dkdv(int64_t cta, const void *args, floa
         }
         BK_CTA_PHASE(t)
         {
-            k_flash_tc_ds(a, &L, b, h, i0, rows, j0, cols, Ss, dPs, lse, dsum, Pb, dSb, (float *)0, t);
+            k_flash_tc_ds(a, &L, b, h, i0, rows, j0, cols, cls, Ss, dPs, lse, dsum, Pb, dSb, (float *)0, (float *)0, t);
         }
         BK_CTA_WARP_PHASE(w) /* dV += P^T dO, dK += dS^T Q (P^T, dS^T: the bf16 tiles read column-major) */
         {
@@ -200,7 +218,7 @@ static inline BK_DEV_HD void k_flash_tc_dq(int64_t cta, const void *args, float 
 {
     const k_flash_args *a = (const k_flash_args *)args;
     const int hd = a->C / a->H, tile = a->tile;
-    const k_flash_smem L = k_flash_layout(K_FLASH_DQ, 1, tile, hd);
+    const k_flash_smem L = k_flash_layout(K_FLASH_DQ, 1, tile, hd, k_flash_v2_needs(&a->v2));
     const k_flash_block blk = k_flash_block_of(a, cta, 1);
     const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
     const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
@@ -215,9 +233,17 @@ static inline BK_DEV_HD void k_flash_tc_dq(int64_t cta, const void *args, float 
         for (int e = t; e < tile * L.ldf; e += BK_CTA_THREADS)
             dQs[e] = 0.0f;
         k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
+        k_flash_v2_start(&L, smem, tile, t);
     }
-    for (int kt = 0; kt <= qt; kt++) {
-        const int j0 = kt * tile, cols = k_flash_rows(a, j0);
+    int partials = a->v2.dscale_part || a->v2.drscale_part || a->v2.dphi_part || a->v2.dgrid_part;
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        partials |= a->G[s] != 0;
+    float *Sa = a->v2.dscale_part ? dPs : (float *)0;
+    int sink_end, first;
+    for (int kt = k_flash_key_tiles(qt, tile, a->v2.window, a->v2.sinks, &sink_end, &first); kt <= qt;
+         kt = k_flash_kt_next(kt, sink_end, first)) {
+        const int j0 = kt * tile, cols = k_flash_rows(a, j0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
+        BK_DEV_COUNT_TILE(K_FLASH_DQ);
         BK_CTA_PHASE(t)
         {
             k_flash_tc_load_qkv(Kb, a, &L, 1, b, h, j0, cols, t);
@@ -228,24 +254,29 @@ static inline BK_DEV_HD void k_flash_tc_dq(int64_t cta, const void *args, float 
             bk_mma_tile(Ss, L.lds, Qb, L.ldh, 0, Kb, L.ldh, 1, tile, tile, L.hdp, 0, w);
             bk_mma_tile(dPs, L.lds, dOb, L.ldh, 0, Vb, L.ldh, 1, tile, tile, L.hdp, 0, w);
         }
-        BK_CTA_PHASE(t) /* dS: bf16 for the product, fp32 (over S) for the table gradient */
+        BK_CTA_PHASE(t) /* dS: bf16 for the product, fp32 (over S) for the gradient partials, dS a over dP */
         {
-            k_flash_tc_ds(a, &L, b, h, i0, rows, j0, cols, Ss, dPs, lse, dsum, (uint16_t *)0, dSb, Ss, t);
+            k_flash_tc_ds(a, &L, b, h, i0, rows, j0, cols, cls, Ss, dPs, lse, dsum, (uint16_t *)0, dSb, Ss, Sa, t);
+            k_flash_v2_cells(a, &L, smem, i0, rows, j0, cols, t);
         }
         BK_CTA_WARP_PHASE(w) /* dQ += dS K */
         {
             bk_mma_tile(dQs, L.ldf, dSb, L.ldp, 0, Kb, L.ldh, 0, tile, L.hdp, tile, 1, w);
         }
-        BK_CTA_PHASE(t) /* the tile's table-gradient partials, from dS in fp32 */
-        {
-            for (int s = 0; s < BK_STREAM_COUNT; s++)
-                if (a->G[s])
-                    k_flash_table_partial(a, s, b, h, qt, i0, rows, j0, cols, Ss, L.lds, t);
+        if (partials) {
+            BK_CTA_PHASE(t) /* the tile's gradient partials, from dS in fp32 */
+            {
+                for (int s = 0; s < BK_STREAM_COUNT; s++)
+                    if (a->G[s])
+                        k_flash_table_partial(a, s, b, h, qt, i0, rows, j0, cols, Ss, L.lds, t);
+                k_flash_v2_partial(a, &L, smem, b, h, qt, i0, rows, j0, cols, Ss, L.lds, Sa, L.lds, t);
+            }
         }
     }
     BK_CTA_PHASE(t)
     {
         k_flash_add_rows(a->dqkv + k_flash_qkv_at(a, 0, b, h, i0), C3, dQs, L.ldf, a->scale, rows, hd, t);
+        k_flash_v2_finish(a, &L, smem, bh, i0, rows, t);
     }
 }
 

@@ -97,6 +97,24 @@ static int dev_att_check(const char *what, const bk_attention_bias *bias, int B,
     return BK_OK;
 }
 
+/* The materialized attention computes the ABI 2 terms (the coordinate table, the window mask, the logit
+ * scale) nowhere: a call that has one is refused, naming it, rather than computed without it. */
+static int dev_att_refuse_v2(const char *what, const bk_attention_bias *bias, bk_error *err)
+{
+    if (!bias)
+        return BK_OK;
+    const char *term = bias->grid ? "a coordinate table (grid)"
+                       : bias->window > 0 ? "a window mask"
+                       : bias->scale      ? "a logit scale"
+                                          : (const char *)0;
+    if (!term)
+        return BK_OK;
+    return bk_fail(err, BK_ERR_UNSUPPORTED,
+                   "%s: the materialized device attention does not implement %s (an ABI 2 bias term); use [run] "
+                   "attention = \"fused\"",
+                   what, term);
+}
+
 static k_att_bias dev_att_bias_of(const bk_attention_bias *bias)
 {
     k_att_bias kb;
@@ -144,7 +162,7 @@ static int dev_att_materialized_forward(bk_backend *be, float *out, float *saved
     bk_dev *d = (bk_dev *)be->impl;
     int32_t width[BK_STREAM_COUNT];
     int rc = dev_att_check("attention forward", bias, B, T, C, H, width, err);
-    if (rc != BK_OK)
+    if (rc != BK_OK || (rc = dev_att_refuse_v2("attention forward", bias, err)) != BK_OK)
         return rc;
     const int hd = C / H, BH = B * H;
     const int64_t head = (int64_t)T * hd; /* bh-stride of q, k, v, o */
@@ -210,7 +228,7 @@ static int dev_att_materialized_backward(bk_backend *be, float *dqkv, float *con
                        "attention backward: needs the probabilities saved by the forward pass (saved is NULL)");
     int32_t width[BK_STREAM_COUNT];
     int rc = dev_att_check("attention backward", bias, B, T, C, H, width, err);
-    if (rc != BK_OK)
+    if (rc != BK_OK || (rc = dev_att_refuse_v2("attention backward", bias, err)) != BK_OK)
         return rc;
     const int hd = C / H, BH = B * H;
     const int64_t head = (int64_t)T * hd;

@@ -11,7 +11,12 @@
  *
  * bf16 storage (attention_forward_bf16 / attention_backward_bf16): the same programs reading q, k, v,
  * dO and O as bf16 and writing the output in bf16 (k_flash_args.qkv16), on the tensor-core programs
- * only; the row statistics, dqkv and the table gradient stay fp32. */
+ * only; the row statistics, dqkv and the table gradient stay fp32.
+ *
+ * ABI 2 terms (cpu/attention.h: the coordinate table, the window mask with sinks, the logit scale) on
+ * every fused program, fp32 and tensor cores, fp32 and bf16 storage (kernels_flash.h). Their gradients
+ * take one more scratch buffer of doubles (BK_DEV_SCRATCH_ATT_V2): dscale and drscale B*H*T each, dgrid
+ * B * ceil(T / tile) * H * points, dphi as a token-stream table partial of min(distances, T) distances. */
 #ifndef BK_GPU_OPS_FLASH_H
 #define BK_GPU_OPS_FLASH_H
 
@@ -41,8 +46,9 @@ typedef struct dev_flash_plan {
 } dev_flash_plan;
 
 /* `storage16`: the call has bf16 storage, which the materialized attention does not take (the refusal
- * then advises fp32 storage as well). */
-static int dev_flash_plan_for(const bk_dev *d, const char *what, int hd, int tensor, int storage16,
+ * then advises fp32 storage as well). `v2`: what k_flash_dq's ABI 2 partials add to its shared memory
+ * (k_flash_v2_needs; 0 without them, which leaves every plan as it was). */
+static int dev_flash_plan_for(const bk_dev *d, const char *what, int hd, int tensor, int storage16, int v2,
                               dev_flash_plan *plan, bk_error *err)
 {
     const int n = (int)(sizeof dev_flash_tiles / sizeof dev_flash_tiles[0]);
@@ -51,17 +57,18 @@ static int dev_flash_plan_for(const bk_dev *d, const char *what, int hd, int ten
     for (int k = 0; k < n; k++) {
         const int tile = dev_flash_tiles[k];
         plan->tile = tile;
-        plan->smem_fwd = (size_t)k_flash_layout(K_FLASH_FWD, tensor, tile, hd).total * sizeof(float);
-        plan->smem_dkdv = (size_t)k_flash_layout(K_FLASH_DKDV, tensor, tile, hd).total * sizeof(float);
-        plan->smem_dq = (size_t)k_flash_layout(K_FLASH_DQ, tensor, tile, hd).total * sizeof(float);
+        plan->smem_fwd = (size_t)k_flash_layout(K_FLASH_FWD, tensor, tile, hd, 0).total * sizeof(float);
+        plan->smem_dkdv = (size_t)k_flash_layout(K_FLASH_DKDV, tensor, tile, hd, 0).total * sizeof(float);
+        plan->smem_dq = (size_t)k_flash_layout(K_FLASH_DQ, tensor, tile, hd, v2).total * sizeof(float);
         if (plan->smem_fwd <= most && plan->smem_dkdv <= most && plan->smem_dq <= most)
             return BK_OK;
     }
+    const size_t need = plan->smem_dkdv > plan->smem_dq ? plan->smem_dkdv : plan->smem_dq;
     return bk_fail(err, BK_ERR_UNSUPPORTED,
                    "%s: head size %d is too large for the fused attention (with tiles of %d rows its backward "
                    "needs %zu bytes of shared memory per block, at most %zu allowed%s); use [run] attention = "
                    "\"materialized\"%s",
-                   what, hd, plan->tile, plan->smem_dkdv, most, most < DEV_FLASH_SMEM_MAX ? " on this GPU" : "",
+                   what, hd, plan->tile, need, most, most < DEV_FLASH_SMEM_MAX ? " on this GPU" : "",
                    storage16 ? " with precision = \"fp32\" (bf16 storage needs the fused attention)" : "");
 }
 
@@ -74,15 +81,57 @@ static void dev_flash_args_of(k_flash_args *a, const k_flash_args *io, const bk_
     a->bias = dev_att_bias_of(bias);
     a->B = B, a->T = T, a->C = C, a->H = H, a->tile = tile;
     a->scale = 1.0f / sqrtf((float)(C / H));
+    memset(&a->v2, 0, sizeof a->v2); /* the ABI 2 terms: only what the bias has */
+    if (bias && bias->grid) {
+        a->v2.grid = bias->grid, a->v2.phi = bias->phi, a->v2.rscale = bias->rscale;
+        a->v2.points = bias->points;
+    }
+    if (bias && bias->window > 0)
+        a->v2.window = bias->window, a->v2.sinks = bias->sinks;
+    a->v2.lscale = bias ? bias->scale : (const float *)0;
+}
+
+/* What of the ABI 2 terms the host can check (the values in backend memory are the engine's to check:
+ * phi >= 0 and non-decreasing, u <= 1). */
+static int dev_flash_check_v2(const char *what, const bk_attention_bias *bias, int T, bk_error *err)
+{
+    if (!bias)
+        return BK_OK;
+    if (bias->window < 0 || bias->sinks < 0)
+        return bk_fail(err, BK_ERR_INVALID,
+                       "%s: mask window %d, sinks %d; expected window >= 0 (0: no mask) and sinks >= 0", what,
+                       (int)bias->window, (int)bias->sinks);
+    if (!bias->grid)
+        return BK_OK;
+    if (!bias->phi || !bias->rscale)
+        return bk_fail(err, BK_ERR_INVALID, "%s: the coordinate table (grid) needs phi and rscale (%s is NULL)", what,
+                       !bias->phi ? "phi" : "rscale");
+    if (bias->points < 2)
+        return bk_fail(err, BK_ERR_INVALID, "%s: the coordinate table has %d grid points; expected >= 2", what,
+                       (int)bias->points);
+    if (bias->distances < T)
+        return bk_fail(err, BK_ERR_INVALID,
+                       "%s: the coordinate table reads phi at distances 0 .. %d (T = %d) but phi holds %d (distances)",
+                       what, T - 1, T, (int)bias->distances);
+    return BK_OK;
+}
+
+/* k_flash_v2_needs of a backward with this bias (0 in a forward). */
+static int dev_flash_v2_needs(const bk_attention_bias *bias, int backward)
+{
+    if (!backward || !bias)
+        return 0;
+    return k_flash_v2_needs_of(bias->scale && bias->dscale, bias->grid && bias->drscale, bias->grid && bias->dgrid);
 }
 
 /* The checks and plan of a call; bf16 storage (io->qkv16) runs on the tensor-core programs only. */
 static int dev_flash_prepare(bk_backend *be, const char *what, const k_flash_args *io, const bk_attention_bias *bias,
-                             int B, int T, int C, int H, int32_t width[BK_STREAM_COUNT], dev_flash_plan *plan,
-                             bk_error *err)
+                             int B, int T, int C, int H, int backward, int32_t width[BK_STREAM_COUNT],
+                             dev_flash_plan *plan, bk_error *err)
 {
     int rc;
-    if ((rc = dev_att_check(what, bias, B, T, C, H, width, err)) != BK_OK)
+    if ((rc = dev_att_check(what, bias, B, T, C, H, width, err)) != BK_OK ||
+        (rc = dev_flash_check_v2(what, bias, T, err)) != BK_OK)
         return rc;
     if (io->qkv16 && (be->matmul != BK_MATMUL_BF16 || be->attention != BK_ATTENTION_FUSED))
         return bk_fail(err, BK_ERR_UNSUPPORTED,
@@ -91,7 +140,70 @@ static int dev_flash_prepare(bk_backend *be, const char *what, const k_flash_arg
                        what, be->attention == BK_ATTENTION_FUSED ? "fused" : "materialized",
                        be->matmul == BK_MATMUL_BF16 ? "bf16" : be->matmul == BK_MATMUL_TF32 ? "tf32" : "fp32");
     return dev_flash_plan_for((const bk_dev *)be->impl, what, C / H, be->matmul == BK_MATMUL_BF16, io->qkv16 != NULL,
-                              plan, err);
+                              dev_flash_v2_needs(bias, backward), plan, err);
+}
+
+/* The backward's partials of the ABI 2 gradients the bias wants (a's tile and shape set): one scratch
+ * buffer of doubles, dgrid's and dphi's parts zeroed (k_flash_dq adds into them), dscale's and drscale's
+ * written whole by k_flash_dq. */
+static int dev_flash_v2_partials(bk_dev *d, k_flash_args *a, const bk_attention_bias *bias, bk_error *err)
+{
+    if (!bias)
+        return BK_OK;
+    const int want_scale = bias->scale && bias->dscale, want_grid = bias->grid && bias->dgrid;
+    const int want_phi = bias->grid && bias->dphi, want_rs = bias->grid && bias->drscale;
+    if (!want_scale && !want_grid && !want_phi && !want_rs)
+        return BK_OK;
+    a->v2.wphi = bias->distances < a->T ? bias->distances : a->T;
+    const size_t rows = (size_t)a->B * a->H * a->T;
+    const size_t n_grid = want_grid ? (size_t)a->B * k_flash_tiles(a) * a->H * a->v2.points : 0;
+    const size_t n_phi = want_phi ? (size_t)k_flash_phi_at(a, a->B, 0) : 0; /* past the last (b, qt) */
+    const size_t n_scale = want_scale ? rows : 0, n_rs = want_rs ? rows : 0;
+    void *buf = NULL;
+    int rc;
+    if ((rc = dev_scratch(d, BK_DEV_SCRATCH_ATT_V2, (n_grid + n_phi + n_scale + n_rs) * sizeof(double), &buf, err)) !=
+            BK_OK ||
+        (rc = dev_zero(d, buf, (n_grid + n_phi) * sizeof(double), err)) != BK_OK)
+        return rc;
+    double *at = (double *)buf;
+    a->v2.dgrid_part = want_grid ? at : (double *)0;
+    at += n_grid;
+    a->v2.dphi_part = want_phi ? at : (double *)0;
+    at += n_phi;
+    a->v2.dscale_part = want_scale ? at : (double *)0;
+    at += n_scale;
+    a->v2.drscale_part = want_rs ? at : (double *)0;
+    return BK_OK;
+}
+
+/* The partials summed into the gradients (k_flash_v2_reduce). */
+static int dev_flash_v2_reduce(bk_dev *d, const k_flash_args *a, const bk_attention_bias *bias, bk_error *err)
+{
+    k_flash_v2_reduce_args r;
+    r.fa = *a;
+    int rc;
+    if (a->v2.dscale_part) {
+        r.out = bias->dscale, r.which = K_FLASH_R_DSCALE;
+        if ((rc = BK_LAUNCH(d, k_flash_v2_reduce, k_flash_v2_reduce_args, (int64_t)a->H * a->T, r, err)) != BK_OK)
+            return rc;
+    }
+    if (a->v2.drscale_part) {
+        r.out = bias->drscale, r.which = K_FLASH_R_DRSCALE;
+        if ((rc = BK_LAUNCH(d, k_flash_v2_reduce, k_flash_v2_reduce_args, (int64_t)a->T, r, err)) != BK_OK)
+            return rc;
+    }
+    if (a->v2.dphi_part) {
+        r.out = bias->dphi, r.which = K_FLASH_R_DPHI;
+        if ((rc = BK_LAUNCH(d, k_flash_v2_reduce, k_flash_v2_reduce_args, (int64_t)a->v2.wphi, r, err)) != BK_OK)
+            return rc;
+    }
+    if (a->v2.dgrid_part) {
+        r.out = bias->dgrid, r.which = K_FLASH_R_DGRID;
+        if ((rc = BK_LAUNCH(d, k_flash_v2_reduce, k_flash_v2_reduce_args, (int64_t)a->H * a->v2.points, r, err)) !=
+            BK_OK)
+            return rc;
+    }
+    return BK_OK;
 }
 
 /* Forward of io's storage: qkv (or qkv16) in, out (or out16) and, when not NULL, lse out. */
@@ -102,7 +214,7 @@ static int dev_flash_forward_io(bk_backend *be, const k_flash_args *io, const bk
     int32_t width[BK_STREAM_COUNT];
     dev_flash_plan plan;
     int rc;
-    if ((rc = dev_flash_prepare(be, "attention forward", io, bias, B, T, C, H, width, &plan, err)) != BK_OK)
+    if ((rc = dev_flash_prepare(be, "attention forward", io, bias, B, T, C, H, 0, width, &plan, err)) != BK_OK)
         return rc;
     k_flash_args a;
     dev_flash_args_of(&a, io, bias, B, T, C, H, plan.tile);
@@ -125,7 +237,7 @@ static int dev_flash_backward_io(bk_backend *be, const k_flash_args *io, float *
     int32_t width[BK_STREAM_COUNT];
     dev_flash_plan plan;
     int rc;
-    if ((rc = dev_flash_prepare(be, "attention backward", io, bias, B, T, C, H, width, &plan, err)) != BK_OK)
+    if ((rc = dev_flash_prepare(be, "attention backward", io, bias, B, T, C, H, 1, width, &plan, err)) != BK_OK)
         return rc;
     k_flash_args a;
     dev_flash_args_of(&a, io, bias, B, T, C, H, plan.tile);
@@ -156,6 +268,9 @@ static int dev_flash_backward_io(bk_backend *be, const k_flash_args *io, float *
                 a.G[s] = (double *)buf + goff[s];
     }
 
+    if ((rc = dev_flash_v2_partials(d, &a, bias, err)) != BK_OK)
+        return rc;
+
     if ((rc = BK_LAUNCH(d, k_flash_dsum, k_flash_args, rows, a, err)) != BK_OK)
         return rc;
     if (plan.tensor) {
@@ -175,7 +290,7 @@ static int dev_flash_backward_io(bk_backend *be, const k_flash_args *io, float *
             BK_OK)
             return rc;
     }
-    return BK_OK;
+    return dev_flash_v2_reduce(d, &a, bias, err);
 }
 
 static int dev_flash_forward(bk_backend *be, float *out, float *saved, const float *qkv, const bk_attention_bias *bias,

@@ -496,6 +496,8 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
         if ((rc = be->cast_bf16(be, m->wparams16, m->wparams, m->n_params, err)))
             return rc;
     }
+    if (m->bias) /* the rotary term's context (biaskit_context.training) follows the bias's */
+        bk_positions_set_training(&m->pos, m->bias->training);
     if ((rc = bk_positions_prepare(&m->pos, inputs, B, T, err)))
         return rc;
     bk_rotary_view rot; /* valid after prepare: angles for positions < T, on the backend */

@@ -4,6 +4,7 @@
 #include "plugin/services.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,10 +14,56 @@ static int plugin_fail(bk_error *err, const bk_term *t, const biaskit_error *pe,
                    t->plugin->desc->name, what, pe->message[0] ? pe->message : "no message given");
 }
 
+/* The rotary plugin's rotary_ctx (ABI 2), or NULL when its descriptor ends before the field or leaves it unset. */
+typedef int (*rotary_ctx_fn)(const void *inst, const biaskit_context *ctx, float *inv_freq, float *amplitude,
+                             biaskit_error *err);
+static rotary_ctx_fn rotary_ctx_of(const biaskit_plugin *d)
+{
+    return BK_DESCRIPTOR_FN(d, rotary_ctx);
+}
+
+/* What the engine relies on from a rotary plugin: finite frequencies; an amplitude (rotary_ctx) finite and
+ * > 0 (0 would erase q and k, a negative one flip them). */
+static int check_rotary(const bk_term *t, const float *inv_freq, int32_t pairs, float amplitude, const char *hook,
+                        int32_t length, bk_error *err)
+{
+    char at[48] = "";
+    if (length > 0)
+        snprintf(at, sizeof at, " for length %d", (int)length);
+    for (int32_t k = 0; k < pairs; k++)
+        if (!isfinite(inv_freq[k]))
+            return bk_fail(err, BK_ERR_PLUGIN,
+                           "term '%s' (plugin %s): %s%s gave rotary frequency %d = %g, expected a finite number",
+                           t->label, t->plugin->desc->name, hook, at, (int)k, (double)inv_freq[k]);
+    if (!isfinite(amplitude) || !(amplitude > 0.0f))
+        return bk_fail(err, BK_ERR_PLUGIN,
+                       "term '%s' (plugin %s): %s%s gave the amplitude %g, expected a finite number > 0 (it multiplies "
+                       "q and k)",
+                       t->label, t->plugin->desc->name, hook, at, (double)amplitude);
+    return BK_OK;
+}
+
+/* rotary_ctx() for sequences of `length` tokens into ps->inv_freq_next and *amplitude, checked. */
+static int ask_rotary_ctx(bk_positions *ps, int32_t length, int training, float *amplitude, bk_error *err)
+{
+    const bk_term *t = &ps->set->terms[ps->set->rotary];
+    biaskit_context ctx = bk_term_context(ps->set, -1, length, training);
+    biaskit_error pe = {0, ""};
+    *amplitude = NAN; /* a plugin that leaves it unset is caught by the check */
+    bk_plugin_call_enter(t, "rotary_ctx()", -1, ps->step);
+    int prc = rotary_ctx_of(t->plugin->desc)(t->instance, &ctx, ps->inv_freq_next, amplitude, &pe);
+    bk_plugin_call_leave();
+    if (prc != BIASKIT_OK)
+        return plugin_fail(err, t, &pe, "rotary_ctx()");
+    return check_rotary(t, ps->inv_freq_next, ps->pairs, *amplitude, "rotary_ctx()", length, err);
+}
+
 int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err)
 {
     memset(ps, 0, sizeof *ps);
     ps->set = set;
+    ps->amplitude = 1.0f;
+    ps->training = 1;
     if (set && set->n) {
         size_t n = (size_t)set->n;
         ps->cuda_embeds = calloc(n, sizeof *ps->cuda_embeds);
@@ -32,19 +79,32 @@ int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err)
         return BK_OK;
     const bk_term *t = &set->terms[set->rotary];
     ps->pairs = set->geometry.d_head / 2;
-    if (!(ps->inv_freq = malloc((size_t)ps->pairs * sizeof(float))))
+    if (!(ps->inv_freq = malloc((size_t)ps->pairs * sizeof(float))) ||
+        !(ps->inv_freq_next = malloc((size_t)ps->pairs * sizeof(float))))
         return bk_fail(err, BK_ERR_NOMEM, "out of memory for rotary frequencies");
+    if (rotary_ctx_of(t->plugin->desc)) {
+        /* asked now too, so that a plugin that fails does so when the model is built */
+        ps->has_rotary_ctx = 1;
+        int32_t length = set->geometry.train_length > 0 ? set->geometry.train_length : 1;
+        int rc = ask_rotary_ctx(ps, length, ps->training, &ps->amplitude, err);
+        if (rc)
+            return rc;
+        memcpy(ps->inv_freq, ps->inv_freq_next, (size_t)ps->pairs * sizeof(float));
+        ps->freq_length = length, ps->freq_training = ps->training;
+        return BK_OK;
+    }
     biaskit_error pe = {0, ""};
     bk_plugin_call_enter(t, "rotary_frequencies()", -1, 0);
     int prc = t->plugin->desc->rotary_frequencies(t->instance, ps->inv_freq, &pe);
     bk_plugin_call_leave();
     if (prc != BIASKIT_OK)
         return plugin_fail(err, t, &pe, "rotary_frequencies()");
-    for (int32_t k = 0; k < ps->pairs; k++)
-        if (!isfinite(ps->inv_freq[k]))
-            return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): rotary frequency %d is %g, expected a finite number",
-                           t->label, t->plugin->desc->name, (int)k, (double)ps->inv_freq[k]);
-    return BK_OK;
+    return check_rotary(t, ps->inv_freq, ps->pairs, ps->amplitude, "rotary_frequencies()", 0, err);
+}
+
+void bk_positions_set_training(bk_positions *ps, int training)
+{
+    ps->training = training != 0;
 }
 
 static int on_device(const bk_positions *ps)
@@ -81,6 +141,8 @@ static void device_free(bk_positions *ps)
     release(ps, ps->rot_cos_dev), release(ps, ps->rot_sin_dev);
     ps->rot_cos_dev = ps->rot_sin_dev = NULL;
     ps->rot_rows_dev = 0;
+    ps->rot_capacity_dev = 0;
+    ps->rot_version_dev = 0;
     for (int t = 0; ps->set && t < ps->set->n; t++) {
         if (ps->embed_theta_dev)
             release(ps, ps->embed_theta_dev[t]);
@@ -103,6 +165,7 @@ void bk_positions_free(bk_positions *ps)
     free(ps->segment_index);
     free(ps->segment_position);
     free(ps->inv_freq);
+    free(ps->inv_freq_next);
     free(ps->rot_cos);
     free(ps->rot_sin);
     memset(ps, 0, sizeof *ps);
@@ -152,26 +215,55 @@ static int check_segments(const bk_term *t, const int32_t *index, const int32_t 
                    k ? (int)index[k - 1] : 0, k ? (int)position[k - 1] : 0);
 }
 
+/* The rotation tables for positions < T: made again when T outgrows them or when the frequencies or the
+ * amplitude change (rotary_ctx asked again for a new length or training flag). */
 static int prepare_rotary(bk_positions *ps, int T, bk_error *err)
 {
-    if (!ps->pairs || T <= ps->rot_rows)
+    if (!ps->pairs || T < 1)
         return BK_OK;
-    size_t n = (size_t)T * (size_t)ps->pairs;
-    float *c = malloc(n * sizeof *c), *s = malloc(n * sizeof *s);
-    if (!c || !s) {
-        free(c), free(s);
-        return bk_fail(err, BK_ERR_NOMEM, "out of memory for rotary angles of %d positions", T);
+    int changed = 0;
+    float amplitude = ps->amplitude;
+    if (ps->has_rotary_ctx && (T != ps->freq_length || ps->training != ps->freq_training)) {
+        int rc = ask_rotary_ctx(ps, T, ps->training, &amplitude, err);
+        if (rc)
+            return rc;
+        changed = memcmp(ps->inv_freq_next, ps->inv_freq, (size_t)ps->pairs * sizeof(float)) != 0 ||
+                  memcmp(&amplitude, &ps->amplitude, sizeof amplitude) != 0;
     }
-    /* the angle in double: p * inv_freq reaches 1e4 rad at long lengths, where float loses the phase */
+    if (!changed && T <= ps->rot_rows) {
+        ps->freq_length = ps->has_rotary_ctx ? T : ps->freq_length;
+        ps->freq_training = ps->training;
+        return BK_OK;
+    }
+    const int64_t n = (int64_t)T * ps->pairs;
+    if (n > ps->rot_capacity) {
+        float *c = malloc((size_t)n * sizeof *c), *s = malloc((size_t)n * sizeof *s);
+        if (!c || !s) {
+            free(c), free(s);
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory for rotary angles of %d positions", T);
+        }
+        free(ps->rot_cos), free(ps->rot_sin);
+        ps->rot_cos = c, ps->rot_sin = s;
+        ps->rot_capacity = n;
+    }
+    if (changed) { /* what the tables are made of from now on */
+        float *f = ps->inv_freq;
+        ps->inv_freq = ps->inv_freq_next, ps->inv_freq_next = f;
+        ps->amplitude = amplitude;
+    }
+    if (ps->has_rotary_ctx)
+        ps->freq_length = T, ps->freq_training = ps->training;
+    /* the angle in double: p * inv_freq reaches 1e4 rad at long lengths, where float loses the phase; the
+     * amplitude (1 unless the plugin scales q and k) multiplies both, rounded once */
+    const double amp = (double)ps->amplitude;
     for (int p = 0; p < T; p++)
         for (int32_t k = 0; k < ps->pairs; k++) {
             double angle = (double)p * (double)ps->inv_freq[k];
-            c[(size_t)p * ps->pairs + k] = (float)cos(angle);
-            s[(size_t)p * ps->pairs + k] = (float)sin(angle);
+            ps->rot_cos[(size_t)p * ps->pairs + k] = (float)(amp * cos(angle));
+            ps->rot_sin[(size_t)p * ps->pairs + k] = (float)(amp * sin(angle));
         }
-    free(ps->rot_cos), free(ps->rot_sin);
-    ps->rot_cos = c, ps->rot_sin = s;
     ps->rot_rows = T;
+    ps->rot_version++;
     return BK_OK;
 }
 
@@ -252,18 +344,27 @@ static int upload_batch(bk_positions *ps, bk_error *err)
     if (segments && ((rc = be->upload(be, ps->segment_index_dev, ps->segment_index, bytes, err)) ||
                      (rc = be->upload(be, ps->segment_position_dev, ps->segment_position, bytes, err))))
         return rc;
-    if (ps->pairs && ps->rot_rows_dev < ps->rot_rows) { /* the angles grow with the longest T seen */
-        size_t rot = (size_t)ps->rot_rows * (size_t)ps->pairs * sizeof(float);
-        release(ps, ps->rot_cos_dev), release(ps, ps->rot_sin_dev);
-        ps->rot_cos_dev = ps->rot_sin_dev = NULL;
+    if (ps->pairs && ps->rot_version_dev != ps->rot_version) { /* the host tables were made again */
+        const int64_t floats = (int64_t)ps->rot_rows * ps->pairs;
+        size_t rot = (size_t)floats * sizeof(float);
         ps->rot_rows_dev = 0;
-        if ((rc = be->alloc(be, (void **)&ps->rot_cos_dev, rot, err)) ||
-            (rc = be->alloc(be, (void **)&ps->rot_sin_dev, rot, err)) ||
-            (rc = be->upload(be, ps->rot_cos_dev, ps->rot_cos, rot, err)) ||
+        ps->rot_version_dev = 0;
+        if (floats > ps->rot_capacity_dev) {
+            release(ps, ps->rot_cos_dev), release(ps, ps->rot_sin_dev);
+            ps->rot_cos_dev = ps->rot_sin_dev = NULL;
+            ps->rot_capacity_dev = 0;
+            if ((rc = be->alloc(be, (void **)&ps->rot_cos_dev, rot, err)) ||
+                (rc = be->alloc(be, (void **)&ps->rot_sin_dev, rot, err)))
+                return bk_error_prefix(err, "rotary angles of %d positions on the %s backend: ", (int)ps->rot_rows,
+                                       be->name);
+            ps->rot_capacity_dev = floats;
+        }
+        if ((rc = be->upload(be, ps->rot_cos_dev, ps->rot_cos, rot, err)) ||
             (rc = be->upload(be, ps->rot_sin_dev, ps->rot_sin, rot, err)))
             return bk_error_prefix(err, "rotary angles of %d positions on the %s backend: ", (int)ps->rot_rows,
                                    be->name);
         ps->rot_rows_dev = ps->rot_rows;
+        ps->rot_version_dev = ps->rot_version;
     }
     return BK_OK;
 }

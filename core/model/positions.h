@@ -6,7 +6,13 @@
  *   embed    each embedding term adds A[p] to the token embedding, p = the token index on the
  *            `token` stream, the position inside its segment on the `segment` stream.
  *   rotary   the rotary term's inverse frequencies rotate q and k of every head (rotate-half layout:
- *            pair k of a head is (x[k], x[k + hd/2])) by the angle p * inv_freq[k], p from its stream.
+ *            pair k of a head is (x[k], x[k + hd/2])) by the angle p * inv_freq[k], p from its stream,
+ *            and multiply them by the term's amplitude (1 but for YaRN's temperature): the tables hold
+ *            amplitude * cos and amplitude * sin, so the rotation is amplitude * R and the backward's
+ *            (the same tables, sin negated) amplitude * R^T, its exact transpose. A plugin with
+ *            rotary_ctx (ABI 2) is asked for both with the length of the forward (biaskit_context), again
+ *            whenever the length or the training flag changes (length-aware RoPE: PI, NTK, YaRN,
+ *            dynamic scaling); one without gives fixed frequencies (rotary_frequencies) and amplitude 1.
  *
  * bk_positions_prepare() runs once per forward; backward reuses what it computed.
  *
@@ -33,9 +39,17 @@ typedef struct bk_positions {
     int32_t *segment_index;     /* (B, T), when there is a segmenter */
     int32_t *segment_position;  /* (B, T), when there is a segmenter */
     int32_t pairs;              /* rotary: d_head / 2, or 0 without a rotary term */
-    float *inv_freq;            /* pairs */
-    float *rot_cos, *rot_sin;   /* (rot_rows, pairs): cos and sin of p * inv_freq[k] for p < rot_rows */
+    float *inv_freq;            /* pairs: the frequencies the tables were made with */
+    float *inv_freq_next;       /* pairs: what rotary_ctx() returns, checked before it replaces inv_freq */
+    float amplitude;            /* what multiplies q and k after the rotation (rotary_ctx; else 1) */
+    int has_rotary_ctx;         /* the rotary plugin has rotary_ctx (asked per length) */
+    int32_t freq_length;        /* the length the frequencies were asked for (rotary_ctx), 0 before */
+    int freq_training;          /* ... and the training flag they were asked with */
+    int training;               /* the training flag of the next prepare (bk_positions_set_training; 1 at init) */
+    float *rot_cos, *rot_sin;   /* (rot_rows, pairs): amplitude * cos and sin of p * inv_freq[k], p < rot_rows */
     int32_t rot_rows;
+    int64_t rot_capacity;       /* floats rot_cos and rot_sin hold */
+    uint64_t rot_version;       /* counts the tables' recomputations (the device copy follows it) */
     int64_t step;               /* the training step, for the crash report's plugin-call record (0: none) */
     int32_t span[BK_STREAM_COUNT]; /* bk_positions_span */
 
@@ -50,6 +64,8 @@ typedef struct bk_positions {
     int32_t *token_index_dev, *segment_index_dev, *segment_position_dev;
     float *rot_cos_dev, *rot_sin_dev;
     int32_t rot_rows_dev;
+    int64_t rot_capacity_dev;    /* floats rot_cos_dev and rot_sin_dev hold */
+    uint64_t rot_version_dev;    /* the rot_version uploaded */
     float *embed_host;           /* host fallback: (B*T, C) of one term's embedding or dencoded */
     float *embed_dev;            /* the same on the device, added into encoded */
     float **embed_theta_dev;     /* per term: device theta for embed_cuda (uploaded every forward) */
@@ -58,16 +74,24 @@ typedef struct bk_positions {
     unsigned char *logged;       /* per term: 1 host-path embed logged, 2 host-path gradient logged */
 } bk_positions;
 
-/* Set up for the terms of `set` (NULL: nothing to do); asks the rotary term for its frequencies. */
+/* Set up for the terms of `set` (NULL: nothing to do); asks the rotary term for its frequencies (a
+ * plugin with rotary_ctx: for the training length, training; a prepare of another length or flag asks
+ * again). Checks them: every frequency finite, the amplitude finite and > 0, naming the plugin. */
 int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err);
 void bk_positions_free(bk_positions *ps);
+
+/* Whether the next prepares are for training (1, the default, as bk_bias's `training`) or an evaluation
+ * (0): the biaskit_context.training a rotary_ctx() plugin is asked with. The model sets it before each
+ * prepare. */
+void bk_positions_set_training(bk_positions *ps, int training);
 
 /* Compute on backend `be` from now on (the model calls it once, before the first prepare; `be` must
  * outlive the positions). The CPU keeps everything on the host, with no copies. */
 int bk_positions_set_backend(bk_positions *ps, bk_backend *be, bk_error *err);
 
 /* Segments of every row of `inputs` (B, T; host memory), the token indices and the rotary angles for
- * positions < T, and the spans. Checks what the segmenter returns (index 0 first, steps of 0 or 1,
+ * positions < T (a rotary_ctx() plugin asked again when T or the training flag differ from its last
+ * call; the tables made again when what it returns differs), and the spans. Checks what the segmenter returns (index 0 first, steps of 0 or 1,
  * positions counting up from 0 in each segment) and names the plugin when it is wrong. On a device
  * backend, then uploads what the device reads. */
 int bk_positions_prepare(bk_positions *ps, const int32_t *inputs, int B, int T, bk_error *err);

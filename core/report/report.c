@@ -5,6 +5,7 @@
 
 #include "report/plot.h"
 #include "io/safetensors.h"
+#include "plugin/services.h"
 #include "train/checkpoint.h"
 #include "train/rundir.h"
 #include "util/file.h"
@@ -44,6 +45,9 @@ typedef struct eval_file {
 
 typedef struct run_rec {
     char *name, *dir, *variant, *corpus, *grid; /* grid: "key=value, key=value" or "" */
+    char **eval_sets;   /* the variant's eval_set (sweep.json): --set strings its evaluation was given */
+    int n_eval_sets;
+    char *eval_set_json; /* the same as unformatted JSON ("" when none), compared with status.json's */
     long long seed;
     char path[REPORT_PATH_MAX]; /* the run directory */
     char state[64];
@@ -484,6 +488,20 @@ static void read_run(report_ctx *c, run_rec *r)
     }
     bk_copy_text(r->state, sizeof r->state, state->valuestring);
     const char *message = cJSON_IsString(error) ? error->valuestring : "";
+    /* the evaluation of a done run used its variant's eval_set as sweep.json gives it (a sweep stopped
+     * between writing sweep.json and evaluating the run again leaves the old one's results) */
+    const cJSON *used = cJSON_GetObjectItemCaseSensitive(j, "eval_set");
+    char *used_json = used ? cJSON_PrintUnformatted(used) : NULL;
+    int stale = strcmp(used_json ? used_json : "", r->eval_set_json) != 0;
+    if (strcmp(state->valuestring, "done") == 0 && stale) {
+        add_problem(r, "evaluated with eval_set %s, but its variant now gives %s: run the sweep again to evaluate it "
+                    "again", used_json ? used_json : "(none)", *r->eval_set_json ? r->eval_set_json : "(none)");
+        bk_copy_text(r->state, sizeof r->state, "stale");
+        cJSON_free(used_json);
+        cJSON_Delete(j);
+        return;
+    }
+    cJSON_free(used_json);
     if (strcmp(state->valuestring, "done") != 0) {
         if (strcmp(state->valuestring, "failed") == 0)
             add_problem(r, "%s", *message ? message : "failed (status.json gives no error)");
@@ -642,6 +660,31 @@ static int parse_index(report_ctx *c, const cJSON *j, bk_error *err)
             goto done;
         }
         c->n_runs++;
+        /* the variant's eval_set: absent when none */
+        const cJSON *es = cJSON_GetObjectItemCaseSensitive(item, "eval_set"), *s;
+        int es_ok = !es || cJSON_IsArray(es);
+        cJSON_ArrayForEach(s, es) es_ok = es_ok && cJSON_IsString(s);
+        if (!es_ok) {
+            rc = bk_fail(err, BK_ERR_PARSE, "%s: run %d ('%s'): \"eval_set\": expected an array of strings (the "
+                         "--set strings of its evaluation)", path, k + 1, text[0]);
+            goto done;
+        }
+        int n_es = es ? cJSON_GetArraySize(es) : 0;
+        char *es_json = es ? cJSON_PrintUnformatted(es) : NULL;
+        r->eval_set_json = dup_text(es_json ? es_json : "");
+        cJSON_free(es_json);
+        if (!r->eval_set_json || (n_es && !(r->eval_sets = calloc((size_t)n_es, sizeof *r->eval_sets)))) {
+            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        cJSON_ArrayForEach(s, es)
+        {
+            if (!(r->eval_sets[r->n_eval_sets] = dup_text(s->valuestring))) {
+                rc = bk_fail(err, BK_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            r->n_eval_sets++;
+        }
         if ((rc = join_path(r->path, sizeof r->path, c->sweep_dir, r->dir, err)))
             goto done;
         /* its group (corpus, grid point) and variant, in order of first appearance */
@@ -1008,13 +1051,21 @@ done:
 
 typedef struct warn_ctx {
     report_ctx *c;
-    const char *run;
+    const run_rec *run;
 } warn_ctx;
 
 static void on_checkpoint_warning(void *ctx, const char *message)
 {
     warn_ctx *w = ctx;
-    note(w->c, "run '%s': checkpoint: %s", w->run, message);
+    /* a plugin option its variant's eval_set changes is what the sweep asked for: no note */
+    for (int k = 0; k < w->run->n_eval_sets; k++) {
+        const char *at = strstr(message, "--set ");
+        size_t n = strlen(w->run->eval_sets[k]);
+        for (; at; at = strstr(at + 1, "--set "))
+            if (strncmp(at + 6, w->run->eval_sets[k], n) == 0 && strncmp(at + 6 + n, " changes ", 9) == 0)
+                return;
+    }
+    note(w->c, "run '%s': checkpoint: %s", w->run->name, message);
 }
 
 /* (3) every head's mixed table T_h(d) of the run's checkpoint, per stream (and per layer when a term
@@ -1318,15 +1369,27 @@ static int figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, bk_error *err
                 note(c, "run '%s': no checkpoint at '%s'; its bias is not drawn", r->name, ckpt);
                 continue;
             }
-            /* on the CPU whatever device trained it: a table is a few thousand values */
-            static const char *const overrides[] = {"run.device=cpu"};
-            warn_ctx w = {c, r->name};
-            bk_checkpoint_options co = {.overrides = overrides, .n_overrides = 1, .warn = on_checkpoint_warning,
-                                        .warn_ctx = &w};
+            /* on the CPU whatever device trained it: a table is a few thousand values; with the
+             * variant's eval_set, the model as it was evaluated */
+            const char **overrides = malloc((size_t)(1 + r->n_eval_sets) * sizeof *overrides);
+            if (!overrides)
+                return bk_fail(err, BK_ERR_NOMEM, "out of memory");
+            overrides[0] = "run.device=cpu";
+            for (int k = 0; k < r->n_eval_sets; k++)
+                overrides[1 + k] = r->eval_sets[k];
+            warn_ctx w = {c, r};
+            bk_checkpoint_options co = {.overrides = overrides, .n_overrides = 1 + r->n_eval_sets,
+                                        .warn = on_checkpoint_warning, .warn_ctx = &w};
             bk_lm lm;
             bk_train_state st;
             bk_error lerr = {0};
-            if (bk_checkpoint_load_ex(ckpt, &co, &lm, NULL, &st, &lerr)) {
+            /* what a plugin says it does (info lines: a scaling the eval_set chose) went to the run's
+             * eval.log when it was evaluated; the report says it once, in its list of variants */
+            bk_set_log_level(BIASKIT_LOG_WARN);
+            int load_rc = bk_checkpoint_load_ex(ckpt, &co, &lm, NULL, &st, &lerr);
+            bk_set_log_level(BIASKIT_LOG_INFO);
+            free(overrides);
+            if (load_rc) {
                 fprintf(md, "**%s** (run `%s`): the model cannot be rebuilt from its checkpoint: ", r->variant, r->name);
                 md_cell(md, lerr.message);
                 fprintf(md, "\n\n");
@@ -1487,6 +1550,16 @@ static int write_report(report_ctx *c, bk_error *err)
     for (int v = 0; v < c->n_variants; v++) {
         fprintf(md, "%s", v ? ", " : "");
         md_cell(md, c->variants[v]);
+        /* a variant evaluated with an eval_set: the same training as without it, evaluated with these */
+        const run_rec *first = NULL;
+        for (int i = 0; i < c->n_runs && !first; i++)
+            if (c->runs[i].variant_index == v)
+                first = &c->runs[i];
+        for (int k = 0; first && k < first->n_eval_sets; k++) {
+            fprintf(md, "%s`", k ? ", " : " (evaluated with ");
+            md_cell(md, first->eval_sets[k]);
+            fprintf(md, "`%s", k + 1 == first->n_eval_sets ? ")" : "");
+        }
     }
     fprintf(md, "\n- training length: %lld tokens; evaluation lengths:", c->train_length);
     for (int l = 0; l < c->n_lengths; l++)
@@ -1615,7 +1688,10 @@ static void ctx_free(report_ctx *c)
 {
     for (int i = 0; i < c->n_runs; i++) {
         run_rec *r = &c->runs[i];
-        free(r->name), free(r->dir), free(r->variant), free(r->corpus), free(r->grid);
+        free(r->name), free(r->dir), free(r->variant), free(r->corpus), free(r->grid), free(r->eval_set_json);
+        for (int k = 0; k < r->n_eval_sets; k++)
+            free(r->eval_sets[k]);
+        free(r->eval_sets);
         for (int p = 0; p < N_PROTO; p++)
             eval_file_free(&r->ev[p]);
     }

@@ -7,6 +7,9 @@
 #include "config/experiment.h"
 #include "config/toml.h"
 #include "plugin/host.h"
+#include "plugin/services.h"
+#include "io/safetensors.h" /* bk_xxh64 */
+#include "train/rundir.h"
 #include "util/file.h"
 #include "util/path.h"
 
@@ -357,6 +360,7 @@ typedef struct group { /* a [[variant]] or a [[corpus]] */
     bk_toml_pos pos;
     bk_toml_pos name_pos;
     assign_list sets;
+    assign_list eval_sets; /* a variant's eval_set: given to its evaluation only */
 } group;
 
 typedef struct grid_axis {
@@ -417,7 +421,7 @@ static void priv_free(sweep_priv *p)
     if (!p)
         return;
     for (int i = 0; i < p->n_variants; i++)
-        assigns_free(&p->variants[i].sets);
+        assigns_free(&p->variants[i].sets), assigns_free(&p->variants[i].eval_sets);
     for (int i = 0; i < p->n_corpora; i++)
         assigns_free(&p->corpora[i].sets);
     for (int i = 0; i < p->n_grid; i++)
@@ -513,6 +517,8 @@ static int valid_name(const char *s)
 }
 
 static int read_sets(assign_list *out, const bk_toml_node *v, const char *label, bk_error *err);
+static int read_eval_sets(assign_list *out, const bk_toml_node *v, const char *label, const path_ctx *pc,
+                          bk_error *err);
 
 /* [[variant]] or [[corpus]] tables. */
 static int read_groups(const bk_toml_node *array, const char *what, int allow_term, group **out, int *n_out,
@@ -560,6 +566,13 @@ static int read_groups(const bk_toml_node *array, const char *what, int allow_te
                 continue;
             if (strcmp(e.key, "set") == 0) {
                 rc = read_sets(&g->sets, e.value, label, err);
+            } else if (strcmp(e.key, "eval_set") == 0) {
+                if (!allow_term)
+                    return bk_fail_at(err, BK_ERR_CONFIG, e.key_pos,
+                                      "%s: a corpus gives data settings; eval_set (keys given to the evaluation "
+                                      "only) belongs in [[variant]]",
+                                      label);
+                rc = read_eval_sets(&g->eval_sets, e.value, label, pc, err);
             } else if (strcmp(e.key, "term") == 0 && !allow_term) {
                 return bk_fail_at(err, BK_ERR_CONFIG, e.key_pos,
                                   "%s: a corpus gives data settings; positional terms belong in [[variant]]", label);
@@ -575,8 +588,9 @@ static int read_groups(const bk_toml_node *array, const char *what, int allow_te
                 /* an experiment section ([variant.train], or dotted keys train.lr = ...): one assignment per leaf */
                 rc = flatten(&g->sets, e.value, e.key, e.key, label, pc, 1, err);
             } else {
-                static const char *const keys[] = {"name", "set", "model", "attention", "train", "data", "run", "term"};
-                return unknown_key(err, e.key_pos, e.key, where, keys, allow_term ? 8 : 7);
+                static const char *const keys[] = {"name", "set",  "model", "attention", "train",
+                                                   "data", "run", "term",  "eval_set"};
+                return unknown_key(err, e.key_pos, e.key, where, keys, allow_term ? 9 : 7);
             }
             if (rc)
                 return rc;
@@ -729,7 +743,10 @@ static char *value_text(const bk_toml_node *v)
 
 static void run_free(bk_sweep_run *r)
 {
-    free(r->name), free(r->dir), free(r->text), free(r->invalid);
+    free(r->name), free(r->dir), free(r->text), free(r->invalid), free(r->eval_set_json);
+    for (int i = 0; i < r->n_eval_sets; i++)
+        free(r->eval_sets[i]);
+    free(r->eval_sets);
     for (int i = 0; i < r->n_grid; i++)
         free(r->grid_keys[i]), free(r->grid_values[i]);
     free(r->grid_keys), free(r->grid_values);
@@ -806,6 +823,8 @@ static int check_terms_child(void *ctx, FILE *out, bk_error *err)
 {
     (void)out;
     const term_check *tc = ctx;
+    /* a probe: what a plugin says it does (info lines) is for the run's own log, not the sweep's */
+    bk_set_log_level(BIASKIT_LOG_WARN);
     bk_experiment one = *tc->exp;
     for (int i = 0; i < tc->exp->n_terms; i++) {
         *tc->at = i;
@@ -889,12 +908,131 @@ static const term_answer *check_terms(resolver *rs, const bk_experiment *exp, bk
     return a;
 }
 
+/* The plugins' refusal of a run's terms (`answer`, for experiment `e` composed of the assignments `as`)
+ * as the run's `invalid` text, naming the sweep file's line; `when`: "training" or what else ran. */
+static int refusal_text(const term_answer *answer, const bk_experiment *e, const assign *const *as, int n,
+                        const char *who, const char *when, char **invalid, bk_error *err)
+{
+    bk_error perr;
+    bk_error_clear(&perr);
+    if (!answer->died) {
+        perr.code = answer->rc;
+        bk_copy_text(perr.message, sizeof perr.message, answer->message);
+    } else if (answer->term >= 0 && answer->term < e->n_terms) {
+        const bk_term_config *t = &e->terms[answer->term];
+        bk_fail_at(&perr, BK_ERR_PLUGIN, t->pos,
+                   "[[term]] #%d (%s): %s, when the sweep checked the term (in a child process, before %s); "
+                   "'biaskit check %s' tests the plugin",
+                   t->index, t->plugin, answer->message, when, t->plugin);
+    } else
+        bk_fail(&perr, BK_ERR_PLUGIN, "%s, when the sweep checked the terms (in a child process, before %s)",
+                answer->message, when);
+    map_error(&perr, as, n, who);
+    if (!(*invalid = strdup(perr.message)))
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory resolving runs");
+    return BK_OK;
+}
+
+/* Why `biaskit eval --set` refuses a change of this role (train/checkpoint.h: [data], [run] keys and a
+ * plugin's own options may change on a checkpoint that is evaluated; NULL: allowed). */
+static const char *eval_refusal(const bk_experiment_change *c)
+{
+    switch (c->role) {
+    case BK_KEY_RUN:
+    case BK_KEY_OPTION: return NULL;
+    case BK_KEY_MODEL:
+        return "the model's shape or function ([model], [attention], the terms and their plugin, name, stream, "
+               "weight and per_layer) is what its weights were trained for (make it a variant of its own)";
+    case BK_KEY_FACT:
+        return strcmp(c->key, "train.length") == 0
+                   ? "it is a fact of how the model was trained; [eval] lengths or multiples evaluate at other lengths"
+                   : "it is a fact of how the model was trained ([train] length, batch, accumulate and seed)";
+    case BK_KEY_SCHEDULE: return "eval does not train: a [train] key of a checkpoint changes only with train --resume";
+    }
+    return NULL;
+}
+
+#define EVAL_SET_MAX_CHANGES 64 /* keys one eval_set string may change (a whole table at once) */
+
+/* The evaluation's experiment of a run whose variant has an eval_set: the run's assignments `as` (n,
+ * `texts` their text) and then each eval_set string, appended there (the arrays have room), read by
+ * the experiment layer (an error names the string's line and column) and judged by what it changes,
+ * as `biaskit eval --set` judges it on the run's checkpoint: a change eval refuses is an error here,
+ * before anything trains. `trained`: the experiment of the first n. */
+static int resolve_eval_sets(const resolver *rs, const group *v, const assign **as, const char **texts, int n,
+                             const bk_experiment *trained, const char *who, bk_experiment *out, bk_error *err)
+{
+    bk_experiment prev;
+    int have_prev = 0;
+    bk_experiment_change *changes = malloc(EVAL_SET_MAX_CHANGES * sizeof *changes);
+    if (!changes)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory resolving runs");
+    int rc = BK_OK;
+    for (int i = 0; i < v->eval_sets.n && !rc; i++) {
+        const assign *a = &v->eval_sets.items[i];
+        as[n + i] = a;
+        texts[n + i] = a->text;
+        bk_experiment next;
+        if ((rc = bk_experiment_parse(rs->p->base_text, rs->base_source, texts, (size_t)(n + i + 1), &next, err))) {
+            map_error(err, as, n + i + 1, who);
+            break;
+        }
+        int k = bk_experiment_diff(have_prev ? &prev : trained, &next, changes, EVAL_SET_MAX_CHANGES);
+        if (k > EVAL_SET_MAX_CHANGES) /* none may go unjudged */
+            rc = bk_fail_at(err, BK_ERR_CONFIG, a->pos,
+                            "%s, %s, '%s': it changes %d keys at once, more than the %d judged one by one; give them "
+                            "as separate strings",
+                            who, a->label, a->text, k, EVAL_SET_MAX_CHANGES);
+        for (int c = 0; c < k && c < EVAL_SET_MAX_CHANGES && !rc; c++) {
+            const char *why = eval_refusal(&changes[c]);
+            if (why)
+                rc = bk_fail_at(err, BK_ERR_CONFIG, a->pos,
+                                "%s, %s, '%s': it changes %s (%s when trained, %s when evaluated), which `biaskit "
+                                "eval --set` refuses: %s; an eval_set may change [data] and [run] keys and a "
+                                "plugin's own options",
+                                who, a->label, a->text, changes[c].where, changes[c].before, changes[c].after, why);
+        }
+        if (have_prev)
+            bk_experiment_free(&prev);
+        prev = next;
+        have_prev = 1;
+    }
+    free(changes);
+    if (rc) {
+        if (have_prev)
+            bk_experiment_free(&prev);
+        return rc;
+    }
+    *out = prev;
+    return BK_OK;
+}
+
+/* The run's copy of its variant's eval_set, and the same as a JSON array (bk_run_status eval_set). */
+static int keep_eval_sets(bk_sweep_run *run, const group *v, bk_error *err)
+{
+    cJSON *arr = cJSON_CreateArray();
+    int ok = arr && (run->eval_sets = calloc((size_t)v->eval_sets.n, sizeof *run->eval_sets));
+    for (int i = 0; ok && i < v->eval_sets.n; i++) {
+        ok = (run->eval_sets[i] = strdup(v->eval_sets.items[i].text)) &&
+             cJSON_AddItemToArray(arr, cJSON_CreateString(v->eval_sets.items[i].text));
+        run->n_eval_sets += run->eval_sets[i] != NULL;
+    }
+    char *json = ok ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    if (json && strlen(json) < sizeof ((bk_run_status *)0)->eval_set)
+        run->eval_set_json = strdup(json);
+    cJSON_free(json);
+    if (!run->eval_set_json)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory resolving runs");
+    return BK_OK;
+}
+
 /* Resolve the run of (variant, corpus, grid point, seed index); seed index -1: the base's seed. */
 static int resolve_run(resolver *rs, const group *v, const group *c, const int *point, int seed_i,
                        bk_sweep_run *run, bk_error *err)
 {
     sweep_priv *p = rs->p;
-    int cap = p->base.n + p->common.n + (v ? v->sets.n : 0) + (c ? c->sets.n : 0) + p->n_grid + 1;
+    int cap = p->base.n + p->common.n + (v ? v->sets.n + v->eval_sets.n : 0) + (c ? c->sets.n : 0) + p->n_grid + 1;
     const assign **as = calloc((size_t)cap, sizeof *as);
     const char **texts = calloc((size_t)cap, sizeof *texts);
     assign *extra = calloc((size_t)p->n_grid + 1, sizeof *extra); /* seed and grid assignments */
@@ -1029,35 +1167,36 @@ static int resolve_run(resolver *rs, const group *v, const group *c, const int *
     }
     bk_experiment_free(&back);
 
-    /* the plugins check the terms as the training will, in a child process; a refusal names the sweep
-     * file's line, a crash, an exit or a hang the term and its plugin */
-    int check = exp.n_terms > 0 && !(rs->o && rs->o->no_plugin_check) &&
-                bk_sweep_run_selected(run, rs->o ? rs->o->only : NULL, rs->o ? rs->o->n_only : 0);
-    const term_answer *answer = NULL;
-    if (check && !(answer = check_terms(rs, &exp, err))) {
-        rc = err->code;
+    /* the evaluation's experiment: the variant's eval_set on top, judged as `biaskit eval --set` judges it */
+    int m = v ? v->eval_sets.n : 0;
+    bk_experiment eval_exp;
+    char who[300];
+    snprintf(who, sizeof who, "run '%s'", name);
+    if (m && (rc = resolve_eval_sets(rs, v, as, texts, n, &exp, who, &eval_exp, err))) {
         bk_experiment_free(&exp);
         goto out;
     }
-    if (answer && answer->rc != BK_OK) {
-        if (!answer->died) {
-            perr.code = answer->rc;
-            bk_copy_text(perr.message, sizeof perr.message, answer->message);
-        } else if (answer->term >= 0 && answer->term < exp.n_terms) {
-            const bk_term_config *t = &exp.terms[answer->term];
-            bk_fail_at(&perr, BK_ERR_PLUGIN, t->pos,
-                       "[[term]] #%d (%s): %s, when the sweep checked the term (in a child process, before "
-                       "training); 'biaskit check %s' tests the plugin",
-                       t->index, t->plugin, answer->message, t->plugin);
-        } else
-            bk_fail(&perr, BK_ERR_PLUGIN, "%s, when the sweep checked the terms (in a child process, before training)",
-                    answer->message);
-        char who[300];
-        snprintf(who, sizeof who, "run '%s'", name);
-        map_error(&perr, as, n, who);
-        if (!(run->invalid = strdup(perr.message)))
-            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory resolving runs");
+    if (m && (rc = keep_eval_sets(run, v, err))) {
+        bk_experiment_free(&eval_exp), bk_experiment_free(&exp);
+        goto out;
     }
+
+    /* the plugins check the terms as the training will, in a child process, then (with an eval_set) as
+     * the evaluation will; a refusal names the sweep file's line, a crash, an exit or a hang the term
+     * and its plugin */
+    int check = exp.n_terms > 0 && !(rs->o && rs->o->no_plugin_check) &&
+                bk_sweep_run_selected(run, rs->o ? rs->o->only : NULL, rs->o ? rs->o->n_only : 0);
+    for (int phase = 0; check && phase < (m ? 2 : 1) && !run->invalid && !rc; phase++) {
+        const bk_experiment *e = phase ? &eval_exp : &exp;
+        const term_answer *answer = check_terms(rs, e, err);
+        if (!answer)
+            rc = err->code;
+        else if (answer->rc != BK_OK)
+            rc = refusal_text(answer, e, as, phase ? n + m : n, who, phase ? "evaluating (eval_set)" : "training",
+                              &run->invalid, err);
+    }
+    if (m)
+        bk_experiment_free(&eval_exp);
     bk_experiment_free(&exp);
 out:
     for (int i = 0; extra && i < n_extra; i++)
@@ -1086,6 +1225,73 @@ static int read_sets(assign_list *out, const bk_toml_node *v, const char *label,
                               "%s set '%s': expected \"key=value\", e.g. \"attention.mixing=kernel\"", label,
                               bk_toml_string(s));
         int rc = assign_add(out, strdup(bk_toml_string(s)), bk_toml_position(s), label, err);
+        if (rc)
+            return rc;
+    }
+    return BK_OK;
+}
+
+/* An eval_set string "data.paths=[...]" (or val_paths) with its relative paths made absolute from the
+ * sweep file's directory, as in a variant's other settings (the evaluation would read them from the
+ * run's directory); any other string as it is. */
+static char *eval_set_text(const char *text, const path_ctx *pc)
+{
+    const char *eq = strchr(text, '=');
+    char key[64];
+    size_t n = (size_t)(eq - text);
+    while (n && (text[n - 1] == ' ' || text[n - 1] == '\t'))
+        n--;
+    const char *k = text;
+    while (n && (*k == ' ' || *k == '\t'))
+        k++, n--;
+    if (n >= sizeof key)
+        return strdup(text);
+    memcpy(key, k, n);
+    key[n] = '\0';
+    if (strncmp(key, "data.", 5) != 0 || path_kind("data", key + 5) != PATH_LIST)
+        return strdup(text);
+    sbuf doc = {0};
+    sb_puts(&doc, "v = ");
+    sb_puts(&doc, eq + 1);
+    bk_toml *t = NULL;
+    bk_error ignored; /* a value that is not TOML: the experiment layer says so, naming the string */
+    char *out = NULL;
+    if (!doc.oom && bk_toml_parse_string(doc.s, "eval_set", &t, &ignored) == BK_OK)
+        out = assignment_text(key, bk_toml_get(bk_toml_root(t), "v"), PATH_LIST, pc);
+    bk_toml_free(t);
+    free(doc.s);
+    return out ? out : strdup(text);
+}
+
+/* A variant's eval_set: an array of "key=value" strings as `biaskit eval --set` reads them, given to
+ * the run's evaluation only. Which keys eval lets change is judged per run (resolve_eval_sets). */
+static int read_eval_sets(assign_list *out, const bk_toml_node *v, const char *label, const path_ctx *pc,
+                          bk_error *err)
+{
+    char where[200];
+    snprintf(where, sizeof where, "%s eval_set", label);
+    static const char expected[] = "an array of \"key=value\" strings, as `biaskit eval --set` reads them (e.g. "
+                                   "[\"term.0.scaling=\\\"yarn\\\"\", \"term.0.factor=4\"])";
+    if (bk_toml_type_of(v) != BK_TOML_ARRAY)
+        return wrong(err, v, where, expected);
+    if (bk_toml_count(v) > BK_SWEEP_MAX_EVAL_SETS)
+        return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v), "%s: at most %d strings, got %zu", where,
+                          BK_SWEEP_MAX_EVAL_SETS, bk_toml_count(v));
+    size_t total = 0;
+    for (size_t j = 0; j < bk_toml_count(v); j++) {
+        const bk_toml_node *s = bk_toml_at(v, j);
+        if (bk_toml_type_of(s) != BK_TOML_STRING)
+            return wrong(err, s, where, expected);
+        const char *text = bk_toml_string(s);
+        if (!strchr(text, '=') || text[0] == '=')
+            return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(s),
+                              "%s '%s': expected \"key=value\", as `biaskit eval --set` reads it (e.g. "
+                              "\"term.0.factor=4\")",
+                              where, text);
+        if ((total += strlen(text)) > BK_SWEEP_EVAL_SET_TEXT_MAX)
+            return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(s), "%s: at most %d characters in all", where,
+                              BK_SWEEP_EVAL_SET_TEXT_MAX);
+        int rc = assign_add(out, eval_set_text(text, pc), bk_toml_position(s), where, err);
         if (rc)
             return rc;
     }
@@ -1569,6 +1775,11 @@ int bk_sweep_write_index(const bk_sweep *sw, bk_error *err)
         ok = ok && (sets = cJSON_AddArrayToObject(o, "sets"));
         for (int s = 0; ok && s < r->n_sets; s++)
             ok = cJSON_AddItemToArray(sets, cJSON_CreateString(r->sets[s]));
+        cJSON *eval_set = NULL; /* only when given: the index of a sweep without one stays as it was */
+        if (ok && r->n_eval_sets)
+            ok = (eval_set = cJSON_AddArrayToObject(o, "eval_set")) != NULL;
+        for (int s = 0; ok && s < r->n_eval_sets; s++)
+            ok = cJSON_AddItemToArray(eval_set, cJSON_CreateString(r->eval_sets[s]));
     }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
@@ -1590,12 +1801,132 @@ int bk_sweep_write_index(const bk_sweep *sw, bk_error *err)
     return rc;
 }
 
+int bk_sweep_eval_set_current(const bk_sweep_run *run, const bk_run_status *st)
+{
+    return strcmp(run->eval_set_json ? run->eval_set_json : "", st->eval_set) == 0;
+}
+
 int bk_sweep_has_checkpoint(const bk_sweep_run *run)
 {
     char path[4200];
     struct stat st;
-    snprintf(path, sizeof path, "%s/checkpoint.safetensors", run->dir);
+    snprintf(path, sizeof path, "%s/" BK_RUN_CHECKPOINT_FILE, run->dir);
     return stat(path, &st) == 0;
+}
+
+int bk_sweep_trained_as(const bk_sweep_run *from, const char *text)
+{
+    if (!bk_sweep_has_checkpoint(from))
+        return 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/" BK_SWEEP_EXPERIMENT_FILE, from->dir);
+    char *old = NULL;
+    bk_error ignored;
+    int same = read_state_file(path, "run experiment file", &old, &ignored) == BK_OK && old && strcmp(old, text) == 0;
+    free(old);
+    return same;
+}
+
+typedef struct text_key {
+    uint64_t hash;
+    int index;
+} text_key;
+
+static int text_key_order(const void *a, const void *b)
+{
+    const text_key *x = a, *y = b;
+    if (x->hash != y->hash)
+        return x->hash < y->hash ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+int bk_sweep_first_of_experiment(const bk_sweep *sw, int *first, bk_error *err)
+{
+    text_key *keys = malloc((size_t)(sw->n_runs ? sw->n_runs : 1) * sizeof *keys);
+    if (!keys)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < sw->n_runs; i++) {
+        keys[i] = (text_key){bk_xxh64(sw->runs[i].text, strlen(sw->runs[i].text), 0), i};
+        first[i] = i;
+    }
+    qsort(keys, (size_t)sw->n_runs, sizeof *keys, text_key_order); /* by hash, then index */
+    for (int a = 0; a < sw->n_runs;) {
+        int b = a;
+        while (b < sw->n_runs && keys[b].hash == keys[a].hash)
+            b++;
+        for (int i = a + 1; i < b; i++) /* the earliest of the same text (a hash may be shared by others) */
+            for (int k = a; k < i; k++)
+                if (first[keys[k].index] == keys[k].index &&
+                    strcmp(sw->runs[keys[k].index].text, sw->runs[keys[i].index].text) == 0) {
+                    first[keys[i].index] = keys[k].index;
+                    break;
+                }
+        a = b;
+    }
+    free(keys);
+    return BK_OK;
+}
+
+/* A copy of the regular file `from` at `to`, written into a temporary file renamed over `to`. */
+static int copy_file(const char *from, const char *to, bk_error *err)
+{
+    FILE *in;
+    int rc = bk_file_open_regular(from, "file", 0, &in, NULL, err);
+    if (rc)
+        return rc;
+    char tmp[4300];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", to, (long)getpid()) >= (int)sizeof tmp) {
+        fclose(in);
+        return bk_fail(err, BK_ERR_INVALID, "path too long: '%s'", to);
+    }
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        int e = errno;
+        fclose(in);
+        return bk_fail(err, BK_ERR_IO, "cannot write '%s': %s", tmp, strerror(e));
+    }
+    char buf[1 << 16];
+    size_t n;
+    int bad = 0;
+    while (!bad && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        bad = bk_write_all(fd, buf, n) != 0;
+    int e = errno;
+    bad |= ferror(in) != 0;
+    fclose(in);
+    bad |= fsync(fd) != 0 || close(fd) != 0;
+    if (bad || rename(tmp, to) != 0) {
+        e = bad ? e : errno;
+        unlink(tmp);
+        return bk_fail(err, BK_ERR_IO, "cannot copy '%s' to '%s': %s", from, to, strerror(e));
+    }
+    return BK_OK;
+}
+
+int bk_sweep_share_training(const bk_sweep_run *from, const bk_sweep_run *to, bk_error *err)
+{
+    static const char *const files[] = {BK_RUN_CHECKPOINT_FILE, BK_RUN_METRICS_FILE}; /* the checkpoint first */
+    for (int i = 0; i < 2; i++) {
+        char a[4200], b[4200];
+        struct stat st;
+        snprintf(a, sizeof a, "%s/%s", from->dir, files[i]);
+        snprintf(b, sizeof b, "%s/%s", to->dir, files[i]);
+        if (i > 0 && lstat(a, &st) != 0 && errno == ENOENT) {
+            unlink(b); /* no metrics: none of another training either */
+            continue;
+        }
+        int rc = copy_file(a, b, err);
+        if (rc) {
+            char c[4200];
+            snprintf(c, sizeof c, "%s/" BK_RUN_CHECKPOINT_FILE, to->dir);
+            unlink(c);
+            return bk_error_prefix(err, "run '%s': sharing the training of run '%s': ", to->name, from->name);
+        }
+    }
+    char c[4200];
+    snprintf(c, sizeof c, "%s/" BK_RUN_CHECKPOINT_FILE, to->dir);
+    bk_file_sync_dir(c); /* the renames, durable */
+    return BK_OK;
 }
 
 int bk_sweep_prepare_run(const bk_sweep_run *run, int has_checkpoint, bk_error *err)
@@ -1654,6 +1985,14 @@ int bk_sweep_read_status(const bk_sweep_run *run, bk_run_status *st, bk_error *e
         st->train_seconds = v->valuedouble;
     if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(j, "eval_seconds")))
         st->eval_seconds = v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "eval_set"))) { /* as written: an array of strings */
+        char *text = cJSON_IsArray(v) ? cJSON_PrintUnformatted(v) : NULL;
+        /* anything else, or too long, is recorded as not matching any eval_set: evaluated again */
+        bk_copy_text(st->eval_set, sizeof st->eval_set, text ? text : "?");
+        if (text && strlen(text) >= sizeof st->eval_set)
+            bk_copy_text(st->eval_set, sizeof st->eval_set, "?");
+        cJSON_free(text);
+    }
     cJSON_Delete(j);
     return BK_OK;
 }
@@ -1665,6 +2004,12 @@ int bk_sweep_write_status(const bk_sweep_run *run, const bk_run_status *st, bk_e
              cJSON_AddStringToObject(j, "error", st->error) &&
              cJSON_AddNumberToObject(j, "train_seconds", round(st->train_seconds * 1000.0) / 1000.0) &&
              cJSON_AddNumberToObject(j, "eval_seconds", round(st->eval_seconds * 1000.0) / 1000.0);
+    if (ok && st->eval_set[0]) { /* only when given: the status of a run without one stays as it was */
+        cJSON *set = cJSON_Parse(st->eval_set);
+        ok = cJSON_IsArray(set) && cJSON_AddItemToObject(j, "eval_set", set);
+        if (!ok)
+            cJSON_Delete(set);
+    }
     char *text = ok ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
     if (!text)
@@ -1705,6 +2050,10 @@ const char bk_sweep_format_help[] =
     "                             NoPE); without 'term' the base's terms stay\n"
     "  set = [\"attention.mixing=kernel\"]   any experiment keys, as --set reads them\n"
     "  attention.learn_weights = true     ... or as TOML keys of experiment sections\n"
+    "  eval_set = [\"term.0.scaling=\\\"yarn\\\"\", \"term.0.factor=4\"]   keys given to the evaluation\n"
+    "                             only, as `biaskit eval --set` reads them: the run trains as it would\n"
+    "                             without them (the same checkpoint); [data] and [run] keys and a\n"
+    "                             plugin's own options (those eval allows)\n"
     "  [[corpus]]                 a data set: name, and data settings (as for a variant)\n"
     "  name = \"headers\"\n"
     "  data.paths = [\"/usr/include\"]\n"

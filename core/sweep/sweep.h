@@ -39,6 +39,9 @@ typedef struct bk_run_status {
     char error[BK_ERROR_MESSAGE_MAX]; /* "" when none */
     double train_seconds;           /* summed over the sessions that trained the run */
     double eval_seconds;
+    /* the eval_set its evaluation used (status.json "eval_set"), as a JSON array of strings written
+     * without spaces; "" when none: a done run whose variant's eval_set changed is evaluated again */
+    char eval_set[BK_ERROR_MESSAGE_MAX];
 } bk_run_status;
 
 /* One run of the sweep, resolved. */
@@ -54,6 +57,10 @@ typedef struct bk_sweep_run {
     char **sets;         /* every "key=value" the sweep applied to the base, in order */
     int n_sets;
     int n_common_sets;   /* the first ones: an inline base and [sweep] set, the same for every run */
+    char **eval_sets;    /* the variant's eval_set: "key=value" given to its evaluation only (biaskit eval
+                          * --set), in order; the training (text) is the same without them */
+    int n_eval_sets;
+    char *eval_set_json; /* the same as a JSON array (bk_run_status eval_set's form); "" when none */
     char *text;          /* the resolved experiment text (experiment.toml) */
     int64_t train_length;
     int64_t threads;     /* [run] threads of the resolved experiment (0 = every core) */
@@ -77,6 +84,10 @@ typedef struct bk_sweep {
 
 /* The time limit of the plugin check of one run's terms (below), in seconds, when no option gives one. */
 #define BK_SWEEP_PLUGIN_TIMEOUT_S BK_ISOLATE_TIMEOUT_S
+/* The most strings in a [[variant]] eval_set, and characters in them all: their JSON array, escaped
+ * (6 characters a byte at worst), fits bk_run_status eval_set. */
+#define BK_SWEEP_MAX_EVAL_SETS 16
+#define BK_SWEEP_EVAL_SET_TEXT_MAX 256
 /* The most runs a sweep file may expand to. */
 #define BK_SWEEP_MAX_RUNS 100000
 
@@ -129,8 +140,23 @@ int bk_sweep_read_status(const bk_sweep_run *run, bk_run_status *st, bk_error *e
 int bk_sweep_write_status(const bk_sweep_run *run, const bk_run_status *st, bk_error *err);
 const char *bk_run_state_name(bk_run_state state);
 
+/* 1 when the evaluation recorded in `st` used the run's eval_set (both none, or the same strings). */
+int bk_sweep_eval_set_current(const bk_sweep_run *run, const bk_run_status *st);
+
 /* 1 when <run dir>/checkpoint.safetensors exists. */
 int bk_sweep_has_checkpoint(const bk_sweep_run *run);
+
+/* Runs of one resolved experiment (the same experiment.toml text: variants that differ only in their
+ * eval_set, with the same corpus, seed and grid point) train the same checkpoint; the sweep trains one
+ * and shares its training with the others. bk_sweep_trained_as: 1 when `from`'s directory holds a
+ * checkpoint trained from `text` (its experiment.toml is `text`). bk_sweep_share_training: copies
+ * `from`'s checkpoint and metrics.jsonl into `to`'s directory (prepared), each through a temporary
+ * file and a rename; on an error `to` is left without a checkpoint (and trains itself). */
+int bk_sweep_trained_as(const bk_sweep_run *from, const char *text);
+int bk_sweep_share_training(const bk_sweep_run *from, const bk_sweep_run *to, bk_error *err);
+/* first[i] (n_runs of them): the index of the first run of the sweep whose experiment text is run i's
+ * (i when no run before it has that text). */
+int bk_sweep_first_of_experiment(const bk_sweep *sw, int *first, bk_error *err);
 
 /* The help text of `biaskit sweep` that describes the file format (shared by --help and the docs). */
 extern const char bk_sweep_format_help[];

@@ -1,49 +1,162 @@
 /* RoPE as a biaskit plugin (the `rotary` capability): q and k of every head are rotated by their
  * position on the term's stream, so q_i . k_j depends on p(i) - p(j) only. On stream = "token" this
  * is plain RoPE; on stream = "segment" (with a segmenting term) it is BiPE-RoPE's inter-segment
- * encoding. No parameters. */
+ * encoding. Length-aware scalings (position interpolation, NTK-aware, YaRN; static or dynamic) through
+ * rotary_ctx (ABI 2): the frequencies for the length of each call and YaRN's amplitude (rope_math.h).
+ * No parameters. */
 #include "rope_math.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct rope {
     const biaskit_services *svc;
     int32_t d_head;
     double base;
+    int scaling;        /* BK_ROPE_* */
+    double factor;      /* s >= 1, or 0: dynamic, s = max(1, length / L) */
+    double L;           /* original_length, or the training length */
+    double low, high;   /* yarn's ramp bounds (bk_yarn_range) */
+    double attn_factor; /* yarn */
 } rope;
 
 static const biaskit_option options[] = {
     BIASKIT_OPTION_DOUBLE("base", 10000.0, "frequency base: pair k turns by p * base^(-2k/d_head)"),
+    BIASKIT_OPTION_CHOICE("scaling", "none", BK_ROPE_SCALINGS,
+                          "length scaling: none (plain RoPE), pi (theta/s), ntk (base*s^(d/(d-2))), yarn (NTK-by-parts "
+                          "ramp + q, k times 0.1 ln s + 1)"),
+    BIASKIT_OPTION_DOUBLE("factor", 1.0,
+                          "scale factor s >= 1; 0 = dynamic: s = max(1, length / original_length), length the "
+                          "sequence length of each call"),
+    BIASKIT_OPTION_INT("original_length", 0, "L, the context the model was trained for; 0 = [train] length"),
+    BIASKIT_OPTION_DOUBLE("beta_fast", 32.0, "yarn: pairs turning more than beta_fast times over L are kept"),
+    BIASKIT_OPTION_DOUBLE("beta_slow", 1.0, "yarn: pairs turning fewer than beta_slow times over L are interpolated"),
+    BIASKIT_OPTION_DOUBLE("attn_factor", 1.0, "yarn: multiplies mscale (q and k each; the logits by its square)"),
 };
+
+static const char *const scaling_names[] = {"none", "pi", "ntk", "yarn"};
 
 static void destroy(void *inst)
 {
     free(inst);
 }
 
+/* An option that means nothing under the chosen scaling, set explicitly, is refused rather than ignored. */
+static int refuse_unused(const biaskit_services *svc, const biaskit_config *cfg, const char *key, int used,
+                         const char *needs, const char *scaling, biaskit_error *err)
+{
+    if (used || !svc->is_set(cfg, key))
+        return BIASKIT_OK;
+    return svc->config_error(cfg, key, err, "'%s' applies with scaling = %s only; scaling is \"%s\"", key, needs,
+                             scaling);
+}
+
 static int create(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo, void **out,
                   biaskit_error *err)
 {
-    double base;
-    int rc = svc->get_double(cfg, "base", &base, err);
-    if (rc)
+    double base, factor, beta_fast, beta_slow, attn_factor;
+    int64_t original_length;
+    const char *scaling_name;
+    int rc;
+    if ((rc = svc->get_double(cfg, "base", &base, err)) || (rc = svc->get_string(cfg, "scaling", &scaling_name, err)) ||
+        (rc = svc->get_double(cfg, "factor", &factor, err)) ||
+        (rc = svc->get_int(cfg, "original_length", &original_length, err)) ||
+        (rc = svc->get_double(cfg, "beta_fast", &beta_fast, err)) ||
+        (rc = svc->get_double(cfg, "beta_slow", &beta_slow, err)) ||
+        (rc = svc->get_double(cfg, "attn_factor", &attn_factor, err)))
         return rc;
     if (!isfinite(base) || base <= 1.0)
         return svc->config_error(cfg, "base", err, "expected a finite base > 1, got %g", base);
     if (geo->d_head < 2 || geo->d_head % 2)
         return svc->error(err, BIASKIT_ERR_INVALID, "RoPE rotates pairs of channels: the head width must be even, got %d",
                           (int)geo->d_head);
+    int scaling = -1;
+    for (int i = 0; i < (int)(sizeof scaling_names / sizeof scaling_names[0]); i++)
+        if (strcmp(scaling_name, scaling_names[i]) == 0)
+            scaling = i;
+    if (scaling < 0) /* the host checked the choice; a defence, not a path */
+        return svc->config_error(cfg, "scaling", err, "expected one of none, pi, ntk, yarn, got \"%s\"", scaling_name);
+    const int scaled = scaling != BK_ROPE_NONE, yarn = scaling == BK_ROPE_YARN;
+    if ((rc = refuse_unused(svc, cfg, "factor", scaled, "pi, ntk or yarn", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "original_length", scaled, "pi, ntk or yarn", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "beta_fast", yarn, "\"yarn\"", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "beta_slow", yarn, "\"yarn\"", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "attn_factor", yarn, "\"yarn\"", scaling_name, err)))
+        return rc;
+    if (!isfinite(factor) || (factor != 0.0 && factor < 1.0))
+        return svc->config_error(cfg, "factor", err,
+                                 "expected a scale factor s >= 1, or 0 for dynamic scaling (s = max(1, length / "
+                                 "original_length)), got %g",
+                                 factor);
+    if (original_length < 0 || original_length > INT32_MAX)
+        return svc->config_error(cfg, "original_length", err,
+                                 "expected a length in tokens >= 1, or 0 for the training length, got %lld",
+                                 (long long)original_length);
+    if (!isfinite(beta_fast) || beta_fast <= 0.0)
+        return svc->config_error(cfg, "beta_fast", err, "expected a finite number of rotations > 0, got %g", beta_fast);
+    if (!isfinite(beta_slow) || beta_slow <= 0.0)
+        return svc->config_error(cfg, "beta_slow", err, "expected a finite number of rotations > 0, got %g", beta_slow);
+    if (beta_fast <= beta_slow)
+        return svc->config_error(cfg, svc->is_set(cfg, "beta_fast") ? "beta_fast" : "beta_slow", err,
+                                 "expected beta_fast > beta_slow (the ramp runs from the pairs turning beta_fast times "
+                                 "over the original length to those turning beta_slow times), got beta_fast %g, "
+                                 "beta_slow %g",
+                                 beta_fast, beta_slow);
+    if (!isfinite(attn_factor) || attn_factor <= 0.0)
+        return svc->config_error(cfg, "attn_factor", err, "expected a finite factor > 0, got %g", attn_factor);
+    const double L = original_length ? (double)original_length : (double)geo->train_length;
+    if (scaled && !(L >= 1.0))
+        return svc->config_error(cfg, "original_length", err,
+                                 "scaling = \"%s\" needs the original context length, and the model has no training "
+                                 "length (%d): set original_length",
+                                 scaling_name, (int)geo->train_length);
+    if (scaling == BK_ROPE_NTK && geo->d_head < 4)
+        return svc->config_error(cfg, "scaling", err,
+                                 "scaling = \"ntk\" raises the base to s^(d/(d-2)): it needs a head width >= 4, got %d",
+                                 (int)geo->d_head);
+    /* A host of ABI 1 calls rotary_frequencies() only, which gives plain RoPE: it would ignore the scaling. */
+    if (scaled && svc->abi_version < 2)
+        return svc->config_error(cfg, "scaling", err,
+                                 "scaling = \"%s\" needs a biaskit of plugin ABI 2 or later (rotary_ctx); this one "
+                                 "is ABI %u",
+                                 scaling_name, (unsigned)svc->abi_version);
     rope *r = calloc(1, sizeof *r);
     if (!r)
         return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory");
     r->svc = svc;
     r->d_head = geo->d_head;
     r->base = base;
+    r->scaling = scaling;
+    r->factor = factor;
+    r->L = L;
+    r->attn_factor = attn_factor;
+    if (yarn)
+        bk_yarn_range(beta_fast, beta_slow, geo->d_head, base, L, &r->low, &r->high);
+    if (scaled) {
+        char s_text[64];
+        if (factor == 0.0)
+            snprintf(s_text, sizeof s_text, "dynamic, s = max(1, length / %g)", L);
+        else
+            snprintf(s_text, sizeof s_text, "s = %g", factor);
+        char m_text[64] = "(0.1 ln s + 1)";
+        if (factor != 0.0)
+            snprintf(m_text, sizeof m_text, "%g (0.1 ln s + 1)", bk_yarn_mscale(factor));
+        if (yarn)
+            svc->log(BIASKIT_LOG_INFO, "rope",
+                     "scaling yarn (%s), original_length %g, ramp over pairs %g .. %g (beta_fast %g, beta_slow %g), "
+                     "q and k x %s x attn_factor %g",
+                     s_text, L, r->low, r->high, beta_fast, beta_slow, m_text, attn_factor);
+        else
+            svc->log(BIASKIT_LOG_INFO, "rope", "scaling %s (%s), original_length %g", scaling_name, s_text, L);
+    }
     *out = r;
     return BIASKIT_OK;
 }
 
+/* Plain RoPE, whatever the scaling: what a host of ABI 1 reads (create() refuses a scaling there). */
 static int rotary_frequencies(const void *inst, float *inv_freq, biaskit_error *err)
 {
     (void)err;
@@ -53,13 +166,34 @@ static int rotary_frequencies(const void *inst, float *inv_freq, biaskit_error *
     return BIASKIT_OK;
 }
 
+/* The frequencies and the amplitude for sequences of ctx->length tokens (dynamic scaling reads it). */
+static int rotary_ctx(const void *inst, const biaskit_context *ctx, float *inv_freq, float *amplitude,
+                      biaskit_error *err)
+{
+    const rope *r = inst;
+    double s = r->factor;
+    if (r->scaling != BK_ROPE_NONE && s == 0.0) {
+        if (!ctx || !BIASKIT_HAS_FIELD(ctx, biaskit_context, length) || ctx->length < 1)
+            return r->svc->error(err, BIASKIT_ERR_INVALID,
+                                 "dynamic scaling (factor = 0) needs the sequence length in the context, got %d",
+                                 ctx && BIASKIT_HAS_FIELD(ctx, biaskit_context, length) ? (int)ctx->length : -1);
+        s = bk_rope_dynamic_factor(ctx->length, r->L);
+    }
+    for (int32_t k = 0; k < r->d_head / 2; k++)
+        inv_freq[k] = bk_rope_scaled_inv_freq(r->scaling, r->base, k, r->d_head, s, r->low, r->high);
+    *amplitude = (float)bk_rope_amplitude(r->scaling, s, r->attn_factor);
+    return BIASKIT_OK;
+}
+
 static const biaskit_plugin descriptor = {
     .struct_size = sizeof(biaskit_plugin),
     .abi_version = BIASKIT_ABI_VERSION,
     .name = "rope",
-    .version = "1.0.0",
-    .summary = "RoPE: q and k rotated by their position (token or segment stream), theta_k = base^(-2k/d)",
-    .reference = "Su et al., RoFormer: Enhanced Transformer with Rotary Position Embedding, 2021",
+    .version = "1.1.0",
+    .summary = "RoPE: q and k rotated by their position (token or segment stream), theta_k = base^(-2k/d); "
+               "PI, NTK-aware or YaRN scaling, static or dynamic",
+    .reference = "Su et al., RoFormer: Enhanced Transformer with Rotary Position Embedding, 2021; Peng et al., "
+                 "YaRN: Efficient Context Window Extension of Large Language Models, 2023",
     .capabilities = BIASKIT_CAP_ROTARY,
     .flags = 0,
     .options = options,
@@ -67,6 +201,7 @@ static const biaskit_plugin descriptor = {
     .create = create,
     .destroy = destroy,
     .rotary_frequencies = rotary_frequencies,
+    .rotary_ctx = rotary_ctx,
 };
 
 BIASKIT_DEFINE_PLUGIN(descriptor)

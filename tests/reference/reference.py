@@ -31,6 +31,16 @@ An independent implementation from the formulas, in float64 with autograd; the f
   positions: bipe  segments close at a delimiter (its own segment); paper or code semantics
              embeddings (bipe intra-segment, ape learned: A[min(p, rows-1)]; ape sinusoidal
              [sin p w, cos p w]) added to wte[token]; rope rotates q, k (rotate-half) by p base^(-2k/hd)
+  ABI 2 terms (on the token index i, j, d = i - j):
+             fire    + b_h(i, j) = (W2 relu(W1 u + b1) + b2)[h], u = psi(d) / (psi(N(i)) + 1e-6),
+                     psi(x) = ln(|c x| + 1), N(i) = |m L0| when |m L0| > i else i (Li et al., FIRE), the MLP
+                     tabulated on the grid of u and interpolated linearly, as the engine does
+             window  score = -inf unless i - j < window or j < sinks; the tables read at min(d, distance_cap)
+             logn    q.k / sqrt(hd) multiplied by ln(i + 1) (Chiang & Cholak; n = i + 1 keys visible)
+             ssmax   q.k / sqrt(hd) multiplied by s_h ln(i + 1), s learnable per head (Nakanishi)
+             rope    scaling pi: theta_k / s; ntk: base s^(hd/(hd-2)); yarn: the ramp in the pair index between
+                     floor/ceil of k(beta_fast), k(beta_slow), and q, k times 0.1 ln s + 1 (Peng et al.);
+                     factor 0: s = max(1, T / L)
   mixing:  sum  M = sum_t w_t T_t;  kernel  M = log sum_t w_t exp(T_t), per stream; streams add
   weights: the configured ones, else 1 (sum) or 1/n (kernel); kernel weights normalised to sum 1;
            learnable: sum trains w itself, kernel trains a with w = softmax(a)
@@ -166,7 +176,9 @@ def bilevel_ids(tokens, opts):
 
 
 TABLE_PLUGINS = ("alibi", "testlin", "kerple", "t5", "mep", "qin")
-KNOWN_PLUGINS = TABLE_PLUGINS + ("bipe", "rope", "ape")
+KNOWN_PLUGINS = TABLE_PLUGINS + ("bipe", "rope", "ape", "fire", "window", "logn", "ssmax")
+FIRE_EPS = 1e-6
+FIRE_GRID = 1025  # the fire plugin's default grid (plugins/fire/fire_math.h, BK_FIRE_DEFAULT_GRID)
 STREAMS = ("token", "segment")
 
 
@@ -205,6 +217,11 @@ class Reference:
             return rows("max_position") * C if o.get("intra_embedding", True) else 0
         if t["plugin"] == "ape":
             return rows("max_positions") * C if o.get("variant") == "learned" else 0
+        if t["plugin"] == "fire":
+            w = int(o.get("width", 32))
+            return 2 * w + H * w + H + 2
+        if t["plugin"] == "ssmax":
+            return H
         return 0
 
     def expected_groups(self):
@@ -333,14 +350,75 @@ class Reference:
                 intra = torch.tensor([r[1] for r in rows])
         return {"token": tok, "segment": seg, "intra": intra}
 
+    def term_of(self, plugin):
+        """(index, options) of the first term of `plugin`, or (None, None)."""
+        for k, t in enumerate(self.terms):
+            if t["plugin"] == plugin:
+                return k, self.options[k]
+        return None, None
+
+    def fire_bias(self, layer):
+        """(H, T, T) FIRE bias of every (i, j) as the engine computes it: the MLP tabulated at the grid
+        u_g = g / (P - 1) and interpolated linearly at u(i, j) (cell g = floor(u (P - 1)), at most P - 2);
+        or None. The grid's distance from the exact MLP is measured by tests/test_fire.c against
+        tests/reference/fire_reference.py (exact FIRE, values and gradients, with proven bounds)."""
+        k, o = self.term_of("fire")
+        if k is None:
+            return None
+        H, T, W = self.H, self.T, int(o.get("width", 32))
+        P = int(o.get("grid", FIRE_GRID))
+        th = self.theta(k, layer)
+        w1, b1 = th[0:W], th[W:2 * W]
+        w2, b2 = th[2 * W:2 * W + H * W].reshape(H, W), th[2 * W + H * W:2 * W + H * W + H]
+        c, m = th[-2], th[-1]
+        l0 = float(o.get("threshold", 0)) or float(self.case["train_length"] // 2)
+        i = torch.arange(T, dtype=torch.float64)[:, None]
+        d = (i - torch.arange(T, dtype=torch.float64)[None, :]).clamp(min=0)
+        psi = lambda x: torch.log(torch.abs(c * x) + 1.0)  # noqa: E731
+        lm = torch.abs(m * l0)
+        n = torch.where(lm > i, lm.expand_as(i), i)  # max(i, L), L's side only when it is strictly larger
+        u = psi(d) / (psi(n) + FIRE_EPS)  # (T, T), in [0, 1]
+        ug = torch.arange(P, dtype=torch.float64) / (P - 1)
+        grid = torch.relu(ug[:, None] * w1 + b1) @ w2.T + b2  # (P, H): b_h(u_g)
+        x = (u * (P - 1)).clamp(0.0, P - 1.0)
+        cell = x.detach().floor().clamp(max=P - 2).long()
+        t = x - cell
+        return (grid[cell] + t[..., None] * (grid[cell + 1] - grid[cell])).permute(2, 0, 1)
+
+    def keep(self):
+        """(T, T) keys each query sees: causal, and the window term's window and sinks."""
+        T = self.T
+        i = torch.arange(T)[:, None]
+        j = torch.arange(T)[None, :]
+        keep = j <= i
+        _, o = self.term_of("window")
+        if o is not None:
+            keep = keep & ((i - j < int(o["window"])) | (j < int(o.get("sinks", 0))))
+        return keep
+
+    def logit_scale(self, layer):
+        """(H, T) factor of q.k / sqrt(hd) per query, or None."""
+        n = torch.arange(self.T, dtype=torch.float64) + 1.0
+        k, o = self.term_of("logn")
+        if k is not None:
+            return torch.log(n)[None, :].expand(self.H, self.T)
+        k, o = self.term_of("ssmax")
+        if k is not None:
+            return self.theta(k, layer)[:, None] * torch.log(n)[None, :]
+        return None
+
     def bias(self, layer, pos):
         """(B, H, T, T) bias of query i and key j: sum over streams of M_s[h, p_s(i) - p_s(j)]."""
         total = None
+        _, wo = self.term_of("window")
+        cap = int(wo.get("distance_cap", 0)) if wo is not None else 0
         for s in STREAMS:
             if not self.on[s]:
                 continue
             p = pos[s]
             delta = (p[:, :, None] - p[:, None, :]).clamp(min=0)  # (B, T, T); masked above the diagonal
+            if cap:
+                delta = delta.clamp(max=cap)
             m = self.mixed(layer, s)  # (H, T)
             b = m[:, delta].permute(1, 0, 2, 3)  # (B, H, T, T)
             total = b if total is None else total + b
@@ -371,12 +449,40 @@ class Reference:
                 continue
             hd = x.shape[-1]
             half = hd // 2
-            inv = float(self.options[k].get("base", 10000.0)) ** (-2.0 * torch.arange(half) / hd)
+            inv, amp = self.rope_frequencies(self.options[k], hd)
             ang = pos[t["stream"]][:, None, :, None].double() * inv  # (B, 1, T, half)
-            c, s = torch.cos(ang), torch.sin(ang)
+            c, s = amp * torch.cos(ang), amp * torch.sin(ang)
             x1, x2 = x[..., :half], x[..., half:]
             return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
         return x
+
+    def rope_frequencies(self, o, hd):
+        """RoPE's inverse frequencies and amplitude with the options' length scaling (PI, NTK-aware,
+        YaRN as in the YaRN paper's code: the ramp is linear in the pair index)."""
+        base = float(o.get("base", 10000.0))
+        k = torch.arange(hd // 2, dtype=torch.float64)
+        theta = base ** (-2.0 * k / hd)
+        scaling = o.get("scaling", "none")
+        if scaling == "none":
+            return theta, 1.0
+        L = float(o.get("original_length", 0)) or float(self.case["train_length"])
+        factor = float(o.get("factor", 1.0))
+        s = max(1.0, self.T / L) if factor == 0 else factor
+        if scaling == "pi":
+            return theta / s, 1.0
+        if scaling == "ntk":
+            return (base * s ** (hd / (hd - 2))) ** (-2.0 * k / hd), 1.0
+        def pair(n_rot):  # the (fractional) pair index whose wavelength fits n_rot times into L
+            return hd * math.log(L / (n_rot * 2 * math.pi)) / (2 * math.log(base))
+        low = max(math.floor(pair(float(o.get("beta_fast", 32)))), 0)
+        high = min(math.ceil(pair(float(o.get("beta_slow", 1)))), hd - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((k - low) / (high - low)).clamp(0.0, 1.0)
+        keep = 1.0 - ramp  # 1: the pair keeps its frequency (extrapolates); 0: interpolated by s
+        theta = theta / s * (1.0 - keep) + theta * keep
+        amp = (0.1 * math.log(s) + 1.0 if s > 1 else 1.0) * float(o.get("attn_factor", 1.0))
+        return theta, amp
 
     # -- transformer
 
@@ -393,7 +499,7 @@ class Reference:
     def forward(self, inputs, targets):
         p, B, T, C, H, V = self.p, self.B, self.T, self.C, self.H, self.V
         hd = C // H
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        causal = self.keep()
         pos = self.positions(inputs)
         x = p["model.wte"][inputs] + self.embeddings(pos)
         for l in range(self.L):
@@ -402,9 +508,15 @@ class Reference:
             q, k, v = (z.reshape(B, T, H, hd).transpose(1, 2) for z in qkv.split(C, dim=-1))
             q, k = self.rotate(q, pos), self.rotate(k, pos)
             s = q @ k.transpose(-1, -2) / math.sqrt(hd)
+            lam = self.logit_scale(l)
+            if lam is not None:
+                s = s * lam[None, :, :, None]
             bias = self.bias(l, pos)
             if bias is not None:
                 s = s + bias
+            fire = self.fire_bias(l)
+            if fire is not None:
+                s = s + fire
             s = s.masked_fill(~causal, float("-inf"))
             y = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
             x = x + y @ p["model.attprojw"][l].T + p["model.attprojb"][l]
@@ -573,10 +685,13 @@ def main(argv):
                 t = ref.terms[k]
                 mine = torch.stack([ref.term_table(k, l) for l in range(ref.L)])
                 rep.compare(f"{prefix}table.{t['label']}", tensors.get(f"{prefix}table.{t['label']}"), mine)
+            _, wo = ref.term_of("window")
+            cap = int(wo.get("distance_cap", 0)) if wo is not None else 0
+            capped = torch.arange(ref.T).clamp(max=cap) if cap else torch.arange(ref.T)
             for s in STREAMS:
-                if ref.on[s]:
+                if ref.on[s]:  # the attention's tables: read at min(d, distance_cap) under LM-Infinite's cap
                     rep.compare(f"{prefix}mixed.{s}", tensors.get(f"{prefix}mixed.{s}"),
-                                torch.stack([ref.mixed(l, s) for l in range(ref.L)]))
+                                torch.stack([ref.mixed(l, s)[:, capped] for l in range(ref.L)]))
             if ref.tables:
                 rep.compare(f"{prefix}weights", tensors.get(f"{prefix}weights"), ref.table_weights())
 

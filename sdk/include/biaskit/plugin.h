@@ -235,14 +235,14 @@ enum {
  *
  *     score[h,i,j] = s_h(i) * q_i . k_j / sqrt(d_head) + Bias[h,i,j]      (-inf where a mask says so)
  *     Bias[h,i,j]  = mix of distance tables T_t[h, p_t(i) - p_t(j)]      (ABI 1)
- *                  + w * F[h](u(i, d)),  u(i, d) = phi(d) * rscale(i)     (BIASKIT_CAP_COORDINATE)
+ *                  + F[h](u(i, d)),  u(i, d) = phi(d) * rscale(i)         (BIASKIT_CAP_COORDINATE)
  *
  * with i, j the 0-based token indices inside the sequence and d = i - j:
  *  - COORDINATE: the plugin's table() is over a grid of `points` values of u (coordinate_points()):
  *    table[h * points + g] = F_h(g / (points - 1)); the attention interpolates it linearly at
  *    u(i, d). coordinate() gives the two factors of u: phi[d] for d < distances (>= 0, non-decreasing
- *    in d) and rscale[i] for i < rows (>= 0), such that u(i, i) = phi[i] * rscale[i] <= 1. The engine
- *    checks both. The gradient comes back as dL/dF (table_backward, over the grid) and as dL/dphi and
+ *    in d) and rscale[i] for i < rows (>= 0), such that u(i, i) = phi[i] * rscale[i] <= 1 (up to float
+ *    rounding: the engine allows 1e-5 and clamps u to [0, 1]). The engine checks both. The gradient comes back as dL/dF (table_backward, over the grid) and as dL/dphi and
  *    dL/drscale (coordinate_backward). Example: FIRE, phi(d) = log(c d + 1), rscale(i) =
  *    1 / log(c max(i, L) + 1).
  *  - MASK: mask() describes which keys a query sees: the key j is visible to query i when

@@ -146,6 +146,57 @@
 #define BIASKIT_TP_SHAPE_FIXED_SCALAR 1
 #define BIASKIT_TP_SHAPE_PER_HEAD_IF(cond, when) ((cond) ? 2 : 0)
 #define BIASKIT_TP_SHAPE_SCALAR_IF(cond, when) ((cond) ? 1 : 0)
+/* Array shapes (3: n values shared by the heads; 4: n values per head, row-major by head), for the plugins
+ * of <biaskit/formula_plugin.h> only: a table plugin refuses them (a static assertion in BIASKIT_TP_TYPES).
+ * n is an expression of the constants (c.width), evaluated in create(). */
+#define BIASKIT_TP_SHAPE_ARRAY(n) 3
+#define BIASKIT_TP_SHAPE_PER_HEAD_ARRAY(n) 4
+#define BIASKIT_TP_SHAPE_FIXED_ARRAY(n) 3
+#define BIASKIT_TP_SHAPE_FIXED_PER_HEAD_ARRAY(n) 4
+#define BIASKIT_TP_LEARN_ARRAY(n) 1
+#define BIASKIT_TP_LEARN_PER_HEAD_ARRAY(n) 1
+#define BIASKIT_TP_LEARN_FIXED_ARRAY(n) 0
+#define BIASKIT_TP_LEARN_FIXED_PER_HEAD_ARRAY(n) 0
+#define BIASKIT_TP_WHEN_ARRAY(n) NULL
+#define BIASKIT_TP_WHEN_PER_HEAD_ARRAY(n) NULL
+#define BIASKIT_TP_WHEN_FIXED_ARRAY(n) NULL
+#define BIASKIT_TP_WHEN_FIXED_PER_HEAD_ARRAY(n) NULL
+#define BIASKIT_TP_OPTDOC_ARRAY(n) "; 1 value (every element) or all " #n " of them"
+#define BIASKIT_TP_OPTDOC_PER_HEAD_ARRAY(n) "; 1 value (every element) or all heads x " #n " of them, head by head"
+#define BIASKIT_TP_OPTDOC_FIXED_ARRAY(n) BIASKIT_TP_OPTDOC_ARRAY(n)
+#define BIASKIT_TP_OPTDOC_FIXED_PER_HEAD_ARRAY(n) BIASKIT_TP_OPTDOC_PER_HEAD_ARRAY(n)
+/* The elements per row of an array shape (the expression n, for create()), and its text (for messages);
+ * 0 and NULL for the other shapes. */
+#define BIASKIT_TP_LENGTH_PER_HEAD 0
+#define BIASKIT_TP_LENGTH_SCALAR 0
+#define BIASKIT_TP_LENGTH_FIXED_PER_HEAD 0
+#define BIASKIT_TP_LENGTH_FIXED_SCALAR 0
+#define BIASKIT_TP_LENGTH_PER_HEAD_IF(cond, when) 0
+#define BIASKIT_TP_LENGTH_SCALAR_IF(cond, when) 0
+#define BIASKIT_TP_LENGTH_ARRAY(n) (n)
+#define BIASKIT_TP_LENGTH_PER_HEAD_ARRAY(n) (n)
+#define BIASKIT_TP_LENGTH_FIXED_ARRAY(n) (n)
+#define BIASKIT_TP_LENGTH_FIXED_PER_HEAD_ARRAY(n) (n)
+#define BIASKIT_TP_LTEXT_PER_HEAD NULL
+#define BIASKIT_TP_LTEXT_SCALAR NULL
+#define BIASKIT_TP_LTEXT_FIXED_PER_HEAD NULL
+#define BIASKIT_TP_LTEXT_FIXED_SCALAR NULL
+#define BIASKIT_TP_LTEXT_PER_HEAD_IF(cond, when) NULL
+#define BIASKIT_TP_LTEXT_SCALAR_IF(cond, when) NULL
+#define BIASKIT_TP_LTEXT_ARRAY(n) #n
+#define BIASKIT_TP_LTEXT_PER_HEAD_ARRAY(n) #n
+#define BIASKIT_TP_LTEXT_FIXED_ARRAY(n) #n
+#define BIASKIT_TP_LTEXT_FIXED_PER_HEAD_ARRAY(n) #n
+#define BIASKIT_TP_ISARRAY_PER_HEAD 0
+#define BIASKIT_TP_ISARRAY_SCALAR 0
+#define BIASKIT_TP_ISARRAY_FIXED_PER_HEAD 0
+#define BIASKIT_TP_ISARRAY_FIXED_SCALAR 0
+#define BIASKIT_TP_ISARRAY_PER_HEAD_IF(cond, when) 0
+#define BIASKIT_TP_ISARRAY_SCALAR_IF(cond, when) 0
+#define BIASKIT_TP_ISARRAY_ARRAY(n) 1
+#define BIASKIT_TP_ISARRAY_PER_HEAD_ARRAY(n) 1
+#define BIASKIT_TP_ISARRAY_FIXED_ARRAY(n) 1
+#define BIASKIT_TP_ISARRAY_FIXED_PER_HEAD_ARRAY(n) 1
 #define BIASKIT_TP_LEARN_PER_HEAD 1
 #define BIASKIT_TP_LEARN_SCALAR 1
 #define BIASKIT_TP_LEARN_FIXED_PER_HEAD 0
@@ -170,11 +221,14 @@
 #define BIASKIT_TP_OPTUSE_(learn) BIASKIT_TP_OPTUSE2_(learn)
 #define BIASKIT_TP_OPTUSE2_(learn) BIASKIT_TP_OPTUSE_##learn
 
-/* Initialisation rules. Each expands to the three fields (kind, a, b) of biaskit_tp_param. */
-enum { BIASKIT_TP_INIT_CONST = 0, BIASKIT_TP_INIT_ALIBI = 1, BIASKIT_TP_INIT_UNIFORM = 2 };
+/* Initialisation rules. Each expands to the three fields (kind, a, b) of biaskit_tp_param. SYMMETRIC(a)
+ * is U(-a, a) drawn as a (2u - 1): one rounding, as plugins/fire draws nn.Linear's init (a = 1/sqrt(fan_in)),
+ * where UNIFORM(-a, a) would round twice (-a + 2a u). */
+enum { BIASKIT_TP_INIT_CONST = 0, BIASKIT_TP_INIT_ALIBI = 1, BIASKIT_TP_INIT_UNIFORM = 2, BIASKIT_TP_INIT_SYMMETRIC = 3 };
 #define BIASKIT_TP_CONST(value) BIASKIT_TP_INIT_CONST, (double)(value), 0.0
 #define BIASKIT_TP_ALIBI(scale) BIASKIT_TP_INIT_ALIBI, (double)(scale), 0.0
 #define BIASKIT_TP_UNIFORM(lo, hi) BIASKIT_TP_INIT_UNIFORM, (double)(lo), (double)(hi)
+#define BIASKIT_TP_SYMMETRIC(a) BIASKIT_TP_INIT_SYMMETRIC, (double)(a), 0.0
 
 /* Constant kinds. Each expands to (tag, default number, default string, choices, lower, upper); the
  * tag is pasted onto the prefixes below, so it is a plain word and never a macro. */
@@ -199,16 +253,22 @@ enum { BIASKIT_TP_KIND_REAL = 0, BIASKIT_TP_KIND_INT = 1, BIASKIT_TP_KIND_CHOICE
 /* Threads per block of the generated kernels. */
 #define BIASKIT_TP_THREADS 256
 
+/* The most elements of one parameter (an array shape's size is computed from the constants). */
+#define BIASKIT_TP_MAX_ARRAY (1 << 24)
+
 /* One parameter's spec, as create() evaluates the list (the generated code keeps them in the instance). */
 typedef struct biaskit_tp_param {
     const char *name;
-    int shape;           /* 2: one value per head; 1: one value shared by the heads; 0: absent */
+    int shape;           /* 2: one value per head; 1: one value shared by the heads; 0: absent;
+                          * 3: `length` values shared by the heads; 4: `length` values per head */
     int init;            /* BIASKIT_TP_INIT_* */
-    double init_a;       /* CONST: the value; ALIBI: the scale; UNIFORM: lo */
+    double init_a;       /* CONST: the value; ALIBI: the scale; UNIFORM: lo; SYMMETRIC: a */
     double init_b;       /* UNIFORM: hi */
     double lower, upper; /* the projection's bounds */
     const char *when;    /* _IF shapes: when the parameter is present; else NULL */
     const char *doc;
+    int64_t length;      /* shapes 3, 4: the elements of a row (the shape's n); else 0 */
+    const char *length_text; /* shapes 3, 4: n as written ("c.width"), for messages; else NULL */
 } biaskit_tp_param;
 
 /* One constant's spec. */
@@ -239,6 +299,10 @@ typedef struct biaskit_tp_instance {
     double *constants;           /* setup: the constants' values, in list order (a choice's index) */
     float *device_values;        /* fixed, CUDA: device copy of values, made on first use */
     void (*release)(float *device); /* frees device_values (CUDA builds), else NULL */
+    /* read by <biaskit/formula_plugin.h> only */
+    biaskit_geometry geometry;   /* setup: the model, as create() got it */
+    int32_t points;              /* coordinate plugins: the grid (the `grid` option) */
+    int split;                   /* coordinate plugins: specs [0, split) are F's, [split, n_specs) the coordinate's */
 } biaskit_tp_instance;
 
 /* Optional settings (BIASKIT_TABLE_PLUGIN_WITH). */
@@ -307,6 +371,7 @@ static inline double biaskit_tp_alibi_slope(int32_t n, int32_t h)
 #define BIASKIT_TP_FIELD_(name, shape, init, lo, hi, doc) float name;
 #define BIASKIT_TP_PIDX_(name, shape, init, lo, hi, doc) bktp_p_##name,
 #define BIASKIT_TP_NLEARN_(name, shape, init, lo, hi, doc) +BIASKIT_TP_LEARN_##shape
+#define BIASKIT_TP_NARRAY_(name, shape, init, lo, hi, doc) +BIASKIT_TP_ISARRAY_##shape
 #define BIASKIT_TP_LOAD_(name, shape, init, lo, hi, doc)                                                  \
     {                                                                                                     \
         int sh_ = BIASKIT_TP_SHAPE_(shape);                                                               \
@@ -318,7 +383,7 @@ static inline double biaskit_tp_alibi_slope(int32_t n, int32_t h)
 #define BIASKIT_TP_SPEC_(name, shape, init, lo, hi, doc)                                                  \
     {                                                                                                     \
         biaskit_tp_param t_ = {#name, BIASKIT_TP_SHAPE_(shape), init, (double)(lo), (double)(hi),         \
-                               BIASKIT_TP_WHEN_##shape, doc};                                             \
+                               BIASKIT_TP_WHEN_##shape, doc, 0, NULL};                                    \
         out_[k_++] = t_;                                                                                  \
     }
 #define BIASKIT_TP_OPTION_(name, shape, init, lo, hi, doc)                                                \
@@ -351,6 +416,8 @@ static inline double biaskit_tp_alibi_slope(int32_t n, int32_t h)
     enum { P##_tp_nlearn = 0 PARAMS(BIASKIT_TP_NLEARN_) };                                                \
     BIASKIT_TP_STATIC_ASSERT_(P##_tp_nlearn == 0 || P##_tp_nlearn == (int)P##_tp_np,                      \
                               "table_plugin.h: the parameters are all learnable or all FIXED");           \
+    BIASKIT_TP_STATIC_ASSERT_(0 PARAMS(BIASKIT_TP_NARRAY_) == 0,                                          \
+                              "table_plugin.h: ARRAY shapes are for <biaskit/formula_plugin.h> plugins"); \
     /* The parameters of head h_ from values v_ laid out as theta. */                                     \
     static inline BIASKIT_HD P##_params P##_tp_load(const float *v_, P##_ctx c, int32_t h_)               \
     {                                                                                                     \
@@ -392,7 +459,18 @@ static inline double biaskit_tp_alibi_slope(int32_t n, int32_t h)
 
 static inline int64_t biaskit_tp_size_(const biaskit_tp_param *spec, int32_t heads)
 {
-    return spec->shape == 2 ? (int64_t)heads : (int64_t)spec->shape;
+    switch (spec->shape) {
+    case 2: return (int64_t)heads;
+    case 3: return spec->length;
+    case 4: return (int64_t)heads * spec->length;
+    default: return (int64_t)spec->shape;
+    }
+}
+
+/* 1 for the shapes whose values differ by head (PER_HEAD, PER_HEAD_ARRAY). */
+static inline int biaskit_tp_per_head_(const biaskit_tp_param *spec)
+{
+    return spec->shape == 2 || spec->shape == 4;
 }
 
 static inline void biaskit_tp_destroy(void *inst)
@@ -436,6 +514,11 @@ static inline int biaskit_tp_read_(biaskit_tp_instance *s, const biaskit_config 
     int32_t n = (int32_t)biaskit_tp_size_(spec, s->heads), count = 0;
     int rc = svc->get_double_array(cfg, spec->name, buf, n, &count, err);
     if ((rc == BIASKIT_ERR_CONFIG && count > n) || (!rc && count != 1 && count != n)) {
+        if (spec->shape == 3 || spec->shape == 4)
+            return svc->config_error(cfg, spec->name, err,
+                                     "expected 1 value (every element) or %d values (%s%s = %lld here), got %d",
+                                     (int)n, spec->shape == 4 ? "heads x " : "", spec->length_text,
+                                     (long long)spec->length, (int)count);
         if (spec->shape == 2)
             return svc->config_error(cfg, spec->name, err,
                                      "expected 1 value (every head) or %d values (one per head), got %d", (int)n,
@@ -529,11 +612,14 @@ static inline int biaskit_tp_read_param_(biaskit_tp_instance *s, const biaskit_c
     }
     if (s->learnable)
         return BIASKIT_OK;
-    if (spec->init == BIASKIT_TP_INIT_UNIFORM)
+    if (spec->init == BIASKIT_TP_INIT_UNIFORM || spec->init == BIASKIT_TP_INIT_SYMMETRIC)
         return svc->config_error(cfg, spec->name, err,
                                  "learnable = false needs a fixed value of '%s' (its init rule is random): expected "
                                  "%s = [value]%s",
-                                 spec->name, spec->name, spec->shape == 2 ? " (every head) or one value per head" : "");
+                                 spec->name, spec->name,
+                                 spec->shape == 2   ? " (every head) or one value per head"
+                                 : spec->shape >= 3 ? " (every element) or all of its values"
+                                                    : "");
     for (int32_t i = 0; i < n; i++) {
         values[i] = biaskit_tp_clamp_((float)biaskit_tp_rule_(spec, s->heads, i), spec);
         exact[i] = biaskit_tp_rule_(spec, s->heads, i);
@@ -561,25 +647,46 @@ static inline int biaskit_tp_create(const biaskit_services *svc, const biaskit_c
     s->heads = geo->n_heads;
     s->release = release;
     s->same_rows = settings ? settings->same_rows : 0;
+    s->split = n_specs;
+    /* the geometry as far as the host filled it (a smaller struct_size: the rest stays 0) */
+    size_t geo_size = geo->struct_size < sizeof s->geometry ? geo->struct_size : sizeof s->geometry;
+    memcpy(&s->geometry, geo, geo_size);
     s->specs = (biaskit_tp_param *)calloc((size_t)n_specs + 1, sizeof *s->specs);
     s->offsets = (int64_t *)calloc((size_t)n_specs + 1, sizeof *s->offsets);
     s->given = (unsigned char *)calloc((size_t)n_specs + 1, 1);
     s->constants = (double *)calloc((size_t)n_constants + 1, sizeof *s->constants);
-    double *buf = (double *)malloc(sizeof *buf * (size_t)s->heads);
-    int rc = !s->specs || !s->offsets || !s->given || !s->constants || !buf
+    double *buf = NULL;
+    int rc = !s->specs || !s->offsets || !s->given || !s->constants
                  ? svc->error(err, BIASKIT_ERR_NOMEM, "out of memory")
                  : biaskit_tp_read_constants_(s, cfg, constants, n_constants, err);
     if (!rc && has_learnable)
         rc = svc->get_bool(cfg, "learnable", &s->learnable, err);
+    int64_t widest = s->heads; /* the largest parameter: the option buffer */
     if (!rc) {
         specs(s, s->specs);
-        for (int k = 0; k < n_specs; k++) {
+        for (int k = 0; k < n_specs && !rc; k++) {
+            const biaskit_tp_param *spec = &s->specs[k];
+            /* an array's size comes from the constants: checked here, since their bounds may allow 0 */
+            if ((spec->shape == 3 || spec->shape == 4) &&
+                !(spec->length >= 1 && spec->length <= BIASKIT_TP_MAX_ARRAY &&
+                  biaskit_tp_size_(spec, s->heads) <= BIASKIT_TP_MAX_ARRAY))
+                rc = svc->error(err, BIASKIT_ERR_CONFIG,
+                                "parameter '%s': %s%s = %lld elements per row%s; expected 1 .. %d elements in all "
+                                "(set the options it is computed from accordingly)",
+                                spec->name, spec->shape == 4 ? "PER_HEAD_ARRAY of " : "ARRAY of ", spec->length_text,
+                                (long long)spec->length, spec->shape == 4 ? " for every head" : "",
+                                (int)BIASKIT_TP_MAX_ARRAY);
             s->offsets[k] = s->count;
-            s->count += biaskit_tp_size_(&s->specs[k], s->heads);
+            s->count += rc ? 0 : biaskit_tp_size_(spec, s->heads);
+            if (!rc && biaskit_tp_size_(spec, s->heads) > widest)
+                widest = biaskit_tp_size_(spec, s->heads);
         }
+    }
+    if (!rc) {
         s->values = (float *)calloc((size_t)s->count + 1, sizeof *s->values);
         s->exact = (double *)calloc((size_t)s->count + 1, sizeof *s->exact);
-        if (!s->values || !s->exact)
+        buf = (double *)malloc(sizeof *buf * (size_t)widest);
+        if (!s->values || !s->exact || !buf)
             rc = svc->error(err, BIASKIT_ERR_NOMEM, "out of memory for %lld parameters", (long long)s->count);
     }
     for (int k = 0; k < n_specs && !rc; k++)
@@ -618,11 +725,12 @@ static inline int biaskit_tp_param_init(const void *inst, float *theta, uint64_t
     biaskit_rng rng = biaskit_rng_seeded(seed);
     for (int k = 0; k < s->n_specs; k++) {
         const biaskit_tp_param *spec = &s->specs[k];
-        for (int32_t i = 0; i < (int32_t)biaskit_tp_size_(spec, s->heads); i++) {
+        for (int64_t i = 0; i < biaskit_tp_size_(spec, s->heads); i++) {
             int64_t at = s->offsets[k] + i;
             double v = spec->init == BIASKIT_TP_INIT_UNIFORM
                            ? spec->init_a + (spec->init_b - spec->init_a) * biaskit_rng_uniform(&rng)
-                           : biaskit_tp_rule_(spec, s->heads, i);
+                       : spec->init == BIASKIT_TP_INIT_SYMMETRIC ? spec->init_a * (2.0 * biaskit_rng_uniform(&rng) - 1.0)
+                                                                 : biaskit_tp_rule_(spec, s->heads, (int32_t)i);
             theta[at] = s->given[k] ? s->values[at] : (float)v;
         }
     }
@@ -637,7 +745,10 @@ static inline int32_t biaskit_tp_param_tensors(const void *inst, biaskit_tensor_
     for (int k = 0; s->learnable && k < s->n_specs; k++) {
         if (s->specs[k].shape == 0)
             continue;
-        biaskit_tensor_info t = {s->specs[k].name, s->offsets[k], (int32_t)biaskit_tp_size_(&s->specs[k], s->heads), 1};
+        const biaskit_tp_param *spec = &s->specs[k];
+        biaskit_tensor_info t = {spec->name, s->offsets[k], (int32_t)biaskit_tp_size_(spec, s->heads), 1};
+        if (spec->shape == 4) /* heads x n, row-major */
+            t.rows = s->heads, t.cols = (int32_t)spec->length;
         if (n < capacity)
             out[n] = t;
         n++;

@@ -1,0 +1,542 @@
+/* biaskit check: the contracts of the ABI 2 capabilities (plugin.h, "Beyond distance tables"), each unit
+ * in its own child process (check/harness.c):
+ *   COORDINATE  coordinate_points() in 2 .. 2^20; table() finite over that grid (it is over u, not over
+ *               distances: no prefix check); coordinate() at the training length and far beyond it:
+ *               phi finite, >= 0, non-decreasing, rscale finite, >= 0, u(i, i) = phi[i] rscale[i] <= 1
+ *   SCALE       scale() finite at the same lengths (any sign: SSMax's s ln(i + 1) is 0 at i = 0)
+ *   MASK        mask() window >= 1, sinks >= 0, distance_cap >= 0 at every length, said in words
+ *   ROTARY      rotary_ctx(): finite frequencies, a finite amplitude > 0, and no scaling below the
+ *               training length when the answer there is the unscaled one
+ * Every call gets a biaskit_context built as the engine builds it (ck_context). The gradients of the
+ * backward functions are in check/gradient.c. */
+#include "check/internal.h"
+
+#include "plugin/descriptor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LENGTH_CASES 24
+#define ROTARY_SAME_TOLERANCE 1e-6 /* "the same frequencies": relative, per pair */
+
+/* ---- shared helpers (internal.h) ---------------------------------------------------------------- */
+
+int ck_grid_points(const instance *in, int32_t *points, char *why, size_t size)
+{
+    ck_stage(in->c, "coordinate_points()");
+    int32_t a = in->c->d->coordinate_points(in->inst), b = in->c->d->coordinate_points(in->inst);
+    if (a != b) {
+        snprintf(why, size, "coordinate_points() returned %d, then %d (the grid must not change)", a, b);
+        return 1;
+    }
+    if (a < 2 || a > CK_MAX_POINTS) {
+        snprintf(why, size, "coordinate_points() returned %d (expected 2 .. %d grid points of u in [0, 1])", a,
+                 CK_MAX_POINTS);
+        return 1;
+    }
+    *points = a;
+    return 0;
+}
+
+int ck_coordinate_contract(const model_fn *m, const float *out, double *max_u, int32_t *max_at, char *why,
+                           size_t size)
+{
+    const int32_t D = m->distances, R = m->rows;
+    const float *phi = out, *rscale = out + D;
+    for (int32_t d = 0; d < D; d++) {
+        if (!isfinite(phi[d]) || phi[d] < 0.0f) {
+            snprintf(why, size, "phi[%d] = %g (expected finite and >= 0)", d, (double)phi[d]);
+            return 1;
+        }
+        if (d > 0 && phi[d] < phi[d - 1]) {
+            snprintf(why, size, "phi decreases: phi[%d] = %.9g < phi[%d] = %.9g (phi must not decrease with the "
+                     "distance, so that u(i, i) is the largest u of row i)", d, (double)phi[d], d - 1,
+                     (double)phi[d - 1]);
+            return 1;
+        }
+    }
+    for (int32_t i = 0; i < R; i++)
+        if (!isfinite(rscale[i]) || rscale[i] < 0.0f) {
+            snprintf(why, size, "rscale[%d] = %g (expected finite and >= 0)", i, (double)rscale[i]);
+            return 1;
+        }
+    double top = 0.0;
+    int32_t at = 0;
+    for (int32_t i = 0; i < D && i < R; i++) {
+        float u = phi[i] * rscale[i]; /* in float, as the engine computes it */
+        if (u > 1.0f + CK_COORD_SLACK) {
+            snprintf(why, size, "u(i = %d, d = %d) = phi[%d] * rscale[%d] = %.9g * %.9g = %.9g > 1 + %g (the "
+                     "coordinate must stay in [0, 1]: the table is given over u in [0, 1] only)", i, i, i, i,
+                     (double)phi[i], (double)rscale[i], (double)u, (double)CK_COORD_SLACK);
+            return 1;
+        }
+        if ((double)u > top) {
+            top = u;
+            at = i;
+        }
+    }
+    if (max_u)
+        *max_u = top;
+    if (max_at)
+        *max_at = at;
+    return 0;
+}
+
+int ck_mask(const instance *in, int32_t length, int training, int values, biaskit_mask *out, char *why, size_t size)
+{
+    /* a guard after the struct: a plugin that writes past biaskit_mask (built against another
+     * header) is caught */
+    struct {
+        biaskit_mask m;
+        int32_t guard[8];
+    } box;
+    memset(&box, 0, sizeof box);
+    box.m.struct_size = sizeof box.m;
+    for (int k = 0; k < 8; k++)
+        box.guard[k] = 0x5a5a5a5a;
+    biaskit_context ctx = ck_context(in, length, training);
+    biaskit_error pe = {0};
+    char label[96];
+    snprintf(label, sizeof label, "mask() at length %d%s", length, training ? " (training)" : "");
+    ck_stage(in->c, "%s", label);
+    int rc = in->c->d->mask(in->inst, &ctx, &box.m, &pe);
+    if (rc != BIASKIT_OK)
+        return ck_refusal(label, rc, &pe, why, size);
+    for (int k = 0; k < 8; k++)
+        if (box.guard[k] != 0x5a5a5a5a) {
+            snprintf(why, size, "%s wrote past the end of biaskit_mask (%zu bytes)", label, sizeof box.m);
+            return CALL_BROKEN;
+        }
+    if (box.m.struct_size != sizeof box.m) {
+        snprintf(why, size, "%s changed struct_size to %u (the engine sets it: %zu)", label,
+                 (unsigned)box.m.struct_size, sizeof box.m);
+        return CALL_BROKEN;
+    }
+    if (values && (box.m.window < 1 || box.m.sinks < 0 || box.m.distance_cap < 0)) {
+        snprintf(why, size, "%s gives window %d, sinks %d, distance_cap %d: expected window >= 1 (a query always "
+                 "sees itself, so no row is left without a key), sinks >= 0 and distance_cap >= 0", label,
+                 box.m.window, box.m.sinks, box.m.distance_cap);
+        return CALL_BROKEN;
+    }
+    *out = box.m;
+    return CALL_OK;
+}
+
+int ck_has_rotary_ctx(const checker *c)
+{
+    return BK_DESCRIPTOR_FN(c->d, rotary_ctx) != NULL;
+}
+
+int ck_rotary_ctx(const instance *in, int32_t length, int training, int values, float *inv_freq, float *amplitude,
+                  char *why, size_t size)
+{
+    const int32_t half = in->geo.d_head > 0 ? in->geo.d_head / 2 : 0;
+    float amp;
+    ck_fill_sentinel(inv_freq, (size_t)half + GUARD_FLOATS);
+    ck_fill_sentinel(&amp, 1);
+    biaskit_context ctx = ck_context(in, length, training);
+    biaskit_error pe = {0};
+    char label[96];
+    snprintf(label, sizeof label, "rotary_ctx() at length %d%s", length, training ? " (training)" : "");
+    ck_stage(in->c, "%s", label);
+    int rc = in->c->d->rotary_ctx(in->inst, &ctx, inv_freq, &amp, &pe);
+    if (rc != BIASKIT_OK)
+        return ck_refusal(label, rc, &pe, why, size);
+    if (!ck_guard_intact(inv_freq, (size_t)half)) {
+        snprintf(why, size, "%s wrote more than d_head/2 = %d inverse frequencies", label, half);
+        return CALL_BROKEN;
+    }
+    for (int32_t k = 0; k < half; k++) {
+        if (ck_is_sentinel(inv_freq[k])) {
+            snprintf(why, size, "%s left inverse frequency %d unwritten", label, k);
+            return CALL_BROKEN;
+        }
+        if (values && !isfinite(inv_freq[k])) {
+            snprintf(why, size, "%s gives inverse frequency %d = %g (expected a finite number)", label, k,
+                     (double)inv_freq[k]);
+            return CALL_BROKEN;
+        }
+    }
+    if (ck_is_sentinel(amp)) {
+        snprintf(why, size, "%s left the amplitude unwritten", label);
+        return CALL_BROKEN;
+    }
+    if (values && (!isfinite(amp) || !(amp > 0.0f))) {
+        snprintf(why, size, "%s gives the amplitude %g (expected finite and > 0: it multiplies q and k after the "
+                 "rotation)", label, (double)amp);
+        return CALL_BROKEN;
+    }
+    *amplitude = amp;
+    return CALL_OK;
+}
+
+/* ---- lengths ------------------------------------------------------------------------------------- */
+
+typedef struct length_case {
+    int32_t length;
+    int training;
+} length_case;
+
+/* The lengths the contracts are checked at: the training length in a training call and in evaluation,
+ * then 4, 16, 64, ... times it below --distances, and --distances itself: bugs of long contexts show
+ * only there. Returns the count; *text lists them. */
+static int contract_lengths(const checker *c, length_case *out, strbuf *text)
+{
+    const int64_t L = c->geo.train_length > 0 ? c->geo.train_length : 1, top = c->opt->max_distances;
+    int n = 0;
+    out[n++] = (length_case){(int32_t)L, 1};
+    out[n++] = (length_case){(int32_t)L, 0};
+    int64_t last = L;
+    for (int64_t x = 4 * L; x < top && n < MAX_LENGTH_CASES - 1; x *= 4)
+        out[n++] = (length_case){(int32_t)(last = x), 0};
+    if (top > last)
+        out[n++] = (length_case){(int32_t)top, 0};
+    for (int k = 0; k < n; k++)
+        ck_sb_printf(text, "%s%d%s", k ? ", " : "", out[k].length, out[k].training ? " (training)" : "");
+    return n;
+}
+
+/* Parameter set s: -1 the initial parameters, else random set s (purpose `purpose`); its name in *label. */
+static int parameter_set(const instance *in, int s, uint64_t purpose, char *label, size_t label_size, char *why,
+                         size_t size)
+{
+    const checker *c = in->c;
+    if (s < 0) {
+        snprintf(label, label_size, "initial parameters");
+        return ck_init_params(in, NULL, c->opt->seed, why, size);
+    }
+    snprintf(label, label_size, "random parameter set %d", s + 1);
+    return ck_random_params(in, bk_derive_seed(c->opt->seed, purpose, (uint64_t)s), why, size);
+}
+
+/* ---- COORDINATE ---------------------------------------------------------------------------------- */
+
+static void check_grid(checker *c, instance *in, int32_t P)
+{
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300], label[48];
+    model_fn m = {.kind = FN_GRID, .distances = P};
+    size_t n = ck_fn_outputs(in, &m);
+    float *t = ck_guarded_alloc(n);
+    if (!t) {
+        ck_item(c, BK_CHECK_FAIL, "grid-finite", "out of memory for a %zu-value grid table", n);
+        return;
+    }
+    if (ck_init_params(in, NULL, c->opt->seed, why, sizeof why) || ck_forward_finite(in, &m, in->theta, t, why, sizeof why)) {
+        ck_item(c, BK_CHECK_FAIL, "grid-finite", "initial parameters: %s", why);
+    } else {
+        double lo = INFINITY, hi = -INFINITY;
+        for (size_t k = 0; k < n; k++)
+            lo = fmin(lo, t[k]), hi = fmax(hi, t[k]);
+        ck_item(c, BK_CHECK_PASS, "grid-finite", "table() over the grid of %d points (u = g / %d) finite with the "
+                "initial parameters (%.4g .. %.4g); a grid, not distances: no prefix check", P, P - 1,
+                n ? lo : 0.0, n ? hi : 0.0);
+    }
+    if (in->n_params == 0) {
+        ck_item(c, BK_CHECK_SKIP, "grid-random", "grid table with random parameters: no parameters");
+    } else {
+        int bad = 0;
+        for (int s = 0; s < c->opt->n_seeds && !bad; s++)
+            if ((bad = parameter_set(in, s, 620, label, sizeof label, why, sizeof why) ||
+                       ck_forward_finite(in, &m, in->theta, t, why, sizeof why)))
+                ck_item(c, BK_CHECK_FAIL, "grid-random", "%s: %s", label, why);
+        if (!bad)
+            ck_item(c, BK_CHECK_PASS, "grid-random", "grid table finite with %d random projected parameter sets "
+                    "(param_init, + N(0, (%g|theta| + %g)^2), param_project)", c->opt->n_seeds, PERTURB_REL,
+                    PERTURB_ABS);
+    }
+    free(t);
+}
+
+static void check_coordinates(checker *c, instance *in)
+{
+    length_case lengths[MAX_LENGTH_CASES];
+    strbuf text = {0};
+    int n_lengths = contract_lengths(c, lengths, &text);
+    int32_t longest = 0;
+    for (int k = 0; k < n_lengths; k++)
+        longest = lengths[k].length > longest ? lengths[k].length : longest;
+    float *out = ck_guarded_alloc(2 * (size_t)longest);
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300], label[48], fn[128], top_where[200] = "";
+    double top = -1.0;
+    int bad = !out;
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "coordinate", "out of memory for coordinates at length %d", longest);
+    int sets = in->n_params ? c->opt->n_seeds : 0;
+    for (int s = -1; s < sets && !bad; s++) {
+        if ((bad = parameter_set(in, s, 600, label, sizeof label, why, sizeof why))) {
+            ck_item(c, BK_CHECK_FAIL, "coordinate", "%s: %s", label, why);
+            break;
+        }
+        for (int k = 0; k < n_lengths && !bad; k++) {
+            int32_t n = lengths[k].length;
+            model_fn m = {.kind = FN_COORD, .distances = n, .rows = n, .length = n, .training = lengths[k].training};
+            double u = 0.0;
+            int32_t at = 0;
+            ck_fn_label(&m, fn, sizeof fn);
+            if ((bad = ck_forward(in, &m, in->theta, NULL, out, why, sizeof why) != CALL_OK))
+                ck_item(c, BK_CHECK_FAIL, "coordinate", "%s: %s", label, why);
+            else if ((bad = ck_coordinate_contract(&m, out, &u, &at, why, sizeof why)))
+                ck_item(c, BK_CHECK_FAIL, "coordinate", "%s, %s: %s", fn, label, why);
+            else if (u > top) {
+                top = u;
+                snprintf(top_where, sizeof top_where, "row %d, %s, %s", at, fn, label);
+            }
+        }
+    }
+    if (!bad)
+        ck_item(c, BK_CHECK_PASS, "coordinate",
+                "coordinate(): phi finite, >= 0, non-decreasing; rscale finite, >= 0; u(i, i) = phi[i] rscale[i] <= 1 "
+                "+ %g, at lengths %s (distances = rows = length), initial%s parameters; largest u(i, i) %.7g (%s)",
+                (double)CK_COORD_SLACK, ck_sb_text(&text), sets ? " and random" : "", top, top_where);
+    free(out);
+    free(text.s);
+}
+
+void ck_unit_coordinate(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "coordinate-points", c->opt->seed, 0, &in))
+        return;
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    int32_t P = 0;
+    if (ck_grid_points(&in, &P, why, sizeof why)) {
+        ck_item(c, BK_CHECK_FAIL, "coordinate-points", "%s; the grid table is not checked", why);
+    } else {
+        ck_item(c, BK_CHECK_PASS, "coordinate-points", "coordinate_points() = %d, in 2 .. %d and the same on every "
+                "call: the table is F_h(u) at u = g / %d", P, CK_MAX_POINTS, P - 1);
+        check_grid(c, &in, P);
+    }
+    check_coordinates(c, &in);
+    ck_instance_close(&in);
+}
+
+/* ---- SCALE --------------------------------------------------------------------------------------- */
+
+void ck_unit_scale(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "scale", c->opt->seed, 0, &in))
+        return;
+    length_case lengths[MAX_LENGTH_CASES];
+    strbuf text = {0};
+    int n_lengths = contract_lengths(c, lengths, &text);
+    int32_t longest = 0;
+    for (int k = 0; k < n_lengths; k++)
+        longest = lengths[k].length > longest ? lengths[k].length : longest;
+    model_fn widest = {.kind = FN_SCALE, .rows = longest};
+    float *out = ck_guarded_alloc(ck_fn_outputs(&in, &widest));
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300], label[48];
+    double lo = INFINITY, hi = -INFINITY;
+    int bad = !out;
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "scale", "out of memory for scales at length %d", longest);
+    int sets = in.n_params ? c->opt->n_seeds : 0;
+    for (int s = -1; s < sets && !bad; s++) {
+        if ((bad = parameter_set(&in, s, 610, label, sizeof label, why, sizeof why))) {
+            ck_item(c, BK_CHECK_FAIL, "scale", "%s: %s", label, why);
+            break;
+        }
+        for (int k = 0; k < n_lengths && !bad; k++) {
+            int32_t n = lengths[k].length;
+            model_fn m = {.kind = FN_SCALE, .rows = n, .length = n, .training = lengths[k].training};
+            if ((bad = ck_forward_finite(&in, &m, in.theta, out, why, sizeof why)))
+                ck_item(c, BK_CHECK_FAIL, "scale", "%s (%s)", why, label);
+            for (size_t j = 0, nv = ck_fn_outputs(&in, &m); !bad && j < nv; j++)
+                lo = fmin(lo, out[j]), hi = fmax(hi, out[j]);
+        }
+    }
+    if (!bad)
+        ck_item(c, BK_CHECK_PASS, "scale", "scale(): finite at lengths %s (n_heads x length values), initial%s "
+                "parameters; s from %.4g to %.4g (no sign required)", ck_sb_text(&text), sets ? " and random" : "",
+                lo <= hi ? lo : 0.0, lo <= hi ? hi : 0.0);
+    free(out);
+    free(text.s);
+    ck_instance_close(&in);
+}
+
+/* ---- MASK ---------------------------------------------------------------------------------------- */
+
+static int32_t mask_field(const biaskit_mask *m, int f)
+{
+    return f == 0 ? m->window : f == 1 ? m->sinks : m->distance_cap;
+}
+
+static int same_mask(const biaskit_mask *a, const biaskit_mask *b)
+{
+    return a->window == b->window && a->sinks == b->sinks && a->distance_cap == b->distance_cap;
+}
+
+/* What a mask keeps, in words. */
+static void describe_mask(const biaskit_mask *m, strbuf *b)
+{
+    if (m->window == 1)
+        ck_sb_printf(b, "query i sees key j when j = i (itself only)");
+    else
+        ck_sb_printf(b, "query i sees key j when i - j < %d (itself and the %d keys before it)", m->window,
+                     m->window - 1);
+    if (m->sinks > 0)
+        ck_sb_printf(b, " or j < %d (%d sink%s)", m->sinks, m->sinks, m->sinks == 1 ? "" : "s");
+    if (m->distance_cap > 0)
+        ck_sb_printf(b, "; distance tables read at min(d, %d)", m->distance_cap);
+    else
+        ck_sb_printf(b, "; distances not capped");
+}
+
+void ck_unit_mask(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "mask", c->opt->seed, 0, &in))
+        return;
+    length_case lengths[MAX_LENGTH_CASES];
+    biaskit_mask masks[MAX_LENGTH_CASES] = {{0}};
+    strbuf text = {0}, words = {0};
+    int n_lengths = contract_lengths(c, lengths, &text);
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300];
+    int bad = 0, varies = 0;
+    for (int k = 0; k < n_lengths && !bad; k++) {
+        if ((bad = ck_mask(&in, lengths[k].length, lengths[k].training, 1, &masks[k], why, sizeof why) != CALL_OK))
+            ck_item(c, BK_CHECK_FAIL, "mask", "%s", why);
+        else
+            varies |= !same_mask(&masks[k], &masks[0]);
+    }
+    if (!bad) {
+        if (!varies) {
+            describe_mask(&masks[0], &words);
+            int32_t first_masked = 0;
+            for (int k = 0; k < n_lengths && !first_masked; k++)
+                if (lengths[k].length > masks[0].window)
+                    first_masked = lengths[k].length;
+            if (!first_masked)
+                ck_sb_printf(&words, "; the window covers every length checked: nothing is masked there");
+            ck_item(c, BK_CHECK_PASS, "mask", "mask(): the same at every length (%s): %s", ck_sb_text(&text),
+                    ck_sb_text(&words));
+        } else {
+            /* what changes, length by length; then what it keeps at the training length */
+            static const char *const names[3] = {"window", "sinks", "distance_cap"};
+            for (int f = 0; f < 3; f++) {
+                int changes = 0;
+                for (int k = 1; k < n_lengths; k++)
+                    changes |= mask_field(&masks[k], f) != mask_field(&masks[0], f);
+                if (!changes)
+                    continue;
+                ck_sb_printf(&words, "%s%s", words.len ? "; " : "", names[f]);
+                for (int k = 0; k < n_lengths; k++)
+                    ck_sb_printf(&words, "%s %d at %d%s", k ? "," : "", mask_field(&masks[k], f), lengths[k].length,
+                                 lengths[k].training ? " (training)" : "");
+            }
+            ck_sb_printf(&words, "; at the training length ");
+            describe_mask(&masks[0], &words);
+            ck_item(c, BK_CHECK_PASS, "mask", "mask(): window >= 1, sinks >= 0, distance_cap >= 0 at every length "
+                    "(%s), and it depends on the length: %s", ck_sb_text(&text), ck_sb_text(&words));
+        }
+    }
+    free(text.s);
+    free(words.s);
+    ck_instance_close(&in);
+}
+
+/* ---- ROTARY, length-aware ------------------------------------------------------------------------- */
+
+static int same_frequencies(const float *a, const float *b, int32_t half, int32_t *at)
+{
+    for (int32_t k = 0; k < half; k++)
+        if (fabs((double)a[k] - (double)b[k]) > ROTARY_SAME_TOLERANCE * fmax(fabs((double)a[k]), fabs((double)b[k]))) {
+            *at = k;
+            return 0;
+        }
+    return 1;
+}
+
+enum { ROT_CASES = 7 };
+
+void ck_check_rotary_ctx(checker *c, const instance *in)
+{
+    const int32_t L = c->geo.train_length > 0 ? c->geo.train_length : 1, half = in->geo.d_head / 2;
+    /* below the training length (L/4, L/2), at it (training and not), then 2, 8 and 64 times it */
+    const int64_t want[ROT_CASES] = {L / 4, L / 2, L, L, 2 * (int64_t)L, 8 * (int64_t)L, 64 * (int64_t)L};
+    const int training[ROT_CASES] = {0, 0, 1, 0, 0, 0, 0};
+    enum { AT_L = 3 };
+    float *f[ROT_CASES] = {0}, amp[ROT_CASES] = {0}, *plain = ck_guarded_alloc((size_t)half);
+    int used[ROT_CASES] = {0};
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300];
+    strbuf text = {0}, note = {0};
+    int bad = !plain;
+    if (bad)
+        snprintf(why, sizeof why, "out of memory");
+    for (int k = 0; k < ROT_CASES && !bad; k++) {
+        if (want[k] < 1 || want[k] > INT32_MAX || (k == 0 && want[0] == want[1]))
+            continue;
+        if (!(f[k] = ck_guarded_alloc((size_t)half))) {
+            bad = 1;
+            snprintf(why, sizeof why, "out of memory");
+            break;
+        }
+        used[k] = 1;
+        bad = ck_rotary_ctx(in, (int32_t)want[k], training[k], 1, f[k], &amp[k], why, sizeof why) != CALL_OK;
+        ck_sb_printf(&text, "%s%lld%s", text.len ? ", " : "", (long long)want[k], training[k] ? " (training)" : "");
+    }
+    double lo = INFINITY, hi = -INFINITY;
+    for (int k = 0; k < ROT_CASES && !bad; k++)
+        if (used[k])
+            lo = fmin(lo, amp[k]), hi = fmax(hi, amp[k]);
+    /* Does the answer change with the length beyond L (a dynamic scaling)? */
+    int32_t at = 0;
+    int dynamic = 0;
+    for (int k = AT_L + 1; k < ROT_CASES && !bad; k++)
+        if (used[k] && (!same_frequencies(f[k], f[AT_L], half, &at) || amp[k] != amp[AT_L])) {
+            if (!dynamic)
+                ck_sb_printf(&note, "; the answer changes with the length (dynamic): at %lld, pair %d turns at "
+                             "%.6g per position (%.6g at %d), amplitude %.6g (%.6g)", (long long)want[k], at,
+                             (double)f[k][at], (double)f[AT_L][at], L, (double)amp[k], (double)amp[AT_L]);
+            dynamic = 1;
+        }
+    if (!bad && !dynamic)
+        ck_sb_printf(&note, "; the same answer at every length (static)");
+    /* At lengths up to L, a length-aware scaling leaves RoPE unscaled (s = max(1, length / L) = 1). The
+     * check can tell only when the plugin also has rotary_frequencies(), the unscaled values, and its
+     * answer at L equals them: then every shorter length must give the same answer (a static scaling
+     * or an original length below L gives scaled values at L: not compared). */
+    if (!bad && c->d->rotary_frequencies) {
+        biaskit_error pe = {0};
+        ck_stage(c, "rotary_frequencies()");
+        int rc = c->d->rotary_frequencies(in->inst, plain, &pe);
+        if (rc != BIASKIT_OK) {
+            ck_refusal("rotary_frequencies()", rc, &pe, why, sizeof why);
+            bad = 1;
+        } else if (same_frequencies(f[AT_L], plain, half, &at)) {
+            for (int k = 0; k < AT_L && !bad; k++)
+                if (used[k] && (!same_frequencies(f[k], f[AT_L], half, &at) || amp[k] != amp[AT_L])) {
+                    bad = 1;
+                    snprintf(why, sizeof why,
+                             "rotary_ctx() at length %lld%s gives pair %d = %.9g and amplitude %.9g, but at the "
+                             "training length %d it gives %.9g and %.9g, the unscaled values of "
+                             "rotary_frequencies(): below the length the model trained at, a length-aware scaling "
+                             "must leave RoPE unscaled (s = max(1, length / L) = 1)",
+                             (long long)want[k], training[k] ? " (training)" : "", at, (double)f[k][at],
+                             (double)amp[k], L, (double)f[AT_L][at], (double)amp[AT_L]);
+                }
+            if (!bad)
+                ck_sb_printf(&note, "; at lengths <= %d the unscaled values of rotary_frequencies()", L);
+        } else {
+            ck_sb_printf(&note, "; at length %d it differs from rotary_frequencies() (pair %d: %.6g vs %.6g): scaled "
+                         "there, so lengths below are not compared with the unscaled values", L, at,
+                         (double)f[AT_L][at], (double)plain[at]);
+        }
+    }
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "rotary-ctx", "%s", why);
+    else
+        ck_item(c, BK_CHECK_PASS, "rotary-ctx", "rotary_ctx(): d_head/2 = %d finite inverse frequencies and a finite "
+                "amplitude > 0 at lengths %s; amplitude %.6g .. %.6g%s", half, ck_sb_text(&text), lo, hi,
+                ck_sb_text(&note));
+    for (int k = 0; k < ROT_CASES; k++)
+        free(f[k]);
+    free(plain);
+    free(text.s);
+    free(note.s);
+}

@@ -1,0 +1,652 @@
+/* The CPU attention's ABI 2 terms (cpu/attention.h: coordinate table, window/sink mask, logit scale)
+ * against the double-precision reference of tests/attention_ref.h: forward (out, probs) and backward
+ * (dqkv, dtable, dgrid, dphi, drscale, dscale, each accumulated into a nonzero start), every term alone
+ * and all together; the mask's edge cases (window 1, a window that hides nothing, sinks beyond the
+ * window, blocks of 64 rows cut by the window); bit-for-bit properties (forward-only = probs-saving
+ * forward, thread-count independence, the AVX2 copy = the baseline build, masked probabilities exactly
+ * 0); terms of masked keys never read; argument errors; and the reference's own ABI 2 gradients by
+ * central differences.
+ *
+ * Tolerances: each comparison takes the largest |cpu - ref| over an array relative to the largest
+ * |ref| of that array (ref including the start value for the accumulated gradients). Measured on
+ * 2026-11-25 (x86-64 AMD EPYC, OpenBLAS, 1-3 threads) over the cases below, at most: out 1.5e-6,
+ * probs 9.1e-7, dqkv 1.4e-6, dtable 5.2e-7, dgrid 9.3e-7, dphi 6.9e-7, drscale 7.6e-7, dscale 1.1e-6
+ * (float scores, sums and u against double; the largest where the logit scale reaches 7); TOL gives
+ * them 10x. Central differences (step 1e-5 relative, the float-rounded step used, in double) of the
+ * reference's loss: the reference's dphi, drscale, dscale agree to 9e-10 (TOL_FD_REF 1e-8), the CPU's
+ * to 4.3e-7 (TOL_FD_CPU 5e-6), relative to the largest entry. */
+#include "test_util.h"
+
+#include "attention_ref.h"
+#include "cpu/attention.h"
+#include "model/bias_math.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* cpu/attention.c built for baseline x86-64 (host_clones_base_attention.c) */
+int base_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
+                           int C, int H, bk_error *err);
+int base_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
+                            const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
+                            bk_error *err);
+
+#define TOL 1.5e-5
+#define TOL_FD_REF 1e-8
+#define TOL_FD_CPU 5e-6
+
+/* ---- problems ---- */
+
+enum { NO_TABLES = 0, TOKEN_TABLE = 1, TOKEN_AND_SEGMENT = 2 };
+
+typedef struct spec {
+    int B, T, C, H;
+    int tables;    /* NO_TABLES, TOKEN_TABLE, TOKEN_AND_SEGMENT */
+    int grid;      /* a coordinate table */
+    int window;    /* 0: no mask */
+    int sinks;
+    int scale;     /* a logit scale: s_h ln(i + 1) (0 on row 0), one head negative, zeros on rows i % 17 == 5 */
+    int distances; /* 0: T + 2 */
+} spec;
+
+typedef struct problem {
+    spec sp;
+    int D, points;
+    float *qkv, *dout;
+    float *table[BK_STREAM_COUNT];
+    int32_t *pos[BK_STREAM_COUNT];
+    float *grid, *phi, *rscale, *scale;
+    bk_attention_bias bias;
+} problem;
+
+static uint64_t rng_state;
+
+static double uniform(void) /* xorshift64*, in [-1, 1) */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 0x2545F4914F6CDD1DULL) >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static float *random_floats(size_t n, double amplitude)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(amplitude * uniform());
+    return x;
+}
+
+/* The coordinate is FIRE's (c = 0.7, L = 8): phi(d) = ln(1 + c d), rscale(i) = 1 / ln(1 + c max(i, L)),
+ * so u(i, d) lies in [0, 1]. */
+static problem make_problem(spec sp, uint64_t seed)
+{
+    rng_state = seed;
+    problem pb = {.sp = sp, .D = sp.distances ? sp.distances : sp.T + 2, .points = 6};
+    const int B = sp.B, T = sp.T, C = sp.C, H = sp.H;
+    pb.qkv = random_floats((size_t)B * T * 3 * C, 1.5);
+    pb.dout = random_floats((size_t)B * T * C, 1.0);
+    if (sp.tables >= TOKEN_TABLE)
+        pb.table[0] = random_floats((size_t)H * pb.D, 1.0);
+    if (sp.tables >= TOKEN_AND_SEGMENT) {
+        pb.table[1] = random_floats((size_t)H * pb.D, 1.0);
+        pb.pos[1] = malloc((size_t)B * T * sizeof(int32_t));
+        assert_non_null(pb.pos[1]);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                pb.pos[1][b * T + t] = t == 0 ? 0 : pb.pos[1][b * T + t - 1] + (uniform() > 0.5);
+    }
+    if (sp.grid) {
+        pb.grid = random_floats((size_t)H * pb.points, 2.0);
+        pb.phi = malloc((size_t)pb.D * sizeof(float));
+        pb.rscale = malloc((size_t)T * sizeof(float));
+        assert_true(pb.phi && pb.rscale);
+        for (int d = 0; d < pb.D; d++)
+            pb.phi[d] = (float)log1p(0.7 * d);
+        for (int i = 0; i < T; i++)
+            pb.rscale[i] = (float)(1.0 / log1p(0.7 * (i > 8 ? i : 8)));
+    }
+    if (sp.scale) {
+        static const double s_h[4] = {0.9, -0.6, 1.4, 0.3};
+        pb.scale = malloc((size_t)H * T * sizeof(float));
+        assert_non_null(pb.scale);
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++)
+                pb.scale[(size_t)h * T + i] = i % 17 == 5 ? 0.0f : (float)(s_h[h % 4] * log(i + 1.0));
+    }
+    bk_attention_bias *bias = &pb.bias;
+    memset(bias, 0, sizeof *bias);
+    bias->distances = pb.D;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        bias->table[s] = pb.table[s];
+        bias->positions[s] = pb.pos[s];
+    }
+    bias->grid = pb.grid;
+    bias->points = pb.grid ? pb.points : 0;
+    bias->phi = pb.phi;
+    bias->rscale = pb.rscale;
+    bias->window = sp.window;
+    bias->sinks = sp.sinks;
+    bias->scale = pb.scale;
+    return pb;
+}
+
+static void free_problem(problem *pb)
+{
+    free(pb->qkv), free(pb->dout), free(pb->grid), free(pb->phi), free(pb->rscale), free(pb->scale);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        free(pb->table[s]), free(pb->pos[s]);
+}
+
+/* ---- one CPU run: forward with probs, forward only, backward into random start values ---- */
+
+enum { O_OUT, O_OUT_FWD_ONLY, O_PROBS, O_DQKV, O_DTOK, O_DSEG, O_DGRID, O_DPHI, O_DRSCALE, O_DSCALE, O_COUNT };
+static const char *const o_names[O_COUNT] = {"out",    "out (forward only)", "probs", "dqkv",    "dtable[token]",
+                                             "dtable[segment]", "dgrid",     "dphi",  "drscale", "dscale"};
+
+typedef struct run {
+    float *x[O_COUNT];     /* NULL where the problem has no such output */
+    float *start[O_COUNT]; /* the accumulated outputs' values before the backward */
+    size_t n[O_COUNT];
+} run;
+
+static void run_free(run *r)
+{
+    for (int k = 0; k < O_COUNT; k++)
+        free(r->x[k]), free(r->start[k]);
+    memset(r, 0, sizeof *r);
+}
+
+static float *alloc_out(run *r, int k, size_t n, int accumulated)
+{
+    r->n[k] = n;
+    r->x[k] = malloc((n ? n : 1) * sizeof(float));
+    assert_non_null(r->x[k]);
+    if (accumulated) {
+        r->start[k] = random_floats(n, 0.5);
+        memcpy(r->x[k], r->start[k], n * sizeof(float));
+    }
+    return r->x[k];
+}
+
+typedef int (*forward_fn)(float *, float *, const float *, const bk_attention_bias *, int, int, int, int,
+                          bk_error *);
+typedef int (*backward_fn)(float *, float *const[BK_STREAM_COUNT], const float *, const float *, const float *,
+                           const bk_attention_bias *, int, int, int, int, bk_error *);
+
+static run cpu_run_with(problem *pb, forward_fn forward, backward_fn backward)
+{
+    const int B = pb->sp.B, T = pb->sp.T, C = pb->sp.C, H = pb->sp.H;
+    run r;
+    memset(&r, 0, sizeof r);
+    uint64_t saved = rng_state;
+    rng_state = 0x5eedULL + (uint64_t)T; /* the start values do not depend on what ran before */
+    float *out = alloc_out(&r, O_OUT, (size_t)B * T * C, 0);
+    float *out1 = alloc_out(&r, O_OUT_FWD_ONLY, (size_t)B * T * C, 0);
+    float *probs = alloc_out(&r, O_PROBS, (size_t)B * H * T * T, 0);
+    float *dqkv = alloc_out(&r, O_DQKV, (size_t)B * T * 3 * C, 1);
+    float *dtable[BK_STREAM_COUNT] = {NULL, NULL};
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (pb->table[s])
+            dtable[s] = alloc_out(&r, O_DTOK + s, (size_t)H * pb->D, 1);
+    bk_attention_bias bias = pb->bias;
+    if (pb->grid) {
+        bias.dgrid = alloc_out(&r, O_DGRID, (size_t)H * pb->points, 1);
+        bias.dphi = alloc_out(&r, O_DPHI, (size_t)pb->D, 1);
+        bias.drscale = alloc_out(&r, O_DRSCALE, (size_t)T, 1);
+    }
+    if (pb->scale)
+        bias.dscale = alloc_out(&r, O_DSCALE, (size_t)H * T, 1);
+    rng_state = saved;
+
+    bk_error err;
+    bk_error_clear(&err);
+    assert_int_equal(forward(out, probs, pb->qkv, &bias, B, T, C, H, &err), BK_OK);
+    assert_int_equal(forward(out1, NULL, pb->qkv, &bias, B, T, C, H, &err), BK_OK);
+    assert_int_equal(backward(dqkv, dtable, pb->dout, pb->qkv, probs, &bias, B, T, C, H, &err), BK_OK);
+    return r;
+}
+
+static run cpu_run(problem *pb)
+{
+    return cpu_run_with(pb, bk_attention_forward, bk_attention_backward);
+}
+
+/* ---- comparisons ---- */
+
+/* max |x - (start + ref)| / max |start + ref| */
+static double rel_err(const float *x, const float *start, const double *ref, size_t n)
+{
+    double worst = 0.0, big = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        const double e = (start ? (double)start[k] : 0.0) + ref[k];
+        const double d = fabs((double)x[k] - e);
+        worst = d > worst || d != d ? d : worst;
+        big = fabs(e) > big ? fabs(e) : big;
+    }
+    return big > 0.0 ? worst / big : worst;
+}
+
+static void expect_close(const char *what, const char *name, const float *x, const float *start, const double *ref,
+                         size_t n, double tol)
+{
+    const double e = rel_err(x, start, ref, n);
+    if (!(e <= tol))
+        fail_msg("%s: %s differs from the reference by %.3g (relative to its largest value), tolerance %.3g", what,
+                 name, e, tol);
+}
+
+/* Every output of `r` against the reference. */
+static void check_against_reference(const char *what, problem *pb, const run *r)
+{
+    const int B = pb->sp.B, T = pb->sp.T, C = pb->sp.C, H = pb->sp.H;
+    ref_grads g;
+    ref_grads_alloc(&g, &pb->bias, B, T, C, H);
+    ref_attention(&g, pb->qkv, pb->dout, &pb->bias, B, T, C, H);
+    const double *ref[O_COUNT] = {g.out,        g.out,     g.probs,   g.dqkv,    g.dtable[0],
+                                  g.dtable[1],  g.dgrid,   g.dphi,    g.drscale, g.dscale};
+    for (int k = 0; k < O_COUNT; k++) {
+        if (!r->x[k])
+            continue;
+        assert_non_null(ref[k]);
+        expect_close(what, o_names[k], r->x[k], r->start[k], ref[k], r->n[k], TOL);
+    }
+    ref_grads_free(&g);
+}
+
+static void expect_same_bits(const char *what, const run *a, const run *b)
+{
+    for (int k = 0; k < O_COUNT; k++) {
+        assert_true((a->x[k] == NULL) == (b->x[k] == NULL));
+        if (a->x[k] && memcmp(a->x[k], b->x[k], a->n[k] * sizeof(float)))
+            fail_msg("%s: %s differs in its bits", what, o_names[k]);
+    }
+}
+
+/* The probabilities of keys the mask hides are +0.0 exactly, and each row sums to 1. */
+static void expect_masked_zero(const char *what, const problem *pb, const run *r)
+{
+    const int B = pb->sp.B, T = pb->sp.T, H = pb->sp.H;
+    for (int bh = 0; bh < B * H; bh++)
+        for (int i = 0; i < T; i++) {
+            const float *row = r->x[O_PROBS] + ((size_t)bh * T + i) * T;
+            double sum = 0.0;
+            for (int j = 0; j < T; j++) {
+                if (!bk_mask_keeps(i, j, pb->sp.window, pb->sp.sinks) && (row[j] != 0.0f || signbit(row[j])))
+                    fail_msg("%s: probability (bh %d, i %d, j %d) = %g of a masked key, expected +0", what, bh, i, j,
+                             (double)row[j]);
+                sum += row[j];
+            }
+            if (fabs(sum - 1.0) > 1e-5)
+                fail_msg("%s: probabilities of row (bh %d, i %d) sum to %.9g", what, bh, i, sum);
+        }
+}
+
+/* One case, all the checks that need only one run. */
+static void check_case(const char *what, spec sp, uint64_t seed)
+{
+    problem pb = make_problem(sp, seed);
+    run r = cpu_run(&pb);
+    check_against_reference(what, &pb, &r);
+    if (memcmp(r.x[O_OUT], r.x[O_OUT_FWD_ONLY], r.n[O_OUT] * sizeof(float)))
+        fail_msg("%s: the forward-only output differs in its bits from the probs-saving forward's", what);
+    expect_masked_zero(what, &pb, &r);
+    run_free(&r);
+    free_problem(&pb);
+}
+
+/* ---- tests ---- */
+
+/* B = 2, T = 150 (three blocks of 64 rows, the last one cut), hd = 8 */
+static spec base_spec(void)
+{
+    spec sp = {.B = 2, .T = 150, .C = 32, .H = 4};
+    return sp;
+}
+
+static void each_term_alone(void **state)
+{
+    (void)state;
+    spec sp = base_spec();
+    sp.grid = 1;
+    check_case("coordinate table alone", sp, 11);
+    sp = base_spec();
+    sp.scale = 1;
+    check_case("logit scale alone", sp, 12);
+    sp = base_spec();
+    sp.window = 20;
+    check_case("window 20 alone", sp, 13);
+    sp.sinks = 3;
+    check_case("window 20 with 3 sinks", sp, 14);
+}
+
+static void all_terms_together(void **state)
+{
+    (void)state;
+    spec sp = base_spec();
+    sp.grid = sp.scale = 1;
+    sp.window = 37;
+    sp.sinks = 3;
+    sp.tables = TOKEN_TABLE;
+    check_case("all terms, token table", sp, 21);
+    sp.tables = TOKEN_AND_SEGMENT;
+    check_case("all terms, token and segment tables", sp, 22);
+    sp.window = 0;
+    sp.sinks = 0;
+    check_case("coordinate table, scale and both tables, no mask", sp, 23);
+    /* a window wider than a block, and one batch row more */
+    sp.window = 100;
+    sp.sinks = 1;
+    sp.B = 3;
+    sp.T = 200;
+    check_case("all terms, window 100, T 200", sp, 24);
+}
+
+static void window_and_sinks(void **state)
+{
+    (void)state;
+    const int cases[][2] = {{20, 0}, {20, 1}, {20, 3}, {5, 12}, {64, 3}, {65, 0}, {149, 0}, {140, 9}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        spec sp = base_spec();
+        sp.tables = TOKEN_AND_SEGMENT;
+        sp.grid = 1;
+        sp.window = cases[c][0];
+        sp.sinks = cases[c][1];
+        char what[64];
+        snprintf(what, sizeof what, "window %d, sinks %d", sp.window, sp.sinks);
+        check_case(what, sp, 30 + c);
+    }
+}
+
+/* Window 1: each query sees itself alone (P = 1 on the diagonal, out_i = v_i, dS = 0); with 2 sinks,
+ * also keys 0 and 1. */
+static void window_one(void **state)
+{
+    (void)state;
+    spec sp = base_spec();
+    sp.tables = TOKEN_TABLE;
+    sp.grid = sp.scale = 1;
+    sp.window = 1;
+    problem pb = make_problem(sp, 41);
+    run r = cpu_run(&pb);
+    check_against_reference("window 1", &pb, &r);
+    expect_masked_zero("window 1", &pb, &r);
+    const int T = sp.T;
+    for (int bh = 0; bh < sp.B * sp.H; bh++)
+        for (int i = 0; i < T; i++)
+            assert_true(r.x[O_PROBS][((size_t)bh * T + i) * T + i] == 1.0f);
+    run_free(&r);
+    free_problem(&pb);
+    sp.sinks = 2;
+    check_case("window 1, sinks 2", sp, 42);
+}
+
+/* A mask that hides nothing (window >= T, or window + sinks >= T) gives the bits of the unmasked run. */
+static void mask_hiding_nothing(void **state)
+{
+    (void)state;
+    spec sp = base_spec();
+    sp.tables = TOKEN_AND_SEGMENT;
+    sp.grid = sp.scale = 1;
+    problem pb = make_problem(sp, 51);
+    run plain = cpu_run(&pb);
+    check_against_reference("no mask", &pb, &plain);
+    const int masks[][2] = {{150, 0}, {151, 0}, {1000, 7}, {140, 10}, {1, 149}};
+    for (size_t c = 0; c < sizeof masks / sizeof *masks; c++) {
+        pb.bias.window = masks[c][0];
+        pb.bias.sinks = masks[c][1];
+        run r = cpu_run(&pb);
+        char what[64];
+        snprintf(what, sizeof what, "window %d, sinks %d (hides nothing)", masks[c][0], masks[c][1]);
+        expect_same_bits(what, &r, &plain);
+        run_free(&r);
+    }
+    /* one key less than T hides the pair (T - 1, 0) */
+    pb.bias.window = 149;
+    pb.bias.sinks = 0;
+    run r = cpu_run(&pb);
+    assert_true(r.x[O_PROBS][(size_t)(sp.T - 1) * sp.T] == 0.0f);
+    assert_true(plain.x[O_PROBS][(size_t)(sp.T - 1) * sp.T] > 0.0f);
+    run_free(&r);
+    run_free(&plain);
+    free_problem(&pb);
+}
+
+static void independent_of_thread_count(void **state)
+{
+    (void)state;
+    const int saved = omp_get_max_threads();
+    spec sp = base_spec();
+    sp.B = 3;
+    sp.tables = TOKEN_AND_SEGMENT;
+    sp.grid = sp.scale = 1;
+    sp.window = 30;
+    sp.sinks = 4;
+    for (int masked = 0; masked < 2; masked++) {
+        if (!masked)
+            sp.window = sp.sinks = 0;
+        problem pb = make_problem(sp, 61);
+        omp_set_num_threads(1);
+        run one = cpu_run(&pb);
+        omp_set_num_threads(2);
+        run two = cpu_run(&pb);
+        omp_set_num_threads(3);
+        run three = cpu_run(&pb);
+        expect_same_bits("1 and 2 threads", &one, &two);
+        expect_same_bits("1 and 3 threads", &one, &three);
+        run_free(&one), run_free(&two), run_free(&three);
+        free_problem(&pb);
+    }
+    omp_set_num_threads(saved);
+}
+
+/* The AVX2 copy of the attention (model/host_simd.h: where the CPU has AVX2) and the baseline x86-64
+ * build compute the same bits with every term, masked and not. */
+static void avx2_and_baseline_same_bits(void **state)
+{
+    (void)state;
+    spec sp = base_spec();
+    sp.tables = TOKEN_AND_SEGMENT;
+    sp.grid = sp.scale = 1;
+    for (int masked = 1; masked >= 0; masked--) {
+        sp.window = masked ? 30 : 0;
+        sp.sinks = masked ? 4 : 0;
+        problem pb = make_problem(sp, 65);
+        run fast = cpu_run(&pb);
+        run base = cpu_run_with(&pb, base_attention_forward, base_attention_backward);
+        expect_same_bits(masked ? "AVX2 and baseline, masked" : "AVX2 and baseline", &fast, &base);
+        run_free(&fast), run_free(&base);
+        free_problem(&pb);
+    }
+}
+
+/* The terms of keys no query sees are never read: with a window alone (no sinks), table entries and
+ * phi at distances >= window are NaN, and a table of exactly `window` distances is enough. */
+static void masked_terms_never_read(void **state)
+{
+    (void)state;
+    spec sp = base_spec();
+    sp.tables = TOKEN_TABLE;
+    sp.grid = sp.scale = 1;
+    sp.window = 24;
+    problem pb = make_problem(sp, 71);
+    for (int h = 0; h < sp.H; h++)
+        for (int d = sp.window; d < pb.D; d++)
+            pb.table[0][(size_t)h * pb.D + d] = NAN;
+    for (int d = sp.window; d < pb.D; d++)
+        pb.phi[d] = NAN;
+    run r = cpu_run(&pb);
+    check_against_reference("NaN beyond the window", &pb, &r);
+    run_free(&r);
+    free_problem(&pb);
+
+    sp.distances = sp.window;
+    check_case("tables of window distances", sp, 72);
+}
+
+static void argument_errors(void **state)
+{
+    (void)state;
+    spec sp = {.B = 1, .T = 20, .C = 8, .H = 2, .tables = TOKEN_TABLE, .grid = 1, .scale = 1, .window = 4, .sinks = 1};
+    problem pb = make_problem(sp, 81);
+    const int B = sp.B, T = sp.T, C = sp.C, H = sp.H;
+    float *out = malloc((size_t)B * T * C * sizeof *out), *probs = malloc((size_t)B * H * T * T * sizeof *probs);
+    float *dqkv = calloc((size_t)B * T * 3 * C, sizeof *dqkv);
+    assert_true(out && probs && dqkv);
+    float *const dtable[BK_STREAM_COUNT] = {NULL, NULL};
+    bk_error err;
+    assert_int_equal(bk_attention_forward(out, probs, pb.qkv, &pb.bias, B, T, C, H, &err), BK_OK);
+
+    static const struct {
+        const char *what, *message;
+    } bad[] = {
+        {"points 1", "points = 1: expected at least 2"},
+        {"grid without phi", "the grid is set but phi is NULL"},
+        {"grid without rscale", "the grid is set but rscale is NULL"},
+        {"window -1", "mask window = -1: expected"},
+        {"sinks -2", "mask sinks = -2: expected"},
+        /* with a sink, query T - 1 sees key 0: phi needs T distances */
+        {"phi too short", "phi holds 19 distances, but visible keys lie up to d = 19"},
+        /* the same for a table */
+        {"table too short", "stream 'token', batch row 0: distance p(i=19) - p(j=0) = 19"},
+        /* without sinks, the window's farthest key is what counts */
+        {"table shorter than the window", "distance p(i=3) - p(j=0) = 3 is outside"},
+    };
+    const int n = (int)(sizeof bad / sizeof *bad);
+    for (int k = 0; k < n; k++) {
+        bk_attention_bias bias = pb.bias;
+        switch (k) {
+        case 0: bias.points = 1; break;
+        case 1: bias.phi = NULL; break;
+        case 2: bias.rscale = NULL; break;
+        case 3: bias.window = -1; break;
+        case 4: bias.sinks = -2; break;
+        case 5: bias.distances = T - 1, bias.table[0] = NULL; break;
+        case 6: bias.distances = T - 1, bias.grid = NULL; break;
+        default: bias.distances = 3, bias.sinks = 0, bias.grid = NULL; break;
+        }
+        bk_error_clear(&err);
+        if (bk_attention_forward(out, probs, pb.qkv, &bias, B, T, C, H, &err) != BK_ERR_INVALID)
+            fail_msg("%s: the forward pass did not refuse it", bad[k].what);
+        assert_message_has(err.message, bad[k].message);
+        assert_message_has(err.message, "attention");
+        bk_error_clear(&err);
+        if (bk_attention_backward(dqkv, dtable, pb.dout, pb.qkv, probs, &bias, B, T, C, H, &err) !=
+            BK_ERR_INVALID)
+            fail_msg("%s: the backward pass did not refuse it", bad[k].what);
+        assert_message_has(err.message, bad[k].message);
+    }
+    /* window 4 without sinks needs distances 0 .. 3 only */
+    bk_attention_bias ok = pb.bias;
+    ok.sinks = 0;
+    ok.distances = 4;
+    assert_int_equal(bk_attention_forward(out, probs, pb.qkv, &ok, B, T, C, H, &err), BK_OK);
+    assert_int_equal(bk_attention_backward(dqkv, dtable, pb.dout, pb.qkv, probs, &ok, B, T, C, H, &err), BK_OK);
+    /* gradients of terms that are absent are left alone */
+    float dgrid[2] = {7.0f, 7.0f};
+    ok.grid = NULL;
+    ok.scale = NULL;
+    ok.dgrid = ok.dphi = ok.drscale = ok.dscale = dgrid;
+    assert_int_equal(bk_attention_forward(out, probs, pb.qkv, &ok, B, T, C, H, &err), BK_OK);
+    assert_int_equal(bk_attention_backward(dqkv, dtable, pb.dout, pb.qkv, probs, &ok, B, T, C, H, &err), BK_OK);
+    assert_true(dgrid[0] == 7.0f && dgrid[1] == 7.0f);
+    free(out), free(probs), free(dqkv);
+    free_problem(&pb);
+}
+
+/* L = sum out . dout in double by the reference. */
+static double ref_loss(problem *pb)
+{
+    const int B = pb->sp.B, T = pb->sp.T, C = pb->sp.C, H = pb->sp.H;
+    ref_grads g;
+    ref_grads_alloc(&g, &pb->bias, B, T, C, H);
+    ref_attention(&g, pb->qkv, NULL, &pb->bias, B, T, C, H);
+    double L = 0.0;
+    for (size_t k = 0; k < (size_t)B * T * C; k++)
+        L += g.out[k] * pb->dout[k];
+    ref_grads_free(&g);
+    return L;
+}
+
+/* dL/dx by central differences, x a float input of the problem (perturbed by about e relative, the
+ * step being the float difference actually made). */
+static double central_difference(problem *pb, float *x)
+{
+    const float x0 = *x, e = 1e-5f * (fabsf(x0) > 0.1f ? fabsf(x0) : 0.1f);
+    *x = x0 + e;
+    const float up = *x;
+    const double Lp = ref_loss(pb);
+    *x = x0 - e;
+    const float down = *x;
+    const double Lm = ref_loss(pb);
+    *x = x0;
+    return (Lp - Lm) / ((double)up - (double)down);
+}
+
+/* The reference's dphi, drscale, dscale (and the CPU's) against central differences of the reference's
+ * loss, on a tiny masked case. */
+static void finite_differences(void **state)
+{
+    (void)state;
+    spec sp = {.B = 1, .T = 9, .C = 8, .H = 2, .tables = TOKEN_TABLE, .grid = 1, .scale = 1, .window = 4, .sinks = 1};
+    problem pb = make_problem(sp, 91);
+    const int B = sp.B, T = sp.T, C = sp.C, H = sp.H;
+    /* u strictly inside (0, 1), where it moves the score both ways (at u = 0 or 1 the clamp makes the
+     * derivative one-sided) */
+    for (int d = 0; d < pb.D; d++)
+        pb.phi[d] += 0.05f;
+    for (int i = 0; i < T; i++)
+        pb.rscale[i] *= 0.9f;
+    ref_grads g;
+    ref_grads_alloc(&g, &pb.bias, B, T, C, H);
+    ref_attention(&g, pb.qkv, pb.dout, &pb.bias, B, T, C, H);
+    run r = cpu_run(&pb);
+    struct {
+        const char *name;
+        float *x;
+        const double *ref;
+        const float *cpu, *start;
+        int n;
+    } inputs[3] = {
+        {"dphi", pb.phi, g.dphi, r.x[O_DPHI], r.start[O_DPHI], T},
+        {"drscale", pb.rscale, g.drscale, r.x[O_DRSCALE], r.start[O_DRSCALE], T},
+        {"dscale", pb.scale, g.dscale, r.x[O_DSCALE], r.start[O_DSCALE], H * T},
+    };
+    for (int k = 0; k < 3; k++) {
+        double big = 0.0;
+        for (int m = 0; m < inputs[k].n; m++)
+            big = fabs(inputs[k].ref[m]) > big ? fabs(inputs[k].ref[m]) : big;
+        assert_true(big > 0.0);
+        for (int m = 0; m < inputs[k].n; m++) {
+            const double fd = central_difference(&pb, &inputs[k].x[m]);
+            if (fabs(fd - inputs[k].ref[m]) > TOL_FD_REF * big)
+                fail_msg("%s[%d]: reference %.9g, central difference %.9g", inputs[k].name, m, inputs[k].ref[m], fd);
+            const double cpu = (double)inputs[k].cpu[m] - inputs[k].start[m];
+            if (fabs(cpu - fd) > TOL_FD_CPU * big)
+                fail_msg("%s[%d]: cpu %.9g, central difference %.9g", inputs[k].name, m, cpu, fd);
+        }
+    }
+    run_free(&r);
+    ref_grads_free(&g);
+    free_problem(&pb);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(each_term_alone),
+        cmocka_unit_test(all_terms_together),
+        cmocka_unit_test(window_and_sinks),
+        cmocka_unit_test(window_one),
+        cmocka_unit_test(mask_hiding_nothing),
+        cmocka_unit_test(independent_of_thread_count),
+        cmocka_unit_test(avx2_and_baseline_same_bits),
+        cmocka_unit_test(masked_terms_never_read),
+        cmocka_unit_test(argument_errors),
+        cmocka_unit_test(finite_differences),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
