@@ -1019,8 +1019,14 @@ static int keep_eval_sets(bk_sweep_run *run, const group *v, bk_error *err)
     }
     char *json = ok ? cJSON_PrintUnformatted(arr) : NULL;
     cJSON_Delete(arr);
-    if (json && strlen(json) < sizeof ((bk_run_status *)0)->eval_set)
-        run->eval_set_json = strdup(json);
+    if (json && strlen(json) >= BK_SWEEP_EVAL_SET_JSON_MAX) { /* control characters, escaped 6 bytes each */
+        cJSON_free(json);
+        return bk_fail_at(err, BK_ERR_CONFIG, v->eval_sets.items[0].pos,
+                          "variant '%s' eval_set: written as JSON (status.json) it is longer than %d bytes; "
+                          "expected shorter strings",
+                          v->name, BK_SWEEP_EVAL_SET_JSON_MAX - 1);
+    }
+    run->eval_set_json = json ? strdup(json) : NULL;
     cJSON_free(json);
     if (!run->eval_set_json)
         return bk_fail(err, BK_ERR_NOMEM, "out of memory resolving runs");

@@ -24,6 +24,12 @@
 #define BK_SWEEP_EVAL_LOG "eval.log"
 #define BK_SWEEP_MAX_LENGTHS 64
 
+/* The most strings in a [[variant]] eval_set, characters in them all, and bytes of their JSON array
+ * (as status.json records it; quotes escaped it fits, and a longer one is refused naming the variant). */
+#define BK_SWEEP_MAX_EVAL_SETS 16
+#define BK_SWEEP_EVAL_SET_TEXT_MAX 256
+#define BK_SWEEP_EVAL_SET_JSON_MAX 1024
+
 /* The states of status.json, in the order of bk_run_state. */
 #define BK_RUN_STATE_CHOICES "pending|training|evaluating|done|failed"
 typedef enum bk_run_state {
@@ -41,7 +47,7 @@ typedef struct bk_run_status {
     double eval_seconds;
     /* the eval_set its evaluation used (status.json "eval_set"), as a JSON array of strings written
      * without spaces; "" when none: a done run whose variant's eval_set changed is evaluated again */
-    char eval_set[BK_ERROR_MESSAGE_MAX];
+    char eval_set[BK_SWEEP_EVAL_SET_JSON_MAX];
 } bk_run_status;
 
 /* One run of the sweep, resolved. */
@@ -84,10 +90,7 @@ typedef struct bk_sweep {
 
 /* The time limit of the plugin check of one run's terms (below), in seconds, when no option gives one. */
 #define BK_SWEEP_PLUGIN_TIMEOUT_S BK_ISOLATE_TIMEOUT_S
-/* The most strings in a [[variant]] eval_set, and characters in them all: their JSON array, escaped
- * (6 characters a byte at worst), fits bk_run_status eval_set. */
-#define BK_SWEEP_MAX_EVAL_SETS 16
-#define BK_SWEEP_EVAL_SET_TEXT_MAX 256
+
 /* The most runs a sweep file may expand to. */
 #define BK_SWEEP_MAX_RUNS 100000
 
