@@ -1,5 +1,6 @@
 #include "bias/query.h"
 
+#include "model/bias_math.h"
 #include "plugin/descriptor.h"
 #include "plugin/services.h"
 
@@ -9,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The coordinate may exceed 1 by float rounding of phi[i] * rscale[i] (a few ulp); the attention clamps. */
-#define COORD_SLACK 1e-5f
 
 static int on_device(const bk_query *q)
 {
@@ -212,7 +211,7 @@ static int coordinate_forward(bk_query *q, int copy, int32_t D, const biaskit_co
             return bad_value(err, c, "coordinate()", layer, step, "gave rscale[%d] = %g: expected a finite value >= 0",
                              (int)i, (double)rscale[i]);
         float u = phi[i] * rscale[i]; /* the largest u of row i (phi does not decrease) */
-        if (u > 1.0f + COORD_SLACK)
+        if (u > 1.0f + BK_COORD_SLACK)
             return bad_value(err, c, "coordinate()", layer, step,
                              "puts the coordinate outside [0, 1]: u(i = %d, d = %d) = phi[%d] * rscale[%d] = %g; the "
                              "table is given over u in [0, 1] only",

@@ -91,7 +91,7 @@ static int term_fail(bk_error *err, const bk_term *t, const biaskit_error *pe, c
     return term_fail_at(err, t, pe, what, "");
 }
 
-static biaskit_context bk_term_context_of(const biaskit_geometry *geo, int layer, int32_t length, int training)
+biaskit_context bk_term_context_of(const biaskit_geometry *geo, int layer, int32_t length, int training)
 {
     return (biaskit_context){
         .struct_size = sizeof(biaskit_context),

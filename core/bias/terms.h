@@ -66,6 +66,8 @@ static inline int bk_term_in_attention(const bk_term *term)
 /* The context of a call into `term`'s plugin (plugin.h, biaskit_context): `layer` -1 for a value shared
  * by every layer; `length` the sequence length of the call. */
 biaskit_context bk_term_context(const bk_term_set *set, int layer, int32_t length, int training);
+/* The same from a geometry alone (what a set's context reads). */
+biaskit_context bk_term_context_of(const biaskit_geometry *geo, int layer, int32_t length, int training);
 
 /* Load each term's plugin from `reg`, check its options, create its instance, allocate and
  * initialise its parameters (seeded from [train] seed, the term and the layer), project them, and

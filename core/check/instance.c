@@ -145,9 +145,8 @@ void ck_project(const instance *in, float *theta)
 
 biaskit_context ck_context(const instance *in, int32_t length, int training)
 {
-    bk_term_set set = {.geometry = in->geo}; /* all bk_term_context reads */
     int per_layer = (in->c->d->flags & BIASKIT_FLAG_PER_LAYER) && in->geo.n_layers > 1;
-    return bk_term_context(&set, per_layer ? 0 : -1, length, training);
+    return bk_term_context_of(&in->geo, per_layer ? 0 : -1, length, training);
 }
 
 /* param_init(seed) into theta (in->theta when NULL), then param_project; param_init_ctx when the plugin

@@ -5,6 +5,7 @@
 
 #include "check/check.h"
 #include "config/experiment.h"
+#include "model/bias_math.h" /* BK_COORD_SLACK */
 #include "plugin/host.h"
 #include "plugin/services.h"
 #include "util/rng.h"
@@ -208,7 +209,7 @@ void ck_unit_coordinate_gradient(checker *c, const void *arg);
 void ck_unit_scale_gradient(checker *c, const void *arg);
 
 #define CK_MAX_POINTS 1048576 /* coordinate_points() must lie in 2 .. this */
-#define CK_COORD_SLACK 1e-5f  /* u(i, i) <= 1 + this: float rounding of phi * rscale (the engine's slack) */
+#define CK_COORD_SLACK BK_COORD_SLACK /* u(i, i) <= 1 + this: the engine's slack (model/bias_math.h) */
 
 /* coordinate_points() in 2 .. CK_MAX_POINTS into *points; 0, or 1 with why. */
 int ck_grid_points(const instance *in, int32_t *points, char *why, size_t size);

@@ -18,6 +18,11 @@
 
 #include <stdint.h>
 
+/* How far above 1 the engine lets u(i, i) = phi[i] * rscale[i] go: float rounding of the product (the
+ * attention clamps u into [0, 1]). bias/query.c checks the plugins' coordinates with it, and so does
+ * biaskit check. */
+#define BK_COORD_SLACK 1e-5f
+
 /* u(i, d) from its two factors. */
 static inline BK_HOST_INLINE BIASKIT_HD float bk_coord_u(float phi_d, float rscale_i)
 {
