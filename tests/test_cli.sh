@@ -159,6 +159,14 @@ check "eval: the memory of its largest forward" 0 "^memory: [0-9]+\.[0-9] MiB of
 check "eval: json gives each length's batch and memory" 0 "\"length\": 32, .*\"batch\": [0-9]+, \"activation_bytes\": [0-9]+" \
     "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --tokens 4000 --json -
 check "eval: sliding window" 0 "sliding window" "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --sliding 8 --tokens 2000
+# --data: another corpus, a file or a directory (every token evaluation data; the same files on both sides
+# of the data reader must not be refused as "validation text in training")
+check "eval --data: a file" 0 "^ +32 +2\.00 " "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,32 --tokens 4000 \
+    --data "$src/README.md"
+check "eval --data: a directory" 0 "^ +32 +2\.00 " "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,32 --tokens 4000 \
+    --data "$src/docs"
+check "eval --data: one file twice" 1 "both hold the file|are the same file; its text would be read twice" \
+    "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16 --data "$src/README.md" --data "$src/README.md"
 check "eval: bad lengths" 2 "--lengths: expected positive integers separated by commas, got '16,x'" "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,x
 head -c 3000 "$work/run/checkpoint.safetensors" >"$work/cut.safetensors"
 check "eval: truncated checkpoint" 1 "$work/cut.safetensors: truncated" "$bk" eval "$work/cut.safetensors"

@@ -573,7 +573,10 @@ int bk_data_load(const bk_data_config *cfg, int32_t vocab, int64_t min_tokens, b
         return rc;
     }
     stream_files *streams[2] = {&sf[0], &sf[1]};
-    rc = check_distinct(streams, by_fraction ? 1 : 2, err);
+    /* `eval --data`: both sides are the same list on purpose (every token is evaluation data), so only
+     * the list itself must not name one file twice */
+    const int one_list = !by_fraction && cfg->val_paths == cfg->paths && cfg->n_val_paths == cfg->n_paths;
+    rc = check_distinct(streams, by_fraction || one_list ? 1 : 2, err);
     if (rc == BK_OK)
         rc = load_stream(cfg, &sf[0], vocab, train, err);
     if (rc == BK_OK && !by_fraction && (rc = load_stream(cfg, &sf[1], vocab, val, err)))

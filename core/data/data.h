@@ -26,7 +26,8 @@ typedef struct bk_data_config {
     bk_data_format format;
     const char *const *paths;     /* training sources */
     int n_paths;
-    const char *const *val_paths; /* validation sources; when n_val_paths == 0 the split is by fraction */
+    const char *const *val_paths; /* validation sources; when n_val_paths == 0 the split is by fraction; the
+                                   * same array as paths (`eval --data`): both sides read the same files */
     int n_val_paths;
     double val_fraction;          /* the last fraction of the training stream is validation (0 < f < 1) */
     const char *const *extensions;/* text: only files whose name ends with one of these (e.g. ".h"); none = all */
