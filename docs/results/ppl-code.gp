@@ -49,5 +49,11 @@ plot data index 0 using 1:2 with linespoints lt 1 dt 1 lw 1.5 pt 7 ps 0.8 title 
      data index 11 using 1:2 with linespoints lt 4 dt 2 lw 1.5 pt 7 ps 0.8 title 'qin-type1 (n=3, std <= 3.9% of the mean)', \
      data index 12 using 1:2 with linespoints lt 5 dt 2 lw 1.5 pt 7 ps 0.8 title 'qin-type2 (n=3, std <= 1.9% of the mean)', \
      data index 13 using 1:2 with linespoints lt 6 dt 2 lw 1.5 pt 7 ps 0.8 title 'qin-harmonic (n=3, std <= 2.2% of the mean)', \
-     data index 14 using 1:2 with linespoints lt 7 dt 2 lw 1.5 pt 7 ps 0.8 title 'training length 64'
+     data index 14 using 1:2 with linespoints lt 7 dt 2 lw 1.5 pt 7 ps 0.8 title 'fire (n=3, std <= 5.3% of the mean)', \
+     data index 15 using 1:2 with linespoints lt 8 dt 2 lw 1.5 pt 7 ps 0.8 title 'window-sinks (n=3, std <= 1.8% of the mean)', \
+     data index 16 using 1:2 with linespoints lt 1 dt 3 lw 1.5 pt 7 ps 0.8 title 'rope-yarn4 (n=3, std <= 5.5% of the mean)', \
+     data index 17 using 1:2 with linespoints lt 2 dt 3 lw 1.5 pt 7 ps 0.8 title 'rope-yarn-dyn (n=3, std <= 6.4% of the mean)', \
+     data index 18 using 1:2 with linespoints lt 3 dt 3 lw 1.5 pt 7 ps 0.8 title 'rope-pi4 (n=3, std <= 2.3% of the mean)', \
+     data index 19 using 1:2 with linespoints lt 4 dt 3 lw 1.5 pt 7 ps 0.8 title 'ssmax (n=3, std <= 3.1% of the mean)', \
+     data index 20 using 1:2 with linespoints lt 5 dt 3 lw 1.5 pt 7 ps 0.8 title 'training length 64'
 unset output

@@ -42,12 +42,18 @@ plot data index 0 using 1:2 with linespoints lt 1 dt 1 lw 1.5 pt 7 ps 0.8 title 
      data index 4 using 1:2 with linespoints lt 5 dt 1 lw 1.5 pt 7 ps 0.8 title 'kerple-log (n=3, std <= 2.2% of the mean)', \
      data index 5 using 1:2 with linespoints lt 6 dt 1 lw 1.5 pt 7 ps 0.8 title 'kerple-power (n=3, std <= 0.6% of the mean)', \
      data index 6 using 1:2 with linespoints lt 7 dt 1 lw 1.5 pt 7 ps 0.8 title 't5 (n=3, std <= 0.9% of the mean)', \
-     data index 7 using 1:2 with linespoints lt 8 dt 1 lw 1.5 pt 7 ps 0.8 title 'mep-free (n=3, std <= 2.1% of the mean)', \
+     data index 7 using 1:2 with linespoints lt 8 dt 1 lw 1.5 pt 7 ps 0.8 title 'mep-free (n=3, std <= 2.2% of the mean)', \
      data index 8 using 1:2 with linespoints lt 1 dt 2 lw 1.5 pt 7 ps 0.8 title 'mep-param (n=3, std <= 4.9% of the mean)', \
      data index 9 using 1:2 with linespoints lt 2 dt 2 lw 1.5 pt 7 ps 0.8 title 'bipe-alibi (n=3, std <= 0.8% of the mean)', \
      data index 10 using 1:2 with linespoints lt 3 dt 2 lw 1.5 pt 7 ps 0.8 title 'bipe-rope (n=3, std <= 1.4% of the mean)', \
      data index 11 using 1:2 with linespoints lt 4 dt 2 lw 1.5 pt 7 ps 0.8 title 'qin-type1 (n=3, std <= 1.2% of the mean)', \
      data index 12 using 1:2 with linespoints lt 5 dt 2 lw 1.5 pt 7 ps 0.8 title 'qin-type2 (n=3, std <= 1.1% of the mean)', \
      data index 13 using 1:2 with linespoints lt 6 dt 2 lw 1.5 pt 7 ps 0.8 title 'qin-harmonic (n=3, std <= 1.0% of the mean)', \
-     data index 14 using 1:2 with linespoints lt 7 dt 2 lw 1.5 pt 7 ps 0.8 title 'training length 64'
+     data index 14 using 1:2 with linespoints lt 7 dt 2 lw 1.5 pt 7 ps 0.8 title 'fire (n=3, std <= 1.3% of the mean)', \
+     data index 15 using 1:2 with linespoints lt 8 dt 2 lw 1.5 pt 7 ps 0.8 title 'window-sinks (n=3, std <= 0.8% of the mean)', \
+     data index 16 using 1:2 with linespoints lt 1 dt 3 lw 1.5 pt 7 ps 0.8 title 'rope-yarn4 (n=3, std <= 4.9% of the mean)', \
+     data index 17 using 1:2 with linespoints lt 2 dt 3 lw 1.5 pt 7 ps 0.8 title 'rope-yarn-dyn (n=3, std <= 13.7% of the mean)', \
+     data index 18 using 1:2 with linespoints lt 3 dt 3 lw 1.5 pt 7 ps 0.8 title 'rope-pi4 (n=3, std <= 5.7% of the mean)', \
+     data index 19 using 1:2 with linespoints lt 4 dt 3 lw 1.5 pt 7 ps 0.8 title 'ssmax (n=3, std <= 1.3% of the mean)', \
+     data index 20 using 1:2 with linespoints lt 5 dt 3 lw 1.5 pt 7 ps 0.8 title 'training length 64'
 unset output
