@@ -49,6 +49,9 @@ for scaling in pi ntk yarn; do
     check "eval: the --set of $scaling is a warning naming it" 0 \
         "warning: .*--set term\.0\.scaling=\"$scaling\" changes \[\[term\]\] #1 \(rope\) option 'scaling' \(not set in the checkpoint, now \"$scaling\"\)" \
         cat "$work/$scaling.err"
+    check "eval: the JSON records the --set of $scaling" 0 \
+        "\"overrides\": \[\"run\.device=cpu\", \"term\.0\.scaling=\\\\\"$scaling\\\\\"\", \"term\.0\.factor=4\"\]" \
+        cat "$work/$scaling.json"
     a=$(loss none 64) b=$(loss "$scaling" 64)
     if [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ]; then
         ok "eval: $scaling changes the loss at 4x ($a -> $b)"

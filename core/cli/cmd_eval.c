@@ -34,7 +34,7 @@ static const char help[] =
     "  --tokens N        use at most the first N tokens of the data (default 65536; 0 = all)\n"
     "  --csv FILE        write length,train_length,chunks,tokens,loss,ppl as CSV ('-' = stdout)\n"
     "  --json FILE       write the same as JSON, with the position-wise loss, chunks per forward\n"
-    "                    (batch) and activation memory in bytes ('-' = stdout)\n"
+    "                    (batch), activation memory in bytes and the --set overrides ('-' = stdout)\n"
     "  --positions FILE  write length,position,loss (loss at each position, averaged over chunks)\n"
     "                    ('-' = stdout)\n"
     "  --set K=V         override a value of the stored experiment (repeatable): [data] and [run] keys,\n"
@@ -81,6 +81,8 @@ typedef struct eval_report {
     int64_t train_length, step;
     const char *checkpoint;
     int32_t stride;
+    const char *const *sets; /* the --set strings, in order (e.g. a RoPE scaling chosen at evaluation) */
+    int n_sets;
 } eval_report;
 
 /* A JSON number, or null for a value JSON cannot hold (a diverged model's infinite perplexity). */
@@ -105,8 +107,13 @@ static void write_json(bk_output *o, const eval_report *r)
 {
     bk_output_printf(o, "{\"checkpoint\": ");
     bk_output_json_string(o, r->checkpoint);
-    bk_output_printf(o, ", \"step\": %lld, \"train_length\": %lld, \"protocol\": \"%s\", \"results\": [",
+    bk_output_printf(o, ", \"step\": %lld, \"train_length\": %lld, \"protocol\": \"%s\", \"overrides\": [",
                      (long long)r->step, (long long)r->train_length, r->stride ? "sliding" : "non-overlapping");
+    for (int i = 0; i < r->n_sets; i++) {
+        bk_output_printf(o, "%s", i ? ", " : "");
+        bk_output_json_string(o, r->sets[i]);
+    }
+    bk_output_printf(o, "], \"results\": [");
     for (int i = 0; i < r->n; i++) {
         const bk_eval_result *x = &r->results[i];
         bk_output_printf(o, "%s\n  {\"length\": %d, \"chunks\": %lld, \"tokens\": %lld, \"loss\": ", i ? "," : "",
@@ -272,7 +279,8 @@ int bk_cmd_eval(int argc, char **argv)
                (int)results[most].batch, results[most].batch == 1 ? "" : "s", lm.be ? lm.be->name : "cpu");
     }
 
-    const eval_report report = {results, n_lengths, e->train.length, st.step, args.positional[0], (int32_t)stride};
+    const eval_report report = {results,           n_lengths, e->train.length, st.step, args.positional[0],
+                                (int32_t)stride,   sets,      (int)n_sets};
     for (int k = 0; k < N_OUTPUTS && !rc; k++) {
         bk_output out;
         if (outputs[k] && !(rc = bk_output_open(&out, output_flags[k], outputs[k], inputs.items, inputs.n, &err))) {
