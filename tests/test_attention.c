@@ -3,6 +3,7 @@
  * analytically and by central differences on the tables), independence of the thread count, and
  * the errors for distances outside the tables. */
 #include "test_util.h"
+#include "test_random.h"
 #include "test_floats.h"
 
 #include "cpu/attention.h"
@@ -21,24 +22,6 @@ typedef struct problem {
 
 enum { NO_TABLES = 0, TOKEN_TABLE = 1, TOKEN_AND_SEGMENT = 2 };
 
-static uint64_t rng_state;
-
-static double uniform(void) /* xorshift64*, in [-1, 1) */
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 0x2545F4914F6CDD1DULL) >> 11) / 4503599627370496.0 - 1.0;
-}
-
-static float *random_floats(size_t n, double amplitude)
-{
-    float *x = malloc(n * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(amplitude * uniform());
-    return x;
-}
 
 /* Segment positions step by one at random tokens (about one in four); explicit token positions
  * start at an offset and repeat now and then. Both are non-decreasing with distances < T. */

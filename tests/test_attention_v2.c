@@ -16,6 +16,7 @@
  * reference's loss: the reference's dphi, drscale, dscale agree to 9e-10 (TOL_FD_REF 1e-8), the CPU's
  * to 4.3e-7 (TOL_FD_CPU 5e-6), relative to the largest entry. */
 #include "test_util.h"
+#include "test_random.h"
 
 #include "attention_ref.h"
 #include "cpu/attention.h"
@@ -61,24 +62,6 @@ typedef struct problem {
     bk_attention_bias bias;
 } problem;
 
-static uint64_t rng_state;
-
-static double uniform(void) /* xorshift64*, in [-1, 1) */
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 0x2545F4914F6CDD1DULL) >> 11) / 4503599627370496.0 - 1.0;
-}
-
-static float *random_floats(size_t n, double amplitude)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(amplitude * uniform());
-    return x;
-}
 
 /* The coordinate is FIRE's (c = 0.7, L = 8): phi(d) = ln(1 + c d), rscale(i) = 1 / ln(1 + c max(i, L)),
  * so u(i, d) lies in [0, 1]. */

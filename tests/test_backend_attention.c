@@ -26,6 +26,7 @@
  * (materialized): bit-identical when emulated and fused, within 1e-6 on CUDA materialized (cuBLAS may
  * choose its kernel by leading dimension). */
 #include "test_util.h"
+#include "test_random.h"
 #include "test_floats.h"
 
 #include "cpu/attention.h"
@@ -59,24 +60,6 @@ typedef struct result {
     float *dtable[BK_STREAM_COUNT];
 } result;
 
-static uint64_t rng_state;
-
-static double uniform(void) /* xorshift64*, in [-1, 1) */
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 0x2545F4914F6CDD1DULL) >> 11) / 4503599627370496.0 - 1.0;
-}
-
-static float *random_floats(size_t n, double amplitude)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(amplitude * uniform());
-    return x;
-}
 
 static int32_t *positions(int B, int T, int first_of_row, double p_repeat, double p_gap)
 {

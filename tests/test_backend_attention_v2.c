@@ -47,6 +47,7 @@
  * the fp32 values and dP from their bf16 roundings.
  * (see print_message's lines for each case's largest errors). */
 #include "test_util.h"
+#include "test_random.h"
 #include "test_floats.h"
 
 #include "attention_ref.h"
@@ -93,24 +94,6 @@ typedef struct result {
     float *dgrid, *dphi, *drscale, *dscale;
 } result;
 
-static uint64_t rng_state;
-
-static double uniform(void) /* xorshift64*, in [-1, 1) */
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 0x2545F4914F6CDD1DULL) >> 11) / 4503599627370496.0 - 1.0;
-}
-
-static float *random_floats(size_t n, double amplitude)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(amplitude * uniform());
-    return x;
-}
 
 /* Segment positions: each row from 0, steps of 0 (repeat), 1 or 3 (gap). */
 static int32_t *segment_positions(int B, int T)
