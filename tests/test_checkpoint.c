@@ -975,6 +975,201 @@ static void not_a_regular_file(void **state)
 
 /* How long the checksums take: XXH64 over a 64 MiB buffer (printed; a checkpoint of that size is
  * hashed once on save and once on load). */
+/* ------------------------------------------------- weights per head and parameter groups */
+
+/* Kernel mixing with weights learned per head (KERPLE, testgroups) beside a fixed weight (ALiBi), and
+ * testgroups' parameter groups (its declaration for a: lr x 0.5, decay 0; b set per tensor here). */
+static const char groups_experiment[] =
+    "[model]\nlayers = 2\nheads = 4\ndim = 32\n"
+    "[train]\nlength = 16\nbatch = 2\nsteps = 10\nwarmup = 1\nlr = 0.01\n"
+    "[attention]\nmixing = \"kernel\"\nlearn_weights = \"per_head\"\n"
+    "[[term]]\nplugin = \"kerple\"\n"
+    "[[term]]\nplugin = \"testgroups\"\nper_layer = true\nlr_scale.b = 2\nweight_decay.b = 0.05\n"
+    "[[term]]\nplugin = \"alibi\"\nlearn_weight = false\n";
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Saved and loaded: every tensor and moment as written (mix.token as (2 terms, 4 heads)), the terms'
+ * head weights recomputed from the loaded parameters, the groups recorded in the metadata. */
+static void per_head_weights_and_groups_round_trip(void **state)
+{
+    (void)state;
+    char path[600], file[600];
+    snprintf(path, sizeof path, "%s/groups.toml", dir);
+    snprintf(file, sizeof file, "%s/groups.safetensors", dir);
+    write_text(path, groups_experiment);
+    write_checkpoint_of(path, file);
+    bk_lm lm;
+    bk_adamw opt = {0};
+    bk_train_state st;
+    bk_error err;
+    if (load(file, &lm, &opt, &st, &err))
+        fail_msg("%s", err.message);
+    for (int g = 0; g < opt.n_groups; g++)
+        for (size_t i = 0; i < opt.groups[g].n; i++)
+            if (opt.groups[g].param[i] != 0.25f + (float)g + 0.001f * (float)i ||
+                opt.groups[g].m[i] != -(float)g - 0.001f * (float)i ||
+                opt.groups[g].v[i] != 2.0f + (float)g + 0.002f * (float)i)
+                fail_msg("group %s value %zu not restored", opt.groups[g].name, i);
+    /* the weights follow the loaded parameters: mix.token = [kerple h0..h3, testgroups h0..h3] */
+    const bk_bias *b = &lm.bias;
+    assert_int_equal(b->n_mix[BK_STREAM_TOKEN], 8);
+    for (int h = 0; h < 4; h++) {
+        const double ak = b->mix_params[BK_STREAM_TOKEN][h], at = b->mix_params[BK_STREAM_TOKEN][4 + h];
+        const double r = lm.terms.terms[1].head_weights[h] / lm.terms.terms[0].head_weights[h];
+        assert_float_equal(r, exp(at - ak), 1e-9 * exp(at - ak));
+    }
+    assert_int_equal(lm.terms.terms[1].n_groups, 2);
+    bk_adamw_free(&opt);
+    bk_lm_close(&lm);
+
+    bk_safetensors *sf = NULL;
+    if (bk_safetensors_open(file, &sf, &err))
+        fail_msg("%s", err.message);
+    const bk_st_tensor *mix = bk_safetensors_find(sf, "mix.token");
+    assert_non_null(mix);
+    assert_int_equal(mix->ndim, 2);
+    assert_int_equal(mix->shape[0], 2);
+    assert_int_equal(mix->shape[1], 4);
+    cJSON *meta = cJSON_Parse(bk_safetensors_meta(sf, "biaskit"));
+    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(meta, "param_groups");
+    assert_int_equal(cJSON_GetArraySize(groups), 2); /* a and b; kerple's trains at lr x 1, the default */
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(groups, "term.testgroups.a");
+    const cJSON *bb = cJSON_GetObjectItemCaseSensitive(groups, "term.testgroups.b");
+    assert_true(cJSON_GetObjectItemCaseSensitive(a, "lr_scale")->valuedouble == 0.5);
+    assert_true(cJSON_GetObjectItemCaseSensitive(a, "weight_decay")->valuedouble == 0.0);
+    assert_true(cJSON_GetObjectItemCaseSensitive(bb, "lr_scale")->valuedouble == 2.0);
+    assert_true(cJSON_GetObjectItemCaseSensitive(bb, "weight_decay")->valuedouble == 0.05);
+    cJSON_Delete(meta);
+    bk_safetensors_close(sf);
+}
+
+/* A fixed batch of B x T tokens from a seed. */
+static void fixed_batch(int32_t *in, int32_t *tg, int n)
+{
+    for (int i = 0; i < n; i++) {
+        in[i] = (int32_t)((i * 37 + 11) % 97);
+        tg[i] = (int32_t)((i * 53 + 5) % 97);
+    }
+}
+
+static void steps(bk_lm *lm, bk_adamw *opt, int from, int to)
+{
+    enum { B = 2, T = 16 };
+    int32_t in[B * T], tg[B * T];
+    fixed_batch(in, tg, B * T);
+    bk_error err;
+    if (bk_bias_forward(&lm->bias, T, &err))
+        fail_msg("%s", err.message);
+    for (int s = from; s < to; s++) {
+        double lr = bk_lr_schedule(s, 10, 1, 0.01, 0.1);
+        if (bk_lm_zero_grad(lm, &err) || bk_gpt_forward(&lm->gpt, in, tg, B, T, 1, &err) ||
+            bk_gpt_backward(&lm->gpt, in, tg, 1.0f, &err) || bk_lm_gradients_ready(lm, &err) ||
+            bk_adamw_step(opt, lr, 0.9, 0.95, 1e-8, 0.1, &err) || bk_lm_after_step(lm, T, &err))
+            fail_msg("step %d: %s", s, err.message);
+    }
+}
+
+/* Four steps straight, and two steps, a checkpoint, a resume and two more, end on the same bits: the
+ * weights per head, their AdamW moments and the parameter groups' rates come back exactly. */
+static void resume_with_groups_is_exact(void **state)
+{
+    (void)state;
+    char path[600], file[600];
+    snprintf(path, sizeof path, "%s/groups.toml", dir);
+    snprintf(file, sizeof file, "%s/groups_resume.safetensors", dir);
+    write_text(path, groups_experiment);
+    bk_lm a, b;
+    bk_adamw oa = {0}, ob = {0};
+    bk_error err;
+    if (bk_lm_open_file(&a, path, NULL, 0, &err) || bk_lm_register(&a, &oa, &err))
+        fail_msg("%s", err.message);
+    steps(&a, &oa, 0, 4);
+    if (bk_lm_open_file(&b, path, NULL, 0, &err) || bk_lm_register(&b, &ob, &err))
+        fail_msg("%s", err.message);
+    steps(&b, &ob, 0, 2);
+    bk_train_state st = {2, 0, 4, 2 * 2 * 16, NAN};
+    if (bk_checkpoint_save(file, &b, &ob, &st, &err))
+        fail_msg("%s", err.message);
+    bk_adamw_free(&ob);
+    bk_lm_close(&b);
+    if (load(file, &b, &ob, &st, &err))
+        fail_msg("%s", err.message);
+    steps(&b, &ob, 2, 4);
+    assert_int_equal(oa.n_groups, ob.n_groups);
+    for (int g = 0; g < oa.n_groups; g++) {
+        assert_string_equal(oa.groups[g].name, ob.groups[g].name);
+        if (memcmp(oa.groups[g].param, ob.groups[g].param, oa.groups[g].n * sizeof(float)) ||
+            memcmp(oa.groups[g].m, ob.groups[g].m, oa.groups[g].n * sizeof(float)))
+            fail_msg("group %s differs after the resume", oa.groups[g].name);
+    }
+    for (int h = 0; h < 4; h++)
+        assert_true(a.terms.terms[1].head_weights[h] == b.terms.terms[1].head_weights[h]);
+    bk_adamw_free(&oa), bk_adamw_free(&ob);
+    bk_lm_close(&a), bk_lm_close(&b);
+}
+
+static void drop_param_groups(cJSON *m)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(m, "param_groups");
+}
+
+static void bad_param_group(cJSON *m)
+{
+    cJSON *g = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "param_groups"),
+                                                "term.testgroups.a");
+    cJSON_ReplaceItemInObjectCaseSensitive(g, "lr_scale", cJSON_CreateString("fast"));
+}
+
+/* On resume, a tensor whose rate or decay differs from the record is a warning naming both, or with
+ * strict an error; eval does not compare (it does not train). A checkpoint without records trained
+ * everything at lr x 1 with the engine's rule. */
+static void changed_groups_warn_or_refuse(void **state)
+{
+    (void)state;
+    char path[600], file[600];
+    snprintf(path, sizeof path, "%s/groups.toml", dir);
+    snprintf(file, sizeof file, "%s/groups_changed.safetensors", dir);
+    write_text(path, groups_experiment);
+    write_checkpoint_of(path, file);
+    warnings w = {0};
+    const char *set[] = {"term.1.lr_scale.b=1"};
+    bk_checkpoint_options o = {set, 1, 0, collect, &w, 0};
+    expect_loads(file, &o, 1);
+    assert_int_equal(w.n, 1);
+    assert_message_has(w.last, "tensor 'term.testgroups.b' trained with lr_scale 2 and weight_decay 0.05, now "
+                               "lr_scale 1 and weight_decay 0.05 ([[term]] #2 lr_scale / weight_decay, or plugin "
+                               "testgroups's param_group() declaration, changed)");
+    assert_message_has(w.last, "(--strict refuses)");
+    expect_refused_with(file, &o, 0, BK_ERR_CONFIG, "eval, bias and erf do not train", "a term's lr_scale");
+    o.strict = 1;
+    expect_refused_with(file, &o, 1, BK_ERR_CONFIG, "tensor 'term.testgroups.b' trained with lr_scale 2",
+                        "refused (--strict)");
+    /* eval with the stored settings: no warning */
+    bk_checkpoint_options plain = {NULL, 0, 1, collect, &w, 0};
+    w.n = 0;
+    expect_loads(file, &plain, 0);
+    expect_loads(file, &plain, 1);
+    assert_int_equal(w.n, 0);
+    /* no records: everything trained at lr x 1 with the engine's rule, which a and b now differ from */
+    rewrite(file, drop_param_groups, NULL);
+    plain.strict = 0;
+    expect_loads(file, &plain, 1);
+    assert_int_equal(w.n, 2);
+    assert_message_has(w.last, "tensor 'term.testgroups.a' trained with lr_scale 1 and weight_decay the engine's rule, "
+                               "now lr_scale 0.5 and weight_decay 0"); /* b warned first: offset order */
+    write_checkpoint_of(path, file);
+    rewrite(file, bad_param_group, NULL);
+    expect_refused_with(file, &plain, 1, BK_ERR_PARSE, "checkpoint metadata 'param_groups' entry 'term.testgroups.a'",
+                        NULL);
+}
+
 static void checksum_cost(void **state)
 {
     (void)state;
@@ -1013,6 +1208,9 @@ int main(void)
         cmocka_unit_test(set_on_a_checkpoint),
         cmocka_unit_test(records_are_matched_by_position),
         cmocka_unit_test(not_a_regular_file),
+        cmocka_unit_test(per_head_weights_and_groups_round_trip),
+        cmocka_unit_test(resume_with_groups_is_exact),
+        cmocka_unit_test(changed_groups_warn_or_refuse),
         cmocka_unit_test(checksum_cost),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -19,6 +19,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, mkstemp */
 #include "test_util.h"
 
+#include "bias/mix.h"
 #include "io/safetensors.h"
 #include "train/adamw.h"
 #include "train/lm.h"
@@ -159,6 +160,16 @@ static int group_shape(const bk_lm *lm, const bk_param_group *g, int64_t *shape)
         fail_msg("optimizer group '%s' names no term", g->name);
         return 0;
     }
+    for (int st = 0; st < BK_STREAM_COUNT; st++) { /* weights per head: (learned terms, heads) */
+        const bk_bias *b = &lm->bias;
+        int per_head = b->n_mix[st] > 0 && b->mix_params[st] == g->param && b->groups[st] > 1;
+        for (int k = 0; per_head && k < b->n_on[st]; k++)
+            per_head = b->kind[st][k] != BK_MIX_LEARNED;
+        if (per_head) {
+            shape[0] = (int64_t)g->n / b->groups[st], shape[1] = b->groups[st];
+            return 2;
+        }
+    }
     shape[0] = (int64_t)g->n;
     return 1;
 }
@@ -199,10 +210,12 @@ static void describe(text *j, const ref_case *c, int T, const bk_lm *lm, const b
         snprintf(weight, sizeof weight, bk_term_has_table(t) ? "%.17g" : "null", t->weight);
         appendf(j,
                 "%s{\"label\": \"%s\", \"plugin\": \"%s\", \"caps\": \"%s\", \"stream\": \"%s\", "
-                "\"weight\": %s, \"per_layer\": %s, \"n_copies\": %d, \"n_params\": %lld}",
+                "\"weight\": %s, \"per_layer\": %s, \"n_copies\": %d, \"n_params\": %lld, "
+                "\"learn_weight\": %s, \"weight_per_head\": %s}",
                 i ? ", " : "", t->label, t->plugin->desc->name, bk_capabilities_string(t->caps, caps, sizeof caps),
                 bk_choice_name(BK_STREAM_CHOICES, t->stream, stream, sizeof stream), weight,
-                t->per_layer ? "true" : "false", t->n_copies, (long long)t->n_params);
+                t->per_layer ? "true" : "false", t->n_copies, (long long)t->n_params,
+                t->learn_weight ? "true" : "false", t->weight_per_head ? "true" : "false");
     }
     appendf(j, "], \"options\": %s, ", c->options);
     appendf(j, "\"adamw\": {\"lr\": %.17g, \"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"weight_decay\": %.17g, "
@@ -247,19 +260,26 @@ static void add_tables(tensor_list *l, const bk_lm *lm, int T, const char *prefi
     free(buf);
 }
 
-/* The mixing weights of the table terms, in term order. */
+/* The mixing weights of the table terms, in term order: (terms), or (terms, heads) when a stream's
+ * weights are per head. */
 static void add_weights(tensor_list *l, const bk_lm *lm, const char *name)
 {
-    float w[64];
-    int n = 0;
-    assert_true(lm->terms.n <= 64);
+    float w[64 * 64];
+    int n = 0, per_head = 0;
+    const int H = lm->gpt.H;
+    assert_true(lm->terms.n <= 64 && H <= 64);
     for (int i = 0; i < lm->terms.n; i++)
-        if (bk_term_has_table(&lm->terms.terms[i]))
-            w[n++] = (float)lm->terms.terms[i].weight;
+        per_head |= lm->terms.terms[i].head_weights != NULL;
+    for (int i = 0; i < lm->terms.n; i++)
+        if (bk_term_has_table(&lm->terms.terms[i])) {
+            for (int h = 0; h < (per_head ? H : 1); h++)
+                w[n * (per_head ? H : 1) + h] = (float)bk_term_weight_at(&lm->terms.terms[i], h);
+            n++;
+        }
     if (!n)
         return;
-    int64_t shape[1] = {n};
-    add_tensor(l, name, w, 1, shape);
+    int64_t shape[2] = {n, H};
+    add_tensor(l, name, w, per_head ? 2 : 1, shape);
 }
 
 static int run_reference(const char *path)
@@ -459,6 +479,32 @@ static void sum_fixed_weights(void **state)
                                       "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 2.5\nper_layer = true\n",
                          "[{\"weight\": 0.6}, {\"slope_scale\": 0.5, \"weight\": 1.5}, {\"init\": 0.1, \"weight\": 2.5}]",
                          1, NULL});
+}
+
+/* Weights learned per head ([attention] learn_weights = "per_head"): each head's table row mixed with its
+ * own weights, ALiBi, a per-layer testlin and KERPLE-log on the token stream; sum (initial weights 0.5,
+ * 1.5, 1) and kernel (1:3:4, normalised) mixing, at O(1) activations so that every head's weights get a
+ * gradient of their own. */
+static void sum_per_head_weights(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"sum_per_head",
+                         MODEL(4, 32) "[attention]\nmixing = \"sum\"\nlearn_weights = \"per_head\"\n"
+                                      "[[term]]\nplugin = \"alibi\"\nweight = 0.5\n"
+                                      "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 1.5\nper_layer = true\n"
+                                      "[[term]]\nplugin = \"kerple\"\n",
+                         "[{\"weight\": 0.5}, {\"init\": 0.1, \"weight\": 1.5}, {}]", 1, NULL});
+}
+
+static void kernel_per_head_weights(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"kernel_per_head",
+                         MODEL(4, 32) "[attention]\nmixing = \"kernel\"\nlearn_weights = \"per_head\"\n"
+                                      "[[term]]\nplugin = \"alibi\"\nweight = 1.0\n"
+                                      "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 3.0\nper_layer = true\n"
+                                      "[[term]]\nplugin = \"kerple\"\nweight = 4.0\n",
+                         "[{\"weight\": 1.0}, {\"init\": 0.1, \"weight\": 3.0}, {\"weight\": 4.0}]", 1, NULL});
 }
 
 static void nope(void **state)
@@ -783,6 +829,8 @@ int main(void)
         cmocka_unit_test(kernel_learned_weights),
         cmocka_unit_test(sum_learned_weights),
         cmocka_unit_test(sum_fixed_weights),
+        cmocka_unit_test(sum_per_head_weights),
+        cmocka_unit_test(kernel_per_head_weights),
         cmocka_unit_test(nope),
         cmocka_unit_test(alibi_six_heads_kernel_fixed),
         cmocka_unit_test(kernel_large_weights),

@@ -73,8 +73,10 @@ void bk_bias_free(bk_bias *b)
         return;
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         free(b->on[s]);
+        free(b->kind[s]);
         free(b->mix_params[s]);
         free(b->mix_grads[s]);
+        free(b->logits[s]);
     }
     for (int t = 0; b->dtheta && t < b->set->n; t++)
         free(b->dtheta[t]);
@@ -87,11 +89,16 @@ void bk_bias_free(bk_bias *b)
     memset(b, 0, sizeof *b);
 }
 
-/* The current weights of the terms on stream s, in their order on the stream. */
+/* The current weights of the terms on stream s, groups[s] rows of them in their order on the stream:
+ * w[g * n_on + k]. */
 static void stream_weights(const bk_bias *b, int s, double *w)
 {
-    for (int k = 0; k < b->n_on[s]; k++)
-        w[k] = b->set->terms[b->on[s][k]].weight;
+    const int n = b->n_on[s];
+    for (int g = 0; g < b->groups[s]; g++)
+        for (int k = 0; k < n; k++) {
+            const bk_term *t = &b->set->terms[b->on[s][k]];
+            w[g * n + k] = b->groups[s] > 1 ? bk_term_weight_at(t, g) : t->weight;
+        }
 }
 
 int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, bk_error *err)
@@ -100,7 +107,6 @@ int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, 
     b->set = set;
     b->n_layers = n_layers;
     b->n_heads = set->geometry.n_heads;
-    b->learn_weights = learn_weights;
     b->check_finite = 1;
     b->training = 1;
     size_t n_terms = (size_t)(set->n ? set->n : 1);
@@ -125,19 +131,36 @@ int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, 
             b->n_on[s] += set->terms[t].stream == (bk_stream)s && bk_term_has_table(&set->terms[t]);
         if (!b->n_on[s])
             continue;
-        b->on[s] = calloc((size_t)b->n_on[s], sizeof *b->on[s]);
-        b->mix_params[s] = calloc((size_t)b->n_on[s], sizeof(float));
-        b->mix_grads[s] = calloc((size_t)b->n_on[s], sizeof(float));
-        if (!b->on[s] || !b->mix_params[s] || !b->mix_grads[s])
+        const int n = b->n_on[s];
+        b->on[s] = calloc((size_t)n, sizeof *b->on[s]);
+        b->kind[s] = calloc((size_t)n, 1);
+        if (!b->on[s] || !b->kind[s])
             goto nomem;
+        b->groups[s] = 1;
         for (int t = 0, k = 0; t < set->n; t++)
-            if (set->terms[t].stream == (bk_stream)s && bk_term_has_table(&set->terms[t]))
+            if (set->terms[t].stream == (bk_stream)s && bk_term_has_table(&set->terms[t])) {
+                const bk_term *term = &set->terms[t];
+                b->kind[s][k] = !learn_weights || !term->learn_weight ? BK_MIX_FIXED
+                                : term->weight_per_head             ? BK_MIX_LEARNED_PER_HEAD
+                                                                    : BK_MIX_LEARNED;
+                if (b->kind[s][k] == BK_MIX_LEARNED_PER_HEAD)
+                    b->groups[s] = b->n_heads;
                 b->on[s][k++] = t;
-        double w[b->n_on[s]];
-        stream_weights(b, s, w);
-        bk_mix_params_from_weights(set->mixing, w, b->n_on[s], b->mix_params[s]);
+            }
+        b->n_mix[s] = bk_mix_param_count(b->kind[s], n, b->groups[s]);
+        b->learn_weights |= b->n_mix[s] > 0;
+        const size_t room = (size_t)(b->n_mix[s] > n ? b->n_mix[s] : n);
+        b->mix_params[s] = calloc(room, sizeof(float));
+        b->mix_grads[s] = calloc(room, sizeof(float));
+        b->logits[s] = calloc((size_t)b->groups[s] * (size_t)n, sizeof(double));
+        if (!b->mix_params[s] || !b->mix_grads[s] || !b->logits[s])
+            goto nomem;
+        double w[n]; /* the configured weights (a per-head term's rows all start at its weight) */
+        for (int k = 0; k < n; k++)
+            w[k] = set->terms[b->on[s][k]].weight;
+        bk_mix_params_init(set->mixing, b->kind[s], n, b->groups[s], w, b->mix_params[s], b->logits[s]);
     }
-    if (learn_weights)
+    if (b->learn_weights)
         bk_bias_sync_weights(b); /* kernel mode: weights as the softmax of their parameters exactly */
     int rc = bk_query_init(&b->query, set, n_layers, err);
     if (rc)
@@ -289,6 +312,34 @@ static int device_table(bk_bias *b, int t, int layer, int32_t distances, float *
                    (double)value, (int)(bad / distances), (int)(bad % distances));
 }
 
+/* The mixed table of (layer l, stream s) from its terms' tables: on the host bk_mix_tables_grouped, on a
+ * device be->mix_forward, once per row of weights (the whole table, or each head's row of distances
+ * when the weights are per head: the same kernel on each head's part). */
+static int mix_forward(bk_bias *b, int l, int s, size_t n, bk_error *err)
+{
+    const int count = b->n_on[s], groups = b->groups[s];
+    const float *tables[count];
+    double w[groups * count];
+    for (int k = 0; k < count; k++)
+        tables[k] = term_table(b, l, b->on[s][k]);
+    stream_weights(b, s, w);
+    float *out = mixed_table(b, l, s);
+    if (!on_device(b)) {
+        bk_mix_tables_grouped(b->set->mixing, tables, w, groups, count, n, out);
+        return BK_OK;
+    }
+    const size_t per = n / (size_t)groups;
+    const float *part[count];
+    for (int g = 0; g < groups; g++) {
+        for (int k = 0; k < count; k++)
+            part[k] = tables[k] + (size_t)g * per;
+        int rc = b->be->mix_forward(b->be, b->set->mixing, part, w + g * count, count, per, out + (size_t)g * per, err);
+        if (rc)
+            return rc;
+    }
+    return BK_OK;
+}
+
 /* The forward of a device backend: tables on the device (or from the host), mixed there. */
 static int device_forward(bk_bias *b, int32_t distances, bk_error *err)
 {
@@ -313,18 +364,10 @@ static int device_forward(bk_bias *b, int32_t distances, bk_error *err)
             if (rc)
                 return rc;
         }
-        for (int s = 0; s < BK_STREAM_COUNT; s++) {
-            if (!b->n_on[s])
-                continue;
-            const float *tables[b->n_on[s]];
-            double w[b->n_on[s]];
-            for (int k = 0; k < b->n_on[s]; k++)
-                tables[k] = term_table(b, l, b->on[s][k]);
-            stream_weights(b, s, w);
-            if ((rc = be->mix_forward(be, b->set->mixing, tables, w, b->n_on[s], n, mixed_table(b, l, s), err)))
+        for (int s = 0; s < BK_STREAM_COUNT; s++)
+            if (b->n_on[s] && (rc = mix_forward(b, l, s, n, err)))
                 return bk_error_prefix(err, "mixing the %s-stream tables of layer %d: ",
                                        s == BK_STREAM_SEGMENT ? "segment" : "token", l);
-        }
     }
     return BK_OK;
 }
@@ -410,16 +453,9 @@ static int host_forward(bk_bias *b, int32_t distances, bk_error *err)
             else
                 b->host_tables[t]++;
         }
-        for (int s = 0; s < BK_STREAM_COUNT; s++) {
-            if (!b->n_on[s])
-                continue;
-            const float *tables[b->n_on[s]];
-            double w[b->n_on[s]];
-            for (int k = 0; k < b->n_on[s]; k++)
-                tables[k] = term_table(b, l, b->on[s][k]);
-            stream_weights(b, s, w);
-            bk_mix_tables(b->set->mixing, tables, w, b->n_on[s], n, mixed_table(b, l, s));
-        }
+        for (int s = 0; s < BK_STREAM_COUNT; s++)
+            if (b->n_on[s])
+                mix_forward(b, l, s, n, err); /* cannot fail on the host */
     }
     return BK_OK;
 }
@@ -570,6 +606,33 @@ static int zero_device_grads(bk_bias *b, bk_error *err)
     return BK_OK;
 }
 
+/* be->mix_backward of (layer, stream s) once per row of weights, as mix_forward; the weights' gradient
+ * (dw, groups x n_on) only when some weight of the stream trains. */
+static int device_mix_backward(bk_bias *b, int layer, int s, const float *const *tables, const double *w,
+                               const float *dm, float *const *dtables, double *dw, bk_error *err)
+{
+    const int count = b->n_on[s], groups = b->groups[s];
+    const size_t per = (size_t)b->n_heads * (size_t)b->distances / (size_t)groups;
+    const float *mixed = mixed_table(b, layer, s);
+    if (groups == 1)
+        return b->be->mix_backward(b->be, b->set->mixing, tables, w, count, per, mixed, dm, dtables,
+                                   b->n_mix[s] ? dw : NULL, err);
+    const float *part[count];
+    float *dpart[count];
+    for (int g = 0; g < groups; g++) {
+        const size_t at = (size_t)g * per;
+        for (int k = 0; k < count; k++) {
+            part[k] = tables[k] + at;
+            dpart[k] = dtables[k] ? dtables[k] + at : NULL;
+        }
+        int rc = b->be->mix_backward(b->be, b->set->mixing, part, w + g * count, count, per, mixed + at, dm + at,
+                                     dpart, b->n_mix[s] ? dw + g * count : NULL, err);
+        if (rc)
+            return rc;
+    }
+    return BK_OK;
+}
+
 int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_COUNT], bk_error *err)
 {
     size_t n = (size_t)b->n_heads * (size_t)b->distances;
@@ -583,9 +646,12 @@ int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_
         const float *dm = dmixed[s];
         if (b->distance_cap && (rc = fold_cap(b, dmixed[s], &dm, err)))
             return rc;
+        const int groups = b->groups[s];
         const float *tables[count];
         float *dtables[count];
-        double w[count], dw[count];
+        double w[groups * count], dw[groups * count];
+        for (int k = 0; k < groups * count; k++)
+            dw[k] = 0.0;
         for (int k = 0; k < count; k++) {
             const bk_term *term = &b->set->terms[b->on[s][k]];
             tables[k] = term_table(b, layer, b->on[s][k]);
@@ -594,17 +660,16 @@ int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_
                 memset(dtables[k], 0, n * sizeof(float));
             else if (dtables[k] && (rc = b->be->zero(b->be, dtables[k], n * sizeof(float), err)))
                 return rc;
-            dw[k] = 0.0;
         }
         stream_weights(b, s, w);
         if (!device)
-            bk_mix_backward(b->set->mixing, tables, w, count, n, mixed_table(b, layer, s), dm, dtables, dw);
-        else if ((rc = b->be->mix_backward(b->be, b->set->mixing, tables, w, count, n, mixed_table(b, layer, s),
-                                           dm, dtables, b->learn_weights ? dw : NULL, err)))
+            bk_mix_backward_grouped(b->set->mixing, tables, w, groups, count, n, mixed_table(b, layer, s), dm,
+                                    dtables, dw);
+        else if ((rc = device_mix_backward(b, layer, s, tables, w, dm, dtables, dw, err)))
             return bk_error_prefix(err, "mixing backward of the %s-stream tables of layer %d: ",
                                    s == BK_STREAM_SEGMENT ? "segment" : "token", layer);
-        if (b->learn_weights)
-            bk_mix_params_backward(b->set->mixing, w, dw, count, b->mix_grads[s]);
+        if (b->n_mix[s])
+            bk_mix_packed_backward(b->set->mixing, b->kind[s], count, groups, w, dw, b->mix_grads[s]);
         for (int k = 0; k < count; k++) {
             if (!dtables[k])
                 continue;
@@ -660,7 +725,7 @@ void bk_bias_zero_grad(bk_bias *b)
     }
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         if (b->n_on[s])
-            memset(b->mix_grads[s], 0, (size_t)b->n_on[s] * sizeof(float));
+            memset(b->mix_grads[s], 0, (size_t)(b->n_mix[s] > b->n_on[s] ? b->n_mix[s] : b->n_on[s]) * sizeof(float));
 }
 
 int bk_bias_project(bk_bias *b, bk_error *err)
@@ -689,11 +754,21 @@ int bk_bias_project(bk_bias *b, bk_error *err)
 void bk_bias_sync_weights(bk_bias *b)
 {
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
-        if (!b->n_on[s])
+        if (!b->n_mix[s])
             continue;
-        double w[b->n_on[s]];
-        bk_mix_weights_from_params(b->set->mixing, b->mix_params[s], b->n_on[s], w);
-        for (int k = 0; k < b->n_on[s]; k++)
-            b->set->terms[b->on[s][k]].weight = w[k];
+        const int n = b->n_on[s], groups = b->groups[s];
+        double w[groups * n];
+        bk_mix_weights_from_packed(b->set->mixing, b->kind[s], n, groups, b->mix_params[s], b->logits[s], w);
+        for (int k = 0; k < n; k++) {
+            bk_term *t = &b->set->terms[b->on[s][k]];
+            if (groups == 1 || !t->head_weights) {
+                t->weight = w[k];
+                continue;
+            }
+            double total = 0.0; /* `weight` is the heads' mean: what logs and reports show for the term */
+            for (int g = 0; g < groups; g++)
+                total += t->head_weights[g] = w[g * n + k];
+            t->weight = total / groups;
+        }
     }
 }

@@ -43,11 +43,21 @@ typedef struct bk_bias {
     int32_t n_heads;
     int32_t distances;            /* table length of the last forward */
     int32_t capacity;             /* distances the buffers hold */
-    int learn_weights;
+    int learn_weights;            /* some mixing weight trains (a stream has n_mix > 0) */
     int n_on[BK_STREAM_COUNT];    /* terms on each stream */
     int *on[BK_STREAM_COUNT];     /* their indices in set->terms */
-    float *mix_params[BK_STREAM_COUNT]; /* learnable mixing parameters, shared by all layers */
+    /* Mixing weights (bias/mix.h): per stream, how each term's weight is set (kind: BK_MIX_FIXED,
+     * BK_MIX_LEARNED, BK_MIX_LEARNED_PER_HEAD, from the terms' learn_weight / weight_per_head), the rows of
+     * weights (groups: 1, or n_heads when one of them learns per head), the learned parameters packed
+     * term after term (n_mix of them, shared by all layers; the optimizer's mix.<stream>) and the logits
+     * of every term (groups x n_on). The current weights live in the terms (weight, head_weights). */
+    unsigned char *kind[BK_STREAM_COUNT];
+    int groups[BK_STREAM_COUNT];
+    int n_mix[BK_STREAM_COUNT];
+    float *mix_params[BK_STREAM_COUNT]; /* n_mix learnable mixing parameters (at least n_on floats, zeros
+                                         * past n_mix) */
     float *mix_grads[BK_STREAM_COUNT];
+    double *logits[BK_STREAM_COUNT];
     float **dtheta;               /* per term: n_copies * n_params gradient (NULL without parameters) */
     float *term_tables;           /* [layer][term] n_heads * capacity */
     float *mixed;                 /* [layer][stream] n_heads * capacity */
@@ -88,8 +98,9 @@ typedef struct bk_bias {
     float *capped_grad;           /* with a distance cap: one folded dL/dM (n_heads * capacity) */
 } bk_bias;
 
-/* Set up for `set` (which must outlive the bias). With learn_weights the terms' current weights are
- * the initial mixing parameters. */
+/* Set up for `set` (which must outlive the bias). With learn_weights the weights of the terms whose
+ * learn_weight is set train (their current weights are the initial mixing parameters); with 0 every
+ * weight stays as the terms give it. */
 int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, bk_error *err);
 void bk_bias_free(bk_bias *b);
 

@@ -2,6 +2,7 @@
 
 #include "bias/mix.h"
 #include "device.h"
+#include "plugin/descriptor.h"
 #include "util/rng.h"
 #include "util/sigsafe.h"
 
@@ -109,6 +110,147 @@ biaskit_context bk_term_context(const bk_term_set *set, int layer, int32_t lengt
     return bk_term_context_of(&set->geometry, layer, length, training);
 }
 
+/* The position of [[term]] key `key` (its value), else of the table. */
+static bk_toml_pos key_position(const bk_term_config *cfg, const char *key)
+{
+    const bk_toml_node *v = bk_toml_get(cfg->table, key);
+    return v ? bk_toml_position(v) : cfg->pos;
+}
+
+/* learn_weight and weight_per_head: the term's keys, else [attention] learn_weights; table terms only,
+ * and one weight per head only for a weight that trains. */
+static int resolve_weight_flags(bk_term *t, const bk_term_config *cfg, const bk_experiment *exp, const char *where,
+                                bk_error *err)
+{
+    const biaskit_plugin *d = t->plugin->desc;
+    static const char *const keys[] = {"learn_weight", "weight_per_head"};
+    const int given[] = {cfg->learn_weight, cfg->weight_per_head};
+    for (int k = 0; k < 2; k++)
+        if (!(d->capabilities & BIASKIT_CAP_TABLE) && given[k] >= 0)
+            return bk_fail_at(err, BK_ERR_CONFIG, key_position(cfg, keys[k]),
+                              "%s: '%s' is about the weight that mixes a distance table; plugin '%s' has no table, "
+                              "remove the key", where, keys[k], d->name);
+    if (!(d->capabilities & BIASKIT_CAP_TABLE))
+        return BK_OK;
+    const int learn = (int)exp->attention.learn_weights;
+    t->learn_weight = cfg->learn_weight >= 0 ? cfg->learn_weight : learn != BK_LEARN_NONE;
+    t->weight_per_head = cfg->weight_per_head >= 0 ? cfg->weight_per_head
+                                                   : t->learn_weight && learn == BK_LEARN_PER_HEAD;
+    if (t->weight_per_head && !t->learn_weight)
+        return bk_fail_at(err, BK_ERR_CONFIG, key_position(cfg, "weight_per_head"),
+                          "%s: weight_per_head = true needs a weight that trains: with learn_weight = false every "
+                          "head keeps the weight the file gives; set learn_weight = true or remove the key",
+                          where);
+    return BK_OK;
+}
+
+/* A group value of the plugin's param_group(): finite and >= 0, or (weight_decay) the default marker. */
+static int check_declared(const bk_term *t, const char *tensor, const char *field, double v, int may_default,
+                          bk_error *err)
+{
+    if (isfinite(v) && (v >= 0.0 || (may_default && v == BIASKIT_WEIGHT_DECAY_DEFAULT)))
+        return BK_OK;
+    return bk_fail(err, BK_ERR_PLUGIN,
+                   "term '%s' (plugin %s, %s): param_group() gives tensor '%s' %s = %g; expected a finite number "
+                   ">= 0%s", t->label, t->plugin->desc->name, t->plugin->path, tensor, field, v,
+                   may_default ? " or BIASKIT_WEIGHT_DECAY_DEFAULT (-1)" : "");
+}
+
+/* [[term]] `key` (lr_scale or weight_decay; read_term checked its values) applied to the groups: a
+ * number to every tensor, a table to the tensors it names (each must exist). */
+static int apply_group_key(bk_term *t, const char *key, const bk_toml_node *v, const char *where, bk_error *err)
+{
+    if (!v)
+        return BK_OK;
+    const int lr = strcmp(key, "lr_scale") == 0;
+    if (bk_toml_type_of(v) != BK_TOML_TABLE) {
+        for (int g = 0; g < t->n_groups; g++)
+            *(lr ? &t->groups[g].lr_scale : &t->groups[g].weight_decay) = bk_toml_float(v);
+        return BK_OK;
+    }
+    bk_toml_entry e;
+    for (size_t i = 0; bk_toml_entry_at(v, i, &e) == 0; i++) {
+        int g = 0;
+        while (g < t->n_groups && strcmp(t->groups[g].name, e.key) != 0)
+            g++;
+        if (g == t->n_groups) {
+            char names[512];
+            size_t used = 0;
+            names[0] = '\0';
+            for (int k = 0; k < t->n_groups && used < sizeof names; k++)
+                used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", k ? ", " : "", t->groups[k].name);
+            return bk_fail_at(err, BK_ERR_CONFIG, e.key_pos,
+                              "%s: %s.%s: plugin '%s' has no tensor '%s'; its parameters are: %s%s", where, key, e.key,
+                              t->plugin->desc->name, e.key, names,
+                              t->n_groups == 1 && strcmp(t->groups[0].name, "theta") == 0
+                                  ? " (one vector: the plugin names no tensors)" : "");
+        }
+        *(lr ? &t->groups[g].lr_scale : &t->groups[g].weight_decay) = bk_toml_float(e.value);
+    }
+    return BK_OK;
+}
+
+/* The parameter groups of a term (bk_term_group): one per named tensor (or one "theta"), each from the
+ * plugin's param_group() when it has one, then the [[term]] keys lr_scale and weight_decay; kept in
+ * offset order, as the tensors lie in theta (the optimizer's segments follow it). */
+static int resolve_groups(bk_term *t, const bk_term_config *cfg, const char *where, bk_error *err)
+{
+    const biaskit_plugin *d = t->plugin->desc;
+    if (t->n_params == 0) {
+        static const char *const keys[] = {"lr_scale", "weight_decay"};
+        const bk_toml_node *given[] = {cfg->lr_scale, cfg->weight_decay};
+        for (int k = 0; k < 2; k++)
+            if (given[k])
+                return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(given[k]),
+                                  "%s: '%s' sets how the optimizer trains the term's parameters; plugin '%s' has none "
+                                  "here (param_count() is 0), remove the key", where, keys[k], d->name);
+        return BK_OK;
+    }
+    biaskit_tensor_info *info = calloc(BK_TERM_MAX_TENSORS, sizeof *info);
+    if (!info)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for the tensors of term '%s'", t->label);
+    const int32_t n = bk_term_tensors(t, info);
+    t->n_groups = n > 0 ? n : 1;
+    if (!(t->groups = calloc((size_t)t->n_groups, sizeof *t->groups))) {
+        free(info);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for the tensors of term '%s'", t->label);
+    }
+    int (*declare)(const void *, int32_t, biaskit_param_group *, biaskit_error *) = BK_DESCRIPTOR_FN(d, param_group);
+    int rc = BK_OK;
+    for (int g = 0; g < t->n_groups && !rc; g++) { /* g: the index param_tensors() gives (-1: the whole theta) */
+        bk_term_group *grp = &t->groups[g];
+        snprintf(grp->name, sizeof grp->name, "%s", n > 0 ? info[g].name : "theta");
+        grp->offset = n > 0 ? info[g].offset : 0;
+        grp->count = n > 0 ? (int64_t)info[g].rows * info[g].cols : t->n_params;
+        biaskit_param_group pg = {sizeof pg, 1.0, BIASKIT_WEIGHT_DECAY_DEFAULT};
+        if (declare) {
+            biaskit_error pe = {0, ""};
+            bk_plugin_call_enter(t, "param_group()", -1, 0);
+            int prc = declare(t->instance, n > 0 ? g : -1, &pg, &pe);
+            bk_plugin_call_leave();
+            rc = prc != BIASKIT_OK ? term_fail(err, t, &pe, "param_group()") : BK_OK;
+            if (!rc)
+                rc = check_declared(t, grp->name, "lr_scale", pg.lr_scale, 0, err);
+            if (!rc)
+                rc = check_declared(t, grp->name, "weight_decay", pg.weight_decay, 1, err);
+        }
+        grp->lr_scale = pg.lr_scale;
+        grp->weight_decay = pg.weight_decay;
+    }
+    free(info);
+    if (rc)
+        return rc;
+    for (int g = 1; g < t->n_groups; g++)
+        for (int k = g; k > 0 && t->groups[k - 1].offset > t->groups[k].offset; k--) {
+            bk_term_group tmp = t->groups[k];
+            t->groups[k] = t->groups[k - 1];
+            t->groups[k - 1] = tmp;
+        }
+    if ((rc = apply_group_key(t, "lr_scale", cfg->lr_scale, where, err)))
+        return rc;
+    return apply_group_key(t, "weight_decay", cfg->weight_decay, where, err);
+}
+
 static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experiment *exp, bk_registry *reg,
                        const biaskit_geometry *geo, bk_error *err)
 {
@@ -142,6 +284,8 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
         return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
                           "%s: 'weight' mixes distance tables; plugin '%s' has no table, remove the key", where,
                           d->name);
+    if ((rc = resolve_weight_flags(t, cfg, exp, where, err)))
+        return rc;
     const uint32_t query_caps = BIASKIT_CAP_COORDINATE | BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE;
     if ((d->capabilities & query_caps) && t->stream != BK_STREAM_TOKEN)
         return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
@@ -197,7 +341,7 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
             }
         }
     }
-    return BK_OK;
+    return resolve_groups(t, cfg, where, err);
 }
 
 /* At most one segmenter and one rotary term; the segment stream needs the segmenter. */
@@ -331,6 +475,18 @@ int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg
         rc = bk_mix_weights(set->mixing, weights, labels, n, err);
         for (int k = 0; k < n && !rc; k++)
             set->terms[idx[k]].weight = weights[k];
+        /* one weight per head on the stream when one of its terms learns that: every term's starts at its
+         * weight (the bias keeps them current while they train) */
+        int per_head = 0;
+        for (int k = 0; k < n; k++)
+            per_head |= set->terms[idx[k]].weight_per_head;
+        for (int k = 0; k < n && per_head && !rc; k++) {
+            bk_term *t = &set->terms[idx[k]];
+            if (!(t->head_weights = malloc((size_t)t->n_heads * sizeof *t->head_weights)))
+                rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the weights of term '%s'", t->label);
+            for (int32_t h = 0; !rc && h < t->n_heads; h++)
+                t->head_weights[h] = t->weight;
+        }
     }
     if (rc)
         bk_terms_free(set);
@@ -349,9 +505,36 @@ void bk_terms_free(bk_term_set *set)
             bk_plugin_call_leave();
         }
         free(t->theta);
+        free(t->head_weights);
+        free(t->groups);
     }
     free(set->terms);
     memset(set, 0, sizeof *set);
+}
+
+int32_t bk_term_tensors(const bk_term *term, biaskit_tensor_info *info)
+{
+    const biaskit_plugin *d = term->plugin->desc;
+    if (!d->param_tensors || term->n_params <= 0)
+        return 0;
+    int32_t n = d->param_tensors(term->instance, info, BK_TERM_MAX_TENSORS);
+    if (n <= 0 || n > BK_TERM_MAX_TENSORS)
+        return 0;
+    int64_t covered = 0;
+    for (int32_t k = 0; k < n; k++) {
+        const biaskit_tensor_info *t = &info[k];
+        if (!t->name || !*t->name || strlen(t->name) > 64 || strchr(t->name, '"') || strcmp(t->name, "theta") == 0 ||
+            t->rows < 1 || t->cols < 1 || t->offset < 0 || t->offset + (int64_t)t->rows * t->cols > term->n_params)
+            return 0;
+        for (int32_t j = 0; j < k; j++) {
+            int64_t len_j = (int64_t)info[j].rows * info[j].cols, len_k = (int64_t)t->rows * t->cols;
+            if (strcmp(info[j].name, t->name) == 0 ||
+                (t->offset < info[j].offset + len_j && info[j].offset < t->offset + len_k))
+                return 0;
+        }
+        covered += (int64_t)t->rows * t->cols;
+    }
+    return covered == term->n_params ? n : 0;
 }
 
 float *bk_term_theta(const bk_term *term, int layer)
@@ -417,14 +600,19 @@ int bk_terms_mixed_table(const bk_term_set *set, int layer, bk_stream stream, in
         memset(out, 0, n * sizeof *out);
         return BK_OK;
     }
+    int groups = 1; /* per head when a term of the stream has head weights (then they all do) */
+    for (int i = 0; i < set->n; i++)
+        if (set->terms[i].stream == stream && bk_term_has_table(&set->terms[i]) && set->terms[i].head_weights)
+            groups = set->geometry.n_heads;
     float **tables = calloc((size_t)count, sizeof *tables);
-    double *weights = calloc((size_t)count, sizeof *weights);
+    double *weights = calloc((size_t)count * (size_t)groups, sizeof *weights);
     int rc = tables && weights ? BK_OK : bk_fail(err, BK_ERR_NOMEM, "out of memory mixing tables");
     for (int i = 0, k = 0; i < set->n && !rc; i++) {
         const bk_term *t = &set->terms[i];
         if (t->stream != stream || !bk_term_has_table(t))
             continue;
-        weights[k] = t->weight;
+        for (int g = 0; g < groups; g++)
+            weights[(size_t)g * (size_t)count + (size_t)k] = groups > 1 ? bk_term_weight_at(t, g) : t->weight;
         if (!(tables[k] = malloc(n * sizeof **tables)))
             rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the table of term '%s'", t->label);
         else
@@ -432,7 +620,7 @@ int bk_terms_mixed_table(const bk_term_set *set, int layer, bk_stream stream, in
         k++;
     }
     if (!rc)
-        bk_mix_tables(set->mixing, (const float *const *)tables, weights, count, n, out);
+        bk_mix_tables_grouped(set->mixing, (const float *const *)tables, weights, groups, count, n, out);
     for (int k = 0; tables && k < count; k++)
         free(tables[k]);
     free(tables);

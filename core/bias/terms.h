@@ -12,15 +12,29 @@
  *   coordinate  a table over u(i, d) in [0, 1], interpolated by the attention (at most one);
  *   mask        window and sinks: -inf outside (at most one);
  *   scale       a per-head, per-query factor on q.k / sqrt(d_head) (at most one).
- * Only table terms take `weight`; table, coordinate and scale terms take `per_layer` (they act inside
- * every layer's attention); the others act once, at the input, on q and k, or as a mask. Coordinate,
- * mask and scale terms are not mixed: they act on the score after the mixed tables. */
+ * Only table terms take `weight`, `learn_weight` and `weight_per_head`; table, coordinate and scale
+ * terms take `per_layer` (they act inside every layer's attention); the others act once, at the input,
+ * on q and k, or as a mask. Coordinate, mask and scale terms are not mixed: they act on the score after
+ * the mixed tables. Terms with parameters take `lr_scale` and `weight_decay` (parameter groups: the
+ * [[term]] keys, else the plugin's param_group() declaration, else lr x 1 and the engine's decay rule). */
 #ifndef BK_TERMS_H
 #define BK_TERMS_H
 
 #include "config/experiment.h"
 #include "plugin/host.h"
 #include "plugin/services.h"
+
+/* Most named tensors read from one plugin's param_tensors(). */
+#define BK_TERM_MAX_TENSORS 256
+
+/* How the optimizer trains one tensor of a term's parameters (each copy of it, when per layer). */
+typedef struct bk_term_group {
+    char name[72];          /* the tensor's name in param_tensors(), or "theta" (the whole vector) */
+    int64_t offset, count;  /* its values inside one copy of theta */
+    double lr_scale;        /* finite, >= 0: [train] lr x lr_scale */
+    double weight_decay;    /* finite, >= 0; or BIASKIT_WEIGHT_DECAY_DEFAULT: the engine's rule ([train]
+                             * weight_decay with decay_all, else none) */
+} bk_term_group;
 
 typedef struct bk_term {
     const bk_plugin *plugin;
@@ -31,11 +45,18 @@ typedef struct bk_term {
     int32_t n_heads;     /* rows of the term's tables */
     bk_stream stream;
     uint32_t caps;       /* the plugin's BIASKIT_CAP_* */
-    double weight;       /* mixing weight (table terms), completed by bk_mix_weights */
+    double weight;       /* mixing weight (table terms), completed by bk_mix_weights; with head_weights,
+                          * their mean (what logs and reports show for the term) */
+    int learn_weight;    /* table terms: the mixing weight trains (learn_weight, else [attention]) */
+    int weight_per_head; /* ... one weight per head (weight_per_head, else learn_weights = "per_head") */
+    double *head_weights;/* n_heads weights when the weights of the term's stream are per head (some table
+                          * term on it has weight_per_head; bk_term_weight_at reads them), else NULL */
     int per_layer;
     int64_t n_params;    /* floats per copy */
     int n_copies;        /* n_layers when per_layer, else 1 */
     float *theta;        /* n_copies * n_params, initialised and projected */
+    bk_term_group *groups; /* n_groups tensors tiling one copy of theta, in offset order (n_params > 0) */
+    int n_groups;
 } bk_term;
 
 typedef struct bk_term_set {
@@ -56,6 +77,12 @@ static inline int bk_term_has_table(const bk_term *term)
     return (term->caps & BIASKIT_CAP_TABLE) != 0;
 }
 
+/* The mixing weight of `term` for head h. */
+static inline double bk_term_weight_at(const bk_term *term, int32_t h)
+{
+    return term->head_weights ? term->head_weights[h] : term->weight;
+}
+
 /* 1 when `term` acts inside every layer's attention with its own values per layer when per_layer
  * (a distance table, a coordinate table or a logit scale). */
 static inline int bk_term_in_attention(const bk_term *term)
@@ -74,6 +101,12 @@ biaskit_context bk_term_context_of(const biaskit_geometry *geo, int layer, int32
  * complete the mixing weights per stream. Every error names the term and its position. */
 int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg, bk_error *err);
 void bk_terms_free(bk_term_set *set);
+
+/* The named tensors of `term` (its plugin's param_tensors()) into info[BK_TERM_MAX_TENSORS] when they
+ * tile one copy of theta exactly (each value in one tensor, names unique and usable in a tensor name:
+ * at most 64 characters, no '"', not "theta"); returns how many, or 0 otherwise (the term's theta is
+ * then one tensor, "theta": checkpoints store it whole). */
+int32_t bk_term_tensors(const bk_term *term, biaskit_tensor_info *info);
 
 /* Parameters of `term` used by `layer`. NULL when the term has none. */
 float *bk_term_theta(const bk_term *term, int layer);
@@ -99,8 +132,9 @@ void bk_plugin_call_leave(void);
  * bytes, terminated) when a call is in progress and returns its length; else returns 0. */
 size_t bk_plugin_call_describe(char *buf, size_t size);
 
-/* The mixed table of every term on `stream` for `layer` (n_heads * distances floats). *n_terms is
- * set to the number of terms on the stream; with none, the table is all zeros. */
+/* The mixed table of every term on `stream` for `layer` (n_heads * distances floats), with the terms'
+ * current weights (per head where the stream's are). *n_terms is set to the number of terms on the
+ * stream; with none, the table is all zeros. */
 int bk_terms_mixed_table(const bk_term_set *set, int layer, bk_stream stream, int32_t distances, float *out,
                          int *n_terms, bk_error *err);
 

@@ -1,7 +1,9 @@
-/* biaskit new-plugin NAME [--dir D]: a ready folder for a formula-first plugin (sdk/README.md,
- * "Formula-first plugins"): the formula file, its CUDA twin, a CMakeLists.txt against the installed
- * SDK, a README with the formula and the commands, and an experiment that uses it. It builds and
- * passes `biaskit check` as written (tests/test_install.sh); the author then edits the formula. */
+/* biaskit new-plugin NAME [--kind K] [--dir D]: a ready folder for a formula-first plugin (sdk/README.md,
+ * "Formula-first plugins"): the formula file, a CMakeLists.txt against the installed SDK, a README with the
+ * formula and the commands, and an experiment that uses it; for a distance table (the default kind,
+ * <biaskit/table_plugin.h>) also its CUDA twin. The kinds coordinate, mask, scale and rotary are the ABI 2
+ * shapes of <biaskit/formula_plugin.h> (host code only). Each builds and passes `biaskit check` as written
+ * (tests/test_install.sh); the author then edits the formula. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -13,19 +15,30 @@
 #include <sys/stat.h>
 
 static const char help[] =
-    "usage: biaskit new-plugin NAME [--dir D]\n\n"
+    "usage: biaskit new-plugin NAME [--kind table|coordinate|mask|scale|rotary] [--dir D]\n\n"
     "Writes D/NAME/ (D: the working directory by default), a formula-first plugin that builds against\n"
-    "the installed SDK and passes `biaskit check` unchanged: a learnable per-head linear bias\n"
-    "T_h(d) = -m_h d, m_h starting at ALiBi's slopes, to edit into your own formula.\n\n"
-    "  NAME.c           the parameters, the formula T and its derivative (<biaskit/table_plugin.h>)\n"
-    "  NAME.cu          #include \"NAME.c\": the CUDA kernels, generated from the same formula\n"
-    "  CMakeLists.txt   find_package(biaskit) + biaskit_add_plugin (CUDA when nvcc is found)\n"
+    "the installed SDK and passes `biaskit check` unchanged, to edit into your own formula. The kind\n"
+    "says what the plugin computes (default: table):\n\n"
+    "  table        a distance table: a learnable per-head linear bias T_h(d) = -m_h d, m_h starting at\n"
+    "               ALiBi's slopes (<biaskit/table_plugin.h>; CUDA kernels generated from the formula)\n"
+    "  coordinate   a table over a coordinate (as FIRE): F_h(u) = -a_h u at u = log(1 + c d) /\n"
+    "               log(1 + c max(i, L)), a_h and c learnable, one copy per layer\n"
+    "  mask         a sliding window with attention sinks: keys i - j < window, or j < sinks\n"
+    "  scale        a logit scale (as Scalable-Softmax): q.k times s_h ln(i + 1), s_h learnable\n"
+    "  rotary       RoPE with position interpolation: theta_k = base^(-2k/d) / s, s fixed or\n"
+    "               max(1, length / L) (dynamic)\n"
+    "The last four are the ABI 2 shapes of <biaskit/formula_plugin.h>: host code only (the engine's\n"
+    "kernels do the per-element work), so no .cu file.\n\n"
+    "  NAME.c           the parameters, the formula(s) and their derivatives\n"
+    "  NAME.cu          (table only) #include \"NAME.c\": the CUDA kernels, from the same formula\n"
+    "  CMakeLists.txt   find_package(biaskit) + biaskit_add_plugin (table: CUDA when nvcc is found)\n"
     "  README.md        the formula and the commands to build, check and use it\n"
     "  NAME.toml        an experiment with one NAME term\n\n"
     "NAME: a lowercase letter, then lowercase letters, digits or '_' (at most 40): it is the plugin's\n"
     "name and the C prefix of its code, so not 'biaskit' nor 'biaskit_...' (the SDK's prefix), nor a\n"
     "macro of the compiler or the C headers (linux, unix, i386, math_errhandling). D/NAME must not\n"
     "exist yet.\n\n"
+    "  --kind K         what the plugin computes (above; default table)\n"
     "  --dir D          the folder to create NAME/ in\n";
 
 #define MAX_NAME 40
@@ -129,6 +142,265 @@ static const char experiment[] =
     "[[term]]\n"
     "plugin = \"@\"\n";
 
+/* ---- the ABI 2 kinds (<biaskit/formula_plugin.h>, host code only) ---------------------------------- */
+
+static const char coordinate_c[] =
+    "/* The biaskit plugin '@': a bias read from a table over a coordinate u in [0, 1] (as FIRE; edit the\n"
+    " * formulas below):\n"
+    " *     Bias[h, i, j] = F_h(u(i, i - j)),   u(i, d) = phi(d) rscale(i) = log(1 + c d) / log(1 + c max(i, L))\n"
+    " *     F_h(u) = -a_h u\n"
+    " * a_h learnable per head (starting at 8 x ALiBi's slopes, kept >= 0), c learnable (0.1, kept in\n"
+    " * [0.001, 1000]), L the option threshold (0: the training length), one copy per layer. The engine reads F\n"
+    " * from a grid of u (the option grid) and interpolates it. Written with <biaskit/formula_plugin.h>: the SDK\n"
+    " * generates the options, the parameter hooks, the grid table, the coordinates, their gradients and the\n"
+    " * descriptor. */\n"
+    "#include <biaskit/formula_plugin.h>\n"
+    "\n"
+    "/* C(name, kind, doc): options the formulas read as c.name */\n"
+    "#define @_CONSTANTS(C)                                                                                  \\\n"
+    "    C(threshold, BIASKIT_TP_INT(0, 0, INT32_MAX), \"L of max(i, L); 0 = the training length\")\n"
+    "/* X(name, shape, init rule, lower, upper, doc): F's parameters, then the coordinate's (SCALAR or ARRAY) */\n"
+    "#define @_PARAMS(X) X(a, PER_HEAD, BIASKIT_TP_ALIBI(8.0), 0.0, INFINITY, \"slope a_h of F_h(u) = -a_h u\")\n"
+    "#define @_UPARAMS(X) X(c, SCALAR, BIASKIT_TP_CONST(0.1), 1e-3, 1e3, \"c in u = log(1 + c d)\")\n"
+    "\n"
+    "BIASKIT_FP_COORDINATE_TYPES(@, @_PARAMS, @_UPARAMS, @_CONSTANTS)\n"
+    "\n"
+    "/* max(i, L), L = threshold or the training length (at least 1) */\n"
+    "static double @_norm(@_ctx c, int32_t i)\n"
+    "{\n"
+    "    double L = c.threshold ? (double)c.threshold : c.train_length > 1 ? (double)c.train_length : 1.0;\n"
+    "    return (double)i > L ? (double)i : L;\n"
+    "}\n"
+    "\n"
+    "/* F_h(u) and its derivatives; phi(d) >= 0, non-decreasing; rscale(i) >= 0; phi(i) rscale(i) <= 1 */\n"
+    "BIASKIT_FP_F(@) { return -p.a * u; }\n"
+    "BIASKIT_FP_F_GRADIENT(@) { g->a = -u; }\n"
+    "BIASKIT_FP_PHI(@) { return log1p(p.c * d); }\n"
+    "BIASKIT_FP_PHI_GRADIENT(@) { g->c = d / (1.0 + p.c * d); }\n"
+    "BIASKIT_FP_RSCALE(@) { return 1.0 / log1p(p.c * @_norm(c, i)); }\n"
+    "BIASKIT_FP_RSCALE_GRADIENT(@)\n"
+    "{\n"
+    "    double n = @_norm(c, i), r = 1.0 / log1p(p.c * n);\n"
+    "    g->c = -r * r * n / (1.0 + p.c * n);\n"
+    "}\n"
+    "\n"
+    "/* 257: the default of the option grid (grid points of u) */\n"
+    "BIASKIT_COORDINATE_PLUGIN(@, @_PARAMS, @_UPARAMS, @_CONSTANTS, 257, .name = \"@\", .version = \"0.1.0\",\n"
+    "                          .flags = BIASKIT_FLAG_PER_LAYER,\n"
+    "                          .summary = \"-a_h log(1 + c d) / log(1 + c max(i, L)) (new-plugin --kind coordinate)\",\n"
+    "                          .reference = NULL)\n";
+
+static const char coordinate_readme[] =
+    "# @ — a biaskit plugin (coordinate table)\n"
+    "\n"
+    "The template of `biaskit new-plugin --kind coordinate`; edit `@.c` to make it yours. A bias read from a\n"
+    "table over a coordinate u in [0, 1], as FIRE (Li et al., ICLR 2024):\n"
+    "\n"
+    "    Bias[h, i, j] = F_h(u(i, i − j)),   u(i, d) = φ(d) · r(i) = log(1 + c·d) / log(1 + c·max(i, L)),   F_h(u) = −a_h · u\n"
+    "\n"
+    "with `a_h` learnable per head (starting at 8 × ALiBi's slopes, kept ≥ 0), `c` learnable (0.1, kept in\n"
+    "[0.001, 1000]) and one copy per layer. The engine reads F_h from a grid of u (`grid` points) and\n"
+    "interpolates it linearly at every (i, j); it asks the plugin only for the grid, φ(d) and r(i).\n"
+    "\n"
+    "`@.c` holds the parameters (`@_PARAMS`: F's, `@_UPARAMS`: the coordinate's), the options the formulas\n"
+    "read (`@_CONSTANTS`), F (`BIASKIT_FP_F`), φ (`BIASKIT_FP_PHI`), r (`BIASKIT_FP_RSCALE`) and their\n"
+    "derivatives. The rules: φ(d) ≥ 0 and non-decreasing, r(i) ≥ 0, φ(i)·r(i) ≤ 1 (`biaskit check` and the\n"
+    "engine check them). See the comment of `<biaskit/formula_plugin.h>` for every shape, init rule and option.\n"
+    "\n"
+    "| option | type | default | meaning |\n"
+    "|---|---|---|---|\n"
+    "| `a` | float array | `[]` (8 × ALiBi's slopes) | 1 value (every head) or one per head |\n"
+    "| `c` | float array | `[]` (0.1) | 1 value |\n"
+    "| `learnable` | bool | true | false: `a` and `c` fixed at their values, no parameters |\n"
+    "| `threshold` | int | 0 | L of max(i, L); 0 = the training length |\n"
+    "| `grid` | int | 257 | grid points of u F is tabulated at |\n"
+    "\n"
+    "## Build, check, use\n"
+    "\n"
+    "    cmake -S . -B build -DCMAKE_PREFIX_PATH=<biaskit install prefix>\n"
+    "    cmake --build build\n"
+    "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit check @             # conformance: grid, coordinates, gradients\n"
+    "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit train @.toml       # C headers under /usr/include\n";
+
+static const char mask_c[] =
+    "/* The biaskit plugin '@': a sliding-window mask with attention sinks (edit the formula below): query i\n"
+    " * sees key j when i - j < window (itself and the window - 1 keys before it) or j < sinks; every other score\n"
+    " * is exactly -inf. Written with <biaskit/formula_plugin.h>: the SDK generates the options, the checks and\n"
+    " * the descriptor. */\n"
+    "#include <biaskit/formula_plugin.h>\n"
+    "\n"
+    "/* C(name, kind, doc): options the formula reads as c.name */\n"
+    "#define @_CONSTANTS(C)                                                                                     \\\n"
+    "    C(window, BIASKIT_TP_INT(0, 0, INT32_MAX), \"keys i - j < window are visible; 0 = the training length\") \\\n"
+    "    C(sinks, BIASKIT_TP_INT(4, 0, INT32_MAX), \"the first sinks keys stay visible to every query\")\n"
+    "\n"
+    "BIASKIT_FP_TYPES(@, BIASKIT_TP_NO_PARAMS, @_CONSTANTS)\n"
+    "\n"
+    "/* window >= 1, sinks >= 0, distance_cap >= 0 (> 0: the distance tables are read at min(d, distance_cap));\n"
+    " * c.train_length and ctx->length (the length of the call) are there too */\n"
+    "BIASKIT_FP_MASK(@)\n"
+    "{\n"
+    "    m->window = c.window ? c.window : c.train_length;\n"
+    "    m->sinks = c.sinks;\n"
+    "}\n"
+    "\n"
+    "BIASKIT_MASK_PLUGIN(@, @_CONSTANTS, .name = \"@\", .version = \"0.1.0\", .reference = NULL,\n"
+    "                    .summary = \"sliding window + attention sinks (biaskit new-plugin --kind mask)\")\n";
+
+static const char mask_readme[] =
+    "# @ — a biaskit plugin (mask)\n"
+    "\n"
+    "The template of `biaskit new-plugin --kind mask`; edit `@.c` to make it yours. A sliding window with\n"
+    "attention sinks (StreamingLLM, Xiao et al., ICLR 2024): query i sees key j when\n"
+    "\n"
+    "    i − j < window   (itself and the window − 1 keys before it)   or   j < sinks\n"
+    "\n"
+    "and every other score is exactly −inf (the attention skips key tiles that are masked entirely).\n"
+    "\n"
+    "`@.c` holds the options the formula reads (`@_CONSTANTS`) and the formula (`BIASKIT_FP_MASK`), which sets\n"
+    "`window` (≥ 1), `sinks` (≥ 0) and `distance_cap` (≥ 0; > 0 reads the distance tables at min(d, cap), as\n"
+    "LM-Infinite). See the comment of `<biaskit/formula_plugin.h>`.\n"
+    "\n"
+    "| option | type | default | meaning |\n"
+    "|---|---|---|---|\n"
+    "| `window` | int | 0 | keys with i − j < window are visible; 0 = the training length |\n"
+    "| `sinks` | int | 4 | the first `sinks` keys stay visible to every query |\n"
+    "\n"
+    "## Build, check, use\n"
+    "\n"
+    "    cmake -S . -B build -DCMAKE_PREFIX_PATH=<biaskit install prefix>\n"
+    "    cmake --build build\n"
+    "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit check @             # conformance: the mask at every length\n"
+    "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit train @.toml       # C headers under /usr/include\n";
+
+static const char scale_c[] =
+    "/* The biaskit plugin '@': a logit scale (as Scalable-Softmax; edit the formula below):\n"
+    " *     score[h, i, j] = s_h(i) q_i . k_j / sqrt(d_head) + biases,   s_h(i) = s_h ln(i + 1)\n"
+    " * s_h learnable per head (starting at 0.43), one copy per layer. Written with <biaskit/formula_plugin.h>:\n"
+    " * the SDK generates the options, the parameter hooks, the host loops, the gradient and the descriptor. */\n"
+    "#include <biaskit/formula_plugin.h>\n"
+    "\n"
+    "/* X(name, shape, init rule, lower, upper, doc) */\n"
+    "#define @_PARAMS(X) X(s, PER_HEAD, BIASKIT_TP_CONST(0.43), -INFINITY, INFINITY, \"s_h of s_h ln(i + 1)\")\n"
+    "\n"
+    "BIASKIT_FP_TYPES(@, @_PARAMS, BIASKIT_TP_NO_CONSTANTS)\n"
+    "\n"
+    "/* s of head h at query i (0-based), and its derivative with respect to each parameter */\n"
+    "BIASKIT_FP_SCALE(@) { return p.s * log(i + 1.0); }\n"
+    "BIASKIT_FP_SCALE_GRADIENT(@) { g->s = log(i + 1.0); }\n"
+    "\n"
+    "BIASKIT_SCALE_PLUGIN(@, @_PARAMS, BIASKIT_TP_NO_CONSTANTS, .name = \"@\", .version = \"0.1.0\",\n"
+    "                     .flags = BIASKIT_FLAG_PER_LAYER, .reference = NULL,\n"
+    "                     .summary = \"logit scale s_h ln(i + 1) (biaskit new-plugin --kind scale)\")\n";
+
+static const char scale_readme[] =
+    "# @ — a biaskit plugin (logit scale)\n"
+    "\n"
+    "The template of `biaskit new-plugin --kind scale`; edit `@.c` to make it yours. A per-head, per-query\n"
+    "factor on the logits, as Scalable-Softmax (Nakanishi 2025):\n"
+    "\n"
+    "    score[h, i, j] = s_h(i) · q_i · k_j / √d_head + biases,     s_h(i) = s_h · ln(i + 1),     ∂s_h(i)/∂s_h = ln(i + 1)\n"
+    "\n"
+    "with `s_h` learnable per head (starting at 0.43) and one copy per layer.\n"
+    "\n"
+    "`@.c` holds the parameters (`@_PARAMS`), the formula (`BIASKIT_FP_SCALE`) and its derivative\n"
+    "(`BIASKIT_FP_SCALE_GRADIENT`); the formula may read the context of the call (`ctx->length`,\n"
+    "`ctx->training`). See the comment of `<biaskit/formula_plugin.h>`.\n"
+    "\n"
+    "| option | type | default | meaning |\n"
+    "|---|---|---|---|\n"
+    "| `s` | float array | `[]` (0.43) | 1 value (every head) or one per head |\n"
+    "| `learnable` | bool | true | false: `s` fixed, no parameters |\n"
+    "\n"
+    "## Build, check, use\n"
+    "\n"
+    "    cmake -S . -B build -DCMAKE_PREFIX_PATH=<biaskit install prefix>\n"
+    "    cmake --build build\n"
+    "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit check @             # conformance: scales, gradient\n"
+    "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit train @.toml       # C headers under /usr/include\n";
+
+static const char rotary_c[] =
+    "/* The biaskit plugin '@': RoPE with position interpolation (edit the formula below): pair k of q and k at\n"
+    " * position p turns by p theta_k,\n"
+    " *     theta_k = base^(-2k/d_head) / s,   s = factor, or with factor = 0 s = max(1, length / L)\n"
+    " * (L: original_length, or the training length; length: the sequence length of each call). Written with\n"
+    " * <biaskit/formula_plugin.h>: the SDK generates the options, the checks and the descriptor. */\n"
+    "#include <biaskit/formula_plugin.h>\n"
+    "\n"
+    "/* C(name, kind, doc): options the formula reads as c.name */\n"
+    "#define @_CONSTANTS(C)                                                                                     \\\n"
+    "    C(base, BIASKIT_TP_REAL(10000, 2, 1e30), \"frequency base\")                                             \\\n"
+    "    C(factor, BIASKIT_TP_REAL(1, 0, 1e6), \"s of theta_k / s; 0 = dynamic, s = max(1, length / L)\")          \\\n"
+    "    C(original_length, BIASKIT_TP_INT(0, 0, INT32_MAX), \"L; 0 = the training length\")\n"
+    "\n"
+    "BIASKIT_FP_TYPES(@, BIASKIT_TP_NO_PARAMS, @_CONSTANTS)\n"
+    "\n"
+    "/* theta_k for k = 0 .. d_head/2 - 1 at the context of the call (ctx->length, ctx->training) */\n"
+    "BIASKIT_FP_INV_FREQ(@)\n"
+    "{\n"
+    "    double L = c.original_length ? (double)c.original_length : (double)c.train_length, s = ctx->length / L;\n"
+    "    return pow(c.base, -2.0 * k / c.d_head) / (c.factor != 0.0 ? c.factor : s > 1.0 ? s : 1.0);\n"
+    "}\n"
+    "/* what multiplies q and k after the rotation (YaRN's temperature); 1 here */\n"
+    "BIASKIT_FP_NO_AMPLITUDE(@)\n"
+    "\n"
+    "BIASKIT_ROTARY_PLUGIN(@, @_CONSTANTS, .name = \"@\", .version = \"0.1.0\",\n"
+    "                      .summary = \"RoPE with position interpolation (biaskit new-plugin --kind rotary)\",\n"
+    "                      .reference = \"Chen et al., Extending Context Window of Large Language Models via \"\n"
+    "                                   \"Positional Interpolation, 2023\")\n";
+
+static const char rotary_readme[] =
+    "# @ — a biaskit plugin (rotary)\n"
+    "\n"
+    "The template of `biaskit new-plugin --kind rotary`; edit `@.c` to make it yours. RoPE with position\n"
+    "interpolation (Chen et al. 2023): pair k of q and k at position p turns by p · θ_k,\n"
+    "\n"
+    "    θ_k = base^(−2k/d_head) / s,     s = factor,   or with factor = 0:  s = max(1, length / L)\n"
+    "\n"
+    "where L is `original_length` (0: the training length) and `length` the sequence length of each call\n"
+    "(the engine asks again whenever it changes). `factor = 1` is plain RoPE.\n"
+    "\n"
+    "`@.c` holds the options the formula reads (`@_CONSTANTS`), θ_k (`BIASKIT_FP_INV_FREQ`) and the amplitude\n"
+    "that multiplies q and k after the rotation (`BIASKIT_FP_NO_AMPLITUDE`: 1; write `BIASKIT_FP_AMPLITUDE` for\n"
+    "YaRN's temperature). See the comment of `<biaskit/formula_plugin.h>`.\n"
+    "\n"
+    "| option | type | default | meaning |\n"
+    "|---|---|---|---|\n"
+    "| `base` | float | 10000 | frequency base |\n"
+    "| `factor` | float | 1 | s; 0 = dynamic |\n"
+    "| `original_length` | int | 0 | L; 0 = the training length |\n"
+    "\n"
+    "## Build, check, use\n"
+    "\n"
+    "    cmake -S . -B build -DCMAKE_PREFIX_PATH=<biaskit install prefix>\n"
+    "    cmake --build build\n"
+    "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit check @             # conformance: frequencies at every length\n"
+    "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit train @.toml       # C headers under /usr/include\n";
+
+static const char cmakelists_host[] =
+    "# The biaskit plugin '@', built against an installed biaskit SDK:\n"
+    "#   cmake -S . -B build -DCMAKE_PREFIX_PATH=<biaskit install prefix> && cmake --build build\n"
+    "# Host code only: the engine calls this plugin's hooks on the host (its kernels do the per-element work).\n"
+    "cmake_minimum_required(VERSION 3.24)\n"
+    "project(biaskit_@_plugin LANGUAGES C)\n"
+    "find_package(biaskit 0.1 REQUIRED)\n"
+    "biaskit_add_plugin(@ SOURCES @.c OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})\n"
+    "target_link_libraries(biaskit_plugin_@ PRIVATE m)\n";
+
+/* What each kind writes: the formula file, its README, the CMakeLists.txt, the term's extra option lines
+ * in the experiment, and (table only) the CUDA twin. */
+typedef struct kind {
+    const char *name, *formula, *readme, *cmake, *cuda, *term_options;
+} kind;
+
+static const kind kinds[] = {
+    {"table", formula_c, readme, cmakelists, formula_cu, ""},
+    {"coordinate", coordinate_c, coordinate_readme, cmakelists_host, NULL, ""},
+    {"mask", mask_c, mask_readme, cmakelists_host, NULL, "window = 16\nsinks = 4\n"},
+    {"scale", scale_c, scale_readme, cmakelists_host, NULL, ""},
+    {"rotary", rotary_c, rotary_readme, cmakelists_host, NULL, ""},
+};
+
 static int valid_name(const char *name)
 {
     size_t n = strlen(name);
@@ -190,7 +462,7 @@ static int write_file(const char *dir, const char *file, const char *name, const
 
 int bk_cmd_new_plugin(int argc, char **argv)
 {
-    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"dir", 1, 0}};
+    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"dir", 1, 0}, {"kind", 1, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit new-plugin", &args, &err))
@@ -216,6 +488,16 @@ int bk_cmd_new_plugin(int argc, char **argv)
                 "compile: pick another name", name, why);
         return bk_report(&err);
     }
+    const char *kind_name = bk_args_get(&args, "kind");
+    const kind *k = NULL;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(kind_name ? kind_name : "table", kinds[i].name) == 0)
+            k = &kinds[i];
+    if (!k) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit new-plugin: --kind '%s': expected table, coordinate, mask, scale or rotary "
+                "(see 'biaskit new-plugin --help')", kind_name);
+        return bk_report(&err);
+    }
     const char *parent = bk_args_get(&args, "dir");
     char dir[4096];
     if (snprintf(dir, sizeof dir, "%s/%s", parent ? parent : ".", name) >= (int)sizeof dir) {
@@ -232,16 +514,18 @@ int bk_cmd_new_plugin(int argc, char **argv)
                 errno == EEXIST ? " (new-plugin writes a new folder: pick another name or --dir)" : "");
         return bk_report(&err);
     }
-    printf("new-plugin: writing %s/\n", dir);
-    int rc = write_file(dir, "@.c", name, formula_c, &err);
+    printf("new-plugin: writing %s/ (%s plugin)\n", dir, k->name);
+    char toml[sizeof experiment + 256];
+    snprintf(toml, sizeof toml, "%s%s", experiment, k->term_options);
+    int rc = write_file(dir, "@.c", name, k->formula, &err);
+    if (!rc && k->cuda)
+        rc = write_file(dir, "@.cu", name, k->cuda, &err);
     if (!rc)
-        rc = write_file(dir, "@.cu", name, formula_cu, &err);
+        rc = write_file(dir, "CMakeLists.txt", name, k->cmake, &err);
     if (!rc)
-        rc = write_file(dir, "CMakeLists.txt", name, cmakelists, &err);
+        rc = write_file(dir, "README.md", name, k->readme, &err);
     if (!rc)
-        rc = write_file(dir, "README.md", name, readme, &err);
-    if (!rc)
-        rc = write_file(dir, "@.toml", name, experiment, &err);
+        rc = write_file(dir, "@.toml", name, toml, &err);
     if (rc)
         return bk_report(&err);
     printf("next: cd %s && cmake -S . -B build -DCMAKE_PREFIX_PATH=<biaskit install prefix> && cmake --build build\n"

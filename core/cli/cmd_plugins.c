@@ -93,10 +93,30 @@ static void print_parameters(FILE *out, const bk_plugin *p)
     int32_t n = count > 0 && d->param_tensors ? d->param_tensors(inst, tensors, 16) : 0;
     for (int32_t i = 0; i < n && i < 16; i++)
         fprintf(out, "%s %s[%dx%d]", i ? "," : ":", tensors[i].name, tensors[i].rows, tensors[i].cols);
+    fprintf(out, "\n");
+    /* the parameter groups it declares (param_group(); [[term]] lr_scale / weight_decay override them) */
+    int (*declare)(const void *, int32_t, biaskit_param_group *, biaskit_error *) = BK_DESCRIPTOR_FN(d, param_group);
+    if (count > 0 && declare) {
+        bk_plugin_stage("plugin '%s' ('%s'), in param_group()", d->name, p->path);
+        fprintf(out, "  groups:      ");
+        const int32_t shown = n > 0 ? (n < 16 ? n : 16) : 1;
+        for (int32_t i = 0; i < shown; i++) {
+            biaskit_param_group g = {sizeof g, 1.0, BIASKIT_WEIGHT_DECAY_DEFAULT};
+            biaskit_error ge = {0, ""};
+            fprintf(out, "%s %s: ", i ? ";" : "", n > 0 ? tensors[i].name : "theta");
+            if (declare(inst, n > 0 ? i : -1, &g, &ge) != BIASKIT_OK)
+                fprintf(out, "(param_group() failed: %s)", ge.message);
+            else if (g.weight_decay == BIASKIT_WEIGHT_DECAY_DEFAULT)
+                fprintf(out, "lr x %g, weight decay: the engine's (none; [train] weight_decay with decay_all)",
+                        g.lr_scale);
+            else
+                fprintf(out, "lr x %g, weight decay %g", g.lr_scale, g.weight_decay);
+        }
+        fprintf(out, "\n");
+    }
     bk_plugin_stage("plugin '%s' ('%s'), in destroy()", d->name, p->path);
     d->destroy(inst);
     bk_plugin_stage(NULL);
-    fprintf(out, "\n");
 }
 
 /* What the plugin's terms read from the engine, from its capabilities and hooks (plugin.h). */

@@ -12,7 +12,17 @@
  * The schema: every engine key, written once.
  * ---------------------------------------------------------------------------------------------- */
 
-typedef enum key_type { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_CHOICE, KEY_STRING, KEY_STRINGS } key_type;
+/* KEY_BOOL_OR_CHOICE: a boolean or one of the choices, stored as an int: false 0, true 1, choice c
+ * (0-based) c + 1 (so the first choice means the same as true). */
+typedef enum key_type {
+    KEY_INT,
+    KEY_FLOAT,
+    KEY_BOOL,
+    KEY_CHOICE,
+    KEY_STRING,
+    KEY_STRINGS,
+    KEY_BOOL_OR_CHOICE
+} key_type;
 
 typedef struct key_spec {
     const char *section;
@@ -33,7 +43,9 @@ static const key_spec schema[] = {
     {"model", "vocab", KEY_INT, 256, 2, 1 << 20, NULL, "vocabulary size (256 for byte-level text)", FIELD(model.vocab)},
     {"attention", "mixing", KEY_CHOICE, BK_MIX_SUM, 0, 0, BK_MIXING_CHOICES,
      "how terms on one stream combine: sum = sum_t w_t T_t; kernel = log sum_t w_t exp(T_t)", FIELD(attention.mixing)},
-    {"attention", "learn_weights", KEY_BOOL, 0, 0, 1, NULL, "train the mixing weights (softmax-parametrised)",
+    {"attention", "learn_weights", KEY_BOOL_OR_CHOICE, 0, 0, 2, BK_LEARN_WEIGHTS_CHOICES,
+     "train the table terms' mixing weights (kernel: softmax-parametrised): true = \"per_term\" (one weight per "
+     "term), \"per_head\" (one per term and head); a term's learn_weight / weight_per_head overrides it",
      FIELD(attention.learn_weights)},
     {"train", "length", KEY_INT, 256, 1, 1 << 24, NULL, "training context length in tokens", FIELD(train.length)},
     {"train", "seed", KEY_INT, 1234, 0, 9007199254740991.0, NULL, "seed of parameter init and data order", FIELD(train.seed)},
@@ -108,7 +120,8 @@ static const key_spec schema[] = {
 #define N_SCHEMA (sizeof schema / sizeof schema[0])
 
 /* [[term]] keys owned by the engine (BK_TERM_KEYS_TEXT lists the same names for messages). */
-static const char *const term_keys[] = {"plugin", "name", "stream", "weight", "per_layer"};
+static const char *const term_keys[] = {"plugin",          "name",     "stream",      "weight",      "per_layer",
+                                        "learn_weight",    "weight_per_head", "lr_scale", "weight_decay"};
 #define N_TERM_KEYS (sizeof term_keys / sizeof term_keys[0])
 
 int bk_term_key_is_reserved(const char *key)
@@ -271,6 +284,7 @@ static void set_default(bk_experiment *exp, const key_spec *k)
     case KEY_CHOICE: *(int64_t *)field = (int64_t)k->def; break;
     case KEY_FLOAT: *(double *)field = k->def; break;
     case KEY_BOOL: *(int *)field = k->def != 0; break;
+    case KEY_BOOL_OR_CHOICE: *(int *)field = (int)k->def; break;
     case KEY_STRING: *(const char **)field = k->choices; break;
     case KEY_STRINGS: *(bk_string_list *)field = (bk_string_list){NULL, 0}; break;
     }
@@ -309,6 +323,23 @@ static int read_key(bk_experiment *exp, const key_spec *k, const bk_toml_node *n
             return wrong_type(err, node, where, "a boolean (true or false)");
         *(int *)field = bk_toml_bool(node);
         return BK_OK;
+    case KEY_BOOL_OR_CHOICE: {
+        char list[256];
+        bk_choices_text(k->choices, list, sizeof list);
+        if (t == BK_TOML_BOOL) {
+            *(int *)field = bk_toml_bool(node);
+            return BK_OK;
+        }
+        if (t != BK_TOML_STRING)
+            return bk_fail_at(err, BK_ERR_CONFIG, pos, "%s: expected a boolean (true or false), got %s; or a string, "
+                              "one of %s", where, bk_toml_type_name(t), list);
+        int index = bk_choice_index(k->choices, bk_toml_string(node));
+        if (index < 0)
+            return bk_fail_at(err, BK_ERR_CONFIG, pos, "%s: expected true, false or one of %s, got '%s'", where, list,
+                              bk_toml_string(node));
+        *(int *)field = index + 1;
+        return BK_OK;
+    }
     case KEY_CHOICE: {
         char list[256];
         bk_choices_text(k->choices, list, sizeof list);
@@ -387,6 +418,43 @@ static int read_section(bk_experiment *exp, const bk_toml_node *root, const char
     return BK_OK;
 }
 
+/* One value of a term's lr_scale or weight_decay: a finite number >= 0 (`what` names it in messages). */
+static int group_number(const bk_toml_node *v, const char *where, const char *what, bk_error *err)
+{
+    bk_toml_type t = bk_toml_type_of(v);
+    if (t != BK_TOML_FLOAT && t != BK_TOML_INT)
+        return wrong_type(err, v, where, what);
+    double x = bk_toml_float(v);
+    if (!isfinite(x) || x < 0.0)
+        return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v), "%s: expected %s, a finite number >= 0, got %g",
+                          where, what, x);
+    return BK_OK;
+}
+
+/* [[term]] lr_scale / weight_decay: a number for every tensor of the term, or a table of numbers, one per
+ * tensor named (lr_scale.slope = 0.5); the names are checked against the plugin's tensors when it loads. */
+static int read_group_key(const bk_toml_node *table, const char *key, const char *where, const bk_toml_node **out,
+                          bk_error *err)
+{
+    const bk_toml_node *v = bk_toml_get(table, key);
+    *out = v;
+    if (!v)
+        return BK_OK;
+    char what[96];
+    if (bk_toml_type_of(v) != BK_TOML_TABLE) {
+        snprintf(what, sizeof what, "a number for '%s' (or a table of numbers, one per tensor)", key);
+        return group_number(v, where, what, err);
+    }
+    bk_toml_entry e;
+    for (size_t i = 0; bk_toml_entry_at(v, i, &e) == 0; i++) {
+        snprintf(what, sizeof what, "a number for '%s.%s'", key, e.key);
+        int rc = group_number(e.value, where, what, err);
+        if (rc)
+            return rc;
+    }
+    return BK_OK;
+}
+
 static int read_term(bk_term_config *term, const bk_toml_node *table, int index, bk_error *err)
 {
     char where[64];
@@ -399,6 +467,9 @@ static int read_term(bk_term_config *term, const bk_toml_node *table, int index,
     term->stream = BK_STREAM_TOKEN;
     term->weight = NAN;
     term->per_layer = -1;
+    term->learn_weight = -1;
+    term->weight_per_head = -1;
+    term->lr_scale = term->weight_decay = NULL;
 
     const bk_toml_node *plugin = bk_toml_get(table, "plugin");
     if (!plugin)
@@ -442,6 +513,20 @@ static int read_term(bk_term_config *term, const bk_toml_node *table, int index,
             return wrong_type(err, v, where, "a boolean for 'per_layer'");
         term->per_layer = bk_toml_bool(v);
     }
+    if ((v = bk_toml_get(table, "learn_weight"))) {
+        if (bk_toml_type_of(v) != BK_TOML_BOOL)
+            return wrong_type(err, v, where, "a boolean for 'learn_weight'");
+        term->learn_weight = bk_toml_bool(v);
+    }
+    if ((v = bk_toml_get(table, "weight_per_head"))) {
+        if (bk_toml_type_of(v) != BK_TOML_BOOL)
+            return wrong_type(err, v, where, "a boolean for 'weight_per_head'");
+        term->weight_per_head = bk_toml_bool(v);
+    }
+    int rc;
+    if ((rc = read_group_key(table, "lr_scale", where, &term->lr_scale, err)) ||
+        (rc = read_group_key(table, "weight_decay", where, &term->weight_decay, err)))
+        return rc;
     return BK_OK;
 }
 
@@ -574,6 +659,17 @@ void bk_experiment_free(bk_experiment *exp)
     memset(exp, 0, sizeof *exp);
 }
 
+/* A KEY_BOOL_OR_CHOICE value as TOML writes it: false, true (also the first choice), "choice". */
+static const char *bool_or_choice_text(const key_spec *k, int v, char *buf, size_t size)
+{
+    char name[48];
+    if (v <= 1)
+        snprintf(buf, size, "%s", v ? "true" : "false");
+    else
+        snprintf(buf, size, "\"%s\"", bk_choice_name(k->choices, v - 1, name, sizeof name));
+    return buf;
+}
+
 void bk_experiment_print_keys(void *fp)
 {
     FILE *f = fp;
@@ -598,6 +694,13 @@ void bk_experiment_print_keys(void *fp)
             snprintf(def, sizeof def, "%s", k->def ? "true" : "false");
             snprintf(type, sizeof type, "boolean");
             break;
+        case KEY_BOOL_OR_CHOICE: {
+            bool_or_choice_text(k, (int)k->def, def, sizeof def);
+            char list[128];
+            bk_choices_text(k->choices, list, sizeof list);
+            snprintf(type, sizeof type, "boolean or one of %s", list);
+            break;
+        }
         case KEY_CHOICE: {
             char name[48];
             snprintf(def, sizeof def, "\"%s\"", bk_choice_name(k->choices, (int64_t)k->def, name, sizeof name));
@@ -629,6 +732,16 @@ void bk_experiment_print_keys(void *fp)
             "mixing weight of a table term (sum: 1.0; kernel: 1/n per stream, must be >= 0)");
     fprintf(f, "  %-14s = %-10s  %s\n", "per_layer", "<plugin>",
             "table terms: one parameter copy per layer (true) or shared (false); default from the plugin");
+    fprintf(f, "  %-14s = %-10s  %s\n", "learn_weight", "<attention>",
+            "table terms: train this term's mixing weight (default: [attention] learn_weights)");
+    fprintf(f, "  %-14s = %-10s  %s\n", "weight_per_head", "<attention>",
+            "table terms with a learned weight: one weight per head (default: learn_weights = \"per_head\")");
+    fprintf(f, "  %-14s = %-10s  %s\n", "lr_scale", "<plugin>",
+            "terms with parameters: [train] lr x this; a number, or per tensor (lr_scale.NAME = ...); >= 0");
+    fprintf(f, "  %-14s = %-10s  %s\n", "weight_decay", "<plugin>",
+            "terms with parameters: AdamW weight decay of their tensors (default: none, or [train] weight_decay");
+    fprintf(f, "  %-14s   %-10s  %s\n", "", "",
+            "with decay_all; a plugin may declare its own); a number, or per tensor");
     fprintf(f, "  ...                          the plugin's own options: see `biaskit plugins`\n");
 }
 
@@ -677,6 +790,11 @@ void bk_experiment_print_values(const bk_experiment *exp, void *fp)
             break;
         }
         case KEY_BOOL: fprintf(f, "%s", *(const int *)field ? "true" : "false"); break;
+        case KEY_BOOL_OR_CHOICE: {
+            char text[64];
+            fputs(bool_or_choice_text(k, *(const int *)field, text, sizeof text), f);
+            break;
+        }
         case KEY_CHOICE: {
             char name[48];
             print_string(f, bk_choice_name(k->choices, *(const int64_t *)field, name, sizeof name));
@@ -760,7 +878,16 @@ static void node_text(const bk_toml_node *node, char *buf, size_t size, size_t *
         }
         text_add(buf, size, used, "]");
         break;
-    case BK_TOML_TABLE: text_add(buf, size, used, "{...}"); break;
+    case BK_TOML_TABLE: {
+        bk_toml_entry e;
+        text_add(buf, size, used, "{");
+        for (size_t i = 0; depth < 4 && bk_toml_entry_at(node, i, &e) == 0; i++) {
+            text_add(buf, size, used, "%s%s = ", i ? ", " : "", e.key);
+            node_text(e.value, buf, size, used, depth + 1);
+        }
+        text_add(buf, size, used, "}");
+        break;
+    }
     default: text_add(buf, size, used, "%s", bk_toml_string(node) ? bk_toml_string(node) : "?"); break;
     }
 }
@@ -814,6 +941,7 @@ static void value_text(const bk_experiment *exp, const key_spec *k, char *buf, s
     case KEY_INT: text_add(buf, size, &used, "%lld", (long long)*(const int64_t *)field); break;
     case KEY_FLOAT: shortest_double(*(const double *)field, buf, size); break;
     case KEY_BOOL: text_add(buf, size, &used, "%s", *(const int *)field ? "true" : "false"); break;
+    case KEY_BOOL_OR_CHOICE: bool_or_choice_text(k, *(const int *)field, buf, size); break;
     case KEY_CHOICE: {
         char name[48];
         quoted_text(buf, size, &used, bk_choice_name(k->choices, *(const int64_t *)field, name, sizeof name));
@@ -840,7 +968,8 @@ static int same_value(const bk_experiment *a, const bk_experiment *b, const key_
     case KEY_INT:
     case KEY_CHOICE: return *(const int64_t *)x == *(const int64_t *)y;
     case KEY_FLOAT: return *(const double *)x == *(const double *)y;
-    case KEY_BOOL: return *(const int *)x == *(const int *)y;
+    case KEY_BOOL:
+    case KEY_BOOL_OR_CHOICE: return *(const int *)x == *(const int *)y;
     case KEY_STRING: return strcmp(*(const char *const *)x, *(const char *const *)y) == 0;
     case KEY_STRINGS: {
         const bk_string_list *p = (const bk_string_list *)x, *q = (const bk_string_list *)y;
@@ -870,13 +999,19 @@ static bk_experiment_change *next_change(change_list *c, bk_key_role role)
     return ch;
 }
 
-static void term_engine_change(change_list *c, int k, const char *key, const char *before, const char *after)
+static void term_engine_change_as(change_list *c, bk_key_role role, int k, const char *key, const char *before,
+                                  const char *after)
 {
-    bk_experiment_change *ch = next_change(c, BK_KEY_MODEL);
+    bk_experiment_change *ch = next_change(c, role);
     snprintf(ch->key, sizeof ch->key, "term.%d.%s", k, key);
     snprintf(ch->where, sizeof ch->where, "[[term]] #%d %s", k + 1, key);
     bk_copy_text(ch->before, sizeof ch->before, before);
     bk_copy_text(ch->after, sizeof ch->after, after);
+}
+
+static void term_engine_change(change_list *c, int k, const char *key, const char *before, const char *after)
+{
+    term_engine_change_as(c, BK_KEY_MODEL, k, key, before, after);
 }
 
 static void optional_text(const char *s, char *buf, size_t size)
@@ -919,10 +1054,37 @@ static void term_changes(change_list *c, const bk_term_config *x, const bk_term_
             shortest_double(y->weight, after, sizeof after);
         term_engine_change(c, k, "weight", before, after);
     }
-    if (x->per_layer != y->per_layer) {
-        snprintf(before, sizeof before, "%s", x->per_layer < 0 ? "not set" : x->per_layer ? "true" : "false");
-        snprintf(after, sizeof after, "%s", y->per_layer < 0 ? "not set" : y->per_layer ? "true" : "false");
-        term_engine_change(c, k, "per_layer", before, after);
+    const struct {
+        const char *key;
+        int x, y;
+    } flags[] = {{"per_layer", x->per_layer, y->per_layer},
+                 {"learn_weight", x->learn_weight, y->learn_weight},
+                 {"weight_per_head", x->weight_per_head, y->weight_per_head}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (flags[i].x == flags[i].y)
+            continue;
+        snprintf(before, sizeof before, "%s", flags[i].x < 0 ? "not set" : flags[i].x ? "true" : "false");
+        snprintf(after, sizeof after, "%s", flags[i].y < 0 ? "not set" : flags[i].y ? "true" : "false");
+        term_engine_change(c, k, flags[i].key, before, after);
+    }
+    /* the optimizer's treatment of the term's parameters: the training still to come, like [train] lr */
+    const struct {
+        const char *key;
+        const bk_toml_node *x, *y;
+    } groups[] = {{"lr_scale", x->lr_scale, y->lr_scale}, {"weight_decay", x->weight_decay, y->weight_decay}};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+        if (groups[i].x == groups[i].y || (groups[i].x && groups[i].y && same_node(groups[i].x, groups[i].y, 0)))
+            continue;
+        size_t ub = 0, ua = 0;
+        if (groups[i].x)
+            node_text(groups[i].x, before, sizeof before, &ub, 0);
+        else
+            snprintf(before, sizeof before, "not set");
+        if (groups[i].y)
+            node_text(groups[i].y, after, sizeof after, &ua, 0);
+        else
+            snprintf(after, sizeof after, "not set");
+        term_engine_change_as(c, BK_KEY_SCHEDULE, k, groups[i].key, before, after);
     }
     /* the plugin's own options: every key of either table that is not the engine's */
     for (int side = 0; side < 2; side++) {

@@ -5,14 +5,15 @@
  * wrong types and out-of-range values are errors naming file:line:column and what was expected.
  *
  *   [model]      layers, heads, dim, vocab
- *   [attention]  mixing ("sum" | "kernel"), learn_weights
+ *   [attention]  mixing ("sum" | "kernel"), learn_weights (false | true | "per_term" | "per_head")
  *   [train]      length, seed, batch, steps, learning-rate schedule, AdamW, clipping, evaluation cadence,
  *                nonfinite ("stop" | "skip")
  *   [data]       format ("text" | "shards"), paths, val_paths, val_fraction, extensions, max_bytes
  *   [run]        device ("auto" | "cpu" | "cuda" | "emulated"), matmul ("fp32" | "tf32" | "bf16"),
  *                attention ("fused" | "materialized"), precision ("fp32" | "bf16"), out_dir, threads
- *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, plus the
- *                plugin's own options (checked against the plugin's declarations when it loads)
+ *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, learn_weight,
+ *                weight_per_head, lr_scale, weight_decay, plus the plugin's own options (checked against
+ *                the plugin's declarations when it loads)
  */
 #ifndef BK_EXPERIMENT_H
 #define BK_EXPERIMENT_H
@@ -32,10 +33,17 @@
 #define BK_PRECISION_CHOICES "fp32|bf16" /* the order of bk_precision (model/backend.h) */
 #define BK_DATA_FORMAT_CHOICES "text|shards"
 #define BK_NONFINITE_CHOICES "stop|skip"
+/* [attention] learn_weights: a boolean (false, true = "per_term") or one of these words; stored as a
+ * bk_learn_weights. */
+#define BK_LEARN_WEIGHTS_CHOICES "per_term|per_head"
 
 typedef enum bk_stream { BK_STREAM_TOKEN = 0, BK_STREAM_SEGMENT = 1 } bk_stream;
 #define BK_STREAM_COUNT 2
 typedef enum bk_mixing { BK_MIX_SUM = 0, BK_MIX_KERNEL = 1 } bk_mixing;
+/* Which table terms' mixing weights train by default (a term's learn_weight and weight_per_head keys
+ * override it): none (false), each term one weight shared by its heads (true, "per_term"), or each
+ * term one weight per head ("per_head"). */
+typedef enum bk_learn_weights { BK_LEARN_NONE = 0, BK_LEARN_PER_TERM = 1, BK_LEARN_PER_HEAD = 2 } bk_learn_weights;
 /* auto: cuda when a GPU answers (device.h), else cpu; emulated: the CUDA backend's code run on the host
  * (model/backend.h), slow, for testing the device code paths without a GPU. */
 typedef enum bk_device_choice {
@@ -50,7 +58,8 @@ typedef enum bk_nonfinite { BK_NONFINITE_STOP = 0, BK_NONFINITE_SKIP = 1 } bk_no
 #define BK_NONFINITE_MAX_SKIPS_TEXT "10"
 
 /* The keys of a [[term]] table that belong to the engine; every other key is a plugin option. */
-#define BK_TERM_KEYS_TEXT "plugin, name, stream, weight, per_layer"
+#define BK_TERM_KEYS_TEXT                                                                                    \
+    "plugin, name, stream, weight, per_layer, learn_weight, weight_per_head, lr_scale, weight_decay"
 int bk_term_key_is_reserved(const char *key);
 
 typedef struct bk_term_config {
@@ -60,6 +69,12 @@ typedef struct bk_term_config {
     int stream_set;             /* 1 when the file gives `stream` (else the engine picks the default) */
     double weight;              /* mixing weight; NAN when not given (the mixer picks the default) */
     int per_layer;              /* 1, 0, or -1 when not given (the plugin's default applies) */
+    int learn_weight;           /* 1, 0, or -1 when not given ([attention] learn_weights applies) */
+    int weight_per_head;        /* 1, 0, or -1 when not given ([attention] learn_weights applies) */
+    /* The optimizer's treatment of the term's parameters, or NULL when not given: a number (every
+     * tensor of the term) or a table {tensor = number} (lr_scale.slope = 0.5); values checked finite and
+     * >= 0 here, tensor names when the plugin is loaded (bias/terms.c). */
+    const bk_toml_node *lr_scale, *weight_decay;
     const bk_toml_node *table;  /* the whole [[term]] table, plugin options included */
     bk_toml_pos pos;            /* position of the table */
     int index;                  /* 1-based position among the [[term]] tables */
@@ -80,7 +95,7 @@ typedef struct bk_experiment {
     } model;
     struct {
         int64_t mixing; /* bk_mixing */
-        int learn_weights;
+        int learn_weights; /* bk_learn_weights */
     } attention;
     struct {
         int64_t length;

@@ -33,6 +33,9 @@ static void release_group(bk_param_group *g)
             free(g->param_host);
     }
     g->m = g->v = g->m_host = g->v_host = g->param_host = NULL;
+    free(g->segments);
+    g->segments = NULL;
+    g->n_segments = 0;
 }
 
 int bk_adamw_add_on(bk_adamw *opt, bk_backend *be, const char *name, float *param, float *grad, float *param_host,
@@ -92,6 +95,54 @@ int bk_adamw_add(bk_adamw *opt, const char *name, float *param, float *grad, siz
     return bk_adamw_add_on(opt, NULL, name, param, grad, NULL, n, decay, err);
 }
 
+int bk_adamw_set_segments(bk_adamw *opt, int group, const bk_adamw_segment *segments, int n, bk_error *err)
+{
+    if (group < 0 || group >= opt->n_groups)
+        return bk_fail(err, BK_ERR_INVALID, "optimizer group %d of %d", group, opt->n_groups);
+    bk_param_group *g = &opt->groups[group];
+    if (g->be && g->be->on_device)
+        return bk_fail(err, BK_ERR_INVALID, "optimizer group '%s': segments are for host groups", g->name);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const bk_adamw_segment *s = &segments[i];
+        if (s->offset != at || s->count == 0 || s->count > g->n - at)
+            return bk_fail(err, BK_ERR_INVALID,
+                           "optimizer group '%s' (%zu values): segment %d covers [%zu, %zu); expected one starting at "
+                           "%zu inside the group", g->name, g->n, i, s->offset, s->offset + s->count, at);
+        if (!isfinite(s->lr_scale) || s->lr_scale < 0.0 || !isfinite(s->weight_decay))
+            return bk_fail(err, BK_ERR_INVALID,
+                           "optimizer group '%s': segment %d has lr_scale %g and weight_decay %g; expected a finite "
+                           "lr_scale >= 0 and a finite weight_decay", g->name, i, s->lr_scale, s->weight_decay);
+        at += s->count;
+    }
+    if (at != g->n)
+        return bk_fail(err, BK_ERR_INVALID, "optimizer group '%s': its segments cover %zu of its %zu values", g->name,
+                       at, g->n);
+    bk_adamw_segment *merged = malloc((size_t)(n > 0 ? n : 1) * sizeof *merged);
+    if (!merged)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for the segments of '%s'", g->name);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        bk_adamw_segment s = segments[i];
+        if (s.weight_decay < 0.0)
+            s.weight_decay = -1.0; /* one marker for the group's rule, so that runs of it merge */
+        if (m && merged[m - 1].lr_scale == s.lr_scale && merged[m - 1].weight_decay == s.weight_decay)
+            merged[m - 1].count += s.count;
+        else
+            merged[m++] = s;
+    }
+    free(g->segments);
+    g->segments = NULL;
+    g->n_segments = 0;
+    if (m == 1 && merged[0].lr_scale == 1.0 && merged[0].weight_decay < 0.0) {
+        free(merged); /* the plain group */
+        return BK_OK;
+    }
+    g->segments = merged;
+    g->n_segments = m;
+    return BK_OK;
+}
+
 void bk_adamw_free(bk_adamw *opt)
 {
     for (int i = 0; i < opt->n_groups; i++)
@@ -145,9 +196,20 @@ int bk_adamw_step(bk_adamw *opt, double lr, double beta1, double beta2, double e
         bk_param_group *g = &opt->groups[i];
         bk_backend *be = ops_of(g);
         const float wd = g->decay ? (float)weight_decay : 0.0f;
-        int rc = be->adamw(be, g->param, g->grad, g->m, g->v, g->n, flr, b1, b2, feps, wd, c1, c2, err);
-        if (rc)
-            return rc;
+        if (!g->n_segments) {
+            int rc = be->adamw(be, g->param, g->grad, g->m, g->v, g->n, flr, b1, b2, feps, wd, c1, c2, err);
+            if (rc)
+                return rc;
+            continue;
+        }
+        for (int k = 0; k < g->n_segments; k++) { /* host memory (bk_adamw_set_segments): pointers offset */
+            const bk_adamw_segment *s = &g->segments[k];
+            const float slr = (float)(lr * s->lr_scale), swd = s->weight_decay >= 0.0 ? (float)s->weight_decay : wd;
+            int rc = be->adamw(be, g->param + s->offset, g->grad + s->offset, g->m + s->offset, g->v + s->offset,
+                               s->count, slr, b1, b2, feps, swd, c1, c2, err);
+            if (rc)
+                return rc;
+        }
     }
     return BK_OK;
 }

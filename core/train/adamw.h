@@ -22,6 +22,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A run of a group's values with its own learning-rate scale and weight decay (a plugin tensor's
+ * parameter group, bias/terms.h): values [offset, offset + count) step with lr x lr_scale and, when
+ * weight_decay >= 0, that decay coefficient; weight_decay < 0 (BIASKIT_WEIGHT_DECAY_DEFAULT) keeps the
+ * group's rule (the step's weight_decay where `decay`, else none). */
+typedef struct bk_adamw_segment {
+    size_t offset, count;
+    double lr_scale;
+    double weight_decay;
+} bk_adamw_segment;
+
 typedef struct bk_param_group {
     char name[96];       /* checkpoint name, e.g. "model.wte", "term.kerple.r1" */
     bk_backend *be;      /* NULL: host memory */
@@ -29,6 +39,9 @@ typedef struct bk_param_group {
     float *grad;         /* in be's memory */
     size_t n;
     int decay;           /* weight decay applies */
+    bk_adamw_segment *segments; /* n_segments runs tiling [0, n) in order, owned; none (the usual case):
+                                 * every value at lr, decayed by the `decay` rule */
+    int n_segments;
     float *m, *v;        /* moments in be's memory, owned by the optimizer */
     /* Host mirrors (checkpoints): the same pointers as param, m, v when the memory is host memory
      * (be NULL or the CPU backend); else param_host is the caller's mirror (the model's host copy) or
@@ -51,6 +64,11 @@ int bk_adamw_add(bk_adamw *opt, const char *name, float *param, float *grad, siz
 int bk_adamw_add_on(bk_adamw *opt, bk_backend *be, const char *name, float *param, float *grad, float *param_host,
                     size_t n, int decay, bk_error *err);
 void bk_adamw_free(bk_adamw *opt);
+/* Give group `group` (a host group) its segments: `n` runs that tile [0, group n) in order, each lr_scale
+ * finite >= 0 and weight_decay finite (>= 0, or < 0 for the group's rule). Adjacent runs that agree are
+ * merged, and a single run of lr_scale 1 and the group's rule leaves the group without segments (the step
+ * is then exactly the plain one). Errors name the group and the run. */
+int bk_adamw_set_segments(bk_adamw *opt, int group, const bk_adamw_segment *segments, int n, bk_error *err);
 
 /* Global L2 norm of every gradient into *norm (double accumulation, fixed order; see above). */
 int bk_adamw_grad_norm(const bk_adamw *opt, double *norm, bk_error *err);
@@ -58,7 +76,8 @@ int bk_adamw_grad_norm(const bk_adamw *opt, double *norm, bk_error *err);
 int bk_adamw_scale_grads(bk_adamw *opt, float s, bk_error *err);
 /* One step:  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
  *            p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p)   (wd only where decay)
- * with m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t), t counting this step. */
+ * with m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t), t counting this step. In a group's segments lr is
+ * (float)(lr x lr_scale) and wd the segment's coefficient when it has one. */
 int bk_adamw_step(bk_adamw *opt, double lr, double beta1, double beta2, double eps, double weight_decay,
                   bk_error *err);
 

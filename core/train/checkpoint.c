@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "train/checkpoint.h"
 
+#include "bias/mix.h"
 #include "io/safetensors.h"
 #include "util/file.h"
 
@@ -19,7 +20,6 @@
 #define CHECKSUM_NAME "xxh64"
 #define SEAL_COVERS "experiment text, overrides, step, data cursor, plugin records and tensor checksums"
 #define MAX_COUNT 9007199254740991.0 /* 2^53 - 1: the largest integer a JSON number holds exactly */
-#define MAX_PLUGIN_TENSORS 256       /* named tensors read from one plugin's param_tensors() */
 
 /* ----------------------------------------------------------------------------- stored tensors */
 
@@ -33,33 +33,6 @@ typedef struct slot {
     int64_t copies, stride, offset, count;
 } slot;
 
-/* The named tensors of a term when they tile one copy of theta exactly (each value in one tensor,
- * names unique and usable in a tensor name); 0 otherwise, and the term is stored whole as theta. */
-static int32_t term_tensors(const bk_term *term, biaskit_tensor_info *info)
-{
-    const biaskit_plugin *d = term->plugin->desc;
-    if (!d->param_tensors || term->n_params <= 0)
-        return 0;
-    int32_t n = d->param_tensors(term->instance, info, MAX_PLUGIN_TENSORS);
-    if (n <= 0 || n > MAX_PLUGIN_TENSORS)
-        return 0;
-    int64_t covered = 0;
-    for (int32_t k = 0; k < n; k++) {
-        const biaskit_tensor_info *t = &info[k];
-        if (!t->name || !*t->name || strlen(t->name) > 64 || strchr(t->name, '"') || strcmp(t->name, "theta") == 0 ||
-            t->rows < 1 || t->cols < 1 || t->offset < 0 || t->offset + (int64_t)t->rows * t->cols > term->n_params)
-            return 0;
-        for (int32_t j = 0; j < k; j++) {
-            int64_t len_j = (int64_t)info[j].rows * info[j].cols, len_k = (int64_t)t->rows * t->cols;
-            if (strcmp(info[j].name, t->name) == 0 ||
-                (t->offset < info[j].offset + len_j && info[j].offset < t->offset + len_k))
-                return 0;
-        }
-        covered += (int64_t)t->rows * t->cols;
-    }
-    return covered == term->n_params ? n : 0;
-}
-
 /* Every stored tensor of the model registered in `opt`, in optimizer order. */
 static int build_slots(const bk_lm *lm, const bk_adamw *opt, slot **out, int *n_out, bk_error *err)
 {
@@ -67,7 +40,7 @@ static int build_slots(const bk_lm *lm, const bk_adamw *opt, slot **out, int *n_
     *n_out = 0;
     int cap = opt->n_groups + 8, n = 0;
     slot *s = calloc((size_t)cap, sizeof *s);
-    biaskit_tensor_info *info = calloc(MAX_PLUGIN_TENSORS, sizeof *info);
+    biaskit_tensor_info *info = calloc(BK_TERM_MAX_TENSORS, sizeof *info);
     if (!s || !info) {
         free(s), free(info);
         return bk_fail(err, BK_ERR_NOMEM, "out of memory listing the checkpoint's tensors");
@@ -78,7 +51,7 @@ static int build_slots(const bk_lm *lm, const bk_adamw *opt, slot **out, int *n_
         for (int k = 0; k < lm->terms.n && !term; k++)
             if (lm->terms.terms[k].theta == pg->param && lm->terms.terms[k].n_params > 0)
                 term = &lm->terms.terms[k];
-        int32_t named = term ? term_tensors(term, info) : 0;
+        int32_t named = term ? bk_term_tensors(term, info) : 0;
         int need = named > 0 ? named : 1;
         if (n + need > cap) {
             cap = (n + need) * 2;
@@ -119,6 +92,18 @@ static int build_slots(const bk_lm *lm, const bk_adamw *opt, slot **out, int *n_
             t->ndim = 2;
             t->shape[0] = term->n_copies;
             t->shape[1] = term->n_params;
+        } else if (strncmp(pg->name, "mix.", 4) == 0) { /* (learned terms, heads) when each has a weight per head */
+            for (int st = 0; st < BK_STREAM_COUNT; st++) {
+                const bk_bias *b = &lm->bias;
+                int per_head = b->n_mix[st] > 0 && b->mix_params[st] == pg->param && b->groups[st] > 1;
+                for (int k = 0; per_head && k < b->n_on[st]; k++)
+                    per_head = b->kind[st][k] != BK_MIX_LEARNED;
+                if (per_head) {
+                    t->ndim = 2;
+                    t->shape[0] = (int64_t)pg->n / b->groups[st];
+                    t->shape[1] = b->groups[st];
+                }
+            }
         } else if (strncmp(pg->name, "model.", 6) == 0) {
             for (int i = 0; i < lm->gpt.n_tensors; i++)
                 if (strcmp(lm->gpt.tensors[i].name, pg->name + 6) == 0) {
@@ -249,6 +234,46 @@ static cJSON *plugin_records(const bk_lm *lm)
     return list;
 }
 
+/* The stored name of a term's parameter group: its tensor's ("term.<label>.<tensor>"), or the whole
+ * theta's ("term.<label>.theta"): the names build_slots gives them. */
+static void group_tensor_name(const bk_term *t, const bk_term_group *g, char *out, size_t size)
+{
+    snprintf(out, size, "term.%s.%s", t->label, g->name);
+}
+
+/* "param_groups": {tensor: {"lr_scale": x, "weight_decay": y or null (the engine's rule)}} for every
+ * term tensor that does not train at lr x 1 with the engine's rule; NULL (no key) when none, so that a
+ * model without parameter groups writes the metadata it always did. *nomem is set on failure. */
+static cJSON *group_records(const bk_lm *lm, int *nomem)
+{
+    cJSON *groups = NULL;
+    *nomem = 0;
+    for (int k = 0; k < lm->terms.n; k++) {
+        const bk_term *t = &lm->terms.terms[k];
+        for (int g = 0; g < t->n_groups; g++) {
+            const bk_term_group *grp = &t->groups[g];
+            if (grp->lr_scale == 1.0 && grp->weight_decay < 0.0)
+                continue;
+            char name[200];
+            group_tensor_name(t, grp, name, sizeof name);
+            cJSON *r = cJSON_CreateObject();
+            if (!groups)
+                groups = cJSON_CreateObject();
+            if (!r || !groups || !cJSON_AddItemToObject(groups, name, r) ||
+                !cJSON_AddNumberToObject(r, "lr_scale", grp->lr_scale) ||
+                !(grp->weight_decay >= 0.0 ? cJSON_AddNumberToObject(r, "weight_decay", grp->weight_decay)
+                                           : cJSON_AddNullToObject(r, "weight_decay"))) {
+                if (r && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(groups, name)))
+                    cJSON_Delete(r);
+                cJSON_Delete(groups);
+                *nomem = 1;
+                return NULL;
+            }
+        }
+    }
+    return groups;
+}
+
 static const char *record_text(const cJSON *r, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, key);
@@ -363,6 +388,63 @@ static int compare_plugins(const char *path, const cJSON *records, const bk_lm *
     return BK_OK;
 }
 
+/* A weight decay as messages say it: the coefficient, or the engine's rule. */
+static const char *decay_text(double wd, char *buf, size_t size)
+{
+    if (wd >= 0.0)
+        snprintf(buf, size, "%g", wd);
+    else
+        snprintf(buf, size, "the engine's rule");
+    return buf;
+}
+
+/* On resume: each term tensor's learning-rate scale and weight decay against those the checkpoint
+ * recorded ("param_groups"; a tensor it does not name trained at lr x 1 with the engine's rule, as every
+ * tensor did before parameter groups existed). A difference is a warning naming the tensor and both
+ * settings, or with strict an error: the training goes on differently than it began (a [[term]]
+ * lr_scale / weight_decay set by --set, or the plugin's param_group() declaration, changed). */
+static int compare_groups(const char *path, const cJSON *records, const bk_lm *lm, const bk_checkpoint_options *o,
+                          bk_error *err)
+{
+    if (records && !cJSON_IsObject(records))
+        return bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata 'param_groups' must be an object", path);
+    for (int k = 0; k < lm->terms.n; k++) {
+        const bk_term *t = &lm->terms.terms[k];
+        for (int g = 0; g < t->n_groups; g++) {
+            const bk_term_group *grp = &t->groups[g];
+            char name[200];
+            group_tensor_name(t, grp, name, sizeof name);
+            double lr = 1.0, wd = -1.0;
+            const cJSON *r = records ? cJSON_GetObjectItemCaseSensitive(records, name) : NULL;
+            if (r) {
+                const cJSON *l = cJSON_GetObjectItemCaseSensitive(r, "lr_scale");
+                const cJSON *w = cJSON_GetObjectItemCaseSensitive(r, "weight_decay");
+                if (!cJSON_IsObject(r) || !cJSON_IsNumber(l) || !isfinite(l->valuedouble) || l->valuedouble < 0.0 ||
+                    !(cJSON_IsNull(w) || (cJSON_IsNumber(w) && isfinite(w->valuedouble) && w->valuedouble >= 0.0)))
+                    return bk_fail(err, BK_ERR_PARSE,
+                                   "%s: checkpoint metadata 'param_groups' entry '%s': expected {\"lr_scale\": a "
+                                   "number >= 0, \"weight_decay\": a number >= 0 or null}", path, name);
+                lr = l->valuedouble;
+                wd = cJSON_IsNull(w) ? -1.0 : w->valuedouble;
+            }
+            double now_wd = grp->weight_decay < 0.0 ? -1.0 : grp->weight_decay;
+            if (lr == grp->lr_scale && wd == now_wd)
+                continue;
+            char line[BK_ERROR_MESSAGE_MAX], before[48], after[48];
+            snprintf(line, sizeof line,
+                     "checkpoint '%s': tensor '%s' trained with lr_scale %g and weight_decay %s, now lr_scale %g and "
+                     "weight_decay %s ([[term]] #%d lr_scale / weight_decay, or plugin %s's param_group() declaration, "
+                     "changed): the rest of the training differs from a run that never stopped",
+                     path, name, lr, decay_text(wd, before, sizeof before), grp->lr_scale,
+                     decay_text(now_wd, after, sizeof after), t->index, t->plugin->desc->name);
+            int rc = warn_unless_strict(o, BK_ERR_CONFIG, line, "--strict refuses", err);
+            if (rc)
+                return rc;
+        }
+    }
+    return BK_OK;
+}
+
 /* ----------------------------------------------------------------------------------------- save */
 
 static int check_progress(const char *path, int counts, const bk_train_state *s, const bk_experiment *e,
@@ -430,6 +512,13 @@ int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, c
     cJSON *plugins = plugin_records(lm);
     if (!plugins || !cJSON_AddItemToObject(meta, "plugins", plugins)) {
         cJSON_Delete(plugins);
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
+        goto done;
+    }
+    int nomem = 0;
+    cJSON *param_groups = group_records(lm, &nomem);
+    if (nomem || (param_groups && !cJSON_AddItemToObject(meta, "param_groups", param_groups))) {
+        cJSON_Delete(param_groups);
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
         goto done;
     }
@@ -648,8 +737,8 @@ static int judge_change(const char *path, const char *set, const bk_experiment_c
     case BK_KEY_SCHEDULE:
         if (!resume)
             return bk_fail(err, BK_ERR_CONFIG,
-                           "--set %s: %s is %s in checkpoint '%s'; eval, bias and erf do not train: a [train] key of "
-                           "a checkpoint changes only with train --resume",
+                           "--set %s: %s is %s in checkpoint '%s'; eval, bias and erf do not train: a [train] key (or "
+                           "a term's lr_scale, weight_decay) of a checkpoint changes only with train --resume",
                            set, c->where, c->before, path);
         if (strcmp(c->key, "train.steps") == 0 && after->train.steps < step)
             return bk_fail(err, BK_ERR_CONFIG,
@@ -851,7 +940,8 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
     }
     free(lm->config_source);
     lm->config_source = plain;
-    if ((rc = compare_plugins(path, cJSON_GetObjectItemCaseSensitive(meta.json, "plugins"), lm, o, err)))
+    if ((rc = compare_plugins(path, cJSON_GetObjectItemCaseSensitive(meta.json, "plugins"), lm, o, err)) ||
+        (opt && (rc = compare_groups(path, cJSON_GetObjectItemCaseSensitive(meta.json, "param_groups"), lm, o, err))))
         goto done;
 
     bk_adamw *use = opt ? opt : &local;
@@ -872,7 +962,7 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
     /* what was read went into the host copies: the working copies in the backend's memory follow */
     if ((rc = opt ? bk_adamw_to_device(opt, err) : bk_gpt_to_device(&lm->gpt, err)))
         goto done;
-    if (lm->exp.attention.learn_weights)
+    if (lm->bias.learn_weights)
         bk_bias_sync_weights(&lm->bias);
     if (state)
         *state = meta.state;

@@ -102,7 +102,7 @@ int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const 
     lm->reg.relative_to = lm->config_dir; /* a [[term]] plugin path is read from the file's directory */
     const bk_experiment *e = &lm->exp;
     if ((rc = bk_terms_create(&lm->terms, e, &lm->reg, err)) ||
-        (rc = bk_bias_init(&lm->bias, &lm->terms, (int)e->model.layers, e->attention.learn_weights, err)) ||
+        (rc = bk_bias_init(&lm->bias, &lm->terms, (int)e->model.layers, 1, err)) || /* terms say which weights train */
         (rc = bk_gpt_init(&lm->gpt, (int)e->model.layers, (int)e->model.heads, (int)e->model.dim, (int)e->model.vocab,
                           &lm->bias, (uint64_t)e->train.seed, err)) ||
         (rc = create_backend(e, &lm->be, lm->device_note, sizeof lm->device_note, err)) || (rc = bk_gpt_set_backend(&lm->gpt, lm->be, err)) ||
@@ -151,6 +151,30 @@ void bk_lm_close(bk_lm *lm)
     memset(lm, 0, sizeof *lm);
 }
 
+/* A term's parameter groups (bk_term_group) as the segments of its optimizer group: each tensor of each
+ * copy (a per-layer term repeats its tensors copy after copy). A term whose tensors all train at lr x 1
+ * with the engine's decay rule keeps the plain group. */
+static int term_segments(bk_adamw *opt, int group, const bk_term *term, bk_error *err)
+{
+    int plain = 1;
+    for (int g = 0; g < term->n_groups; g++)
+        plain &= term->groups[g].lr_scale == 1.0 && term->groups[g].weight_decay < 0.0;
+    if (plain)
+        return BK_OK;
+    const int n = term->n_copies * term->n_groups;
+    bk_adamw_segment *seg = malloc((size_t)n * sizeof *seg);
+    if (!seg)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for the parameter groups of term '%s'", term->label);
+    for (int c = 0, k = 0; c < term->n_copies; c++)
+        for (int g = 0; g < term->n_groups; g++, k++)
+            seg[k] = (bk_adamw_segment){(size_t)c * (size_t)term->n_params + (size_t)term->groups[g].offset,
+                                        (size_t)term->groups[g].count, term->groups[g].lr_scale,
+                                        term->groups[g].weight_decay};
+    int rc = bk_adamw_set_segments(opt, group, seg, n, err);
+    free(seg);
+    return rc;
+}
+
 int bk_lm_register(bk_lm *lm, bk_adamw *opt, bk_error *err)
 {
     bk_gpt *m = &lm->gpt;
@@ -173,19 +197,19 @@ int bk_lm_register(bk_lm *lm, bk_adamw *opt, bk_error *err)
         if (snprintf(name, sizeof name, "term.%s.theta", term->label) >= (int)sizeof name)
             return bk_fail(err, BK_ERR_INVALID, "term name '%s' is too long", term->label);
         if ((rc = bk_adamw_add(opt, name, term->theta, lm->bias.dtheta[t],
-                               (size_t)term->n_copies * (size_t)term->n_params, decay_all, err)))
+                               (size_t)term->n_copies * (size_t)term->n_params, decay_all, err)) ||
+            (rc = term_segments(opt, opt->n_groups - 1, term, err)))
             return rc;
     }
-    if (lm->exp.attention.learn_weights)
-        for (int s = 0; s < BK_STREAM_COUNT; s++) {
-            if (!lm->bias.n_on[s])
-                continue;
-            char stream[32];
-            snprintf(name, sizeof name, "mix.%s", bk_choice_name(BK_STREAM_CHOICES, s, stream, sizeof stream));
-            if ((rc = bk_adamw_add(opt, name, lm->bias.mix_params[s], lm->bias.mix_grads[s], (size_t)lm->bias.n_on[s],
-                                   decay_all, err)))
-                return rc;
-        }
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        if (!lm->bias.n_mix[s])
+            continue;
+        char stream[32];
+        snprintf(name, sizeof name, "mix.%s", bk_choice_name(BK_STREAM_CHOICES, s, stream, sizeof stream));
+        if ((rc = bk_adamw_add(opt, name, lm->bias.mix_params[s], lm->bias.mix_grads[s], (size_t)lm->bias.n_mix[s],
+                               decay_all, err)))
+            return rc;
+    }
     return BK_OK;
 }
 
@@ -205,7 +229,7 @@ int bk_lm_gradients_ready(bk_lm *lm, bk_error *err)
 int bk_lm_after_update(bk_lm *lm, bk_error *err)
 {
     int rc = bk_bias_project(&lm->bias, err);
-    if (!rc && lm->exp.attention.learn_weights)
+    if (!rc && lm->bias.learn_weights)
         bk_bias_sync_weights(&lm->bias);
     return rc;
 }

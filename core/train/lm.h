@@ -41,8 +41,10 @@ void bk_lm_close(bk_lm *lm);
  *   model.<tensor>               transformer tensors (decay: matrices and embedding), as groups in the
  *                                backend's memory (the model's working copies; host mirror: its params)
  *   term.<label>.theta           a term's parameters, shape (copies, n_params), host memory
- *   mix.<stream>                 learnable mixing parameters of a stream, host memory
- * Allocates the gradients. Plugin parameters and mixing weights are not decayed unless decay_all. */
+ *   mix.<stream>                 learnable mixing parameters of a stream (the learned weights, packed:
+ *                                bias.h), host memory; only for a stream where some weight trains
+ * Allocates the gradients. Plugin parameters and mixing weights are not decayed unless decay_all; a
+ * term's parameter groups (lr_scale, weight_decay per tensor) become segments of its group (adamw.h). */
 int bk_lm_register(bk_lm *lm, bk_adamw *opt, bk_error *err);
 
 /* Zero every gradient (model, terms, mixing). */

@@ -43,7 +43,12 @@ An independent implementation from the formulas, in float64 with autograd; the f
                      factor 0: s = max(1, T / L)
   mixing:  sum  M = sum_t w_t T_t;  kernel  M = log sum_t w_t exp(T_t), per stream; streams add
   weights: the configured ones, else 1 (sum) or 1/n (kernel); kernel weights normalised to sum 1;
-           learnable: sum trains w itself, kernel trains a with w = softmax(a)
+           learnable: sum trains w itself, kernel trains a with w = softmax(a); a term's learn_weight says
+           whether its weight trains, weight_per_head whether it has one per head: then every term of
+           its stream has a weight per head, w[t, h], and head h's table row is mixed with w[:, h]
+           (sum: w[t, h] = a[t, h]; kernel: w[:, h] = softmax over the terms of a[:, h]); mix.<stream>
+           packs the learned terms' a (1 or H values each; (terms, H) when every one has H); a fixed
+           term's a is its configured weight (sum) or its log (kernel)
   AdamW:   torch.optim.AdamW, weight decay only on wte and the block matrices (qkvw, attprojw, fcw,
            fcprojw); after each step the projection (testlin: a >= 0; kerple, mep: >= 0.01,
            exponents <= 2)
@@ -190,6 +195,9 @@ class Reference:
         self.mixing = case["mixing"]
         self.learn = bool(case["learn_weights"])
         self.terms = case["terms"]
+        for t in self.terms:  # cases written before learn_weight / weight_per_head: the [attention] switch
+            t.setdefault("learn_weight", self.learn and t["plugin"] in TABLE_PLUGINS)
+            t.setdefault("weight_per_head", False)
         self.options = case.get("options", [])
         if len(self.options) != len(self.terms):
             raise Malformed(f"{len(self.terms)} terms but {len(self.options)} option objects")
@@ -236,10 +244,15 @@ class Reference:
             if self.n_params(k):
                 copies = self.L if t["per_layer"] else 1
                 groups[f"term.{t['label']}.theta"] = ([copies, self.n_params(k)], False)
-        if self.learn:
-            for s in STREAMS:
-                if self.on[s]:
-                    groups[f"mix.{s}"] = ([len(self.on[s])], False)
+        for s in STREAMS:
+            learned = [k for k in self.on[s] if self.terms[k]["learn_weight"]]
+            if not learned:
+                continue
+            per_head = [k for k in learned if self.terms[k]["weight_per_head"]]
+            if len(per_head) == len(learned):
+                groups[f"mix.{s}"] = ([len(learned), self.H], False)
+            else:
+                groups[f"mix.{s}"] = ([sum(self.H if k in per_head else 1 for k in learned)], False)
         return groups
 
     # -- positional bias
@@ -304,11 +317,19 @@ class Reference:
             return row.expand(H, self.T)
         raise Malformed(f"term {t['label']}: plugin {t['plugin']} has no table")
 
+    def per_head(self, s):
+        """Whether the weights of stream s are per head (a term on it learns one per head)."""
+        return any(self.terms[k]["learn_weight"] and self.terms[k]["weight_per_head"] for k in self.on[s])
+
     def table_weights(self):
-        """The weights of every table term, in term order."""
+        """The weights of every table term, in term order: (terms,), or (terms, H) when a stream's are per
+        head (the others' repeated over the heads)."""
         per = {s: self.weights(s) for s in STREAMS if self.on[s]}
-        return torch.stack([per[self.terms[k]["stream"]][self.on[self.terms[k]["stream"]].index(k)]
-                            for k in self.tables])
+        heads = any(self.per_head(s) for s in STREAMS if self.on[s])
+        rows = [per[self.terms[k]["stream"]][self.on[self.terms[k]["stream"]].index(k)] for k in self.tables]
+        if heads:
+            rows = [r.expand(self.H) if r.dim() == 0 else r for r in rows]
+        return torch.stack(rows)
 
     def initial_weights(self):
         """The weights the configuration asks for: `weight` where given, else 1 (sum) or 1/n (kernel);
@@ -326,18 +347,38 @@ class Reference:
                              for k in self.tables])
 
     def weights(self, s):
-        if self.learn:
-            a = self.p[f"mix.{s}"]
-            return a if self.mixing == "sum" else torch.softmax(a, dim=0)
-        return torch.tensor([float(self.terms[k]["weight"]) for k in self.on[s]])
+        """(n,) weights of the stream's terms, or (n, H) when they are per head."""
+        learned = [k for k in self.on[s] if self.terms[k]["learn_weight"]]
+        if not learned:
+            return torch.tensor([float(self.terms[k]["weight"]) for k in self.on[s]])
+        a = self.p[f"mix.{s}"].reshape(-1)
+        given = self.initial_weights()
+        heads = self.H if self.per_head(s) else 1
+        rows, at = [], 0
+        for k in self.on[s]:
+            t = self.terms[k]
+            if not t["learn_weight"]:
+                w = float(given[self.tables.index(k)])
+                fixed = w if self.mixing == "sum" else (math.log(w) if w > 0 else -math.inf)
+                rows.append(torch.full((heads,), fixed, dtype=torch.float64))
+            elif t["weight_per_head"]:
+                rows.append(a[at:at + heads])
+                at += heads
+            else:
+                rows.append(a[at].expand(heads))
+                at += 1
+        logits = torch.stack(rows)  # (n, heads)
+        w = logits if self.mixing == "sum" else torch.softmax(logits, dim=0)
+        return w if heads > 1 else w[:, 0]
 
     def mixed(self, layer, s):
         """(H, T) mixed table of one stream and layer."""
         tables = torch.stack([self.term_table(k, layer) for k in self.on[s]])  # (n, H, T)
         w = self.weights(s)
+        w = w[:, :, None] if w.dim() == 2 else w[:, None, None]  # per head: head h's row mixed with w[:, h]
         if self.mixing == "sum":
-            return (w[:, None, None] * tables).sum(0)
-        return torch.logsumexp(tables + torch.log(w)[:, None, None], dim=0)
+            return (w * tables).sum(0)
+        return torch.logsumexp(tables + torch.log(w), dim=0)
 
     def positions(self, inputs):
         """(B, T) positions of each stream (token; segment index) and in-segment positions."""

@@ -253,6 +253,9 @@ enum {
  *    q.k / sqrt(d_head) only, not the additive biases. Its gradient dL/ds comes back to
  *    scale_backward(). At most one scaling term per experiment.
  * None of these hands a T x T tensor to a plugin: the arrays are O(points), O(distances), O(rows).
+ * The engine computes coordinates, masks and scales once per forward for the longest sequence of the
+ * call (ctx->length) and reads them for every shorter one: their values should depend on ctx->layer and
+ * ctx->training only, not on ctx->length (rotary_ctx is asked again for each length).
  * ------------------------------------------------------------------------------------------- */
 
 /* What the engine is computing when it calls a plugin. */
@@ -275,6 +278,22 @@ typedef struct biaskit_mask {
     int32_t distance_cap; /* >= 0: when > 0, the distance tables are read at min(d, distance_cap) (so the
                            * sinks sit at most that far away: LM-Infinite's Lambda-shape); 0: not capped */
 } biaskit_mask;
+
+/* How the optimizer treats one of a plugin's tensors (param_group(), appended at the end of the
+ * descriptor). The engine fills every field with its default before the call: struct_size, lr_scale = 1,
+ * weight_decay = BIASKIT_WEIGHT_DECAY_DEFAULT; a plugin sets only what it wants (and only fields inside
+ * struct_size). The experiment file may override both per term or per tensor ([[term]] lr_scale,
+ * weight_decay), so these are the plugin's recommendation, not a constraint. */
+#define BIASKIT_WEIGHT_DECAY_DEFAULT (-1.0)
+typedef struct biaskit_param_group {
+    uint32_t struct_size;
+    double lr_scale;     /* finite, >= 0: the tensor trains at [train] lr x lr_scale (1: as everything else;
+                          * 0: frozen, its Adam moments still updated) */
+    double weight_decay; /* finite, >= 0: the tensor's decoupled weight-decay coefficient (AdamW:
+                          * p -= lr x lr_scale x weight_decay x p per step), whatever [train] weight_decay
+                          * and decay_all say; BIASKIT_WEIGHT_DECAY_DEFAULT: the engine's rule (no decay,
+                          * or [train] weight_decay when [train] decay_all = true) */
+} biaskit_param_group;
 
 /* ---------------------------------------------------------------------------------------------
  * The descriptor
@@ -402,6 +421,15 @@ typedef struct biaskit_plugin {
      * When set, the host calls it (again whenever the length changes) instead of rotary_frequencies. */
     int (*rotary_ctx)(const void *inst, const biaskit_context *ctx, float *inv_freq, float *amplitude,
                       biaskit_error *err);
+
+    /* Parameter groups (optional; read only through BIASKIT_HAS_FIELD: a plugin without it trains every
+     * parameter at [train] lr, decayed only with decay_all). The learning-rate scale and weight decay of
+     * tensor `tensor`: an index into the list param_tensors() gives, or -1 for the whole theta when the
+     * plugin has no param_tensors() (or its tensors do not tile theta exactly: the engine then stores
+     * and trains theta as one vector). *out holds the engine's defaults on entry (biaskit_param_group).
+     * Called once per term and tensor after param_init, for a plugin with parameters only; a per-layer
+     * term's copies all follow the same declaration. */
+    int (*param_group)(const void *inst, int32_t tensor, biaskit_param_group *out, biaskit_error *err);
 } biaskit_plugin;
 
 /* The size of the first version of the descriptor: the host refuses anything smaller. A descriptor

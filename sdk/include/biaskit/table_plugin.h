@@ -18,6 +18,7 @@
  *      init rule: BIASKIT_TP_CONST(v)          every element v
  *                 BIASKIT_TP_ALIBI(scale)      head h of H: scale * the ALiBi slope (biaskit_tp_alibi_slope)
  *                 BIASKIT_TP_UNIFORM(lo, hi)   lo + (hi - lo) u, u = biaskit_rng_uniform() from the seed
+ *                 BIASKIT_TP_SYMMETRIC(a)      U(-a, a) as a (2u - 1) (one rounding: nn.Linear's init)
  *      bounds: param_project() clamps every element into [lower, upper] (use -INFINITY / INFINITY for
  *      none). The clamp is idempotent and leaves a NaN a NaN, so a diverged run shows up in the engine's
  *      finiteness checks instead of being silently reset. The init rule's numbers and the bounds may be
@@ -78,12 +79,12 @@
  *               learnable = false, or FIXED: no parameters (theta = NULL), the table uses the given
  *                                  values; a parameter not given
  *                                  takes its init rule if that is CONST or ALIBI, and is an error
- *                                  (naming the option) if it is UNIFORM, which needs a seed.
+ *                                  (naming the option) if it is UNIFORM or SYMMETRIC, which need a seed.
  *   theta       the present parameters in list order, each a block of H floats (PER_HEAD) or 1 (SCALAR);
  *               param_tensors names the blocks after the parameters (rows H or 1, cols 1).
- *   param_init  in list order, element by element; every UNIFORM parameter takes one draw per element
- *               from biaskit_rng_seeded(seed), given or not (so giving one parameter leaves the draws
- *               of the others unchanged); then param_project. CONST and ALIBI take no draws.
+ *   param_init  in list order, element by element; every UNIFORM or SYMMETRIC parameter takes one draw
+ *               per element from biaskit_rng_seeded(seed), given or not (so giving one parameter leaves the
+ *               draws of the others unchanged); then param_project. CONST and ALIBI take no draws.
  *   table       table[h * D + d] = T(p_h, c, h, d), h ascending, d ascending.
  *   backward    the reduction order, host: for each head h, each parameter k has a double accumulator
  *               acc_k = sum over d = 0, 1, ..., D-1 of (double)dtable[h][d] * (double)g_k(d), in that
@@ -106,6 +107,10 @@
  * key (plugin, name, stream, weight, per_layer); the host refuses the plugin at load otherwise. At most
  * 24 parameters (the CUDA block sums of every parameter share 48 KiB of shared memory; a static
  * assertion says so).
+ *
+ * The shapes of ABI 2 (coordinate tables such as FIRE, masks, logit scales, length-aware rotary frequencies)
+ * and the array shapes (ARRAY(n), PER_HEAD_ARRAY(n)) are <biaskit/formula_plugin.h>'s, which builds on the
+ * host part of this header; a table plugin refuses an array shape (a static assertion).
  *
  * Plain C11 (and C++ / CUDA C++ for the device part); the host part needs <math.h> (link -lm).
  */
@@ -281,8 +286,9 @@ typedef struct biaskit_tp_constant {
     const char *doc;
 } biaskit_tp_constant;
 
-/* The instance every generated plugin uses: the specs say what differs. The fields a setup function
- * may read are marked; it may write `values` and `exact` of FIXED parameters (through the macros). */
+/* The instance every generated plugin uses (table_plugin.h's and formula_plugin.h's): the specs say what
+ * differs. The fields a setup function may read are marked; it may write `values` and `exact` of FIXED
+ * parameters (through the macros). */
 typedef struct biaskit_tp_instance {
     const biaskit_services *svc; /* setup: the host's services */
     const char *plugin;          /* the plugin's name, for log lines */
