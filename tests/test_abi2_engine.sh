@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The ABI 2 terms end to end through `biaskit train` and `biaskit eval` on a tiny model: each of fire,
 # window (with sinks and a distance cap), logn and ssmax, and all of them together with ALiBi and RoPE,
-# trains, checkpoints, and evaluates beyond its training length (a masked, scaled FIRE model at 8x); and
+# trains, checkpoints, and evaluates beyond its training length (a masked, scaled FIRE model at 8x); a
+# model with per-head learned mixing weights, as `biaskit bias` shows it from its checkpoint; and
 # what a plugin gives that the engine must refuse, each named with its term, plugin and the first bad index:
 # a mask with window 0 (a row with no key), a coordinate outside [0, 1] beyond row 4096 only, a logit scale
 # that turns NaN from query 5000 on, a rotary amplitude of 0 beyond 4x the training length (the
@@ -35,6 +36,13 @@ for name in fire window logn ssmax all; do
 done
 check "all: the checkpoint names the FIRE and SSMax tensors, per layer" 0 "term\.fire\.W1.*term\.ssmax\.s|term\.ssmax\.s.*term\.fire\.W1" \
     bash -c "head -c 20000 '$work/all/checkpoint.safetensors' | tr -c '[:print:]' ' '"
+
+# per-head learned mixing weights: bias mixes each head with its own weights
+experiment heads '[attention]\nlearn_weights = "per_head"\n[[term]]\nplugin = "alibi"\n[[term]]\nplugin = "kerple"\n'
+check "heads: trains with per-head weights" 0 "done: 6 steps" "$bk" train "$work/heads.toml" --out "$work/heads" --plain \
+    --set "run.device=cpu"
+check "heads: bias shows the per-head weights of the checkpoint" 0 "sum mixing of \(per-head weights, mean [-0-9.e]+\) x alibi \+ \(per-head weights, mean [-0-9.e]+\) x kerple" \
+    "$bk" bias "$work/heads/checkpoint.safetensors" --length 8
 
 # plugins that give what the engine refuses
 misbehaving() { # misbehaving NAME KIND: an experiment with the checkbad2 plugin of that kind

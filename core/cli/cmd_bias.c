@@ -96,7 +96,9 @@ static int run(const bk_term_set *set, const bias_options *o, FILE *out, bk_outp
     size_t n = (size_t)heads * (size_t)D;
     float *mixed = malloc(n * sizeof *mixed);
     float **tables = calloc(set->n ? (size_t)set->n : 1, sizeof *tables);
-    double *weights = calloc(set->n ? (size_t)set->n : 1, sizeof *weights);
+    /* weights[h * k_stream + k]: term k's weight for head h (the same for every head unless the stream's
+     * weights are per head) */
+    double *weights = calloc((size_t)(set->n ? set->n : 1) * (size_t)heads, sizeof *weights);
     if (!mixed || !tables || !weights) {
         free(mixed), free(tables), free(weights);
         return bk_fail(err, BK_ERR_NOMEM, "out of memory for %d heads x %d distances", heads, D);
@@ -109,9 +111,14 @@ static int run(const bk_term_set *set, const bias_options *o, FILE *out, bk_outp
     for (int stream = 0; stream < BK_STREAM_COUNT && !rc; stream++) {
         char stream_name[16];
         bk_choice_name(BK_STREAM_CHOICES, stream, stream_name, sizeof stream_name);
-        int k = 0;
+        int k = 0, k_stream = 0, per_head = 0;
         char members[512] = "";
         size_t used = 0;
+        for (int i = 0; i < set->n; i++)
+            if ((int)set->terms[i].stream == stream && bk_term_has_table(&set->terms[i])) {
+                k_stream++;
+                per_head |= set->terms[i].head_weights != NULL;
+            }
         for (int i = 0; i < set->n && !rc; i++) {
             const bk_term *t = &set->terms[i];
             if ((int)t->stream != stream || !bk_term_has_table(t))
@@ -122,8 +129,12 @@ static int run(const bk_term_set *set, const bias_options *o, FILE *out, bk_outp
             }
             rc = o->use_cuda ? bk_term_table_cuda(t, (int)o->layer, D, tables[k], err)
                              : bk_term_table(t, (int)o->layer, D, tables[k], err);
-            weights[k] = t->weight;
-            if (used < sizeof members)
+            for (int32_t h = 0; h < heads; h++)
+                weights[(size_t)h * (size_t)k_stream + (size_t)k] = bk_term_weight_at(t, h);
+            if (used < sizeof members && per_head)
+                used += (size_t)snprintf(members + used, sizeof members - used, "%s(per-head weights, mean %g) x %s",
+                                         k ? " + " : "", t->weight, t->label);
+            else if (used < sizeof members)
                 used += (size_t)snprintf(members + used, sizeof members - used, "%s%g x %s", k ? " + " : "",
                                          t->weight, t->label);
             if (!rc && o->terms) {
@@ -137,7 +148,8 @@ static int run(const bk_term_set *set, const bias_options *o, FILE *out, bk_outp
             k++;
         }
         if (!rc && k > 0) {
-            bk_mix_tables(set->mixing, (const float *const *)tables, weights, k, n, mixed);
+            bk_mix_tables_grouped(set->mixing, (const float *const *)tables, weights, per_head ? heads : 1, k, n,
+                                  mixed);
             char title[700];
             snprintf(title, sizeof title, "layer %ld, stream %s: %s mixing of %s", o->layer, stream_name, mixing,
                      members);

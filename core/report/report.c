@@ -1397,7 +1397,7 @@ static int figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, bk_error *err
                 continue;
             }
             int rc = figures_bias(c, md, r, &lm, err);
-            if (!rc && lm.exp.attention.learn_weights) {
+            if (!rc && lm.bias.learn_weights) { /* a stream learns (every term, some, or per head) */
                 if (!mix_heading && c->n_groups > 1)
                     group_heading(c, mix, g);
                 mix_heading = 1;

@@ -947,7 +947,9 @@ static const char *eval_refusal(const bk_experiment_change *c)
         return strcmp(c->key, "train.length") == 0
                    ? "it is a fact of how the model was trained; [eval] lengths or multiples evaluate at other lengths"
                    : "it is a fact of how the model was trained ([train] length, batch, accumulate and seed)";
-    case BK_KEY_SCHEDULE: return "eval does not train: a [train] key of a checkpoint changes only with train --resume";
+    case BK_KEY_SCHEDULE:
+        return "eval does not train: how the model trains ([train] keys, a term's lr_scale and weight_decay) "
+               "changes only with train --resume";
     }
     return NULL;
 }
