@@ -9,6 +9,7 @@
 #include "plugin/host.h"
 #include "plugin/services.h"
 #include "io/safetensors.h" /* bk_xxh64 */
+#include "train/checkpoint.h" /* bk_checkpoint_eval_refusal */
 #include "train/rundir.h"
 #include "util/file.h"
 #include "util/path.h"
@@ -933,27 +934,6 @@ static int refusal_text(const term_answer *answer, const bk_experiment *e, const
     return BK_OK;
 }
 
-/* Why `biaskit eval --set` refuses a change of this role (train/checkpoint.h: [data], [run] keys and a
- * plugin's own options may change on a checkpoint that is evaluated; NULL: allowed). */
-static const char *eval_refusal(const bk_experiment_change *c)
-{
-    switch (c->role) {
-    case BK_KEY_RUN:
-    case BK_KEY_OPTION: return NULL;
-    case BK_KEY_MODEL:
-        return "the model's shape or function ([model], [attention], the terms and their plugin, name, stream, "
-               "weight and per_layer) is what its weights were trained for (make it a variant of its own)";
-    case BK_KEY_FACT:
-        return strcmp(c->key, "train.length") == 0
-                   ? "it is a fact of how the model was trained; [eval] lengths or multiples evaluate at other lengths"
-                   : "it is a fact of how the model was trained ([train] length, batch, accumulate and seed)";
-    case BK_KEY_SCHEDULE:
-        return "eval does not train: how the model trains ([train] keys, a term's lr_scale and weight_decay) "
-               "changes only with train --resume";
-    }
-    return NULL;
-}
-
 #define EVAL_SET_MAX_CHANGES 64 /* keys one eval_set string may change (a whole table at once) */
 
 /* The evaluation's experiment of a run whose variant has an eval_set: the run's assignments `as` (n,
@@ -986,7 +966,7 @@ static int resolve_eval_sets(const resolver *rs, const group *v, const assign **
                             "as separate strings",
                             who, a->label, a->text, k, EVAL_SET_MAX_CHANGES);
         for (int c = 0; c < k && c < EVAL_SET_MAX_CHANGES && !rc; c++) {
-            const char *why = eval_refusal(&changes[c]);
+            const char *why = bk_checkpoint_eval_refusal(&changes[c]);
             if (why)
                 rc = bk_fail_at(err, BK_ERR_CONFIG, a->pos,
                                 "%s, %s, '%s': it changes %s (%s when trained, %s when evaluated), which `biaskit "

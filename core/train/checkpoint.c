@@ -715,6 +715,26 @@ static int check_progress(const char *path, int counts, const bk_train_state *s,
 
 /* What --set `set` changed (`c`, from experiment `before` to `after`) may do to a checkpoint's model
  * (checkpoint.h, by the key's role). */
+const char *bk_checkpoint_eval_refusal(const bk_experiment_change *c)
+{
+    switch (c->role) {
+    case BK_KEY_RUN:
+    case BK_KEY_OPTION: return NULL;
+    case BK_KEY_MODEL:
+        return "it would change the model's shape or function ([model], [attention], the terms and their plugin, "
+               "name, stream, weight and per_layer): the weights were trained for the model as it is";
+    case BK_KEY_FACT:
+        return strcmp(c->key, "train.length") == 0
+                   ? "it is a fact of how its model was trained ([train] length, batch, accumulate and seed); "
+                     "eval's lengths evaluate at other lengths"
+                   : "it is a fact of how its model was trained ([train] length, batch, accumulate and seed)";
+    case BK_KEY_SCHEDULE:
+        return "eval does not train (nor do bias and erf): a [train] key, or a term's lr_scale or weight_decay, "
+               "changes on a checkpoint only with train --resume";
+    }
+    return NULL;
+}
+
 static int judge_change(const char *path, const char *set, const bk_experiment_change *c, const bk_experiment *after,
                         int64_t step, const bk_checkpoint_options *o, int resume, bk_error *err)
 {
@@ -722,24 +742,15 @@ static int judge_change(const char *path, const char *set, const bk_experiment_c
     case BK_KEY_RUN:
         return BK_OK;
     case BK_KEY_MODEL:
-        return bk_fail(err, BK_ERR_CONFIG,
-                       "--set %s: %s is %s in checkpoint '%s'; %s would change the model's shape or function "
-                       "([model], [attention], the terms and their plugin, name, stream, weight and per_layer): its "
-                       "weights were trained for the model as it is; train a new model for another",
-                       set, c->where, c->before, path, c->after);
-    case BK_KEY_FACT:
-        return bk_fail(err, BK_ERR_CONFIG,
-                       "--set %s: %s is %s in checkpoint '%s', a fact of how its model was trained ([train] length, "
-                       "batch, accumulate and seed; they also place a resumed run's data cursor), so it cannot "
-                       "change on a checkpoint%s",
-                       set, c->where, c->before, path,
-                       strcmp(c->key, "train.length") == 0 ? " (eval --lengths evaluates at other lengths)" : "");
+        return bk_fail(err, BK_ERR_CONFIG, "--set %s: %s is %s in checkpoint '%s'; %s; train a new model for another",
+                       set, c->where, c->before, path, bk_checkpoint_eval_refusal(c));
+    case BK_KEY_FACT: /* they also place a resumed run's data cursor */
+        return bk_fail(err, BK_ERR_CONFIG, "--set %s: %s is %s in checkpoint '%s'; %s, so it cannot change on a checkpoint",
+                       set, c->where, c->before, path, bk_checkpoint_eval_refusal(c));
     case BK_KEY_SCHEDULE:
         if (!resume)
-            return bk_fail(err, BK_ERR_CONFIG,
-                           "--set %s: %s is %s in checkpoint '%s'; eval, bias and erf do not train: a [train] key (or "
-                           "a term's lr_scale, weight_decay) of a checkpoint changes only with train --resume",
-                           set, c->where, c->before, path);
+            return bk_fail(err, BK_ERR_CONFIG, "--set %s: %s is %s in checkpoint '%s'; %s", set, c->where, c->before,
+                           path, bk_checkpoint_eval_refusal(c));
         if (strcmp(c->key, "train.steps") == 0 && after->train.steps < step)
             return bk_fail(err, BK_ERR_CONFIG,
                            "--set %s: checkpoint '%s' is at step %" PRId64 "; [train] steps must be at least that to "

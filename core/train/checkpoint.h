@@ -90,6 +90,12 @@ typedef struct bk_checkpoint_options {
                                      tensor look sound in its next checkpoint */
 } bk_checkpoint_options;
 
+/* Why a checkpoint that is only read (eval, bias, erf: not train --resume) refuses a --set that makes
+ * change `c`, as a phrase ("it would change the model's shape or function (...)"); NULL when the change
+ * is allowed ([data] and [run] keys; a plugin's own option, with a warning). bk_checkpoint_meta_read
+ * judges eval's --set by it, and a sweep its variants' eval_set. */
+const char *bk_checkpoint_eval_refusal(const bk_experiment_change *c);
+
 /* What a checkpoint's metadata says, read and checked without building the model. */
 typedef struct bk_checkpoint_meta {
     int format;              /* BK_CHECKPOINT_FORMAT_OLDEST .. BK_CHECKPOINT_FORMAT */
