@@ -16,7 +16,9 @@
 #                                       with warnings as errors, runs the CUDA tests first
 #                                       (test_cuda_tables, every check_<plugin>, the term fixture
 #                                       tests test_kerple, test_mep, test_t5, test_qin, the backend
-#                                       tests test_backend_layers, test_backend_attention and
+#                                       tests test_backend_layers, test_backend_attention,
+#                                       test_backend_attention_v2 (the ABI 2 terms: coordinate
+#                                       tables, masks with tile skipping, logit scales) and
 #                                       test_device_step_cuda), then the whole suite; with
 #                                       BIASKIT_GPU_BENCH=1, then bench/gpu/run.sh (GPT-2 small
 #                                       tokens/s against PyTorch) and bench/gpu/attention.sh (the
