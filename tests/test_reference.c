@@ -750,6 +750,18 @@ static void window_sinks_cap(void **state)
                          "[{}, {\"init\": 0.05}, {\"window\": 4, \"sinks\": 2, \"distance_cap\": 5}]", 1, NULL});
 }
 
+/* Kernel mixing with learned weights under a mask: the mixture is formed first, then the mask makes its
+ * entries -inf exactly (a masked entry stays masked, whatever the mixing). */
+static void window_kernel_mix(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"window_kernel",
+                         MODEL(4, 32) "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
+                                      "[[term]]\nplugin = \"kerple\"\nweight = 0.6\n[[term]]\nplugin = \"alibi\"\nweight = 0.4\n"
+                                      "[[term]]\nplugin = \"window\"\nwindow = 5\nsinks = 1\n",
+                         "[{\"weight\": 0.6}, {\"weight\": 0.4}, {\"window\": 5, \"sinks\": 1}]", 1, NULL});
+}
+
 /* A window of 20 with 3 sinks at T = 130: the CPU attention's blocks skip the keys no row sees. */
 static void window_long(void **state)
 {
@@ -855,6 +867,7 @@ int main(void)
         cmocka_unit_test(fire_alibi_long),
         cmocka_unit_test(window_sinks_cap),
         cmocka_unit_test(window_long),
+        cmocka_unit_test(window_kernel_mix),
         cmocka_unit_test(ssmax_per_layer),
         cmocka_unit_test(logn_scale),
         cmocka_unit_test(rope_pi),
