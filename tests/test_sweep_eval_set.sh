@@ -154,8 +154,8 @@ badset "a key of the model" '["model.heads=4"]' \
     "^biaskit: error: bad.toml:10:13: run 'r-base-s1', variant 'r' eval_set, 'model.heads=4': it changes \[model\] heads \(2 when trained, 4 when evaluated\), which \`biaskit eval --set\` refuses: it would change the model's shape"
 badset "the term's plugin" '["term.0.plugin=\"alibi\""]' "bad.toml:10:13: .*it changes \[\[term\]\] #1 plugin .*\`biaskit eval --set\` refuses"
 badset "the term list" '["term=[]"]' "bad.toml:10:13: .*it changes the \[\[term\]\] list .*refuses"
-badset "a [train] key (eval does not train)" '["train.lr=0.5"]' "bad.toml:10:13: .*it changes \[train\] lr .*refuses: eval does not train"
-badset "the training length (a fact)" '["train.length=64"]' "bad.toml:10:13: .*\[train\] length .*a fact of how its model was trained .*; eval's lengths evaluate at other lengths"
+badset "a [train] key (eval does not train)" '["train.lr=0.5"]' "bad.toml:10:13: .*it changes \[train\] lr .*refuses: eval, bias and erf do not train"
+badset "the training length (a fact)" '["train.length=64"]' "bad.toml:10:13: .*\[train\] length .*a fact of how its model was trained .*; eval --lengths evaluates at other lengths"
 badset "an unknown section" '["trian.lr=1"]' "^biaskit: error: bad.toml:10:13: run 'r-base-s1', variant 'r' eval_set, 'trian.lr=1': unknown section 'trian' \(did you mean 'train'\?\)"
 badset "a term that is not there" '["term.1.factor=4"]' "bad.toml:10:13: .*'term.1.factor=4': index 1 is out of range"
 # the plugin refuses its option: the run cannot run (listed by --dry-run, exit 1), naming the string

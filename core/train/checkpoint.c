@@ -726,11 +726,11 @@ const char *bk_checkpoint_eval_refusal(const bk_experiment_change *c)
     case BK_KEY_FACT:
         return strcmp(c->key, "train.length") == 0
                    ? "it is a fact of how its model was trained ([train] length, batch, accumulate and seed); "
-                     "eval's lengths evaluate at other lengths"
+                     "eval --lengths evaluates at other lengths"
                    : "it is a fact of how its model was trained ([train] length, batch, accumulate and seed)";
     case BK_KEY_SCHEDULE:
-        return "eval does not train (nor do bias and erf): a [train] key, or a term's lr_scale or weight_decay, "
-               "changes on a checkpoint only with train --resume";
+        return "eval, bias and erf do not train: a [train] key (or a term's lr_scale, weight_decay) of a "
+               "checkpoint changes only with train --resume";
     }
     return NULL;
 }
