@@ -115,7 +115,7 @@ static void expect_only_failures(const report *r, const char *const *failing)
     for (const char *const *f = failing; *f; f++)
         expect_item(r, *f, BK_CHECK_FAIL, NULL);
     assert_int_equal(r->counts.failed, failed);
-    assert_int_equal(r->counts.passed + r->counts.failed + r->counts.skipped, r->n);
+    assert_int_equal(r->counts.passed + r->counts.failed + r->counts.skipped + r->counts.warned, r->n);
 }
 
 /* The checks that every learnable table plugin gets, all passed. */
@@ -142,9 +142,14 @@ static void alibi_passes(void **state)
     expect_item(r, "table-finite", BK_CHECK_PASS, "table finite up to 65536 distances (default parameters)");
     expect_item(r, "table-prefix", BK_CHECK_PASS, NULL);
     expect_item(r, "option:slopes", BK_CHECK_PASS, "[0.5 x 13]");
-    expect_item(r, "option:slope_scale", BK_CHECK_PASS, "refused by create() with a message: -1, -1e30");
+    /* -1e30 and 1e30 are beyond what the host lets an option hold (plugin/services.c): refused before create() */
+    expect_item(r, "option:slope_scale", BK_CHECK_PASS, "refused by create() with a message: -1;");
+    expect_item(r, "option:slope_scale", BK_CHECK_PASS, "rejected by the host before create(): -1e30, 1e30");
     expect_item(r, "geometry", BK_CHECK_PASS, "0 heads");
     expect_item(r, "table-gradient", BK_CHECK_SKIP, "no parameters");
+    expect_item(r, "long-range", BK_CHECK_PASS, "up to distance 1048576");
+    expect_item(r, "shape", BK_CHECK_PASS, "heads 0-11 decrease with distance");
+    assert_int_equal(r->counts.warned, 0);
     assert_int_equal(find(r, "segment"), -1); /* capabilities it does not have are not reported */
     int cuda = find(r, "cuda-table");
     assert_true(cuda >= 0 && r->items[cuda].status != BK_CHECK_FAIL);
@@ -203,8 +208,8 @@ static void crash_on_a_bad_value_is_reported_and_the_check_goes_on(void **state)
     expect_item(r, "option:init", BK_CHECK_FAIL, "-1: crashed with signal");
     expect_item(r, "option:init", BK_CHECK_FAIL, "Segmentation fault");
     expect_item(r, "option:init", BK_CHECK_FAIL, "in create()");
-    expect_item(r, "option:init", BK_CHECK_FAIL, "-1e30: crashed");
-    expect_item(r, "option:init", BK_CHECK_FAIL, "accepted (finite outputs): 0, 1e30");
+    expect_item(r, "option:init", BK_CHECK_FAIL, "1 of 7 probes fail: -1: crashed"); /* -1e30: refused by the host */
+    expect_item(r, "option:init", BK_CHECK_FAIL, "accepted (finite outputs): 0;");
     /* the checks after the crash ran */
     expect_item(r, "table-gradient", BK_CHECK_PASS, NULL);
     expect_item(r, "determinism", BK_CHECK_PASS, NULL);
@@ -587,6 +592,100 @@ static void rotary_ctx_contract(void **state)
     free(r);
 }
 
+/* ---- the long-range probe (tests/plugins/checkbad3.c) ---------------------------------------------- */
+
+/* The check of a test plugin file with --distances `distances` (0: the default) and --allow-increasing. */
+static report *checked_long(const char *file, int32_t distances, int allow_increasing)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", BK_TEST_PLUGINS_DIR, file);
+    report *r = malloc(sizeof *r);
+    assert_non_null(r);
+    memset(r, 0, sizeof *r);
+    bk_registry reg;
+    bk_error err;
+    assert_int_equal(bk_registry_init_dirs(&reg, dirs, 2, &err), BK_OK);
+    bk_check_options opt;
+    bk_check_options_default(&opt);
+    if (distances)
+        opt.max_distances = distances;
+    opt.allow_increasing = allow_increasing;
+    if (bk_check_plugin(&reg, path, &opt, collect, r, &r->counts, &err) != BK_OK)
+        fail_msg("bk_check_plugin(%s): %s", file, err.message);
+    bk_registry_free(&reg);
+    return r;
+}
+
+/* -a d / (1 + b d) with b >= -1.7e-4 allowed: finite at every distance the other checks read (the
+ * gap this probe closes), a pole at 1/1.7e-4 = 5882.35 at random projected parameters. */
+static void pole_far_away_fails(void **state)
+{
+    (void)state;
+    report *r = checked_long("biaskit_checkbad3_pole.so", 0, 0);
+    static const char *const failing[] = {"long-range", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "table-finite", BK_CHECK_PASS, NULL);
+    expect_item(r, "table-random", BK_CHECK_PASS, NULL);
+    expect_item(r, "table-gradient", BK_CHECK_PASS, NULL);
+    expect_item(r, "long-range", BK_CHECK_FAIL, "has a pole between distances 5882 and 5883");
+    expect_item(r, "long-range", BK_CHECK_FAIL, "at random projected parameter set 1 (a[0] = ");
+    expect_item(r, "long-range", BK_CHECK_FAIL, ", ... (24 values)"); /* 8 values printed of 24 */
+    expect_item(r, "shape", BK_CHECK_PASS, "heads 0-11 decrease with distance"); /* the initial parameters */
+    free(r);
+}
+
+/* NaN for d > 4000: with --distances 4000 only the long-range probe sees it; with the default 65536
+ * the table-finite item reports it and the probe does not report it twice. */
+static void nan_beyond_the_distances_fails(void **state)
+{
+    (void)state;
+    report *r = checked_long("biaskit_checkbad3_nanfar.so", 4000, 0);
+    static const char *const failing[] = {"long-range", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "table-finite", BK_CHECK_PASS, "up to 4000 distances");
+    expect_item(r, "long-range", BK_CHECK_FAIL, "head 0 is nan at distance 4001, at the initial parameters");
+    free(r);
+    r = checked_long("biaskit_checkbad3_nanfar.so", 0, 0);
+    static const char *const finite[] = {"table-finite", NULL};
+    expect_only_failures(r, finite);
+    expect_item(r, "long-range", BK_CHECK_SKIP, "the table-finite and table-random items report it");
+    free(r);
+}
+
+/* +m d: correct, gradients right, every head increasing: a WARN (not a failure), or a PASS that says
+ * so with --allow-increasing. */
+static void increasing_heads_warn(void **state)
+{
+    (void)state;
+    report *r = checked_long("biaskit_checkbad3_rising.so", 0, 0);
+    static const char *const none[] = {NULL};
+    expect_only_failures(r, none);
+    expect_table_checks_pass(r);
+    expect_item(r, "long-range", BK_CHECK_PASS, NULL);
+    expect_item(r, "shape", BK_CHECK_WARN, "heads 0-11 increase with distance (prefer distant tokens)");
+    expect_item(r, "shape", BK_CHECK_WARN, "--allow-increasing silences this");
+    assert_int_equal(r->counts.warned, 1);
+    free(r);
+    r = checked_long("biaskit_checkbad3_rising.so", 0, 1);
+    expect_only_failures(r, none);
+    expect_item(r, "shape", BK_CHECK_PASS, "allowed by --allow-increasing");
+    assert_int_equal(r->counts.warned, 0);
+    free(r);
+}
+
+/* The rational bias with b >= 0: every check passes, the corners included. */
+static void rational_bias_passes(void **state)
+{
+    (void)state;
+    report *r = checked_long("biaskit_checkbad3_rational.so", 0, 0);
+    static const char *const none[] = {NULL};
+    expect_only_failures(r, none);
+    expect_table_checks_pass(r);
+    expect_item(r, "long-range", BK_CHECK_PASS, "13 parameter sets (initial, 3 random, 9 corners");
+    expect_item(r, "shape", BK_CHECK_PASS, "heads 0-11 decrease with distance");
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -619,6 +718,10 @@ int main(void)
         cmocka_unit_test(mask_with_window_0_fails),
         cmocka_unit_test(mask_that_depends_on_the_length_is_explained),
         cmocka_unit_test(rotary_ctx_contract),
+        cmocka_unit_test(pole_far_away_fails),
+        cmocka_unit_test(nan_beyond_the_distances_fails),
+        cmocka_unit_test(increasing_heads_warn),
+        cmocka_unit_test(rational_bias_passes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

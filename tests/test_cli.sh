@@ -61,6 +61,20 @@ check "check: create() without an instance fails create" 1 "^FAIL  create\(\) wi
 # ALiBi, 8 heads: slopes 1/2 .. 1/256; T[h][d] = -m_h d
 check "bias prints the first head" 0 "^ +3 +-1\.5 +-0\.75 +-0\.375 " "$bk" bias "$src/examples/alibi.toml" --length 8
 check "bias prints the last head" 0 " -0\.0273438$" "$bk" bias "$src/examples/alibi.toml" --length 8
+# -m*d at d = 0 is -0 in IEEE arithmetic: both zeros print as 0, in the term's own table (--terms; the sum
+# of the mix turns -0 into 0 anyway) and in the CSV
+check "bias --terms prints 0 at d = 0, not -0" 0 "term alibi \(plugin alibi\), layer 0, stream token +d( +h[0-9])+ +0( +0){8} " \
+    bash -c "'$bk' bias '$src/examples/alibi.toml' --length 4 --terms | tr '\n' ' '"
+check "bias --terms: no -0 anywhere" 1 "" bash -c "'$bk' bias '$src/examples/alibi.toml' --length 4 --terms | grep -E '(^| )-0( |$)'"
+check "bias --csv: 0 at d = 0, not -0" 0 "^0,token,alibi,7,0,0$" "$bk" bias "$src/examples/alibi.toml" --length 4 --csv -
+check "bias --csv: no -0" 1 "" bash -c "'$bk' bias '$src/examples/alibi.toml' --length 4 --csv - | grep -E ',-0$'"
+# a number option beyond +-1e15 is refused by the host, at the value, before the plugin's create()
+check "bias: an option number beyond 1e15 is refused" 1 \
+    "^biaskit: error: --set term.0.slope_scale=1e30:1:20: \[\[term\]\] #1 \(alibi\) option 'slope_scale': expected a finite number of magnitude at most 1e\+15, got 1e\+30$" \
+    "$bk" bias "$src/examples/alibi.toml" --length 4 --set term.0.slope_scale=1e30
+# the scaffold's comments give ALiBi's slopes as the SDK computes them: 2^(-8(h+1)/H), h from 0
+check "new-plugin: the template states ALiBi's slopes as computed" 0 "^1 1$" \
+    bash -c "'$bk' new-plugin slopes_doc --dir '$work' >/dev/null && grep -cF '2^(-8(h+1)/H)' '$work/slopes_doc/slopes_doc.c' | tr '\n' ' ' && grep -cF '2^(−8(h+1)/H)' '$work/slopes_doc/README.md'"
 check "bias shows the device" 0 "^device: cpu" "$bk" bias "$src/examples/alibi.toml" --length 4 --device cpu
 check "bias --set changes heads" 0 "^ +d +h0 +h1 +h2 +h3$" "$bk" bias "$src/examples/alibi.toml" --length 4 --set model.heads=4
 check "bias --layer out of range" 2 "--layer: expected an integer in \[0, 3\], got '9'" "$bk" bias "$src/examples/alibi.toml" --layer 9
@@ -106,6 +120,8 @@ check "check: failures are counted" 1 "^[0-9]+ passed, 1 failed, [0-9]+ skipped$
 check "check: smaller geometry" 0 "^PASS  create\(\) with the default configuration \(2 layers, 4 heads, d_model 32, d_head 8" \
     "$bk" check alibi --heads 4 --dim 32 --distances 4096
 check "check: unknown plugin fails to load" 1 "^FAIL  plugin 'nosuch' not found" "$bk" check nosuch
+check "check: a warning (a head that prefers distant tokens) does not fail" 0 "^[0-9]+ passed, 0 failed, [0-9]+ skipped, 1 warning$" "$bk" check "$testplugins/biaskit_checkbad3_rising.so"
+check "check: --allow-increasing silences it" 0 "^[0-9]+ passed, 0 failed, [0-9]+ skipped$" "$bk" check "$testplugins/biaskit_checkbad3_rising.so" --allow-increasing
 check "check: unknown option is a usage error" 2 "unknown key 'slope' \(did you mean 'slopes'\?\)" "$bk" check alibi --set slope=2
 check "check: geometry must divide" 2 "--dim: 100 is not a multiple of the number of heads \(12\)" "$bk" check alibi --dim 100
 check "check without a plugin" 2 "expected one plugin name or path" "$bk" check
@@ -154,6 +170,14 @@ check "train: bf16 storage with tf32 matmuls is refused at the key" 1 "--set run
     "$bk" train "$work/tiny.toml" --set run.precision=bf16 --set run.matmul=tf32
 check "eval: the extrapolation table" 0 "^ +64 +4\.00 " "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,32,64 --tokens 4000
 check "eval: csv" 0 "^32,16,[0-9]+,[0-9]+," "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --tokens 4000 --csv -
+"$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --tokens 4000 --csv - >"$work/ov.csv" 2>&1
+check "eval --csv: an overrides column last" 0 "^length,train_length,chunks,tokens,loss,ppl,overrides$" cat "$work/ov.csv"
+check "eval --csv: ... empty without --set" 0 "^32,16,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+,$" cat "$work/ov.csv"
+check "eval --csv: the --set strings joined by ';', quoted per CSV" 0 '^32,16,[0-9]+,[0-9]+,[0-9.]+,[0-9.]+,"run.device=cpu;run.device=""cpu"""$' \
+    "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --tokens 4000 --csv - --set run.device=cpu --set 'run.device="cpu"'
+check "eval: the banner names the overrides" 0 '^overrides: run.device=cpu, run.device="cpu"$' \
+    "$bk" eval "$work/run/checkpoint.safetensors" --lengths 32 --tokens 4000 --set run.device=cpu --set 'run.device="cpu"'
+check "eval: no overrides line without --set" 1 "" bash -c "'$bk' eval '$work/run/checkpoint.safetensors' --lengths 32 --tokens 4000 | grep '^overrides:'"
 check "eval: the memory of its largest forward" 0 "^memory: [0-9]+\.[0-9] MiB of activations at most \(length (16|32|64), [0-9]+ chunks? per forward\), on cpu$" \
     "$bk" eval "$work/run/checkpoint.safetensors" --lengths 16,32,64 --tokens 4000 --set run.device=cpu
 check "eval: json gives each length's batch and memory" 0 "\"length\": 32, .*\"batch\": [0-9]+, \"activation_bytes\": [0-9]+" \

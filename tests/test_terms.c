@@ -80,6 +80,29 @@ static void alibi_bad_options(void **state)
                       "option 'uniform_slope': expected a finite number, got nan");
 }
 
+/* The host refuses a number option beyond +-1e15 (or not finite), array elements too, with the position
+ * of the value, before create() sees it: alibi alone would take slope_scale = 1e30 and overflow. */
+static void option_numbers_have_a_sensible_range(void **state)
+{
+    (void)state;
+    expect_term_error("[[term]]\nplugin = \"alibi\"\nslope_scale = 1e30\n",
+                      "exp.toml:3:15: [[term]] #1 (alibi) option 'slope_scale': ",
+                      "expected a finite number of magnitude at most 1e+15, got 1e+30");
+    expect_term_error("[[term]]\nplugin = \"alibi\"\nuniform_slope = -1e16\n", "exp.toml:3:17: ",
+                      "option 'uniform_slope': expected a finite number of magnitude at most 1e+15, got -1e+16");
+    expect_term_error("[model]\nheads = 2\n[[term]]\nplugin = \"alibi\"\nslopes = [0.5, -inf]\n",
+                      "exp.toml:5:16: [[term]] #1 (alibi) option 'slopes': ",
+                      "value 1: expected a finite float, got -inf");
+    expect_term_error("[model]\nheads = 2\n[[term]]\nplugin = \"alibi\"\nslopes = [2e15, 0.5]\n", "exp.toml:5:11: ",
+                      "option 'slopes': value 0: expected a finite float of magnitude at most 1e+15, got 2e+15");
+    /* the limit itself is a value */
+    fixture f;
+    bk_error err;
+    if (open_terms(&f, "[model]\nheads = 2\n[[term]]\nplugin = \"alibi\"\nslopes = [1e15, -0.0]\n", &err) != BK_OK)
+        fail_msg("%s", err.message);
+    close_terms(&f);
+}
+
 static void plugin_option_errors_have_positions(void **state)
 {
     (void)state;
@@ -240,6 +263,7 @@ int main(void)
         cmocka_unit_test(alibi_table_through_the_host),
         cmocka_unit_test(alibi_variants),
         cmocka_unit_test(alibi_bad_options),
+        cmocka_unit_test(option_numbers_have_a_sensible_range),
         cmocka_unit_test(plugin_option_errors_have_positions),
         cmocka_unit_test(create_failure_is_reported),
         cmocka_unit_test(unknown_plugin_names_the_term),

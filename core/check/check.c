@@ -18,6 +18,7 @@ void bk_check_options_default(bk_check_options *opt)
     opt->vocab = 256;
     opt->length = 128;
     opt->max_distances = 65536;
+    opt->max_distance = 1 << 20;
     opt->n_seeds = 3;
     opt->seed = 20240611;
     opt->timeout_s = 60;
@@ -43,6 +44,8 @@ static int as_usage_error(bk_error *err)
 
 static int check_options_valid(const bk_check_options *o, bk_error *err)
 {
+    if (o->max_distance < 1 || o->max_distance > (1 << 26))
+        return usage_error(err, "biaskit check: --max-distance must be in 1 .. %d (got %d)", 1 << 26, o->max_distance);
     if (o->max_distances < 1 || o->n_seeds < 1 || o->timeout_s < 1)
         return usage_error(err, "biaskit check: distances, seeds and time limit must be positive (got %d, %d, %u)",
                            o->max_distances, o->n_seeds, o->timeout_s);
@@ -104,6 +107,7 @@ typedef struct unit {
 
 static const unit units[] = {
     {"table-finite", "table checks", BIASKIT_CAP_TABLE, ck_unit_tables},
+    {"long-range", "long-range table checks", BIASKIT_CAP_TABLE, ck_unit_longrange},
     {"table-gradient", "table gradient", BIASKIT_CAP_TABLE, ck_unit_table_gradient},
     {"coordinate-points", "coordinate checks", BIASKIT_CAP_COORDINATE, ck_unit_coordinate},
     {"grid-gradient", "grid gradient", BIASKIT_CAP_COORDINATE, ck_unit_grid_gradient},

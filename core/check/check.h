@@ -10,6 +10,11 @@
  *                                              finite) or fail with a message, never crash
  *   table-finite, table-prefix, table-random   finite tables up to max_distances; T[h][d] does not
  *                                              depend on the number of distances asked for
+ *   long-range, shape                          the table up to --max-distance (default 2^20) at
+ *                                              initial, random and corner parameters: finite, no
+ *                                              poles, |T| bounded at the initial ones; each
+ *                                              head decreasing, increasing (WARN) or neither
+ *                                              (check/longrange.c)
  *   table-backward-adds, table-gradient        table_backward adds (+=) and matches central finite
  *                                              differences of L = sum dtable * T computed in float64
  *                                              (kinks stepped around: check/gradient.c)
@@ -53,7 +58,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum bk_check_status { BK_CHECK_PASS = 0, BK_CHECK_FAIL = 1, BK_CHECK_SKIP = 2 } bk_check_status;
+/* WARN: something that may be intended but is worth a look (a head that increases with distance);
+ * it counts as neither passed nor failed, and does not change the exit status. */
+typedef enum bk_check_status { BK_CHECK_PASS = 0, BK_CHECK_FAIL = 1, BK_CHECK_SKIP = 2, BK_CHECK_WARN = 3 } bk_check_status;
+
+/* The long-range probe (check/longrange.c): |T(d)| beyond this x max(1, d / 4096) at the initial
+ * parameters fails (1e6 up to distance 4096; beyond, growth up to linear: 244 per token). */
+#define BK_CHECK_LONG_RANGE_BOUND 1e6
 
 /* One reported check. The strings are valid during the callback only. */
 typedef struct bk_check_item {
@@ -71,16 +82,19 @@ typedef struct bk_check_options {
     const char *const *sets;
     size_t n_sets;
     int32_t max_distances; /* longest table checked for finiteness; longest length of the ABI 2 checks */
+    int32_t max_distance;  /* the long-range probe: the table up to this distance (one call, max + 1) */
+    int allow_increasing;  /* a head that increases with distance is a PASS of "shape", not a WARN */
     int n_seeds;           /* random parameter sets for the finiteness and gradient checks */
     uint64_t seed;         /* base of every random choice: the same seed gives the same report */
     unsigned timeout_s;    /* time limit of each child process (a hung plugin fails its check) */
 } bk_check_options;
 
-/* 2 layers, 12 heads, dim 192 (d_head 16), vocab 256, length 128; 65536 distances; 3 seeds; 60 s. */
+/* 2 layers, 12 heads, dim 192 (d_head 16), vocab 256, length 128; 65536 distances; long-range probe
+ * up to 1048576; 3 seeds; 60 s. */
 void bk_check_options_default(bk_check_options *opt);
 
 typedef struct bk_check_counts {
-    int passed, failed, skipped;
+    int passed, failed, skipped, warned;
 } bk_check_counts;
 
 /* Load `name_or_path` into `reg` (after a child loaded it, see above) and run every check, reporting
@@ -92,7 +106,7 @@ typedef struct bk_check_counts {
 int bk_check_plugin(bk_registry *reg, const char *name_or_path, const bk_check_options *opt,
                     bk_check_report_fn report, void *ctx, bk_check_counts *counts, bk_error *err);
 
-/* "PASS", "FAIL", "SKIP". */
+/* "PASS", "FAIL", "SKIP", "WARN". */
 const char *bk_check_status_name(bk_check_status status);
 
 #endif

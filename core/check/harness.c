@@ -54,6 +54,7 @@ const char *bk_check_status_name(bk_check_status status)
     case BK_CHECK_PASS: return "PASS";
     case BK_CHECK_FAIL: return "FAIL";
     case BK_CHECK_SKIP: return "SKIP";
+    case BK_CHECK_WARN: return "WARN";
     }
     return "?";
 }
@@ -73,7 +74,7 @@ void ck_child_line(const checker *c, char tag, const char *id, const char *text)
 
 static char status_tag(bk_check_status s)
 {
-    return s == BK_CHECK_PASS ? 'P' : s == BK_CHECK_FAIL ? 'F' : 'S';
+    return s == BK_CHECK_PASS ? 'P' : s == BK_CHECK_FAIL ? 'F' : s == BK_CHECK_WARN ? 'W' : 'S';
 }
 
 static void deliver(checker *c, bk_check_status status, const char *id, const char *text)
@@ -86,6 +87,8 @@ static void deliver(checker *c, bk_check_status status, const char *id, const ch
         c->counts->passed++;
     else if (status == BK_CHECK_FAIL)
         c->counts->failed++;
+    else if (status == BK_CHECK_WARN)
+        c->counts->warned++;
     else
         c->counts->skipped++;
     bk_check_item it = {status, id, text};
@@ -215,7 +218,7 @@ void ck_for_each_line(checker *c, const child_result *r, line_fn fn, void *ctx)
     for (char *line = copy.s ? strtok_r(copy.s, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
         char *id = strchr(line, '\t');
         char *text = id ? strchr(id + 1, '\t') : NULL;
-        if (!id || !text || !strchr("PFSR", line[0]))
+        if (!id || !text || !strchr("PFSRW", line[0]))
             continue;
         *id++ = '\0';
         *text++ = '\0';
@@ -229,7 +232,7 @@ static void forward_line(checker *c, char tag, const char *id, const char *text,
     int *passed = ctx; /* set when the unit reported "create" as passed */
     if (tag == 'R')
         return;
-    bk_check_status s = tag == 'P' ? BK_CHECK_PASS : tag == 'F' ? BK_CHECK_FAIL : BK_CHECK_SKIP;
+    bk_check_status s = tag == 'P' ? BK_CHECK_PASS : tag == 'F' ? BK_CHECK_FAIL : tag == 'W' ? BK_CHECK_WARN : BK_CHECK_SKIP;
     deliver(c, s, id, text);
     if (passed && s == BK_CHECK_PASS && strcmp(id, "create") == 0)
         *passed = 1;

@@ -185,6 +185,8 @@ void ck_check_descriptor(checker *c);
 /* Units, each run in a child (ck_run_unit): contracts.c, gradient.c, cuda.c. */
 void ck_unit_create(checker *c, const void *arg);
 void ck_unit_tables(checker *c, const void *arg);
+/* longrange.c: the "long-range" and "shape" items of a TABLE plugin. */
+void ck_unit_longrange(checker *c, const void *arg);
 void ck_unit_table_gradient(checker *c, const void *arg);
 void ck_unit_embed_gradient(checker *c, const void *arg);
 void ck_unit_project(checker *c, const void *arg);

@@ -49,6 +49,13 @@ static int shown(int32_t d, int32_t distances, int all)
     return all || d <= 16 || d == distances - 1 || (d & (d - 1)) == 0;
 }
 
+/* A value as printed: -m_h * d at d = 0 is -0 in IEEE arithmetic; printing "-0" reads as a sign error, so
+ * both zeros print as 0 (in the table and the CSV). */
+static double printed(float v)
+{
+    return v == 0.0f ? 0.0 : (double)v;
+}
+
 static void print_table(FILE *out, const char *title, const float *table, int32_t heads, int32_t distances,
                         int all)
 {
@@ -68,7 +75,7 @@ static void print_table(FILE *out, const char *title, const float *table, int32_
             fprintf(out, "%8s\n", "...");
         fprintf(out, "%8d", d);
         for (int32_t h = 0; h < heads; h++)
-            fprintf(out, " %11.6g", (double)table[(size_t)h * (size_t)distances + (size_t)d]);
+            fprintf(out, " %11.6g", printed(table[(size_t)h * (size_t)distances + (size_t)d]));
         fprintf(out, "\n");
     }
 }
@@ -79,7 +86,7 @@ static void write_csv(bk_output *f, int layer, const char *stream, const char *n
     for (int32_t h = 0; h < heads; h++)
         for (int32_t d = 0; d < distances; d++)
             if (bk_output_printf(f, "%d,%s,%s,%d,%d,%.9g\n", layer, stream, name, h, d,
-                                 (double)table[(size_t)h * (size_t)distances + (size_t)d]))
+                                 printed(table[(size_t)h * (size_t)distances + (size_t)d])))
                 return; /* the error is kept and reported when the file is closed */
 }
 

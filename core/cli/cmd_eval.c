@@ -32,7 +32,8 @@ static const char help[] =
     "  --sliding S       sliding-window evaluation with stride S\n"
     "  --data PATH       evaluate these files or directories instead (repeatable; same format)\n"
     "  --tokens N        use at most the first N tokens of the data (default 65536; 0 = all)\n"
-    "  --csv FILE        write length,train_length,chunks,tokens,loss,ppl as CSV ('-' = stdout)\n"
+    "  --csv FILE        write length,train_length,chunks,tokens,loss,ppl,overrides as CSV ('-' =\n"
+    "                    stdout); overrides: the --set strings joined by ';'\n"
     "  --json FILE       write the same as JSON, with the position-wise loss, chunks per forward\n"
     "                    (batch), activation memory in bytes and the --set overrides ('-' = stdout)\n"
     "  --positions FILE  write length,position,loss (loss at each position, averaged over chunks)\n"
@@ -94,13 +95,33 @@ static void json_number(bk_output *o, const char *format, double v)
         bk_output_printf(o, "null");
 }
 
+/* The --set strings joined by ';' as one CSV field (RFC 4180): quoted, with '"' doubled, when one holds a
+ * comma, a quote or a line break; empty without --set. */
+static void csv_overrides(bk_output *o, const eval_report *r)
+{
+    int quote = 0;
+    for (int i = 0; i < r->n_sets; i++)
+        quote |= strpbrk(r->sets[i], ",\"\r\n") != NULL;
+    bk_output_printf(o, "%s", quote ? "\"" : "");
+    for (int i = 0; i < r->n_sets; i++) {
+        bk_output_printf(o, "%s", i ? ";" : "");
+        for (const char *c = r->sets[i]; *c; c++)
+            bk_output_printf(o, "%s%c", *c == '"' ? "\"" : "", *c);
+    }
+    bk_output_printf(o, "%s", quote ? "\"" : "");
+}
+
+/* The overrides are the last column, so that a reader by position (length, ..., ppl) is unchanged. */
 static void write_csv(bk_output *o, const eval_report *r)
 {
-    bk_output_printf(o, "length,train_length,chunks,tokens,loss,ppl\n");
-    for (int i = 0; i < r->n; i++)
-        bk_output_printf(o, "%d,%lld,%lld,%lld,%.6f,%.6f\n", (int)r->results[i].length, (long long)r->train_length,
+    bk_output_printf(o, "length,train_length,chunks,tokens,loss,ppl,overrides\n");
+    for (int i = 0; i < r->n; i++) {
+        bk_output_printf(o, "%d,%lld,%lld,%lld,%.6f,%.6f,", (int)r->results[i].length, (long long)r->train_length,
                          (long long)r->results[i].chunks, (long long)r->results[i].tokens, r->results[i].loss,
                          r->results[i].ppl);
+        csv_overrides(o, r);
+        bk_output_printf(o, "\n");
+    }
 }
 
 static void write_json(bk_output *o, const eval_report *r)
@@ -255,6 +276,12 @@ int bk_cmd_eval(int argc, char **argv)
                (long long)e->train.length);
         printf("device: %s%s%s\n", lm.be ? lm.be->description : "cpu", lm.device_note[0] ? "; " : "",
                lm.device_note);
+        if (n_sets) { /* what this evaluation changed, beside its numbers (the JSON's "overrides") */
+            printf("overrides: ");
+            for (size_t i = 0; i < (size_t)n_sets; i++)
+                printf("%s%s", i ? ", " : "", sets[i]);
+            printf("\n");
+        }
         printf("data: %s, %lld tokens used; %s\n\n", val.name,
                (long long)(max_tokens > 0 && max_tokens < val.count ? max_tokens : val.count),
                stride ? "sliding window" : "non-overlapping chunks");

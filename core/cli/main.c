@@ -21,6 +21,7 @@ static const struct {
     {"trf", bk_cmd_trf, "theoretical receptive field of each head's distance table (Qin et al., AAAI 2024)"},
     {"erf", bk_cmd_erf, "empirical receptive field of a checkpoint's attention, against its TRF"},
     {"plugins", bk_cmd_plugins, "list the plugins found, with capabilities and options"},
+    {"params", bk_cmd_params, "every plugin parameter and mixing weight of a checkpoint, with its initial value"},
     {"bias", bk_cmd_bias, "print (or write as CSV) each head's distance table of an experiment"},
     {"new-plugin", bk_cmd_new_plugin, "write a ready folder for a new formula-first plugin (builds and passes check)"},
     {"check", bk_cmd_check, "conformance checks of a plugin: ABI, bad options, finite tables, gradients, CUDA"},

@@ -49,6 +49,33 @@ static int scalar_matches(biaskit_option_type t, bk_toml_type v)
     return 0;
 }
 
+/* The largest magnitude a DOUBLE or DOUBLE_ARRAY option may hold. No bias, scale, base or length a plugin
+ * takes comes near it, while a value beyond it (1e30) overflows to inf once a plugin squares it or scales
+ * a float table by it; so the host refuses it, with its position, before create() sees it. */
+#define BK_OPTION_NUMBER_MAX 1e15
+
+/* A number that a DOUBLE option may hold: finite and within +-BK_OPTION_NUMBER_MAX. */
+static int number_ok(double x)
+{
+    return isfinite(x) && fabs(x) <= BK_OPTION_NUMBER_MAX;
+}
+
+/* "expected a finite number[ of magnitude at most 1e+15], got X" for a number refused by number_ok; an
+ * array's element says "value I: expected a finite float", the words of <biaskit/table_plugin.h>. */
+static int bad_number(const biaskit_config *view, const biaskit_option *o, const bk_toml_node *v, long element,
+                      bk_error *err)
+{
+    double x = bk_toml_float(v);
+    char where[32] = "";
+    if (element >= 0)
+        snprintf(where, sizeof where, "value %ld: ", element);
+    char range[64] = "";
+    if (isfinite(x))
+        snprintf(range, sizeof range, " of magnitude at most %g", BK_OPTION_NUMBER_MAX);
+    return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v), "%s option '%s': %sexpected a finite %s%s, got %g",
+                      view->label, o->name, where, element >= 0 ? "float" : "number", range, x);
+}
+
 static int check_value(const biaskit_config *view, const biaskit_option *o, const bk_toml_node *v,
                        bk_error *err)
 {
@@ -65,15 +92,16 @@ static int check_value(const biaskit_config *view, const biaskit_option *o, cons
                                   "%s option '%s': element %zu: expected %s, got %s", view->label, o->name, i,
                                   o->type == BIASKIT_OPT_DOUBLE_ARRAY ? "a number" : "a string",
                                   bk_toml_type_name(bk_toml_type_of(e)));
+            if (o->type == BIASKIT_OPT_DOUBLE_ARRAY && !number_ok(bk_toml_float(e)))
+                return bad_number(view, o, e, (long)i, err);
         }
         return BK_OK;
     }
     if (!scalar_matches(o->type, t))
         return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v), "%s option '%s': expected %s, got %s",
                           view->label, o->name, expected_text(o->type), bk_toml_type_name(t));
-    if (o->type == BIASKIT_OPT_DOUBLE && !isfinite(bk_toml_float(v)))
-        return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v), "%s option '%s': expected a finite number, got %g",
-                          view->label, o->name, bk_toml_float(v));
+    if (o->type == BIASKIT_OPT_DOUBLE && !number_ok(bk_toml_float(v)))
+        return bad_number(view, o, v, -1, err);
     if (o->type == BIASKIT_OPT_STRING && o->choices && bk_choice_index(o->choices, bk_toml_string(v)) < 0) {
         char list[256];
         bk_choices_text(o->choices, list, sizeof list);

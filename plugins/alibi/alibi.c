@@ -11,10 +11,10 @@
 #include <biaskit/table_plugin.h>
 
 #define ALIBI_PARAMS(X)                                                                                    \
-    X(slopes, FIXED_PER_HEAD, BIASKIT_TP_ALIBI(1.0), 0.0, INFINITY, "if set: the slope of each head instead of 2^(-8h/n)")
+    X(slopes, FIXED_PER_HEAD, BIASKIT_TP_ALIBI(1.0), 0.0, INFINITY, "if set: the slope of each head instead of 2^(-8(h+1)/n)")
 #define ALIBI_CONSTANTS(C)                                                                                 \
     C(slope_scale, BIASKIT_TP_REAL(1.0, 0.0, INFINITY), "multiplies every slope (BiPE-ALiBi: 96 on the segment stream)") \
-    C(uniform_slope, BIASKIT_TP_REAL(0.0, 0.0, INFINITY), "if set: this one slope for every head instead of 2^(-8h/n)")
+    C(uniform_slope, BIASKIT_TP_REAL(0.0, 0.0, INFINITY), "if set: this one slope for every head instead of 2^(-8(h+1)/n)")
 
 BIASKIT_TP_TYPES(alibi, ALIBI_PARAMS, ALIBI_CONSTANTS)
 
@@ -38,5 +38,5 @@ static int alibi_setup(biaskit_tp_instance *s, const biaskit_config *cfg, biaski
 static const biaskit_tp_settings alibi_settings = {0, alibi_setup};
 
 BIASKIT_TABLE_PLUGIN_WITH(alibi, ALIBI_PARAMS, ALIBI_CONSTANTS, &alibi_settings, .name = "alibi", .version = "1.1.0",
-                          .summary = "ALiBi: fixed linear bias -m_h * d, slopes 2^(-8h/n) (power-of-two and other head counts)",
+                          .summary = "ALiBi: fixed linear bias -m_h * d, slopes 2^(-8(h+1)/n) (power-of-two and other head counts)",
                           .reference = "Press, Smith & Lewis, Train Short, Test Long: Attention with Linear Biases, ICLR 2022")
