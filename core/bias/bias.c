@@ -237,7 +237,7 @@ static int reserve(bk_bias *b, int32_t distances, bk_error *err)
         if (!rc)
             rc = table_alloc(b, &b->capped_grad, per, err);
     }
-    if (!rc && (on_device(b) || b->capped) && !(b->host_table = malloc(per * sizeof(float))))
+    if (!rc && on_device(b) && !(b->host_table = malloc(per * sizeof(float))))
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory");
     if (rc) {
         table_buffers_free(b);
@@ -263,15 +263,6 @@ static void log_host_path(bk_bias *b, const bk_term *term, unsigned what)
                        why);
 }
 
-static int plugin_failed(bk_error *err, const bk_term *term, const char *hook, int layer, int64_t step,
-                         const biaskit_error *pe)
-{
-    char where[64];
-    return bk_fail(err, pe->code ? pe->code : BK_ERR_PLUGIN, "term '%s' (plugin %s, %s)%s: %s failed: %s", term->label,
-                   term->plugin->desc->name, term->plugin->path, bk_term_where(layer, step, where, sizeof where), hook,
-                   pe->message[0] ? pe->message : "no message given");
-}
-
 /* The table of term t for `layer` (-1: shared by every layer) into `table` in the backend's memory. */
 static int device_table(bk_bias *b, int t, int layer, int32_t distances, float *table, bk_error *err)
 {
@@ -294,7 +285,7 @@ static int device_table(bk_bias *b, int t, int layer, int32_t distances, float *
     int prc = d->table_cuda(term->instance, theta, distances, table, be->stream(be), &pe);
     bk_plugin_call_leave();
     if (prc != BIASKIT_OK)
-        return plugin_failed(err, term, "table_cuda()", layer, b->step, &pe);
+        return bk_term_plugin_failed(err, term, "table_cuda()", layer, b->step, &pe);
     b->cuda_tables[t]++;
     if (!b->check_finite)
         return BK_OK;
@@ -584,7 +575,7 @@ static int device_table_backward(bk_bias *b, int t, int layer, const float *dtab
                                      b->dtheta_dev[t] + offset, be->stream(be), &pe);
     bk_plugin_call_leave();
     if (prc != BIASKIT_OK)
-        return plugin_failed(err, term, "table_backward_cuda()", layer, b->step, &pe);
+        return bk_term_plugin_failed(err, term, "table_backward_cuda()", layer, b->step, &pe);
     b->cuda_backwards[t]++;
     return BK_OK;
 }

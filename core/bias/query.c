@@ -36,15 +36,6 @@ int bk_query_active(const bk_query *q)
     return q->set && (q->set->coordinate >= 0 || q->set->mask >= 0 || q->set->scale >= 0);
 }
 
-static int plugin_failed(bk_error *err, const bk_term *t, const char *hook, int layer, int64_t step,
-                         const biaskit_error *pe)
-{
-    char where[64];
-    return bk_fail(err, pe->code ? pe->code : BK_ERR_PLUGIN, "term '%s' (plugin %s, %s)%s: %s failed: %s", t->label,
-                   t->plugin->desc->name, t->plugin->path, bk_term_where(layer, step, where, sizeof where), hook,
-                   pe->message[0] ? pe->message : "no message given");
-}
-
 __attribute__((format(printf, 6, 7))) static int bad_value(bk_error *err, const bk_term *t, const char *hook, int layer,
                                                            int64_t step, const char *fmt, ...)
 {
@@ -189,12 +180,12 @@ static int coordinate_forward(bk_query *q, int copy, int32_t D, const biaskit_co
     int rc = d->table(c->instance, theta, q->points, grid, &pe);
     bk_plugin_call_leave();
     if (rc != BIASKIT_OK)
-        return plugin_failed(err, c, "table()", layer, step, &pe);
+        return bk_term_plugin_failed(err, c, "table()", layer, step, &pe);
     bk_plugin_call_enter(c, "coordinate()", layer, step);
     rc = BK_DESCRIPTOR_FN(d, coordinate)(c->instance, theta, ctx, D, D, phi, rscale, &pe);
     bk_plugin_call_leave();
     if (rc != BIASKIT_OK)
-        return plugin_failed(err, c, "coordinate()", layer, step, &pe);
+        return bk_term_plugin_failed(err, c, "coordinate()", layer, step, &pe);
     if (!check)
         return BK_OK;
     int64_t bad = first_nonfinite(grid, H * P);
@@ -230,7 +221,7 @@ static int scale_forward(bk_query *q, int copy, int32_t D, const biaskit_context
     int rc = BK_DESCRIPTOR_FN(s->plugin->desc, scale)(s->instance, bk_term_theta(s, copy), ctx, D, scale, &pe);
     bk_plugin_call_leave();
     if (rc != BIASKIT_OK)
-        return plugin_failed(err, s, "scale()", ctx->layer, step, &pe);
+        return bk_term_plugin_failed(err, s, "scale()", ctx->layer, step, &pe);
     int64_t bad = check ? first_nonfinite(scale, (size_t)q->n_heads * (size_t)D) : -1;
     if (bad >= 0)
         return bad_value(err, s, "scale()", ctx->layer, step,
@@ -251,7 +242,7 @@ static int mask_forward(bk_query *q, const biaskit_context *ctx, int64_t step, b
     int rc = BK_DESCRIPTOR_FN(t->plugin->desc, mask)(t->instance, ctx, &m, &pe);
     bk_plugin_call_leave();
     if (rc != BIASKIT_OK)
-        return plugin_failed(err, t, "mask()", -1, step, &pe);
+        return bk_term_plugin_failed(err, t, "mask()", -1, step, &pe);
     if (m.window < 1 || m.sinks < 0 || m.distance_cap < 0)
         return bad_value(err, t, "mask()", -1, step,
                          "gave window %d, sinks %d, distance_cap %d: expected window >= 1 (a query always sees "
@@ -377,13 +368,13 @@ int bk_query_backward(bk_query *q, int layer, float *const *dtheta, int training
         rc = d->table_backward(c->instance, bk_term_theta(c, copy), q->points, q->dgrid_h, dth, &pe);
         bk_plugin_call_leave();
         if (rc != BIASKIT_OK)
-            return plugin_failed(err, c, "table_backward()", ctx.layer, step, &pe);
+            return bk_term_plugin_failed(err, c, "table_backward()", ctx.layer, step, &pe);
         bk_plugin_call_enter(c, "coordinate_backward()", ctx.layer, step);
         rc = BK_DESCRIPTOR_FN(d, coordinate_backward)(c->instance, bk_term_theta(c, copy), &ctx, D, D, q->dphi_h,
                                                       q->drscale_h, dth, &pe);
         bk_plugin_call_leave();
         if (rc != BIASKIT_OK)
-            return plugin_failed(err, c, "coordinate_backward()", ctx.layer, step, &pe);
+            return bk_term_plugin_failed(err, c, "coordinate_backward()", ctx.layer, step, &pe);
     }
     if (s && s->n_params) {
         const int copy = s->n_copies > 1 ? layer : 0;
@@ -396,7 +387,7 @@ int bk_query_backward(bk_query *q, int layer, float *const *dtheta, int training
                                                                 q->dscale_h, dth, &pe);
         bk_plugin_call_leave();
         if (rc != BIASKIT_OK)
-            return plugin_failed(err, s, "scale_backward()", ctx.layer, step, &pe);
+            return bk_term_plugin_failed(err, s, "scale_backward()", ctx.layer, step, &pe);
     }
     return BK_OK;
 }

@@ -79,17 +79,18 @@ const char *bk_term_where(int layer, int64_t step, char *buf, size_t size)
     return buf;
 }
 
-/* Turns a plugin's biaskit_error into an engine error naming the term (and where: " at layer 1, step 3"). */
-static int term_fail_at(bk_error *err, const bk_term *t, const biaskit_error *pe, const char *what, const char *where)
+int bk_term_plugin_failed(bk_error *err, const bk_term *t, const char *hook, int layer, int64_t step,
+                          const biaskit_error *pe)
 {
-    int code = pe->code ? pe->code : BK_ERR_PLUGIN;
-    return bk_fail(err, code, "term '%s' (plugin %s, %s)%s: %s failed: %s", t->label, t->plugin->desc->name,
-                   t->plugin->path, where, what, pe->message[0] ? pe->message : "no message given");
+    char where[64];
+    return bk_fail(err, pe->code ? pe->code : BK_ERR_PLUGIN, "term '%s' (plugin %s, %s)%s: %s failed: %s", t->label,
+                   t->plugin->desc->name, t->plugin->path, bk_term_where(layer, step, where, sizeof where), hook,
+                   pe->message[0] ? pe->message : "no message given");
 }
 
 static int term_fail(bk_error *err, const bk_term *t, const biaskit_error *pe, const char *what)
 {
-    return term_fail_at(err, t, pe, what, "");
+    return bk_term_plugin_failed(err, t, what, -1, 0, pe);
 }
 
 biaskit_context bk_term_context_of(const biaskit_geometry *geo, int layer, int32_t length, int training)
@@ -576,10 +577,10 @@ int bk_term_table_at(const bk_term *term, int layer, int64_t step, int check, in
     int rc = term->plugin->desc->table(term->instance, bk_term_theta(term, layer < 0 ? 0 : layer), distances, table,
                                        &pe);
     bk_plugin_call_leave();
+    if (rc != BIASKIT_OK)
+        return bk_term_plugin_failed(err, term, "table()", layer, step, &pe);
     char where[64];
     bk_term_where(layer, step, where, sizeof where);
-    if (rc != BIASKIT_OK)
-        return term_fail_at(err, term, &pe, "table()", where);
     return check ? check_finite(term, table, term->n_heads, distances, "host", where, err) : BK_OK;
 }
 

@@ -120,6 +120,12 @@ int bk_term_table(const bk_term *term, int layer, int32_t distances, float *tabl
 int bk_term_table_at(const bk_term *term, int layer, int64_t step, int check, int32_t distances, float *table,
                      bk_error *err);
 
+/* A plugin's failed call as an engine error: "term 'T' (plugin P, FILE) at layer L, step S: hook() failed:
+ * <the plugin's message>" with the plugin's code (BK_ERR_PLUGIN when it gave none); layer -1 and step 0
+ * are left out. Returns the code. */
+int bk_term_plugin_failed(bk_error *err, const bk_term *t, const char *hook, int layer, int64_t step,
+                          const biaskit_error *pe);
+
 /* " at layer 2, step 3" (the parts that are set: layer >= 0, step > 0) into buf; returns buf. */
 const char *bk_term_where(int layer, int64_t step, char *buf, size_t size);
 
