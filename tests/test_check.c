@@ -2,120 +2,27 @@
  * plugin (tests/plugins/checkbad.c, and of ABI 2 checkbad2.c) it fails exactly the check that plugin
  * breaks and passes the others; crashes, hangs and exit() inside a plugin are reported and the checks
  * go on; a correct gradient with a kink at the initial parameters passes, the kink stepped around. */
-#include "test_util.h"
-
-#include "check/check.h"
-
-#include <stdlib.h>
-
-#define MAX_ITEMS 128
-
-typedef struct report {
-    int n;
-    struct {
-        bk_check_status status;
-        char id[64];
-        char text[8192];
-    } items[MAX_ITEMS];
-    bk_check_counts counts;
-} report;
-
-static void collect(void *ctx, const bk_check_item *it)
-{
-    report *r = ctx;
-    if (r->n == MAX_ITEMS)
-        fail_msg("more than %d items", MAX_ITEMS);
-    r->items[r->n].status = it->status;
-    snprintf(r->items[r->n].id, sizeof r->items[r->n].id, "%s", it->id);
-    snprintf(r->items[r->n].text, sizeof r->items[r->n].text, "%s", it->text);
-    r->n++;
-}
-
-static const char *const dirs[] = {BK_TEST_PLUGIN_DIR, BK_TEST_PLUGINS_DIR};
+#include "check_report.h"
 
 /* Runs the check of `plugin` (a name or a file of the test plugin directory) with the default
  * options changed by `sets` and `timeout`; returns the code, the report in *r. */
 static int run_check(const char *plugin, const char *const *sets, size_t n_sets, unsigned timeout, report *r,
                      bk_error *err)
 {
-    char path[1024];
-    if (strstr(plugin, ".so"))
-        snprintf(path, sizeof path, "%s/%s", BK_TEST_PLUGINS_DIR, plugin);
-    else
-        snprintf(path, sizeof path, "%s", plugin);
-    bk_registry reg;
-    assert_int_equal(bk_registry_init_dirs(&reg, dirs, 2, err), BK_OK);
     bk_check_options opt;
     bk_check_options_default(&opt);
     opt.sets = sets;
     opt.n_sets = n_sets;
     if (timeout)
         opt.timeout_s = timeout;
-    memset(r, 0, sizeof *r);
-    int rc = bk_check_plugin(&reg, path, &opt, collect, r, &r->counts, err);
-    bk_registry_free(&reg);
-    return rc;
+    return check_report_run(plugin, &opt, r, err);
 }
 
 static report *checked(const char *plugin)
 {
-    report *r = malloc(sizeof *r);
-    bk_error err;
-    assert_non_null(r);
-    if (run_check(plugin, NULL, 0, 0, r, &err) != BK_OK)
-        fail_msg("bk_check_plugin(%s): %s", plugin, err.message);
-    return r;
-}
-
-static int find(const report *r, const char *id)
-{
-    for (int i = 0; i < r->n; i++)
-        if (strcmp(r->items[i].id, id) == 0)
-            return i;
-    return -1;
-}
-
-static void print_report(const report *r)
-{
-    for (int i = 0; i < r->n; i++)
-        fprintf(stderr, "    %s  [%s] %s\n", bk_check_status_name(r->items[i].status), r->items[i].id, r->items[i].text);
-}
-
-/* Item `id` is there with `status` and its text contains `needle` (may be NULL). */
-static void expect_item(const report *r, const char *id, bk_check_status status, const char *needle)
-{
-    int i = find(r, id);
-    if (i < 0) {
-        print_report(r);
-        fail_msg("no item '%s'", id);
-    }
-    if (r->items[i].status != status) {
-        print_report(r);
-        fail_msg("item '%s' is %s, expected %s", id, bk_check_status_name(r->items[i].status),
-                 bk_check_status_name(status));
-    }
-    if (needle)
-        assert_message_has(r->items[i].text, needle);
-}
-
-/* `failing` (a list ending in NULL) are the only FAIL items, and the counts add up. */
-static void expect_only_failures(const report *r, const char *const *failing)
-{
-    int failed = 0;
-    for (int i = 0; i < r->n; i++) {
-        int expected = 0;
-        for (const char *const *f = failing; *f; f++)
-            expected |= strcmp(*f, r->items[i].id) == 0;
-        if ((r->items[i].status == BK_CHECK_FAIL) != expected) {
-            print_report(r);
-            fail_msg("item '%s' is %s", r->items[i].id, bk_check_status_name(r->items[i].status));
-        }
-        failed += r->items[i].status == BK_CHECK_FAIL;
-    }
-    for (const char *const *f = failing; *f; f++)
-        expect_item(r, *f, BK_CHECK_FAIL, NULL);
-    assert_int_equal(r->counts.failed, failed);
-    assert_int_equal(r->counts.passed + r->counts.failed + r->counts.skipped + r->counts.warned, r->n);
+    bk_check_options opt;
+    bk_check_options_default(&opt);
+    return check_report_of(plugin, &opt);
 }
 
 /* The checks that every learnable table plugin gets, all passed. */
@@ -429,6 +336,15 @@ static void fire_passes_with_its_kink(void **state)
     expect_item(r, "coordinate-gradient", BK_CHECK_PASS, "L_multiplier[0] (initial parameters");
     assert_int_equal(find(r, "table-finite"), -1); /* a grid, not a distance table */
     assert_int_equal(find(r, "table-prefix"), -1);
+    /* far out and at the corners of the parameter region */
+    expect_item(r, "long-range-coordinate", BK_CHECK_PASS, "coordinate() at length 1048576 (distances = rows = 1048576, "
+                                                           "every entry)");
+    expect_item(r, "long-range-coordinate", BK_CHECK_PASS, "13 parameter sets (initial, 3 random, 9 corners");
+    expect_item(r, "long-range-coordinate", BK_CHECK_PASS, "the grid table (1025 points) finite");
+    /* a randomly initialised MLP: its shape is said, an increasing head is not warned about */
+    expect_item(r, "shape", BK_CHECK_PASS, "the bias F_h(u(i, d)) along the last row i = 1048575: heads ");
+    expect_item(r, "shape", BK_CHECK_PASS, "param_init draws the parameters at random");
+    assert_int_equal(r->counts.warned, 0);
     free(r);
 }
 
@@ -441,17 +357,24 @@ static void window_logn_ssmax_rope_pass(void **state)
     expect_item(r, "mask", BK_CHECK_PASS, "the same at every length");
     expect_item(r, "mask", BK_CHECK_PASS, "query i sees key j when i - j < 128 (itself and the 127 keys before it)");
     expect_item(r, "determinism", BK_CHECK_PASS, "mask");
+    expect_item(r, "long-range-mask", BK_CHECK_PASS, "the same at lengths 128, 512, 2048, 8192, 32768, 131072, 524288, "
+                                                     "1048576 (not a function of ctx->length");
     free(r);
     r = checked("logn");
     expect_only_failures(r, none);
     expect_item(r, "scale", BK_CHECK_PASS, "finite at lengths 128 (training), 128, 512");
     expect_item(r, "scale-gradient", BK_CHECK_SKIP, "no parameters");
+    expect_item(r, "long-range-scale", BK_CHECK_PASS, "scale() at length 1048576 (rows 0 .. 1048575, every head): finite "
+                                                      "(no parameters); |s| <= 10000; s from 0 to 13.86");
     free(r);
     r = checked("ssmax");
     expect_only_failures(r, none);
     expect_item(r, "scale", BK_CHECK_PASS, "s from 0 to"); /* s ln(i + 1) is 0 at i = 0: no sign required */
     expect_item(r, "scale-backward-adds", BK_CHECK_PASS, NULL);
     expect_item(r, "scale-gradient", BK_CHECK_PASS, "initial + 3 random parameter sets x lengths 128, 512");
+    /* s = 1e3 at a corner is 1.4e4 at row 2^20: beyond the bound, but corners are checked for finiteness only */
+    expect_item(r, "long-range-scale", BK_CHECK_PASS, "finite at 13 parameter sets (initial, 3 random, 9 corners");
+    expect_item(r, "long-range-scale", BK_CHECK_PASS, "|s| <= 10000 at the initial and random ones; s from 0 to 5.961");
     free(r);
     r = checked("rope");
     expect_only_failures(r, none);
@@ -459,6 +382,9 @@ static void window_logn_ssmax_rope_pass(void **state)
     expect_item(r, "rotary-ctx", BK_CHECK_PASS, "at lengths 32, 64, 128 (training), 128, 256, 1024, 8192");
     expect_item(r, "rotary-ctx", BK_CHECK_PASS, "the same answer at every length (static)");
     expect_item(r, "determinism", BK_CHECK_PASS, "rotary_ctx");
+    expect_item(r, "long-range-rotary", BK_CHECK_PASS, "rotary_ctx() at lengths 128 .. 1048576 (x2 each): d_head/2 = 8 "
+                                                       "inverse frequencies finite and > 0");
+    expect_item(r, "long-range-rotary", BK_CHECK_PASS, "the same answer at every length");
     free(r);
 }
 
@@ -480,6 +406,8 @@ static void abi2_options_reach_the_items(void **state)
     expect_only_failures(r, none);
     expect_item(r, "rotary-ctx", BK_CHECK_PASS, "the answer changes with the length (dynamic)");
     expect_item(r, "rotary-ctx", BK_CHECK_PASS, "at lengths <= 128 the unscaled values of rotary_frequencies()");
+    expect_item(r, "long-range-rotary", BK_CHECK_PASS, "the answer changes with the length from 256 on (dynamic "
+                                                       "scaling: allowed)");
     free(r);
 }
 
@@ -496,6 +424,9 @@ static void coordinate_kink_at_init_passes(void **state)
                                                          "128 (training)): one-sided differences");
     expect_item(r, "coordinate-points", BK_CHECK_PASS, "coordinate_points() = 65");
     expect_item(r, "grid-gradient", BK_CHECK_PASS, "the grid of 65 points");
+    expect_item(r, "long-range-coordinate", BK_CHECK_PASS, "13 parameter sets");
+    /* F_h(u) = a_h u with a_h > 0 set by the author: every head prefers distant tokens */
+    expect_item(r, "shape", BK_CHECK_WARN, "heads 0-11 increase with distance (prefer distant tokens)");
     free(r);
 }
 
@@ -508,6 +439,7 @@ static void coordinate_beyond_one_far_away_fails(void **state)
     expect_item(r, "coordinate", BK_CHECK_FAIL, "coordinate() at length 8192, initial parameters: u(i = 4096, d = "
                                                 "4096) = phi[4096] * rscale[4096]");
     expect_item(r, "coordinate", BK_CHECK_FAIL, "> 1 + 1e-05");
+    expect_item(r, "long-range-coordinate", BK_CHECK_SKIP, "below --distances 65536: the coordinate item reports it");
     free(r);
 }
 
@@ -533,6 +465,7 @@ static void scale_nan_far_away_fails(void **state)
     expect_only_failures(r, failing);
     expect_item(r, "scale", BK_CHECK_FAIL, "scale() at length 8192 gives nan at head 0, query 5000 (initial parameters)");
     expect_item(r, "scale-gradient", BK_CHECK_PASS, NULL);
+    expect_item(r, "long-range-scale", BK_CHECK_SKIP, "the scale item reports it");
     free(r);
 }
 
@@ -557,17 +490,23 @@ static void mask_with_window_0_fails(void **state)
     expect_item(r, "mask", BK_CHECK_FAIL, "mask() at length 128 (training) gives window 0, sinks 4, distance_cap 0: "
                                           "expected window >= 1");
     expect_item(r, "determinism", BK_CHECK_PASS, "mask");
+    expect_item(r, "long-range-mask", BK_CHECK_SKIP, "the mask item reports it");
     free(r);
 }
 
+/* window = length / 2: the mask item says how it changes, and long-range-mask fails it (plugin.h: the
+ * engine computes a mask once for the longest sequence and reads it for every shorter one). */
 static void mask_that_depends_on_the_length_is_explained(void **state)
 {
     (void)state;
     report *r = checked("biaskit_checkbad2_masklen.so");
-    static const char *const none[] = {NULL};
-    expect_only_failures(r, none);
+    static const char *const failing[] = {"long-range-mask", NULL};
+    expect_only_failures(r, failing);
     expect_item(r, "mask", BK_CHECK_PASS, "it depends on the length: window 64 at 128 (training), 64 at 128, 256 at "
                                           "512");
+    expect_item(r, "long-range-mask", BK_CHECK_FAIL, "window 64, sinks 4, distance_cap 0 at length 128 but window "
+                                                     "524288, sinks 4, distance_cap 0 at length 1048576");
+    expect_item(r, "long-range-mask", BK_CHECK_FAIL, "a mask must not depend on ctx->length");
     free(r);
 }
 
@@ -580,15 +519,18 @@ static void rotary_ctx_contract(void **state)
     expect_item(r, "rotary-ctx", BK_CHECK_FAIL, "rotary_ctx() at length 1024 gives the amplitude 0 (expected finite "
                                                 "and > 0");
     expect_item(r, "rotary", BK_CHECK_PASS, NULL);
+    expect_item(r, "long-range-rotary", BK_CHECK_SKIP, "the rotary-ctx item reports a failure at its lengths");
     free(r);
     r = checked("biaskit_checkbad2_rotnan.so");
     expect_only_failures(r, failing);
     expect_item(r, "rotary-ctx", BK_CHECK_FAIL, "rotary_ctx() at length 8192 gives inverse frequency 0 = nan");
+    expect_item(r, "long-range-rotary", BK_CHECK_SKIP, "the rotary-ctx item reports a failure at its lengths");
     free(r);
     r = checked("biaskit_checkbad2_rotdyn.so"); /* s = length / L without max(1, .) */
     expect_only_failures(r, failing);
     expect_item(r, "rotary-ctx", BK_CHECK_FAIL, "rotary_ctx() at length 32 gives pair 0 = 4");
     expect_item(r, "rotary-ctx", BK_CHECK_FAIL, "must leave RoPE unscaled");
+    expect_item(r, "long-range-rotary", BK_CHECK_PASS, "changes with the length"); /* a rule below L, not far out */
     free(r);
 }
 
@@ -597,23 +539,12 @@ static void rotary_ctx_contract(void **state)
 /* The check of a test plugin file with --distances `distances` (0: the default) and --allow-increasing. */
 static report *checked_long(const char *file, int32_t distances, int allow_increasing)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", BK_TEST_PLUGINS_DIR, file);
-    report *r = malloc(sizeof *r);
-    assert_non_null(r);
-    memset(r, 0, sizeof *r);
-    bk_registry reg;
-    bk_error err;
-    assert_int_equal(bk_registry_init_dirs(&reg, dirs, 2, &err), BK_OK);
     bk_check_options opt;
     bk_check_options_default(&opt);
     if (distances)
         opt.max_distances = distances;
     opt.allow_increasing = allow_increasing;
-    if (bk_check_plugin(&reg, path, &opt, collect, r, &r->counts, &err) != BK_OK)
-        fail_msg("bk_check_plugin(%s): %s", file, err.message);
-    bk_registry_free(&reg);
-    return r;
+    return check_report_of(file, &opt);
 }
 
 /* -a d / (1 + b d) with b >= -1.7e-4 allowed: finite at every distance the other checks read (the
@@ -686,6 +617,147 @@ static void rational_bias_passes(void **state)
     free(r);
 }
 
+/* ---- the long-range probes of the ABI 2 capabilities (tests/plugins/checkbad4.c) ---------------------- */
+
+/* phi = inf beyond distance 100000: past every length of the coordinate item (65536), so only the probe at
+ * 2^20 sees it, at the initial parameters already; it names the distance and the set. */
+static void coordinate_infinite_far_away_fails(void **state)
+{
+    (void)state;
+    report *r = checked_long("biaskit_checkbad4_phiinf.so", 0, 0);
+    static const char *const failing[] = {"long-range-coordinate", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "coordinate", BK_CHECK_PASS, "65536");
+    expect_item(r, "grid-finite", BK_CHECK_PASS, NULL);
+    expect_item(r, "coordinate-gradient", BK_CHECK_PASS, NULL);
+    expect_item(r, "long-range-coordinate", BK_CHECK_FAIL, "coordinate() at length 1048576 (distances = rows = 1048576): "
+                                                           "phi[100001] = inf (expected finite and >= 0), at the initial "
+                                                           "parameters (a[0] = 0.5, ");
+    assert_int_equal(find(r, "shape"), -1); /* no shape of a broken coordinate */
+    free(r);
+}
+
+/* u(i, i) = 1.25 on rows beyond 8192: with --distances 8192 only the probe sees it (naming the row); with
+ * the default 65536 the coordinate item reports it and the probe says so (no second FAIL). */
+static void coordinate_beyond_one_on_far_rows_fails(void **state)
+{
+    (void)state;
+    report *r = checked_long("biaskit_checkbad4_ufar.so", 8192, 0);
+    static const char *const failing[] = {"long-range-coordinate", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "coordinate", BK_CHECK_PASS, "8192 (distances = rows = length)");
+    expect_item(r, "long-range-coordinate", BK_CHECK_FAIL, "u(i = 8193, d = 8193) = phi[8193] * rscale[8193]");
+    expect_item(r, "long-range-coordinate", BK_CHECK_FAIL, "> 1 + 1e-05");
+    expect_item(r, "long-range-coordinate", BK_CHECK_FAIL, "at the initial parameters");
+    free(r);
+    r = checked_long("biaskit_checkbad4_ufar.so", 0, 0);
+    static const char *const near[] = {"coordinate", NULL};
+    expect_only_failures(r, near);
+    expect_item(r, "long-range-coordinate", BK_CHECK_SKIP, "the coordinate item reports it");
+    free(r);
+}
+
+/* NaN beyond row 5000 once a_h leaves its initial value: with --distances 4096 the scale item passes and
+ * the probe fails, naming head, row and the random set with its values. */
+static void scale_nan_far_away_at_random_parameters_fails(void **state)
+{
+    (void)state;
+    report *r = checked_long("biaskit_checkbad4_scalenan.so", 4096, 0);
+    static const char *const failing[] = {"long-range-scale", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "scale", BK_CHECK_PASS, "initial and random parameters");
+    expect_item(r, "long-range-scale", BK_CHECK_FAIL, "scale() at length 1048576 gives nan at head 0, row 5001, at "
+                                                      "random projected parameter set 1 (a[0] = ");
+    free(r);
+    r = checked_long("biaskit_checkbad4_scalenan.so", 0, 0);
+    static const char *const near[] = {"scale", NULL};
+    expect_only_failures(r, near);
+    expect_item(r, "scale", BK_CHECK_FAIL, "random parameter set 1");
+    expect_item(r, "long-range-scale", BK_CHECK_SKIP, "the scale item reports it");
+    free(r);
+}
+
+/* --params replaces the initial parameters of the probes: a_h off its initial value makes the given set
+ * the one that fails (no other item looks at it: no SKIP for "reported elsewhere"). */
+static void given_parameters_are_the_first_set(void **state)
+{
+    (void)state;
+    float params[12];
+    for (int h = 0; h < 12; h++)
+        params[h] = 0.25f;
+    bk_check_options opt;
+    bk_check_options_default(&opt);
+    opt.max_distances = 4096;
+    opt.params = params;
+    opt.n_params = 12;
+    report *r = check_report_of("biaskit_checkbad4_scalenan.so", &opt);
+    expect_item(r, "long-range-scale", BK_CHECK_FAIL, "gives nan at head 0, row 5001, at the given parameters "
+                                                      "(--params) (a[0] = 0.25, ");
+    free(r);
+    float ones[13];
+    for (int k = 0; k < 13; k++)
+        ones[k] = 1.0f;
+    opt.params = ones;
+    opt.n_params = 13;
+    r = check_report_of("biaskit_checkbad4_rising.so", &opt);
+    expect_item(r, "shape", BK_CHECK_WARN, "heads 0-11 increase with distance (prefer distant tokens) up to distance "
+                                           "1048575 at the given parameters (--params)");
+    free(r);
+}
+
+/* s = 1000 ln(i + 1) passes the bound up to row 65536 and goes past it at row 22026 (e^10): a FAIL of the
+ * probe, at the initial parameters, naming head and row. */
+static void scale_too_large_far_away_fails(void **state)
+{
+    (void)state;
+    report *r = malloc(sizeof *r);
+    bk_error err;
+    const char *big[] = {"s_init=1000"};
+    assert_int_equal(run_check("ssmax", big, 1, 0, r, &err), BK_OK);
+    static const char *const failing[] = {"long-range-scale", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "scale", BK_CHECK_PASS, NULL);
+    expect_item(r, "long-range-scale", BK_CHECK_FAIL, "at head 0, row 22026: |s| beyond 10000");
+    expect_item(r, "long-range-scale", BK_CHECK_FAIL, "at the initial parameters (s[0] = 1000, ");
+    free(r);
+}
+
+/* window 128 up to length 65536, length / 512 beyond: the mask item (up to --distances) sees one window,
+ * the probe fails it. */
+static void mask_growing_far_away_fails(void **state)
+{
+    (void)state;
+    report *r = checked_long("biaskit_checkbad4_maskgrow.so", 0, 0);
+    static const char *const failing[] = {"long-range-mask", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "mask", BK_CHECK_PASS, "the same at every length");
+    expect_item(r, "long-range-mask", BK_CHECK_FAIL, "window 128, sinks 4, distance_cap 0 at length 128 but window "
+                                                     "2048, sinks 4, distance_cap 0 at length 1048576");
+    free(r);
+}
+
+/* F_h(u) = +a_h u, a_h >= 0 set by the author: correct, every head prefers distant tokens: a WARN, or a
+ * PASS with --allow-increasing. */
+static void coordinate_increasing_bias_warns(void **state)
+{
+    (void)state;
+    report *r = checked_long("biaskit_checkbad4_rising.so", 0, 0);
+    static const char *const none[] = {NULL};
+    expect_only_failures(r, none);
+    expect_item(r, "long-range-coordinate", BK_CHECK_PASS, NULL);
+    expect_item(r, "shape", BK_CHECK_WARN, "the bias F_h(u(i, d)) along the last row i = 1048575: heads 0-11 increase "
+                                           "with distance (prefer distant tokens) up to distance 1048575 at the "
+                                           "initial parameters");
+    expect_item(r, "shape", BK_CHECK_WARN, "--allow-increasing silences this");
+    assert_int_equal(r->counts.warned, 1);
+    free(r);
+    r = checked_long("biaskit_checkbad4_rising.so", 0, 1);
+    expect_only_failures(r, none);
+    expect_item(r, "shape", BK_CHECK_PASS, "allowed by --allow-increasing");
+    assert_int_equal(r->counts.warned, 0);
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -722,6 +794,13 @@ int main(void)
         cmocka_unit_test(nan_beyond_the_distances_fails),
         cmocka_unit_test(increasing_heads_warn),
         cmocka_unit_test(rational_bias_passes),
+        cmocka_unit_test(coordinate_infinite_far_away_fails),
+        cmocka_unit_test(coordinate_beyond_one_on_far_rows_fails),
+        cmocka_unit_test(scale_nan_far_away_at_random_parameters_fails),
+        cmocka_unit_test(given_parameters_are_the_first_set),
+        cmocka_unit_test(scale_too_large_far_away_fails),
+        cmocka_unit_test(mask_growing_far_away_fails),
+        cmocka_unit_test(coordinate_increasing_bias_warns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -196,7 +196,7 @@ if cc --version >/dev/null 2>&1; then
         [ "${#m}" -le 40 ] || continue
         check "new-plugin refuses the macro '$m'" 2 "new-plugin: '$m' " "$bk" new-plugin "$m" --dir "$work"
     done
-    for name in int for while return mybias biaskitx bktp errno stdin bool p theta; do
+    for name in int for while return mybias biaskitx bktp errno stdio bool p theta; do
         check "new-plugin '$name' is accepted and compiles" 0 "" \
             bash -c "'$bk' new-plugin '$name' --dir '$work' >/dev/null && cc -std=gnu11 -Wall -Werror -fsyntax-only -I '$src/sdk/include' '$work/$name/$name.c'"
     done

@@ -3,8 +3,10 @@
 # file; the out-of-tree example plugin builds against the installed SDK only (a copy of its folder,
 # away from the source tree), both with CMake (find_package(biaskit)) and with pkg-config, the
 # installed biaskit loads it through BIASKIT_PLUGIN_PATH and by path, and `biaskit check` passes it.
-# The pkg-config build runs the very command lines of sdk/README.md (section "Build it"). With nvcc,
-# the CUDA kernels are built for sm_80 and sm_90 by default and for the project's choice otherwise.
+# The pkg-config build runs the very command lines of the installed SDK guide (section "Build it"). With
+# nvcc, the CUDA kernels are built for sm_80 and sm_90 by default and for the project's choice otherwise.
+# The installed guide (share/doc/biaskit/SDK.md) and headers cite only installed files: every path they
+# name exists under the prefix, and the installed example sources build against the installed SDK.
 # usage: test_install.sh <build dir> <source dir>
 set -u
 build=$1 src=$2
@@ -32,12 +34,37 @@ for f in include/biaskit/plugin.h bin/biaskit lib/biaskit/plugins/biaskit_alibi.
          lib/cmake/biaskit/biaskitConfig.cmake lib/cmake/biaskit/BiaskitPlugin.cmake lib/pkgconfig/biaskit.pc; do
     check "installed $f" test -e "$prefix/$f"
 done
+# ---- the guide and the files it cites --------------------------------------------------------------------
+# A citation is `<prefix>/PATH` (a file or folder under the install prefix; a trailing "." or "," ends it) or
+# <biaskit/NAME.h> (include/biaskit/NAME.h). What is not allowed: a path into the biaskit sources (docs/,
+# tests/, plugins/, examples/, bench/, core/, sdk/ not inside a <prefix>/ path), a relative Markdown link.
+guide_md=$prefix/share/doc/biaskit/SDK.md
+check "installed the SDK guide (share/doc/biaskit/SDK.md)" test -s "$guide_md"
+# the headers whose comments are checked too (installed, read by authors)
+guide_headers="plugin.h plugin_cuda.h random.h table_plugin.h formula_plugin.h"
+cited() { # cited FILE: every <prefix>/ path and <biaskit/...h> header FILE names, one a line
+    grep -oE '<prefix>/[A-Za-z0-9_./-]+' "$1" | sed -e 's|^<prefix>/||' -e 's|[.,]*$||'
+    grep -oE '<biaskit/[a-z_]+\.h>' "$1" | sed -e 's|^<biaskit/|include/biaskit/|' -e 's|>$||'
+}
+# a path into the sources, or a relative Markdown link
+source_path='(^|[^/A-Za-z0-9_.<-])(docs|tests|plugins|examples|bench|core|sdk)/[A-Za-z0-9_]|\]\((\.|[a-z_]+/)'
+for f in "$guide_md" $(for h in $guide_headers; do echo "$prefix/include/biaskit/$h"; done); do
+    name=${f#"$prefix"/}
+    paths=$(cited "$f" | sort -u)
+    missing=$(for c in $paths; do [ -e "$prefix/$c" ] || echo "$c"; done)
+    check "$name: every path it cites is installed ($(echo "$paths" | grep -c .) paths)" \
+        bash -c "[ -z \"\$1\" ] || { echo \"not under the prefix:\"; echo \"\$1\"; false; }" _ "$missing"
+    check "$name: cites no file of the biaskit sources" bash -c "! grep -nE '$source_path' '$f'"
+done
+check "the guide cites the installed examples (at least 20 paths under share/)" \
+    test "$(cited "$guide_md" | grep -c '^share/')" -ge 20
+
 check "installed biaskit finds its installed plugins" \
     bash -c "'$prefix/bin/biaskit' plugins alibi | grep -q 'file: *$prefix/lib/biaskit/plugins/biaskit_alibi.so'"
 check "installed biaskit does not search the build tree (nothing shadowed)" \
     bash -c "! env -u BIASKIT_PLUGIN_PATH '$prefix/bin/biaskit' plugins 2>&1 | grep -i shadow"
 
-cp -r "$src/examples/plugin_gaussian" "$work/gaussian"
+cp -r "$prefix/share/biaskit/examples/plugin_gaussian" "$work/gaussian" # as installed: the guide's copy
 rm -rf "$work/gaussian/build"
 check "example configures against the installed SDK" \
     cmake -S "$work/gaussian" -B "$work/gaussian/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_FLAGS="-Wall -Wextra -Werror"
@@ -62,24 +89,38 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
 else
     echo "skip: CUDA architectures (no nvcc)"
 fi
-check "example exports only the entry symbol" \
-    bash -c "nm -D --defined-only '$work/gaussian/build/biaskit_gaussian.so' | awk '{print \$3}' | grep -v '^_' | grep -qx biaskit_plugin_entry && \
-             [ \"\$(nm -D --defined-only '$work/gaussian/build/biaskit_gaussian.so' | awk '{print \$3}' | grep -v '^_' | wc -l)\" = 1 ]"
+check "example exports only the entry symbol and biaskit_tp_emulation (table_plugin.h's CUDA kernels on the host)" \
+    bash -c "[ \"\$(nm -D --defined-only '$work/gaussian/build/biaskit_gaussian.so' | awk '{print \$3}' | grep -v '^_' | sort | tr '\n' ' ')\" = 'biaskit_plugin_entry biaskit_tp_emulation ' ]"
 check "example is listed through BIASKIT_PLUGIN_PATH" \
     bash -c "BIASKIT_PLUGIN_PATH='$work/gaussian/build' '$prefix/bin/biaskit' plugins | grep -q '^gaussian '"
 check "example's table through the installed biaskit" \
     bash -c "cd '$work/gaussian' && BIASKIT_PLUGIN_PATH='$work/gaussian/build' '$prefix/bin/biaskit' bias gaussian.toml --length 4 --csv - | grep -q '^0,token,mixed,0,3,-2.25$'"
-# The guide's pkg-config lines, verbatim but for <prefix> and the plugin's name (mine -> gaussian),
+# The installed guide's pkg-config lines, verbatim but for <prefix> and the plugin's name (mine -> gaussian),
 # run in a clean environment (no PKG_CONFIG_PATH of the caller's).
-guide=$(grep -E '^    (export PKG_CONFIG_PATH=|cc -std=c11 )' "$src/sdk/README.md" | sed -e 's/^    //' \
-        -e "s|<prefix>|$prefix|g" -e 's/mine/gaussian/g')
-check "sdk/README.md gives the pkg-config build (export PKG_CONFIG_PATH, cc ... -lm)" \
+guide_lines=$(grep -E '^    (export PKG_CONFIG_PATH=|cc -std=c11 )' "$guide_md" | sed -e 's/^    //' -e "s|<prefix>|$prefix|g")
+guide=$(printf '%s\n' "$guide_lines" | sed -e 's/mine/gaussian/g')
+check "the installed guide gives the pkg-config build (export PKG_CONFIG_PATH, cc ... -lm)" \
     bash -c "printf '%s\n' \"\$1\" | grep -q '^export PKG_CONFIG_PATH=' && printf '%s\n' \"\$1\" | grep -q '^cc .* -lm\$'" _ "$guide"
 mkdir -p "$work/pc" && cp "$work/gaussian/gaussian.c" "$work/pc/"
 check "example builds with pkg-config alone, as sdk/README.md says" \
     env -u PKG_CONFIG_PATH bash -c "cd '$work/pc' && set -e && $guide"
 check "pkg-config build loads by path" \
     bash -c "'$prefix/bin/biaskit' plugins '$work/pc/biaskit_gaussian.so' | grep -q '^gaussian '"
+# The sources the guide quotes, as installed, built with its pkg-config lines (mine -> the source's name) and
+# loaded by the installed biaskit: the formula-first plugins of <biaskit/table_plugin.h> (kerple_tp,
+# tp_scalar) and <biaskit/formula_plugin.h> (fire_fp, window_fp, ssmax_fp, rope_pi_fp), and every built-in
+# plugin's host source in a copy of the installed folders (bipe includes ../ape/ape_math.h).
+cp -r "$prefix/share/biaskit/examples" "$work/quoted"
+for c in "$work"/quoted/formula/*.c "$work"/quoted/plugins/*/*.c; do
+    name=$(basename "$c" .c)
+    lines=$(printf '%s\n' "$guide_lines" | sed -e "s/mine/$name/g")
+    check "quoted source ${c#"$work/quoted/"} builds with the guide's pkg-config lines and loads" \
+        env -u PKG_CONFIG_PATH bash -c "cd '$(dirname "$c")' && set -e && $lines && '$prefix/bin/biaskit' plugins './biaskit_$name.so' | grep -q '^$name '"
+done
+check "the table_plugin.h example kerple_tp, built from its installed source, passes biaskit check" \
+    "$prefix/bin/biaskit" check "$work/quoted/formula/biaskit_kerple_tp.so"
+check "the formula_plugin.h example window_fp, built from its installed source, passes biaskit check" \
+    "$prefix/bin/biaskit" check "$work/quoted/formula/biaskit_window_fp.so"
 check "example passes biaskit check (by path)" \
     "$prefix/bin/biaskit" check "$work/gaussian/build/biaskit_gaussian.so"
 

@@ -8,7 +8,8 @@
  *   ROTARY      rotary_ctx(): finite frequencies, a finite amplitude > 0, and no scaling below the
  *               training length when the answer there is the unscaled one
  * Every call gets a biaskit_context built as the engine builds it (ck_context). The gradients of the
- * backward functions are in check/gradient.c. */
+ * backward functions are in check/gradient.c; the same contracts at --max-distance (2^20) and at the
+ * corners of the parameter region, and the length-independence of a mask, in check/longrange.c. */
 #include "check/internal.h"
 
 #include "plugin/descriptor.h"
@@ -454,12 +455,36 @@ static int same_frequencies(const float *a, const float *b, int32_t half, int32_
 
 enum { ROT_CASES = 7 };
 
+/* The lengths of the rotary-ctx item: below the training length (L/4, L/2), at it (training and not),
+ * then 2, 8 and 64 times it. */
+static void rotary_ctx_lengths(const checker *c, int64_t want[ROT_CASES], int training[ROT_CASES])
+{
+    const int64_t L = c->geo.train_length > 0 ? c->geo.train_length : 1;
+    const int64_t w[ROT_CASES] = {L / 4, L / 2, L, L, 2 * L, 8 * L, 64 * L};
+    for (int k = 0; k < ROT_CASES; k++)
+        want[k] = w[k], training[k] = k == 2;
+}
+
+int ck_rotary_ctx_fails_near(const checker *c, const instance *in)
+{
+    int64_t want[ROT_CASES];
+    int training[ROT_CASES], bad = 0;
+    rotary_ctx_lengths(c, want, training);
+    float *f = ck_guarded_alloc((size_t)(in->geo.d_head / 2)), amp;
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300];
+    for (int k = 0; k < ROT_CASES && f && !bad; k++)
+        if (want[k] >= 1 && want[k] <= INT32_MAX)
+            bad = ck_rotary_ctx(in, (int32_t)want[k], training[k], 1, f, &amp, why, sizeof why) != CALL_OK;
+    free(f);
+    return bad;
+}
+
 void ck_check_rotary_ctx(checker *c, const instance *in)
 {
     const int32_t L = c->geo.train_length > 0 ? c->geo.train_length : 1, half = in->geo.d_head / 2;
-    /* below the training length (L/4, L/2), at it (training and not), then 2, 8 and 64 times it */
-    const int64_t want[ROT_CASES] = {L / 4, L / 2, L, L, 2 * (int64_t)L, 8 * (int64_t)L, 64 * (int64_t)L};
-    const int training[ROT_CASES] = {0, 0, 1, 0, 0, 0, 0};
+    int64_t want[ROT_CASES];
+    int training[ROT_CASES];
+    rotary_ctx_lengths(c, want, training);
     enum { AT_L = 3 };
     float *f[ROT_CASES] = {0}, amp[ROT_CASES] = {0}, *plain = ck_guarded_alloc((size_t)half);
     int used[ROT_CASES] = {0};

@@ -4,6 +4,7 @@
 
 #include "config/experiment.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ void bk_check_options_default(bk_check_options *opt)
     opt->n_seeds = 3;
     opt->seed = 20240611;
     opt->timeout_s = 60;
+    opt->tolerance = BK_CHECK_TOLERANCE;
 }
 
 static int usage_error(bk_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -49,6 +51,15 @@ static int check_options_valid(const bk_check_options *o, bk_error *err)
     if (o->max_distances < 1 || o->n_seeds < 1 || o->timeout_s < 1)
         return usage_error(err, "biaskit check: distances, seeds and time limit must be positive (got %d, %d, %u)",
                            o->max_distances, o->n_seeds, o->timeout_s);
+    if (!(o->tolerance > 0.0) || !isfinite(o->tolerance))
+        return usage_error(err, "biaskit check: --tolerance must be a finite number > 0 (got %g)", o->tolerance);
+    if (o->n_params < 0 || (o->n_params > 0) != (o->params != NULL))
+        return usage_error(err, "biaskit check: --params: %lld values and %s (expected both or neither)",
+                           (long long)o->n_params, o->params ? "a value array" : "no value array");
+    for (int64_t i = 0; i < o->n_params; i++)
+        if (!isfinite(o->params[i]))
+            return usage_error(err, "biaskit check: --params: value %lld is %g (expected finite numbers)",
+                               (long long)i + 1, (double)o->params[i]);
     for (size_t i = 0; i < o->n_sets; i++) {
         const char *eq = strchr(o->sets[i], '=');
         if (!eq || eq == o->sets[i])
@@ -110,16 +121,21 @@ static const unit units[] = {
     {"long-range", "long-range table checks", BIASKIT_CAP_TABLE, ck_unit_longrange},
     {"table-gradient", "table gradient", BIASKIT_CAP_TABLE, ck_unit_table_gradient},
     {"coordinate-points", "coordinate checks", BIASKIT_CAP_COORDINATE, ck_unit_coordinate},
+    {"long-range-coordinate", "long-range coordinate checks", BIASKIT_CAP_COORDINATE, ck_unit_longrange_coordinate},
     {"grid-gradient", "grid gradient", BIASKIT_CAP_COORDINATE, ck_unit_grid_gradient},
     {"coordinate-gradient", "coordinate gradient", BIASKIT_CAP_COORDINATE, ck_unit_coordinate_gradient},
     {"scale", "scale checks", BIASKIT_CAP_SCALE, ck_unit_scale},
+    {"long-range-scale", "long-range scale checks", BIASKIT_CAP_SCALE, ck_unit_longrange_scale},
     {"scale-gradient", "scale gradient", BIASKIT_CAP_SCALE, ck_unit_scale_gradient},
     {"mask", "mask checks", BIASKIT_CAP_MASK, ck_unit_mask},
+    {"long-range-mask", "long-range mask checks", BIASKIT_CAP_MASK, ck_unit_longrange_mask},
     {"embed", "embed checks", BIASKIT_CAP_EMBED, ck_unit_embed},
     {"embed-gradient", "embed gradient", BIASKIT_CAP_EMBED, ck_unit_embed_gradient},
     {"segment", "segment checks", BIASKIT_CAP_SEGMENT, ck_unit_segment},
     {"rotary", "rotary checks", BIASKIT_CAP_ROTARY, ck_unit_rotary},
+    {"long-range-rotary", "long-range rotary_ctx checks", BIASKIT_CAP_ROTARY, ck_unit_longrange_rotary},
     {"project", "project checks", 0, ck_unit_project},
+    {"param-info", "param_info checks", 0, ck_unit_param_info},
     {"determinism", "determinism checks", 0, ck_unit_determinism},
     {"cuda-table", "CUDA checks", BIASKIT_CAP_TABLE, ck_unit_cuda},
     {"cuda-embed", "CUDA embedding checks", BIASKIT_CAP_EMBED, ck_unit_cuda_embed},
@@ -145,6 +161,50 @@ static int run_checks(checker *c, bk_error *err)
         if (!units[i].needs || (c->d->capabilities & units[i].needs))
             rc = ck_run_unit(c, units[i].id, units[i].what, units[i].fn, NULL, NULL, err);
     return rc;
+}
+
+/* In a child: param_count() of the default configuration, as an R line (nothing when create() fails:
+ * the create item says why). */
+static void count_params(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128], text[32];
+    if (ck_instance_create(c, &c->view, &c->geo, &in, why, sizeof why))
+        return;
+    snprintf(text, sizeof text, "%lld", (long long)in.n_params);
+    ck_child_line(c, 'R', "param_count", text);
+    ck_instance_close(&in);
+}
+
+static void read_count(checker *c, char tag, const char *id, const char *text, void *ctx)
+{
+    (void)c;
+    if (tag == 'R' && strcmp(id, "param_count") == 0)
+        *(long long *)ctx = strtoll(text, NULL, 10);
+}
+
+/* --params must give exactly param_count() values: a usage error naming both counts, before any item. */
+static int check_params_count(checker *c, bk_error *err)
+{
+    if (!c->opt->params)
+        return BK_OK;
+    child_result r;
+    long long count = -1;
+    int rc = ck_run_child(c, count_params, NULL, &r, err);
+    if (rc)
+        return rc;
+    ck_for_each_line(c, &r, read_count, &count);
+    free(r.output.s);
+    long long n = (long long)c->opt->n_params;
+    if (count == 0)
+        return usage_error(err, "biaskit check: --params: %s has no parameters with this configuration "
+                           "(param_count() is 0): leave --params out", c->d->name);
+    if (count > 0 && count != n)
+        return usage_error(err, "biaskit check: --params: %lld value%s given, but %s has %lld parameters with this "
+                           "configuration (param_count()): expected %lld comma-separated numbers", n,
+                           n == 1 ? "" : "s", c->d->name, count, count);
+    return BK_OK;
 }
 
 typedef struct load_job {
@@ -190,7 +250,8 @@ int bk_check_plugin(bk_registry *reg, const char *name_or_path, const bk_check_o
         return BK_OK;
     }
     c.d = c.plugin->desc;
-    if ((rc = open_config(&c, err)) == BK_OK) { /* a bad --set is reported before any check */
+    if ((rc = open_config(&c, err)) == BK_OK && (rc = check_params_count(&c, err)) == BK_OK) {
+        /* a bad --set or --params is reported before any check */
         ck_item(&c, BK_CHECK_PASS, "load", "loads: %s %s from %s (ABI %u, descriptor %u bytes)", c.d->name,
                 c.d->version, c.plugin->path, c.d->abi_version, c.d->struct_size);
         ck_check_descriptor(&c);

@@ -15,9 +15,17 @@
  *                                              poles, |T| bounded at the initial ones; each
  *                                              head decreasing, increasing (WARN) or neither
  *                                              (check/longrange.c)
+ *   long-range-coordinate, long-range-scale, long-range-mask, long-range-rotary
+ *                                              the ABI 2 capabilities the same way: coordinate() and
+ *                                              the grid at length --max-distance, scale() bounded,
+ *                                              the mask independent of the length, rotary_ctx far out
  *   table-backward-adds, table-gradient        table_backward adds (+=) and matches central finite
  *                                              differences of L = sum dtable * T computed in float64
- *                                              (kinks stepped around: check/gradient.c)
+ *                                              (kinks stepped around: check/gradient.c); where L
+ *                                              disagrees, each table entry T[h][d] alone decides
+ *                                              (float rounding of large entries drowns small terms)
+ *   params                                     with --params: the table finite up to max_distances
+ *                                              at the given parameters (after param_project)
  *   embed, embed-backward-adds, embed-gradient the same for the embedding
  *   coordinate-points, grid-finite, grid-random, coordinate
  *                                              COORDINATE: the grid of u, its table, and coordinate()
@@ -30,8 +38,14 @@
  *                                              idempotent projection into range; bit-identical
  *                                              repeated calls; segment and rotary contracts, and
  *                                              rotary_ctx (finite, amplitude > 0, unscaled below L)
+ *   param-info                                 param_info(): sound bounds, a terminated text, initial,
+ *                                              random and wild projected parameters inside the bounds
  *   cuda-table, cuda-backward                  the plugin's CUDA code against its host code (SKIP
  *                                              without a GPU, with the reason)
+ *   cuda-table-emulated, cuda-backward-emulated, cuda-device-branch
+ *                                              a table_plugin.h plugin's CUDA kernels run on the
+ *                                              host (same grid and order) against its host code,
+ *                                              GPU or not; __CUDA_ARCH__ in its source: WARN
  *   remaining                                  SKIP: create() with the default configuration failed,
  *                                              so nothing that needs an instance ran
  * Checks of capabilities the plugin does not declare are not reported.
@@ -45,7 +59,7 @@
  *
  * The files of core/check/: harness.c (report lines, child processes), descriptor.c (the descriptor,
  * through the loader's own validator, plugin/descriptor.h), instance.c (instances and wrapped
- * calls), contracts.c (create, tables, project, determinism, segment, embed, rotary), abi2.c
+ * calls), contracts.c (create, tables, project, param-info, determinism, segment, embed, rotary), abi2.c
  * (coordinate, scale, mask, rotary_ctx), gradient.c (finite differences), probes.c (bad options and
  * geometries), cuda.c, and check.c (this API). Every call of an ABI 2 hook gets a biaskit_context built
  * as the engine builds it. */
@@ -65,6 +79,9 @@ typedef enum bk_check_status { BK_CHECK_PASS = 0, BK_CHECK_FAIL = 1, BK_CHECK_SK
 /* The long-range probe (check/longrange.c): |T(d)| beyond this x max(1, d / 4096) at the initial
  * parameters fails (1e6 up to distance 4096; beyond, growth up to linear: 244 per token). */
 #define BK_CHECK_LONG_RANGE_BOUND 1e6
+
+/* The default relative tolerance of the gradient checks (--tolerance). */
+#define BK_CHECK_TOLERANCE 1e-3
 
 /* One reported check. The strings are valid during the callback only. */
 typedef struct bk_check_item {
@@ -87,10 +104,17 @@ typedef struct bk_check_options {
     int n_seeds;           /* random parameter sets for the finiteness and gradient checks */
     uint64_t seed;         /* base of every random choice: the same seed gives the same report */
     unsigned timeout_s;    /* time limit of each child process (a hung plugin fails its check) */
+    double tolerance;      /* relative tolerance of the gradient checks (> 0, finite; default
+                            * BK_CHECK_TOLERANCE) */
+    const float *params;   /* NULL, or n_params values (exactly param_count() of the default
+                            * configuration, else a usage error): the gradient checks (and the table's
+                            * finiteness there) run at these, after param_project, in place of the
+                            * initial set */
+    int64_t n_params;
 } bk_check_options;
 
 /* 2 layers, 12 heads, dim 192 (d_head 16), vocab 256, length 128; 65536 distances; long-range probe
- * up to 1048576; 3 seeds; 60 s. */
+ * up to 1048576; 3 seeds; 60 s; tolerance 1e-3; no given parameters. */
 void bk_check_options_default(bk_check_options *opt);
 
 typedef struct bk_check_counts {

@@ -6,6 +6,7 @@
 
 #include "model/positions.h"
 #include "plugin/descriptor.h"
+#include "plugin/param_info.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -312,6 +313,147 @@ void ck_unit_project(checker *c, const void *arg)
                 c->d->capabilities & BIASKIT_CAP_TABLE ? "tables" : "outputs", c->opt->n_seeds);
     free(x);
     free(y);
+    ck_instance_close(&in);
+}
+
+/* ---- param_info(): the declared bounds and initialisation ---------------------------------------- */
+
+#define PARAM_INFO_GUARD 64 /* bytes after the struct the plugin may not write */
+
+/* A side without a bound is -inf (lower) or +inf (upper); any other bound is finite, and lower <= upper. */
+static int bounds_sound(const biaskit_param_info *p)
+{
+    return !isnan(p->lower) && !isnan(p->upper) && p->lower != INFINITY && p->upper != -INFINITY &&
+           p->lower <= p->upper;
+}
+
+/* The first element of tensor `t` of theta outside the declared [lower, upper] (compared in float, as
+ * param_project() stores a clamped value; a NaN is outside), or -1. */
+static int64_t first_outside(const float *theta, const biaskit_tensor_info *t, const biaskit_param_info *p)
+{
+    const float lo = (float)p->lower, hi = (float)p->upper;
+    const int64_t len = (int64_t)t->rows * t->cols;
+    for (int64_t i = 0; i < len; i++) {
+        float v = theta[t->offset + i];
+        if (isnan(v) || v < lo || v > hi)
+            return i;
+    }
+    return -1;
+}
+
+/* Every tensor of `theta` inside its sound declared bounds; 0, or 1 with why (naming `what`). */
+static int check_inside(const instance *in, const float *theta, const biaskit_tensor_info *t,
+                        const biaskit_param_info *info, const int *sound, int32_t n, const char *what, strbuf *bad)
+{
+    for (int32_t k = 0; k < n; k++) {
+        int64_t i = sound[k] ? first_outside(theta, &t[k], &info[k]) : -1;
+        if (i < 0)
+            continue;
+        char entry[96], bounds[64];
+        ck_entry_name(in, t[k].offset + i, entry, sizeof entry);
+        bk_param_info_bounds(&info[k], bounds, sizeof bounds);
+        ck_sb_printf(bad, "; %s = %.9g with %s, outside the declared %s of '%s' (param_project() must keep every "
+                     "element inside its declared bounds)", entry, (double)theta[t[k].offset + i], what, bounds,
+                     t[k].name);
+        return 1;
+    }
+    return 0;
+}
+
+/* param_info() (plugin.h) for every tensor of the default instance: sound bounds (lower -inf or finite,
+ * upper +inf or finite, lower <= upper), an init text with its NUL, nothing written past the struct,
+ * no error; then the parameters after param_init and param_project (initial; random, as
+ * ck_random_params; wild, projected) inside the declared bounds. The initial values are compared after
+ * the projection, as the engine initialises: an init rule may draw past a bound that the projection
+ * clamps (KERPLE's U(0, 2) and its r > 0). */
+void ck_unit_param_info(checker *c, const void *arg)
+{
+    (void)arg;
+    if (!BK_DESCRIPTOR_FN(c->d, param_info)) {
+        ck_item(c, BK_CHECK_SKIP, "param-info", "param_info(): not declared (`biaskit plugins` shows the bounds and "
+                "the initialisation as \"not declared\")");
+        return;
+    }
+    instance in;
+    if (ck_open_default(c, "param-info", c->opt->seed, 0, &in))
+        return;
+    biaskit_tensor_info probe;
+    ck_stage(c, "param_tensors()");
+    int32_t n = in.n_params > 0 && c->d->param_tensors ? c->d->param_tensors(in.inst, &probe, 0) : 0;
+    if (in.n_params == 0 || n <= 0) {
+        ck_item(c, BK_CHECK_SKIP, "param-info", "param_info(): %s", in.n_params == 0 ? "no parameters with the default "
+                "configuration" : "no tensors named by param_tensors() to ask about");
+        ck_instance_close(&in);
+        return;
+    }
+    biaskit_tensor_info *t = calloc((size_t)n, sizeof *t);
+    biaskit_param_info *info = calloc((size_t)n, sizeof *info);
+    int *sound = calloc((size_t)n, sizeof *sound);
+    size_t np = ck_n_params(&in);
+    float *x = malloc(np * sizeof *x);
+    strbuf bad = {0}, list = {0};
+    if (!t || !info || !sound || !x || c->d->param_tensors(in.inst, t, n) != n)
+        ck_sb_printf(&bad, "; out of memory, or param_tensors() changed its count");
+    for (int32_t k = 0; !bad.len && k < n; k++) {
+        struct {
+            biaskit_param_info info;
+            unsigned char guard[PARAM_INFO_GUARD];
+        } g;
+        memset(g.guard, 0xA5, sizeof g.guard);
+        biaskit_error pe;
+        int unterminated;
+        ck_stage(c, "param_info(%d) (tensor '%s')", k, t[k].name);
+        bk_param_info_status st = bk_param_info_read(c->d, in.inst, k, &g.info, &pe, &unterminated);
+        info[k] = g.info;
+        int intact = 1;
+        for (size_t b = 0; b < sizeof g.guard; b++)
+            intact &= g.guard[b] == 0xA5;
+        char bounds[64];
+        bk_param_info_bounds(&info[k], bounds, sizeof bounds);
+        if (st == BK_PARAM_INFO_FAILED)
+            ck_sb_printf(&bad, "; tensor '%s': param_info() failed: %s", t[k].name,
+                         pe.message[0] ? pe.message : "no message given");
+        else if (!intact)
+            ck_sb_printf(&bad, "; tensor '%s': param_info() wrote past the end of biaskit_param_info", t[k].name);
+        else if (unterminated)
+            ck_sb_printf(&bad, "; tensor '%s': the init text has no NUL within its %d bytes", t[k].name,
+                         BIASKIT_PARAM_INFO_TEXT_MAX);
+        else if (!(sound[k] = bounds_sound(&info[k])))
+            ck_sb_printf(&bad, "; tensor '%s': bounds [%g, %g] (expected lower -inf or finite, upper inf or finite, "
+                         "lower <= upper)", t[k].name, info[k].lower, info[k].upper);
+        else
+            ck_sb_printf(&list, "%s%s %s, init %s", k ? "; " : "", t[k].name, bounds,
+                         info[k].init[0] ? info[k].init : "not declared");
+    }
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    if (!bad.len)
+        check_inside(&in, in.theta, t, info, sound, n, "the initial parameters (param_init, param_project)", &bad);
+    for (int s = 0; !bad.len && s < c->opt->n_seeds; s++) {
+        uint64_t seed = bk_derive_seed(c->opt->seed, 500, (uint64_t)s);
+        char what[96];
+        if (ck_random_params(&in, seed, why, sizeof why)) {
+            ck_sb_printf(&bad, "; random parameters: %s", why);
+            break;
+        }
+        snprintf(what, sizeof what, "random projected parameters (set %d)", s + 1);
+        if (check_inside(&in, in.theta, t, info, sound, n, what, &bad))
+            break;
+        wild_params(x, np, seed);
+        ck_project(&in, x);
+        snprintf(what, sizeof what, "wild projected parameters (set %d)", s + 1);
+        check_inside(&in, x, t, info, sound, n, what, &bad);
+    }
+    if (bad.len)
+        ck_item(c, BK_CHECK_FAIL, "param-info", "param_info(): %s", bad.s + 2);
+    else
+        ck_item(c, BK_CHECK_PASS, "param-info", "param_info() for %d tensor%s: %s; initial, random and wild projected "
+                "parameters inside the bounds (%d sets)", n, n == 1 ? "" : "s", ck_sb_text(&list), c->opt->n_seeds);
+    free(t);
+    free(info);
+    free(sound);
+    free(x);
+    free(bad.s);
+    free(list.s);
     ck_instance_close(&in);
 }
 

@@ -1,6 +1,8 @@
 /* biaskit check: the backward functions (table_backward, embed_backward, and of ABI 2 the grid's
  * table_backward, coordinate_backward, scale_backward) against finite differences of the plugin's own
- * forward function, and that they add (+=) into dtheta. */
+ * forward function, and that they add (+=) into dtheta; for tables, where L = sum w out disagrees,
+ * per table entry (see FD_ROUND_ULPS). The relative tolerance is the option's (--tolerance); with
+ * --params the checks also run at the given parameters (given_params). */
 #include "check/internal.h"
 
 #include "plugin/descriptor.h"
@@ -18,9 +20,11 @@
 #define GRAD_STEP_FLOOR_SMALL 1e-3 /* parameters whose function bends within |theta| of them */
 #define GRAD_SHRINK 1.4          /* h /= 1.4 per step, at most GRAD_STEPS steps */
 #define GRAD_STEPS 10
-#define GRAD_TOLERANCE 1e-3      /* relative error, see relative_error() */
+/* the tolerance on the relative error (relative_error()) is the option's (BK_CHECK_TOLERANCE by default) */
 #define GRAD_SCALE_SHARE 5e-2    /* a denominator is at least 5% of sum_k |w_k dOut_k/dtheta_i| */
 #define GRAD_MAX_TABLE_ENTRIES 256
+#define GRAD_FAR_DISTANCES 4097  /* the table gradient's third case: past 4096, beyond any training length
+                                  * a check models, so a derivative that breaks only far away fails */
 #define GRAD_MAX_EMBED_ENTRIES 64
 
 /* Kinks. A function with max(), |x| or ReLU in it (FIRE: max(i, L) at an integer L, |c x|, the ReLUs of
@@ -58,6 +62,7 @@
 
 typedef struct fd_work {
     float *a, *b, *base; /* outputs at theta + h, theta - h and at theta */
+    double tol;          /* the relative tolerance (--tolerance) */
 } fd_work;
 
 /* The output with theta[i] moved by `step`; *moved gets the move as stored in float. 1 when it worked
@@ -207,6 +212,37 @@ static double relative_error(double analytic, double numeric, double scale, doub
     return denom > 0.0 ? diff / denom : (diff > 0.0 ? INFINITY : 0.0);
 }
 
+/* ---- per table entry ---------------------------------------------------------------------------- */
+
+/* Where L = sum_k w_k out_k disagrees with the analytic gradient even on a closer look, each table entry
+ * decides alone: dT[h][d]/dtheta_i from table_backward with a one-hot dtable (exact: the backward of one
+ * entry) against Ridders' central differences of T[h][d] alone (the same steps as numeric_derivative,
+ * every entry's own tableau). An entry passes when
+ *     |analytic - numeric| <= tolerance x max(|analytic|, |numeric|) + FD_ROUND_ULPS ulp(T) / (2 step),
+ * the second term the float rounding of that entry at theta +- step (the formula rounds a few times,
+ * Ridders' extrapolation adds a factor): a parameter whose effect on small entries is drowned in L by
+ * the rounding of large entries it also moves is judged where it can be resolved. The entries: every
+ * entry of the table L was taken over (up to FD_MAX_ENTRIES, else FD_POINTS per head), and for a
+ * distance table FD_POINTS distances per head over [0, --distances): 0, then geometric from 1 to the
+ * largest. A failing entry gets the closer look of L (kinks, see KINK_OFFSET) with the one-hot weights
+ * (at most FD_CLOSER_LOOKS per parameter, the worst first). A wrong gradient fails at the entries it
+ * is wrong at (when they are among these), with the worst printed. */
+#define FD_ROUND_ULPS 8.0
+#define FD_POINTS 8
+#define FD_MAX_ENTRIES 4096
+#define FD_MAX_CACHE (1u << 23)  /* analytic derivatives cached (entries x parameters floats) up to this */
+#define FD_MAX_FAILURES 4        /* after 4 parameters failed per entry, the others fail without a look */
+#define FD_MAX_LOOKS 32          /* and after 32 looks in one item (time: each look differentiates tables) */
+#define FD_MAX_FAR_OUTPUTS (1 << 24) /* the far table: heads x distances at most this (64 MiB a copy) */
+#define FD_CLOSER_LOOKS 2
+#define FD_WORST 5
+#define FD_SHOWN_PARAMS 8
+
+typedef struct fd_entry {
+    char param[64], place[96], params[256];
+    double theta, analytic, numeric, rel, tol;
+} fd_entry;
+
 typedef struct grad_report {
     const char *id, *adds_id;
     double worst;
@@ -219,6 +255,16 @@ typedef struct grad_report {
     char first_dense[600];
     char adds_fail[600];
     char setup_fail[BIASKIT_ERROR_MESSAGE_MAX + 200];
+    double tol;               /* the relative tolerance (--tolerance) */
+    /* per table entry (FD_ROUND_ULPS): parameters that passed there after L failed, that failed there;
+     * the worst failing entries, the parameter set of the first, why a look could not run */
+    int fd_passed, fd_failed, fd_looks;
+    char fd_first_pass[400];
+    int n_worst;
+    fd_entry worst_entries[FD_WORST];
+    char fd_params[1200];
+    char fd_unrun[BIASKIT_ERROR_MESSAGE_MAX + 200];
+    const char *backward_name;
 } grad_report;
 
 /* Backward into a non-zero start must give start + gradient. */
@@ -256,7 +302,7 @@ static void check_adds(const instance *in, const model_fn *m, const float *w, co
 }
 
 /* The closer look at one entry (see KINK_OFFSET). */
-typedef enum { LOOK_SMALL_STEPS = 1, LOOK_KINK, LOOK_DENSE } look_kind;
+typedef enum { LOOK_SMALL_STEPS = 1, LOOK_KINK, LOOK_DENSE, LOOK_ENTRIES } look_kind;
 
 typedef struct closer {
     look_kind how;        /* how the entry passed */
@@ -373,11 +419,11 @@ static int closer_look(const instance *in, const model_fn *m, const float *w, in
         ck_sb_printf(&why, "; the one-sided differences from steps <= %.2g are not finite", h);
     } else {
         const double sc = fmax(rs, ls);
-        int kink = relative_error(cl->right, cl->left, sc, max_scale) > GRAD_TOLERANCE &&
+        int kink = relative_error(cl->right, cl->left, sc, max_scale) > wk->tol &&
                    fabs(cl->right - cl->left) > 2.0 * (re + le);
         if (!kink) {
             cl->err = relative_error(analytic, 0.5 * (cl->right + cl->left), sc, max_scale);
-            if (cl->err <= GRAD_TOLERANCE) {
+            if (cl->err <= wk->tol) {
                 cl->how = LOOK_SMALL_STEPS;
                 free(g);
                 return 1;
@@ -393,7 +439,7 @@ static int closer_look(const instance *in, const model_fn *m, const float *w, in
                 int ok = 0;
                 for (int k = 0; k < KINK_TRIES && !ok; k++) {
                     cl->offset = side * delta * (1.0 + KINK_TRY_GROWTH * k);
-                    ok = at_offset(in, m, w, i, cl->offset, h, wk, g, max_scale, &a, &num, &e) && e <= GRAD_TOLERANCE;
+                    ok = at_offset(in, m, w, i, cl->offset, h, wk, g, max_scale, &a, &num, &e) && e <= wk->tol;
                 }
                 if (!ok)
                     ck_sb_printf(&why, "; one-sided differences %.6g right, %.6g left: a kink, and off it, at theta "
@@ -417,7 +463,7 @@ static int closer_look(const instance *in, const model_fn *m, const float *w, in
     int sides_ok = 0;
     double first_err = INFINITY;
     for (int k = 0; k < 6 && !sides_ok; k++) {
-        if (k % 2 && first_err > KINK_MORE_SAMPLES_BELOW * GRAD_TOLERANCE)
+        if (k % 2 && first_err > KINK_MORE_SAMPLES_BELOW * wk->tol)
             continue;
         cl->span = spans[k / 2];
         cl->samples = samples[k % 2];
@@ -427,7 +473,7 @@ static int closer_look(const instance *in, const model_fn *m, const float *w, in
             double mean = 0.0, quotient = 0.0, e = INFINITY, raw = INFINITY;
             sides_ok = interval_mean(in, m, w, i, side, cl->span, cl->samples, wk, g, max_scale, &mean, &quotient, &e,
                                      &raw) &&
-                       e <= GRAD_TOLERANCE;
+                       e <= wk->tol;
             if (!sides_ok && k == 0)
                 ck_sb_printf(&why, "; over [theta, theta %+.3g] the difference quotient %.6g vs the analytic "
                              "gradient's mean %.6g (%d points; rel. error %.1e; wider intervals too)", side * cl->span,
@@ -446,6 +492,389 @@ static int closer_look(const instance *in, const model_fn *m, const float *w, in
     return sides_ok;
 }
 
+typedef struct fd_table {
+    model_fn m;
+    size_t n_out, ne;
+    size_t *idx;                  /* output index of each entry */
+    float *grad;                  /* ne x n_params analytic derivatives, or NULL (computed per parameter) */
+    float *w;                     /* one-hot weights, n_out */
+    fd_work wk;                   /* outputs (n_out + guard); base: at theta */
+    double *num, *est_err, *allow; /* per entry: Ridders' estimate, its error estimate, the rounding allowance */
+    double *ana;                  /* per entry: the analytic derivative (NAN: backward failed) */
+    double *prev, *cur, *col_est, *col_err, *col_allow;
+    unsigned char *done;
+} fd_table;
+
+typedef struct fd_ctx {
+    fd_table t[2];
+    int n, ready;
+    float *g;                     /* a gradient (n_params + guard) */
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 200]; /* why the look could not run */
+} fd_ctx;
+
+static void fd_table_free(fd_table *t)
+{
+    free(t->idx), free(t->grad), free(t->w), free(t->wk.a), free(t->wk.b), free(t->wk.base);
+    free(t->num), free(t->est_err), free(t->allow), free(t->prev), free(t->cur), free(t->col_est);
+    free(t->col_err), free(t->col_allow), free(t->done), free(t->ana);
+    memset(t, 0, sizeof *t);
+}
+
+static void fd_free(fd_ctx *fc)
+{
+    for (int k = 0; k < 2; k++)
+        fd_table_free(&fc->t[k]);
+    free(fc->g);
+    memset(fc, 0, sizeof *fc);
+}
+
+/* FD_POINTS distances of a row of n: 0, then round(x^(j / (FD_POINTS - 2))) for x = n - 1 (1 .. n - 1),
+ * without repeats, into d[]; returns the count. */
+static size_t fd_distances(size_t n, size_t *d)
+{
+    size_t k = 0;
+    for (int j = -1; j <= FD_POINTS - 2 && n > 0; j++) {
+        size_t v = j < 0 ? 0 : (size_t)llround(pow((double)(n - 1), (double)j / (FD_POINTS - 2)));
+        if (v < n && (k == 0 || v > d[k - 1]))
+            d[k++] = v;
+    }
+    return k;
+}
+
+/* One table of entries: every output of m (up to FD_MAX_ENTRIES) or FD_POINTS per row; the output at
+ * theta; the analytic derivatives (cached when they fit). 0, or 1 with fc->why. */
+static int fd_table_open(const instance *in, const model_fn *m, int all, fd_ctx *fc, fd_table *t)
+{
+    size_t n = ck_n_params(in);
+    t->m = *m;
+    t->n_out = ck_fn_outputs(in, m);
+    size_t row = (size_t)m->distances, rows = row ? t->n_out / row : 0;
+    all = all && t->n_out <= FD_MAX_ENTRIES;
+    size_t cap = all ? t->n_out : rows * FD_POINTS, S = GRAD_STEPS;
+    t->idx = malloc((cap ? cap : 1) * sizeof *t->idx);
+    t->w = calloc(t->n_out ? t->n_out : 1, sizeof *t->w);
+    t->wk = (fd_work){ck_guarded_alloc(t->n_out), ck_guarded_alloc(t->n_out), ck_guarded_alloc(t->n_out), 0.0};
+    t->num = malloc((cap ? cap : 1) * sizeof(double)), t->est_err = malloc((cap ? cap : 1) * sizeof(double));
+    t->allow = malloc((cap ? cap : 1) * sizeof(double)), t->prev = malloc((cap ? cap : 1) * S * sizeof(double));
+    t->cur = malloc((cap ? cap : 1) * S * sizeof(double)), t->col_est = malloc((cap ? cap : 1) * sizeof(double));
+    t->col_err = malloc((cap ? cap : 1) * sizeof(double)), t->col_allow = malloc((cap ? cap : 1) * sizeof(double));
+    t->done = malloc(cap ? cap : 1);
+    t->ana = malloc((cap ? cap : 1) * sizeof(double));
+    if (!t->ana || !t->idx || !t->w || !t->wk.a || !t->wk.b || !t->wk.base || !t->num || !t->est_err || !t->allow ||
+        !t->prev || !t->cur || !t->col_est || !t->col_err || !t->col_allow || !t->done) {
+        snprintf(fc->why, sizeof fc->why, "out of memory for the entries of %zu outputs", t->n_out);
+        return 1;
+    }
+    if (all)
+        for (size_t k = 0; k < t->n_out; k++)
+            t->idx[t->ne++] = k;
+    else
+        for (size_t r = 0; r < rows; r++) {
+            size_t d[FD_POINTS + 1], nd = fd_distances(row, d);
+            for (size_t j = 0; j < nd; j++)
+                t->idx[t->ne++] = r * row + d[j];
+        }
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    if (ck_forward_finite(in, m, in->theta, t->wk.base, why, sizeof why)) {
+        snprintf(fc->why, sizeof fc->why, "%s", why);
+        return 1;
+    }
+    if (t->ne * n <= FD_MAX_CACHE && (t->grad = malloc((t->ne * n > 0 ? t->ne * n : 1) * sizeof *t->grad))) {
+        double ignored;
+        for (size_t e = 0; e < t->ne; e++) {
+            t->w[t->idx[e]] = 1.0f;
+            int ok = analytic_at(in, m, t->w, 0, 0.0, fc->g, &ignored);
+            t->w[t->idx[e]] = 0.0f;
+            if (!ok) {
+                snprintf(fc->why, sizeof fc->why, "%s with a one-hot dtable failed", ck_fn_backward_name(m));
+                return 1;
+            }
+            memcpy(t->grad + e * n, fc->g, n * sizeof *fc->g);
+        }
+    }
+    return 0;
+}
+
+/* The entries for the case m at the current theta (once per case). 0, or 1 with fc->why. */
+static int fd_open(const instance *in, const model_fn *m, double tol, fd_ctx *fc)
+{
+    if (fc->ready)
+        return fc->why[0] != 0;
+    fc->ready = 1;
+    if (!(fc->g = ck_guarded_alloc(ck_n_params(in)))) {
+        snprintf(fc->why, sizeof fc->why, "out of memory");
+        return 1;
+    }
+    if (fd_table_open(in, m, 1, fc, &fc->t[fc->n++]))
+        return 1;
+    int32_t far = in->c->opt->max_distances;
+    size_t heads = m->distances ? ck_fn_outputs(in, m) / (size_t)m->distances : 1;
+    if (heads && (size_t)far * heads > FD_MAX_FAR_OUTPUTS)
+        far = (int32_t)(FD_MAX_FAR_OUTPUTS / heads);
+    if (m->kind == FN_TABLE && far > m->distances) {
+        model_fn mf = {.kind = FN_TABLE, .distances = far};
+        if (fd_table_open(in, &mf, 0, fc, &fc->t[fc->n])) { /* not finite far away: that is table-finite's */
+            fd_table_free(&fc->t[fc->n]);
+            fc->why[0] = '\0';
+        } else {
+            fc->n++;
+        }
+    }
+    for (int k = 0; k < fc->n; k++)
+        fc->t[k].wk.tol = tol;
+    return 0;
+}
+
+/* d out_idx[e] / dtheta_i, analytic. */
+static int fd_analytic(const instance *in, fd_table *t, fd_ctx *fc, size_t e, int64_t i, double *value)
+{
+    if (t->grad) {
+        *value = t->grad[e * ck_n_params(in) + (size_t)i];
+        return 1;
+    }
+    t->w[t->idx[e]] = 1.0f;
+    int ok = analytic_at(in, &t->m, t->w, i, 0.0, fc->g, value);
+    t->w[t->idx[e]] = 0.0f;
+    return ok;
+}
+
+/* The float rounding of entry k between the outputs a and b over the move between them. */
+static double fd_allowance(const float *a, const float *b, size_t k, double moved)
+{
+    return FD_ROUND_ULPS * fmax(ulp_of(a[k]), ulp_of(b[k])) / fabs(moved);
+}
+
+/* ridders() (side 0) for every entry of t at once from first step h: where an entry's error estimate is
+ * smaller than what t->est_err holds, its estimate into t->num and the rounding allowance of its
+ * smallest step into t->allow. 0 when no step gives finite outputs. */
+static int fd_ridders(const instance *in, fd_table *t, int64_t i, double h)
+{
+    const size_t S = GRAD_STEPS, ne = t->ne;
+    const double order = GRAD_SHRINK * GRAD_SHRINK;
+    double mp = 0.0, mm = 0.0;
+    int tries = 0;
+    while (!moved_output(in, &t->m, in->theta, i, h, t->wk.a, &mp) ||
+           !moved_output(in, &t->m, in->theta, i, -h, t->wk.b, &mm))
+        if (++tries > 8)
+            return 0;
+        else
+            h /= 4.0;
+    for (size_t e = 0; e < ne; e++) {
+        size_t k = t->idx[e];
+        t->prev[e * S] = ((double)t->wk.a[k] - (double)t->wk.b[k]) / (mp - mm);
+        t->col_est[e] = t->prev[e * S];
+        t->col_err[e] = INFINITY;
+        t->col_allow[e] = fd_allowance(t->wk.a, t->wk.b, k, mp - mm);
+        t->done[e] = 0;
+    }
+    size_t open = ne;
+    for (size_t k = 1; k < S && open; k++) {
+        h /= GRAD_SHRINK;
+        if (!moved_output(in, &t->m, in->theta, i, h, t->wk.a, &mp) ||
+            !moved_output(in, &t->m, in->theta, i, -h, t->wk.b, &mm))
+            break;
+        for (size_t e = 0; e < ne; e++) {
+            if (t->done[e])
+                continue;
+            double *prev = t->prev + e * S, *cur = t->cur + e * S;
+            size_t o = t->idx[e];
+            cur[0] = ((double)t->wk.a[o] - (double)t->wk.b[o]) / (mp - mm);
+            double allow = fd_allowance(t->wk.a, t->wk.b, o, mp - mm), fac = order;
+            for (size_t j = 1; j <= k; j++, fac *= order) {
+                cur[j] = (cur[j - 1] * fac - prev[j - 1]) / (fac - 1.0);
+                double err = fmax(fabs(cur[j] - cur[j - 1]), fabs(cur[j] - prev[j - 1]));
+                if (err <= t->col_err[e]) {
+                    t->col_err[e] = err;
+                    t->col_est[e] = cur[j];
+                    t->col_allow[e] = allow;
+                }
+            }
+            if (fabs(cur[k] - prev[k - 1]) >= 2.0 * t->col_err[e]) {
+                t->done[e] = 1;
+                open--;
+            }
+            memcpy(prev, cur, (k + 1) * sizeof *cur);
+        }
+    }
+    for (size_t e = 0; e < ne; e++)
+        if (t->col_err[e] < t->est_err[e] || !isfinite(t->num[e])) {
+            t->num[e] = t->col_est[e];
+            t->est_err[e] = t->col_err[e];
+            t->allow[e] = t->col_allow[e];
+        }
+    return 1;
+}
+
+/* One entry's verdict: diff <= tol max(|a|, |n|) + allow. *rel gets diff / max(|a|, |n|), *tol_used the
+ * tolerance on that scale, *norm diff / (max(|a|, |n|) + allow / tol) (<= tol when it passes). */
+static int fd_verdict(double a, double n, double allow, double tol, double *rel, double *tol_used, double *norm)
+{
+    double diff = fabs(a - n), big = fmax(fabs(a), fabs(n));
+    *rel = big > 0.0 ? diff / big : (diff > 0.0 ? INFINITY : 0.0);
+    *tol_used = big > 0.0 ? tol + allow / big : INFINITY;
+    *norm = big + allow / tol > 0.0 ? diff / (big + allow / tol) : 0.0;
+    return isfinite(a) && diff <= tol * big + allow;
+}
+
+/* The FD_WORST entries farthest beyond their tolerance (rel / tol), the farthest first. */
+static void fd_keep_worst(grad_report *gr, const fd_entry *x)
+{
+    int n = gr->n_worst < FD_WORST ? gr->n_worst : FD_WORST, at = n;
+    while (at > 0 && gr->worst_entries[at - 1].rel / gr->worst_entries[at - 1].tol < x->rel / x->tol)
+        at--;
+    if (at >= FD_WORST)
+        return;
+    for (int k = (n < FD_WORST ? n : FD_WORST - 1); k > at; k--)
+        gr->worst_entries[k] = gr->worst_entries[k - 1];
+    gr->worst_entries[at] = *x;
+    if (gr->n_worst < FD_WORST)
+        gr->n_worst++;
+}
+
+/* "a[0] = 0.5, a[1] = 0.5625, ... (24 values)": the first FD_SHOWN_PARAMS values of theta by name. */
+static void fd_params_text(const instance *in, const char *params, char *buf, size_t size)
+{
+    strbuf b = {0};
+    size_t n = ck_n_params(in);
+    ck_sb_printf(&b, "%s: ", params);
+    for (size_t k = 0; k < n && k < FD_SHOWN_PARAMS; k++) {
+        char name[64];
+        ck_entry_name(in, (int64_t)k, name, sizeof name);
+        ck_sb_printf(&b, "%s%s = %.7g", k ? ", " : "", name, (double)in->theta[k]);
+    }
+    ck_sb_printf(&b, "%s(%zu value%s)", n > FD_SHOWN_PARAMS ? ", ... " : " ", n, n == 1 ? "" : "s");
+    snprintf(buf, size, "%s", ck_sb_text(&b));
+    free(b.s);
+}
+
+/* Parameter i per entry: 1 when every entry passes (*worst the largest normalised error, see
+ * fd_verdict), 0 when one fails (its entries into gr's worst), -1 when the look cannot run. */
+static int per_entry_look(const instance *in, const model_fn *m, fd_ctx *fc, int64_t i, const char *params,
+                          grad_report *gr, double *worst)
+{
+    if (fd_open(in, m, gr->tol, fc)) {
+        if (!gr->fd_unrun[0])
+            snprintf(gr->fd_unrun, sizeof gr->fd_unrun, "%s", fc->why);
+        return -1;
+    }
+    double t = fabs((double)in->theta[i]);
+    const double starts[2] = {GRAD_FIRST_STEP * fmax(t, GRAD_STEP_FLOOR),
+                              GRAD_FIRST_STEP * fmax(t, GRAD_STEP_FLOOR_SMALL)};
+    int passed = 1, looks = 0;
+    *worst = 0.0;
+    for (int k = 0; k < fc->n; k++) {
+        fd_table *tb = &fc->t[k];
+        for (size_t e = 0; e < tb->ne; e++)
+            tb->num[e] = NAN, tb->est_err[e] = INFINITY, tb->allow[e] = 0.0;
+        int found = 0;
+        for (int s = 0; s < 2; s++)
+            if (!(s == 1 && starts[1] == starts[0]))
+                found |= fd_ridders(in, tb, i, starts[s]);
+        if (!found) {
+            char label[128];
+            ck_fn_label(&tb->m, label, sizeof label);
+            if (!gr->fd_unrun[0])
+                snprintf(gr->fd_unrun, sizeof gr->fd_unrun, "the outputs of %s are not finite at theta +- any step",
+                         label);
+            return -1;
+        }
+        for (size_t e = 0; e < tb->ne; e++)
+            if (!fd_analytic(in, tb, fc, e, i, &tb->ana[e]))
+                tb->ana[e] = NAN;
+        /* the failing entries, worst first, get the closer look until one fails it */
+        for (;;) {
+            size_t bad = tb->ne;
+            double bad_norm = -1.0, a = 0.0;
+            for (size_t e = 0; e < tb->ne; e++) {
+                double ae = tb->ana[e], rel, tol_used, norm;
+                if (tb->done[e] == 2)
+                    continue;
+                int ok = fd_verdict(ae, tb->num[e], tb->allow[e], gr->tol, &rel, &tol_used, &norm);
+                if (ok)
+                    *worst = fmax(*worst, norm);
+                else if (norm > bad_norm || !isfinite(norm))
+                    bad = e, bad_norm = norm, a = ae;
+            }
+            if (bad == tb->ne)
+                break;
+            closer cl = {0};
+            if (looks < FD_CLOSER_LOOKS) {
+                looks++;
+                tb->w[tb->idx[bad]] = 1.0f;
+                int ok = closer_look(in, &tb->m, tb->w, i, a, &tb->wk, 0.0, &cl);
+                tb->w[tb->idx[bad]] = 0.0f;
+                if (ok) {
+                    tb->done[bad] = 2; /* passed on a closer look */
+                    *worst = fmax(*worst, cl.err);
+                    continue;
+                }
+            }
+            passed = 0;
+            for (size_t e = 0; e < tb->ne; e++) {
+                double ae = tb->ana[e];
+                fd_entry x = {.theta = in->theta[i]};
+                if (tb->done[e] == 2)
+                    continue;
+                double norm;
+                if (fd_verdict(ae, tb->num[e], tb->allow[e], gr->tol, &x.rel, &x.tol, &norm))
+                    continue;
+                x.analytic = ae, x.numeric = tb->num[e];
+                ck_entry_name(in, i, x.param, sizeof x.param);
+                ck_output_place(in, &tb->m, tb->idx[e], x.place, sizeof x.place);
+                snprintf(x.params, sizeof x.params, "%s", params);
+                fd_keep_worst(gr, &x);
+            }
+            if (!gr->fd_params[0])
+                fd_params_text(in, params, gr->fd_params, sizeof gr->fd_params);
+            break;
+        }
+        for (size_t e = 0; e < tb->ne; e++)
+            tb->done[e] = 0;
+        if (!passed)
+            break; /* the far entries would only cost time */
+    }
+    return passed;
+}
+
+/* The worst entries and the parameter set, appended to a FAIL. */
+static void fd_report_worst(const grad_report *gr, strbuf *b)
+{
+    if (!gr->n_worst)
+        return;
+    ck_sb_printf(b, "; per table entry (dT/dtheta from %s with a one-hot dtable vs central differences of "
+                 "that entry alone), the worst:", gr->backward_name);
+    for (int k = 0; k < gr->n_worst; k++) {
+        const fd_entry *x = &gr->worst_entries[k];
+        ck_sb_printf(b, "%s %s = %.7g (%s), %s: analytic %.7g vs numeric %.7g, rel. error %.2e > tolerance "
+                     "%.2e", k ? ";" : "", x->param, x->theta, x->params, x->place, x->analytic, x->numeric, x->rel,
+                     x->tol);
+    }
+    ck_sb_printf(b, "; parameters (%s)", gr->fd_params);
+}
+
+/* ---- --params --------------------------------------------------------------------------------- */
+
+/* theta = the given parameters (--params), then param_project; *label names them, and says how many
+ * values the projection moved (the first by name). */
+static void given_params(const instance *in, char *label, size_t size)
+{
+    size_t n = ck_n_params(in), moved = 0, first = 0;
+    const float *p = in->c->opt->params;
+    memcpy(in->theta, p, n * sizeof *in->theta);
+    ck_project(in, in->theta);
+    for (size_t k = 0; k < n; k++)
+        if (memcmp(&in->theta[k], &p[k], sizeof p[k]) != 0 && !moved++)
+            first = k;
+    if (!moved) {
+        snprintf(label, size, "the given parameters (--params)");
+        return;
+    }
+    char name[64];
+    ck_entry_name(in, (int64_t)first, name, sizeof name);
+    snprintf(label, size, "the given parameters (--params; param_project moved %zu of %zu, the first %s %.7g -> %.7g)",
+             moved, n, name, (double)p[first], (double)in->theta[first]);
+}
+
 /* One entry's verdict into the report. */
 static void record_entry(const instance *in, const model_fn *m, int64_t i, double a, double num, double err,
                          int passed, const closer *cl, const char *params, grad_report *gr)
@@ -462,11 +891,14 @@ static void record_entry(const instance *in, const model_fn *m, int64_t i, doubl
     if (!passed && !gr->failed++)
         snprintf(gr->first_fail, sizeof gr->first_fail,
                  "%s: analytic %.6g vs central difference %.6g (rel. error %.1e > %g; %s, %s)%s", entry, a, num, err,
-                 GRAD_TOLERANCE, params, label, cl->fail);
+                 gr->tol, params, label, cl->fail);
     if (!passed)
         return;
     if (cl->how == LOOK_SMALL_STEPS)
         gr->closer++;
+    if (cl->how == LOOK_ENTRIES && !gr->fd_passed++)
+        snprintf(gr->fd_first_pass, sizeof gr->fd_first_pass, "%s (%s, %s): L's rel. error %.1e, per entry %.1e",
+                 entry, params, label, err, cl->err);
     if (cl->how == LOOK_KINK && !gr->kinks++)
         snprintf(gr->first_kink, sizeof gr->first_kink,
                  "%s (%s, %s): one-sided differences %.6g and %.6g, matched at theta +- %.2g (rel. error %.1e)", entry,
@@ -475,7 +907,7 @@ static void record_entry(const instance *in, const model_fn *m, int64_t i, doubl
         snprintf(gr->first_dense, sizeof gr->first_dense,
                  "%s (%s, %s): over [theta - %.2g, theta] and [theta, theta + %.2g], %d points (rel. error %.1e%s)",
                  entry, params, label, cl->span, cl->span, cl->samples, cl->raw,
-                 cl->raw > GRAD_TOLERANCE ? ", within the float rounding of the outputs" : "");
+                 cl->raw > gr->tol ? ", within the float rounding of the outputs" : "");
 }
 
 /* One parameter set (named `params`) and one output shape: backward vs numeric derivative for the
@@ -486,7 +918,8 @@ static void check_gradient_case(const instance *in, const model_fn *m, uint64_t 
     size_t n = ck_n_params(in), n_out = ck_fn_outputs(in, m);
     char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
     float *w = malloc((n_out ? n_out : 1) * sizeof *w), *g0 = ck_guarded_alloc(n);
-    fd_work wk = {ck_guarded_alloc(n_out), ck_guarded_alloc(n_out), ck_guarded_alloc(n_out)};
+    fd_work wk = {ck_guarded_alloc(n_out), ck_guarded_alloc(n_out), ck_guarded_alloc(n_out), gr->tol};
+    fd_ctx fc = {0};
     int64_t *entries = malloc((cap < n ? cap : n) * sizeof *entries);
     double *num = malloc((cap < n ? cap : n) * sizeof *num), *scale = malloc((cap < n ? cap : n) * sizeof *scale);
     int *ok = malloc((cap < n ? cap : n) * sizeof *ok);
@@ -520,15 +953,29 @@ static void check_gradient_case(const instance *in, const model_fn *m, uint64_t 
             continue;
         double a = g0[entries[e]], err = relative_error(a, num[e], scale[e], max_scale);
         closer cl = {0};
-        int passed = err <= GRAD_TOLERANCE;
-        if (!passed && gr->failed < KINK_MAX_FAILURES)
+        int passed = err <= gr->tol, looked = 0;
+        if (!passed && gr->failed < KINK_MAX_FAILURES) {
             passed = closer_look(in, m, w, entries[e], a, &wk, max_scale, &cl);
-        else if (!passed)
+            looked = 1;
+        }
+        if (!passed && (m->kind == FN_TABLE || m->kind == FN_GRID) && gr->fd_failed < FD_MAX_FAILURES &&
+            gr->fd_looks++ < FD_MAX_LOOKS) {
+            double worst = 0.0;
+            int r = per_entry_look(in, m, &fc, entries[e], params, gr, &worst);
+            if (r > 0) {
+                passed = 1;
+                cl = (closer){.how = LOOK_ENTRIES, .err = worst};
+            } else if (r == 0) {
+                gr->fd_failed++;
+            }
+        }
+        if (!passed && !looked)
             gr->unlooked++;
         record_entry(in, m, entries[e], a, num[e], err, passed, &cl, params, gr);
     }
 done:
     free(w), free(g0), free(wk.a), free(wk.b), free(wk.base), free(entries), free(num), free(scale), free(ok);
+    fd_free(&fc);
 }
 
 static void report_gradient(checker *c, const grad_report *gr, const char *what, const char *cases, size_t cap)
@@ -561,6 +1008,14 @@ static void report_gradient(checker *c, const grad_report *gr, const char *what,
                      "analytic gradient averaged over the interval (%d or %d points; %g, %g or 1 x max(|theta|, %g) "
                      "wide), the first: %s", gr->dense, gr->dense == 1 ? "y" : "ies", KINK_SAMPLES, KINK_SAMPLES_MORE,
                      KINK_SPAN * KINK_OFFSET, GRAD_FIRST_STEP, GRAD_STEP_FLOOR, gr->first_dense);
+    if (gr->fd_passed)
+        ck_sb_printf(&kinks, "; %d entr%s failed L = sum w*out only through the float rounding of the outputs "
+                     "and matched per table entry (dT/dtheta within the tolerance + %g ulp(T) / (2 step)), the first: "
+                     "%s", gr->fd_passed, gr->fd_passed == 1 ? "y" : "ies", FD_ROUND_ULPS, gr->fd_first_pass);
+    if (gr->failed && gr->fd_unrun[0])
+        ck_sb_printf(&kinks, "; the per-entry look could not run: %s", gr->fd_unrun);
+    if (gr->failed)
+        fd_report_worst(gr, &kinks);
     char unlooked[128] = "";
     if (gr->unlooked)
         snprintf(unlooked, sizeof unlooked, " (%d of them without a closer look: %d had failed it)", gr->unlooked,
@@ -575,7 +1030,7 @@ static void report_gradient(checker *c, const grad_report *gr, const char *what,
         ck_item(c, BK_CHECK_PASS, gr->id,
                 "%s gradient vs central differences in float64: %s, up to %zu entries each, %d checks; worst rel. error "
                 "%.1e at %s (tolerance %g; steps %g x max(|theta|, %g or %g) / %g^k, Ridders-extrapolated)%s%s%s",
-                what, cases, cap, gr->checked, gr->worst, gr->worst_entry[0] ? gr->worst_entry : "-", GRAD_TOLERANCE,
+                what, cases, cap, gr->checked, gr->worst, gr->worst_entry[0] ? gr->worst_entry : "-", gr->tol,
                 GRAD_FIRST_STEP, GRAD_STEP_FLOOR, GRAD_STEP_FLOOR_SMALL, GRAD_SHRINK, unchecked, closer,
                 ck_sb_text(&kinks));
     free(kinks.s);
@@ -586,11 +1041,28 @@ static void random_params_label(int s, char *buf, size_t size)
     snprintf(buf, size, "random parameter set %d", s + 1);
 }
 
+/* The "params" item: the table finite up to --distances at the given parameters. 0, or 1 when it is
+ * not (FAIL: no gradient there). */
+static int given_table_finite(checker *c, const instance *in, const char *params)
+{
+    model_fn m = {.kind = FN_TABLE, .distances = c->opt->max_distances};
+    float *t = ck_guarded_alloc(ck_fn_outputs(in, &m));
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128] = "out of memory for the table";
+    int bad = !t || ck_forward_finite(in, &m, in->theta, t, why, sizeof why);
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "params", "table at %s, %d distances: %s", params, m.distances, why);
+    else
+        ck_item(c, BK_CHECK_PASS, "params", "table finite at %s, %d distances", params, m.distances);
+    free(t);
+    return bad;
+}
+
 void ck_unit_table_gradient(checker *c, const void *arg)
 {
     (void)arg;
     instance in;
-    grad_report gr = {.id = "table-gradient", .adds_id = "table-backward-adds"};
+    grad_report gr = {.id = "table-gradient", .adds_id = "table-backward-adds", .tol = c->opt->tolerance,
+                      .backward_name = "table_backward()"};
     if (ck_open_default(c, "table-gradient", c->opt->seed, 0, &in))
         return;
     if (in.n_params == 0 || !c->d->table_backward) {
@@ -599,23 +1071,36 @@ void ck_unit_table_gradient(checker *c, const void *arg)
         ck_instance_close(&in);
         return;
     }
-    static const int32_t sizes[] = {64, 300};
-    for (int s = 0; s < c->opt->n_seeds && !gr.setup_fail[0]; s++) {
-        uint64_t seed = bk_derive_seed(c->opt->seed, 200, (uint64_t)s);
-        char why[BIASKIT_ERROR_MESSAGE_MAX + 128], params[48];
-        random_params_label(s, params, sizeof params);
-        if (ck_random_params(&in, seed, why, sizeof why)) {
-            snprintf(gr.setup_fail, sizeof gr.setup_fail, "%s", why);
-            break;
+    /* 64 and 300 distances, and far out (GRAD_FAR_DISTANCES, within --distances): a gradient that goes
+     * wrong only at long distances (a branch on d, a float that loses d's low bits) shows there */
+    const int32_t far = c->opt->max_distances < GRAD_FAR_DISTANCES ? c->opt->max_distances : GRAD_FAR_DISTANCES;
+    const int32_t sizes[] = {64, 300, far};
+    const size_t n_sizes = far > 300 ? 3 : 2;
+    const int given = c->opt->params != NULL;
+    for (int s = -given; s < c->opt->n_seeds && !gr.setup_fail[0]; s++) {
+        uint64_t seed = s < 0 ? c->opt->seed : bk_derive_seed(c->opt->seed, 200, (uint64_t)s);
+        char why[BIASKIT_ERROR_MESSAGE_MAX + 128], params[256];
+        if (s < 0) {
+            given_params(&in, params, sizeof params);
+            if (given_table_finite(c, &in, params))
+                continue;
+        } else {
+            random_params_label(s, params, sizeof params);
+            if (ck_random_params(&in, seed, why, sizeof why)) {
+                snprintf(gr.setup_fail, sizeof gr.setup_fail, "%s", why);
+                break;
+            }
         }
-        for (size_t k = 0; k < 2 && !gr.setup_fail[0]; k++) {
+        for (size_t k = 0; k < n_sizes && !gr.setup_fail[0]; k++) {
             model_fn m = {.kind = FN_TABLE, .distances = sizes[k]};
             check_gradient_case(&in, &m, seed, params, GRAD_MAX_TABLE_ENTRIES, &gr);
         }
     }
-    char cases[128];
-    snprintf(cases, sizeof cases, "L = sum dtable*T, dtable ~ U[-1,1], %d random parameter sets x distances 64, 300",
-             c->opt->n_seeds);
+    char cases[200], far_text[32] = "";
+    if (n_sizes == 3)
+        snprintf(far_text, sizeof far_text, ", %d", (int)far);
+    snprintf(cases, sizeof cases, "L = sum dtable*T, dtable ~ U[-1,1], %s%d random parameter sets x distances 64, 300%s",
+             given ? "the given parameters + " : "", c->opt->n_seeds, far_text);
     report_gradient(c, &gr, "table_backward", cases, GRAD_MAX_TABLE_ENTRIES);
     ck_instance_close(&in);
 }
@@ -624,7 +1109,8 @@ void ck_unit_embed_gradient(checker *c, const void *arg)
 {
     (void)arg;
     instance in;
-    grad_report gr = {.id = "embed-gradient", .adds_id = "embed-backward-adds"};
+    grad_report gr = {.id = "embed-gradient", .adds_id = "embed-backward-adds", .tol = c->opt->tolerance,
+                      .backward_name = "embed_backward()"};
     if (ck_open_default(c, "embed-gradient", c->opt->seed, 0, &in))
         return;
     if (in.n_params == 0 || !c->d->embed_backward) {
@@ -634,13 +1120,18 @@ void ck_unit_embed_gradient(checker *c, const void *arg)
         return;
     }
     int32_t L = c->geo.train_length;
-    for (int s = 0; s < c->opt->n_seeds && !gr.setup_fail[0]; s++) {
-        uint64_t seed = bk_derive_seed(c->opt->seed, 300, (uint64_t)s);
-        char why[BIASKIT_ERROR_MESSAGE_MAX + 128], params[48];
-        random_params_label(s, params, sizeof params);
-        if (ck_random_params(&in, seed, why, sizeof why)) {
-            snprintf(gr.setup_fail, sizeof gr.setup_fail, "%s", why);
-            break;
+    const int given = c->opt->params != NULL;
+    for (int s = -given; s < c->opt->n_seeds && !gr.setup_fail[0]; s++) {
+        uint64_t seed = s < 0 ? c->opt->seed : bk_derive_seed(c->opt->seed, 300, (uint64_t)s);
+        char why[BIASKIT_ERROR_MESSAGE_MAX + 128], params[256];
+        if (s < 0) {
+            given_params(&in, params, sizeof params);
+        } else {
+            random_params_label(s, params, sizeof params);
+            if (ck_random_params(&in, seed, why, sizeof why)) {
+                snprintf(gr.setup_fail, sizeof gr.setup_fail, "%s", why);
+                break;
+            }
         }
         for (int sequential = 1; sequential >= 0 && !gr.setup_fail[0]; sequential--) {
             int64_t count = sequential ? L : 64;
@@ -654,8 +1145,8 @@ void ck_unit_embed_gradient(checker *c, const void *arg)
         }
     }
     char cases[160];
-    snprintf(cases, sizeof cases, "L = sum out*R, R ~ U[-1,1], %d random parameter sets x positions 0..%d and 64 random "
-             "positions (repeats)", c->opt->n_seeds, L - 1);
+    snprintf(cases, sizeof cases, "L = sum out*R, R ~ U[-1,1], %s%d random parameter sets x positions 0..%d and 64 "
+             "random positions (repeats)", given ? "the given parameters + " : "", c->opt->n_seeds, L - 1);
     report_gradient(c, &gr, "embed_backward", cases, GRAD_MAX_EMBED_ENTRIES);
     ck_instance_close(&in);
 }
@@ -676,7 +1167,7 @@ typedef struct abi2_gradient {
 static void run_abi2_gradient(checker *c, const abi2_gradient *g)
 {
     instance in;
-    grad_report gr = {.id = g->id, .adds_id = g->adds_id};
+    grad_report gr = {.id = g->id, .adds_id = g->adds_id, .tol = c->opt->tolerance, .backward_name = g->what};
     if (ck_open_default(c, g->id, c->opt->seed, 0, &in))
         return;
     if (in.n_params == 0 || !g->has_backward) {
@@ -686,7 +1177,7 @@ static void run_abi2_gradient(checker *c, const abi2_gradient *g)
         ck_instance_close(&in);
         return;
     }
-    char why[BIASKIT_ERROR_MESSAGE_MAX + 128], params[48];
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128], params[256];
     const int32_t L = c->geo.train_length;
     model_fn cases[2];
     int n_cases = 0;
@@ -713,11 +1204,17 @@ static void run_abi2_gradient(checker *c, const abi2_gradient *g)
     }
     for (int s = -1; s < c->opt->n_seeds && !gr.setup_fail[0]; s++) {
         uint64_t seed = s < 0 ? c->opt->seed : bk_derive_seed(c->opt->seed, g->purpose, (uint64_t)s);
-        if (s < 0)
+        int rc = 0;
+        if (s < 0 && c->opt->params) { /* the given parameters, in place of the initial ones */
+            given_params(&in, params, sizeof params);
+        } else if (s < 0) {
             snprintf(params, sizeof params, "initial parameters");
-        else
+            rc = ck_init_params(&in, NULL, seed, why, sizeof why);
+        } else {
             random_params_label(s, params, sizeof params);
-        if (s < 0 ? ck_init_params(&in, NULL, seed, why, sizeof why) : ck_random_params(&in, seed, why, sizeof why)) {
+            rc = ck_random_params(&in, seed, why, sizeof why);
+        }
+        if (rc) {
             snprintf(gr.setup_fail, sizeof gr.setup_fail, "%s", why);
             break;
         }
@@ -725,8 +1222,8 @@ static void run_abi2_gradient(checker *c, const abi2_gradient *g)
             check_gradient_case(&in, &cases[k], seed, params, GRAD_MAX_TABLE_ENTRIES, &gr);
     }
     strbuf text = {0};
-    ck_sb_printf(&text, "%s, w ~ U[-1,1], initial + %d random parameter sets x %s", g->loss, c->opt->n_seeds,
-                 ck_sb_text(&shapes));
+    ck_sb_printf(&text, "%s, w ~ U[-1,1], %s + %d random parameter sets x %s", g->loss,
+                 c->opt->params ? "the given parameters" : "initial", c->opt->n_seeds, ck_sb_text(&shapes));
     report_gradient(c, &gr, g->what, ck_sb_text(&text), GRAD_MAX_TABLE_ENTRIES);
     free(text.s);
     free(shapes.s);

@@ -185,12 +185,26 @@ void ck_check_descriptor(checker *c);
 /* Units, each run in a child (ck_run_unit): contracts.c, gradient.c, cuda.c. */
 void ck_unit_create(checker *c, const void *arg);
 void ck_unit_tables(checker *c, const void *arg);
-/* longrange.c: the "long-range" and "shape" items of a TABLE plugin. */
+/* longrange.c: the probes far out and across the parameter region. TABLE: "long-range" and "shape";
+ * COORDINATE: "long-range-coordinate" and "shape"; SCALE: "long-range-scale"; MASK: "long-range-mask";
+ * ROTARY: "long-range-rotary" (rotary_ctx()). */
 void ck_unit_longrange(checker *c, const void *arg);
+void ck_unit_longrange_coordinate(checker *c, const void *arg);
+void ck_unit_longrange_scale(checker *c, const void *arg);
+void ck_unit_longrange_mask(checker *c, const void *arg);
+void ck_unit_longrange_rotary(checker *c, const void *arg);
+/* long-range-scale: |s_h(i)| beyond this at the initial or random parameters fails. The scale multiplies
+ * q.k / sqrt(d_head); at |s| = 1e4 a difference of 0.01 there (below the rounding of a bf16 logit) is
+ * 100 in the logit, past float's exp range (e^-88 underflows): softmax is an argmax decided by noise,
+ * its gradient zero almost everywhere. Published scales stay far below: SSMax's s ln n with s = 0.43 is
+ * 6 at n = 2^20, log-n scaling log_L n is about 3; a learned inverse temperature of 100 still passes. */
+#define CK_SCALE_BOUND 1e4
 void ck_unit_table_gradient(checker *c, const void *arg);
 void ck_unit_embed_gradient(checker *c, const void *arg);
 void ck_unit_project(checker *c, const void *arg);
 void ck_unit_determinism(checker *c, const void *arg);
+/* contracts.c: the "param-info" item (the declared bounds and initialisation of each tensor). */
+void ck_unit_param_info(checker *c, const void *arg);
 void ck_unit_segment(checker *c, const void *arg);
 void ck_unit_embed(checker *c, const void *arg);
 void ck_unit_rotary(checker *c, const void *arg);
@@ -233,6 +247,9 @@ int ck_rotary_ctx(const instance *in, int32_t length, int training, int values, 
                   char *why, size_t size);
 /* 1 when the plugin has rotary_ctx() (inside its descriptor's struct_size and set). */
 int ck_has_rotary_ctx(const checker *c);
+/* 1 when rotary_ctx() breaks its value contract (ck_rotary_ctx) at one of the rotary-ctx item's lengths
+ * (L/4 .. 64 L): that item reports it. */
+int ck_rotary_ctx_fails_near(const checker *c, const instance *in);
 
 /* probes.c: the "option:NAME" item of one option, and the "geometry" item. */
 int ck_probe_option(checker *c, const biaskit_option *o, bk_error *err);

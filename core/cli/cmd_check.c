@@ -3,7 +3,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int bk_cmd_check(int argc, char **argv);
@@ -11,7 +13,7 @@ int bk_cmd_check(int argc, char **argv);
 static const char help[] =
     "usage: biaskit check <NAME|PATH> [--layers N] [--heads N] [--dim N] [--length L] [--vocab V]\n"
     "                     [--set KEY=VALUE]... [--distances D] [--max-distance N] [--seeds N]\n"
-    "                     [--timeout S] [--allow-increasing]\n\n"
+    "                     [--timeout S] [--allow-increasing] [--tolerance X] [--params V1,V2,...]\n\n"
     "Conformance checks for plugin authors. Loads the plugin (a name on the search path, or a path to\n"
     "its .so) and prints one line per check, PASS, FAIL, SKIP or WARN, then 'N passed, N failed,\n"
     "N skipped' (and ', N warnings' when there are any: they do not change the exit status):\n\n"
@@ -34,14 +36,21 @@ static const char help[] =
     "                 between neighbouring distances, |T| rising towards it on both sides, jumping\n"
     "                 by more than 1000 x the head's median |T|); T(d) <= 1e6 x max(1, d / 4096)\n"
     "                 at the initial parameters (1e6 up to distance 4096, at most linear growth\n"
-    "                 beyond; large negative values are harmless). A failure names the head, the distance, the value and the parameters\n"
-    "                 (the first 8, by name). A NaN below --distances is the tables item's: then\n"
-    "                 this is a SKIP\n"
+    "                 beyond; large negative values are harmless). A failure names the head, the\n"
+    "                 distance, the value and the parameters (the first 8, by name). A NaN below\n"
+    "                 --distances is the tables item's: then this is a SKIP\n"
+    "  long-range-coordinate, long-range-scale, long-range-mask, long-range-rotary\n"
+    "                 the ABI 2 capabilities the same way: coordinate() at length --max-distance\n"
+    "                 (phi, rscale, u(i, i) within the contract; the grid table finite) at the same\n"
+    "                 parameter sets; scale() finite, and |s| <= 1e4 at the initial and random sets;\n"
+    "                 mask() valid at L, 4L, ... --max-distance and the same at every length (a window\n"
+    "                 that depends on the length fails); rotary_ctx() frequencies and amplitude finite\n"
+    "                 and > 0 that far (a change with the length is allowed and said)\n"
 
-    "  shape          (TABLE) each head over the same grid at the initial parameters (and the random\n"
-    "                 ones): decreasing with distance (recency), increasing, flat or not monotonic;\n"
-    "                 a head that increases (prefers distant tokens) is a WARN, unless\n"
-    "                 --allow-increasing\n"
+    "  shape          (TABLE; COORDINATE: the bias along the last row) each head over the same grid\n"
+    "                 at the initial parameters (and the random ones): decreasing with distance\n"
+    "                 (recency), increasing, flat or not monotonic; a head that increases (prefers\n"
+    "                 distant tokens) is a WARN, unless --allow-increasing or param_init is random\n"
     "  coordinate     (COORDINATE) coordinate_points() in 2 .. 1048576; the table over that grid of u\n"
     "                 finite (initial and random parameters; a grid, not distances: no prefix check);\n"
     "                 coordinate() at the training length L (in training and in evaluation), 4L, 16L,\n"
@@ -56,9 +65,10 @@ static const char help[] =
     "                 rotary_frequencies() (unscaled), every shorter length gives the same answer (a\n"
     "                 dynamic scaling is s = max(1, length / L))\n"
     "  gradients      table_backward / embed_backward add (+=) and match central differences of\n"
-    "                 L = sum dtable*T (L = sum out*R), dtable ~ U[-1,1], computed in float64 at 64 and\n"
-    "                 300 distances: steps 0.1 x max(|theta|, 0.1 or 1e-3) / 1.4^k, Ridders-extrapolated;\n"
-    "                 relative error <= 1e-3, the denominator at least 5% of sum |dtable dT/dtheta|\n"
+    "                 L = sum dtable*T (L = sum out*R), dtable ~ U[-1,1], computed in float64 at 64,\n"
+    "                 300 and 4097 distances (the last within --distances; embed: positions): steps\n"
+    "                 0.1 x max(|theta|, 0.1 or 1e-3) / 1.4^k, Ridders-extrapolated; relative error\n"
+    "                 <= --tolerance (1e-3), the denominator at least 5% of sum |dtable dT/dtheta|\n"
     "                 (where the sum cancels); up to 256 (embed: 64) parameter entries per case. The\n"
     "                 same for the grid's table_backward, coordinate_backward (L = sum w_phi*phi +\n"
     "                 w_r*rscale) and scale_backward (L = sum dscale*s), at the initial parameters and\n"
@@ -70,15 +80,30 @@ static const char help[] =
     "                 entry); else, on both sides, the difference quotient over [theta, theta +- s] must\n"
     "                 match the analytic gradient averaged over the interval (64 or 512 points, s = 4e-3,\n"
     "                 0.1 or 1 x max(|theta|, 0.1): kinks denser than any step, as the ReLUs of a table\n"
-    "                 over a fine grid), within 4 standard deviations of the outputs' float rounding\n"
+    "                 over a fine grid), within 4 standard deviations of the outputs' float rounding.\n"
+    "                 Where L still disagrees (TABLE), each table entry decides alone: dT[h][d]/dtheta_i\n"
+    "                 from table_backward with a one-hot dtable against Ridders' central differences of\n"
+    "                 T[h][d] (every entry of the failing table, and 8 distances per head from 0 to\n"
+    "                 --distances - 1, geometric), each within the tolerance relative to max(|analytic|,\n"
+    "                 |numeric|) plus 4 ulp(T[h][d]) / step (the float rounding of the entry): a small\n"
+    "                 parameter's effect drowned in the rounding of large entries no longer fails. A FAIL\n"
+    "                 lists the 5 worst entries (parameter, theta, head, distance, analytic, numeric,\n"
+    "                 rel. error, tolerance) and the parameter set (the first 8 values)\n"
     "  project        idempotent (bitwise) and keeps wild parameters (random sign, 10^U(-3,6)) finite\n"
     "                 with finite tables (and grid, coordinates, scales)\n"
+    "  param-info     (param_info) per tensor: bounds not NaN, lower <= upper, lower not +inf, upper\n"
+    "                 not -inf; the init text NUL-terminated; every element inside the bounds after\n"
+    "                 param_init + param_project (initial, random and wild parameters); SKIP without it\n"
     "  determinism    repeated calls of every function give bit-identical results (the ABI 2 ones too)\n"
     "  segment, embed, rotary   the contracts of those capabilities\n"
     "  CUDA           when a GPU answers (else SKIP): table_cuda vs table, |cuda - host| <= 1e-5 |host|\n"
     "                 + 1e-6 max|head|; table_backward_cuda vs table_backward, <= 1e-4 (|host| + max|host|);\n"
     "                 embed_cuda vs embed, <= 1e-5 |host| + 1e-6 max|host|; embed_backward_cuda vs\n"
-    "                 embed_backward, <= 1e-4 (|host| + max|host|)\n\n"
+    "                 embed_backward, <= 1e-4 (|host| + max|host|). Without a GPU, a hand-written CUDA\n"
+    "                 path is said to be unverified; a <biaskit/table_plugin.h> plugin's kernels run on\n"
+    "                 the host instead (cuda-table-emulated, cuda-backward-emulated: the kernels' own\n"
+    "                 per-thread code over their grid and reduction order, same tolerances), and each\n"
+    "                 __CUDA_ARCH__ in its source file is a WARN (cuda-device-branch)\n\n"
     "Every call into the plugin runs in a child process: a crash, an exit() or a hang is reported with\n"
     "its signal, exit status or time limit, and the checks go on. Loading too: a child loads the plugin\n"
     "first (dlopen and the library's constructors, the entry point, the descriptor); a load that\n"
@@ -98,7 +123,13 @@ static const char help[] =
     "  --seeds N     random parameter sets for the table, coordinate, scale and gradient checks\n"
     "                (default 3)\n"
     "  --timeout S   time limit of each child process, the one that loads the plugin included, in\n"
-    "                seconds (default 60)\n\n"
+    "                seconds (default 60)\n"
+    "  --tolerance X relative tolerance of the gradient checks, a finite number > 0 (default 0.001)\n"
+    "  --params V1,V2,...\n"
+    "                the gradient checks and the long-range probes start from these parameters\n"
+    "                (exactly param_count() numbers, in the order of 'biaskit plugins NAME';\n"
+    "                param_project applied, and the items say when it moved any), before the random\n"
+    "                sets; a 'params' item says whether the table is finite there\n\n"
     "exit status: 0 no check failed (skips and warnings allowed), 1 a check failed or the plugin does\n"
     "not load, "
     "2 bad usage.\n";
@@ -142,12 +173,61 @@ static int read_geometry(const bk_args *args, bk_check_options *opt, bk_error *e
     return BK_OK;
 }
 
+/* --tolerance X: a finite number > 0. */
+static int read_tolerance(const bk_args *args, bk_check_options *opt, bk_error *err)
+{
+    const char *v = bk_args_get(args, "tolerance");
+    if (!v)
+        return BK_OK;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !isfinite(x) || !(x > 0.0))
+        return bk_fail(err, BK_ERR_USAGE, "--tolerance: expected a finite number > 0 (a relative error, e.g. 0.01), "
+                       "got '%s'", v);
+    opt->tolerance = x;
+    return BK_OK;
+}
+
+/* --params V1,V2,...: finite numbers (as float) into a new array *out (the caller frees it). */
+static int read_params(const bk_args *args, bk_check_options *opt, float **out, bk_error *err)
+{
+    const char *v = bk_args_get(args, "params");
+    *out = NULL;
+    if (!v)
+        return BK_OK;
+    size_t n = 1;
+    for (const char *p = v; *p; p++)
+        n += *p == ',';
+    float *values = malloc(n * sizeof *values);
+    if (!values)
+        return bk_fail(err, BK_ERR_NOMEM, "--params: out of memory for %zu values", n);
+    const char *p = v;
+    for (size_t i = 0; i < n; i++) {
+        char *end;
+        double x = strtod(p, &end);
+        while (*end == ' ')
+            end++;
+        if (end == p || (*end && *end != ',') || !isfinite(x) || !isfinite((float)x)) {
+            free(values);
+            return bk_fail(err, BK_ERR_USAGE, "--params: value %zu ('%.*s') is not a finite number (expected "
+                           "comma-separated numbers, one per parameter: V1,V2,...)", i + 1, (int)strcspn(p, ","), p);
+        }
+        values[i] = (float)x;
+        p = *end ? end + 1 : end;
+    }
+    opt->params = values;
+    opt->n_params = (int64_t)n;
+    *out = values;
+    return BK_OK;
+}
+
 int bk_cmd_check(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0},   {"layers", 1, 0},    {"heads", 1, 0},
                                         {"dim", 1, 0},    {"length", 1, 0},    {"vocab", 1, 0},
                                         {"set", 1, 1},    {"distances", 1, 0}, {"seeds", 1, 0},
-                                        {"timeout", 1, 0}, {"max-distance", 1, 0}, {"allow-increasing", 0, 0}};
+                                        {"timeout", 1, 0}, {"max-distance", 1, 0}, {"allow-increasing", 0, 0},
+                                        {"tolerance", 1, 0}, {"params", 1, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit check", &args, &err))
@@ -165,12 +245,16 @@ int bk_cmd_check(int argc, char **argv)
     const char *sets[BK_ARGS_MAX];
     opt.n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
     opt.sets = sets;
-    if (read_geometry(&args, &opt, &err))
+    float *params = NULL;
+    if (read_geometry(&args, &opt, &err) || read_tolerance(&args, &opt, &err) ||
+        read_params(&args, &opt, &params, &err))
         return bk_report(&err);
 
     bk_registry reg;
-    if (bk_registry_init(&reg, &err))
+    if (bk_registry_init(&reg, &err)) {
+        free(params);
         return bk_report(&err);
+    }
     char text[512];
     snprintf(text, sizeof text, "checking plugin %s: %d layers, %d heads, d_model %d, d_head %d, vocab %d, "
              "train_length %d", args.positional[0], opt.layers, opt.heads, opt.dim, opt.dim / opt.heads, opt.vocab,
@@ -179,6 +263,7 @@ int bk_cmd_check(int argc, char **argv)
     bk_check_counts counts;
     int rc = bk_check_plugin(&reg, args.positional[0], &opt, print_item, &header, &counts, &err);
     bk_registry_free(&reg);
+    free(params);
     if (rc)
         return bk_report(&err);
     if (counts.warned) /* the line without warnings stays as it was: scripts read it */

@@ -36,8 +36,8 @@ static const char help[] =
     "  NAME.toml        an experiment with one NAME term\n\n"
     "NAME: a lowercase letter, then lowercase letters, digits or '_' (at most 40): it is the plugin's\n"
     "name and the C prefix of its code, so not 'biaskit' nor 'biaskit_...' (the SDK's prefix), nor a\n"
-    "macro of the compiler or the C headers (linux, unix, i386, math_errhandling). D/NAME must not\n"
-    "exist yet.\n\n"
+    "macro of the compiler or the C headers (linux, unix, i386, math_errhandling, stdin, stdout,\n"
+    "stderr). D/NAME must not exist yet.\n\n"
     "  --kind K         what the plugin computes (above; default table)\n"
     "  --dir D          the folder to create NAME/ in\n";
 
@@ -52,6 +52,10 @@ static const char formula_c[] =
     "\n"
     "/* X(name, PER_HEAD | SCALAR, init rule, lower, upper, doc): the slopes start at ALiBi's 2^(-8(h+1)/H)\n"
     " * (head h = 0..H-1, H a power of two) and stay >= 0 after every optimizer step.\n"
+    " * Init rules: BIASKIT_TP_CONST(v), BIASKIT_TP_ALIBI(scale), BIASKIT_TP_UNIFORM(lo, hi),\n"
+    " * BIASKIT_TP_SYMMETRIC(a) (U(-a, a)) and BIASKIT_TP_EXPR(expr), expr a C expression of the head h, the\n"
+    " * heads H, the copy's layer (-1: shared) and c, e.g. BIASKIT_TP_EXPR(pow(2.0, -8.0 * (h + 1) / H)).\n"
+    " * c holds the model (c.heads, c.layers, c.d_model, c.d_head, c.train_length) and the constants.\n"
     " * Options: slope = [..] (1 value or one per head), learnable. */\n"
     "#define @_PARAMS(X) X(slope, PER_HEAD, BIASKIT_TP_ALIBI(1.0), 0.0, INFINITY, \"slope m in T(d) = -m d\")\n"
     "\n"
@@ -99,7 +103,8 @@ static const char readme[] =
     "\n"
     "`@.c` holds the parameters (`@_PARAMS`), the formula (`BIASKIT_TP_TABLE`) and its derivative\n"
     "(`BIASKIT_TP_GRADIENT`); `@.cu` compiles the same file as CUDA kernels. See the biaskit SDK guide,\n"
-    "`sdk/README.md`, \"Formula-first plugins\", for the init rules, constants and frozen parameters.\n"
+    "`<prefix>/share/doc/biaskit/SDK.md` (installed with the SDK), \"Formula-first plugins\", for the init rules,\n"
+    "constants and frozen parameters.\n"
     "\n"
     "| option | type | default | meaning |\n"
     "|---|---|---|---|\n"
@@ -420,20 +425,21 @@ static int valid_name(const char *name)
  *    reserved with it (the SDK's names are biaskit_..., BIASKIT_... and bktp_..., the latter never a
  *    NAME_suffix of the template);
  *  - a lower-case object-like macro of the compiler or of the headers the code includes (GNU C predefines
- *    linux and unix, i386 on 32-bit x86; math.h defines math_errhandling): the SDK's macros pass NAME
+ *    linux and unix, i386 on 32-bit x86; math.h defines math_errhandling, stdio.h stdin, stdout and
+ *    stderr, which the SDK's init-rule messages use): the SDK's macros pass NAME
  *    through other macros, which expand it before pasting (linux_tp_... becomes 1_tp_...).
  * tests/test_ckpt_hostile.sh checks the macros against the compiler's own list and compiles the
  * borderline names. */
 static const char *unusable_name(const char *name)
 {
-    static const char *const macros[] = {"linux", "unix", "i386", "math_errhandling"};
+    static const char *const macros[] = {"linux", "unix", "i386", "math_errhandling", "stdin", "stdout", "stderr"};
     if (strcmp(name, "biaskit") == 0 || strncmp(name, "biaskit_", 8) == 0)
         return "names 'biaskit' and 'biaskit_...' are the SDK's own prefix (the generated code would declare "
                "NAME_tp_create beside the SDK's biaskit_tp_create and the like)";
     for (size_t i = 0; i < sizeof macros / sizeof macros[0]; i++)
         if (strcmp(name, macros[i]) == 0)
             return "it is a macro of the C compiler or of the C headers a plugin includes (GNU C: #define linux 1, "
-                   "unix 1, i386 1; math.h: math_errhandling), which the SDK's macros would expand inside the "
+                   "unix 1, i386 1; math.h: math_errhandling; stdio.h: stdin, stdout, stderr), which the SDK's macros would expand inside the "
                    "generated names";
     return NULL;
 }

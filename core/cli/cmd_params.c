@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "eval/eval.h"
+#include "plugin/param_info.h"
 #include "train/checkpoint.h"
 #include "util/output.h"
 
@@ -29,7 +30,8 @@ static const char help[] =
     "The initial value is the one the plugin's param_init gave with the checkpoint's [train] seed (the\n"
     "model rebuilt from the experiment stored in the checkpoint, before any step); for a mixing weight,\n"
     "the parameter its configured weight gives. Values are printed with 9 significant digits (%.9g):\n"
-    "they read back as the stored float32 exactly.\n\n"
+    "they read back as the stored float32 exactly. Under the table, each tensor of a plugin that declares\n"
+    "param_info() with its bounds and its initialisation rule in words.\n\n"
     "  --csv FILE    write every element as CSV: name,term,tensor,layer,row,col,value,initial (layer,\n"
     "                row and col empty where they do not apply: a parameter shared by every layer, a\n"
     "                mixing weight shared by every head)\n"
@@ -179,6 +181,32 @@ static void print_table(const char *path, int64_t step, const entry_list *l)
     }
 }
 
+/* Under the table, each named tensor of a plugin that declares param_info(): the bounds param_project()
+ * keeps it in and its initialisation in words. Nothing for plugins without the hook. */
+static void print_bounds(const bk_term_set *terms)
+{
+    biaskit_tensor_info info[BK_TERM_MAX_TENSORS];
+    int header = 0;
+    for (int i = 0; i < terms->n; i++) {
+        const bk_term *t = &terms->terms[i];
+        int32_t n = BK_DESCRIPTOR_FN(t->plugin->desc, param_info) ? bk_term_tensors(t, info) : 0;
+        for (int32_t k = 0; k < n; k++) {
+            biaskit_param_info pi;
+            biaskit_error pe;
+            char name[192], bounds[64];
+            if (!header++)
+                printf("\nbounds and initialisation, as the plugins declare them (param_info):\n");
+            snprintf(name, sizeof name, "term.%s.%s", t->label, info[k].name);
+            if (bk_param_info_read(t->plugin->desc, t->instance, k, &pi, &pe, NULL) == BK_PARAM_INFO_FAILED) {
+                printf("  %-28s (param_info() failed: %s)\n", name, pe.message[0] ? pe.message : "no message given");
+                continue;
+            }
+            bk_param_info_bounds(&pi, bounds, sizeof bounds);
+            printf("  %-28s bounds %-22s init %s\n", name, bounds, pi.init[0] ? pi.init : "not declared");
+        }
+    }
+}
+
 static void write_csv(bk_output *o, const entry_list *l)
 {
     bk_output_printf(o, "name,term,tensor,layer,row,col,value,initial\n");
@@ -318,8 +346,10 @@ int bk_cmd_params(int argc, char **argv)
     int on_stdout = 0;
     for (int k = 0; k < 2; k++)
         on_stdout |= outputs[k] && strcmp(outputs[k], "-") == 0;
-    if (!rc && !on_stdout)
+    if (!rc && !on_stdout) {
         print_table(path, st.step, &list);
+        print_bounds(&lm.terms);
+    }
     for (int k = 0; k < 2 && !rc; k++) {
         bk_output out;
         if (outputs[k] && !(rc = bk_output_open(&out, flags[k], outputs[k], inputs.items, inputs.n, &err))) {

@@ -5,6 +5,7 @@
 #include "device.h"
 #include "plugin/descriptor.h"
 #include "plugin/host.h"
+#include "plugin/param_info.h"
 #include "plugin/services.h"
 #include "util/isolate.h"
 
@@ -18,8 +19,10 @@ static const char help[] =
     "usage: biaskit plugins [NAME|PATH ...] [--timeout S] [--strict]\n\n"
     "Lists every plugin found on the search path (or only the named ones; a PATH to a .so loads that\n"
     "file): name, version, file, capabilities, what it needs from the engine (distances, the query\n"
-    "position, masks, a logit scale, the evaluation length), reference, learnable parameters and every\n"
-    "option with its type, default and meaning.\n\n"
+    "position, masks, a logit scale, the evaluation length), reference, learnable parameters (for an\n"
+    "8-head model with the default options: each tensor's shape, the bounds param_project() keeps it in\n"
+    "and its initialisation, as the plugin's param_info() declares them, else \"not declared\") and\n"
+    "every option with its type, default and meaning.\n\n"
     "Search path: the directories of $BIASKIT_PLUGIN_PATH (colon-separated), in order; then, when this\n"
     "executable is installed (<its directory>/../lib/biaskit/plugins exists), that directory; an\n"
     "executable that is not installed (./build/biaskit, the tests) searches the build directory it was\n"
@@ -54,6 +57,33 @@ static void print_default(FILE *out, const biaskit_option *o)
     }
     case BIASKIT_OPT_DOUBLE_ARRAY:
     case BIASKIT_OPT_STRING_ARRAY: fprintf(out, "%-9s", "[]"); break;
+    }
+}
+
+/* One line per tensor: its shape, the bounds param_project() keeps it in and its initialisation in
+ * words, as the plugin's param_info() declares them ("not declared" without the hook or the text). */
+static void print_param_info(FILE *out, const bk_plugin *p, const void *inst, const biaskit_tensor_info *tensors,
+                             int32_t n)
+{
+    const biaskit_plugin *d = p->desc;
+    bk_plugin_stage("plugin '%s' ('%s'), in param_info()", d->name, p->path);
+    for (int32_t i = 0; i < n; i++) {
+        char shape[96], bounds[64];
+        snprintf(shape, sizeof shape, "%s[%dx%d]", tensors[i].name, tensors[i].rows, tensors[i].cols);
+        biaskit_param_info info;
+        biaskit_error pe;
+        int unterminated;
+        bk_param_info_status st = bk_param_info_read(d, inst, i, &info, &pe, &unterminated);
+        if (st == BK_PARAM_INFO_FAILED) {
+            fprintf(out, "    %-16s (param_info() failed: %s)\n", shape, pe.message[0] ? pe.message : "no message given");
+            continue;
+        }
+        if (st == BK_PARAM_INFO_NONE)
+            snprintf(bounds, sizeof bounds, "not declared");
+        else
+            bk_param_info_bounds(&info, bounds, sizeof bounds);
+        fprintf(out, "    %-16s bounds %-22s init %s%s\n", shape, bounds, info.init[0] ? info.init : "not declared",
+                unterminated ? " (param_info() left the text without its NUL: cut)" : "");
     }
 }
 
@@ -94,6 +124,8 @@ static void print_parameters(FILE *out, const bk_plugin *p)
     for (int32_t i = 0; i < n && i < 16; i++)
         fprintf(out, "%s %s[%dx%d]", i ? "," : ":", tensors[i].name, tensors[i].rows, tensors[i].cols);
     fprintf(out, "\n");
+    if (n > 0)
+        print_param_info(out, p, inst, tensors, n < 16 ? n : 16);
     /* the parameter groups it declares (param_group(); [[term]] lr_scale / weight_decay override them) */
     int (*declare)(const void *, int32_t, biaskit_param_group *, biaskit_error *) = BK_DESCRIPTOR_FN(d, param_group);
     if (count > 0 && declare) {

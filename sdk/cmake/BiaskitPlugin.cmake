@@ -5,7 +5,9 @@
 #                    [INSTALL_DESTINATION <dir> | NO_INSTALL])
 #
 # Builds the plugin <name> as the loadable module biaskit_<name>.so (target biaskit_plugin_<name>)
-# against the SDK headers. Only the entry symbol is exported (hidden visibility for the rest).
+# against the SDK headers. Only the entry symbol is exported (hidden visibility for the rest), and,
+# for a plugin written with <biaskit/table_plugin.h>, biaskit_tp_emulation (its CUDA kernels run on the
+# host, for `biaskit check`).
 # CUDA_SOURCES are compiled when the calling project has enabled the CUDA language; the plugin is
 # then compiled with BIASKIT_WITH_CUDA=1 and linked to the shared CUDA runtime. Without CUDA the
 # plugin is host-only and the engine runs its host functions.

@@ -18,7 +18,8 @@
  *   7 rotamp0    rotary_ctx() amplitude 0 beyond 4 x the training length
  *   8 rotnan     rotary_ctx() frequencies NaN from 64 x the training length on
  *   9 rotdyn     rotary_ctx() dynamic scaling without max(1, .): s = length / L also below L
- *  10 masklen    mask() window = length / 2 (allowed: the check says it depends on the context) */
+ *  10 masklen    mask() window = length / 2 (the mask item explains how it changes with the length;
+ *                long-range-mask fails it: the engine computes one mask for the longest sequence of a call) */
 #include <biaskit/plugin.h>
 
 #include <math.h>

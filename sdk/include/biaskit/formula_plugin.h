@@ -16,7 +16,7 @@
  * with everything else generated as table_plugin.h generates it: options from the parameter and
  * constant lists, init rules, projection, named tensors, the host loops, the deterministic gradient
  * reduction, the descriptor and the entry point. No CUDA: the engine calls these hooks on the host (their
- * arrays are O(grid + distances + rows) per layer, never T x T: core/bias/query.c computes them, checks
+ * arrays are O(grid + distances + rows) per layer, never T x T: the engine computes them, checks
  * them and uploads them) and its own attention kernels do the per-element work (the grid lookup, the
  * mask, the scale, the rotation). A plugin written with this header is a .c file only; under nvcc the
  * header refuses to compile.
@@ -31,9 +31,15 @@
  *        PER_HEAD_ARRAY(n)        n values per head: a heads x n matrix, row-major (W2 of an MLP)
  *        FIXED_ARRAY(n), FIXED_PER_HEAD_ARRAY(n)   the same, never learnable
  *    init rules: BIASKIT_TP_CONST(v), BIASKIT_TP_ALIBI(scale) (PER_HEAD only), BIASKIT_TP_UNIFORM(lo, hi)
- *    (lo + (hi - lo) u) and BIASKIT_TP_SYMMETRIC(a) (U(-a, a) drawn as a (2u - 1), nn.Linear's init with
- *    a = 1/sqrt(fan_in)); their numbers and the bounds may read the constants (BIASKIT_TP_SYMMETRIC(1 /
- *    sqrt(c.width))). Each array is checked in create() to have 1 .. 2^24 elements.
+ *    (lo + (hi - lo) u), BIASKIT_TP_SYMMETRIC(a) (U(-a, a) drawn as a (2u - 1), nn.Linear's init with
+ *    a = 1/sqrt(fan_in)) and BIASKIT_TP_EXPR(expr), a C expression (in double) of h, H, c and layer: h is
+ *    the head (0 for SCALAR) or, for the arrays, the element's index within the row (the same in every
+ *    head's row of a PER_HEAD_ARRAY), H the number of heads, c the context (item 3), layer the copy being
+ *    initialised (0 .. layers - 1 for a per-layer term; -1 for a shared copy and for fixed values), e.g.
+ *    X(w, ARRAY(c.width), BIASKIT_TP_EXPR(pow(2.0, -h) / c.width), ...); a value that is not a finite float
+ *    is an error naming the parameter, the element, the layer and the value. The other rules' numbers and
+ *    the bounds may read the constants (BIASKIT_TP_SYMMETRIC(1 / sqrt(c.width))). Each array is checked in
+ *    create() to have 1 .. 2^24 elements. The per-layer copies and their seeds: as table_plugin.h says.
  *    A coordinate plugin has two lists: PARAMS, F's parameters, and UPARAMS, the coordinate's (phi and
  *    rscale do not depend on the head: SCALAR or ARRAY shapes only, a static assertion says so); theta is
  *    PARAMS then UPARAMS. Mask and rotary plugins have no parameters (the ABI gives them no theta).
@@ -48,14 +54,15 @@
  *        prefix_grad    g of F / s: a double per parameter of PARAMS, a double * to n doubles for an array,
  *                       all 0 when the derivative function starts: set what is not 0
  *        prefix_ugrad   g of phi / rscale (coordinate plugins): the same for UPARAMS
- *        prefix_ctx     c: the model (c.heads, c.layers, c.d_model, c.d_head, c.train_length) and a field per
- *                       constant (a REAL is a double, an INT or CHOICE an int32_t); so no constant may be
- *                       called heads, layers, d_model, d_head or train_length
+ *        prefix_ctx     c: the model (c.heads, c.layers, c.d_model, c.d_head, c.train_length; the same fields
+ *                       as a table plugin's context) and a field per constant (a REAL is a double, an INT
+ *                       or CHOICE an int32_t); so no constant may be called heads, layers, d_model, d_head
+ *                       or train_length (a static assertion names it)
  * 4. The formulas, as bodies after these macros (host code; compute in double: the header rounds each
  *    value to float once). `ctx` is the engine's biaskit_context of the call (length, train_length,
  *    training, layer; never NULL; fields the engine did not fill read 0, as the header copies it). The
  *    engine asks for the coordinate, the scale and the mask once per forward, ctx->length being the
- *    longest sequence of the call, and reads the shorter rows from the same arrays (core/bias/query.h):
+ *    longest sequence of the call, and reads the shorter rows from the same arrays:
  *    a coordinate or a scale must not depend on ctx->length (ctx->training and ctx->layer are fine); the
  *    rotary frequencies are asked again whenever the length changes:
  *      coordinate   BIASKIT_FP_F(prefix)               { return F; }   double F(p, c, h, u), u in [0, 1]
@@ -86,13 +93,14 @@
  *    GRID is the default of the coordinate plugin's `grid` option. The _WITH forms (BIASKIT_SCALE_PLUGIN_WITH(
  *    prefix, PARAMS, CONSTANTS, &settings, ...), and so on, the settings after the lists and GRID) take a
  *    biaskit_tp_settings whose setup() is called at the end of create(), as in table_plugin.h (same_rows is
- *    not read here).
+ *    not read here). As there, the formula bodies get no services (they return a value and cannot fail):
+ *    check and log in setup (s->svc); a NaN or inf the engine rejects, naming plugin, term, head and index.
  *
  * ---- What it generates ----------------------------------------------------------------------------------
  *
  *   options     `learnable` (when something is learnable), one DOUBLE_ARRAY option per parameter (1 value, or
  *               one per head (PER_HEAD), or every element (arrays); within the bounds; learnable = false
- *               fixes the given values, or the CONST / ALIBI init rule, and refuses a parameter whose rule is
+ *               fixes the given values, or the CONST / ALIBI / EXPR init rule, and refuses a parameter whose rule is
  *               random and that is not given, naming it), the constants (range-checked, naming the key),
  *               and for a coordinate plugin `grid` (2 .. 2^20 points, default GRID). As table_plugin.h.
  *   theta       the present parameters in list order (coordinate: PARAMS, then UPARAMS), each of H (PER_HEAD),
@@ -100,7 +108,10 @@
  *               after the parameters (rows x cols: H x 1, 1 x 1, n x 1, H x n).
  *   param_init  list order, element by element; every UNIFORM or SYMMETRIC element takes one draw from
  *               biaskit_rng_seeded(seed), given or not; then param_project, the clamp into [lower, upper]
- *               (idempotent, a NaN stays NaN).
+ *               (idempotent, a NaN stays NaN). EXPR reads layer = -1 here; param_init_ctx (set only when
+ *               a rule is EXPR) is the same with layer = ctx->layer, and the engine calls it instead.
+ *   param_info  each tensor's bounds and init rule in words, as table_plugin.h ("uniform(0.01, 1)",
+ *               "symmetric(0.177)", "expr: pow(2.0, -h) / c.width", "given", ...).
  *   coordinate  table[h * P + g] = (float)F(p_h, c, h, u_g), u_g = (double)g / (P - 1), P = the `grid` option
  *               (table() refuses another P, naming the option); phi[d] = (float)phi(p, c, d, ctx) for
  *               d < distances and rscale[i] = (float)rscale(p, c, i, ctx) for i < rows.
@@ -129,9 +140,11 @@
  * Parameter and constant names are option keys ([a-z0-9_]+, not learnable, not an engine term key; `grid`
  * is taken in a coordinate plugin), so tensors are named in lower case. One plugin per translation unit.
  *
- * ---- Worked examples (the tests build each: tests/plugins/fire_fp.c, window_fp.c, ssmax_fp.c, rope_pi_fp.c)
+ * ---- Worked examples (each installed whole: <prefix>/share/biaskit/examples/formula/fire_fp.c,
+ * window_fp.c, ssmax_fp.c and rope_pi_fp.c there)
  *
- * A sliding window with attention sinks (plugins/window):
+ * A sliding window with attention sinks (the built-in window,
+ * <prefix>/share/biaskit/examples/plugins/window/window.c):
  *
  *     #include <biaskit/formula_plugin.h>
  *     #define WIN_CONSTANTS(C)                                                                          \
@@ -147,7 +160,8 @@
  *     }
  *     BIASKIT_MASK_PLUGIN(win, WIN_CONSTANTS, .name = "win", .version = "1.0.0", .summary = "sliding window")
  *
- * Scalable-Softmax, s_h(i) = s_h ln(i + 1), one learnable s per head and layer (plugins/ssmax):
+ * Scalable-Softmax, s_h(i) = s_h ln(i + 1), one learnable s per head and layer (the built-in ssmax,
+ * <prefix>/share/biaskit/examples/plugins/ssmax/ssmax.c):
  *
  *     #include <biaskit/formula_plugin.h>
  *     #define SSM_PARAMS(X) X(s, PER_HEAD, BIASKIT_TP_CONST(0.43), -INFINITY, INFINITY, "s of s ln(i + 1)")
@@ -174,8 +188,8 @@
  *     BIASKIT_ROTARY_PLUGIN(pi, PI_CONSTANTS, .name = "pi", .version = "1.0.0", .summary = "RoPE, PI")
  *
  * FIRE (Li et al., ICLR 2024): u = psi(d) / (psi(max(i, L)) + 1e-6), psi(x) = log(|c x| + 1) with learnable c,
- * and F_h(u) = b2_h + sum_k W2[h,k] ReLU(W1_k u + b1_k), one per layer (L fixed here; tests/plugins/fire_fp.c
- * also learns L's multiplier, as plugins/fire):
+ * and F_h(u) = b2_h + sum_k W2[h,k] ReLU(W1_k u + b1_k), one per layer (L fixed here;
+ * <prefix>/share/biaskit/examples/formula/fire_fp.c also learns L's multiplier, as the built-in fire):
  *
  *     #include <biaskit/formula_plugin.h>
  *     #define FI_CONSTANTS(C)                                                                           \
@@ -282,12 +296,8 @@
 #define BIASKIT_FP_CTX_(name, kind, doc) BIASKIT_FP_CTX2_(name, kind)
 #define BIASKIT_FP_CTX2_(name, tag, ...) c_.name = (BIASKIT_FP_CTYPE_##tag)s_->constants[bktp_c_##name];
 #define BIASKIT_FP_SPEC_(name, shape, init, lo, hi, doc)                                                    \
-    {                                                                                                       \
-        biaskit_tp_param t_ = {#name, BIASKIT_TP_SHAPE_(shape), init, (double)(lo), (double)(hi),           \
-                               BIASKIT_TP_WHEN_##shape, doc, (int64_t)(BIASKIT_TP_LENGTH_##shape),         \
-                               BIASKIT_TP_LTEXT_##shape};                                                   \
-        out_[k_++] = t_;                                                                                    \
-    }
+    BIASKIT_TP_SPEC2_(#name, BIASKIT_TP_SHAPE_(shape), (double)(lo), (double)(hi), BIASKIT_TP_WHEN_##shape, doc, \
+                      (int64_t)(BIASKIT_TP_LENGTH_##shape), BIASKIT_TP_LTEXT_##shape, init)
 /* p_.name from the values v_ (laid out as theta) for head h_ */
 #define BIASKIT_FP_LOAD_(name, shape, init, lo, hi, doc) BIASKIT_FP_LOAD2_(BIASKIT_FP_TAG_##shape, name)
 #define BIASKIT_FP_LOAD2_(tag, name) BIASKIT_FP_LOAD3_(tag, name)
@@ -466,14 +476,16 @@ static inline int biaskit_fp_put_mask_(const biaskit_tp_instance *s, const biask
         UPARAMS(BIASKIT_FP_GFIELD_)                                                                        \
         double bkfp_none_;                                                                                 \
     } P##_ugrad;                                                                                           \
+    CONSTANTS(BIASKIT_TP_CRESERVED_)                                                                       \
     typedef struct P##_ctx {                                                                               \
-        int32_t heads, layers, d_model, d_head, train_length;                                              \
+        BIASKIT_TP_GEOMETRY_FIELDS_                                                                        \
         CONSTANTS(BIASKIT_FP_CFIELD_)                                                                      \
     } P##_ctx;                                                                                             \
     enum P##_fp_pidx { PARAMS(BIASKIT_TP_PIDX_) UPARAMS(BIASKIT_TP_PIDX_) P##_fp_np };                     \
     enum P##_fp_cidx { CONSTANTS(BIASKIT_TP_CIDX_) P##_fp_nc };                                            \
     enum { P##_fp_nf = 0 PARAMS(BIASKIT_FP_COUNT_) };                                                      \
     enum { P##_fp_nlearn = 0 PARAMS(BIASKIT_TP_NLEARN_) UPARAMS(BIASKIT_TP_NLEARN_) };                     \
+    enum { P##_fp_nexpr = 0 PARAMS(BIASKIT_TP_NEXPR_) UPARAMS(BIASKIT_TP_NEXPR_) };                        \
     BIASKIT_TP_STATIC_ASSERT_(P##_fp_nlearn == 0 || P##_fp_nlearn == (int)P##_fp_np,                       \
                               "formula_plugin.h: the parameters are all learnable or all FIXED");          \
     BIASKIT_TP_STATIC_ASSERT_(0 UPARAMS(BIASKIT_FP_HEADED_) == 0,                                          \
@@ -539,13 +551,20 @@ static inline int biaskit_fp_put_mask_(const biaskit_tp_instance *s, const biask
     {                                                                                                      \
         P##_ctx c_;                                                                                        \
         memset(&c_, 0, sizeof c_);                                                                         \
-        c_.heads = s_->heads;                                                                              \
-        c_.layers = s_->geometry.n_layers;                                                                 \
-        c_.d_model = s_->geometry.d_model;                                                                 \
-        c_.d_head = s_->geometry.d_head;                                                                   \
-        c_.train_length = s_->geometry.train_length;                                                       \
+        BIASKIT_TP_SET_GEOMETRY_(c_, s_);                                                                  \
         CONSTANTS(BIASKIT_FP_CTX_)                                                                         \
         return c_;                                                                                         \
+    }                                                                                                      \
+    /* parameter k_want_'s BIASKIT_TP_EXPR at element h (an array's index within the row) and copy layer */ \
+    static double P##_fp_rule(const biaskit_tp_instance *s_, int k_want_, int32_t h, int32_t layer)        \
+    {                                                                                                      \
+        BIASKIT_TP_MAYBE_UNUSED_ const P##_ctx c = P##_fp_ctx(s_);                                         \
+        BIASKIT_TP_MAYBE_UNUSED_ const int32_t H = s_->heads;                                              \
+        BIASKIT_TP_MAYBE_UNUSED_ int k_ = 0;                                                               \
+        (void)h, (void)layer, (void)k_want_;                                                               \
+        PARAMS(BIASKIT_TP_RULE_)                                                                           \
+        UPARAMS(BIASKIT_TP_RULE_)                                                                          \
+        return NAN;                                                                                        \
     }                                                                                                      \
     static void P##_fp_specs(const biaskit_tp_instance *s_, biaskit_tp_param *out_)                        \
     {                                                                                                      \
@@ -580,8 +599,8 @@ static inline int biaskit_fp_put_mask_(const biaskit_tp_instance *s, const biask
                              const biaskit_geometry *geo, void **out, biaskit_error *err)                  \
     {                                                                                                      \
         return biaskit_tp_create(svc, cfg, geo, P##_fp_descriptor.name, P##_fp_np, P##_fp_nlearn > 0,      \
-                                 P##_fp_specs, P##_fp_constants, P##_fp_nc, &P##_fp_settings, NULL, out,   \
-                                 err);                                                                     \
+                                 P##_fp_specs, P##_fp_constants, P##_fp_nc, &P##_fp_settings, NULL,        \
+                                 P##_fp_rule, out, err);                                                   \
     }
 
 /* The descriptor's fields every kind shares. */
@@ -590,10 +609,12 @@ static inline int biaskit_fp_put_mask_(const biaskit_tp_instance *s, const biask
     .options = P##_fp_options + (P##_fp_nlearn == 0), .n_options = (uint32_t)P##_fp_nopt,                 \
     .create = P##_fp_create, .destroy = biaskit_tp_destroy
 
-/* The parameter hooks (only for kinds that have parameters). */
-#define BIASKIT_FP_PARAM_HOOKS_                                                                            \
+/* The parameter hooks (only for kinds that have parameters); param_init_ctx when a rule is EXPR (it may read
+ * the layer). */
+#define BIASKIT_FP_PARAM_HOOKS_(P)                                                                         \
     .param_count = biaskit_tp_param_count, .param_init = biaskit_tp_param_init,                           \
-    .param_project = biaskit_tp_param_project, .param_tensors = biaskit_tp_param_tensors
+    .param_project = biaskit_tp_param_project, .param_tensors = biaskit_tp_param_tensors,                 \
+    .param_init_ctx = P##_fp_nexpr > 0 ? biaskit_tp_param_init_ctx : NULL, .param_info = biaskit_tp_param_info
 
 /* ---- coordinate ------------------------------------------------------------------------------------------- */
 
@@ -775,7 +796,7 @@ static inline int biaskit_fp_coordinate_call_(const biaskit_tp_instance *s, cons
     }                                                                                                      \
     static const biaskit_plugin P##_fp_descriptor = {                                                      \
         BIASKIT_FP_DESCRIPTOR_(P, BIASKIT_CAP_COORDINATE),                                                 \
-        BIASKIT_FP_PARAM_HOOKS_,                                                                           \
+        BIASKIT_FP_PARAM_HOOKS_(P),                                                                        \
         .table = P##_fp_table,                                                                             \
         .table_backward = P##_fp_table_backward,                                                           \
         .coordinate_points = P##_fp_points,                                                                \
@@ -869,7 +890,7 @@ static inline int biaskit_fp_rows_call_(const biaskit_tp_instance *s, const floa
     }                                                                                                      \
     static const biaskit_plugin P##_fp_descriptor = {                                                      \
         BIASKIT_FP_DESCRIPTOR_(P, BIASKIT_CAP_SCALE),                                                      \
-        BIASKIT_FP_PARAM_HOOKS_,                                                                           \
+        BIASKIT_FP_PARAM_HOOKS_(P),                                                                        \
         .scale = P##_fp_scale_hook,                                                                        \
         .scale_backward = P##_fp_scale_backward,                                                           \
         __VA_ARGS__};                                                                                      \

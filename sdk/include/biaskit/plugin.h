@@ -6,10 +6,10 @@
  * descriptor's ABI version and size, and from then on talks to it only through the descriptor's
  * function pointers. The plugin never links the engine: everything it needs from the host (reading
  * its options from the experiment file, logging, reporting errors) arrives as a table of function
- * pointers, `biaskit_services`, handed to create().
+ * pointers, `biaskit_services`, handed to create() and valid until destroy(): a plugin keeps it in its
+ * instance and calls it from every hook (table() included).
  *
- * The math contract (docs/design.md §2 in the biaskit sources). For query token i and key token
- * j <= i of head h,
+ * The math contract. For query token i and key token j <= i of head h,
  *
  *     score[h,i,j] = q_i . k_j / sqrt(d_head) + Bias[h, i, j]
  *     Bias[h,i,j]  = mix over terms t of T_t[h, p_t(i) - p_t(j)]
@@ -295,6 +295,18 @@ typedef struct biaskit_param_group {
                           * or [train] weight_decay when [train] decay_all = true) */
 } biaskit_param_group;
 
+/* What param_info() says about one tensor (appended at the end of the descriptor). The engine fills
+ * every field with its default before the call: struct_size, lower = -INFINITY, upper = INFINITY,
+ * init = "" (unknown); a plugin sets what it knows, and only fields inside struct_size. */
+#define BIASKIT_PARAM_INFO_TEXT_MAX 160
+typedef struct biaskit_param_info {
+    uint32_t struct_size;
+    double lower, upper;                    /* param_project() keeps every element in [lower, upper] */
+    char init[BIASKIT_PARAM_INFO_TEXT_MAX]; /* the initial values in words, with the numbers as evaluated:
+                                             * "1e-3", "uniform(0.01, 1)", "2^(-8(h+1)/H) x 0.5 (ALiBi)",
+                                             * "pow(2, h + 1)"; NUL-terminated */
+} biaskit_param_info;
+
 /* ---------------------------------------------------------------------------------------------
  * The descriptor
  * ------------------------------------------------------------------------------------------- */
@@ -340,10 +352,18 @@ typedef struct biaskit_plugin {
     /* Describe theta as named tensors: fills up to `capacity` entries, returns how many there are. */
     int32_t (*param_tensors)(const void *inst, biaskit_tensor_info *out, int32_t capacity);
 
-    /* BIASKIT_CAP_TABLE. table[h * distances + d] = T_h(d), 0 <= h < n_heads, 0 <= d < distances. */
+    /* BIASKIT_CAP_TABLE. table[h * distances + d] = T_h(d), 0 <= h < n_heads, 0 <= d < distances.
+     * The host services reach this and every other hook through the instance: keep the `svc` given to
+     * create() in it (valid until destroy()) and fail with
+     *     return inst->svc->error(err, BIASKIT_ERR_INVALID, "expected ..., got %d", ...);
+     * (the engine shows the message with the term, the plugin's name and file, the hook and, where they
+     * apply, the layer and the training step), or log with inst->svc->log(BIASKIT_LOG_INFO, "name", ...) (shown at the
+     * user's verbosity; table() and table_backward() run every step and layer, so log once, not per
+     * call). The same holds for table_backward() and the other hooks. */
     int (*table)(const void *inst, const float *theta, int32_t distances, float *table,
                  biaskit_error *err);
-    /* dtheta += sum over h, d of dtable[h * distances + d] * dT_h(d)/dtheta. */
+    /* dtheta += sum over h, d of dtable[h * distances + d] * dT_h(d)/dtheta. Errors and log lines
+     * through the svc kept from create(), as for table(). */
     int (*table_backward)(const void *inst, const float *theta, int32_t distances,
                           const float *dtable, float *dtheta, biaskit_error *err);
     int (*table_cuda)(const void *inst, const float *theta, int32_t distances, float *table,
@@ -381,7 +401,8 @@ typedef struct biaskit_plugin {
      * must be deterministic (no float atomics: every output element summed in a fixed order). The
      * positions come in sequences (a batch is several): the token index 0, 1, 2, ... of each, or the
      * position inside the segment, which restarts at 0 with every segment; so they are not sorted.
-     * plugins/ape/ape.cu shows one way (runs of non-decreasing positions, searched by bisection). */
+     * The built-in ape plugin shows one way (runs of non-decreasing positions, searched by bisection):
+     * its source is installed with the SDK, <prefix>/share/biaskit/examples/plugins/ape/ape.cu. */
     int (*embed_cuda)(const void *inst, const float *theta, const int32_t *positions, int64_t count,
                       float *out, void *stream, biaskit_error *err);
     int (*embed_backward_cuda)(const void *inst, const float *theta, const int32_t *positions,
@@ -430,6 +451,15 @@ typedef struct biaskit_plugin {
      * Called once per term and tensor after param_init, for a plugin with parameters only; a per-layer
      * term's copies all follow the same declaration. */
     int (*param_group)(const void *inst, int32_t tensor, biaskit_param_group *out, biaskit_error *err);
+
+    /* What a tensor's values may be and where they start (optional; read only through BIASKIT_HAS_FIELD):
+     * for tensor `tensor` of param_tensors(), the bounds param_project() keeps every element in and the
+     * initialisation rule in words. *out holds the engine's defaults on entry (biaskit_param_info: no
+     * bounds, no text); fill what is known. Shown by `biaskit plugins NAME` and `biaskit params`; the
+     * formula-first headers fill it from the parameter lists. `biaskit check` fails a bound that is NaN
+     * (or +inf as a lower, -inf as an upper bound), lower > upper, a text without its NUL, an error,
+     * and parameters that param_init + param_project (initial, perturbed or wild) leave outside. */
+    int (*param_info)(const void *inst, int32_t tensor, biaskit_param_info *out, biaskit_error *err);
 } biaskit_plugin;
 
 /* The size of the first version of the descriptor: the host refuses anything smaller. A descriptor

@@ -39,7 +39,8 @@ static inline int biaskit_cuda_launched(const biaskit_services *svc, const char 
  * *device is NULL and kept after that; free it with biaskit_cuda_free() in destroy(). `what` names
  * the values. This is how a plugin without parameters (theta = NULL) gets its fixed values to its
  * kernels: keep the host array in the instance (the copy is enqueued on `stream`, asynchronously)
- * and *device in the instance too; see sdk/README.md, "Fixed values on the device". */
+ * and *device in the instance too; see the SDK guide (<prefix>/share/doc/biaskit/SDK.md, installed
+ * with these headers), "Fixed values on the device". */
 static inline int biaskit_cuda_upload_once(const biaskit_services *svc, const float *host, size_t count,
                                            float **device, void *stream, const char *what, biaskit_error *err)
 {

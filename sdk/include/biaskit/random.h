@@ -2,7 +2,9 @@
  * biaskit plugin SDK: deterministic random numbers for param_init().
  *
  * param_init() receives a 64-bit seed that the engine derives from the experiment's seed, the term
- * and the layer. These helpers turn it into a stream of numbers that is the same on every machine:
+ * and the layer: biaskit_splitmix64(biaskit_splitmix64(biaskit_splitmix64(s) ^ t) ^ l) for [train] seed
+ * s, the term's 1-based [[term]] position t and the layer copy l (0 for a term shared by every layer; the
+ * SDK guide, <prefix>/share/doc/biaskit/SDK.md, "Per-layer parameters"). These helpers turn it into a stream of numbers that is the same on every machine:
  * SplitMix64 over a counter (Steele, Lea & Flood, "Fast splittable pseudorandom number generators",
  * OOPSLA 2014), uniform doubles from the top 53 bits, normals by Box-Muller. The engine uses the same
  * functions for its own initialisation.
