@@ -48,3 +48,10 @@ int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, bk_error *er
                    "this biaskit was built without CUDA: no cuda backend (rebuild with nvcc available, "
                    "or use the cpu backend)");
 }
+
+int bk_backend_cuda_create_on(bk_backend **out, bk_matmul_mode matmul, int64_t gpu, const char *gpu_where,
+                              bk_error *err)
+{
+    (void)gpu, (void)gpu_where;
+    return bk_backend_cuda_create(out, matmul, err);
+}

@@ -1,6 +1,7 @@
 /* A whole training step on a device backend against the CPU engine, scheme by scheme (model/backend.h):
  * the loss, the logits, every gradient (transformer tensors, plugin parameters, mixing parameters)
- * after one forward/backward, then every parameter after three AdamW steps; two device runs give the
+ * after one forward/backward, then every parameter after three AdamW steps (within a bound computed per
+ * element from both runs' gradients, param_excess, which a wrong update exceeds); two device runs give the
  * same bits; a run moves CPU -> device -> CPU through checkpoints and ends where the CPU alone ends.
  *
  * The device is the emulated backend always (the CUDA backend's code run on the host: its kernels,
@@ -83,6 +84,8 @@ typedef struct run {
     bk_lm lm;
     bk_adamw opt;
     double loss[STEPS];
+    double lr_scale;       /* 1; a test of the test runs the device at a deliberately wrong learning rate */
+    float **grads[STEPS];  /* when not NULL: each group's clipped gradient of each step, as AdamW got it */
 } run;
 
 /* device: "cpu", "emulated" or "cuda", optionally followed by "/materialized" (the device's
@@ -111,6 +114,7 @@ static int open_run(run *r, const scheme *s, const char *device, bk_error *err)
         } else
             snprintf(att, sizeof att, "run.attention=%.*s", len, opt + 1);
     }
+    r->lr_scale = 1.0;
     int rc = bk_lm_open_text(&r->lm, text, s->name, ".", sets, n_sets, err);
     free(text);
     if (rc)
@@ -124,6 +128,11 @@ static int open_run(run *r, const scheme *s, const char *device, bk_error *err)
 
 static void close_run(run *r)
 {
+    for (int step = 0; step < STEPS; step++) {
+        for (int i = 0; r->grads[step] && i < r->opt.n_groups; i++)
+            free(r->grads[step][i]);
+        free(r->grads[step]);
+    }
     bk_adamw_free(&r->opt);
     bk_lm_close(&r->lm);
 }
@@ -142,6 +151,8 @@ static void forward_backward(run *r, int step)
     r->loss[step] = r->lm.gpt.loss;
 }
 
+static float *group_grad(const run *r, int i);
+
 static void update(run *r, int step)
 {
     bk_error err;
@@ -151,7 +162,10 @@ static void update(run *r, int step)
     assert_true(isfinite(norm));
     if (norm > e->train.grad_clip)
         check(bk_adamw_scale_grads(&r->opt, (float)(e->train.grad_clip / norm), &err), &err, "clip");
-    double lr = bk_lr_schedule(step, STEPS, 0, e->train.lr, 1.0);
+    if (r->grads[step])
+        for (int i = 0; i < r->opt.n_groups; i++)
+            r->grads[step][i] = group_grad(r, i);
+    double lr = r->lr_scale * bk_lr_schedule(step, STEPS, 0, e->train.lr, 1.0);
     check(bk_adamw_step(&r->opt, lr, e->train.beta1, e->train.beta2, e->train.eps, e->train.weight_decay, &err),
           &err, "AdamW step");
     check(bk_lm_after_update(&r->lm, &err), &err, "after update");
@@ -190,14 +204,35 @@ static float *group_grad(const run *r, int i)
 
 /* Tolerances, fp32 throughout. The device and the CPU compute the same sums with different GEMM
  * kernels and reduction orders, so they agree to rounding: the forward to ~1e-6 relative, gradients
- * (through two layers of backward) to ~1e-5 of their largest magnitude; we allow 10x that. After
- * three AdamW steps the parameters agree to a small fraction of the learning rate (AdamW's update
- * is ~lr per step whatever the gradient's size, so an element whose gradient is ~0 can move by
- * different signs: that is bounded by 2 * lr * STEPS and does not happen at these sizes). */
+ * (through two layers of backward) to ~1e-5 of their largest magnitude; we allow 10x that. */
 #define TOL_LOSS 1e-5
 #define TOL_LOGITS 1e-5
 #define TOL_GRAD 1e-4
-#define TOL_PARAM_LR 0.05 /* of the learning rate, absolute */
+/* The later steps' gradients: the parameters they are computed at already differ (below), so they agree
+ * less closely than the first step's; a loose check that a step's kernels did not break. */
+#define TOL_GRAD_LATER 1e-2
+
+/* The parameters after STEPS AdamW steps, element by element. AdamW moves a value by
+ *     lr_t (n_t + wd p),   n_t = mhat_t / (sqrt(vhat_t) + eps)
+ * (train/adamw_math.h), where mhat_t and vhat_t are the bias-corrected averages of the value's gradients
+ * g_1..g_t and of their squares. n_t does not scale with the gradient: it is ~sign(g) whenever |g| >> eps,
+ * so where a gradient nearly cancels (|g| comparable to eps, or the device's and the CPU's gradients of
+ * opposite signs near 0) two runs whose gradients differ by rounding move that value by amounts up to
+ * ~2 lr apart. For one step, n = g / (|g| + eps) and for gradients a and b
+ *     |n(a) - n(b)| = (eps |a - b| + |a| |b| - a b) / ((|a| + eps) (|b| + eps)),
+ * which is eps |a - b| / (|a| |b|) -> 0 for same-sign gradients well above eps, and up to 2 for opposite
+ * signs. Over STEPS steps the two runs' parameters differ by at most
+ *     bound = sum_t lr_t |n_t(device's g_1..g_t) - n_t(CPU's g_1..g_t)|
+ * (weight decay only shrinks a difference: p_t+1 - q_t+1 = (1 - lr wd)(p_t - q_t) - lr (n_t - n'_t)),
+ * which param_bound computes in double per element from the gradients both runs' AdamW steps received;
+ * plus fp32 rounding: TOL_PARAM_ROUND of lr per step (n_t's own rounding, ~1e-7, times ~10 for
+ * the few operations, times 10) and TOL_PARAM_ULPS ulps of the value per step (the emulated backend used
+ * under 30% of this allowance; a GPU's fused multiply-adds may round p -= lr (n + wd p) differently
+ * by an ulp or two). The gradients themselves are checked
+ * (TOL_GRAD, TOL_GRAD_LATER), so the bound cannot hide a wrong gradient; a wrong update (a wrong lr, a
+ * wrong moment) exceeds it: test_param_check_catches_wrong_update. */
+#define TOL_PARAM_ROUND 1e-5
+#define TOL_PARAM_ULPS 8.0
 
 /* One forward/backward of step 0 on both runs, then the device's loss (relative), logits and every
  * gradient (assert_close's rel and abs) against the CPU's. */
@@ -241,12 +276,90 @@ static void first_step_close(run *cpu, run *dev, const scheme *s, const char *de
 
 static const step_tolerance tol_fp32 = {TOL_LOSS, TOL_LOGITS, 1e-6, TOL_GRAD, 1e-7};
 
-static void compare_with_cpu(const scheme *s, const char *device)
+/* n_t of the comment above for t = 1..STEPS from gradients g[0..STEPS-1], in double: AdamW's
+ * normalised update without the learning rate (train/adamw_math.h, with bc1, bc2 as adamw.c sets them). */
+static void adam_directions(const double *g, double beta1, double beta2, double eps, double *n)
+{
+    double m = 0.0, v = 0.0;
+    for (int t = 0; t < STEPS; t++) {
+        m = beta1 * m + (1.0 - beta1) * g[t];
+        v = beta2 * v + (1.0 - beta2) * g[t] * g[t];
+        const double mhat = m / (1.0 - pow(beta1, t + 1)), vhat = v / (1.0 - pow(beta2, t + 1));
+        n[t] = mhat / (sqrt(vhat) + eps);
+    }
+}
+
+/* The largest (|device - cpu| - the bound without the rounding terms) / the rounding terms of the last
+ * param_excess: how much of the rounding allowance the values used (printed). */
+static double seen_rounding;
+
+/* The largest |device - cpu| / allowed over group i's parameters after STEPS steps (> 1: outside the
+ * bound), with the element, its difference and its allowance in *at, *diff, *allowed. */
+static double param_excess(const run *cpu, const run *dev, int i, size_t *at, double *diff, double *allowed)
+{
+    const bk_experiment *e = &cpu->lm.exp;
+    const bk_param_group *gc = &cpu->opt.groups[i], *gd = &dev->opt.groups[i];
+    double lr_scale = 1.0; /* a term's lr_scale (bk_adamw_set_segments): the group's largest */
+    for (int k = 0; k < gc->n_segments; k++)
+        lr_scale = fmax(lr_scale, gc->segments[k].lr_scale);
+    double lr[STEPS], round = 0.0;
+    for (int t = 0; t < STEPS; t++) {
+        lr[t] = lr_scale * bk_lr_schedule(t, STEPS, 0, e->train.lr, 1.0);
+        round += TOL_PARAM_ROUND * lr[t];
+    }
+    double worst = -1.0;
+    for (size_t k = 0; k < gc->n; k++) {
+        double a[STEPS], b[STEPS], na[STEPS], nb[STEPS];
+        for (int t = 0; t < STEPS; t++)
+            a[t] = cpu->grads[t][i][k], b[t] = dev->grads[t][i][k];
+        adam_directions(a, e->train.beta1, e->train.beta2, e->train.eps, na);
+        adam_directions(b, e->train.beta1, e->train.beta2, e->train.eps, nb);
+        const double rounding = round + TOL_PARAM_ULPS * STEPS * fabs((double)gc->param_host[k]) * 0x1p-24;
+        double bound = 0.0;
+        for (int t = 0; t < STEPS; t++)
+            bound += lr[t] * fabs(na[t] - nb[t]);
+        const double d = fabs((double)gd->param_host[k] - (double)gc->param_host[k]);
+        seen_rounding = fmax(seen_rounding, (d - bound) / rounding);
+        bound += rounding;
+        if (!isfinite(gd->param_host[k]))
+            return INFINITY;
+        if (d / bound > worst)
+            worst = d / bound, *at = k, *diff = d, *allowed = bound;
+    }
+    return worst;
+}
+
+/* max |a - b| / (rel max |b| + abs): above 1 outside the tolerance. */
+static double close_ratio(const float *a, const float *b, size_t n, double rel, double abs_tol)
+{
+    double scale = 0.0, worst = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        if (!isfinite(a[k]))
+            return INFINITY;
+        scale = fmax(scale, fabs((double)b[k]));
+        worst = fmax(worst, fabs((double)a[k] - (double)b[k]));
+    }
+    return worst / (rel * scale + abs_tol);
+}
+
+/* STEPS steps on the CPU and on `device` (whose learning rate is scaled by dev_lr_scale: 1 but in the
+ * test of this check), recording each step's gradients; the first step's loss, logits and gradients
+ * are asserted close (first_step_close). Returns the largest param_excess over the groups, naming the
+ * worst in `worst`, and in *grad_later the largest difference of a later step's gradients as a fraction
+ * of TOL_GRAD_LATER of that tensor's largest magnitude (> 1: outside). */
+static double steps_vs_cpu(const scheme *s, const char *device, double dev_lr_scale, char *worst, size_t size,
+                           double *grad_later)
 {
     bk_error err;
     run cpu, dev;
     check(open_run(&cpu, s, "cpu", &err), &err, "open on the CPU");
     check(open_run(&dev, s, device, &err), &err, device);
+    dev.lr_scale = dev_lr_scale;
+    for (int t = 0; t < STEPS; t++) {
+        cpu.grads[t] = calloc((size_t)cpu.opt.n_groups, sizeof(float *));
+        dev.grads[t] = calloc((size_t)dev.opt.n_groups, sizeof(float *));
+        assert_true(cpu.grads[t] && dev.grads[t]);
+    }
     first_step_close(&cpu, &dev, s, device, &tol_fp32);
     update(&cpu, 0);
     update(&dev, 0);
@@ -254,19 +367,44 @@ static void compare_with_cpu(const scheme *s, const char *device)
         forward_backward(&cpu, step), update(&cpu, step);
         forward_backward(&dev, step), update(&dev, step);
     }
+    *grad_later = 0.0;
+    for (int step = 1; step < STEPS; step++)
+        for (int i = 0; i < cpu.opt.n_groups; i++)
+            *grad_later = fmax(*grad_later, close_ratio(dev.grads[step][i], cpu.grads[step][i], cpu.opt.groups[i].n,
+                                                        TOL_GRAD_LATER, 1e-7));
     check(bk_adamw_to_host(&cpu.opt, &err), &err, "to host");
     check(bk_adamw_to_host(&dev.opt, &err), &err, "to host");
-    const double lr = cpu.lm.exp.train.lr;
+    double excess = 0.0;
+    seen_rounding = 0.0;
+    snprintf(worst, size, "none");
     for (int i = 0; i < cpu.opt.n_groups; i++) {
-        char what[128];
-        snprintf(what, sizeof what, "%s after %d AdamW steps", cpu.opt.groups[i].name, STEPS);
-        assert_close(what, s->name, dev.opt.groups[i].param_host, cpu.opt.groups[i].param_host,
-                     cpu.opt.groups[i].n, 0.0, TOL_PARAM_LR * lr);
+        size_t at = 0;
+        double diff = 0.0, allowed = 0.0, x = param_excess(&cpu, &dev, i, &at, &diff, &allowed);
+        if (x > excess) {
+            excess = x;
+            snprintf(worst, size, "%s after %d AdamW steps, element %zu of %zu: device %.9g, cpu %.9g, difference "
+                     "%.3g, allowed %.3g (%.3g of lr)", cpu.opt.groups[i].name, STEPS, at, cpu.opt.groups[i].n,
+                     (double)dev.opt.groups[i].param_host[at], (double)cpu.opt.groups[i].param_host[at], diff,
+                     allowed, allowed / cpu.lm.exp.train.lr);
+        }
     }
-    printf("%-20s %s: loss %.7f, cpu %.7f; %d groups match after %d steps\n", s->name, device, dev.loss[0],
-           cpu.loss[0], cpu.opt.n_groups, STEPS);
+    printf("%-20s %s: loss %.7f, cpu %.7f; %d groups after %d steps: parameters' largest difference / allowed "
+           "%.3g (of the rounding allowance %.3g), later gradients' %.3g\n", s->name, device, dev.loss[0], cpu.loss[0],
+           cpu.opt.n_groups, STEPS, excess, seen_rounding, *grad_later);
     close_run(&cpu);
     close_run(&dev);
+    return excess;
+}
+
+static void compare_with_cpu(const scheme *s, const char *device)
+{
+    char worst[512];
+    double grad_later = 0.0;
+    if (steps_vs_cpu(s, device, 1.0, worst, sizeof worst, &grad_later) > 1.0)
+        fail_msg("%s on %s: %s", s->name, device, worst);
+    if (grad_later > 1.0)
+        fail_msg("%s on %s: a later step's gradient differs from the CPU's by %.3g of %g of its largest magnitude",
+                 s->name, device, grad_later, TOL_GRAD_LATER);
 }
 
 /* Two runs of STEPS steps on `device`: every loss and every parameter bit-identical. */
@@ -463,6 +601,25 @@ static void test_emulated_matches_cpu(void **state)
     }
 }
 
+/* The parameter check fails on a real bug: the emulated device's AdamW run at a learning rate 0.1% off
+ * (every update scaled by 1.001, or 0.999) is outside the bound, while its later gradients stay within
+ * TOL_GRAD_LATER (so it is the parameter check that sees it); the old check (0.05 lr per value) let
+ * even 1% pass. The learnable-table scheme (kerple_log). */
+static void test_param_check_catches_wrong_update(void **state)
+{
+    (void)state;
+    char worst[512];
+    for (int k = 0; k < 2; k++) {
+        const double scale = k ? 0.999 : 1.001, grad_later = 0.0;
+        double later = grad_later;
+        const double excess = steps_vs_cpu(&schemes[1], "emulated", scale, worst, sizeof worst, &later);
+        printf("learning rate x %.3f on the device: %s\n", scale, worst);
+        if (!(excess > 1.0))
+            fail_msg("a device update scaled by %.3f passed the parameter check (largest difference / allowed %.3g)",
+                     scale, excess);
+    }
+}
+
 static void test_emulated_deterministic(void **state)
 {
     (void)state;
@@ -619,6 +776,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_emulated_matches_cpu),
+        cmocka_unit_test(test_param_check_catches_wrong_update),
         cmocka_unit_test(test_emulated_deterministic),
         cmocka_unit_test(test_resume_across_devices),
         cmocka_unit_test(test_emulated_bf16),

@@ -115,6 +115,11 @@ static const key_spec schema[] = {
      "checkpoints and logs, relative to the experiment file (\"\" = runs/<experiment name> in the working directory)",
      FIELD(run.out_dir)},
     {"run", "threads", KEY_INT, 0, 0, 4096, NULL, "CPU threads (0 = every core)", FIELD(run.threads)},
+    {"run", "gpu", KEY_INT, -1, -1, 1023, NULL,
+     "which GPU a cuda backend uses, counted among the visible ones (CUDA_VISIBLE_DEVICES renumbers them); -1 = "
+     "from the process's local rank (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, else MPICH's MPI_LOCALRANKID, else "
+     "Slurm's SLURM_LOCALID) modulo the visible GPUs, GPU 0 for one process; the banner says which and why",
+     FIELD(run.gpu)},
 };
 #undef FIELD
 #define N_SCHEMA (sizeof schema / sizeof schema[0])

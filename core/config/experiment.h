@@ -10,7 +10,8 @@
  *                nonfinite ("stop" | "skip")
  *   [data]       format ("text" | "shards"), paths, val_paths, val_fraction, extensions, max_bytes
  *   [run]        device ("auto" | "cpu" | "cuda" | "emulated"), matmul ("fp32" | "tf32" | "bf16"),
- *                attention ("fused" | "materialized"), precision ("fp32" | "bf16"), out_dir, threads
+ *                attention ("fused" | "materialized"), precision ("fp32" | "bf16"), out_dir, threads,
+ *                gpu (-1 = by local rank | N)
  *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, learn_weight,
  *                weight_per_head, lr_scale, weight_decay, plus the plugin's own options (checked against
  *                the plugin's declarations when it loads)
@@ -132,6 +133,8 @@ typedef struct bk_experiment {
                                    "bf16" (validated: with another matmul or attention it is an error) */
         const char *out_dir;    /* "" = runs/<experiment file name without .toml> */
         int64_t threads;        /* 0 = every core */
+        int64_t gpu;            /* the CUDA device index; -1 (BK_CUDA_GPU_AUTO of cuda/policy.h) = from the
+                                   local rank */
     } run;
     bk_term_config *terms;
     int n_terms;

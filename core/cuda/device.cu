@@ -1,5 +1,7 @@
 // CUDA side of device.h, in the engine (the CUDA runtime is linked into biaskit: plugins' CUDA code
-// shares it). Every function returns the CUDA error as an engine error with the call named.
+// shares it). Every function returns the CUDA error as an engine error with the call named, and then
+// resets the runtime's last error (cudaGetLastError), which would otherwise stay set for the next
+// kernel launch check of the backend or of a plugin to report as its own (backend_cuda.cu).
 #include <cuda_runtime.h>
 #include <stdio.h>
 
@@ -10,7 +12,9 @@ extern "C" {
 
 static int cuda_fail(bk_error *err, const char *what, cudaError_t e)
 {
-    return bk_fail(err, BK_ERR_DEVICE, "CUDA %s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    int rc = bk_fail(err, BK_ERR_DEVICE, "CUDA %s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    (void)cudaGetLastError(); // reported: not an error of whatever comes next
+    return rc;
 }
 
 extern "C" int bk_device_probe(char *desc, size_t size)
@@ -30,6 +34,7 @@ extern "C" int bk_device_probe(char *desc, size_t size)
     e = cudaGetDeviceProperties(&prop, 0);
     if (e != cudaSuccess) {
         snprintf(desc, size, "cpu (CUDA build, device 0 unreadable: %s)", cudaGetErrorString(e));
+        (void)cudaGetLastError();
         return 0;
     }
     char found[256];

@@ -8,6 +8,8 @@
  * cannot be loaded is named with the loader's reason (dlerror). */
 #define _GNU_SOURCE /* realpath */
 #include "cuda/module.h"
+#include "cuda/policy.h"
+#include "device.h"
 #include "model/backend.h"
 
 #include <dlfcn.h>
@@ -113,11 +115,18 @@ const char *bk_cuda_backend_module_error(void)
     return module.api ? NULL : module.why;
 }
 
-int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, bk_error *err)
+int bk_backend_cuda_create_on(bk_backend **out, bk_matmul_mode matmul, int64_t gpu, const char *gpu_where,
+                              bk_error *err)
 {
     *out = NULL;
     const char *why = bk_cuda_backend_module_error();
     if (why)
         return bk_fail(err, BK_ERR_DEVICE, "CUDA backend: %s", why);
-    return module.api->create(out, matmul, err);
+    return module.api->create(out, matmul, gpu, gpu_where, err);
+}
+
+/* The GPU of this process's local rank (cuda/policy.h). */
+int bk_backend_cuda_create(bk_backend **out, bk_matmul_mode matmul, bk_error *err)
+{
+    return bk_backend_cuda_create_on(out, matmul, BK_CUDA_GPU_AUTO, NULL, err);
 }

@@ -15,13 +15,14 @@
 #include "util/error.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Raised whenever the table below or a structure it passes changes its layout or meaning. */
-#define BK_CUDA_MODULE_ABI 1u
+#define BK_CUDA_MODULE_ABI 2u /* 2: create takes the GPU to use (bk_backend_cuda_create_on, device.h) */
 
 #define BK_CUDA_BACKEND_MODULE "biaskit_cuda_backend.so"
 #define BK_CUDA_BACKEND_ENTRY "bk_cuda_backend_module"
@@ -30,8 +31,8 @@ typedef struct bk_cuda_backend_api {
     unsigned abi;          /* BK_CUDA_MODULE_ABI */
     unsigned error_size;   /* sizeof(bk_error) */
     unsigned backend_size; /* sizeof(bk_backend) */
-    /* bk_backend_cuda_create of model/backend.h */
-    int (*create)(bk_backend **out, bk_matmul_mode matmul, bk_error *err);
+    /* bk_backend_cuda_create_on of device.h */
+    int (*create)(bk_backend **out, bk_matmul_mode matmul, int64_t gpu, const char *gpu_where, bk_error *err);
 } bk_cuda_backend_api;
 
 typedef const bk_cuda_backend_api *(*bk_cuda_backend_entry)(void);

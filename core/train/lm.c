@@ -21,6 +21,20 @@ static void device_origin(const bk_experiment *e, char *out, size_t size)
         snprintf(out, size, "%s", pos.source ? pos.source : "the experiment");
 }
 
+/* The cuda backend on [run] gpu's device (-1: the local rank's, cuda/policy.h); an error about it names
+ * where [run] gpu was set. */
+static int create_cuda(const bk_experiment *e, bk_matmul_mode matmul, bk_backend **out, bk_error *err)
+{
+    char where[600] = "[run] gpu";
+    const bk_toml_node *gpu = bk_toml_get(bk_toml_get(bk_toml_root(e->doc), "run"), "gpu");
+    bk_toml_pos pos = gpu ? bk_toml_position(gpu) : (bk_toml_pos){NULL, 0, 0};
+    if (pos.source && pos.line && strncmp(pos.source, "--set ", 6) != 0)
+        snprintf(where, sizeof where, "%s:%u:%u: [run] gpu", pos.source, pos.line, pos.column);
+    else if (pos.source)
+        snprintf(where, sizeof where, "[run] gpu (%s)", pos.source);
+    return bk_backend_cuda_create_on(out, matmul, e->run.gpu, where, err);
+}
+
 /* The backend [run] device and matmul ask for. Resolved on the final experiment (file, --set, or the
  * one stored in a checkpoint), so a checkpoint trained on a GPU with device = "cuda" evaluates and
  * resumes on a machine without one under --set run.device=cpu, and under "auto" without anything. */
@@ -43,7 +57,7 @@ static int choose_backend(const bk_experiment *e, bk_backend **out, char *note, 
             *out = bk_backend_cpu();
             return BK_OK;
         }
-        return bk_backend_cuda_create(out, matmul, err);
+        return create_cuda(e, matmul, out, err);
     case BK_DEVICE_CUDA:
         if (!bk_device_probe(probe, sizeof probe)) {
             char where[512];
@@ -51,7 +65,7 @@ static int choose_backend(const bk_experiment *e, bk_backend **out, char *note, 
             return bk_fail(err, BK_ERR_DEVICE, "[run] device = \"cuda\" (%s) but no GPU answers: %s; use \"auto\" or "
                            "\"cpu\" (e.g. --set run.device=cpu)", where, probe);
         }
-        return bk_backend_cuda_create(out, matmul, err);
+        return create_cuda(e, matmul, out, err);
     }
     return bk_fail(err, BK_ERR_INTERNAL, "[run] device: unknown choice %lld", (long long)e->run.device);
 }

@@ -47,11 +47,16 @@ static inline int biaskit_cuda_upload_once(const biaskit_services *svc, const fl
     if (*device)
         return BIASKIT_OK;
     float *dev = NULL;
+    /* a failed call is reported here and cleared (cudaGetLastError), so the next launch's check does not
+     * report it as its own */
     cudaError_t ce = cudaMalloc((void **)&dev, sizeof(float) * count);
-    if (ce != cudaSuccess)
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
         return svc->error(err, BIASKIT_ERR_DEVICE, "cudaMalloc of %zu %s: %s", count, what, cudaGetErrorString(ce));
+    }
     ce = cudaMemcpyAsync(dev, host, sizeof(float) * count, cudaMemcpyHostToDevice, (cudaStream_t)stream);
     if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
         cudaFree(dev);
         return svc->error(err, BIASKIT_ERR_DEVICE, "copying the %s to the device: %s", what, cudaGetErrorString(ce));
     }
