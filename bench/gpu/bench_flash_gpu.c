@@ -4,7 +4,7 @@
  *
  *   bench_flash_gpu --batch B --heads H --length T --head-dim D [--table alibi|kerple|t5|none]
  *                   [--mode fwd|fwdbwd] [--dtype fp32|bf16] [--storage fp32|bf16]
- *                   [--attention fused|materialized] [--warmup 5] [--reps 20] [--device cuda|emulated]
+ *                   [--attention fused|fused2|materialized] [--warmup 5] [--reps 20] [--device cuda|emulated]
  *                   [--dump DIR]
  *
  * Tables (one per head, over the distances 0 .. T-1, the same values attention_torch.py uses):
@@ -26,6 +26,9 @@
  * PyTorch's bf16 tensors: be->attention_forward_bf16 / attention_backward_bf16) or fp32 (the default
  * with --dtype fp32; with --dtype bf16 the tensor cores then round the fp32 values as tiles are
  * loaded, which is what the model does today). dqkv and the table gradient are fp32 either way.
+ * --attention fused2: the fused attention with the second generation's forward (gpu/kernels_flash2.h,
+ * bk_dev.flash_gen = 2; fp32 only, for the head sizes it has a program for, else the first generation runs);
+ * the backward is the first generation's either way.
  * --dump DIR: after the timing, one more call (forward, and backward into zeroed dqkv and dtable) whose
  * inputs and results are written to DIR as raw little-endian float32 files: qkv (B, T, 3C), out (B, T,
  * C), table (H, T) unless --table none, and with fwdbwd dout (B, T, C), dqkv (B, T, 3C) and, for a
@@ -126,7 +129,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: bench_flash_gpu --batch B --heads H --length T --head-dim D [--table alibi|kerple|t5|none]\n"
                     "                       [--mode fwd|fwdbwd] [--dtype fp32|bf16] [--storage fp32|bf16]\n"
-                    "                       [--attention fused|materialized] [--warmup N] [--reps N]\n"
+                    "                       [--attention fused|fused2|materialized] [--warmup N] [--reps N]\n"
                     "                       [--device cuda|emulated] [--dump DIR]\n");
     return 2;
 }
@@ -198,8 +201,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_flash_gpu: --mode %s: expected fwd or fwdbwd\n", o.mode);
         return usage();
     }
-    if (strcmp(o.attention, "fused") && strcmp(o.attention, "materialized")) {
-        fprintf(stderr, "bench_flash_gpu: --attention %s: expected fused or materialized\n", o.attention);
+    if (strcmp(o.attention, "fused") && strcmp(o.attention, "fused2") && strcmp(o.attention, "materialized")) {
+        fprintf(stderr, "bench_flash_gpu: --attention %s: expected fused, fused2 or materialized\n", o.attention);
         return usage();
     }
     if (strcmp(o.device, "cuda") && strcmp(o.device, "emulated")) {
@@ -216,6 +219,10 @@ int main(int argc, char **argv)
     const int b16 = !strcmp(o.storage, "bf16"); /* bf16 storage */
     if (!b16 && strcmp(o.storage, "fp32")) {
         fprintf(stderr, "bench_flash_gpu: --storage %s: expected fp32 or bf16\n", o.storage);
+        return usage();
+    }
+    if (bf16 && !strcmp(o.attention, "fused2")) {
+        fprintf(stderr, "bench_flash_gpu: --attention fused2 has an fp32 forward only: use --dtype fp32\n");
         return usage();
     }
     if (b16 && (!bf16 || !strcmp(o.attention, "materialized"))) {
@@ -245,6 +252,7 @@ int main(int argc, char **argv)
         goto done;                             \
     } while (0)
     be->attention = !strcmp(o.attention, "materialized") ? BK_ATTENTION_MATERIALIZED : BK_ATTENTION_FUSED;
+    ((bk_dev *)be->impl)->flash_gen = !strcmp(o.attention, "fused2") ? 2 : 0; /* gpu/ops_flash2.h */
     fprintf(stderr, "bench_flash_gpu: %s, %s attention\n", be->description, o.attention);
 
     const int B = o.B, H = o.H, T = o.T, C = o.H * o.D;

@@ -78,6 +78,8 @@ typedef struct bk_dev {
     int tf32;                /* TF32 matmuls */
     int bf16;                /* bf16 tensor-core matmuls (cuBLAS's compute type 32F_FAST_16BF) */
     size_t smem_optin;       /* shared memory a block may have (the GPU's opt-in limit; 0: no limit) */
+    int flash_gen;           /* 2: the fused forward's second generation (gpu/ops_flash2.h) where it has a
+                                program; 0 (the default) or 1: the first generation */
     void *scratch[BK_DEV_SCRATCH_COUNT];
     size_t scratch_bytes[BK_DEV_SCRATCH_COUNT];
 } bk_dev;

@@ -23,6 +23,7 @@
 #include "gpu/dev.h"
 #include "gpu/kernels_flash.h"
 #include "gpu/kernels_flash_tc.h"
+#include "gpu/ops_flash2.h"
 #include "gpu/ops_attention.h"
 #include "model/backend.h"
 
@@ -219,6 +220,11 @@ static int dev_flash_forward_io(bk_backend *be, const k_flash_args *io, const bk
     k_flash_args a;
     dev_flash_args_of(&a, io, bias, B, T, C, H, plan.tile);
     const int64_t blocks = (int64_t)B * H * k_flash_tiles(&a);
+    if (d->flash_gen == 2 && !plan.tensor) { /* the second generation, where it has a program (ops_flash2.h) */
+        int ran = 0;
+        if ((rc = dev_flash2_forward(d, &a, &ran, err)) != BK_OK || ran)
+            return rc;
+    }
     if (plan.tensor)
         return BK_LAUNCH_CTA(d, k_flash_tc_fwd, k_flash_args, blocks, plan.smem_fwd, a, err);
     return BK_LAUNCH_CTA(d, k_flash_fwd, k_flash_args, blocks, plan.smem_fwd, a, err);
