@@ -97,8 +97,32 @@ static void test_lock(void **state)
              (long)getpid(), a.path, BK_RUN_LOCK_FILE);
     assert_message_has(err.message, want);
     bk_run_dir_close(&a);
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/%s", a.path, BK_RUN_LOCK_FILE);
+    struct stat sb;
+    assert_int_not_equal(stat(lock, &sb), 0); /* the lock file goes with the training */
     assert_int_equal(bk_run_dir_open(&b, run, &err), BK_OK); /* released */
+    assert_int_equal(stat(lock, &sb), 0);
     bk_run_dir_close(&b);
+    assert_int_not_equal(stat(lock, &sb), 0);
+    /* a crash leaves the file (with a dead pid): harmless, the flock died with the process; the next
+     * training takes it and removes it when it ends */
+    FILE *f = fopen(lock, "w");
+    assert_non_null(f);
+    fputs("999999999\n", f);
+    fclose(f);
+    assert_int_equal(bk_run_dir_open(&a, run, &err), BK_OK);
+    bk_run_dir_close(&a);
+    assert_int_not_equal(stat(lock, &sb), 0);
+    /* a holder whose file was removed and replaced under it (the race bk_run_dir_open guards against)
+     * does not remove the new file */
+    assert_int_equal(bk_run_dir_open(&a, run, &err), BK_OK);
+    assert_int_equal(unlink(lock), 0);
+    f = fopen(lock, "w");
+    assert_non_null(f);
+    fclose(f);
+    bk_run_dir_close(&a);
+    assert_int_equal(stat(lock, &sb), 0);
 }
 
 static void test_stale_temporaries_go(void **state)

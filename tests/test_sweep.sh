@@ -96,28 +96,28 @@ rc=$?
 if [ $rc -eq 0 ] && grep -q "^sweep: 4 runs: 4 done (0 before this sweep), 0 failed$" <<<"$out"; then ok "tiny sweep runs 4 runs ($(($(date +%s) - start)) s)"; else bad "tiny sweep (exit $rc)" "$out"; fi
 expect "one line per run start and end" test "$(grep -cE '^\[[1-4]/4\] .*: (training|done \(train [0-9.]+ s, eval [0-9.]+ s\))' <<<"$out")" -eq 8
 d=$work/out
-for r in alibi-base-s1 alibi-base-s2 nope-base-s1 nope-base-s2; do
+for r in alibi-include-s1 alibi-include-s2 nope-include-s1 nope-include-s2; do
     missing=
     for f in experiment.toml checkpoint.safetensors metrics.jsonl eval.json eval-sliding.json status.json train.log eval.log; do
         [ -s "$d/$r/$f" ] || missing="$missing $f"
     done
     if [ -z "$missing" ]; then ok "$r: every file"; else bad "$r: missing$missing"; fi
 done
-expect "status.json: done, with timings" grep -Eq '^\{"state":"done","error":"","train_seconds":[0-9.]+,"eval_seconds":[0-9.]+\}$' "$d/alibi-base-s1/status.json"
-expect "eval.json: non-overlapping, with position_loss" grep -q '"protocol": "non-overlapping".*' "$d/nope-base-s2/eval.json"
-expect "eval.json: lengths 32 and 64" grep -Eq '"length": 64, .*"position_loss": \[' "$d/nope-base-s2/eval.json"
-expect "eval-sliding.json: the sliding protocol" grep -q '"protocol": "sliding"' "$d/alibi-base-s2/eval-sliding.json"
-expect "experiment.toml: the seed of the run" grep -q '^seed = 2$' "$d/nope-base-s2/experiment.toml"
-expect "experiment.toml: NoPE has no term" bash -c "grep -q '^term = \[\]$' '$d/nope-base-s1/experiment.toml' && ! grep -q '^\[\[term\]\]' '$d/nope-base-s1/experiment.toml'"
-expect "experiment.toml: the variant's term" grep -q '^plugin = "alibi"$' "$d/alibi-base-s1/experiment.toml"
-expect "experiment.toml: data paths absolute" grep -q '^paths = \["/usr/include"\]$' "$d/alibi-base-s1/experiment.toml"
-check "experiment.toml is a valid experiment" 0 "^layers = 1$" "$bk" config "$d/alibi-base-s1/experiment.toml"
+expect "status.json: done, with timings" grep -Eq '^\{"state":"done","error":"","train_seconds":[0-9.]+,"eval_seconds":[0-9.]+\}$' "$d/alibi-include-s1/status.json"
+expect "eval.json: non-overlapping, with position_loss" grep -q '"protocol": "non-overlapping".*' "$d/nope-include-s2/eval.json"
+expect "eval.json: lengths 32 and 64" grep -Eq '"length": 64, .*"position_loss": \[' "$d/nope-include-s2/eval.json"
+expect "eval-sliding.json: the sliding protocol" grep -q '"protocol": "sliding"' "$d/alibi-include-s2/eval-sliding.json"
+expect "experiment.toml: the seed of the run" grep -q '^seed = 2$' "$d/nope-include-s2/experiment.toml"
+expect "experiment.toml: NoPE has no term" bash -c "grep -q '^term = \[\]$' '$d/nope-include-s1/experiment.toml' && ! grep -q '^\[\[term\]\]' '$d/nope-include-s1/experiment.toml'"
+expect "experiment.toml: the variant's term" grep -q '^plugin = "alibi"$' "$d/alibi-include-s1/experiment.toml"
+expect "experiment.toml: data paths absolute" grep -q '^paths = \["/usr/include"\]$' "$d/alibi-include-s1/experiment.toml"
+check "experiment.toml is a valid experiment" 0 "^layers = 1$" "$bk" config "$d/alibi-include-s1/experiment.toml"
 sj=$(tr -d ' \t\n' <"$d/sweep.json")
 expect "sweep.json: header" grep -q "^{\"sweep\":\"$work/tiny.toml\",\"lengths\":\[32,64\],\"sliding\":16,\"train_length\":32,\"runs\":\[" <<<"$sj"
-expect "sweep.json: a run" grep -q '{"name":"nope-base-s2","dir":"nope-base-s2","variant":"nope","corpus":"base","seed":2,"grid":{},"sets":\["model.layers=1",' <<<"$sj"
+expect "sweep.json: a run" grep -q '{"name":"nope-include-s2","dir":"nope-include-s2","variant":"nope","corpus":"include","seed":2,"grid":{},"sets":\["model.layers=1",' <<<"$sj"
 if command -v python3 >/dev/null; then
     expect "sweep.json is JSON with 4 runs" python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert len(j['runs']) == 4" "$d/sweep.json"
-    expect "eval.json is JSON" python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['results'][1]['length'] == 64" "$d/alibi-base-s1/eval.json"
+    expect "eval.json is JSON" python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['results'][1]['length'] == 64" "$d/alibi-include-s1/eval.json"
 fi
 
 # --- a rerun skips what is done ---------------------------------------------------------------------
@@ -134,19 +134,19 @@ fi
 
 # --- an interrupted run resumes from its checkpoint ---------------------------------------------------
 # A run stopped at step 3 of 8 (as Ctrl-C leaves it): its checkpoint, state "training", no evaluation.
-r=$d/alibi-base-s1
+r=$d/alibi-include-s1
 "$bk" train "$r/experiment.toml" --out "$work/partial" --stop-after 3 --plain >/dev/null 2>&1
 cp "$work/partial/checkpoint.safetensors" "$r/checkpoint.safetensors"
 rm -f "$r/eval.json" "$r/eval-sliding.json"
 echo '{"state":"training","error":"","train_seconds":1,"eval_seconds":0}' >"$r/status.json"
-check "an interrupted run resumes" 0 "alibi-base-s1: resuming from its checkpoint" "$bk" sweep "$work/tiny.toml"
+check "an interrupted run resumes" 0 "alibi-include-s1: resuming from its checkpoint" "$bk" sweep "$work/tiny.toml"
 expect "... from the step of its checkpoint" grep -q "resuming from .* at step 3$" "$r/train.log"
 expect "... to the end, evaluated and done" bash -c "grep -q '\"state\":\"done\"' '$r/status.json' && test -s '$r/eval-sliding.json'"
 # A run trained but not evaluated ("evaluating") only evaluates again.
-rm -f "$d/nope-base-s1/eval.json"
-echo '{"state":"evaluating","error":"","train_seconds":1,"eval_seconds":0}' >"$d/nope-base-s1/status.json"
-check "a trained run only evaluates again" 0 "nope-base-s1: trained before; evaluating" "$bk" sweep "$work/tiny.toml"
-expect "... and is done" test -s "$d/nope-base-s1/eval.json"
+rm -f "$d/nope-include-s1/eval.json"
+echo '{"state":"evaluating","error":"","train_seconds":1,"eval_seconds":0}' >"$d/nope-include-s1/status.json"
+check "a trained run only evaluates again" 0 "nope-include-s1: trained before; evaluating" "$bk" sweep "$work/tiny.toml"
+expect "... and is done" test -s "$d/nope-include-s1/eval.json"
 
 # Ctrl-C (SIGINT to the sweep): the children stop at a checkpoint, exit 130, then the next sweep resumes.
 sed -e 's/"train.steps=8"/"train.steps=2000"/' -e 's/^out_dir = "out"/out_dir = "out-int"/' -e 's/^seeds = \[1, 2\]/seeds = [1]/' \
@@ -165,19 +165,20 @@ done
 kill -INT $pid
 wait $pid
 rc=$?
-if [ $rc -eq 130 ] && grep -q "2 interrupted" "$work/int.log" && [ -s "$work/out-int/alibi-base-s1/checkpoint.safetensors" ] &&
-    grep -q '"state":"training","error":"interrupted while training' "$work/out-int/nope-base-s1/status.json"; then
+if [ $rc -eq 130 ] && grep -q "2 interrupted" "$work/int.log" && [ -s "$work/out-int/alibi-include-s1/checkpoint.safetensors" ] &&
+    grep -q '"state":"training","error":"interrupted while training' "$work/out-int/nope-include-s1/status.json"; then
     ok "Ctrl-C stops every run at a checkpoint (exit 130)"
 else
     bad "Ctrl-C (exit $rc)" "$(cat "$work/int.log" "$work"/out-int/*/status.json)"
 fi
 check "after Ctrl-C the sweep resumes both runs" 0 "sweep: 2 runs: 2 done" "$bk" sweep "$work/int.toml" --jobs 2
-expect "... from their checkpoints" grep -q "resuming from .* at step [1-9]" "$work/out-int/nope-base-s1/train.log"
+expect "... from their checkpoints" grep -q "resuming from .* at step [1-9]" "$work/out-int/nope-include-s1/train.log"
 
-# A changed sweep file does not resume a checkpoint of another experiment.
-echo '{"state":"training","error":"","train_seconds":1,"eval_seconds":0}' >"$work/out-int/nope-base-s1/status.json"
+# A changed sweep file does not resume a checkpoint of another experiment: the run is stale, the sweep
+# refuses to start (tests/test_sweep_stale.sh has the rest)
+echo '{"state":"training","error":"","train_seconds":1,"eval_seconds":0}' >"$work/out-int/nope-include-s1/status.json"
 sed -i 's/"train.steps=2000"/"train.steps=2500"/' "$work/int.toml"
-check "a checkpoint of another experiment is not resumed" 1 "nope-base-s1: FAILED .*resolves to another experiment than '.*/nope-base-s1/experiment.toml'" \
+check "a checkpoint of another experiment is not resumed" 1 "stale run 'nope-include-s1' \[training\]: train.steps: run has 2000, sweep asks 2500" \
     "$bk" sweep "$work/int.toml" --only 'nope-*'
 
 # --- failures are reported; the other runs complete ---------------------------------------------------
@@ -226,7 +227,7 @@ badfile "missing base file" "^biaskit: error: bad.toml:1:8: base: cannot read '$
 printf '[sweep]\nseeds = [1]\n' >"$b"
 badfile "no base" "^biaskit: error: .*bad.toml: no base experiment"
 printf 'base = "%s"\n[[variant]]\nname = "x"\ntrain.lr = "fast"\n' "$src/examples/demo_alibi.toml" >"$b"
-badfile "a variant's engine key: wrong type" "^biaskit: error: bad.toml:4:7: runs 'x-base-\*', variant 'x', 'train.lr=\"fast\"': \[train\] lr: expected a number, got string$"
+badfile "a variant's engine key: wrong type" "^biaskit: error: bad.toml:4:7: runs 'x-\*', variant 'x', 'train.lr=\"fast\"': \[train\] lr: expected a number, got string$"
 printf 'base = "%s"\n[[variant]]\nname = "x"\nset = ["trian.lr=1"]\n' "$src/examples/demo_alibi.toml" >"$b"
 badfile "a set string: unknown section" "^biaskit: error: bad.toml:4:8: .*unknown section 'trian' \(did you mean 'train'\?\)"
 printf 'base = "%s"\n[grid]\n"train.lrr" = [1, 2]\n' "$src/examples/demo_alibi.toml" >"$b"

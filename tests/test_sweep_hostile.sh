@@ -72,18 +72,18 @@ else
     bad "plugins that crash, exit, hang (exit $rc)" "$out"
 fi
 expect "crash: the run's failure names the sweep file's line, the plugin and the signal" \
-    grep -q "^  FAILED crash-base-s2: $work/bad.toml:15:1: run 'crash-base-s2', variant 'crash', .*plugin 'checkbad_crash' ('$testplugins/biaskit_checkbad_crash.so'), term 'checkbad_crash', in create(): the plugin code crashed with signal 11 (SIGSEGV" <<<"$out"
+    grep -q "^  FAILED crash-corpus-s2: $work/bad.toml:15:1: run 'crash-corpus-s2', variant 'crash', .*plugin 'checkbad_crash' ('$testplugins/biaskit_checkbad_crash.so'), term 'checkbad_crash', in create(): the plugin code crashed with signal 11 (SIGSEGV" <<<"$out"
 expect "exit: names the plugin and the exit status" \
-    grep -q "^  FAILED exit-base-s1: .*plugin 'checkbad_exit' .*in create(): the plugin code ended the process (exit status 3)" <<<"$out"
+    grep -q "^  FAILED exit-corpus-s1: .*plugin 'checkbad_exit' .*in create(): the plugin code ended the process (exit status 3)" <<<"$out"
 expect "hang: names the plugin and the time limit (--plugin-timeout 2)" \
-    grep -q "^  FAILED hang-base-s1: .*plugin 'checkbad_hang' .*in create(): the plugin code did not finish within 2 s (killed)" <<<"$out"
+    grep -q "^  FAILED hang-corpus-s1: .*plugin 'checkbad_hang' .*in create(): the plugin code did not finish within 2 s (killed)" <<<"$out"
 d=$work/out-bad
-expect "status.json of a crashed run: failed, naming the plugin" grep -q '"state":"failed","error":".*plugin .checkbad_crash.*crashed with signal 11' "$d/crash-base-s1/status.json"
-expect "status.json of a hung run: failed, naming the plugin" grep -q '"state":"failed","error":".*plugin .checkbad_hang.*did not finish' "$d/hang-base-s2/status.json"
-expect "the other runs are done" bash -c "grep -q '\"state\":\"done\"' '$d/alibi-base-s1/status.json' && grep -q '\"state\":\"done\"' '$d/alibi-base-s2/status.json' && test -s '$d/alibi-base-s2/eval.json'"
+expect "status.json of a crashed run: failed, naming the plugin" grep -q '"state":"failed","error":".*plugin .checkbad_crash.*crashed with signal 11' "$d/crash-corpus-s1/status.json"
+expect "status.json of a hung run: failed, naming the plugin" grep -q '"state":"failed","error":".*plugin .checkbad_hang.*did not finish' "$d/hang-corpus-s2/status.json"
+expect "the other runs are done" bash -c "grep -q '\"state\":\"done\"' '$d/alibi-corpus-s1/status.json' && grep -q '\"state\":\"done\"' '$d/alibi-corpus-s2/status.json' && test -s '$d/alibi-corpus-s2/eval.json'"
 expect "sweep.json lists every run" test "$(grep -c '"name":' "$d/sweep.json")" -eq 8
 check "a normal refusal is still the sweep file's line and the option" 1 \
-    "^  FAILED bad-base-s1: .*opt.toml:12:1: run 'bad-base-s1', variant 'bad', .*\[\[term\]\] #1 \(checkbad_grad\) option 'init': expected a slope >= 0, got -1" \
+    "^  FAILED bad-corpus-s1: .*opt.toml:12:1: run 'bad-corpus-s1', variant 'bad', .*\[\[term\]\] #1 \(checkbad_grad\) option 'init': expected a slope >= 0, got -1" \
     bash -c "sed -e 's/out-bad/out-opt/' -e '/^\[\[variant\]\]/,\$d' '$work/bad.toml' >'$work/opt.toml'; printf '[[variant]]\nname = \"bad\"\nterm = [{plugin = \"checkbad_grad\", init = -1.0}]\n' >>'$work/opt.toml'; '$bk' sweep '$work/opt.toml' --only 'bad-*'"
 check "--plugin-timeout: a positive number of seconds" 2 "plugin-timeout: expected an integer in \\[1, 86400\\], got .0." "$bk" sweep "$work/bad.toml" --plugin-timeout 0
 unset BIASKIT_PLUGIN_PATH
@@ -97,20 +97,20 @@ check "a base file that is a FIFO is refused, naming the sweep file's line" 1 "f
     timeout 20 "$bk" sweep "$work/fifobase.toml"
 sweep fifo
 "$bk" sweep "$work/fifo.toml" >/dev/null 2>&1 # (the sweep file, now regular) done once
-f=$work/out-fifo/alibi-base-s1
+f=$work/out-fifo/alibi-corpus-s1
 rm -f "$f/status.json" "$f/train.log" && mkfifo "$f/status.json" "$f/train.log"
 out=$(timeout 30 "$bk" sweep "$work/fifo.toml" 2>&1)
 rc=$?
-if [ $rc -eq 1 ] && grep -q "FAILED alibi-base-s1: run 'alibi-base-s1': its log '$f/train.log' is a FIFO (named pipe); expected a regular file" <<<"$out"; then
+if [ $rc -eq 1 ] && grep -q "FAILED alibi-corpus-s1: run 'alibi-corpus-s1': its log '$f/train.log' is a FIFO (named pipe); expected a regular file" <<<"$out"; then
     ok "status.json and train.log FIFOs: the run fails naming its log (no hang, exit 1)"
 else
     bad "status.json and train.log FIFOs (exit $rc)" "$out"
 fi
 expect "... the FIFO status.json is named in a warning" grep -q "warning: status file '$f/status.json' is a FIFO" <<<"$out"
-expect "... and the failure is written to status.json (which replaced the FIFO)" has "$f/status.json" '"state":"failed","error":"run .alibi-base-s1.: its log'
+expect "... and the failure is written to status.json (which replaced the FIFO)" has "$f/status.json" '"state":"failed","error":"run .alibi-corpus-s1.: its log'
 rm -f "$f/train.log" "$f/status.json" "$f/experiment.toml" && mkfifo "$f/experiment.toml"
 check "experiment.toml a FIFO: the run fails naming it (no hang)" 1 \
-    "FAILED alibi-base-s1: run 'alibi-base-s1': run experiment file '$f/experiment.toml' is a FIFO" \
+    "FAILED alibi-corpus-s1: run 'alibi-corpus-s1': run experiment file '$f/experiment.toml' is a FIFO" \
     timeout 30 "$bk" sweep "$work/fifo.toml"
 rm -f "$f/experiment.toml"
 check "... then the sweep mends the run" 0 "1 done" "$bk" sweep "$work/fifo.toml"
@@ -129,7 +129,7 @@ sweep mix '[[variant]]' 'name = "kmix"' 'term = [{plugin = "alibi"}, {plugin = "
     'attention.mixing = "kernel"' 'attention.learn_weights = true'
 sed -i 's/"train.steps=2"/"train.steps=3"/' "$work/mix.toml"
 check "a sweep with learned mixing weights" 0 "2 done" "$bk" sweep "$work/mix.toml" --only 'kmix-*' --only 'alibi-*'
-m=$work/out-mix/kmix-base-s1
+m=$work/out-mix/kmix-corpus-s1
 cp "$m/metrics.jsonl" "$work/metrics.saved"
 rm "$m/metrics.jsonl" && ln -s /dev/zero "$m/metrics.jsonl"
 check "report: metrics.jsonl -> /dev/zero is refused by name (no growth)" 0 "metrics file '$m/metrics.jsonl' is a character device" \
@@ -147,12 +147,12 @@ expect "... with the last training's values" grep -qE '^3 0\.125$' "$dat"
 expect "... and a note in the report" grep -q "steps logged again from step 2 .*the records of the last training are drawn" "$work/out-mix/report/report.md"
 
 # --- 9. the report: an evaluation of another step than the checkpoint --------------------------------
-k=$work/out-mix/alibi-base-s1
+k=$work/out-mix/alibi-corpus-s1
 "$bk" train --resume "$k/checkpoint.safetensors" --set train.steps=5 --plain >/dev/null 2>&1
 check "report: an eval.json of step 3 beside a checkpoint of step 5 (exit 0, listed)" 0 "runs: 2, 1 finished, 1 failed" \
     "$bk" report "$work/out-mix"
-expect "... report.md says which step each is" grep -q "| alibi-base-s1 | alibi | .*eval.json is of step 3 but the checkpoint is at step 5" "$work/out-mix/report/report.md"
-expect "... and its loss is not in the table" grep -q '^base,,alibi,non-overlapping,16,1,0,' "$work/out-mix/report/results.csv"
+expect "... report.md says which step each is" grep -q "| alibi-corpus-s1 | alibi | .*eval.json is of step 3 but the checkpoint is at step 5" "$work/out-mix/report/report.md"
+expect "... and its loss is not in the table" grep -q '^corpus,,alibi,non-overlapping,16,1,0,' "$work/out-mix/report/results.csv"
 
 # --- 9. two sweeps on one directory: the second is refused naming the holder ------------------------------
 sweep lock
@@ -160,14 +160,14 @@ sed -i 's/"train.steps=2"/"train.steps=100000"/' "$work/lock.toml"
 "$real_bk" sweep "$work/lock.toml" >"$work/lock.log" 2>&1 &
 bgpid=$!
 for _ in $(seq 1500); do # until the first sweep holds the lock and its run trains (30 s at most)
-    grep -q '^step ' "$work/out-lock/alibi-base-s1/train.log" 2>/dev/null && break
+    grep -q '^step ' "$work/out-lock/alibi-corpus-s1/train.log" 2>/dev/null && break
     sleep 0.02
 done
 check "a second sweep of the same directory is refused, naming the first's pid" 1 \
     "the sweep directory '$work/out-lock' is in use by another sweep \(pid $bgpid, lock $work/out-lock/.sweep.lock\)" \
     "$bk" sweep "$work/lock.toml"
-expect "... and the run it would have trained is left to the first" has "$work/out-lock/alibi-base-s1/status.json" '"state":"training"'
-check "--dry-run still works beside a running sweep" 0 "^alibi-base-s1  \[training\]" "$bk" sweep "$work/lock.toml" --dry-run
+expect "... and the run it would have trained is left to the first" has "$work/out-lock/alibi-corpus-s1/status.json" '"state":"training"'
+check "--dry-run still works beside a running sweep" 0 "^alibi-corpus-s1  \[training\]" "$bk" sweep "$work/lock.toml" --dry-run
 kill -INT $bgpid
 wait $bgpid
 bgpid=
@@ -200,13 +200,13 @@ check "--dry-run: out_dir under a regular file cannot be created" 1 \
 sweep od
 sed -i 's|"run.threads=1"|"run.threads=1", "run.out_dir=elsewhere"|' "$work/od.toml"
 check "[sweep] set run.out_dir is refused, naming where" 1 \
-    "od.toml:5:[0-9]+: runs 'alibi-base-\*', \[sweep\], 'run.out_dir=elsewhere': \[run\] out_dir: each run writes its own directory" \
+    "od.toml:5:[0-9]+: runs 'alibi-\*', \[sweep\], 'run.out_dir=elsewhere': \[run\] out_dir: each run writes its own directory" \
     "$bk" sweep "$work/od.toml" --dry-run
 sweep od2 '[grid]' '"run.out_dir" = ["a", "b"]'
-check "[grid] run.out_dir is refused, naming where" 1 "od2.toml:13:18: runs 'alibi-base-\*', \[grid\], 'run.out_dir=\"a\"': \[run\] out_dir" \
+check "[grid] run.out_dir is refused, naming where" 1 "od2.toml:13:18: runs 'alibi-\*', \[grid\], 'run.out_dir=\"a\"': \[run\] out_dir" \
     "$bk" sweep "$work/od2.toml" --dry-run
 sweep od3 'run.out_dir = "x"'
-check "a variant's run.out_dir is refused" 1 "od3.toml:12:5: runs 'alibi-base-\*', variant 'alibi', 'run.out_dir=\"x\"': \[run\] out_dir" \
+check "a variant's run.out_dir is refused" 1 "od3.toml:12:5: runs 'alibi-\*', variant 'alibi', 'run.out_dir=\"x\"': \[run\] out_dir" \
     "$bk" sweep "$work/od3.toml" --dry-run
 expect "... nothing written" bash -c "! test -e '$work/out-od' && ! test -e '$work/out-od2' && ! test -e '$work/out-od3'"
 
@@ -222,7 +222,7 @@ check "a grid clash names the grid points" 1 "\[grid\]: the grid points \(train.
 data="\"data.paths=[\\\"$work/corpus.txt\\\", \\\"$work/./corpus.txt\\\"]\"" sweep dup
 expect "(the sweep file lists the data file twice)" grep -q "corpus.txt.*corpus.txt" "$work/dup.toml"
 check "the same data file twice in data.paths: the run fails naming both entries" 1 \
-    "FAILED alibi-base-s1: train: data: paths entry 1 \('$work/corpus.txt'\) and paths entry 2 \('$work/corpus.txt'\) are the same file" \
+    "FAILED alibi-corpus\+corpus-s1: train: data: paths entry 1 \('$work/corpus.txt'\) and paths entry 2 \('$work/corpus.txt'\) are the same file" \
     "$bk" sweep "$work/dup.toml"
 
 echo "$passed passed, $failures failed"

@@ -8,6 +8,7 @@
 #include "eval/eval.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/rundir.h"
 #include "train/train.h"
 #include "util/rng.h"
 
@@ -357,6 +358,126 @@ static void bad_data_is_reported(void **state)
     fclose(fopen(empty, "w"));
     assert_int_not_equal(run(out, NULL, 0, "data.paths=empty.txt", &sum, &err), BK_OK);
     assert_message_has(err.message, "empty");
+    /* the data is read after the run directory is locked: the failed training removed its lock file */
+    char lock[700];
+    snprintf(lock, sizeof lock, "%s/" BK_RUN_LOCK_FILE, out);
+    struct stat sb;
+    assert_int_equal(stat(out, &sb), 0);
+    assert_int_not_equal(stat(lock, &sb), 0);
+}
+
+/* Issue 27: the plugin parameters in metrics.jsonl on every step line, as the mixing weights
+ * ("params": {"term.kerple.r1": [4 heads], ...}; a per_layer term one array per layer), changing over
+ * the training; and no .train.lock left when the training ends, normally or stopped. */
+static void params_logged_and_lock_removed(void **state)
+{
+    (void)state;
+    char config[600], out[600], metrics[700], lock[800];
+    for (int per_layer = 0; per_layer < 2; per_layer++) {
+        snprintf(config, sizeof config, "%s/kerple%d.toml", dir, per_layer);
+        FILE *f = fopen(config, "w");
+        assert_non_null(f);
+        fprintf(f, "[model]\nlayers = 2\nheads = 4\ndim = 32\n"
+                   "[train]\nlength = 32\nbatch = 4\nsteps = 6\nlr = 3e-2\nwarmup = 1\neval_every = 0\n"
+                   "eval_batches = 1\nlog_every = 100\n"
+                   "[data]\npaths = [\"corpus.txt\"]\nval_fraction = 0.1\n"
+                   "[attention]\nlearn_weights = true\n"
+                   "[[term]]\nplugin = \"kerple\"\nper_layer = %s\n[[term]]\nplugin = \"alibi\"\n",
+                per_layer ? "true" : "false");
+        fclose(f);
+        snprintf(out, sizeof out, "%s/params%d", dir, per_layer);
+        bk_train_options o = {0};
+        o.config = config;
+        o.out_dir = out;
+        o.out = fopen("/dev/null", "w");
+        bk_train_summary sum;
+        bk_error err;
+        int rc = bk_train(&o, &sum, &err);
+        fclose(o.out);
+        if (rc)
+            fail_msg("%s", err.message);
+        snprintf(lock, sizeof lock, "%s/" BK_RUN_LOCK_FILE, out);
+        struct stat sb;
+        if (stat(lock, &sb) == 0)
+            fail_msg("%s is left after the training ended", lock);
+        snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+        f = fopen(metrics, "r");
+        assert_non_null(f);
+        char line[4096], first_r1[512] = "", last_r1[512] = "";
+        int steps = 0;
+        while (fgets(line, sizeof line, f)) {
+            if (!strstr(line, "\"loss\": "))
+                continue;
+            steps++;
+            assert_non_null(strstr(line, "\"mix\": {\"token\": [")); /* the mixing weights, as before */
+            const char *p = strstr(line, "\"params\": {\"term.kerple.r1\": ");
+            if (!p)
+                fail_msg("step line without the kerple parameters: %s", line);
+            assert_non_null(strstr(line, "\"term.kerple.r2\": "));
+            assert_null(strstr(line, "term.alibi.")); /* fixed slopes: no parameters */
+            p += strlen("\"params\": {\"term.kerple.r1\": ");
+            const char *end = strstr(p, "]");
+            assert_non_null(end);
+            int brackets = 0, values = 1;
+            const char *close = per_layer ? strstr(p, "]]") : end;
+            assert_non_null(close);
+            for (const char *c = p; c < close; c++)
+                brackets += *c == '[', values += *c == ',';
+            assert_int_equal(brackets, per_layer ? 3 : 1); /* [[layer 0], [layer 1]] or [heads] */
+            assert_int_equal(values, per_layer ? 8 : 4);   /* 4 heads per copy */
+            snprintf(steps == 1 ? first_r1 : last_r1, 512, "%.*s", (int)(close - p), p);
+        }
+        fclose(f);
+        assert_int_equal(steps, 6);
+        if (strcmp(first_r1, last_r1) == 0)
+            fail_msg("r1 did not change over the training: %s", first_r1);
+
+        /* a training stopped (as by Ctrl-C) and resumed removes the lock file each time */
+        char out2[700];
+        snprintf(out2, sizeof out2, "%s/stopped%d", dir, per_layer);
+        o.out_dir = out2;
+        o.stop_after = 2;
+        o.out = fopen("/dev/null", "w");
+        rc = bk_train(&o, &sum, &err);
+        fclose(o.out);
+        if (rc)
+            fail_msg("%s", err.message);
+        assert_true(sum.interrupted);
+        snprintf(lock, sizeof lock, "%s/" BK_RUN_LOCK_FILE, out2);
+        assert_int_not_equal(stat(lock, &sb), 0);
+    }
+    /* more than 64 values a line (3 layers x 12 heads x r1, r2 = 72): only on the first step, every
+     * log_every steps and the last, to keep metrics.jsonl small */
+    snprintf(config, sizeof config, "%s/kerple_big.toml", dir);
+    FILE *f = fopen(config, "w");
+    assert_non_null(f);
+    fprintf(f, "[model]\nlayers = 3\nheads = 12\ndim = 48\n"
+               "[train]\nlength = 16\nbatch = 2\nsteps = 5\nwarmup = 1\neval_every = 0\neval_batches = 1\n"
+               "log_every = 2\n[data]\npaths = [\"corpus.txt\"]\nval_fraction = 0.1\n"
+               "[[term]]\nplugin = \"kerple\"\nper_layer = true\n");
+    fclose(f);
+    snprintf(out, sizeof out, "%s/params_big", dir);
+    bk_train_options o = {0};
+    o.config = config;
+    o.out_dir = out;
+    o.out = fopen("/dev/null", "w");
+    bk_train_summary sum;
+    bk_error err;
+    int rc = bk_train(&o, &sum, &err);
+    fclose(o.out);
+    if (rc)
+        fail_msg("%s", err.message);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    f = fopen(metrics, "r");
+    assert_non_null(f);
+    char line[8192];
+    int step = 0, with[6] = {0};
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "\"loss\": ") && !strstr(line, "val_loss") && ++step <= 5)
+            with[step] = strstr(line, "\"params\": {\"term.kerple.r1\": [[") != NULL;
+    fclose(f);
+    assert_int_equal(step, 5);
+    assert_true(with[1] && with[2] && !with[3] && with[4] && with[5]); /* first, log_every 2, 4, last */
 }
 
 int main(void)
@@ -366,6 +487,7 @@ int main(void)
         cmocka_unit_test(emulated_resume_is_exact_and_matches_the_cpu),
         cmocka_unit_test(checkpoint_round_trip_eval_and_truncation),
         cmocka_unit_test(bad_data_is_reported),
+        cmocka_unit_test(params_logged_and_lock_removed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

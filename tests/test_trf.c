@@ -47,6 +47,11 @@ static const int64_t expected[N_FORMS][3][2] = {
 };
 /* TRF stops moving between 9216 and 200000 for the first four only */
 static const int settled[N_FORMS] = {1, 1, 1, 1, 0, 0, 0};
+/* ... and the verdict: KERPLE-log's TRF(0.01) moves (1830 -> 4286) but its tail beyond 9216 holds
+ * 0.6% of the mass, below the smallest eps (1%): saturated, not growing (it converges); the two
+ * divergent examples hold 9% and 25% there */
+static const bk_trf_verdict verdicts[N_FORMS] = {BK_TRF_SETTLED,   BK_TRF_SETTLED, BK_TRF_SETTLED, BK_TRF_SETTLED,
+                                                 BK_TRF_SATURATED, BK_TRF_GROWING, BK_TRF_GROWING};
 static const char *const names[N_FORMS] = {"alibi k=1", "type 1",   "type 2",   "kerple-power",
                                            "kerple-log", "example 1", "example 2"};
 
@@ -89,6 +94,9 @@ static void check_result(const bk_trf_result *r, int form, const char *where)
                          epsilons[e], (long long)r->field[w][e], (long long)expected[form][w][e]);
     if (r->settled != settled[form])
         fail_msg("%s (%s): verdict %d, expected %d (tail %g)", names[form], where, r->settled, settled[form], r->tail);
+    if (r->verdict != verdicts[form])
+        fail_msg("%s (%s): %s, expected %s (tail %g)", names[form], where, bk_trf_verdict_name(r->verdict),
+                 bk_trf_verdict_name(verdicts[form]), r->tail);
 }
 
 /* The 42 numbers from the closed forms in double; ">" instead of ">=" gives the same ones. */
@@ -244,7 +252,46 @@ static void test_analyse_rejects(void **state)
     assert_int_equal(r.field[0][0], 2);
     assert_int_equal(r.field[1][0], 4);
     assert_int_equal(r.settled, 0);
+    assert_int_equal(r.verdict, BK_TRF_GROWING);
     assert_true(fabs(r.tail - 0.5) < 1e-15);
+}
+
+/* The researcher's case (issue 27): a head whose TRF(0.01) moves between 9216 and 200000 while less
+ * than half a percent of its mass lies beyond 9216 was called "growing". (1+t)^-p with p = 1.56 has a
+ * tail of 0.37% (the researcher's head had 0.45%): saturated at eps 0.1, 0.01 (every TRF within 9216,
+ * as tail < eps implies), and growing when 0.001 is asked (the tail is then above that precision). */
+static void test_verdict_threshold(void **state)
+{
+    (void)state;
+    for (int64_t t = 0; t < LONGEST; t++)
+        b[t] = exp(-1.56 * log1p((double)t));
+    bk_trf_result r;
+    bk_error err;
+    if (bk_trf_analyse(b, 0.0, windows, 3, epsilons, 2, prefix, &r, &err))
+        fail_msg("%s", err.message);
+    if (!(r.tail > 0.003 && r.tail < 0.005))
+        fail_msg("tail %g, expected 0.3%% to 0.5%%", r.tail);
+    assert_int_equal(r.settled, 0); /* TRF(0.01) moves more than 5% */
+    assert_true(r.field[2][1] > r.field[1][1] * 105 / 100);
+    assert_int_equal(r.verdict, BK_TRF_SATURATED);
+    assert_true(r.tail_threshold == 0.01);
+    for (int e = 0; e < 2; e++) /* tail < eps: every field within the smaller window */
+        assert_true(r.field[2][e] <= windows[1]);
+    assert_string_equal(bk_trf_verdict_name(r.verdict), "saturated");
+    const double fine[3] = {0.1, 0.01, 0.001};
+    assert_int_equal(bk_trf_analyse(b, 0.0, windows, 3, fine, 3, prefix, &r, &err), BK_OK);
+    assert_true(r.tail_threshold == 0.001);
+    assert_int_equal(r.verdict, BK_TRF_GROWING);
+    assert_string_equal(bk_trf_verdict_name(r.verdict), "growing");
+    /* NoPE on 2 -> 4: TRF(0.1) 2 -> 4, tail 0.5 >= 0.1: growing */
+    const double w[4] = {1, 1, 1, 1}, half[1] = {0.1};
+    const int64_t w2[2] = {2, 4};
+    assert_int_equal(bk_trf_analyse(w, 0.0, w2, 2, half, 1, prefix, &r, &err), BK_OK);
+    assert_int_equal(r.verdict, BK_TRF_GROWING);
+    /* one window: no verdict */
+    assert_int_equal(bk_trf_analyse(w, 0.0, w2, 1, half, 1, prefix, &r, &err), BK_OK);
+    assert_int_equal(r.verdict, BK_TRF_NONE);
+    assert_string_equal(bk_trf_verdict_name(r.verdict), "-");
 }
 
 static void test_parsers(void **state)
@@ -332,7 +379,31 @@ static void test_cli(void **state)
     assert_message_has(out, "windows: 512, 9216 distances; eps: 0.5");
     assert_message_has(out, "term qin (plugin qin), stream token, shared by every layer");
     assert_message_has(out, "mixed table of stream token (1 term; what attention adds), every layer");
-    assert_message_has(out, "4 head rows settled, 0 growing");
+    assert_message_has(out, "4 head rows settled, 0 saturated, 0 growing");
+    assert_message_has(out, "else saturated when the tail < 0.5 (the smallest eps: every TRF is within 512)");
+    assert_true(strstr(out, "RoPE") == NULL); /* no rotary term: no RoPE note */
+
+    /* KERPLE-log (r = 1.5) is saturated in the CSV's series column */
+    snprintf(path, sizeof path, "%s/kerplelog.toml", dir);
+    write_file(path, experiments[4]);
+    snprintf(args, sizeof args, "trf '%s' --csv -", path);
+    assert_int_equal(run_cli(args, out, sizeof out), 0);
+    assert_message_has(out, "\nmixed,-,token,all,1,200000,0.01,");
+    assert_message_has(out, ",saturated\n");
+    assert_true(strstr(out, "growing") == NULL);
+
+    /* a RoPE model: the token stream's row is b_t = 1, and the output says RoPE is not in it */
+    snprintf(path, sizeof path, "%s/rope.toml", dir);
+    write_file(path, "[model]\nheads = 2\n[[term]]\nplugin = \"rope\"\n");
+    snprintf(args, sizeof args, "trf '%s' --windows 512,9216", path);
+    assert_int_equal(run_cli(args, out, sizeof out), 0);
+    assert_message_has(out, "term rope (plugin rope): rotary (RoPE), no distance table: its decay with distance "
+                            "depends on the queries and keys and is NOT in the TRF below");
+    assert_message_has(out, "stream token: no table term, the bias is 0 (b_t = 1, as NoPE); the rotary term rope "
+                            "(RoPE) is not in this table");
+    assert_message_has(out, "note: this model has a rotary term (rope, RoPE): its content-dependent decay is not in "
+                            "any table above; the TRF is computed from the bias tables only");
+    assert_message_has(out, "0 head rows settled, 0 saturated, 2 growing");
 
     /* a per-layer term: one block per layer, and the mixed table per layer; a divergent series grows */
     snprintf(path, sizeof path, "%s/perlayer.toml", dir);
@@ -383,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_alibi_closed_form),
         cmocka_unit_test(test_field_edges),
         cmocka_unit_test(test_analyse_rejects),
+        cmocka_unit_test(test_verdict_threshold),
         cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_cli),
     };

@@ -74,6 +74,10 @@ int bk_trf_analyse(const double *b, double log_scale, const int64_t *windows, in
     }
     out->tail = 0.0;
     out->settled = -1;
+    out->verdict = BK_TRF_NONE;
+    out->tail_threshold = eps[0];
+    for (int e = 1; e < n_eps; e++)
+        out->tail_threshold = eps[e] < out->tail_threshold ? eps[e] : out->tail_threshold;
     if (n_windows > 1) {
         const int64_t prev = windows[n_windows - 2];
         out->tail = (prefix[longest] - prefix[prev]) / prefix[longest];
@@ -84,8 +88,22 @@ int bk_trf_analyse(const double *b, double log_scale, const int64_t *windows, in
             if (fabs(after - before) > slack)
                 out->settled = 0;
         }
+        /* tail < eps_min: S_L' > (1 - eps) S_L for every eps, so every TRF_L(eps) <= L' */
+        out->verdict = out->settled ? BK_TRF_SETTLED
+                       : out->tail < out->tail_threshold ? BK_TRF_SATURATED
+                                                         : BK_TRF_GROWING;
     }
     return BK_OK;
+}
+
+const char *bk_trf_verdict_name(bk_trf_verdict v)
+{
+    switch (v) {
+    case BK_TRF_SETTLED: return "settled";
+    case BK_TRF_SATURATED: return "saturated";
+    case BK_TRF_GROWING: return "growing";
+    default: return "-";
+    }
 }
 
 static int cmp_int64(const void *a, const void *b)

@@ -25,6 +25,26 @@
 #define BK_RF_MAX_EPS 16
 /* how far TRF may move between the two largest windows for a series to count as settled */
 #define BK_TRF_SETTLED_SHARE 0.05
+
+/* The verdict on the two largest windows L' < L (bk_trf_result.verdict; docs/receptive-field.md):
+ *   SETTLED    every TRF_L(eps) is within BK_TRF_SETTLED_SHARE (or one token) of TRF_L'(eps);
+ *   SATURATED  some TRF moves more, but the tail (the share of the head's mass beyond L') is below the
+ *              smallest eps asked: the partial sums have stopped growing at the precisions asked, and
+ *              every TRF_L(eps) is <= L' (tail <= eps is exactly TRF_L(eps) <= L'). What moves is
+ *              where inside L' a thin remainder of mass puts the threshold (a slowly converging series,
+ *              or a floor too small to matter at these eps);
+ *   GROWING    some TRF moves more and the tail holds at least the smallest eps of the mass: a
+ *              divergent series, or one converging too slowly for these windows;
+ *   NONE       a single window: no verdict. */
+typedef enum bk_trf_verdict {
+    BK_TRF_NONE = -1,
+    BK_TRF_GROWING = 0,
+    BK_TRF_SETTLED = 1,
+    BK_TRF_SATURATED = 2
+} bk_trf_verdict;
+
+/* "settled", "saturated", "growing" or "-". */
+const char *bk_trf_verdict_name(bk_trf_verdict v);
 /* the number of epsilon values of the paper's `draw` curve */
 #define BK_RF_CURVE_POINTS 50
 
@@ -60,6 +80,9 @@ typedef struct bk_trf_result {
      * more) make the verdict sharp: a divergent series' TRF grows about as fast as the window. */
     double tail;
     int settled;
+    /* the classification (bk_trf_verdict above): `settled` refined by the tail against the smallest eps */
+    bk_trf_verdict verdict;
+    double tail_threshold; /* the smallest eps asked: the tail below which a moving TRF is SATURATED */
 } bk_trf_result;
 
 /* Analyse one row of b (at least windows[n_windows - 1] values, from bk_rf_kernel with scale

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "dist/dist.h"
 #include "sweep/sweep.h"
+#include "sweep/stale.h"
 #include "util/file.h"
 #include "util/path.h"
 
@@ -25,10 +26,11 @@
 
 static const char help_head[] =
     "usage: biaskit sweep <sweep.toml> [--jobs N] [--dry-run] [--only NAME-GLOB]... [--report]\n"
-    "                     [--plugin-timeout S]\n\n"
+    "                     [--plugin-timeout S] [--rerun-stale]\n\n"
     "Trains and evaluates every run of a sweep file: a base experiment crossed with [[variant]]s\n"
     "(positional schemes), [[corpus]]es, [grid] values and seeds. Every run is resolved and\n"
-    "validated before anything runs. Runs already done are skipped; an interrupted run resumes from\n"
+    "validated before anything runs. Runs already done are skipped (unless stale: trained from another\n"
+    "experiment than the file now asks for; see --rerun-stale); an interrupted run resumes from\n"
     "its checkpoint; a failed run is reported with its error while the others go on, and the exit\n"
     "status is then 1 (130 after Ctrl-C, which stops every run at a checkpoint). Runs of one\n"
     "experiment (variants that differ only in their eval_set) train once: the others get a copy of\n"
@@ -43,7 +45,12 @@ static const char help_head[] =
     "                   failed runs, which it lists; not after Ctrl-C)\n"
     "  --plugin-timeout S  time limit in seconds of the plugins' check of a variant's terms, run in a\n"
     "                   child process before anything trains (default 60): a plugin that crashes,\n"
-    "                   exits or hangs there fails that variant's runs, and the others run\n\n"
+    "                   exits or hangs there fails that variant's runs, and the others run\n"
+    "  --rerun-stale    train again the stale runs: runs done (or with a checkpoint) whose\n"
+    "                   experiment.toml differs from what the sweep file now asks for (it was edited).\n"
+    "                   Without it a sweep with a stale run refuses to start, naming each one and the\n"
+    "                   first key that differs, and writes nothing (its results would be reported\n"
+    "                   under settings they were not trained with)\n\n"
     "The sweep directory holds sweep.json (the runs), and per run <name>/: experiment.toml (the\n"
     "resolved experiment), the training's files, eval.json (and eval-sliding.json), status.json,\n"
     "train.log and eval.log. One sweep at a time works in a sweep directory (.sweep.lock); a sweep\n"
@@ -436,7 +443,8 @@ static int share_twin_training(sweep_ctx *c, job *j)
  * The command
  * ---------------------------------------------------------------------------------------------- */
 
-static void print_run(const bk_sweep_run *r, const bk_run_status *st, const bk_sweep_run *twin)
+static void print_run(const bk_sweep_run *r, const bk_run_status *st, const bk_sweep_run *twin, const char *stale,
+                      int rerun_stale)
 {
     printf("%s  [%s]%s%s%s\n", r->name, bk_run_state_name(st->state), st->error[0] ? "  " : "", st->error,
            st->state == BK_RUN_DONE && !bk_sweep_eval_set_current(r, st)
@@ -446,15 +454,18 @@ static void print_run(const bk_sweep_run *r, const bk_run_status *st, const bk_s
         printf("    %s\n", r->sets[i]);
     for (int i = 0; i < r->n_eval_sets; i++)
         printf("    eval: %s\n", r->eval_sets[i]);
+    if (stale)
+        printf("    STALE: %s (%s)\n", stale,
+               rerun_stale ? "--rerun-stale: trained again" : "the sweep refuses to start; --rerun-stale trains it again");
     if (twin)
         printf("    training: %s's (the same experiment, trained once)\n", twin->name);
     if (r->invalid)
         printf("    cannot train: %s\n", r->invalid);
 }
 
-static int dry_run(const bk_sweep *sw, const char *const *only, int n_only, const bk_run_status *sts)
+static int dry_run(const bk_sweep *sw, const char *const *only, int n_only, const bk_run_status *sts, int rerun_stale)
 {
-    int invalid = 0, n = 0, shared = 0;
+    int invalid = 0, n = 0, shared = 0, n_stale = 0;
     char shown[4096];
     bk_path_display(sw->path, shown, sizeof shown);
     printf("sweep: %s\n", shown);
@@ -484,7 +495,10 @@ static int dry_run(const bk_sweep *sw, const char *const *only, int n_only, cons
                                            !bk_sweep_has_checkpoint(&sw->runs[i])
                                        ? &sw->runs[first[i]]
                                        : NULL;
-        print_run(&sw->runs[i], &sts[i], twin);
+        char why[BK_SWEEP_STALE_WHY_MAX];
+        int stale = bk_sweep_run_stale(&sw->runs[i], &sts[i], why, sizeof why);
+        n_stale += stale;
+        print_run(&sw->runs[i], &sts[i], twin, stale ? why : NULL, rerun_stale);
         shared += twin != NULL;
         invalid += sw->runs[i].invalid != NULL;
         n++;
@@ -496,8 +510,10 @@ static int dry_run(const bk_sweep *sw, const char *const *only, int n_only, cons
                n - shared - invalid, shared, shared == 1 ? "" : "s", shared == 1 ? "s" : "");
     if (invalid)
         printf(", %d cannot train", invalid);
+    if (n_stale)
+        printf(", %d stale (%s)", n_stale, rerun_stale ? "trained again" : "the sweep refuses them: --rerun-stale");
     printf(" (dry run: nothing written)\n");
-    return invalid ? 1 : 0;
+    return invalid || (n_stale && !rerun_stale) ? 1 : 0;
 }
 
 /* Every run's status.json; a damaged one is a warning, and the run starts again (from its checkpoint,
@@ -510,6 +526,60 @@ static void read_states(const bk_sweep *sw, bk_run_status *sts)
             fprintf(stderr, "biaskit: warning: %s\n", err.message);
             sts[i].state = BK_RUN_PENDING;
         }
+}
+
+/* Stale runs (sweep/stale.h), before sweep.json is written: every run of the sweep is checked (sweep.json
+ * describes them all, selected or not). Without `rerun` each is named on stderr with its first differing
+ * key and the sweep refuses to start; with it, the stale runs are cleared (their state pending) and
+ * trained again, unless --only leaves one out (sweep.json would still describe it with the new values). */
+static int handle_stale(const bk_sweep *sw, bk_run_status *sts, const char *const *only, int n_only, int rerun,
+                        bk_error *err)
+{
+    int n_stale = 0, unselected = 0;
+    const char *example = NULL;
+    char why[BK_SWEEP_STALE_WHY_MAX];
+    for (int i = 0; i < sw->n_runs; i++) {
+        if (!bk_sweep_run_stale(&sw->runs[i], &sts[i], why, sizeof why))
+            continue;
+        int selected = bk_sweep_run_selected(&sw->runs[i], only, n_only);
+        n_stale++;
+        example = example ? example : sw->runs[i].name;
+        if (!rerun || !selected)
+            fprintf(stderr, "biaskit: stale run '%s' [%s]: %s%s\n", sw->runs[i].name, bk_run_state_name(sts[i].state),
+                    why, rerun ? " (not selected by --only)" : "");
+        unselected += !selected;
+    }
+    if (!n_stale)
+        return BK_OK;
+    if (!rerun)
+        return bk_fail(err, BK_ERR_CONFIG,
+                       "biaskit sweep: %d run%s of '%s' %s stale (listed above, e.g. '%s'): %s trained from another "
+                       "experiment than the sweep file now asks for, and %s results would be reported under the new "
+                       "settings. Nothing was run or written. Train %s again with --rerun-stale, restore the sweep "
+                       "file, or give the edited sweep another [sweep] out_dir",
+                       n_stale, n_stale == 1 ? "" : "s", sw->path, n_stale == 1 ? "is" : "are", example,
+                       n_stale == 1 ? "it was" : "they were", n_stale == 1 ? "its" : "their",
+                       n_stale == 1 ? "it" : "them");
+    if (unselected)
+        return bk_fail(err, BK_ERR_USAGE,
+                       "biaskit sweep --rerun-stale: %d stale run%s %s not selected by --only (listed above): "
+                       "sweep.json would describe %s with settings %s not trained with; select %s too, or leave "
+                       "--only out. Nothing was run or written",
+                       unselected, unselected == 1 ? "" : "s", unselected == 1 ? "is" : "are",
+                       unselected == 1 ? "it" : "them", unselected == 1 ? "it was" : "they were",
+                       unselected == 1 ? "it" : "them");
+    for (int i = 0; i < sw->n_runs; i++) {
+        if (!bk_sweep_run_stale(&sw->runs[i], &sts[i], why, sizeof why))
+            continue;
+        printf("sweep: stale run %s: %s; training it again\n", sw->runs[i].name, why);
+        int rc = bk_sweep_clear_run(&sw->runs[i], err);
+        if (rc)
+            return rc;
+        memset(&sts[i], 0, sizeof sts[i]);
+        sts[i].state = BK_RUN_PENDING;
+    }
+    fflush(stdout);
+    return BK_OK;
 }
 
 /* A sweep started by an MPI launcher: each process would run the whole sweep into one directory, and
@@ -532,7 +602,8 @@ static int refuse_mpi_launcher(bk_error *err)
 int bk_cmd_sweep(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0},   {"jobs", 1, 0},   {"dry-run", 0, 0},
-                                        {"only", 1, 1},   {"report", 0, 0}, {"plugin-timeout", 1, 0}};
+                                        {"only", 1, 1},   {"report", 0, 0}, {"plugin-timeout", 1, 0},
+                                        {"rerun-stale", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit sweep", &args, &err))
@@ -582,10 +653,10 @@ int bk_cmd_sweep(int argc, char **argv)
         bk_fail(&err, BK_ERR_NOMEM, "out of memory");
         return bk_report(&err);
     }
-    int rc = 0, dry = bk_args_get(&args, "dry-run") != NULL;
+    int rc = 0, dry = bk_args_get(&args, "dry-run") != NULL, rerun_stale = bk_args_get(&args, "rerun-stale") != NULL;
     if (dry) {
         read_states(&sw, sts);
-        rc = dry_run(&sw, only, n_only, sts);
+        rc = dry_run(&sw, only, n_only, sts, rerun_stale);
         free(sts), free(jobsv);
         bk_sweep_free(&sw);
         return rc;
@@ -594,15 +665,18 @@ int bk_cmd_sweep(int argc, char **argv)
     sweep_ctx c = {&sw, (int)jobs, sysconf(_SC_NPROCESSORS_ONLN), 0, 0, 0, 0, NULL, 0};
     if (c.threads_per_run_total < 1)
         c.threads_per_run_total = 1;
-    /* one sweep at a time in a sweep directory: the states are read under its lock */
+    /* one sweep at a time in a sweep directory: the states are read under its lock, before sweep.json is
+     * written (a stale run stops the sweep with nothing written) */
     int lock = -1;
-    if (bk_sweep_lock(&sw, &lock, &err) || bk_sweep_write_index(&sw, &err)) {
+    int failed = bk_sweep_lock(&sw, &lock, &err);
+    if (!failed)
+        read_states(&sw, sts);
+    if (failed || handle_stale(&sw, sts, only, n_only, rerun_stale, &err) || bk_sweep_write_index(&sw, &err)) {
         bk_sweep_unlock(&lock);
         free(sts), free(jobsv);
         bk_sweep_free(&sw);
         return bk_report(&err);
     }
-    read_states(&sw, sts);
 
     /* the queue: every selected run not yet done */
     int n_queue = 0, skipped = 0;

@@ -30,8 +30,16 @@ static const char help[] =
     "  tail         = (S_L - S_L') / S_L for the two largest windows L' < L\n"
     "  series       settled: for every eps, TRF_L(eps) is within 5% (or one token) of TRF_L'(eps):\n"
     "               the series looks convergent, the paper's extrapolation condition sum_t b_t < inf;\n"
-    "               growing: some TRF moves more (a divergent series, or one converging too slowly\n"
-    "               for these windows; use windows far apart, 10x or more)\n\n"
+    "               saturated: some TRF moves more, but the tail is below the smallest eps asked\n"
+    "               (less than that share of the head's mass lies beyond L', so every TRF_L(eps) is\n"
+    "               within L'): the sums have stopped growing at these precisions;\n"
+    "               growing: some TRF moves more and the tail holds at least the smallest eps of the\n"
+    "               mass (a divergent series, or one converging too slowly for these windows; use\n"
+    "               windows far apart, 10x or more)\n\n"
+    "Only distance tables enter the TRF. A rotary term (RoPE) has none: its decay with distance\n"
+    "depends on the queries and keys, so a RoPE model's token stream shows b_t = 1 (NoPE) here; use\n"
+    "'biaskit erf' on its checkpoint for the attention it learned. Masks, coordinate tables and\n"
+    "logit scales (ABI 2 terms) and absolute embeddings are not in the tables either.\n\n"
     "Given a checkpoint (a .safetensors file written by 'biaskit train'), the tables come from its\n"
     "learned plugin parameters and mixing weights; an experiment file gives the initial ones. A term\n"
     "shared by every layer is shown once (layer 'all'). Tables are computed on the host.\n\n"
@@ -66,13 +74,9 @@ typedef struct trf_run {
     int n_series;
     char titles[MAX_PLOT_SERIES][64];
     double curve_eps[MAX_PLOT_SERIES][BK_RF_CURVE_POINTS], curve[MAX_PLOT_SERIES][BK_RF_CURVE_POINTS];
-    int settled, growing;  /* rows of each verdict */
+    int settled, saturated, growing; /* rows of each verdict */
 } trf_run;
 
-static const char *verdict(int settled)
-{
-    return settled > 0 ? "settled" : settled == 0 ? "growing" : "-";
-}
 
 static void print_header(const trf_run *r, const char *title)
 {
@@ -108,7 +112,8 @@ static int analyse_table(trf_run *r, const char *title, const char *name, const 
         int rc = bk_trf_analyse(r->b, m, r->windows, r->n_windows, r->eps, r->n_eps, r->prefix, &res, err);
         if (rc)
             return bk_error_prefix(err, "%s, head %d: ", title, (int)h);
-        r->settled += res.settled > 0, r->growing += res.settled == 0;
+        r->settled += res.verdict == BK_TRF_SETTLED, r->saturated += res.verdict == BK_TRF_SATURATED;
+        r->growing += res.verdict == BK_TRF_GROWING;
         if (r->out) {
             fprintf(r->out, "%5d", (int)h);
             for (int w = 0; w < r->n_windows; w++)
@@ -121,14 +126,14 @@ static int analyse_table(trf_run *r, const char *title, const char *name, const 
                                              (long long)res.field[w][e]);
                 fprintf(r->out, "  %-22s", cell);
             }
-            fprintf(r->out, " %9.3g  %s\n", res.tail, verdict(res.settled));
+            fprintf(r->out, " %9.3g  %s\n", res.tail, bk_trf_verdict_name(res.verdict));
         }
         if (r->csv)
             for (int w = 0; w < r->n_windows; w++)
                 for (int e = 0; e < r->n_eps; e++)
                     bk_output_printf(r->csv, "%s,%s,%s,%s,%d,%lld,%g,%.17g,%lld,%.17g,%s\n", name, plugin, stream,
                                      layer_text, (int)h, (long long)r->windows[w], r->eps[e], res.sum[w],
-                                     (long long)res.field[w][e], res.tail, verdict(res.settled));
+                                     (long long)res.field[w][e], res.tail, bk_trf_verdict_name(res.verdict));
         if (plot && r->n_series < MAX_PLOT_SERIES) {
             int k = r->n_series++;
             snprintf(r->titles[k], sizeof r->titles[k], "%s head %d", stream, (int)h);
@@ -158,9 +163,14 @@ static int run(trf_run *r, const bk_term_set *set, int layers, bk_error *err)
             if ((int)t->stream != stream)
                 continue;
             if (!bk_term_has_table(t)) {
-                if (r->out)
-                    fprintf(r->out, "\nterm %s (plugin %s): no distance table, nothing to analyse\n", t->label,
-                            t->plugin->desc->name);
+                if (r->out && (t->caps & BIASKIT_CAP_ROTARY))
+                    fprintf(r->out, "\nterm %s (plugin %s): rotary (RoPE), no distance table: its decay with distance "
+                            "depends on the queries and keys and is NOT in the TRF below, which is of the bias "
+                            "tables only ('biaskit erf' measures the attention a checkpoint learned)\n",
+                            t->label, t->plugin->desc->name);
+                else if (r->out)
+                    fprintf(r->out, "\nterm %s (plugin %s): no distance table: not in the TRF below, nothing to "
+                            "analyse\n", t->label, t->plugin->desc->name);
                 continue;
             }
             on_stream++;
@@ -189,6 +199,9 @@ static int run(trf_run *r, const bk_term_set *set, int layers, bk_error *err)
             if (on_stream)
                 snprintf(title, sizeof title, "mixed table of stream %s (%d term%s; what attention adds), %s",
                          stream_name, on_stream, on_stream == 1 ? "" : "s", per_layer ? "layer " : "every layer");
+            else if (set->rotary >= 0 && (int)set->terms[set->rotary].stream == stream)
+                snprintf(title, sizeof title, "stream %s: no table term, the bias is 0 (b_t = 1, as NoPE); the "
+                         "rotary term %s (RoPE) is not in this table", stream_name, set->terms[set->rotary].label);
             else
                 snprintf(title, sizeof title, "stream %s: no table term, the bias is 0 (NoPE: b_t = 1)", stream_name);
             if (per_layer)
@@ -303,14 +316,26 @@ int bk_cmd_trf(int argc, char **argv)
         printf("\nb_t = exp(T_h(t)), S_L = sum_{t<L} b_t, TRF_L(eps) = smallest j with S_j >= (1 - eps) S_L, shown "
                "as L1/L2/...\n");
         if (r->n_windows > 1)
-            printf("tail = (S_%lld - S_%lld) / S_%lld; series: settled when every TRF moves by at most 5%% (or one "
-                   "token) between these two windows, else growing\n",
-                   (long long)D, (long long)r->windows[r->n_windows - 2], (long long)D);
+        {
+            double min_eps = r->eps[0];
+            for (int e = 1; e < r->n_eps; e++)
+                min_eps = r->eps[e] < min_eps ? r->eps[e] : min_eps;
+            printf("tail = (S_%lld - S_%lld) / S_%lld, the share of the head's mass beyond %lld; series: settled when "
+                   "every TRF moves by at most 5%% (or one token) between these two windows, else saturated when the "
+                   "tail < %g (the smallest eps: every TRF is within %lld), else growing\n",
+                   (long long)D, (long long)r->windows[r->n_windows - 2], (long long)D,
+                   (long long)r->windows[r->n_windows - 2], min_eps, (long long)r->windows[r->n_windows - 2]);
+        }
     }
     if (!rc)
         rc = run(r, terms, (int)exp->model.layers, &err);
     if (!rc && r->out)
-        printf("\n%d head row%s settled, %d growing\n", r->settled, r->settled == 1 ? "" : "s", r->growing);
+        printf("\n%d head row%s settled, %d saturated, %d growing\n", r->settled, r->settled == 1 ? "" : "s",
+               r->saturated, r->growing);
+    if (!rc && r->out && terms->rotary >= 0)
+        printf("note: this model has a rotary term (%s, RoPE): its content-dependent decay is not in any table above; "
+               "the TRF is computed from the bias tables only (the token stream's row is b_t = 1, as NoPE)\n",
+               terms->terms[terms->rotary].label);
     if (!rc)
         rc = bk_output_close(&csv, &err);
     else

@@ -14,6 +14,8 @@ int bk_cmd_check(int argc, char **argv);
 int bk_cmd_config(int argc, char **argv);
 int bk_cmd_train(int argc, char **argv);
 int bk_cmd_eval(int argc, char **argv);
+int bk_cmd_generate(int argc, char **argv);
+int bk_cmd_passkey(int argc, char **argv);
 /* `biaskit report DIR [--out OUT]` without the argument parsing; returns the exit status. */
 int bk_report_sweep_dir(const char *dir, const char *out);
 int bk_cmd_report(int argc, char **argv);

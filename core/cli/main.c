@@ -18,6 +18,8 @@ static const struct {
 } commands[] = {
     {"train", bk_cmd_train, "train a model (or --resume a checkpoint) on the experiment's data"},
     {"eval", bk_cmd_eval, "perplexity of a checkpoint at many lengths (the extrapolation curve)"},
+    {"generate", bk_cmd_generate, "continue a prompt with a byte-level checkpoint (greedy, top-k, temperature)"},
+    {"passkey", bk_cmd_passkey, "passkey retrieval accuracy of a checkpoint per length and depth of the key"},
     {"trf", bk_cmd_trf, "theoretical receptive field of each head's distance table (Qin et al., AAAI 2024)"},
     {"erf", bk_cmd_erf, "empirical receptive field of a checkpoint's attention, against its TRF"},
     {"plugins", bk_cmd_plugins, "list the plugins found, with capabilities and options"},

@@ -43,7 +43,7 @@
  *    p goes through a per-warp shared-memory tile (the quad's lanes each hold a quarter of the row);
  *  - out = O (1 / l), lse = m + log l.
  *
- * Not here (next steps, docs in the notes): the backward (dK/dV and dQ with 5 GEMMs, the deterministic
+ * Not here (next steps; docs/design.md §6): the backward (dK/dV and dQ with 5 GEMMs, the deterministic
  * bias-gradient partials), the bf16 tensor-core forward (mma fragments of Q, P in registers), 16-byte
  * cp.async with a swizzled layout, TMA/wgmma on sm_90, and the stores of O staged through shared memory. */
 #ifndef BK_GPU_KERNELS_FLASH2_H

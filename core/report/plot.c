@@ -206,19 +206,16 @@ static int write_data(const bk_plot *p, const char *path, const char *stem_base,
     return BK_OK;
 }
 
-static int write_script(const bk_plot *p, const char *path, const char *stem_base, bk_error *err)
+/* A script's opening: where it is, its data, the terminal and the image (line plots and heat maps). */
+static void put_preamble(FILE *f, const char *stem_base)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return bk_fail(err, BK_ERR_IO, "cannot write plot script '%s': %s", path, strerror(errno));
+    fprintf(f, "# Drawn by biaskit. Restyle the figure by editing this script, then run\n"
+               "#     gnuplot %s.gp\n"
+               "# (from any directory: the data and the image are found beside the script).\n\n", stem_base);
     char script[PLOT_PATH_MAX + 8], data[PLOT_PATH_MAX + 8], png[PLOT_PATH_MAX + 8];
     snprintf(script, sizeof script, "%s.gp", stem_base);
     snprintf(data, sizeof data, "%s.dat", stem_base);
     snprintf(png, sizeof png, "%s.png", stem_base);
-
-    fprintf(f, "# Drawn by biaskit. Restyle the figure by editing this script, then run\n"
-               "#     gnuplot %s\n"
-               "# (from any directory: the data and the image are found beside the script).\n\n", script);
     fprintf(f, "script = ");
     put_quoted(f, script);
     fprintf(f, "\nhere = ''\n"
@@ -234,7 +231,16 @@ static int write_script(const bk_plot *p, const char *path, const char *stem_bas
                "}\n"
                "set output here.");
     put_quoted(f, png);
-    fprintf(f, "\n\nset title ");
+    fprintf(f, "\n\n");
+}
+
+static int write_script(const bk_plot *p, const char *path, const char *stem_base, bk_error *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return bk_fail(err, BK_ERR_IO, "cannot write plot script '%s': %s", path, strerror(errno));
+    put_preamble(f, stem_base);
+    fprintf(f, "set title ");
     put_quoted(f, p->title ? p->title : "");
     fprintf(f, "\nset xlabel ");
     put_quoted(f, p->xlabel ? p->xlabel : "");
@@ -440,6 +446,39 @@ static int is_png(const char *path)
     return got == sizeof head && memcmp(head, sig, sizeof sig) == 0;
 }
 
+/* Run gnuplot on the script `gp` (written) to draw `png`, and check that it did. */
+static int draw_script(const char *png, const char *gp, bk_error *err)
+{
+    int rc;
+    if (!gnuplot_on_path())
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "plot '%s': gnuplot was not found on PATH; the script '%s' and its data are written: "
+                       "install gnuplot (Debian: apt-get install gnuplot-nox), then run 'gnuplot %s'",
+                       png, gp, gp);
+    /* an image left from before must not pass for this one */
+    if (unlink(png) != 0 && errno != ENOENT)
+        return bk_fail(err, BK_ERR_IO, "plot '%s': cannot replace the old image: %s", png, strerror(errno));
+    char errtext[STDERR_KEEP], message[STDERR_KEEP + 512];
+    int status;
+    char prog[] = "gnuplot";
+    char gp_arg[PLOT_PATH_MAX + 4];
+    bk_copy_text(gp_arg, sizeof gp_arg, gp);
+    char *argv[] = {prog, gp_arg, NULL};
+    if ((rc = run_gnuplot(argv, &status, errtext, sizeof errtext, err)))
+        return bk_error_prefix(err, "plot '%s': ", png);
+    describe_stderr(errtext, message, sizeof message);
+    if (status == 127 && strstr(errtext, "cannot execute gnuplot"))
+        return bk_fail(err, BK_ERR_UNSUPPORTED, "plot '%s': gnuplot could not be executed; the script '%s' is written",
+                       png, gp);
+    if (status != 0)
+        return bk_fail(err, BK_ERR_IO, "plot '%s': gnuplot %s on '%s': %s", png,
+                       status < 0 ? "was stopped" : "failed", gp, message);
+    if (!is_png(png))
+        return bk_fail(err, BK_ERR_IO, "plot '%s': gnuplot ran '%s' but wrote no PNG image there; it said: %s", png,
+                       gp, message);
+    return BK_OK;
+}
+
 int bk_plot_write(const bk_plot *p, bk_error *err)
 {
     size_t n = 0;
@@ -453,31 +492,82 @@ int bk_plot_write(const bk_plot *p, bk_error *err)
     snprintf(dat, sizeof dat, "%s.dat", stem);
     if ((rc = write_data(p, dat, base_name(stem), err)) || (rc = write_script(p, gp, base_name(stem), err)))
         return rc;
-    if (!gnuplot_on_path())
-        return bk_fail(err, BK_ERR_UNSUPPORTED,
-                       "plot '%s': gnuplot was not found on PATH; the script '%s' and its data are written: "
-                       "install gnuplot (Debian: apt-get install gnuplot-nox), then run 'gnuplot %s'",
-                       p->png, gp, gp);
-    /* an image left from before must not pass for this one */
-    if (unlink(p->png) != 0 && errno != ENOENT)
-        return bk_fail(err, BK_ERR_IO, "plot '%s': cannot replace the old image: %s", p->png, strerror(errno));
-    char errtext[STDERR_KEEP], message[STDERR_KEEP + 512];
-    int status;
-    char prog[] = "gnuplot";
-    char *argv[] = {prog, gp, NULL};
-    if ((rc = run_gnuplot(argv, &status, errtext, sizeof errtext, err)))
-        return bk_error_prefix(err, "plot '%s': ", p->png);
-    describe_stderr(errtext, message, sizeof message);
-    if (status == 127 && strstr(errtext, "cannot execute gnuplot"))
-        return bk_fail(err, BK_ERR_UNSUPPORTED, "plot '%s': gnuplot could not be executed; the script '%s' is written",
-                       p->png, gp);
-    if (status != 0)
-        return bk_fail(err, BK_ERR_IO, "plot '%s': gnuplot %s on '%s': %s", p->png,
-                       status < 0 ? "was stopped" : "failed", gp, message);
-    if (!is_png(p->png))
-        return bk_fail(err, BK_ERR_IO, "plot '%s': gnuplot ran '%s' but wrote no PNG image there; it said: %s", p->png,
-                       gp, message);
-    return BK_OK;
+    return draw_script(p->png, gp, err);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Heat maps
+ * ---------------------------------------------------------------------------------------------- */
+
+int bk_heatmap_write(const bk_heatmap *h, bk_error *err)
+{
+    if (!h || !h->png || !*h->png)
+        return bk_fail(err, BK_ERR_INVALID, "plot: no output path given");
+    size_t n = strlen(h->png);
+    if (n < 5 || strcmp(h->png + n - 4, ".png") != 0)
+        return bk_fail(err, BK_ERR_INVALID, "plot '%s': the output path must end in .png", h->png);
+    if (n + 1 > PLOT_PATH_MAX)
+        return bk_fail(err, BK_ERR_INVALID, "plot '%.200s...': path too long", h->png);
+    if (h->nx < 1 || h->ny < 1 || !h->xs || !h->ys || !h->z)
+        return bk_fail(err, BK_ERR_INVALID, "plot '%s': a heat map needs at least one row and one column", h->png);
+    if (!(isfinite(h->zmin) && isfinite(h->zmax) && h->zmin < h->zmax))
+        return bk_fail(err, BK_ERR_INVALID, "plot '%s': colour range [%g, %g] is empty", h->png, h->zmin, h->zmax);
+    char stem[PLOT_PATH_MAX], gp[PLOT_PATH_MAX + 4], dat[PLOT_PATH_MAX + 4];
+    memcpy(stem, h->png, n - 4);
+    stem[n - 4] = '\0';
+    snprintf(gp, sizeof gp, "%s.gp", stem);
+    snprintf(dat, sizeof dat, "%s.dat", stem);
+    const char *sb = base_name(stem);
+
+    FILE *f = fopen(dat, "w");
+    if (!f)
+        return bk_fail(err, BK_ERR_IO, "cannot write plot data '%s': %s", dat, strerror(errno));
+    fprintf(f, "# data of %s.png, drawn by %s.gp: column i, row j, value (NaN: no value)\n", sb, sb);
+    for (int j = 0; j < h->ny; j++) {
+        for (int i = 0; i < h->nx; i++) {
+            double z = h->z[(size_t)j * h->nx + i];
+            if (isfinite(z))
+                fprintf(f, "%d %d %.10g\n", i, j, z);
+            else
+                fprintf(f, "%d %d NaN\n", i, j);
+        }
+        fputc('\n', f);
+    }
+    if (ferror(f) | (fclose(f) != 0))
+        return bk_fail(err, BK_ERR_IO, "cannot write plot data '%s': %s", dat, strerror(errno));
+
+    if (!(f = fopen(gp, "w")))
+        return bk_fail(err, BK_ERR_IO, "cannot write plot script '%s': %s", gp, strerror(errno));
+    put_preamble(f, sb);
+    fprintf(f, "set title ");
+    put_quoted(f, h->title ? h->title : "");
+    fprintf(f, "\nset xlabel ");
+    put_quoted(f, h->xlabel ? h->xlabel : "");
+    fprintf(f, "\nset ylabel ");
+    put_quoted(f, h->ylabel ? h->ylabel : "");
+    fprintf(f, "\nset cblabel ");
+    put_quoted(f, h->zlabel ? h->zlabel : "");
+    fprintf(f, "\nset cbrange [%.10g:%.10g]\n", h->zmin, h->zmax);
+    fprintf(f, "set palette defined (0 \"#ffffff\", 1 \"#08306b\")\n"
+               "set xrange [-0.5:%d.5]\nset yrange [-0.5:%d.5]\nset tics out nomirror\nunset key\n",
+            h->nx - 1, h->ny - 1);
+    fprintf(f, "set xtics (");
+    for (int i = 0; i < h->nx; i++)
+        fprintf(f, "%s\"%g\" %d", i ? ", " : "", h->xs[i], i);
+    fprintf(f, ")\nset ytics (");
+    for (int j = 0; j < h->ny; j++)
+        fprintf(f, "%s\"%g\" %d", j ? ", " : "", h->ys[j], j);
+    fprintf(f, ")\n");
+    /* each cell's value written on it, white on the dark half of the palette */
+    fprintf(f, "mid = %.10g\n"
+               "plot data using 1:2:3 with image, \\\n"
+               "     data using 1:2:($3 == $3 ? sprintf(\"%%.2f\", $3) : \"\"):($3 > mid ? 0xffffff : 0) \\\n"
+               "     with labels tc rgb variable font \",9\"\n",
+            0.5 * (h->zmin + h->zmax));
+    fprintf(f, "unset output\n");
+    if (ferror(f) | (fclose(f) != 0))
+        return bk_fail(err, BK_ERR_IO, "cannot write plot script '%s': %s", gp, strerror(errno));
+    return draw_script(h->png, gp, err);
 }
 
 int bk_plot_available(void)

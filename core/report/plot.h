@@ -37,6 +37,21 @@ typedef struct bk_plot {
  * BK_ERR_INVALID before anything is written. gnuplot runs as a child process (no shell). */
 int bk_plot_write(const bk_plot *p, bk_error *err);
 
+/* A heat map: cell (i, j) of an nx x ny grid, z[j * nx + i], coloured on [zmin, zmax] (white to dark blue)
+ * and labelled with its value (2 decimals; a non-finite z is an empty cell). Columns are the categories
+ * xs[0..nx) in order (evenly spaced whatever their values, e.g. lengths 128, 256, 1024), rows ys[0..ny)
+ * from the bottom. PATH.gp and PATH.dat (lines "i j z") are written beside PATH.png as for bk_plot_write,
+ * with the same errors. */
+typedef struct bk_heatmap {
+    const char *png;     /* output path, ending in .png */
+    const char *title, *xlabel, *ylabel, *zlabel;
+    const double *xs, *ys, *z;
+    int nx, ny;
+    double zmin, zmax;
+} bk_heatmap;
+
+int bk_heatmap_write(const bk_heatmap *h, bk_error *err);
+
 /* 1 when a gnuplot that can write PNG answers on PATH. */
 int bk_plot_available(void);
 

@@ -742,9 +742,42 @@ static char *value_text(const bk_toml_node *v)
     return sb_take(&b);
 }
 
+void bk_sweep_data_name(const char *const *paths, int n, char *out, size_t size)
+{
+    sbuf b = {0};
+    for (int i = 0; i < n; i++) {
+        const char *p = paths[i];
+        size_t len = strlen(p);
+        while (len > 1 && p[len - 1] == '/')
+            len--;
+        size_t start = len;
+        while (start > 0 && p[start - 1] != '/')
+            start--;
+        size_t end = len;
+        for (size_t k = len; k > start + 1; k--)
+            if (p[k - 1] == '.') { /* a file's extension: "wiki.train.txt" -> "wiki.train" */
+                end = k - 1;
+                break;
+            }
+        if (end > start) {
+            if (b.n)
+                sb_puts(&b, "+");
+            sb_add(&b, p + start, end - start);
+        }
+    }
+    char *text = sb_take(&b);
+    if (!text || !*text)
+        snprintf(out, size, "%s", n ? "data" : "base");
+    else {
+        sanitize(text);
+        snprintf(out, size, "%.48s", text);
+    }
+    free(text);
+}
+
 static void run_free(bk_sweep_run *r)
 {
-    free(r->name), free(r->dir), free(r->text), free(r->invalid), free(r->eval_set_json);
+    free(r->name), free(r->dir), free(r->text), free(r->invalid), free(r->eval_set_json), free(r->corpus_owned);
     for (int i = 0; i < r->n_eval_sets; i++)
         free(r->eval_sets[i]);
     free(r->eval_sets);
@@ -1039,7 +1072,7 @@ static int resolve_run(resolver *rs, const group *v, const group *c, const int *
     for (int i = 0; c && i < c->sets.n; i++)
         as[n++] = &c->sets.items[i];
     run->variant = v ? v->name : "base";
-    run->corpus = c ? c->name : "base";
+    run->corpus = c ? c->name : NULL; /* without [[corpus]]: from the data, once the experiment is parsed */
     if (seed_i >= 0) {
         char text[64];
         snprintf(text, sizeof text, "train.seed=%lld", (long long)p->seeds[seed_i]);
@@ -1083,7 +1116,8 @@ static int resolve_run(resolver *rs, const group *v, const group *c, const int *
     char name[256] = "";
     if ((rc = bk_experiment_parse(p->base_text, rs->base_source, texts, (size_t)n, &exp, err))) {
         free(suffix.s);
-        snprintf(name, sizeof name, "runs '%s-%s-*'", run->variant, run->corpus);
+        snprintf(name, sizeof name, "runs '%s-%s%s*'", run->variant, run->corpus ? run->corpus : "",
+                 run->corpus ? "-" : "");
         map_error(err, as, n, name);
         goto out;
     }
@@ -1098,7 +1132,8 @@ static int resolve_run(resolver *rs, const group *v, const group *c, const int *
                         "[run] out_dir: each run writes its own directory in the sweep directory (<sweep dir>/<run "
                         "name>); give the sweep directory as [sweep] out_dir");
         bk_experiment_free(&exp); /* after the message: the position's source is the document's */
-        snprintf(name, sizeof name, "runs '%s-%s-*'", run->variant, run->corpus);
+        snprintf(name, sizeof name, "runs '%s-%s%s*'", run->variant, run->corpus ? run->corpus : "",
+                 run->corpus ? "-" : "");
         map_error(err, as, n, name);
         goto out;
     }
@@ -1109,6 +1144,21 @@ static int resolve_run(resolver *rs, const group *v, const group *c, const int *
         goto out;
     }
     sanitize(sfx);
+    if (!run->corpus) { /* issue 27: named from the data, not "base" */
+        char data_name[64];
+        const char *paths[16];
+        int n_paths = 0;
+        for (int i = 0; i < exp.data.paths.n && n_paths < 16; i++)
+            paths[n_paths++] = exp.data.paths.items[i];
+        bk_sweep_data_name(paths, n_paths, data_name, sizeof data_name);
+        if (!(run->corpus_owned = strdup(data_name))) {
+            free(sfx);
+            bk_experiment_free(&exp);
+            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory resolving runs");
+            goto out;
+        }
+        run->corpus = run->corpus_owned;
+    }
     snprintf(name, sizeof name, "%s-%s-s%lld%s", run->variant, run->corpus, (long long)exp.train.seed, sfx);
     free(sfx);
     run->seed = exp.train.seed;
@@ -2048,4 +2098,6 @@ const char bk_sweep_format_help[] =
     "  data.extensions = [\".h\"]\n\n"
     "Each run is base + [sweep] set + variant + corpus + seed + grid point (in that order: a later\n"
     "one wins), validated as `biaskit config` would, and named\n"
-    "<variant>-<corpus>-s<seed>[-<key><value>...] (no [[variant]]/[[corpus]]: the name 'base').\n";
+    "<variant>-<corpus>-s<seed>[-<key><value>...] (no [[variant]]: the variant 'base'; no [[corpus]]:\n"
+    "the corpus is named from the run's [data] paths, e.g. 'include' for /usr/include, 'wiki' for\n"
+    "wiki.txt, joined by '+' for several).\n";

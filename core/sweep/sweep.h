@@ -55,7 +55,8 @@ typedef struct bk_sweep_run {
     char *name;          /* <variant>-<corpus>-s<seed>[-<grid point>]: also its directory's name */
     char *dir;           /* <sweep dir>/<name>, absolute */
     const char *variant; /* names, borrowed from the sweep */
-    const char *corpus;
+    const char *corpus;  /* without [[corpus]]: named from the data (corpus_owned), see bk_sweep_data_name */
+    char *corpus_owned;
     int64_t seed;
     int n_grid;          /* the grid point: key and value text of each grid key */
     char **grid_keys;
@@ -160,6 +161,12 @@ int bk_sweep_share_training(const bk_sweep_run *from, const bk_sweep_run *to, bk
 /* first[i] (n_runs of them): the index of the first run of the sweep whose experiment text is run i's
  * (i when no run before it has that text). */
 int bk_sweep_first_of_experiment(const bk_sweep *sw, int *first, bk_error *err);
+
+/* The corpus part of a run's name when the sweep has no [[corpus]]: the basenames of the experiment's
+ * [data] paths (a file's last extension dropped: "corpus.txt" -> "corpus"), joined by '+', characters
+ * outside A-Z a-z 0-9 _ - . + as '_', at most 48 characters ("data" when nothing is left, "base" when
+ * there are no paths). */
+void bk_sweep_data_name(const char *const *paths, int n, char *out, size_t size);
 
 /* The help text of `biaskit sweep` that describes the file format (shared by --help and the docs). */
 extern const char bk_sweep_format_help[];

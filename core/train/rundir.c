@@ -118,7 +118,25 @@ int bk_run_dir_open(bk_run_dir *rd, const char *dir, bk_error *err)
     char lock[PATH_MAX + 32];
     snprintf(lock, sizeof lock, "%s/%s", rd->path, BK_RUN_LOCK_FILE);
     char holder[32];
-    rc = bk_file_lock(lock, "the lock file of the run directory", &rd->lock_fd, holder, sizeof holder, err);
+    /* The lock file is removed by its holder when the training ends (bk_run_dir_close), while still
+     * held. A trainer that opened the file just before that unlink and took the flock just after the
+     * close holds the lock of a file no longer at the path, which a third trainer would recreate and
+     * lock too: so the lock only counts when the path still names the locked file; else take it again
+     * (a few times: each retry needs another training to end in between). */
+    for (int attempt = 0;; attempt++) {
+        rc = bk_file_lock(lock, "the lock file of the run directory", &rd->lock_fd, holder, sizeof holder, err);
+        if (rc || rd->lock_fd < 0)
+            break;
+        struct stat held, named;
+        if (fstat(rd->lock_fd, &held) == 0 && lstat(lock, &named) == 0 && held.st_dev == named.st_dev &&
+            held.st_ino == named.st_ino)
+            break;
+        close(rd->lock_fd);
+        rd->lock_fd = -1;
+        if (attempt == 100)
+            return bk_fail(err, BK_ERR_IO, "the lock file '%s' of the run directory kept changing while it was "
+                           "taken (100 attempts): is another program removing it?", lock);
+    }
     if (rc)
         return rc;
     if (rd->lock_fd < 0)
@@ -141,8 +159,19 @@ int bk_run_dir_open(bk_run_dir *rd, const char *dir, bk_error *err)
 
 void bk_run_dir_close(bk_run_dir *rd)
 {
-    if (rd->lock_fd >= 0)
-        close(rd->lock_fd); /* releases the flock; the file stays (removing it would race a new trainer) */
+    if (rd->lock_fd >= 0) {
+        /* The file goes with the training, removed while the flock is still held (see bk_run_dir_open for
+         * why that is safe), and only when the path still names it. A crash (SIGKILL, power) leaves it:
+         * harmless, since the flock dies with the process; the next training of the directory takes the
+         * lock on that file and removes it when it ends. */
+        char lock[PATH_MAX + 32];
+        snprintf(lock, sizeof lock, "%s/%s", rd->path, BK_RUN_LOCK_FILE);
+        struct stat held, named;
+        if (fstat(rd->lock_fd, &held) == 0 && lstat(lock, &named) == 0 && held.st_dev == named.st_dev &&
+            held.st_ino == named.st_ino)
+            unlink(lock);
+        close(rd->lock_fd); /* releases the flock */
+    }
     rd->lock_fd = -1;
 }
 

@@ -298,6 +298,57 @@ static void write_mix_weights(FILE *f, const bk_bias *b)
         fprintf(f, "}");
 }
 
+/* The plugin parameters of the terms after this step (issue 27: KERPLE's r1, r2 ... drawn over training
+ * like the mixing weights): `, "params": {"term.<label>.<tensor>": [v, ...]}`, one key per named tensor
+ * of each term with parameters (its param_tensors(), else "theta"), the values in theta's order (per
+ * head for the per-head scalars); a per_layer term gives one array per layer: [[layer 0], [layer 1], ...].
+ * Only tensors of at most BK_TRAIN_LOG_TENSOR_MAX values per copy are logged: tables of learned values
+ * (T5's buckets, a learned table) are in the checkpoint, not in every line. A value that is not finite
+ * is written as null. Returns how many values the line would hold (0: nothing written). */
+#define BK_TRAIN_LOG_TENSOR_MAX 64
+#define BK_TRAIN_LOG_PARAMS_EVERY_STEP 64
+static int64_t term_param_count(const bk_term_set *set)
+{
+    int64_t n = 0;
+    for (int t = 0; t < set->n; t++)
+        for (int g = 0; g < set->terms[t].n_groups && set->terms[t].n_params > 0; g++)
+            if (set->terms[t].groups[g].count <= BK_TRAIN_LOG_TENSOR_MAX)
+                n += set->terms[t].groups[g].count * set->terms[t].n_copies;
+    return n;
+}
+
+static void write_term_params(FILE *f, const bk_term_set *set)
+{
+    int first = 1;
+    for (int t = 0; t < set->n; t++) {
+        const bk_term *term = &set->terms[t];
+        if (term->n_params <= 0 || !term->theta)
+            continue;
+        for (int g = 0; g < term->n_groups; g++) {
+            const bk_term_group *grp = &term->groups[g];
+            if (grp->count > BK_TRAIN_LOG_TENSOR_MAX)
+                continue;
+            fprintf(f, "%s\"term.%s.%s\": %s", first ? ", \"params\": {" : ", ", term->label, grp->name,
+                    term->per_layer ? "[" : "");
+            for (int c = 0; c < term->n_copies; c++) {
+                const float *v = term->theta + (size_t)c * (size_t)term->n_params + grp->offset;
+                fprintf(f, "%s[", c ? ", " : "");
+                for (int64_t k = 0; k < grp->count; k++) {
+                    if (isfinite(v[k]))
+                        fprintf(f, "%s%.6g", k ? ", " : "", (double)v[k]);
+                    else
+                        fprintf(f, "%snull", k ? ", " : "");
+                }
+                fprintf(f, "]");
+            }
+            fprintf(f, "%s", term->per_layer ? "]" : "");
+            first = 0;
+        }
+    }
+    if (!first)
+        fprintf(f, "}");
+}
+
 static void format_duration(double s, char *buf, size_t size)
 {
     long t = (long)(s + 0.5);
@@ -429,6 +480,7 @@ setup_done:
     const double start = now_seconds();
     double window_start = start;
     int64_t window_tokens = 0, first_step = st.step;
+    const int64_t n_param_values = term_param_count(lm.bias.set);
     /* The tables are computed at the start of the step that reads them (and before a validation), so
      * that a plugin failing on them fails in that step, after the checkpoint of the one before. */
     int64_t tables_for = -1;     /* the step whose tables the bias holds */
@@ -533,6 +585,11 @@ setup_done:
             fprintf(metrics, "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens\": %lld, "
                     "\"tokens_per_s\": %.1f", (long long)st.step, loss, lr, norm, (long long)st.tokens, rate);
             write_mix_weights(metrics, &lm.bias);
+            /* every step, as the mixing weights, while a line holds at most BK_TRAIN_LOG_PARAMS_EVERY_STEP
+             * values; more (per-layer terms of a deep model) on the progress lines' steps only */
+            if (n_param_values <= BK_TRAIN_LOG_PARAMS_EVERY_STEP || st.step % e->train.log_every == 0 ||
+                st.step == steps || st.step == first_step + 1)
+                write_term_params(metrics, lm.bias.set);
             fprintf(metrics, "}\n");
         }
         int last = st.step == steps;
