@@ -10,7 +10,7 @@
 #include "test_util.h"
 
 #include "bias/terms.h"
-#include "device.h"
+#include "cuda/device.h"
 
 #include <biaskit/random.h>
 

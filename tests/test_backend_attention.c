@@ -30,7 +30,7 @@
 #include "test_floats.h"
 
 #include "cpu/attention.h"
-#include "device.h"
+#include "cuda/device.h"
 #include "gpu/dev.h" /* bk_emulated_thread_order */
 #include "gpu/mma.h" /* bk_bf16_round, bk_bf16_value */
 #include "model/backend.h"

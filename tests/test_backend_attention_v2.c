@@ -52,7 +52,7 @@
 
 #include "attention_ref.h"
 #include "cpu/attention.h"
-#include "device.h"
+#include "cuda/device.h"
 #include "gpu/dev.h"           /* bk_emulated_thread_order, bk_emulated_tile_visits */
 #include "gpu/kernels_flash.h" /* k_flash_key_tiles, k_flash_kt_next, k_flash_qt_end */
 #include "gpu/mma.h"           /* bk_bf16_round, bk_bf16_value */

@@ -24,7 +24,7 @@
 #include "test_random.h"
 
 #include "cpu/attention.h"
-#include "device.h"
+#include "cuda/device.h"
 #include "gpu/dev.h"
 #include "gpu/kernels_flash.h"
 #include "gpu/kernels_flash2.h"

@@ -17,7 +17,7 @@
 #include "test_floats.h"
 
 #include "bias/mix.h"
-#include "device.h"
+#include "cuda/device.h"
 #include "gpu/dev.h" /* bk_emulated_thread_order */
 #include "gpu/mma.h" /* bk_bf16_round, bk_bf16_value, bk_tf32_round */
 #include "model/backend.h"

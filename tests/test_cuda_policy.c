@@ -11,7 +11,7 @@
 
 #include "config/experiment.h"
 #include "cuda/policy.h"
-#include "device.h"
+#include "cuda/device.h"
 
 #include <stdint.h>
 #include <stdlib.h>

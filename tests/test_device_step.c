@@ -12,7 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "test_util.h"
 
-#include "device.h"
+#include "cuda/device.h"
 #include "io/safetensors.h"
 #include "train/lm.h"
 #include "train/train.h"

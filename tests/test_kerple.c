@@ -5,7 +5,7 @@
 #include "term_fixture.h"
 
 #include "bias/terms.h"
-#include "device.h"
+#include "cuda/device.h"
 
 #include "../plugins/kerple/kerple_math.h"
 

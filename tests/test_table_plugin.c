@@ -9,7 +9,7 @@
 #include "term_fixture.h"
 
 #include "bias/terms.h"
-#include "device.h"
+#include "cuda/device.h"
 
 #include "../plugins/alibi/alibi_math.h"
 #include "../plugins/kerple/kerple_math.h"

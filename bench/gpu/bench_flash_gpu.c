@@ -40,7 +40,7 @@
  *          tflops=...
  */
 #define _POSIX_C_SOURCE 200809L
-#include "device.h"
+#include "cuda/device.h"
 #include "gpu/mma.h" /* bk_bf16_round, bk_bf16_value */
 #include "model/backend.h"
 #include "util/error.h"

@@ -1,7 +1,7 @@
 #include "bias/terms.h"
 
 #include "bias/mix.h"
-#include "device.h"
+#include "cuda/device.h"
 #include "plugin/descriptor.h"
 #include "util/rng.h"
 #include "util/sigsafe.h"

@@ -1,5 +1,5 @@
 /* biaskit check: the plugin's CUDA functions against its host functions, on the device the engine
- * would use (device.h); without a GPU the checks are skipped with the reason. A plugin built with
+ * would use (cuda/device.h); without a GPU the checks are skipped with the reason. A plugin built with
  * <biaskit/table_plugin.h> also exports its CUDA kernels emulated on the host (biaskit_tp_emulation():
  * the same per-thread code over the same grid): those are compared with the host functions on every
  * machine, and its source is searched for device-only branches (__CUDA_ARCH__), which the emulation
@@ -7,7 +7,7 @@
 #include "check/internal.h"
 
 #include "check/cuda_compare.h"
-#include "device.h"
+#include "cuda/device.h"
 #include "plugin/descriptor.h"
 
 #include <biaskit/table_plugin.h>

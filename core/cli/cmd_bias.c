@@ -4,7 +4,7 @@
 #include "bias/mix.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "device.h"
+#include "cuda/device.h"
 #include "eval/eval.h"
 #include "train/checkpoint.h"
 #include "util/output.h"

@@ -2,7 +2,7 @@
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "device.h"
+#include "cuda/device.h"
 #include "plugin/descriptor.h"
 #include "plugin/host.h"
 #include "plugin/param_info.h"

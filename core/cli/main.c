@@ -2,7 +2,7 @@
  * plugins. This file dispatches to the subcommands. */
 #include "cli/commands.h"
 #include "dist/dist.h"
-#include "device.h"
+#include "cuda/device.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -45,7 +45,7 @@ typedef enum bk_mixing { BK_MIX_SUM = 0, BK_MIX_KERNEL = 1 } bk_mixing;
  * override it): none (false), each term one weight shared by its heads (true, "per_term"), or each
  * term one weight per head ("per_head"). */
 typedef enum bk_learn_weights { BK_LEARN_NONE = 0, BK_LEARN_PER_TERM = 1, BK_LEARN_PER_HEAD = 2 } bk_learn_weights;
-/* auto: cuda when a GPU answers (device.h), else cpu; emulated: the CUDA backend's code run on the host
+/* auto: cuda when a GPU answers (cuda/device.h), else cpu; emulated: the CUDA backend's code run on the host
  * (model/backend.h), slow, for testing the device code paths without a GPU. */
 typedef enum bk_device_choice {
     BK_DEVICE_AUTO = 0,

@@ -7,7 +7,7 @@
 
 extern "C" {
 #include "cuda/module.h"
-#include "device.h"
+#include "cuda/device.h"
 }
 
 static int cuda_fail(bk_error *err, const char *what, cudaError_t e)

@@ -9,7 +9,7 @@
 #define _GNU_SOURCE /* realpath */
 #include "cuda/module.h"
 #include "cuda/policy.h"
-#include "device.h"
+#include "cuda/device.h"
 #include "model/backend.h"
 
 #include <dlfcn.h>

@@ -1,6 +1,6 @@
 /* The CUDA backend's module. In a CUDA build the cuda backend (cuda/backend_cuda.cu) and cuBLAS, which
  * it needs, are not linked into biaskit: they are the shared module biaskit_cuda_backend.so, which
- * cuda/loader.c dlopen()s when a cuda backend is created or a GPU answers the probe (device.h). So a
+ * cuda/loader.c dlopen()s when a cuda backend is created or a GPU answers the probe (cuda/device.h). So a
  * start of biaskit does not map cuBLAS (cuBLAS and cuBLASLt alone are close to 600 MB of address space;
  * under `ulimit -v 700000` even `biaskit --version` failed at start-up). The CUDA runtime itself (under
  * 1 MB) stays linked into the engine: the plugins' CUDA code shares it, as the SDK promises.
@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 /* Raised whenever the table below or a structure it passes changes its layout or meaning. */
-#define BK_CUDA_MODULE_ABI 2u /* 2: create takes the GPU to use (bk_backend_cuda_create_on, device.h) */
+#define BK_CUDA_MODULE_ABI 2u /* 2: create takes the GPU to use (bk_backend_cuda_create_on, cuda/device.h) */
 
 #define BK_CUDA_BACKEND_MODULE "biaskit_cuda_backend.so"
 #define BK_CUDA_BACKEND_ENTRY "bk_cuda_backend_module"

@@ -1,7 +1,7 @@
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "train/lm.h"
 
-#include "device.h"
+#include "cuda/device.h"
 #include "util/path.h"
 
 #include <errno.h>

@@ -29,7 +29,7 @@ typedef struct bk_lm {
 } bk_lm;
 
 /* Build from an experiment file and --set overrides, on the backend [run] device names: auto = the
- * GPU when one answers (device.h), else the CPU; cuda with no GPU is BK_ERR_DEVICE naming where the
+ * GPU when one answers (cuda/device.h), else the CPU; cuda with no GPU is BK_ERR_DEVICE naming where the
  * device was set; emulated = the CUDA backend's code run on the host (slow; tests). */
 int bk_lm_open_file(bk_lm *lm, const char *path, const char *const *overrides, int n_overrides, bk_error *err);
 /* Build from configuration text; `source_name` names it in messages, `config_dir` anchors relative paths. */

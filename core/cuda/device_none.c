@@ -1,5 +1,5 @@
 /* device.h for a build without CUDA (-DBIASKIT_CUDA=OFF or no nvcc). */
-#include "device.h"
+#include "cuda/device.h"
 #include "model/backend.h"
 
 #include <stdio.h>
