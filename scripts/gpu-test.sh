@@ -27,8 +27,8 @@
 #       attention    300  QUICK=1 bench/gpu/attention.sh (T = 1024, 4096; D = 64, 128) against SDPA and
 #                         FlexAttention, then each further fused program bench_flash_gpu lists
 #                         (--attention ...) beside "fused" at the same shapes, fp32 and bf16: today
-#                         "fused2", the second generation's forward (fp32/tf32 only; its backward
-#                         is the first generation's)
+#                         "fused2", the second generation (fp32/tf32 only: the register-tiled
+#                         forward and the one-pass, 5-product backward)
 #       gpt2         300  bench/gpu/run.sh: GPT-2 small training tokens/s against PyTorch eager, SDPA
 #                         and torch.compile + FlexAttention (PRECISIONS="bf16 tf32 fp32": the most
 #                         wanted rows first, so that an overrun keeps them)
@@ -655,7 +655,7 @@ step_cuda_tests() { run_ctest cuda-tests -R "$gpu_tests_re"; }
 step_suite() { run_ctest suite -E "$gpu_tests_re"; }
 
 # The fused attention programs bench_flash_gpu offers (its usage line: --attention a|b|...), without
-# "materialized" (the unfused reference). Today: "fused" and "fused2" (the second generation's forward);
+# "materialized" (the unfused reference). Today: "fused" and "fused2" (the second generation, forward and backward);
 # a program listed there is run by every step below.
 fused_programs() {
     local usage_text
@@ -684,7 +684,7 @@ step_parity() {
                 --dtype "$dt" --attention "$p" --device cuda --warmup 0 --reps 1 --dump "$dir" >"$log" 2>&1 &&
                 "$BIASKIT_PYTHON" "$src/bench/gpu/check_dump.py" "$dir" >>"$log" 2>&1; then
                 echo "- $p $dt: PASS: $(grep '^check_dump:' "$log" | tail -n 1)" | tee -a "$out"
-            elif grep -q "has an fp32 forward only" "$log"; then # fused2 (issue 26 §2): no bf16 program yet
+            elif grep -q "has fp32 programs only" "$log"; then # fused2 (issue 26 §2): no bf16 program yet
                 echo "- $p $dt: n/a ($(last_line_of "$log"))" | tee -a "$out"
             else
                 echo "- $p $dt: FAIL: $(last_line_of "$log") (log: $log)" | tee -a "$out"
@@ -738,7 +738,7 @@ step_attention() {
                             line=$(grep '^RESULT ' <<<"$text" | tail -n 1 || true)
                             if [ -n "$line" ]; then
                                 echo "| $p | $dt | $D | $T | $md | $(sed -E 's/.* tflops=([^ ]+).*/\1/' <<<"$line") | $(sed -E 's/.* ms=([^ ]+).*/\1/' <<<"$line") |"
-                            elif grep -q "has an fp32 forward only" <<<"$text"; then # fused2: no bf16 program yet
+                            elif grep -q "has fp32 programs only" <<<"$text"; then # fused2: no bf16 program yet
                                 echo "| $p | $dt | $D | $T | $md | n/a (fp32 only) | - |"
                             else
                                 echo "| $p | $dt | $D | $T | $md | failed | - |"

@@ -1,5 +1,6 @@
-/* The fused attention's second-generation forward (core/gpu/kernels_flash2.h, ops_flash2.h) on the emulated
- * backend (the device code compiled as C, a warp's lanes run one by one over per-lane register arrays):
+/* The fused attention's second generation (core/gpu/kernels_flash2.h, kernels_flash2_bwd.h, ops_flash2.h) on
+ * the emulated backend (the device code compiled as C, a warp's lanes run one by one over per-lane register
+ * arrays, blocks on OpenMP threads):
  *
  *  - program_matches_first_generation: each instantiation (head size x key tile: 16 x 64, 32 x 64, 64 x 64,
  *    64 x 32, 128 x 32, 128 x 16), launched directly, gives the same bits as the first generation's
@@ -19,7 +20,15 @@
  *  - order_matters: a scalar host model of one row (key tiles in the first generation's order, its
  *    online-softmax step k_flash_online_row, PV keys ascending) gives the programs' bits for every row,
  *    and the same model with the key tiles walked from the diagonal down (FlashAttention-2's order)
- *    does not: the bit comparisons above can fail when an order changes. */
+ *    does not: the bit comparisons above can fail when an order changes;
+ *  - backward_matches_first_generation: be->attention_backward with flash_gen 2 (the one-pass backward,
+ *    kernels_flash2_bwd.h) against 0, fp32 and tf32: dqkv (added into random start values), the token
+ *    and segment streams' table gradients, dgrid, dphi, drscale and dscale bit for bit, head sizes 16,
+ *    64, 128, 160 (the plan's tiles 64, 32, 32, 16), the five lengths, each term alone and all together,
+ *    and again with the phases' threads in reverse order; the second generation visits each tile pair
+ *    once where the first visits it twice. Blocks run on the OpenMP threads (one per core), so the
+ *    turns between blocks are exercised where there are two or more: with the wait for a turn removed,
+ *    the comparison fails on two threads (tried). */
 #include "test_util.h"
 #include "test_random.h"
 
@@ -455,6 +464,182 @@ static void order_matters(void **state)
     free_problem(&pb);
 }
 
+/* ---- the backward ---------------------------------------------------------------------------------- */
+
+/* What a backward writes (host copies): dqkv, the two streams' table gradients and the four ABI 2
+ * gradients, each started from random values (the backward adds into them). */
+typedef struct grads {
+    float *dqkv, *dtable[BK_STREAM_COUNT], *dgrid, *dphi, *drscale, *dscale;
+    size_t n[5 + BK_STREAM_COUNT]; /* element counts: dqkv, dtable[s]..., dgrid, dphi, drscale, dscale */
+} grads;
+
+static void grads_free(grads *g)
+{
+    free(g->dqkv), free(g->dgrid), free(g->dphi), free(g->drscale), free(g->dscale);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        free(g->dtable[s]);
+}
+
+/* A backend buffer of n floats holding a copy of host[0 .. n-1] (NULL when host is NULL). */
+static float *dev_floats(bk_backend *be, void **mem, int *k, const float *host, size_t n)
+{
+    return (float *)dev_copy(be, mem, k, host, n * sizeof(float));
+}
+
+/* be->attention_backward of the problem with bk_dev.flash_gen = gen (the forward's out and lse by the
+ * first generation), every gradient the bias has wanted; `visits` receives the tile pairs the fused
+ * programs visited (bk_emulated_tile_visits: dK/dV and dQ). */
+static grads dev_backward(bk_backend *be, const problem *pb, int gen, long long visits[2])
+{
+    const int B = pb->B, T = pb->T, C = pb->C, H = pb->H;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * H * T;
+    bk_error err = {0};
+    void *mem[32] = {0};
+    int n = 0;
+    bk_attention_bias bias = bias_of(pb);
+    const float *qkv = dev_floats(be, mem, &n, pb->qkv, nqkv);
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        bias.table[s] = dev_floats(be, mem, &n, pb->table[s], (size_t)H * pb->D);
+        bias.positions[s] = dev_copy(be, mem, &n, pb->pos[s], (size_t)B * T * sizeof(int32_t));
+    }
+    bias.scale = dev_floats(be, mem, &n, pb->scale, (size_t)H * T);
+    bias.grid = dev_floats(be, mem, &n, pb->grid, (size_t)H * pb->points);
+    bias.phi = dev_floats(be, mem, &n, pb->phi, (size_t)pb->D);
+    bias.rscale = dev_floats(be, mem, &n, pb->rscale, (size_t)T);
+
+    /* the starting values of every output, and dO: the same for both generations (seeded) */
+    grads g;
+    memset(&g, 0, sizeof g);
+    rng_state = 0xbac4 + (uint64_t)T;
+    float *dout = random_floats(nout, 1.0);
+    g.n[0] = nqkv, g.dqkv = random_floats(nqkv, 0.5);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (pb->table[s])
+            g.n[1 + s] = (size_t)H * pb->D, g.dtable[s] = random_floats(g.n[1 + s], 0.5);
+    if (pb->grid) {
+        g.n[1 + BK_STREAM_COUNT] = (size_t)H * pb->points, g.dgrid = random_floats(g.n[1 + BK_STREAM_COUNT], 0.5);
+        g.n[2 + BK_STREAM_COUNT] = (size_t)pb->D, g.dphi = random_floats((size_t)pb->D, 0.5);
+        g.n[3 + BK_STREAM_COUNT] = (size_t)T, g.drscale = random_floats((size_t)T, 0.5);
+    }
+    if (pb->scale)
+        g.n[4 + BK_STREAM_COUNT] = (size_t)H * T, g.dscale = random_floats(g.n[4 + BK_STREAM_COUNT], 0.5);
+
+    float *ddqkv = dev_floats(be, mem, &n, g.dqkv, nqkv), *ddout = dev_floats(be, mem, &n, dout, nout);
+    float *dtable[BK_STREAM_COUNT];
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        dtable[s] = dev_floats(be, mem, &n, g.dtable[s], g.n[1 + s]);
+    bias.dgrid = dev_floats(be, mem, &n, g.dgrid, g.n[1 + BK_STREAM_COUNT]);
+    bias.dphi = dev_floats(be, mem, &n, g.dphi, g.n[2 + BK_STREAM_COUNT]);
+    bias.drscale = dev_floats(be, mem, &n, g.drscale, g.n[3 + BK_STREAM_COUNT]);
+    bias.dscale = dev_floats(be, mem, &n, g.dscale, g.n[4 + BK_STREAM_COUNT]);
+
+    void *out = NULL, *lse = NULL;
+    if (be->alloc(be, &out, nout * sizeof(float), &err) != BK_OK || be->alloc(be, &lse, nlse * sizeof(float), &err))
+        fail_msg("%s: alloc: %s", be->name, err.message);
+    if (be->attention_forward(be, (float *)out, (float *)lse, qkv, &bias, B, T, C, H, &err) != BK_OK)
+        fail_msg("%s: attention forward: %s", be->name, err.message);
+    bk_dev *d = (bk_dev *)be->impl;
+    const long long v0 = bk_emulated_tile_visits[K_FLASH_DKDV], q0 = bk_emulated_tile_visits[K_FLASH_DQ];
+    d->flash_gen = gen;
+    const int rc = be->attention_backward(be, ddqkv, dtable, ddout, qkv, (const float *)out, (const float *)lse, &bias,
+                                          B, T, C, H, &err);
+    d->flash_gen = 0;
+    if (rc != BK_OK)
+        fail_msg("%s: attention backward (flash_gen %d): %s", be->name, gen, err.message);
+    visits[0] = bk_emulated_tile_visits[K_FLASH_DKDV] - v0, visits[1] = bk_emulated_tile_visits[K_FLASH_DQ] - q0;
+    if (be->download(be, g.dqkv, ddqkv, nqkv * sizeof(float), &err) != BK_OK)
+        fail_msg("%s: download: %s", be->name, err.message);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (g.dtable[s] && be->download(be, g.dtable[s], dtable[s], g.n[1 + s] * sizeof(float), &err) != BK_OK)
+            fail_msg("%s: download: %s", be->name, err.message);
+    float *host[4] = {g.dgrid, g.dphi, g.drscale, g.dscale};
+    float *devp[4] = {bias.dgrid, bias.dphi, bias.drscale, bias.dscale};
+    for (int k = 0; k < 4; k++)
+        if (host[k] && be->download(be, host[k], devp[k], g.n[1 + BK_STREAM_COUNT + k] * sizeof(float), &err) != BK_OK)
+            fail_msg("%s: download: %s", be->name, err.message);
+    be->release(be, out), be->release(be, lse);
+    for (int k = 0; k < n; k++)
+        be->release(be, mem[k]);
+    free(dout);
+    return g;
+}
+
+static void expect_same_grads(const char *label, const grads *x, const grads *y, const problem *pb)
+{
+    expect_same_bits("dqkv", label, x->dqkv, y->dqkv, (size_t)pb->B * pb->T * 3 * pb->C);
+    static const char *const names[BK_STREAM_COUNT] = {"dtable (token stream)", "dtable (segment stream)"};
+    for (int s = 0; s < BK_STREAM_COUNT && s < 2; s++)
+        if (x->dtable[s])
+            expect_same_bits(names[s], label, x->dtable[s], y->dtable[s], (size_t)pb->H * pb->D);
+    if (x->dgrid) {
+        expect_same_bits("dgrid", label, x->dgrid, y->dgrid, (size_t)pb->H * pb->points);
+        expect_same_bits("dphi", label, x->dphi, y->dphi, (size_t)pb->D);
+        expect_same_bits("drscale", label, x->drscale, y->drscale, (size_t)pb->T);
+    }
+    if (x->dscale)
+        expect_same_bits("dscale", label, x->dscale, y->dscale, (size_t)pb->H * pb->T);
+}
+
+/* The backward through be->attention_backward with flash_gen 2 against 0 on the emulated backend: the same
+ * bits in dqkv (added into), both streams' table gradients and the four ABI 2 gradients, at head sizes
+ * 16, 64, 128 and 160 (plan tiles 64, 32, 32 and 16), the five lengths and the terms alone and together;
+ * with the phases' threads in reverse order; each tile pair visited once by the second generation where
+ * the first visits it twice (k_flash_dkdv and k_flash_dq: the two products the second does not repeat). */
+static void check_backward(bk_backend *be)
+{
+    static const int heads[] = {16, 64, 128, 160};
+    static const int lengths[] = {1, 17, 64, 65, 200};
+    static const int flag_sets[] = {F_TOKEN, F_TOKEN | F_SEGMENT, F_TOKEN | F_MASK | F_SCALE, F_GRID | F_SCALE,
+                                    F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID};
+    const int all = F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID;
+    int cases = 0;
+    long long pairs = 0;
+    for (size_t hh = 0; hh < sizeof heads / sizeof heads[0]; hh++)
+        for (size_t t = 0; t < sizeof lengths / sizeof lengths[0]; t++)
+            for (size_t f = 0; f < sizeof flag_sets / sizeof flag_sets[0]; f++) {
+                const int hd = heads[hh], T = lengths[t];
+                if ((hd == 16 || hd == 160) && flag_sets[f] != all) /* other tiles: the full set of terms */
+                    continue;
+                problem pb = make_problem(2, T, hd, 2, flag_sets[f], 0xb0c + 31 * hh + 7 * t + f);
+                char label[128];
+                snprintf(label, sizeof label, "%s backward, head size %d T %d terms %#x", be->name, hd, T,
+                         flag_sets[f]);
+                long long v1[2], v2[2], v3[2];
+                grads g1 = dev_backward(be, &pb, 0, v1), g2 = dev_backward(be, &pb, 2, v2);
+                expect_same_grads(label, &g2, &g1, &pb);
+                bk_emulated_thread_order = 1;
+                grads g3 = dev_backward(be, &pb, 2, v3);
+                bk_emulated_thread_order = 0;
+                expect_same_grads(label, &g3, &g2, &pb);
+                if (v1[0] != v1[1] || v2[0] != v1[0] || v2[1] != 0)
+                    fail_msg("%s: tile pairs visited: first generation %lld (dK/dV) + %lld (dQ), second %lld + %lld; "
+                             "expected the second to visit the first's dK/dV pairs once and nothing more",
+                             label, v1[0], v1[1], v2[0], v2[1]);
+                pairs += v2[0];
+                grads_free(&g1), grads_free(&g2), grads_free(&g3);
+                free_problem(&pb);
+                cases++;
+            }
+    print_message("%s: second-generation backward = first generation, bit for bit: %d cases, %lld tile pairs "
+                  "visited once (the first generation: twice)\n",
+                  be->name, cases, pairs);
+}
+
+static void backward_matches_first_generation(void **state)
+{
+    (void)state;
+    bk_backend *be = NULL;
+    bk_error err = {0};
+    if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create: %s", err.message);
+    check_backward(be);
+    bk_backend_destroy(be);
+    if (bk_backend_emulated_create(&be, BK_MATMUL_TF32, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create (tf32): %s", err.message);
+    check_backward(be);
+    bk_backend_destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -462,6 +647,7 @@ int main(void)
         cmocka_unit_test(dispatch_selects_second_generation),
         cmocka_unit_test(cuda_dispatch),
         cmocka_unit_test(order_matters),
+        cmocka_unit_test(backward_matches_first_generation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,9 +26,10 @@
  * PyTorch's bf16 tensors: be->attention_forward_bf16 / attention_backward_bf16) or fp32 (the default
  * with --dtype fp32; with --dtype bf16 the tensor cores then round the fp32 values as tiles are
  * loaded, which is what the model does today). dqkv and the table gradient are fp32 either way.
- * --attention fused2: the fused attention with the second generation's forward (gpu/kernels_flash2.h,
- * bk_dev.flash_gen = 2; fp32 only, for the head sizes it has a program for, else the first generation runs);
- * the backward is the first generation's either way.
+ * --attention fused2: the fused attention's second generation (bk_dev.flash_gen = 2; fp32 only): the forward
+ * of gpu/kernels_flash2.h for the head sizes it has a program for (else the first generation's), the
+ * one-pass backward of gpu/kernels_flash2_bwd.h (5 products per tile pair instead of 7) where its block fits
+ * the GPU's shared memory (else the first generation's).
  * --dump DIR: after the timing, one more call (forward, and backward into zeroed dqkv and dtable) whose
  * inputs and results are written to DIR as raw little-endian float32 files: qkv (B, T, 3C), out (B, T,
  * C), table (H, T) unless --table none, and with fwdbwd dout (B, T, C), dqkv (B, T, 3C) and, for a
@@ -222,7 +223,7 @@ int main(int argc, char **argv)
         return usage();
     }
     if (bf16 && !strcmp(o.attention, "fused2")) {
-        fprintf(stderr, "bench_flash_gpu: --attention fused2 has an fp32 forward only: use --dtype fp32\n");
+        fprintf(stderr, "bench_flash_gpu: --attention fused2 has fp32 programs only (forward and backward): use --dtype fp32\n");
         return usage();
     }
     if (b16 && (!bf16 || !strcmp(o.attention, "materialized"))) {

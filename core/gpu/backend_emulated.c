@@ -4,11 +4,13 @@
  * each GEMM is a column-major cblas_sgemm per batch entry, with cublasSgemmStridedBatched's
  * arguments unchanged. Memory is host memory, but the model goes through upload/download as it
  * would for a GPU (on_device = 1), so that a missing transfer shows up here too. */
+#define _POSIX_C_SOURCE 200809L /* sched_yield */
 #include "gpu/dev.h"
 #include "gpu/mma.h" /* bk_bf16_round, bk_tf32_round */
 #include "model/backend.h"
 
 #include <cblas.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +53,26 @@ int bk_emulated_launch_cta(int64_t n, bk_dev_cta_program f, const void *args, si
         return bk_fail(err, BK_ERR_NOMEM, "emulated device: out of memory for %zu bytes of a block's shared memory",
                        smem_bytes);
     return BK_OK;
+}
+
+/* Turns between blocks (gpu/dev.h): blocks run on the host threads of bk_emulated_launch_cta, which
+ * hands them out in ascending order, and take tickets when they start; a turn is waited for by an acquire
+ * load (yielding the processor, since the block that passes it may share this core) and passed by a
+ * release store after all of the block's writes (one block runs on one host thread). */
+uint32_t bk_dev_ticket(uint32_t *counter)
+{
+    return __atomic_fetch_add(counter, 1u, __ATOMIC_ACQ_REL);
+}
+
+void bk_dev_wait_turn(int32_t *turn, int32_t me)
+{
+    while (__atomic_load_n(turn, __ATOMIC_ACQUIRE) != me)
+        sched_yield();
+}
+
+void bk_dev_pass_turn(int32_t *turn, int32_t next)
+{
+    __atomic_store_n(turn, next, __ATOMIC_RELEASE);
 }
 
 /* --- the primitives of gpu/dev.h ------------------------------------------------------------------ */

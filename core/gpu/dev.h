@@ -69,6 +69,7 @@ enum {
     BK_DEV_SCRATCH_HOST_ARGS,   /* small argument arrays uploaded for one call */
     BK_DEV_SCRATCH_BF16,        /* a GEMM's fp32 operand rounded to bf16 (bf16 storage) */
     BK_DEV_SCRATCH_ATT_V2,      /* the fused attention's partials of the ABI 2 gradients (kernels_flash.h) */
+    BK_DEV_SCRATCH_ATT_TURN,    /* the second-generation backward's turns and ticket (kernels_flash2_bwd.h) */
     BK_DEV_SCRATCH_COUNT
 };
 
@@ -78,8 +79,8 @@ typedef struct bk_dev {
     int tf32;                /* TF32 matmuls */
     int bf16;                /* bf16 tensor-core matmuls (cuBLAS's compute type 32F_FAST_16BF) */
     size_t smem_optin;       /* shared memory a block may have (the GPU's opt-in limit; 0: no limit) */
-    int flash_gen;           /* 2: the fused forward's second generation (gpu/ops_flash2.h) where it has a
-                                program; 0 (the default) or 1: the first generation */
+    int flash_gen;           /* 2: the fused attention's second generation (gpu/ops_flash2.h), forward and
+                                backward, where it has a program; 0 (the default) or 1: the first */
     void *scratch[BK_DEV_SCRATCH_COUNT];
     size_t scratch_bytes[BK_DEV_SCRATCH_COUNT];
 } bk_dev;
@@ -194,6 +195,41 @@ int bk_emulated_launch_cta(int64_t n, bk_dev_cta_program f, const void *args, si
 #define BK_LAUNCH_CTA(d, F, A, n, smem_bytes, args, err)                                                  \
     ((void)(d), bk_emulated_launch_cta((int64_t)(n), F, &(args), (size_t)(smem_bytes), (err)))
 
+#endif
+
+/* Turns between blocks (the fused attention's second-generation backward, kernels_flash2_bwd.h): terms
+ * from several blocks added into one place in a fixed order without atomics on the values.
+ *   bk_dev_ticket(counter)        the block's place in line: 0, 1, 2, ... in the order blocks start (one
+ *                                 thread per block calls it);
+ *   bk_dev_wait_turn(turn, me)    one thread of the block spins until *turn == me, then what the block
+ *                                 that passed the turn wrote is visible to it (and, after the phase's
+ *                                 barrier, to the block);
+ *   bk_dev_pass_turn(turn, next)  one thread, after a barrier that follows the block's writes: they are
+ *                                 made visible, then *turn = next.
+ * A block may wait only for a turn that a block with an earlier ticket passes: that block has started
+ * and runs to its end, so every wait ends. On the GPU: atomics on global memory and __threadfence (the
+ * pattern of cooperative groups' grid barrier). In C (backend_emulated.c): blocks run on host threads in
+ * ticket order, the spin an acquire load that yields the processor, the pass a release store. */
+#if defined(__CUDA_ARCH__)
+static __device__ inline uint32_t bk_dev_ticket(uint32_t *counter)
+{
+    return atomicAdd(counter, 1u);
+}
+static __device__ inline void bk_dev_wait_turn(int32_t *turn, int32_t me)
+{
+    while (atomicAdd(turn, 0) != me)
+        __nanosleep(32);
+    __threadfence();
+}
+static __device__ inline void bk_dev_pass_turn(int32_t *turn, int32_t next)
+{
+    __threadfence();
+    atomicExch(turn, next);
+}
+#else
+uint32_t bk_dev_ticket(uint32_t *counter);
+void bk_dev_wait_turn(int32_t *turn, int32_t me);
+void bk_dev_pass_turn(int32_t *turn, int32_t next);
 #endif
 
 /* The tile pairs the fused attention's block programs visit (kernels_flash.h: index K_FLASH_FWD, _DKDV,

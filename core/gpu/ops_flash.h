@@ -277,9 +277,14 @@ static int dev_flash_backward_io(bk_backend *be, const k_flash_args *io, float *
     if ((rc = dev_flash_v2_partials(d, &a, bias, err)) != BK_OK)
         return rc;
 
-    if ((rc = BK_LAUNCH(d, k_flash_dsum, k_flash_args, rows, a, err)) != BK_OK)
+    int ran = 0; /* the second generation, where it has a program (ops_flash2.h) */
+    if (d->flash_gen == 2 && !plan.tensor && (rc = dev_flash2_backward(d, &a, &ran, err)) != BK_OK)
         return rc;
-    if (plan.tensor) {
+    if (ran) {
+        /* D, dQ, dK, dV and the partials are done: the reductions below as after the first generation */
+    } else if ((rc = BK_LAUNCH(d, k_flash_dsum, k_flash_args, rows, a, err)) != BK_OK) {
+        return rc;
+    } else if (plan.tensor) {
         if ((rc = BK_LAUNCH_CTA(d, k_flash_tc_dkdv, k_flash_args, blocks, plan.smem_dkdv, a, err)) != BK_OK ||
             (rc = BK_LAUNCH_CTA(d, k_flash_tc_dq, k_flash_args, blocks, plan.smem_dq, a, err)) != BK_OK)
             return rc;
