@@ -365,20 +365,30 @@ static void check_dispatch(bk_backend *be, int exact)
         }
 }
 
+/* check(emulated backend) with matmul fp32, then tf32: [run] matmul = "tf32" leaves the fused attention's
+ * programs fp32 (both generations'). */
+static void on_emulated_fp32_and_tf32(void (*check)(bk_backend *be))
+{
+    static const int modes[2] = {BK_MATMUL_FP32, BK_MATMUL_TF32};
+    for (int m = 0; m < 2; m++) {
+        bk_backend *be = NULL;
+        bk_error err = {0};
+        if (bk_backend_emulated_create(&be, modes[m], &err) != BK_OK)
+            fail_msg("bk_backend_emulated_create (%s): %s", m ? "tf32" : "fp32", err.message);
+        check(be);
+        bk_backend_destroy(be);
+    }
+}
+
+static void check_dispatch_exact(bk_backend *be)
+{
+    check_dispatch(be, 1);
+}
+
 static void dispatch_selects_second_generation(void **state)
 {
     (void)state;
-    bk_backend *be = NULL;
-    bk_error err = {0};
-    if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
-        fail_msg("bk_backend_emulated_create: %s", err.message);
-    check_dispatch(be, 1);
-    bk_backend_destroy(be);
-    /* [run] matmul = "tf32" leaves the fused attention's programs fp32 (the first generation's and this) */
-    if (bk_backend_emulated_create(&be, BK_MATMUL_TF32, &err) != BK_OK)
-        fail_msg("bk_backend_emulated_create (tf32): %s", err.message);
-    check_dispatch(be, 1);
-    bk_backend_destroy(be);
+    on_emulated_fp32_and_tf32(check_dispatch_exact);
 }
 
 static void cuda_dispatch(void **state)
@@ -628,16 +638,7 @@ static void check_backward(bk_backend *be)
 static void backward_matches_first_generation(void **state)
 {
     (void)state;
-    bk_backend *be = NULL;
-    bk_error err = {0};
-    if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
-        fail_msg("bk_backend_emulated_create: %s", err.message);
-    check_backward(be);
-    bk_backend_destroy(be);
-    if (bk_backend_emulated_create(&be, BK_MATMUL_TF32, &err) != BK_OK)
-        fail_msg("bk_backend_emulated_create (tf32): %s", err.message);
-    check_backward(be);
-    bk_backend_destroy(be);
+    on_emulated_fp32_and_tf32(check_backward);
 }
 
 int main(void)
