@@ -98,6 +98,7 @@ static bk_data_config text_config(const char *const *paths, int n, const char *c
     c.extensions = ext;
     c.n_extensions = n_ext;
     c.val_fraction = f;
+    c.split = BK_SPLIT_TAIL; /* the walk's order shows in the tail; the split by document: split_by_documents */
     return c;
 }
 
@@ -482,7 +483,183 @@ static bk_data_config shard_config(const char *const *paths, int n, double f)
     c.paths = paths;
     c.n_paths = n;
     c.val_fraction = f;
+    c.split = BK_SPLIT_TAIL; /* the walk's order shows in the tail; the split by document: split_by_documents */
     return c;
+}
+
+/* ---- the split by document (data/split.h) ---- */
+
+/* 20 documents doc00.txt .. doc19.txt, document k of 40 + 7 k bytes, every byte the letter 'A' + k: a
+ * token says which document it came from. */
+static void write_documents(const char *dir)
+{
+    make_dir(dir);
+    for (int k = 0; k < 20; k++) {
+        char rel[128], text[256];
+        snprintf(rel, sizeof rel, "%s/doc%02d.txt", dir, k);
+        memset(text, 'A' + k, (size_t)(40 + 7 * k));
+        write_bytes(rel, text, (size_t)(40 + 7 * k));
+    }
+}
+
+/* Which documents a stream holds (bit k: document k), checking that each is whole, in ascending order. */
+static unsigned documents_of(const bk_tokens *t)
+{
+    unsigned set = 0;
+    int64_t i = 0;
+    int last = -1;
+    while (i < t->count) {
+        const int k = t->tokens[i] - 'A';
+        assert_true(k >= 0 && k < 20);
+        assert_true(k > last); /* the corpus's order, each document once */
+        for (int64_t j = 0; j < 40 + 7 * k; j++) /* whole */
+            assert_int_equal(t->tokens[i + j], 'A' + k);
+        set |= 1u << k, last = k, i += 40 + 7 * k;
+    }
+    return set;
+}
+
+static void split_by_documents(void **state)
+{
+    (void)state;
+    write_documents("docs");
+    const char *paths[1] = {at("docs")};
+    int64_t total = 0;
+    for (int k = 0; k < 20; k++)
+        total += 40 + 7 * k;
+    bk_tokens train, val;
+    bk_error err;
+    bk_data_split split;
+    bk_data_config c = text_config(paths, 1, NULL, 0, 0.2);
+    c.split = BK_SPLIT_DOCUMENTS, c.split_seed = 7, c.split_out = &split;
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_OK);
+    const unsigned tv = documents_of(&train), vv = documents_of(&val);
+    assert_int_equal(tv & vv, 0);       /* no document on both sides */
+    assert_int_equal(tv | vv, 0xfffff); /* every one on a side */
+    assert_int_equal(train.count + val.count, total);
+    /* validation holds at least its share and at most twice it (documents are whole) */
+    assert_true((double)val.count >= 0.2 * (double)total && (double)val.count <= 0.4 * (double)total);
+    /* the description: the documents of validation, in corpus order, with their bytes */
+    assert_int_equal(split.mode, BK_SPLIT_DOCUMENTS);
+    assert_int_equal(split.units[1], val.count);
+    assert_int_equal(split.units[0], train.count);
+    assert_int_equal(split.files[0] + split.files[1], 20);
+    assert_int_equal(split.n_val, split.files[1]);
+    for (int i = 0, k = 0; i < split.n_val; i++, k++) {
+        while (!(vv >> k & 1))
+            k++;
+        char name[32];
+        snprintf(name, sizeof name, "doc%02d.txt", k);
+        assert_non_null(strstr(split.val_files[i], name));
+        assert_int_equal(split.val_units[i], 40 + 7 * k);
+    }
+    char line[1024];
+    bk_data_split_describe(&split, 2, line, sizeof line);
+    assert_message_has(line, "validation: ");
+    assert_message_has(line, "documents by split_seed 7");
+    assert_message_has(line, "bytes");
+    assert_message_has(line, "more");
+    assert_message_has(val.name, "split_seed 7");
+    /* bk_data_plan: the same split from the sizes alone */
+    bk_data_split plan;
+    assert_int_equal(bk_data_plan(&c, &plan, &err), BK_OK);
+    assert_int_equal(plan.n_val, split.n_val);
+    assert_int_equal(plan.units[1], split.units[1]);
+    for (int i = 0; i < plan.n_val; i++)
+        assert_string_equal(plan.val_files[i], split.val_files[i]);
+    bk_data_split_free(&plan);
+    /* split.json */
+    char json[600];
+    snprintf(json, sizeof json, "%s/split.json", tmp_root);
+    assert_int_equal(bk_data_split_write_json(&split, json, &err), BK_OK);
+    FILE *f = fopen(json, "r");
+    assert_non_null(f);
+    char text[8192];
+    const size_t got = fread(text, 1, sizeof text - 1, f);
+    text[got] = '\0';
+    fclose(f);
+    assert_message_has(text, "\"split\": \"documents\", \"seed\": 7");
+    assert_message_has(text, "\"unit\": \"bytes\"");
+    assert_message_has(text, split.val_files[0]);
+    bk_data_split_free(&split);
+    bk_tokens_free(&train);
+    bk_tokens_free(&val);
+
+    /* the same seed, the same documents; among other seeds, other documents */
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_OK);
+    assert_int_equal(documents_of(&val), vv);
+    bk_data_split_free(&split);
+    bk_tokens_free(&train);
+    bk_tokens_free(&val);
+    int others = 0;
+    for (uint64_t seed = 0; seed < 6; seed++) {
+        c.split_seed = seed, c.split_out = NULL;
+        assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_OK);
+        others += documents_of(&val) != vv;
+        bk_tokens_free(&train);
+        bk_tokens_free(&val);
+    }
+    assert_true(others >= 5);
+
+    /* max_bytes: the documents the limit reaches in sorted order, the last one cut (doc00..doc02 whole:
+     * 40 + 47 + 54 = 141 bytes, then 9 of doc03's 61) */
+    c.split_seed = 1, c.max_bytes = 150, c.split_out = &split;
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_OK);
+    assert_int_equal(train.count + val.count, 150);
+    assert_int_equal(split.files[0] + split.files[1], 4);
+    bk_data_split_free(&split);
+    bk_tokens_free(&train);
+    bk_tokens_free(&val);
+
+    /* one document: the tail, and the split says why */
+    c.max_bytes = 30; /* inside doc00 */
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_OK);
+    assert_int_equal(split.mode, BK_SPLIT_TAIL);
+    assert_message_has(split.note, "one document within max_bytes");
+    assert_int_equal(val.count, 6); /* round(30 * 0.2) */
+    assert_int_equal(split.first_part, 1);
+    bk_data_split_describe(&split, 8, line, sizeof line);
+    assert_message_has(line, "the last 20% of the stream");
+    assert_message_has(line, "doc00.txt (part)");
+    assert_message_has(line, "cannot be split by document");
+    bk_data_split_free(&split);
+    bk_tokens_free(&train);
+    bk_tokens_free(&val);
+
+    /* the tail on request: the alphabetical end, its files listed (doc19 whole, doc18 in part) */
+    c.max_bytes = 0, c.split = BK_SPLIT_TAIL;
+    assert_int_equal(bk_data_load(&c, 256, 1, &train, &val, &err), BK_OK);
+    assert_int_equal(split.mode, BK_SPLIT_TAIL);
+    assert_string_equal(split.note, "");
+    assert_int_equal(split.units[1], val.count);
+    assert_int_equal(val.tokens[val.count - 1], 'A' + 19);
+    assert_non_null(strstr(split.val_files[split.n_val - 1], "doc19.txt"));
+    int64_t listed = 0;
+    for (int i = 0; i < split.n_val; i++)
+        listed += split.val_units[i];
+    assert_int_equal(listed, val.count);
+    bk_data_split_free(&split);
+    bk_tokens_free(&train);
+    bk_tokens_free(&val);
+}
+
+/* bk_split_choose alone: a document more than twice the share is passed over; when all are, the smallest
+ * is taken; one document always stays for training. */
+static void split_choose_rules(void **state)
+{
+    (void)state;
+    unsigned char val[4];
+    const int64_t big[3] = {1000, 1000, 10};
+    bk_split_choose(big, 3, 0.05, 3, val); /* share 100.5: only the 10-byte one fits */
+    assert_int_equal(val[0] + val[1], 0);
+    assert_int_equal(val[2], 1);
+    const int64_t huge[2] = {500, 400};
+    bk_split_choose(huge, 2, 0.01, 0, val); /* neither fits: the smaller */
+    assert_int_equal(val[0], 0);
+    assert_int_equal(val[1], 1);
+    const int64_t even[3] = {10, 10, 10};
+    bk_split_choose(even, 3, 0.9, 5, val); /* 90% asked: two of three, one stays */
+    assert_int_equal(val[0] + val[1] + val[2], 2);
 }
 
 static void shards(void **state)
@@ -858,6 +1035,7 @@ int main(void)
         cmocka_unit_test(non_regular_files_are_refused),
         cmocka_unit_test(a_file_is_read_once),
         cmocka_unit_test(split_by_fraction), cmocka_unit_test(split_by_paths),
+        cmocka_unit_test(split_by_documents), cmocka_unit_test(split_choose_rules),
         cmocka_unit_test(shards),           cmocka_unit_test(shard_errors),
         cmocka_unit_test(shard_size_must_match_header),
         cmocka_unit_test(loader_windows_and_epochs), cmocka_unit_test(loader_shuffle_is_uniform),

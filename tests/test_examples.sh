@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every runnable example (an examples/*.toml with a [data] section) trains and evaluates: two steps on
-# a small slice of its corpus, a checkpoint, then evaluation at 1x and 2x the training length. This
+# a small slice of its corpus, a checkpoint, then evaluation at 1x and 2x the training length (20,000
+# validation tokens at most, whatever the documents of the split hold). This
 # is what a user runs first; a plugin, a key or a path that breaks one of them fails here. An example
 # too big for two CPU steps in a test (GPT-2 small) names a smaller shape in a line
 #   # test_examples: --set model.layers=2 --set train.length=128
@@ -23,7 +24,7 @@ for ex in "$src"/examples/*.toml; do
     out=$("$bk" train "$ex" --plain "${extra[@]}" --set train.steps=2 --set train.batch=2 --set train.warmup=1 \
         --set train.eval_every=0 --set train.eval_batches=1 --set data.max_bytes=400000 \
         --set run.out_dir="$work/$name" 2>&1) &&
-        out=$("$bk" eval "$work/$name/checkpoint.safetensors" --lengths "$length,$((2 * length))" 2>&1) &&
+        out=$("$bk" eval "$work/$name/checkpoint.safetensors" --lengths "$length,$((2 * length))" --tokens 20000 2>&1) &&
         grep -Eq "^ +$((2 * length)) +2\.00 " <<<"$out"
     rc=$?
     if [ $rc -ne 0 ]; then

@@ -8,7 +8,8 @@
  *   [attention]  mixing ("sum" | "kernel"), learn_weights (false | true | "per_term" | "per_head")
  *   [train]      length, seed, batch, steps, learning-rate schedule, AdamW, clipping, evaluation cadence,
  *                nonfinite ("stop" | "skip")
- *   [data]       format ("text" | "shards"), paths, val_paths, val_fraction, extensions, max_bytes
+ *   [data]       format ("text" | "shards"), paths, val_paths, val_fraction, split, split_seed,
+ *                extensions, max_bytes
  *   [run]        device ("auto" | "cpu" | "cuda" | "emulated"), matmul ("fp32" | "tf32" | "bf16"),
  *                attention ("fused" | "materialized"), precision ("fp32" | "bf16"), out_dir, threads,
  *                gpu (-1 = by local rank | N)
@@ -33,6 +34,7 @@
 #define BK_ATTENTION_CHOICES "fused|materialized" /* the order of bk_attention_mode (model/backend.h) */
 #define BK_PRECISION_CHOICES "fp32|bf16" /* the order of bk_precision (model/backend.h) */
 #define BK_DATA_FORMAT_CHOICES "text|shards"
+#define BK_DATA_SPLIT_CHOICES "documents|tail" /* bk_split_mode's first two (data/split.h) */
 #define BK_NONFINITE_CHOICES "stop|skip"
 /* [attention] learn_weights: a boolean (false, true = "per_term") or one of these words; stored as a
  * bk_learn_weights. */
@@ -122,6 +124,8 @@ typedef struct bk_experiment {
         bk_string_list paths;
         bk_string_list val_paths;
         double val_fraction;
+        int64_t split;          /* BK_DATA_SPLIT_CHOICES */
+        int64_t split_seed;
         bk_string_list extensions;
         int64_t max_bytes;
     } data;

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "data/data.h"
+#include "data/split.h"
 
 #include "util/file.h"
 #include "util/rng.h"
@@ -479,6 +480,32 @@ static int check_distinct(stream_files *const *streams, int n_streams, bk_error 
     return rc;
 }
 
+/* "a, b, c" of the configured entries, as much as fits. */
+static void list_entries(char *dst, size_t size, const char *const *paths, int n_paths)
+{
+    size_t w = 0;
+    dst[0] = '\0';
+    for (int i = 0; i < n_paths; i++) {
+        int k = snprintf(dst + w, size - w, "%s%s", i ? ", " : "", paths[i]);
+        if (k < 0 || (size_t)k >= size - w)
+            break;
+        w += (size_t)k;
+    }
+}
+
+/* out takes the tokens of buf (the slack given back). */
+static void tokens_take(bk_tokens *out, token_buf *buf, int n_read)
+{
+    if (buf->cap > buf->count) {
+        uint16_t *p = realloc(buf->tok, (size_t)buf->count * sizeof *p);
+        if (p)
+            buf->tok = p;
+    }
+    out->tokens = buf->tok;
+    out->count = buf->count;
+    out->n_files = n_read;
+}
+
 /* Reads one stream from the files of `sf` into `out` (zeroed on failure). */
 static int load_stream(const bk_data_config *cfg, const stream_files *sf, int32_t vocab, bk_tokens *out, bk_error *err)
 {
@@ -514,28 +541,140 @@ static int load_stream(const bk_data_config *cfg, const stream_files *sf, int32_
         } else {
             char name[sizeof where + 64];
             int w = snprintf(name, sizeof name, "%d file%s under ", n_read, n_read == 1 ? "" : "s");
-            if (w > 0 && (size_t)w < sizeof name) {
-                for (int i = 0; i < n_paths; i++) {
-                    int k = snprintf(name + w, sizeof name - (size_t)w, "%s%s", i ? ", " : "", paths[i]);
-                    if (k < 0 || (size_t)k >= sizeof name - (size_t)w)
-                        break;
-                    w += k;
-                }
-            }
+            if (w > 0 && (size_t)w < sizeof name)
+                list_entries(name + w, sizeof name - (size_t)w, paths, n_paths);
             bk_copy_text(out->name, sizeof out->name, name);
         }
-        if (buf.cap > buf.count) { /* give back the slack */
-            uint16_t *p = realloc(buf.tok, (size_t)buf.count * sizeof *p);
-            if (p)
-                buf.tok = p;
-        }
-        out->tokens = buf.tok;
-        out->count = buf.count;
-        out->n_files = n_read;
+        tokens_take(out, &buf, n_read);
     } else {
         free(buf.tok);
     }
     return rc;
+}
+
+/* ---- the split by document (data/split.h) ---- */
+
+/* The units (bytes of text, tokens of a shard) each file gives, from its size: a text file at most what
+ * max_bytes leaves after the files before it (0 past the limit), as load_stream reads them. */
+static int file_units(const bk_data_config *cfg, const file_list *files, int64_t *units, bk_error *err)
+{
+    const int text = cfg->format == BK_DATA_TEXT;
+    int64_t used = 0;
+    for (int i = 0; i < files->count; i++) {
+        struct stat st;
+        if (stat(files->paths[i], &st) != 0)
+            return bk_fail(err, BK_ERR_IO, "cannot read '%s': %s", files->paths[i], strerror(errno));
+        int64_t u = text ? (int64_t)st.st_size : ((int64_t)st.st_size - BK_SHARD_HEADER_BYTES) / 2;
+        u = u < 0 ? 0 : u;
+        if (text && cfg->max_bytes > 0)
+            u = u < cfg->max_bytes - used ? u : cfg->max_bytes - used;
+        units[i] = u;
+        used += u;
+    }
+    return BK_OK;
+}
+
+static int split_add(bk_data_split *s, const char *path, int64_t units, bk_error *err)
+{
+    char **f = realloc(s->val_files, ((size_t)s->n_val + 1) * sizeof *f);
+    if (f)
+        s->val_files = f;
+    int64_t *u = realloc(s->val_units, ((size_t)s->n_val + 1) * sizeof *u);
+    if (u)
+        s->val_units = u;
+    char *copy = f && u ? malloc(strlen(path) + 1) : NULL;
+    if (!copy)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory describing the validation split");
+    strcpy(copy, path);
+    s->val_files[s->n_val] = copy, s->val_units[s->n_val++] = units;
+    return BK_OK;
+}
+
+/* The split of a configuration without val_paths, from the training paths' files and their units: val[i]
+ * = 1 for the documents of validation (all 0 when the split is the tail). */
+static int plan_fraction(const bk_data_config *cfg, const file_list *files, const int64_t *units, unsigned char *val,
+                         bk_data_split *s, bk_error *err)
+{
+    int n = 0, rc = BK_OK;
+    int64_t total = 0;
+    for (int i = 0; i < files->count; i++)
+        n += units[i] > 0, total += units[i];
+    memset(val, 0, (size_t)files->count);
+    s->mode = cfg->split == BK_SPLIT_TAIL ? BK_SPLIT_TAIL : BK_SPLIT_DOCUMENTS;
+    if (s->mode == BK_SPLIT_DOCUMENTS && n < 2) {
+        s->mode = BK_SPLIT_TAIL;
+        snprintf(s->note, sizeof s->note, "one document%s cannot be split by document: its tail is validation; give "
+                 "two or more files, or val_paths", cfg->max_bytes > 0 && files->count > 1 ? " within max_bytes" : "");
+    }
+    if (s->mode == BK_SPLIT_DOCUMENTS) {
+        int64_t *u = malloc((size_t)n * sizeof *u);
+        int *at = malloc((size_t)n * sizeof *at);
+        unsigned char *pick = malloc((size_t)n);
+        if (!u || !at || !pick)
+            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory splitting %d documents", n);
+        for (int i = 0, k = 0; !rc && i < files->count; i++)
+            if (units[i] > 0)
+                u[k] = units[i], at[k++] = i;
+        if (!rc)
+            bk_split_choose(u, n, cfg->val_fraction, cfg->split_seed, pick);
+        for (int k = 0; !rc && k < n; k++) {
+            val[at[k]] = pick[k];
+            s->files[pick[k]]++, s->units[pick[k]] += u[k];
+            if (pick[k])
+                rc = split_add(s, files->paths[at[k]], u[k], err);
+        }
+        free(u), free(at), free(pick);
+        return rc;
+    }
+    /* the tail: the files it covers, from the end (the token count as bk_data_load cuts it) */
+    const int64_t tail = llround((double)total * cfg->val_fraction);
+    int first = files->count;
+    for (int64_t need = tail; first > 0 && need > 0; need -= units[--first])
+        ;
+    int64_t before = 0;
+    for (int i = 0; i < first; i++)
+        before += units[i];
+    s->units[1] = tail, s->units[0] = total - tail;
+    for (int i = first; !rc && i < files->count; i++) {
+        if (units[i] == 0)
+            continue;
+        const int64_t in_val = i == first ? units[i] - (total - tail - before) : units[i];
+        s->first_part = s->first_part || (i == first && in_val < units[i]);
+        s->files[1]++;
+        rc = split_add(s, files->paths[i], in_val, err);
+    }
+    for (int i = 0; i < files->count; i++)
+        s->files[0] += units[i] > 0 && (i < first || (i == first && s->first_part));
+    return rc;
+}
+
+/* One side of a split by document: the files of `files` with val[i] == side, in order, each up to its
+ * units (data/split.h). */
+static int load_documents(const bk_data_config *cfg, const file_list *files, const int64_t *units,
+                          const unsigned char *val, int side, int32_t vocab, bk_tokens *out, bk_error *err)
+{
+    memset(out, 0, sizeof *out);
+    token_buf buf = {0};
+    int rc = BK_OK, n_read = 0;
+    for (int i = 0; i < files->count && rc == BK_OK; i++) {
+        if (units[i] <= 0 || val[i] != side)
+            continue;
+        rc = cfg->format == BK_DATA_TEXT ? read_text(files->paths[i], units[i], vocab, &buf, err)
+                                         : read_shard(files->paths[i], vocab, &buf, err);
+        n_read++;
+    }
+    if (rc != BK_OK) {
+        free(buf.tok);
+        return rc;
+    }
+    char name[sizeof out->name];
+    int w = snprintf(name, sizeof name, "%d document%s (split_seed %llu) under ", n_read, n_read == 1 ? "" : "s",
+                     (unsigned long long)cfg->split_seed);
+    if (w > 0 && (size_t)w < sizeof name)
+        list_entries(name + w, sizeof name - (size_t)w, cfg->paths, cfg->n_paths);
+    bk_copy_text(out->name, sizeof out->name, name);
+    tokens_take(out, &buf, n_read);
+    return BK_OK;
 }
 
 static int check_size(const bk_tokens *t, const char *side, const char *const *paths, int n_paths, int64_t min_tokens,
@@ -547,6 +686,62 @@ static int check_size(const bk_tokens *t, const char *side, const char *const *p
     describe_paths(where, sizeof where, paths, n_paths);
     return bk_fail(err, BK_ERR_CONFIG, "%s data (%s, from %s) has %lld tokens, at least %lld are needed", side, t->name,
                    where, (long long)t->count, (long long)min_tokens);
+}
+
+/* The split of the collected streams (sf[1] only without by_fraction): its description, and for a split by
+ * fraction the files' units and the documents of validation (*units, *docs: malloc'd, or NULL). */
+static int plan_stream(const bk_data_config *cfg, const stream_files *sf, int by_fraction, bk_data_split *plan,
+                       int64_t **units, unsigned char **docs, bk_error *err)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->seed = cfg->split_seed, plan->fraction = cfg->val_fraction, plan->text = cfg->format == BK_DATA_TEXT;
+    *units = NULL, *docs = NULL;
+    const file_list *files = by_fraction ? &sf[0].files : &sf[1].files;
+    const size_t n = files->count > 0 ? (size_t)files->count : 1;
+    int64_t *u = malloc(n * sizeof *u);
+    unsigned char *v = malloc(n);
+    int rc = u && v ? file_units(cfg, files, u, err) : bk_fail(err, BK_ERR_NOMEM, "out of memory listing %zu files", n);
+    if (rc == BK_OK && by_fraction) {
+        rc = plan_fraction(cfg, files, u, v, plan, err);
+    } else if (rc == BK_OK) { /* val_paths: every file of them; training: its files */
+        plan->mode = BK_SPLIT_PATHS;
+        for (int i = 0; rc == BK_OK && i < files->count; i++)
+            if (u[i] > 0)
+                plan->files[1]++, plan->units[1] += u[i], rc = split_add(plan, files->paths[i], u[i], err);
+        int64_t *t = rc == BK_OK ? malloc((sf[0].files.count > 0 ? (size_t)sf[0].files.count : 1) * sizeof *t) : NULL;
+        if (rc == BK_OK && !t)
+            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory listing %d files", sf[0].files.count);
+        if (rc == BK_OK && (rc = file_units(cfg, &sf[0].files, t, err)) == BK_OK)
+            for (int i = 0; i < sf[0].files.count; i++)
+                plan->files[0] += t[i] > 0, plan->units[0] += t[i];
+        free(t);
+    }
+    if (rc != BK_OK) {
+        free(u), free(v);
+        bk_data_split_free(plan);
+        return rc;
+    }
+    *units = u, *docs = v;
+    return BK_OK;
+}
+
+int bk_data_plan(const bk_data_config *cfg, bk_data_split *out, bk_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const int by_fraction = cfg->n_val_paths <= 0;
+    stream_files sf[2];
+    memset(sf, 0, sizeof sf);
+    int rc = collect_stream(cfg, "paths", cfg->paths, cfg->n_paths, &sf[0], err);
+    if (rc == BK_OK && !by_fraction)
+        rc = collect_stream(cfg, "val_paths", cfg->val_paths, cfg->n_val_paths, &sf[1], err);
+    int64_t *units = NULL;
+    unsigned char *docs = NULL;
+    if (rc == BK_OK)
+        rc = plan_stream(cfg, sf, by_fraction, out, &units, &docs, err);
+    free(units), free(docs);
+    stream_files_free(&sf[0]);
+    stream_files_free(&sf[1]);
+    return rc;
 }
 
 int bk_data_load(const bk_data_config *cfg, int32_t vocab, int64_t min_tokens, bk_tokens *train, bk_tokens *val,
@@ -577,16 +772,32 @@ int bk_data_load(const bk_data_config *cfg, int32_t vocab, int64_t min_tokens, b
      * the list itself must not name one file twice */
     const int one_list = !by_fraction && cfg->val_paths == cfg->paths && cfg->n_val_paths == cfg->n_paths;
     rc = check_distinct(streams, by_fraction || one_list ? 1 : 2, err);
-    if (rc == BK_OK)
+    bk_data_split plan;
+    memset(&plan, 0, sizeof plan);
+    if (cfg->split_out)
+        memset(cfg->split_out, 0, sizeof *cfg->split_out);
+    int64_t *units = NULL;
+    unsigned char *docs = NULL;
+    rc = rc ? rc : plan_stream(cfg, sf, by_fraction, &plan, &units, &docs, err);
+    const int by_documents = rc == BK_OK && by_fraction && plan.mode == BK_SPLIT_DOCUMENTS;
+    if (rc == BK_OK && by_documents) {
+        if ((rc = load_documents(cfg, &sf[0].files, units, docs, 0, vocab, train, err)) == BK_OK &&
+            (rc = load_documents(cfg, &sf[0].files, units, docs, 1, vocab, val, err)) != BK_OK)
+            bk_tokens_free(train);
+    } else if (rc == BK_OK) {
         rc = load_stream(cfg, &sf[0], vocab, train, err);
-    if (rc == BK_OK && !by_fraction && (rc = load_stream(cfg, &sf[1], vocab, val, err)))
-        bk_tokens_free(train);
+        if (rc == BK_OK && !by_fraction && (rc = load_stream(cfg, &sf[1], vocab, val, err)))
+            bk_tokens_free(train);
+    }
+    free(units), free(docs);
     stream_files_free(&sf[0]);
     if (!by_fraction)
         stream_files_free(&sf[1]);
-    if (rc != BK_OK)
+    if (rc != BK_OK) {
+        bk_data_split_free(&plan);
         return rc;
-    if (by_fraction) {
+    }
+    if (by_fraction && !by_documents) {
         int64_t n_val = llround((double)train->count * cfg->val_fraction);
         if (n_val > train->count)
             n_val = train->count;
@@ -594,6 +805,7 @@ int bk_data_load(const bk_data_config *cfg, int32_t vocab, int64_t min_tokens, b
             val->tokens = malloc((size_t)n_val * sizeof *val->tokens);
             if (!val->tokens) {
                 bk_tokens_free(train);
+                bk_data_split_free(&plan);
                 return bk_fail(err, BK_ERR_NOMEM, "out of memory splitting %lld validation tokens", (long long)n_val);
             }
             memcpy(val->tokens, train->tokens + (train->count - n_val), (size_t)n_val * sizeof *val->tokens);
@@ -617,6 +829,10 @@ int bk_data_load(const bk_data_config *cfg, int32_t vocab, int64_t min_tokens, b
         bk_tokens_free(train);
         bk_tokens_free(val);
     }
+    if (rc == BK_OK && cfg->split_out)
+        *cfg->split_out = plan;
+    else
+        bk_data_split_free(&plan);
     return rc;
 }
 
@@ -670,15 +886,7 @@ static void compute_order(bk_loader *ld)
     if (!ld->shuffle)
         return;
     bk_rng rng = {bk_splitmix64(ld->seed ^ ((uint64_t)ld->epoch * BIASKIT_SPLITMIX64_GAMMA))};
-    for (int64_t i = ld->n_windows - 1; i > 0; i--) {
-        uint64_t bound = (uint64_t)i + 1, limit = UINT64_MAX - UINT64_MAX % bound, r;
-        do /* rejection keeps j uniform */
-            r = bk_rng_u64(&rng);
-        while (r >= limit);
-        int64_t j = (int64_t)(r % bound), tmp = ld->order[i];
-        ld->order[i] = ld->order[j];
-        ld->order[j] = tmp;
-    }
+    bk_shuffle(ld->order, ld->n_windows, &rng);
 }
 
 int bk_loader_init(bk_loader *ld, const bk_tokens *data, int B, int T, uint64_t seed, int shuffle, bk_error *err)

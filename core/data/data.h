@@ -7,6 +7,7 @@
 #ifndef BK_DATA_H
 #define BK_DATA_H
 
+#include "data/split.h"
 #include "util/error.h"
 
 #include <stdint.h>
@@ -29,10 +30,14 @@ typedef struct bk_data_config {
     const char *const *val_paths; /* validation sources; when n_val_paths == 0 the split is by fraction; the
                                    * same array as paths (`eval --data`): both sides read the same files */
     int n_val_paths;
-    double val_fraction;          /* the last fraction of the training stream is validation (0 < f < 1) */
+    double val_fraction;          /* validation's share without val_paths (0 < f < 1), as `split` says */
     const char *const *extensions;/* text: only files whose name ends with one of these (e.g. ".h"); none = all */
     int n_extensions;
     int64_t max_bytes;            /* text: stop reading after this many bytes in total (0 = no limit) */
+    int split;                    /* without val_paths: BK_SPLIT_DOCUMENTS (0, the default) or BK_SPLIT_TAIL */
+    uint64_t split_seed;          /* the documents' shuffle (data/split.h) */
+    bk_data_split *split_out;     /* when not NULL, bk_data_load describes its split there (free with
+                                   * bk_data_split_free) */
 } bk_data_config;
 
 /* A token stream. `name` says where it came from, for messages. */
@@ -51,6 +56,10 @@ typedef struct bk_tokens {
 int bk_data_load(const bk_data_config *cfg, int32_t vocab, int64_t min_tokens, bk_tokens *train, bk_tokens *val,
                  bk_error *err);
 void bk_tokens_free(bk_tokens *t);
+
+/* The split bk_data_load would make, from the files' sizes, without reading them (`sweep --dry-run`):
+ * the same listing and checks of the paths, no token read. */
+int bk_data_plan(const bk_data_config *cfg, bk_data_split *out, bk_error *err);
 
 /* Read one file's contents held in memory exactly as bk_data_load reads a file (the fuzzers and tests
  * use it): the bytes of a text file (at most max_bytes when > 0) or one llm.c shard, whose size must

@@ -262,6 +262,12 @@ int bk_lm_path(const bk_lm *lm, const char *path, char *out, size_t size, bk_err
 int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
                     bk_tokens *train, bk_tokens *val, bk_error *err)
 {
+    return bk_lm_load_data_split(lm, data, n_data, min_tokens, hint, train, val, NULL, err);
+}
+
+int bk_lm_load_data_split(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
+                          bk_tokens *train, bk_tokens *val, bk_data_split *split, bk_error *err)
+{
     const bk_experiment *e = &lm->exp;
     if (n_data == 0 && e->data.paths.n == 0)
         return bk_fail(err, BK_ERR_CONFIG, "%s: [data] paths: no training data; set e.g. paths = [\"corpus/\"] or "
@@ -290,6 +296,9 @@ int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_
             .extensions = e->data.extensions.items,
             .n_extensions = e->data.extensions.n,
             .max_bytes = n_data ? 0 : e->data.max_bytes,
+            .split = (int)e->data.split,
+            .split_seed = (uint64_t)e->data.split_seed,
+            .split_out = split,
         };
         rc = bk_data_load(&dc, (int32_t)e->model.vocab, min_tokens, train, val, err);
     }

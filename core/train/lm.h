@@ -67,6 +67,9 @@ int bk_lm_after_update(bk_lm *lm, bk_error *err);
  * [data] paths, and ends with `hint` (e.g. "; or give --data PATH"; may be NULL). */
 int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
                     bk_tokens *train, bk_tokens *val, bk_error *err);
+/* The same, describing the split in *split (when not NULL; free with bk_data_split_free). */
+int bk_lm_load_data_split(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
+                          bk_tokens *train, bk_tokens *val, bk_data_split *split, bk_error *err);
 
 /* A path written in the experiment ([data] paths, [run] out_dir): absolute as is, else read from the
  * experiment file's directory (util/path.h). */

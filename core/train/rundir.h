@@ -12,6 +12,7 @@
 #define BK_RUN_LOCK_FILE ".train.lock"
 #define BK_RUN_METRICS_FILE "metrics.jsonl"
 #define BK_RUN_CHECKPOINT_FILE "checkpoint.safetensors"
+#define BK_RUN_SPLIT_FILE "split.json" /* what validation holds (data/split.h) */
 
 typedef struct bk_run_dir {
     char path[4096];    /* the directory: absolute, real path */

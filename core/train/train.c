@@ -379,6 +379,7 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
     bk_adamw opt = {0};
     bk_train_state st = {0, 0, 0, 0, NAN};
     bk_tokens train = {0}, val = {0};
+    bk_data_split split = {0};
     bk_loader ld = {0};
     int32_t *in = NULL, *tg = NULL;
     FILE *metrics = NULL;
@@ -431,9 +432,15 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
         rc = bk_fail(err, BK_ERR_INVALID, "run directory name too long: '%s'", run.path);
         goto setup_done;
     }
-    if ((rc = bk_lm_load_data(&lm, NULL, 0, e->train.length + 1, NULL, &train, &val, err)) ||
+    if ((rc = bk_lm_load_data_split(&lm, NULL, 0, e->train.length + 1, NULL, &train, &val, &split, err)) ||
         (rc = bk_loader_init(&ld, &train, B, T, (uint64_t)e->train.seed, 1, err)))
         goto setup_done;
+    if (lead) { /* what validation holds, for the report and for a reader of the run directory */
+        char path[4096 + 32];
+        snprintf(path, sizeof path, "%s/" BK_RUN_SPLIT_FILE, run.path);
+        if ((rc = bk_data_split_write_json(&split, path, err)))
+            goto setup_done;
+    }
     if (o->resume && (rc = bk_loader_seek(&ld, st.data_epoch, st.data_index, err)))
         goto setup_done;
     if (lead && (rc = bk_run_dir_metrics(&run, o->resume != NULL, st.step, &metrics, err)))
@@ -467,6 +474,9 @@ setup_done:
                 B, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
     fprintf(out, "data: %s (%lld tokens) / validation %s (%lld tokens); batch %d x %d x %lld accumulated\n",
             train.name, (long long)train.count, val.name, (long long)val.count, B, T, (long long)e->train.accumulate);
+    char held[1024];
+    bk_data_split_describe(&split, 8, held, sizeof held);
+    fprintf(out, "%s\n", held);
     if (o->resume)
         fprintf(out, "resuming from %s at step %lld\n", o->resume, (long long)st.step);
     fprintf(out, "writing %s\n", run.path);
@@ -658,6 +668,7 @@ done:
     bk_loader_free(&ld);
     bk_tokens_free(&train);
     bk_tokens_free(&val);
+    bk_data_split_free(&split);
     bk_adamw_free(&opt);
     bk_lm_close(&lm);
     return rc;

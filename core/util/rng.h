@@ -20,4 +20,19 @@ static inline uint64_t bk_derive_seed(uint64_t base, uint64_t a, uint64_t b)
     return bk_splitmix64(bk_splitmix64(bk_splitmix64(base) ^ a) ^ b);
 }
 
+/* order[0 .. n-1] permuted uniformly at random (Fisher-Yates from the end, rejection sampling so that
+ * every index is equally likely), drawing from rng. */
+static inline void bk_shuffle(int64_t *order, int64_t n, bk_rng *rng)
+{
+    for (int64_t i = n - 1; i > 0; i--) {
+        uint64_t bound = (uint64_t)i + 1, limit = UINT64_MAX - UINT64_MAX % bound, r;
+        do
+            r = bk_rng_u64(rng);
+        while (r >= limit);
+        int64_t j = (int64_t)(r % bound), tmp = order[i];
+        order[i] = order[j];
+        order[j] = tmp;
+    }
+}
+
 #endif
