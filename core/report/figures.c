@@ -1,0 +1,550 @@
+/* The report of a sweep, its figures (report_internal.h): perplexity vs evaluation length, the loss at
+ * each position, every head's learned bias table rebuilt from a checkpoint and the mixing weights over
+ * training, each built from the runs and drawn through gnuplot (plot.h) into the report. */
+#define _POSIX_C_SOURCE 200809L
+#include "report/report_internal.h"
+
+#include "report/plot.h"
+#include "plugin/services.h"
+#include "train/checkpoint.h"
+#include "train/rundir.h"
+#include "util/file.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BIAS_POINTS 4096   /* distances drawn per head curve (evenly thinned beyond) */
+
+/* Names of figure files: letters, digits, '.', '-' and '_' only. */
+void rp_slugify(const char *text, char *out, size_t size)
+{
+    size_t n = 0;
+    for (const char *p = text; *p && n + 1 < size; p++) {
+        char ch = *p;
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                 ch == '-';
+        if (!ok)
+            ch = '_';
+        if (ch == '_' && (n == 0 || out[n - 1] == '_'))
+            continue;
+        out[n++] = ch;
+    }
+    while (n > 0 && out[n - 1] == '_')
+        n--;
+    out[n] = '\0';
+    if (n == 0)
+        bk_copy_text(out, size, "x");
+}
+
+/* A figure name not used before in this report: `base`, else base-2, base-3, ... */
+static int figure_name(report_ctx *c, const char *base, char *out, size_t size, bk_error *err)
+{
+    char slug[160];
+    rp_slugify(base, slug, sizeof slug);
+    for (int k = 1;; k++) {
+        if (k == 1)
+            snprintf(out, size, "%s", slug);
+        else
+            snprintf(out, size, "%s-%d", slug, k);
+        int taken = 0;
+        for (int i = 0; i < c->n_used && !taken; i++)
+            taken = strcmp(c->used[i], out) == 0;
+        if (!taken)
+            break;
+    }
+    char **more = realloc(c->used, (size_t)(c->n_used + 1) * sizeof *more);
+    if (!more || !(more[c->n_used] = rp_dup_text(out))) {
+        if (more)
+            c->used = more;
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory naming a figure");
+    }
+    c->used = more;
+    c->n_used++;
+    return BK_OK;
+}
+
+/* Draw `p` (its png set from `name`) and put it in the report; a failure is noted, never fatal. */
+static void figure(report_ctx *c, FILE *md, bk_plot *p, const char *name, const char *alt)
+{
+    char png[REPORT_PATH_MAX + 160];
+    snprintf(png, sizeof png, "%s/%s.png", c->out_dir, name);
+    p->png = png;
+    bk_error err = {0};
+    int rc = bk_plot_write(p, &err);
+    if (rc == BK_OK) {
+        c->sum->figures++;
+        fprintf(md, "![%s](%s.png)\n\n<sub>drawn by [%s.gp](%s.gp) from [%s.dat](%s.dat)</sub>\n\n", alt, name, name,
+                name, name, name);
+    } else if (rc == BK_ERR_UNSUPPORTED) {
+        c->sum->undrawn++;
+        if (!c->warned_gnuplot && c->o->log)
+            fprintf(c->o->log, "biaskit report: warning: %s; the other figures likewise\n", err.message);
+        c->warned_gnuplot = 1;
+        fprintf(md, "*Figure not drawn (gnuplot is not installed): install gnuplot-nox, then run `gnuplot %s.gp` "
+                    "here; its data is %s.dat.*\n\n", name, name);
+    } else {
+        c->sum->figure_errors++;
+        if (!c->sum->first_figure_error[0])
+            bk_copy_text(c->sum->first_figure_error, sizeof c->sum->first_figure_error, err.message);
+        rp_note(c, "figure %s.png: %s", name, err.message);
+        fprintf(md, "*Figure %s.png could not be drawn: ", name);
+        rp_md_cell(md, err.message);
+        fprintf(md, "*\n\n");
+    }
+}
+
+/* ": corpus X, key=value" for a figure title; "" when the group has neither. */
+static void group_label(const group_rec *g, char *out, size_t size)
+{
+    if (*g->corpus && *g->grid)
+        snprintf(out, size, ": corpus %s, %s", g->corpus, g->grid);
+    else if (*g->corpus)
+        snprintf(out, size, ": corpus %s", g->corpus);
+    else if (*g->grid)
+        snprintf(out, size, ": %s", g->grid);
+    else
+        out[0] = '\0';
+}
+
+/* A vertical line at the training length from y0 to y1, as a series of two points. */
+static void train_marker(const report_ctx *c, double *x, double *y, double y0, double y1, char *title, size_t size,
+                         bk_plot_series *s)
+{
+    x[0] = x[1] = (double)c->train_length;
+    y[0] = y0, y[1] = y1;
+    snprintf(title, size, "training length %lld", c->train_length);
+    *s = (bk_plot_series){title, x, y, 2};
+}
+
+/* (1) perplexity vs evaluation length for one group and protocol: a line per variant. */
+int rp_figure_ppl(report_ctx *c, FILE *md, int group, int proto, bk_error *err)
+{
+    int nv = c->n_variants, nl = c->n_lengths;
+    bk_plot_series *series = calloc((size_t)nv + 1, sizeof *series);
+    double *x = calloc((size_t)nl + 2, sizeof *x), *y = calloc((size_t)(nv * nl) + 2, sizeof *y);
+    char(*titles)[256] = calloc((size_t)nv + 1, sizeof *titles);
+    if (!series || !x || !y || !titles) {
+        free(series), free(x), free(y), free(titles);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for a figure");
+    }
+    for (int l = 0; l < nl; l++)
+        x[l] = c->lengths[l];
+    int ns = 0;
+    double lo = INFINITY, hi = -INFINITY;
+    for (int v = 0; v < nv; v++) {
+        if (!rp_group_has_variant(c, group, v))
+            continue;
+        int n_min = 1 << 30, n_max = 0;
+        double spread = 0;
+        for (int l = 0; l < nl; l++) {
+            cell s;
+            rp_cell_stats(c, group, v, proto, c->lengths[l], &s);
+            y[v * nl + l] = s.n ? s.ppl_mean : NAN;
+            if (s.n) {
+                n_min = s.n < n_min ? s.n : n_min;
+                n_max = s.n > n_max ? s.n : n_max;
+                lo = s.ppl_mean < lo ? s.ppl_mean : lo;
+                hi = s.ppl_mean > hi ? s.ppl_mean : hi;
+            }
+            if (s.n > 1 && s.ppl_std / s.ppl_mean > spread)
+                spread = s.ppl_std / s.ppl_mean;
+        }
+        if (n_max == 0)
+            continue;
+        char nt[32];
+        if (n_min == n_max)
+            snprintf(nt, sizeof nt, "n=%d", n_max);
+        else
+            snprintf(nt, sizeof nt, "n=%d-%d", n_min, n_max);
+        if (n_max > 1)
+            snprintf(titles[ns], sizeof titles[ns], "%s (%s, std <= %.1f%% of the mean)", c->variants[v], nt, 100.0 * spread);
+        else
+            snprintf(titles[ns], sizeof titles[ns], "%s (%s)", c->variants[v], nt);
+        series[ns] = (bk_plot_series){titles[ns], x, y + v * nl, (size_t)nl};
+        ns++;
+    }
+    if (ns > 0) {
+        char title[1400], name[200], base[160], marker[64];
+        double mx[2], my[2];
+        if (c->train_length > 0 && hi > lo)
+            train_marker(c, mx, my, lo, hi, marker, sizeof marker, &series[ns++]);
+        const group_rec *g = &c->groups[group];
+        char label[700];
+        group_label(g, label, sizeof label);
+        snprintf(title, sizeof title, "Perplexity, mean over seeds (%s)%s",
+                 proto == PROTO_CHUNKS ? "non-overlapping" : "sliding", label);
+        snprintf(base, sizeof base, "ppl-%s%s", g->slug, proto == PROTO_SLIDING ? "-sliding" : "");
+        int rc = figure_name(c, base, name, sizeof name, err);
+        if (!rc) {
+            bk_plot p = {NULL, title, "evaluation length (tokens)", "perplexity", 1, 1, series, ns, 1};
+            figure(c, md, &p, name, "perplexity vs evaluation length");
+        }
+        free(series), free(x), free(y), free(titles);
+        return rc;
+    }
+    free(series), free(x), free(y), free(titles);
+    return BK_OK;
+}
+
+/* (2) loss at each position at the longest length with position-wise losses, a line per variant
+ * (mean over seeds; a centred moving average when the length is long). */
+int rp_figure_positions(report_ctx *c, FILE *md, int group, bk_error *err)
+{
+    int32_t L = 0;
+    for (int i = 0; i < c->n_runs; i++) {
+        const run_rec *r = &c->runs[i];
+        if (r->group != group)
+            continue;
+        for (int k = 0; r->ev[PROTO_CHUNKS].ok && k < r->ev[PROTO_CHUNKS].n; k++)
+            if (r->ev[PROTO_CHUNKS].pts[k].pos && r->ev[PROTO_CHUNKS].pts[k].length > L)
+                L = r->ev[PROTO_CHUNKS].pts[k].length;
+    }
+    if (L == 0)
+        return BK_OK;
+    int nv = c->n_variants;
+    int window = L >= 256 ? L / 128 : 1;
+    window |= 1; /* odd: centred */
+    bk_plot_series *series = calloc((size_t)nv + 1, sizeof *series);
+    double *x = malloc((size_t)L * sizeof *x), *y = malloc((size_t)nv * (size_t)L * sizeof *y);
+    double *mean = malloc((size_t)L * sizeof *mean);
+    int *count = malloc((size_t)L * sizeof *count);
+    char(*titles)[256] = calloc((size_t)nv + 1, sizeof *titles);
+    int rc = BK_OK;
+    if (!series || !x || !y || !mean || !count || !titles) {
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the position-wise loss of length %d", (int)L);
+        goto done;
+    }
+    for (int32_t t = 0; t < L; t++)
+        x[t] = t + 1;
+    int ns = 0;
+    double lo = INFINITY, hi = -INFINITY;
+    for (int v = 0; v < nv; v++) {
+        memset(mean, 0, (size_t)L * sizeof *mean);
+        memset(count, 0, (size_t)L * sizeof *count);
+        int n = 0;
+        for (int i = 0; i < c->n_runs; i++) {
+            const run_rec *r = &c->runs[i];
+            const eval_point *pt;
+            if (r->group != group || r->variant_index != v || !(pt = rp_find_point(&r->ev[PROTO_CHUNKS], L)) || !pt->pos)
+                continue;
+            n++;
+            for (int32_t t = 0; t < L; t++)
+                if (isfinite(pt->pos[t]))
+                    mean[t] += pt->pos[t], count[t]++;
+        }
+        if (!n)
+            continue;
+        for (int32_t t = 0; t < L; t++)
+            mean[t] = count[t] ? mean[t] / count[t] : NAN;
+        double *yv = y + (size_t)v * (size_t)L;
+        int h = window / 2;
+        for (int32_t t = 0; t < L; t++) {
+            double s = 0;
+            int m = 0;
+            for (int32_t u = t - h < 0 ? 0 : t - h; u <= t + h && u < L; u++)
+                if (isfinite(mean[u]))
+                    s += mean[u], m++;
+            yv[t] = m ? s / m : NAN;
+            if (m) {
+                lo = yv[t] < lo ? yv[t] : lo;
+                hi = yv[t] > hi ? yv[t] : hi;
+            }
+        }
+        snprintf(titles[ns], sizeof titles[ns], "%s (n=%d)", c->variants[v], n);
+        series[ns] = (bk_plot_series){titles[ns], x, yv, (size_t)L};
+        ns++;
+    }
+    if (ns > 0) {
+        char title[1400], name[200], base[160], marker[64];
+        double mx[2], my[2];
+        if (c->train_length > 0 && c->train_length < L && hi > lo)
+            train_marker(c, mx, my, lo, hi, marker, sizeof marker, &series[ns++]);
+        const group_rec *g = &c->groups[group];
+        char smooth[64] = "";
+        if (window > 1)
+            snprintf(smooth, sizeof smooth, "; moving average over %d positions", window);
+        char label[700];
+        group_label(g, label, sizeof label);
+        snprintf(title, sizeof title, "Loss at each position, length %d, mean over seeds%s%s", (int)L, smooth, label);
+        snprintf(base, sizeof base, "position-loss-%s", g->slug);
+        if (!(rc = figure_name(c, base, name, sizeof name, err))) {
+            fprintf(md, "Length %d (non-overlapping chunks; the loss at each position averaged over the chunks, "
+                        "then over seeds%s):\n\n", (int)L, smooth);
+            bk_plot p = {NULL, title, "position in the sequence", "loss (nats)", 0, 0, series, ns, 0};
+            figure(c, md, &p, name, "loss at each position");
+        }
+    }
+done:
+    free(series), free(x), free(y), free(mean), free(count), free(titles);
+    return rc;
+}
+
+typedef struct warn_ctx {
+    report_ctx *c;
+    const run_rec *run;
+} warn_ctx;
+
+static void on_checkpoint_warning(void *ctx, const char *message)
+{
+    warn_ctx *w = ctx;
+    /* a plugin option its variant's eval_set changes is what the sweep asked for: no note */
+    for (int k = 0; k < w->run->n_eval_sets; k++) {
+        const char *at = strstr(message, "--set ");
+        size_t n = strlen(w->run->eval_sets[k]);
+        for (; at; at = strstr(at + 1, "--set "))
+            if (strncmp(at + 6, w->run->eval_sets[k], n) == 0 && strncmp(at + 6 + n, " changes ", 9) == 0)
+                return;
+    }
+    rp_note(w->c, "run '%s': checkpoint: %s", w->run->name, message);
+}
+
+/* (3) every head's mixed table T_h(d) of the run's checkpoint, per stream (and per layer when a term
+ * of the stream has per-layer parameters). */
+static int figures_bias(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *lm, bk_error *err)
+{
+    const bk_term_set *set = &lm->terms;
+    int32_t D = 0;
+    for (int i = 0; i < c->n_lengths; i++)
+        D = c->lengths[i] > D ? c->lengths[i] : D;
+    if (c->train_length > D)
+        D = (int32_t)c->train_length;
+    if (D < 2)
+        D = (int32_t)lm->exp.train.length;
+    int32_t H = set->geometry.n_heads;
+    int32_t stride = D > MAX_BIAS_POINTS ? (D + MAX_BIAS_POINTS - 1) / MAX_BIAS_POINTS : 1;
+    size_t npts = (size_t)((D + stride - 1) / stride);
+    float *table = malloc((size_t)H * (size_t)D * sizeof *table);
+    double *x = malloc(npts * sizeof *x), *y = malloc((size_t)H * npts * sizeof *y);
+    bk_plot_series *series = calloc((size_t)H + 1, sizeof *series);
+    char(*titles)[32] = calloc((size_t)H + 1, sizeof *titles);
+    int rc = BK_OK, drawn = 0;
+    if (!table || !x || !y || !series || !titles) {
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the tables of run '%s' (%d heads x %d distances)", r->name,
+                     (int)H, (int)D);
+        goto done;
+    }
+    for (size_t i = 0; i < npts; i++)
+        x[i] = (double)((int64_t)i * stride);
+    for (int s = 0; s < BK_STREAM_COUNT && !rc; s++) {
+        int n_terms = 0, per_layer = 0;
+        char members[512] = "";
+        size_t used = 0;
+        for (int t = 0; t < set->n; t++) {
+            const bk_term *term = &set->terms[t];
+            if ((int)term->stream != s || !bk_term_has_table(term))
+                continue;
+            n_terms++;
+            per_layer |= term->per_layer;
+            if (used < sizeof members)
+                used += (size_t)snprintf(members + used, sizeof members - used, "%s%s", used ? " + " : "", term->label);
+        }
+        if (!n_terms)
+            continue;
+        char stream[16];
+        bk_choice_name(BK_STREAM_CHOICES, s, stream, sizeof stream);
+        int layers = per_layer ? lm->gpt.L : 1;
+        for (int layer = 0; layer < layers && !rc; layer++) {
+            int got;
+            bk_error terr = {0};
+            if (bk_terms_mixed_table(set, layer, (bk_stream)s, D, table, &got, &terr)) {
+                rp_note(c, "run '%s': the %s-stream table of layer %d cannot be computed: %s", r->name, stream, layer,
+                     terr.message);
+                continue;
+            }
+            double lo = INFINITY, hi = -INFINITY;
+            for (int32_t h = 0; h < H; h++) {
+                for (size_t i = 0; i < npts; i++) {
+                    double v = table[(size_t)h * (size_t)D + i * (size_t)stride];
+                    y[(size_t)h * npts + i] = v;
+                    if (isfinite(v)) {
+                        lo = v < lo ? v : lo;
+                        hi = v > hi ? v : hi;
+                    }
+                }
+                snprintf(titles[h], sizeof titles[h], "head %d", (int)h);
+                series[h] = (bk_plot_series){titles[h], x, y + (size_t)h * npts, npts};
+            }
+            int ns = H;
+            char marker[64], title[2000], base[300], name[340], where[96] = "";
+            double mx[2], my[2];
+            if (c->train_length > 0 && c->train_length < D && hi > lo)
+                train_marker(c, mx, my, lo, hi, marker, sizeof marker, &series[ns++]);
+            if (per_layer)
+                snprintf(where, sizeof where, ", layer %d", layer);
+            char label[700];
+            group_label(&c->groups[r->group], label, sizeof label);
+            snprintf(title, sizeof title, "Learned bias T_h(d) of %s (seed %lld%s%s): %s on the %s stream%s", r->variant,
+                     r->seed, label[0] ? "," : "", label[0] ? label + 1 : "", members, stream, where);
+            snprintf(base, sizeof base, "bias-%s-%s%s%s%s", c->groups[r->group].slug, r->variant,
+                     s == BK_STREAM_TOKEN ? "" : "-", s == BK_STREAM_TOKEN ? "" : stream, per_layer ? "-layer" : "");
+            if (per_layer)
+                snprintf(base + strlen(base), sizeof base - strlen(base), "%d", layer);
+            if ((rc = figure_name(c, base, name, sizeof name, err)))
+                break;
+            if (!drawn)
+                fprintf(md, "**%s** (run `%s`, seed %lld): %s, distances 0 to %d%s.\n\n", r->variant, r->name, r->seed,
+                        members, (int)D - 1, stride > 1 ? " (every few distances drawn)" : "");
+            bk_plot p = {NULL, title, "distance d = i - j", "bias added to the attention score", 0, 0, series, ns, 0};
+            figure(c, md, &p, name, "learned bias per head");
+            drawn++;
+        }
+    }
+    if (!rc && !drawn)
+        fprintf(md, "**%s** (run `%s`): no distance table (its positional terms act on the embeddings or on q and k, "
+                    "or there are none).\n\n", r->variant, r->name);
+done:
+    free(table), free(x), free(y), free(series), free(titles);
+    return rc;
+}
+
+/* (4) the learned mixing weights over training, from the "mix" objects of metrics.jsonl. */
+static int figure_mix(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *lm, bk_error *err)
+{
+    char path[REPORT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/" BK_RUN_METRICS_FILE, r->path);
+    char *text = NULL;
+    size_t len = 0;
+    bk_error rerr;
+    if (bk_file_read_all(path, "metrics file", BK_JSONL_FILE_MAX, &text, &len, &rerr)) {
+        rp_note(c, "run '%s': %s; its mixing weights are not drawn", r->name, rerr.message);
+        return BK_OK;
+    }
+    const bk_bias *b = &lm->bias;
+    mix_log m;
+    int total = 0;
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        total += b->n_on[s];
+    bk_plot_series *series = calloc((size_t)(total ? total : 1), sizeof *series);
+    char(*titles)[128] = calloc((size_t)(total ? total : 1), sizeof *titles);
+    int rc = BK_OK;
+    if (rp_parse_mix_log(text, len, b->n_on, &m) || !series || !titles) {
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory reading '%s'", path);
+        goto done;
+    }
+    size_t n = m.n, lines = m.lines;
+    double *x = m.x, *y = m.y;
+    int offset[BK_STREAM_COUNT];
+    for (int s = 0, o = 0; s < BK_STREAM_COUNT; s++)
+        offset[s] = o, o += b->n_on[s];
+    if (m.bad)
+        rp_note(c, "run '%s': %s: %d line%s malformed or with mixing weights of another shape than the checkpoint's "
+             "terms; skipped", r->name, path, m.bad, m.bad == 1 ? "" : "s");
+    if (m.restarts)
+        rp_note(c, "run '%s': %s: steps logged again from step %lld%s (a training resumed from an earlier checkpoint): the "
+             "records of the last training are drawn, each step once", r->name, path, m.first_restart,
+             m.restarts > 1 ? " and later" : "");
+    if (n == 0) {
+        fprintf(md, "**%s** (run `%s`): metrics.jsonl has no mixing weights (trained by a biaskit that did not log "
+                    "them).\n\n", r->variant, r->name);
+        goto done;
+    }
+    int streams_used = 0;
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        streams_used += b->n_on[s] > 0;
+    int ns = 0;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        char stream[16];
+        bk_choice_name(BK_STREAM_CHOICES, s, stream, sizeof stream);
+        for (int k = 0; k < b->n_on[s]; k++) {
+            const bk_term *t = &lm->terms.terms[b->on[s][k]];
+            if (streams_used > 1)
+                snprintf(titles[ns], sizeof titles[ns], "%s: %s", stream, t->label);
+            else
+                snprintf(titles[ns], sizeof titles[ns], "%s", t->label);
+            series[ns] = (bk_plot_series){titles[ns], x, y + (size_t)(offset[s] + k) * lines, n};
+            ns++;
+        }
+    }
+    char mixing[16], title[1400], base[300], name[340];
+    bk_choice_name(BK_MIXING_CHOICES, lm->exp.attention.mixing, mixing, sizeof mixing);
+    char label[700];
+    group_label(&c->groups[r->group], label, sizeof label);
+    snprintf(title, sizeof title, "Mixing weights over training (%s mixing): %s, seed %lld%s%s", mixing, r->variant,
+             r->seed, label[0] ? "," : "", label[0] ? label + 1 : "");
+    snprintf(base, sizeof base, "mix-%s-%s", c->groups[r->group].slug, r->variant);
+    if (!(rc = figure_name(c, base, name, sizeof name, err))) {
+        fprintf(md, "**%s** (run `%s`, seed %lld), %s mixing:\n\n", r->variant, r->name, r->seed, mixing);
+        bk_plot p = {NULL, title, "training step", "weight", 0, 0, series, ns, n <= 30};
+        figure(c, md, &p, name, "mixing weights over training");
+    }
+done:
+    free(text), free(series), free(titles);
+    rp_mix_log_free(&m);
+    return rc;
+}
+
+/* (3) into `md` and (4) into `mix` for the first seed of every (group, variant): one checkpoint load
+ * each. */
+int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, bk_error *err)
+{
+    int any_mix = 0;
+    for (int g = 0; g < c->n_groups; g++) {
+        int heading = 0, mix_heading = 0;
+        for (int v = 0; v < c->n_variants; v++) {
+            if (!rp_group_has_variant(c, g, v))
+                continue;
+            if (!heading && c->n_groups > 1)
+                rp_group_heading(c, md, g);
+            heading = 1;
+            int i = rp_first_seed_run(c, g, v);
+            if (i < 0) {
+                fprintf(md, "**");
+                rp_md_cell(md, c->variants[v]);
+                fprintf(md, "**: no run finished.\n\n");
+                continue;
+            }
+            const run_rec *r = &c->runs[i];
+            char ckpt[REPORT_PATH_MAX + 32];
+            snprintf(ckpt, sizeof ckpt, "%s/" BK_RUN_CHECKPOINT_FILE, r->path);
+            bk_error ignored;
+            if (bk_file_check_regular(ckpt, "checkpoint", &ignored) != BK_OK) {
+                fprintf(md, "**%s** (run `%s`): no checkpoint at `%s`.\n\n", r->variant, r->name, ckpt);
+                rp_note(c, "run '%s': no checkpoint at '%s'; its bias is not drawn", r->name, ckpt);
+                continue;
+            }
+            /* on the CPU whatever device trained it: a table is a few thousand values; with the
+             * variant's eval_set, the model as it was evaluated */
+            const char **overrides = malloc((size_t)(1 + r->n_eval_sets) * sizeof *overrides);
+            if (!overrides)
+                return bk_fail(err, BK_ERR_NOMEM, "out of memory");
+            overrides[0] = "run.device=cpu";
+            for (int k = 0; k < r->n_eval_sets; k++)
+                overrides[1 + k] = r->eval_sets[k];
+            warn_ctx w = {c, r};
+            bk_checkpoint_options co = {.overrides = overrides, .n_overrides = 1 + r->n_eval_sets,
+                                        .warn = on_checkpoint_warning, .warn_ctx = &w};
+            bk_lm lm;
+            bk_train_state st;
+            bk_error lerr = {0};
+            /* what a plugin says it does (info lines: a scaling the eval_set chose) went to the run's
+             * eval.log when it was evaluated; the report says it once, in its list of variants */
+            bk_set_log_level(BIASKIT_LOG_WARN);
+            int load_rc = bk_checkpoint_load_ex(ckpt, &co, &lm, NULL, &st, &lerr);
+            bk_set_log_level(BIASKIT_LOG_INFO);
+            free(overrides);
+            if (load_rc) {
+                fprintf(md, "**%s** (run `%s`): the model cannot be rebuilt from its checkpoint: ", r->variant, r->name);
+                rp_md_cell(md, lerr.message);
+                fprintf(md, "\n\n");
+                rp_note(c, "run '%s': cannot rebuild the model from its checkpoint: %s", r->name, lerr.message);
+                continue;
+            }
+            int rc = figures_bias(c, md, r, &lm, err);
+            if (!rc && lm.bias.learn_weights) { /* a stream learns (every term, some, or per head) */
+                if (!mix_heading && c->n_groups > 1)
+                    rp_group_heading(c, mix, g);
+                mix_heading = 1;
+                rc = figure_mix(c, mix, r, &lm, err);
+                any_mix = 1;
+            }
+            bk_lm_close(&lm);
+            if (rc)
+                return rc;
+        }
+    }
+    if (!any_mix)
+        fprintf(mix, "No variant learns its mixing weights ([attention] learn_weights is off).\n\n");
+    return BK_OK;
+}
