@@ -101,8 +101,10 @@ static void test_draws_png_with_script_and_data(void **state)
     assert_true(starts_with_png_signature(png));
 
     char *script = read_all(gp);
-    assert_message_has(script, "set terminal pngcairo size 900,600");
-    assert_message_has(script, "set terminal png size 900,600");
+    assert_message_has(script, "set terminal pngcairo size 1800,1200"); /* twice 900x600 */
+    assert_message_has(script, "set terminal png size 1800,1200");
+    assert_message_has(script, "set terminal pdfcairo size 6in,4in"); /* and a PDF beside it */
+    assert_message_has(script, "set key outside below center horizontal");
     assert_message_has(script, "set title 'perplexity vs length'");
     assert_message_has(script, "set xlabel 'evaluation length'");
     assert_message_has(script, "set ylabel 'perplexity'");
@@ -110,9 +112,9 @@ static void test_draws_png_with_script_and_data(void **state)
     assert_message_has(script, "set logscale y 10");
     assert_message_has(script, "set key");
     assert_message_has(script, "data = here.'ppl.dat'");
-    assert_message_has(script, "plot data index 0 using 1:2 with linespoints");
+    assert_message_has(script, "plot data index 0 using 1:2 with linespoints lc rgb \"#0072B2\" dt 1 lw 1.5 pt 7");
     assert_message_has(script, "title 'alibi (n=2)'");
-    assert_message_has(script, "data index 1 using 1:2 with linespoints");
+    assert_message_has(script, "data index 1 using 1:2 with linespoints lc rgb \"#D55E00\" dt 2 lw 1.5 pt 5");
     assert_message_has(script, "title 'kerple''s log'"); /* a quote doubled in a gnuplot string */
     free(script);
 
@@ -121,6 +123,79 @@ static void test_draws_png_with_script_and_data(void **state)
     assert_message_has(data, "# index 0: alibi (n=2)\n64 20.5\n128 21\n");
     assert_message_has(data, "\n\n\n# index 1: kerple's log\n64 19\n128 19.5\n\n512 40\n1024 90\n2048 300\n");
     free(data);
+}
+
+/* Paper style: 16 series get 16 different colours (and dashes and markers that change from one to the
+ * next), a band is drawn from columns 3 and 4 of its block, the marked x is a dashed grey arrow outside
+ * the legend, the PNG is 1800x1200 and a PDF is drawn beside it. */
+static void test_paper_style(void **state)
+{
+    (void)state;
+    needs_gnuplot();
+    char png[512], gp[512], dat[512], pdf[512];
+    snprintf(png, sizeof png, "%s/style.png", dir);
+    snprintf(gp, sizeof gp, "%s/style.gp", dir);
+    snprintf(dat, sizeof dat, "%s/style.dat", dir);
+    snprintf(pdf, sizeof pdf, "%s/style.pdf", dir);
+    enum { NS = 16 };
+    double y[NS][N_POINTS], lo[N_POINTS], hi[N_POINTS];
+    char titles[NS][16];
+    bk_plot_series s[NS];
+    for (int k = 0; k < NS; k++) {
+        for (int i = 0; i < N_POINTS; i++)
+            y[k][i] = 10.0 + k + 0.1 * i;
+        snprintf(titles[k], sizeof titles[k], "v%d", k);
+        s[k] = (bk_plot_series){titles[k], xs, y[k], N_POINTS};
+    }
+    for (int i = 0; i < N_POINTS; i++)
+        lo[i] = y[0][i] - 0.5, hi[i] = y[0][i] + 0.5;
+    lo[3] = NAN; /* no band at this point */
+    bk_plot_band bands[NS] = {{lo, hi}};
+    const bk_plot_marks marks = {bands, 128.0, "train length"};
+    bk_plot p = {png, "style", "length", "perplexity", 1, 1, s, NS, 1};
+    bk_error err = {0};
+    if (bk_plot_write_marked(&p, &marks, &err))
+        fail_msg("bk_plot_write: %s", err.message);
+    assert_true(starts_with_png_signature(png));
+    char *script = read_all(gp);
+    /* every series its own colour */
+    char seen[NS][16];
+    for (int k = 0; k < NS; k++) {
+        char want[64];
+        snprintf(want, sizeof want, "data index %d using 1:2 with linespoints lc rgb \"", k);
+        const char *at = strstr(script, want);
+        assert_non_null(at);
+        memcpy(seen[k], at + strlen(want), 7);
+        seen[k][7] = '\0';
+        for (int j = 0; j < k; j++)
+            if (!strcmp(seen[j], seen[k]))
+                fail_msg("series %d and %d share the colour %s", j, k, seen[k]);
+        snprintf(want, sizeof want, "%.7s\" dt %d lw 1.5 pt", seen[k], k % 4 + 1);
+        assert_message_has(at, want);
+    }
+    assert_message_has(script, "plot data index 0 using 1:3:4 with filledcurves fs transparent solid 0.18");
+    assert_message_has(script, "set arrow from 128, graph 0 to 128, graph 1 nohead dt 2");
+    assert_message_has(script, "set label 'train length' at 128, graph 1");
+    assert_null(strstr(script, "title 'train length'")); /* not a series: not in the legend */
+    free(script);
+    char *data = read_all(dat);
+    assert_message_has(data, "# index 0: v0\n64 10 9.5 10.5\n128 10.1 9.6 10.6\n256 10.2 9.7 10.7\n512 10.3 NaN NaN\n");
+    free(data);
+    assert_true(exists(pdf));
+    FILE *f = fopen(pdf, "rb");
+    char head[5] = {0};
+    assert_non_null(f);
+    assert_int_equal(fread(head, 1, 4, f), 4);
+    fclose(f);
+    assert_string_equal(head, "%PDF");
+    /* the PNG's size: 1800 x 1200 (IHDR at byte 16, big-endian) */
+    f = fopen(png, "rb");
+    unsigned char ihdr[24];
+    assert_non_null(f);
+    assert_int_equal(fread(ihdr, 1, 24, f), 24);
+    fclose(f);
+    assert_int_equal((ihdr[16] << 24) | (ihdr[17] << 16) | (ihdr[18] << 8) | ihdr[19], 1800);
+    assert_int_equal((ihdr[20] << 24) | (ihdr[21] << 16) | (ihdr[22] << 8) | ihdr[23], 1200);
 }
 
 static void test_linear_axes_and_gaps(void **state)
@@ -141,7 +216,7 @@ static void test_linear_axes_and_gaps(void **state)
     assert_true(starts_with_png_signature(png));
     char *script = read_all(gp);
     assert_null(strstr(script, "logscale"));
-    assert_message_has(script, "with lines lt 2");
+    assert_message_has(script, "with linespoints lc rgb \"#D55E00\" dt 2");
     assert_message_has(script, "# series 3, head 2: no finite value to draw");
     assert_null(strstr(script, "title 'head 2'"));
     /* T_h(d) keeps its underscore: text is not "enhanced" */
@@ -295,6 +370,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_draws_png_with_script_and_data),
+        cmocka_unit_test(test_paper_style),
         cmocka_unit_test(test_linear_axes_and_gaps),
         cmocka_unit_test(test_path_with_space_and_redraw),
         cmocka_unit_test(test_without_gnuplot),

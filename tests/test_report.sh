@@ -66,6 +66,11 @@ check "report runs" 0 "runs: 6, 4 finished, 2 failed, missing or incomplete" "$b
 md="$out/report.md"
 has "report: table header" "$md" "| variant | 16 (1x) | 32 (2x) | 64 (4x) |"
 has "report: both protocols" "$md" "Sliding window, stride 8:"
+has "report: a configuration section" "$md" "## Configuration"
+has "... the model" "$md" "| model | 1 layers, 2 heads, dim 16, vocabulary 256 (bytes) |"
+has "... the training and the tokens it saw" "$md" "| training | 3 steps of 2 x 16 tokens = 96 tokens; seeds 1, 2, 3, 4 |"
+has "... what validation holds, as train printed it (split.json)" "$md" "| data \`src\` | validation: the last 5% of the stream, 2,000 bytes, in 1 file: corpus.txt"
+has "... each variant's terms" "$md" '| `kmix` | `plugin = "kerple"; variant = "log" + plugin = "alibi"` |'
 
 # one number by hand: ALiBi at length 32, non-overlapping: mean ± sample std of the two seeds
 ppl_at() { sed -n "s/^ *{\"length\": $2, .*\"ppl\": \([0-9.]*\).*/\1/p" "$1"; }
@@ -106,7 +111,22 @@ for f in $figures; do
 done
 has "ppl figure: log axes" "$out/ppl-src.gp" "set logscale x 2"
 has "ppl figure: a line per variant" "$out/ppl-src.gp" "title 'kmix (n=2"
-has "bias figure: a curve per head" "$out/bias-src-kmix.gp" "title 'head 1'"
+has "bias figure: a curve per head, each divided by its largest |value|" "$out/bias-src-kmix.gp" "title 'head 1 (/ "
+has "bias figure: titled learned for a term with parameters" "$out/bias-src-kmix.gp" "learned bias T_h(d) of kmix"
+has "bias figure: titled fixed for ALiBi" "$out/bias-src-alibi.gp" "fixed bias T_h(d) of alibi"
+has "ppl figure: a band of -/+ 1 std for n = 2 seeds" "$out/ppl-src.gp" "using 1:3:4 with filledcurves"
+has "ppl figure: the training length a dashed line with a label, not a curve" "$out/ppl-src.gp" "set label 'training length"
+if grep -q "title 'training length" "$out/ppl-src.gp"; then
+    bad "ppl figure: the training length is not in the legend"
+else
+    ok "ppl figure: the training length is not in the legend"
+fi
+has "ppl figure: titled with the sweep's name" "$out/ppl-src.gp" "perplexity vs evaluation length (non-overlapping)"
+has "position-loss figure: log-x, log-spaced bins" "$out/position-loss-src.gp" "set logscale x"
+if command -v gnuplot >/dev/null && gnuplot -e 'print GPVAL_TERMINALS' 2>&1 | grep -q pdfcairo; then
+    head -c 4 "$out/ppl-src.pdf" | grep -q '%PDF' && grep -Fq "[PDF](ppl-src.pdf)" "$md" &&
+        ok "ppl figure: a PDF beside the PNG, linked from the report" || bad "ppl figure: PDF beside the PNG"
+fi
 has "mix figure: a line per term" "$out/mix-src-kmix.gp" "title 'kerple'"
 check "the default output directory" 0 "report: $sw/report/report.md" "$bk" report "$sw"
 

@@ -36,6 +36,25 @@ static void clean(const char *in, const char *want)
     assert_string_equal(buf, want);
 }
 
+static void title(const char *in, const char *want)
+{
+    char buf[256];
+    bk_path_title(in, buf, sizeof buf);
+    assert_string_equal(buf, want);
+}
+
+/* The names figure titles give experiments and runs (trf, erf). */
+static void test_title(void **state)
+{
+    (void)state;
+    title("examples/demo_alibi.toml", "demo_alibi");
+    title("runs/demo_alibi/checkpoint.safetensors", "demo_alibi");
+    title("./runs/x//checkpoint-100.safetensors", "x");
+    title("checkpoint.safetensors", "checkpoint");
+    title("model.safetensors", "model");
+    title("/abs/plain", "plain");
+}
+
 static void test_clean(void **state)
 {
     (void)state;
@@ -235,6 +254,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clean),
+        cmocka_unit_test(test_title),
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_dir_of),
         cmocka_unit_test_setup_teardown(test_lock, setup, teardown),

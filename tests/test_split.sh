@@ -4,7 +4,8 @@
 # whole documents by split_seed: train prints what validation holds and writes split.json, whose
 # documents are whole files and the same for every [train] seed; another split_seed takes others;
 # split = "tail" takes the alphabetical tail (zz_table.txt) and says so; a single-file corpus is split by
-# its tail with the reason printed; a bad split value is refused naming the key and the choices.
+# its tail with the reason printed; a bad split value is refused naming the key and the choices;
+# `sweep --dry-run` lists the split of each corpus, as train makes it.
 # usage: test_split.sh <biaskit binary>
 set -u
 bk=$1
@@ -87,6 +88,24 @@ fi
 check "split = \"tail\" takes the alphabetical tail, named" 0 \
     "^validation: the last 5% of the stream, [0-9,]+ bytes, in 1 file: zz_table.txt \(part\)$" \
     "$bk" train "$work/exp.toml" --plain --out "$work/r4" --set data.split=tail
+
+cat >"$work/sweep.toml" <<EOF
+base = "exp.toml"
+[sweep]
+out_dir = "sw"
+seeds = [1, 2]
+[[variant]]
+name = "a"
+EOF
+check "sweep --dry-run lists what validation holds, per corpus, once" 0 \
+    "data 'corpus': validation: [0-9]+ of 31 documents by split_seed 0, [0-9,]+ bytes" \
+    "$bk" sweep "$work/sweep.toml" --dry-run
+if [ "$("$bk" sweep "$work/sweep.toml" --dry-run 2>&1 | grep -c "^data 'corpus': validation: ")" = 1 ] &&
+    "$bk" sweep "$work/sweep.toml" --dry-run 2>&1 | grep -Fq "$(sed -n 's/^validation: //p' <<<"$("$bk" train "$work/exp.toml" --plain --out "$work/r7" 2>&1)")"; then
+    ok "... once for two seeds, and the same as train's"
+else
+    bad "the dry run's validation line once, as train's" "$("$bk" sweep "$work/sweep.toml" --dry-run 2>&1)"
+fi
 
 printf 'one file only, long enough for a few windows of thirty-two bytes each. %.0s' $(seq 1 40) >"$work/one.txt"
 check "a single file: its tail, with the reason" 0 \

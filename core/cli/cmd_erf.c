@@ -9,6 +9,7 @@
 #include "eval/eval.h"
 #include "report/plot.h"
 #include "train/checkpoint.h"
+#include "util/path.h"
 
 #include <errno.h>
 #include <math.h>
@@ -41,8 +42,8 @@ static const char help[] =
     "                   '-' = standard output)\n"
     "  --plot FILE.png  normalised receptive field (field / L) against eps, 50 eps from 1 to 0 (the\n"
     "                   paper's `draw`): ERF and TRF over every layer and head, and the ERF of each\n"
-    "                   layer; FILE.gp and FILE.dat are written beside it (needs gnuplot for the PNG)\n"
-    "                   and none of the three may name an input\n"
+    "                   layer; FILE.pdf, FILE.gp and FILE.dat are written beside it (needs gnuplot for\n"
+    "                   the PNG and PDF) and none of the four may name an input\n"
     "  --set K=V        override a value of the stored experiment (repeatable); run.device=cpu is set\n"
     "                   first, as the attention probabilities are read from the CPU backend\n"
     "  --strict         refuse a checkpoint whose plugins differ from the ones it was trained with,\n"
@@ -180,8 +181,9 @@ static int write_plot(erf_run *r, const char *path, const char *source, int sequ
                 y[n][i] = NAN;
         series[n] = (bk_plot_series){titles[n], x[n], y[n], N};
     }
-    char title[512];
-    snprintf(title, sizeof title, "receptive fields of %s (length %d, %d sequences)", source, r->T, sequences);
+    char title[512], name[256];
+    bk_path_title(source, name, sizeof name);
+    snprintf(title, sizeof title, "receptive fields of %s (length %d, %d sequences)", name, r->T, sequences);
     bk_plot p = {path, title, "epsilon", "receptive field / length", 0, 1, series, n, 0};
     return bk_plot_write(&p, err);
 }
@@ -286,7 +288,7 @@ int bk_cmd_erf(int argc, char **argv)
     if (!rc && csv_path && r.out)
         printf("wrote %s\n", csv_path);
     if (!rc && plot && !(rc = write_plot(&r, plot, source, used, &err)) && r.out)
-        printf("wrote %s (and its .gp and .dat)\n", plot);
+        printf("wrote %s (and its .pdf, .gp and .dat)\n", plot);
     if (!rc)
         rc = bk_output_stdout_check(&err);
     bk_eval_inputs_free(&inputs);

@@ -41,7 +41,7 @@ static const char help[] =
     "                    stdout)\n"
     "  --json FILE       the same as JSON with the checkpoint, step, scoring, seed and grid ('-' = stdout)\n"
     "  --plot FILE.png   a heat map of the accuracy: length on x, depth on y, each cell labelled (gnuplot;\n"
-    "                    FILE.gp and FILE.dat beside it)\n"
+    "                    FILE.pdf, FILE.gp and FILE.dat beside it)\n"
     "  --set K=V         override a value of the stored experiment (as biaskit eval), e.g. a RoPE scaling\n"
     "  --no-verify       skip the checksums of the tensors' data\n\n"
     "Standard output shows the accuracy grid (depth by length) and the digit accuracy grid.\n";

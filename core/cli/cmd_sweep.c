@@ -9,6 +9,7 @@
 #include "dist/dist.h"
 #include "sweep/sweep.h"
 #include "sweep/stale.h"
+#include "train/lm.h"
 #include "util/file.h"
 #include "util/path.h"
 
@@ -37,8 +38,8 @@ static const char help_head[] =
     "its checkpoint and metrics, and are only evaluated.\n\n"
     "  --jobs N         run N runs at a time; each gets [run] threads / N CPU threads (the machine's\n"
     "                   cores when [run] threads is 0), at least 1 (default 1)\n"
-    "  --dry-run        resolve and list the runs, their state and settings; write nothing (exit 1\n"
-    "                   when a run cannot train)\n"
+    "  --dry-run        resolve and list the runs, their state and settings, and what validation holds\n"
+    "                   for each corpus; write nothing (exit 1 when a run cannot train)\n"
     "  --only GLOB      only the runs whose name matches the shell pattern, e.g. 'alibi-*'; repeat it\n"
     "                   for the runs that match any of them\n"
     "  --report         then write the sweep's report, as `biaskit report <sweep dir>` does (also after\n"
@@ -463,6 +464,39 @@ static void print_run(const bk_sweep_run *r, const bk_run_status *st, const bk_s
         printf("    cannot train: %s\n", r->invalid);
 }
 
+/* What validation holds for each corpus of the selected runs (the first run of each: [data] is the
+ * corpus's), from the files' sizes: "data 'code': validation: 56 of 422 documents ...". */
+static void print_validation(const bk_sweep *sw, const char *const *only, int n_only)
+{
+    for (int i = 0; i < sw->n_runs; i++) {
+        const bk_sweep_run *r = &sw->runs[i];
+        if (!bk_sweep_run_selected(r, only, n_only) || r->invalid)
+            continue;
+        int seen = 0;
+        for (int k = 0; k < i && !seen; k++)
+            seen = bk_sweep_run_selected(&sw->runs[k], only, n_only) && !sw->runs[k].invalid &&
+                   !strcmp(sw->runs[k].corpus, r->corpus);
+        if (seen)
+            continue;
+        bk_experiment exp;
+        bk_data_split split;
+        bk_error err = {0};
+        char line[2048];
+        if (bk_experiment_parse(r->text, r->name, NULL, 0, &exp, &err) == BK_OK) {
+            if (bk_experiment_data_plan(&exp, r->dir, &split, &err) == BK_OK) {
+                bk_data_split_describe(&split, 8, line, sizeof line);
+                bk_data_split_free(&split);
+            } else {
+                snprintf(line, sizeof line, "validation: cannot be listed: %.1900s", err.message);
+            }
+            bk_experiment_free(&exp);
+        } else {
+            snprintf(line, sizeof line, "validation: cannot be listed: %.1900s", err.message);
+        }
+        printf("data '%s': %s\n", r->corpus, line);
+    }
+}
+
 static int dry_run(const bk_sweep *sw, const char *const *only, int n_only, const bk_run_status *sts, int rerun_stale)
 {
     int invalid = 0, n = 0, shared = 0, n_stale = 0;
@@ -482,7 +516,9 @@ static int dry_run(const bk_sweep *sw, const char *const *only, int n_only, cons
     printf(" (non-overlapping");
     if (sw->sliding)
         printf("; sliding, stride %lld", (long long)sw->sliding);
-    printf("), %lld tokens\n\n", (long long)sw->tokens);
+    printf("), %lld tokens\n", (long long)sw->tokens);
+    print_validation(sw, only, n_only);
+    printf("\n");
     bk_error err;
     int *first = calloc((size_t)sw->n_runs, sizeof *first);
     if (first && bk_sweep_first_of_experiment(sw, first, &err))

@@ -8,6 +8,7 @@
 #include "eval/eval.h"
 #include "report/plot.h"
 #include "train/checkpoint.h"
+#include "util/path.h"
 
 #include <errno.h>
 #include <math.h>
@@ -50,8 +51,8 @@ static const char help[] =
     "                   (one row per head, window and eps; '-' = standard output)\n"
     "  --plot FILE.png  the normalised TRF curve TRF_L(eps) / L against eps (50 eps from 1 to 0, the\n"
     "                   paper's `draw`) on the largest window, for every head of each stream's mixed\n"
-    "                   table (layer 0 when it differs per layer); FILE.gp and FILE.dat are written\n"
-    "                   beside it (needs gnuplot for the PNG)\n"
+    "                   table (layer 0 when it differs per layer); FILE.pdf, FILE.gp and FILE.dat are\n"
+    "                   written beside it (needs gnuplot for the PNG and PDF)\n"
     "  --set K=V        override a value of the experiment (repeatable)\n"
     "  --strict         checkpoint: refuse it when its plugins differ from the ones it was trained with,\n"
     "                   a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
@@ -219,8 +220,9 @@ static int write_plot(const trf_run *r, const char *path, const char *source, bk
     bk_plot_series series[MAX_PLOT_SERIES];
     for (int k = 0; k < r->n_series; k++)
         series[k] = (bk_plot_series){r->titles[k], r->curve_eps[k], r->curve[k], BK_RF_CURVE_POINTS};
-    char title[512];
-    snprintf(title, sizeof title, "TRF of %s (window %lld)", source, (long long)r->windows[r->n_windows - 1]);
+    char title[512], name[256];
+    bk_path_title(source, name, sizeof name);
+    snprintf(title, sizeof title, "TRF of %s (window %lld)", name, (long long)r->windows[r->n_windows - 1]);
     bk_plot p = {path, title, "epsilon", "TRF(epsilon) / window", 0, 1, series, r->n_series, 0};
     return bk_plot_write(&p, err);
 }
@@ -346,7 +348,7 @@ int bk_cmd_trf(int argc, char **argv)
         if (r->n_series == 0)
             rc = bk_fail(&err, BK_ERR_INVALID, "--plot: the experiment has no distance table to plot");
         else if (!(rc = write_plot(r, plot, source, &err)) && r->out)
-            printf("wrote %s (and its .gp and .dat)\n", plot);
+            printf("wrote %s (and its .pdf, .gp and .dat)\n", plot);
     }
     if (!rc)
         rc = bk_output_stdout_check(&err);

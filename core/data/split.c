@@ -120,8 +120,8 @@ int bk_data_split_write_json(const bk_data_split *s, const char *path, bk_error 
     bk_output_printf(&o, "{\"split\": \"%s\", \"seed\": %llu, \"fraction\": %.17g, \"unit\": \"%s\",\n", modes[s->mode],
                      (unsigned long long)s->seed, s->fraction, s->text ? "bytes" : "tokens");
     bk_output_printf(&o, " \"training\": {\"files\": %d, \"units\": %lld},\n", s->files[0], (long long)s->units[0]);
-    bk_output_printf(&o, " \"validation\": {\"files\": %d, \"units\": %lld, \"list\": [", s->files[1],
-                     (long long)s->units[1]);
+    bk_output_printf(&o, " \"validation\": {\"files\": %d, \"units\": %lld, \"first_part\": %s, \"list\": [",
+                     s->files[1], (long long)s->units[1], s->first_part ? "true" : "false");
     for (int i = 0; i < s->n_val; i++) {
         bk_output_printf(&o, "%s\n  {\"file\": ", i ? "," : "");
         bk_output_json_string(&o, s->val_files[i]);

@@ -53,7 +53,7 @@ void bk_data_split_describe(const bk_data_split *s, int max_files, char *out, si
 
 /* The split as JSON to `path` (written atomically): {"split": "documents", "seed": 0, "fraction": 0.05,
  * "unit": "bytes", "training": {"files": N, "units": N}, "validation": {"files": N, "units": N,
- * "list": [{"file": "...", "units": N}, ...]}, "note": "..."}. */
+ * "first_part": false, "list": [{"file": "...", "units": N}, ...]}, "note": "..."}. */
 int bk_data_split_write_json(const bk_data_split *s, const char *path, bk_error *err);
 
 #endif

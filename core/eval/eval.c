@@ -184,11 +184,12 @@ int bk_eval_check_outputs(const char *csv, const char *plot, const bk_output_inp
     if (rc || !plot)
         return rc;
     size_t stem = strlen(plot) > 4 ? strlen(plot) - 4 : 0; /* without ".png" (the commands require it) */
-    char files[3][4200];
+    char files[4][4200]; /* the image and what report/plot.h writes beside it */
     snprintf(files[0], sizeof files[0], "%s", plot);
     snprintf(files[1], sizeof files[1], "%.*s.gp", (int)stem, plot);
     snprintf(files[2], sizeof files[2], "%.*s.dat", (int)stem, plot);
-    for (int k = 0; k < 3 && !rc; k++) {
+    snprintf(files[3], sizeof files[3], "%.*s.pdf", (int)stem, plot);
+    for (int k = 0; k < 4 && !rc; k++) {
         rc = k ? bk_output_check_beside("--plot", plot, files[k], inputs, n_inputs, err)
                : bk_output_check("--plot", plot, inputs, n_inputs, err);
         const char *flags[2] = {"--csv", "--plot"}, *paths[2] = {csv, files[k]};

@@ -50,7 +50,7 @@ int bk_eval_inputs_collect(bk_eval_inputs *in, const char *what, const char *sou
                            const bk_lm *lm, const char *const *data, int n_data, bk_error *err);
 void bk_eval_inputs_free(bk_eval_inputs *in);
 
-/* The --csv FILE and --plot FILE.png of a command (NULL: not given), with the FILE.gp and FILE.dat that
+/* The --csv FILE and --plot FILE.png of a command (NULL: not given), with the FILE.gp, FILE.dat and FILE.pdf that
  * report/plot.h writes beside the image: each refused when it names one of inputs[n_inputs], and the
  * CSV when it is one of the plot's files (util/output.h). */
 int bk_eval_check_outputs(const char *csv, const char *plot, const bk_output_input *inputs, int n_inputs,

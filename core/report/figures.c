@@ -66,17 +66,22 @@ static int figure_name(report_ctx *c, const char *base, char *out, size_t size, 
 }
 
 /* Draw `p` (its png set from `name`) and put it in the report; a failure is noted, never fatal. */
-static void figure(report_ctx *c, FILE *md, bk_plot *p, const char *name, const char *alt)
+static void figure(report_ctx *c, FILE *md, bk_plot *p, const bk_plot_marks *m, const char *name, const char *alt)
 {
-    char png[REPORT_PATH_MAX + 160];
+    char png[REPORT_PATH_MAX + 160], pdf[REPORT_PATH_MAX + 160];
     snprintf(png, sizeof png, "%s/%s.png", c->out_dir, name);
+    snprintf(pdf, sizeof pdf, "%s/%s.pdf", c->out_dir, name);
     p->png = png;
     bk_error err = {0};
-    int rc = bk_plot_write(p, &err);
+    int rc = bk_plot_write_marked(p, m, &err);
     if (rc == BK_OK) {
         c->sum->figures++;
-        fprintf(md, "![%s](%s.png)\n\n<sub>drawn by [%s.gp](%s.gp) from [%s.dat](%s.dat)</sub>\n\n", alt, name, name,
-                name, name, name);
+        fprintf(md, "![%s](%s.png)\n\n<sub>drawn by [%s.gp](%s.gp) from [%s.dat](%s.dat)", alt, name, name, name, name,
+                name);
+        bk_error none;
+        if (bk_file_check_regular(pdf, "figure", &none) == BK_OK)
+            fprintf(md, "; [PDF](%s.pdf)", name);
+        fprintf(md, "</sub>\n\n");
     } else if (rc == BK_ERR_UNSUPPORTED) {
         c->sum->undrawn++;
         if (!c->warned_gnuplot && c->o->log)
@@ -108,84 +113,98 @@ static void group_label(const group_rec *g, char *out, size_t size)
         out[0] = '\0';
 }
 
-/* A vertical line at the training length from y0 to y1, as a series of two points. */
-static void train_marker(const report_ctx *c, double *x, double *y, double y0, double y1, char *title, size_t size,
-                         bk_plot_series *s)
+/* What a figure's title starts with: the sweep file's name without its directory and ".toml" (sweep.json's
+ * "sweep"), else the sweep directory's name. */
+static const char *sweep_title(const report_ctx *c)
 {
-    x[0] = x[1] = (double)c->train_length;
-    y[0] = y0, y[1] = y1;
-    snprintf(title, size, "training length %lld", c->train_length);
-    *s = (bk_plot_series){title, x, y, 2};
+    static _Thread_local char name[128];
+    const char *from = c->sweep_name && *c->sweep_name ? c->sweep_name : c->sweep_dir;
+    const char *slash = strrchr(from, '/');
+    snprintf(name, sizeof name, "%.120s", slash && slash[1] ? slash + 1 : from);
+    const size_t n = strlen(name);
+    if (n > 5 && !strcmp(name + n - 5, ".toml"))
+        name[n - 5] = '\0';
+    return name;
 }
 
-/* (1) perplexity vs evaluation length for one group and protocol: a line per variant. */
+/* The training length as a marked x (a thin grey dashed line, not a legend entry); none when unknown or
+ * outside [lo, hi] of the x axis. */
+static bk_plot_marks train_marks(const report_ctx *c, double lo, double hi, const bk_plot_band *bands, char *label,
+                                 size_t size)
+{
+    bk_plot_marks m;
+    memset(&m, 0, sizeof m);
+    m.bands = bands;
+    if (c->train_length > 0 && (double)c->train_length >= lo && (double)c->train_length <= hi) {
+        snprintf(label, size, "training length %lld", c->train_length);
+        m.vline = (double)c->train_length, m.vline_label = label;
+    }
+    return m;
+}
+
+/* (1) perplexity vs evaluation length for one group and protocol: a line per variant, the mean over seeds
+ * with a band of -/+ one standard deviation where there are two seeds or more. */
 int rp_figure_ppl(report_ctx *c, FILE *md, int group, int proto, bk_error *err)
 {
     int nv = c->n_variants, nl = c->n_lengths;
     bk_plot_series *series = calloc((size_t)nv + 1, sizeof *series);
+    bk_plot_band *bands = calloc((size_t)nv + 1, sizeof *bands);
     double *x = calloc((size_t)nl + 2, sizeof *x), *y = calloc((size_t)(nv * nl) + 2, sizeof *y);
+    double *blo = calloc((size_t)(nv * nl) + 2, sizeof *blo), *bhi = calloc((size_t)(nv * nl) + 2, sizeof *bhi);
     char(*titles)[256] = calloc((size_t)nv + 1, sizeof *titles);
-    if (!series || !x || !y || !titles) {
-        free(series), free(x), free(y), free(titles);
+    if (!series || !bands || !x || !y || !blo || !bhi || !titles) {
+        free(series), free(bands), free(x), free(y), free(blo), free(bhi), free(titles);
         return bk_fail(err, BK_ERR_NOMEM, "out of memory for a figure");
     }
     for (int l = 0; l < nl; l++)
         x[l] = c->lengths[l];
-    int ns = 0;
-    double lo = INFINITY, hi = -INFINITY;
+    int ns = 0, any_band = 0;
     for (int v = 0; v < nv; v++) {
         if (!rp_group_has_variant(c, group, v))
             continue;
         int n_min = 1 << 30, n_max = 0;
-        double spread = 0;
         for (int l = 0; l < nl; l++) {
             cell s;
             rp_cell_stats(c, group, v, proto, c->lengths[l], &s);
             y[v * nl + l] = s.n ? s.ppl_mean : NAN;
+            blo[v * nl + l] = s.n > 1 ? s.ppl_mean - s.ppl_std : NAN;
+            bhi[v * nl + l] = s.n > 1 ? s.ppl_mean + s.ppl_std : NAN;
             if (s.n) {
                 n_min = s.n < n_min ? s.n : n_min;
                 n_max = s.n > n_max ? s.n : n_max;
-                lo = s.ppl_mean < lo ? s.ppl_mean : lo;
-                hi = s.ppl_mean > hi ? s.ppl_mean : hi;
             }
-            if (s.n > 1 && s.ppl_std / s.ppl_mean > spread)
-                spread = s.ppl_std / s.ppl_mean;
         }
         if (n_max == 0)
             continue;
-        char nt[32];
         if (n_min == n_max)
-            snprintf(nt, sizeof nt, "n=%d", n_max);
+            snprintf(titles[ns], sizeof titles[ns], "%s (n=%d)", c->variants[v], n_max);
         else
-            snprintf(nt, sizeof nt, "n=%d-%d", n_min, n_max);
-        if (n_max > 1)
-            snprintf(titles[ns], sizeof titles[ns], "%s (%s, std <= %.1f%% of the mean)", c->variants[v], nt, 100.0 * spread);
-        else
-            snprintf(titles[ns], sizeof titles[ns], "%s (%s)", c->variants[v], nt);
+            snprintf(titles[ns], sizeof titles[ns], "%s (n=%d-%d)", c->variants[v], n_min, n_max);
         series[ns] = (bk_plot_series){titles[ns], x, y + v * nl, (size_t)nl};
+        if (n_max > 1)
+            bands[ns] = (bk_plot_band){blo + v * nl, bhi + v * nl}, any_band = 1;
         ns++;
     }
+    int rc = BK_OK;
     if (ns > 0) {
         char title[1400], name[200], base[160], marker[64];
-        double mx[2], my[2];
-        if (c->train_length > 0 && hi > lo)
-            train_marker(c, mx, my, lo, hi, marker, sizeof marker, &series[ns++]);
+        const bk_plot_marks m = train_marks(c, x[0], x[nl - 1], any_band ? bands : NULL, marker, sizeof marker);
         const group_rec *g = &c->groups[group];
         char label[700];
         group_label(g, label, sizeof label);
-        snprintf(title, sizeof title, "Perplexity, mean over seeds (%s)%s",
-                 proto == PROTO_CHUNKS ? "non-overlapping" : "sliding", label);
+        snprintf(title, sizeof title, "%.120s: perplexity vs evaluation length (%s)%s%s", sweep_title(c),
+                 proto == PROTO_CHUNKS ? "non-overlapping" : "sliding", label,
+                 any_band ? "; mean over seeds, band -/+ 1 std" : "");
         snprintf(base, sizeof base, "ppl-%s%s", g->slug, proto == PROTO_SLIDING ? "-sliding" : "");
-        int rc = figure_name(c, base, name, sizeof name, err);
+        rc = figure_name(c, base, name, sizeof name, err);
         if (!rc) {
-            bk_plot p = {NULL, title, "evaluation length (tokens)", "perplexity", 1, 1, series, ns, 1};
-            figure(c, md, &p, name, "perplexity vs evaluation length");
+            bk_plot p = {NULL, title, "evaluation length (tokens)", "perplexity per token (log scale)", 1, 1, series, ns,
+                         1};
+            figure(c, md, &p, &m, name, "perplexity vs evaluation length");
         }
-        free(series), free(x), free(y), free(titles);
-        return rc;
     }
-    free(series), free(x), free(y), free(titles);
-    return BK_OK;
+    free(series), free(bands), free(x), free(y), free(blo), free(bhi), free(titles);
+    return rc;
 }
 
 /* (2) loss at each position at the longest length with position-wise losses, a line per variant
@@ -203,23 +222,33 @@ int rp_figure_positions(report_ctx *c, FILE *md, int group, bk_error *err)
     }
     if (L == 0)
         return BK_OK;
+    /* log-spaced bins of the positions 1 .. L (x on a log axis): every position up to 16, then bins
+     * 2^(1/8) wide; a bin's value is the mean of its positions' losses, its x their geometric centre */
+    int32_t *edge = malloc(((size_t)L + 2) * sizeof *edge);
+    int nb = 0;
+    if (edge) {
+        edge[nb++] = 0; /* bin k holds the positions edge[k] .. edge[k + 1] - 1 (0-based) */
+        for (int32_t at = 0; at < L;) {
+            int32_t next = at < 16 ? at + 1 : (int32_t)ceil((double)(at + 1) * pow(2.0, 1.0 / 8.0)) - 1;
+            next = next <= at ? at + 1 : next > L ? L : next;
+            edge[nb++] = next, at = next;
+        }
+        nb--; /* bins, not edges */
+    }
     int nv = c->n_variants;
-    int window = L >= 256 ? L / 128 : 1;
-    window |= 1; /* odd: centred */
     bk_plot_series *series = calloc((size_t)nv + 1, sizeof *series);
-    double *x = malloc((size_t)L * sizeof *x), *y = malloc((size_t)nv * (size_t)L * sizeof *y);
+    double *x = malloc(((size_t)nb + 1) * sizeof *x), *y = malloc((size_t)nv * ((size_t)nb + 1) * sizeof *y);
     double *mean = malloc((size_t)L * sizeof *mean);
     int *count = malloc((size_t)L * sizeof *count);
     char(*titles)[256] = calloc((size_t)nv + 1, sizeof *titles);
     int rc = BK_OK;
-    if (!series || !x || !y || !mean || !count || !titles) {
+    if (!edge || !series || !x || !y || !mean || !count || !titles) {
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the position-wise loss of length %d", (int)L);
         goto done;
     }
-    for (int32_t t = 0; t < L; t++)
-        x[t] = t + 1;
+    for (int k = 0; k < nb; k++) /* positions are 1-based on the axis */
+        x[k] = sqrt((double)(edge[k] + 1) * (double)edge[k + 1]);
     int ns = 0;
-    double lo = INFINITY, hi = -INFINITY;
     for (int v = 0; v < nv; v++) {
         memset(mean, 0, (size_t)L * sizeof *mean);
         memset(count, 0, (size_t)L * sizeof *count);
@@ -236,48 +265,38 @@ int rp_figure_positions(report_ctx *c, FILE *md, int group, bk_error *err)
         }
         if (!n)
             continue;
-        for (int32_t t = 0; t < L; t++)
-            mean[t] = count[t] ? mean[t] / count[t] : NAN;
-        double *yv = y + (size_t)v * (size_t)L;
-        int h = window / 2;
-        for (int32_t t = 0; t < L; t++) {
-            double s = 0;
+        double *yv = y + (size_t)v * (size_t)nb;
+        for (int k = 0; k < nb; k++) {
+            double sum = 0;
             int m = 0;
-            for (int32_t u = t - h < 0 ? 0 : t - h; u <= t + h && u < L; u++)
-                if (isfinite(mean[u]))
-                    s += mean[u], m++;
-            yv[t] = m ? s / m : NAN;
-            if (m) {
-                lo = yv[t] < lo ? yv[t] : lo;
-                hi = yv[t] > hi ? yv[t] : hi;
-            }
+            for (int32_t t = edge[k]; t < edge[k + 1]; t++)
+                if (count[t])
+                    sum += mean[t] / count[t], m++;
+            yv[k] = m ? sum / m : NAN;
         }
         snprintf(titles[ns], sizeof titles[ns], "%s (n=%d)", c->variants[v], n);
-        series[ns] = (bk_plot_series){titles[ns], x, yv, (size_t)L};
+        series[ns] = (bk_plot_series){titles[ns], x, yv, (size_t)nb};
         ns++;
     }
     if (ns > 0) {
         char title[1400], name[200], base[160], marker[64];
-        double mx[2], my[2];
-        if (c->train_length > 0 && c->train_length < L && hi > lo)
-            train_marker(c, mx, my, lo, hi, marker, sizeof marker, &series[ns++]);
+        const bk_plot_marks m = train_marks(c, 1.0, (double)L, NULL, marker, sizeof marker);
         const group_rec *g = &c->groups[group];
-        char smooth[64] = "";
-        if (window > 1)
-            snprintf(smooth, sizeof smooth, "; moving average over %d positions", window);
         char label[700];
         group_label(g, label, sizeof label);
-        snprintf(title, sizeof title, "Loss at each position, length %d, mean over seeds%s%s", (int)L, smooth, label);
+        snprintf(title, sizeof title, "%.120s: loss at each position, length %d, mean over seeds%s", sweep_title(c), (int)L,
+                 label);
         snprintf(base, sizeof base, "position-loss-%s", g->slug);
         if (!(rc = figure_name(c, base, name, sizeof name, err))) {
             fprintf(md, "Length %d (non-overlapping chunks; the loss at each position averaged over the chunks, "
-                        "then over seeds%s):\n\n", (int)L, smooth);
-            bk_plot p = {NULL, title, "position in the sequence", "loss (nats)", 0, 0, series, ns, 0};
-            figure(c, md, &p, name, "loss at each position");
+                        "then over seeds, then over log-spaced bins of positions: each position up to 16, then "
+                        "bins 2^(1/8) wide):\n\n", (int)L);
+            bk_plot p = {NULL, title, "position in the sequence (log scale)", "loss (nats)", 1, 0, series, ns, 0};
+            figure(c, md, &p, &m, name, "loss at each position");
         }
     }
 done:
-    free(series), free(x), free(y), free(mean), free(count), free(titles);
+    free(edge), free(series), free(x), free(y), free(mean), free(count), free(titles);
     return rc;
 }
 
@@ -318,7 +337,7 @@ static int figures_bias(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *
     float *table = malloc((size_t)H * (size_t)D * sizeof *table);
     double *x = malloc(npts * sizeof *x), *y = malloc((size_t)H * npts * sizeof *y);
     bk_plot_series *series = calloc((size_t)H + 1, sizeof *series);
-    char(*titles)[32] = calloc((size_t)H + 1, sizeof *titles);
+    char(*titles)[64] = calloc((size_t)H + 1, sizeof *titles);
     int rc = BK_OK, drawn = 0;
     if (!table || !x || !y || !series || !titles) {
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the tables of run '%s' (%d heads x %d distances)", r->name,
@@ -328,7 +347,7 @@ static int figures_bias(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *
     for (size_t i = 0; i < npts; i++)
         x[i] = (double)((int64_t)i * stride);
     for (int s = 0; s < BK_STREAM_COUNT && !rc; s++) {
-        int n_terms = 0, per_layer = 0;
+        int n_terms = 0, per_layer = 0, learned = 0;
         char members[512] = "";
         size_t used = 0;
         for (int t = 0; t < set->n; t++) {
@@ -337,6 +356,7 @@ static int figures_bias(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *
                 continue;
             n_terms++;
             per_layer |= term->per_layer;
+            learned |= term->n_params > 0;
             if (used < sizeof members)
                 used += (size_t)snprintf(members + used, sizeof members - used, "%s%s", used ? " + " : "", term->label);
         }
@@ -353,30 +373,31 @@ static int figures_bias(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *
                      terr.message);
                 continue;
             }
-            double lo = INFINITY, hi = -INFINITY;
+            /* each head divided by its largest |T_h(d)|, the divisor in its legend entry: one steep head
+             * does not flatten the others */
             for (int32_t h = 0; h < H; h++) {
+                double big = 0.0;
                 for (size_t i = 0; i < npts; i++) {
-                    double v = table[(size_t)h * (size_t)D + i * (size_t)stride];
-                    y[(size_t)h * npts + i] = v;
-                    if (isfinite(v)) {
-                        lo = v < lo ? v : lo;
-                        hi = v > hi ? v : hi;
-                    }
+                    const double v = table[(size_t)h * (size_t)D + i * (size_t)stride];
+                    big = isfinite(v) && fabs(v) > big ? fabs(v) : big;
                 }
-                snprintf(titles[h], sizeof titles[h], "head %d", (int)h);
+                for (size_t i = 0; i < npts; i++) {
+                    const double v = table[(size_t)h * (size_t)D + i * (size_t)stride];
+                    y[(size_t)h * npts + i] = big > 0.0 ? v / big : v;
+                }
+                snprintf(titles[h], sizeof titles[h], "head %d (/ %.3g)", (int)h, big > 0.0 ? big : 1.0);
                 series[h] = (bk_plot_series){titles[h], x, y + (size_t)h * npts, npts};
             }
             int ns = H;
             char marker[64], title[2000], base[300], name[340], where[96] = "";
-            double mx[2], my[2];
-            if (c->train_length > 0 && c->train_length < D && hi > lo)
-                train_marker(c, mx, my, lo, hi, marker, sizeof marker, &series[ns++]);
+            const bk_plot_marks m = train_marks(c, 0.0, (double)(D - 1), NULL, marker, sizeof marker);
             if (per_layer)
                 snprintf(where, sizeof where, ", layer %d", layer);
             char label[700];
             group_label(&c->groups[r->group], label, sizeof label);
-            snprintf(title, sizeof title, "Learned bias T_h(d) of %s (seed %lld%s%s): %s on the %s stream%s", r->variant,
-                     r->seed, label[0] ? "," : "", label[0] ? label + 1 : "", members, stream, where);
+            snprintf(title, sizeof title, "%.120s: %s bias T_h(d) of %s (seed %lld%s%s): %s on the %s stream%s",
+                     sweep_title(c), learned ? "learned" : "fixed", r->variant, r->seed, label[0] ? "," : "",
+                     label[0] ? label + 1 : "", members, stream, where);
             snprintf(base, sizeof base, "bias-%s-%s%s%s%s", c->groups[r->group].slug, r->variant,
                      s == BK_STREAM_TOKEN ? "" : "-", s == BK_STREAM_TOKEN ? "" : stream, per_layer ? "-layer" : "");
             if (per_layer)
@@ -386,8 +407,9 @@ static int figures_bias(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *
             if (!drawn)
                 fprintf(md, "**%s** (run `%s`, seed %lld): %s, distances 0 to %d%s.\n\n", r->variant, r->name, r->seed,
                         members, (int)D - 1, stride > 1 ? " (every few distances drawn)" : "");
-            bk_plot p = {NULL, title, "distance d = i - j", "bias added to the attention score", 0, 0, series, ns, 0};
-            figure(c, md, &p, name, "learned bias per head");
+            bk_plot p = {NULL, title, "distance d = i - j", "bias / its largest |value| (each head)", 0, 0, series, ns,
+                         0};
+            figure(c, md, &p, &m, name, learned ? "learned bias per head" : "fixed bias per head");
             drawn++;
         }
     }
@@ -467,7 +489,7 @@ static int figure_mix(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *lm
     if (!(rc = figure_name(c, base, name, sizeof name, err))) {
         fprintf(md, "**%s** (run `%s`, seed %lld), %s mixing:\n\n", r->variant, r->name, r->seed, mixing);
         bk_plot p = {NULL, title, "training step", "weight", 0, 0, series, ns, n <= 30};
-        figure(c, md, &p, name, "mixing weights over training");
+        figure(c, md, &p, NULL, name, "mixing weights over training");
     }
 done:
     free(text), free(series), free(titles);

@@ -171,13 +171,38 @@ static int check_plot(const bk_plot *p, size_t *n_png, bk_error *err)
  * The data file and the script
  * ---------------------------------------------------------------------------------------------- */
 
-static int write_data(const bk_plot *p, const char *path, const char *stem_base, bk_error *err)
+/* The series colours: Okabe and Ito's eight colour-blind-safe colours (yellow left out: it vanishes on
+ * white) first, then nine more that stay apart from them and from the grey of the marked x. */
+static const char *const plot_palette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9",
+                                           "#000000", "#8C564B", "#9467BD", "#BCBD22", "#17BECF", "#E377C2",
+                                           "#1F3A93", "#B22222", "#2CA02C", "#A6761D"};
+#define PLOT_COLOURS ((int)(sizeof plot_palette / sizeof plot_palette[0]))
+/* gnuplot's filled and open markers: circle, square, triangle, diamond, ... */
+static const int plot_markers[] = {7, 5, 9, 13, 6, 4, 8, 12};
+#define PLOT_MARKERS ((int)(sizeof plot_markers / sizeof plot_markers[0]))
+/* The grey of a marked x (the training length). */
+#define PLOT_VLINE_COLOUR "#888888"
+
+/* Series k's band, or NULL. */
+static const bk_plot_band *band_of(const bk_plot_marks *m, int k)
+{
+    return m && m->bands && m->bands[k].lo && m->bands[k].hi ? &m->bands[k] : NULL;
+}
+
+static int band_drawable(const bk_plot *p, const bk_plot_series *s, const bk_plot_band *b, size_t i)
+{
+    return drawable(p, s->x[i], b->lo[i]) && drawable(p, s->x[i], b->hi[i]);
+}
+
+static int write_data(const bk_plot *p, const bk_plot_marks *m, const char *path, const char *stem_base,
+                      bk_error *err)
 {
     FILE *f = fopen(path, "w");
     if (!f)
         return bk_fail(err, BK_ERR_IO, "cannot write plot data '%s': %s", path, strerror(errno));
     fprintf(f, "# data of %s.png, drawn by %s.gp: one block per series (gnuplot `index N`), two blank lines\n"
-               "# apart; columns x y; a blank line inside a block is a gap (a value that is not finite, or not\n"
+               "# apart; columns x y (and the band's low and high, when it has one); a blank line inside a block\n"
+               "# is a gap (a value that is not finite, or not\n"
                "# positive on a logarithmic axis). A series with nothing to draw has no block.\n",
             stem_base, stem_base);
     int block = 0;
@@ -197,7 +222,13 @@ static int write_data(const bk_plot *p, const char *path, const char *stem_base,
             if (gap)
                 fputc('\n', f);
             gap = 0, any = 1;
-            fprintf(f, "%.10g %.10g\n", s->x[i], s->y[i]);
+            const bk_plot_band *b = band_of(m, k);
+            if (b && band_drawable(p, s, b, i)) /* columns 3 and 4: the band, NaN where it is not drawable */
+                fprintf(f, "%.10g %.10g %.10g %.10g\n", s->x[i], s->y[i], b->lo[i], b->hi[i]);
+            else if (b)
+                fprintf(f, "%.10g %.10g NaN NaN\n", s->x[i], s->y[i]);
+            else
+                fprintf(f, "%.10g %.10g\n", s->x[i], s->y[i]);
         }
         block++;
     }
@@ -224,17 +255,32 @@ static void put_preamble(FILE *f, const char *stem_base)
                "data = here.");
     put_quoted(f, data);
     fprintf(f, "\n\n# pngcairo (antialiased) when this gnuplot has it, else the plain png terminal\n"
+               "# at twice 900x600, type and lines scaled alike\n"
                "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
-               "    set terminal pngcairo size 900,600 noenhanced font \"sans,10\" linewidth 1.5\n"
+               "    set terminal pngcairo size 1800,1200 noenhanced font \"sans,20\" linewidth 3\n"
                "} else {\n"
-               "    set terminal png size 900,600 noenhanced\n"
+               "    set terminal png size 1800,1200 noenhanced font \"sans,20\" linewidth 3\n"
                "}\n"
                "set output here.");
     put_quoted(f, png);
     fprintf(f, "\n\n");
 }
 
-static int write_script(const bk_plot *p, const char *path, const char *stem_base, bk_error *err)
+/* A script's end: the image closed, then the same figure as a PDF beside it when gnuplot has pdfcairo. */
+static void put_pdf(FILE *f, const char *stem_base)
+{
+    char pdf[PLOT_PATH_MAX + 8];
+    snprintf(pdf, sizeof pdf, "%s.pdf", stem_base);
+    fprintf(f, "unset output\n\n# the same figure as a PDF (vector, for a paper)\n"
+               "if (strstrt(GPVAL_TERMINALS, \"pdfcairo\") > 0) {\n"
+               "    set terminal pdfcairo size 6in,4in noenhanced font \"sans,9\" linewidth 1.5\n"
+               "    set output here.");
+    put_quoted(f, pdf);
+    fprintf(f, "\n    replot\n    unset output\n}\n");
+}
+
+static int write_script(const bk_plot *p, const bk_plot_marks *m, const char *path, const char *stem_base,
+                        bk_error *err)
 {
     FILE *f = fopen(path, "w");
     if (!f)
@@ -255,12 +301,24 @@ static int write_script(const bk_plot *p, const char *path, const char *stem_bas
         put_log_y_ticks(f, p);
     }
     fprintf(f, "set grid xtics ytics mxtics mytics lc rgb \"#dddddd\" lt 1, lc rgb \"#eeeeee\" lt 1\n"
-               "set key outside right top noenhanced spacing 1.2\n"
+               "set key outside below center horizontal noenhanced spacing 1.2 maxrows 4\n"
                "set border 3\n"
                "set tics nomirror\n"
                "# the ranges hug the data, with a small margin\n"
                "set autoscale xfixmin\nset autoscale xfixmax\nset autoscale yfixmin\nset autoscale yfixmax\n"
                "set offsets graph 0.02, graph 0.02, graph 0.05, graph 0.05\n\n");
+    if (m && isfinite(m->vline) && (m->vline != 0.0 || m->vline_label) && !(p->logx && m->vline <= 0.0)) {
+        fprintf(f, "# the marked x: a thin grey dashed line, labelled, not in the legend\n"
+                   "set arrow from %.10g, graph 0 to %.10g, graph 1 nohead dt 2 lw 1 lc rgb \"" PLOT_VLINE_COLOUR
+                   "\" back\n",
+                m->vline, m->vline);
+        if (m->vline_label) {
+            fprintf(f, "set label ");
+            put_quoted(f, m->vline_label);
+            fprintf(f, " at %.10g, graph 1 offset 0.5, -1 left tc rgb \"#666666\"\n", m->vline);
+        }
+        fprintf(f, "\n");
+    }
 
     int block = 0, first = 1;
     for (int k = 0; k < p->n_series; k++) {
@@ -275,15 +333,23 @@ static int write_script(const bk_plot *p, const char *path, const char *stem_bas
         const bk_plot_series *s = &p->series[k];
         if (!drawable_points(p, s))
             continue;
-        /* gnuplot's 8 colours, then the same colours dashed */
-        fprintf(f, "%s data index %d using 1:2 with %s lt %d dt %d lw 1.5%s title ", first ? "plot" : ", \\\n    ",
-                block, p->points ? "linespoints" : "lines", block % 8 + 1, block / 8 % 5 + 1,
-                p->points ? " pt 7 ps 0.8" : "");
+        /* colour k (16 that do not repeat), dash k % 4, marker k % 8: neighbours differ three ways */
+        const char *colour = plot_palette[block % PLOT_COLOURS];
+        if (band_of(m, k)) /* the band first, under the line, not in the legend */
+            fprintf(f, "%s data index %d using 1:3:4 with filledcurves fs transparent solid 0.18 noborder "
+                       "lc rgb \"%s\" notitle",
+                    first ? "plot" : ", \\\n    ", block, colour), first = 0;
+        const size_t n = drawable_points(p, s);
+        const size_t every = p->points || n <= 12 ? 1 : (n + 7) / 8; /* about 8 markers on a long series */
+        fprintf(f, "%s data index %d using 1:2 with linespoints lc rgb \"%s\" dt %d lw 1.5 pt %d ps %s pi %zu title ",
+                first ? "plot" : ", \\\n    ", block, colour, block % 4 + 1, plot_markers[block % PLOT_MARKERS],
+                p->points ? "1.2" : "0.9", every);
         put_quoted(f, s->title ? s->title : "");
         first = 0;
         block++;
     }
-    fprintf(f, "\nunset output\n");
+    fprintf(f, "\n");
+    put_pdf(f, stem_base);
     if (ferror(f) | (fclose(f) != 0))
         return bk_fail(err, BK_ERR_IO, "cannot write plot script '%s': %s", path, strerror(errno));
     return BK_OK;
@@ -481,6 +547,11 @@ static int draw_script(const char *png, const char *gp, bk_error *err)
 
 int bk_plot_write(const bk_plot *p, bk_error *err)
 {
+    return bk_plot_write_marked(p, NULL, err);
+}
+
+int bk_plot_write_marked(const bk_plot *p, const bk_plot_marks *m, bk_error *err)
+{
     size_t n = 0;
     int rc = check_plot(p, &n, err);
     if (rc)
@@ -490,7 +561,7 @@ int bk_plot_write(const bk_plot *p, bk_error *err)
     stem[n - 4] = '\0';
     snprintf(gp, sizeof gp, "%s.gp", stem);
     snprintf(dat, sizeof dat, "%s.dat", stem);
-    if ((rc = write_data(p, dat, base_name(stem), err)) || (rc = write_script(p, gp, base_name(stem), err)))
+    if ((rc = write_data(p, m, dat, base_name(stem), err)) || (rc = write_script(p, m, gp, base_name(stem), err)))
         return rc;
     return draw_script(p->png, gp, err);
 }
@@ -562,9 +633,9 @@ int bk_heatmap_write(const bk_heatmap *h, bk_error *err)
     fprintf(f, "mid = %.10g\n"
                "plot data using 1:2:3 with image, \\\n"
                "     data using 1:2:($3 == $3 ? sprintf(\"%%.2f\", $3) : \"\"):($3 > mid ? 0xffffff : 0) \\\n"
-               "     with labels tc rgb variable font \",9\"\n",
+               "     with labels tc rgb variable\n",
             0.5 * (h->zmin + h->zmax));
-    fprintf(f, "unset output\n");
+    put_pdf(f, sb);
     if (ferror(f) | (fclose(f) != 0))
         return bk_fail(err, BK_ERR_IO, "cannot write plot script '%s': %s", gp, strerror(errno));
     return draw_script(h->png, gp, err);

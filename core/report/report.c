@@ -106,6 +106,7 @@ static int write_report(report_ctx *c, bk_error *err)
     fprintf(md, "\n- perplexity cells: mean ± sample standard deviation over the seeds that finished, n seeds; "
                 "— where none did\n- written by `biaskit report` on %s\n\n", date);
 
+    rp_write_config(c, md);
     fprintf(md, "## Failed or missing runs\n\n");
     if (!c->sum->problems)
         fprintf(md, "None: every run finished and was evaluated.\n\n");

@@ -6,6 +6,7 @@
  *   stats.c    statistics over seeds: a table cell's mean and sample standard deviation
  *   figures.c  the figures: their data built from the runs and their checkpoints, drawn by plot.c
  *   tables.c   Markdown tables and the CSV files
+ *   config.c   the configuration section: setup, validation data per corpus, the variants' terms
  *   report.c   the report itself (report.md) and the entry points of report.h */
 #ifndef BK_REPORT_INTERNAL_H
 #define BK_REPORT_INTERNAL_H
@@ -150,6 +151,10 @@ int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, bk_error *err);
  * ---------------------------------------------------------------------------------------------- */
 
 void rp_md_cell(FILE *f, const char *s);
+
+/* config.c: the report's configuration section (the first run's setup, each corpus's validation data,
+ * each variant's terms). */
+void rp_write_config(report_ctx *c, FILE *md);
 void rp_group_heading(const report_ctx *c, FILE *md, int group);
 void rp_write_table(const report_ctx *c, FILE *md, int group, int proto);
 int rp_write_csvs(report_ctx *c, bk_error *err);

@@ -265,10 +265,13 @@ int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_
     return bk_lm_load_data_split(lm, data, n_data, min_tokens, hint, train, val, NULL, err);
 }
 
-int bk_lm_load_data_split(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
-                          bk_tokens *train, bk_tokens *val, bk_data_split *split, bk_error *err)
+/* The data configuration of experiment e (paths read from config_dir), or of the command line's `data`
+ * (n_data > 0: every token evaluation data), with its path strings in *buf / *ptr (free both); then
+ * either loaded (train, val) or only planned (train NULL). */
+static int with_data_config(const bk_experiment *e, const char *config_dir, const char *const *data, int n_data,
+                            int64_t min_tokens, const char *hint, bk_tokens *train, bk_tokens *val,
+                            bk_data_split *split, bk_error *err)
 {
-    const bk_experiment *e = &lm->exp;
     if (n_data == 0 && e->data.paths.n == 0)
         return bk_fail(err, BK_ERR_CONFIG, "%s: [data] paths: no training data; set e.g. paths = [\"corpus/\"] or "
                        "--set data.paths=DIR%s", e->path, hint ? hint : "");
@@ -281,8 +284,9 @@ int bk_lm_load_data_split(const bk_lm *lm, const char *const *data, int n_data, 
         if (n_data)
             bk_copy_text(buf[i], sizeof buf[i], data[i]);
         else
-            rc = bk_lm_path(lm, i < e->data.paths.n ? e->data.paths.items[i] : e->data.val_paths.items[i - e->data.paths.n],
-                            buf[i], sizeof buf[i], err);
+            rc = bk_path_resolve(config_dir,
+                                 i < e->data.paths.n ? e->data.paths.items[i] : e->data.val_paths.items[i - e->data.paths.n],
+                                 buf[i], sizeof buf[i], err);
         ptr[i] = buf[i];
     }
     if (!rc) {
@@ -300,8 +304,20 @@ int bk_lm_load_data_split(const bk_lm *lm, const char *const *data, int n_data, 
             .split_seed = (uint64_t)e->data.split_seed,
             .split_out = split,
         };
-        rc = bk_data_load(&dc, (int32_t)e->model.vocab, min_tokens, train, val, err);
+        rc = train ? bk_data_load(&dc, (int32_t)e->model.vocab, min_tokens, train, val, err)
+                   : bk_data_plan(&dc, split, err);
     }
     free(buf), free(ptr);
     return rc;
+}
+
+int bk_lm_load_data_split(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
+                          bk_tokens *train, bk_tokens *val, bk_data_split *split, bk_error *err)
+{
+    return with_data_config(&lm->exp, lm->config_dir, data, n_data, min_tokens, hint, train, val, split, err);
+}
+
+int bk_experiment_data_plan(const bk_experiment *e, const char *config_dir, bk_data_split *out, bk_error *err)
+{
+    return with_data_config(e, config_dir, NULL, 0, 0, NULL, NULL, NULL, out, err);
 }

@@ -70,6 +70,9 @@ int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_
 /* The same, describing the split in *split (when not NULL; free with bk_data_split_free). */
 int bk_lm_load_data_split(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
                           bk_tokens *train, bk_tokens *val, bk_data_split *split, bk_error *err);
+/* The split of experiment e's [data] (its paths read from config_dir) from the files' sizes, nothing read
+ * (bk_data_plan): for `sweep --dry-run`. */
+int bk_experiment_data_plan(const bk_experiment *e, const char *config_dir, bk_data_split *out, bk_error *err);
 
 /* A path written in the experiment ([data] paths, [run] out_dir): absolute as is, else read from the
  * experiment file's directory (util/path.h). */

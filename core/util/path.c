@@ -76,3 +76,25 @@ void bk_path_display(const char *path, char *out, size_t size)
     bk_copy_text(out, size, realpath(path, real) ? real : path);
     bk_path_clean(out);
 }
+
+void bk_path_title(const char *path, char *out, size_t size)
+{
+    char copy[4096];
+    snprintf(copy, sizeof copy, "%s", path ? path : "");
+    bk_path_clean(copy);
+    char *slash = strrchr(copy, '/');
+    char *name = slash ? slash + 1 : copy;
+    if (!strncmp(name, "checkpoint", 10) && slash) { /* a run's checkpoint: its directory's name */
+        *slash = '\0';
+        char *up = strrchr(copy, '/');
+        name = up ? up + 1 : copy;
+    }
+    static const char *const ext[] = {".toml", ".safetensors"};
+    const size_t n = strlen(name);
+    for (int k = 0; k < 2; k++) {
+        const size_t e = strlen(ext[k]);
+        if (n > e && !strcmp(name + n - e, ext[k]))
+            name[n - e] = '\0';
+    }
+    snprintf(out, size, "%s", name);
+}

@@ -30,4 +30,9 @@ void bk_path_clean(char *path);
 /* How a path is shown to the user: its real path when it exists, else the cleaned path. */
 void bk_path_display(const char *path, char *out, size_t size);
 
+/* The name a figure title gives an experiment or a run: the file's name without its directories and
+ * ".toml" / ".safetensors"; a run's checkpoint (checkpoint*.safetensors) is named by its run directory
+ * ("runs/demo_alibi/checkpoint.safetensors" -> "demo_alibi"). */
+void bk_path_title(const char *path, char *out, size_t size);
+
 #endif
