@@ -98,7 +98,8 @@ check "results.csv: sliding rows" 0 "^src,,kmix,sliding,64,4,2," cat "$out/resul
 check "runs.csv: the failed run with its error" 0 "^kmix-s3,kmix,src,,3,failed,,,,,step 3: loss is nan" cat "$out/runs.csv"
 
 # every figure: PNG (when gnuplot is here), with its script and data
-figures="ppl-src ppl-src-sliding position-loss-src bias-src-alibi bias-src-kmix mix-src-kmix"
+figures="ppl-src ppl-src-sliding position-loss-src bias-src-alibi bias-src-kmix mix-src-kmix
+         params-src-kmix-term_kerple_r1 params-src-kmix-term_kerple_r2"
 for f in $figures; do
     if [ -s "$out/$f.gp" ] && [ -s "$out/$f.dat" ] && grep -Fq "](${f}.png)" "$md"; then
         ok "figure $f: script, data, in the report"
@@ -128,11 +129,19 @@ if command -v gnuplot >/dev/null && gnuplot -e 'print GPVAL_TERMINALS' 2>&1 | gr
         ok "ppl figure: a PDF beside the PNG, linked from the report" || bad "ppl figure: PDF beside the PNG"
 fi
 has "mix figure: a line per term" "$out/mix-src-kmix.gp" "title 'kerple'"
+has "params figure: KERPLE's r1 over training, a curve per head" "$out/params-src-kmix-term_kerple_r1.gp" "title '[1]'"
+has "params figure: the data are metrics.jsonl's values" "$out/params-src-kmix-term_kerple_r1.dat" "$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "params" in r:
+        print("%d %.10g" % (r["step"], r["params"]["term.kerple.r1"][0])); break' "$sw/kmix-s1/metrics.jsonl")"
+if grep -q "params-src-alibi" "$md"; then bad "params: none for ALiBi (no parameters)"; else ok "params: none for ALiBi (no parameters)"; fi
 check "the default output directory" 0 "report: $sw/report/report.md" "$bk" report "$sw"
 
 # gnuplot missing: the report, the scripts and the data are still written
 rm -rf "$work/nognuplot"
-check "no gnuplot: still a report" 0 "6 not drawn \(no gnuplot" env PATH=/nonexistent "$bk" report "$sw" --out "$work/nognuplot"
+check "no gnuplot: still a report" 0 "8 not drawn \(no gnuplot" env PATH=/nonexistent "$bk" report "$sw" --out "$work/nognuplot"
 [ -s "$work/nognuplot/ppl-src.gp" ] && [ ! -e "$work/nognuplot/ppl-src.png" ] && ok "no gnuplot: scripts written" ||
     bad "no gnuplot: scripts written" "$(ls "$work/nognuplot")"
 has "no gnuplot: the report says how to draw" "$work/nognuplot/report.md" "run \`gnuplot ppl-src.gp\`"

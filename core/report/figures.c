@@ -497,11 +497,163 @@ done:
     return rc;
 }
 
+/* ---- (5) plugin parameters over training --------------------------------------------------------- */
+
+/* The "params" objects of metrics.jsonl: the keys of the first record that has them (term.<term>.<tensor>),
+ * each flattened to its values in order (a per_layer term's array per layer, one after the other); a point
+ * per record with the same shape, steps increasing (a record that goes back in steps replaces the points
+ * from that step on, as for the mixing weights). */
+#define PARAMS_MAX_KEYS 32
+typedef struct params_log {
+    int n_keys, per_key[PARAMS_MAX_KEYS], total;
+    char keys[PARAMS_MAX_KEYS][96];
+    size_t n, cap;
+    double *x, *y; /* y[point * total + value] */
+    int bad;
+} params_log;
+
+static int flatten(const cJSON *v, double *out, int cap)
+{
+    if (cJSON_IsNumber(v)) {
+        if (cap > 0)
+            out[0] = v->valuedouble;
+        return 1;
+    }
+    if (cJSON_IsNull(v)) {
+        if (cap > 0)
+            out[0] = NAN;
+        return 1;
+    }
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) n += flatten(e, out + (n < cap ? n : cap), cap - n > 0 ? cap - n : 0);
+    return n;
+}
+
+static void parse_params_log(char *text, size_t len, params_log *m)
+{
+    memset(m, 0, sizeof *m);
+    double vals[1024];
+    for (char *line = text, *end; line < text + len; line = end + 1) {
+        end = memchr(line, '\n', (size_t)(text + len - line));
+        end = end ? end : text + len;
+        if (!memchr(line, '"', (size_t)(end - line)) || !strstr(line, "\"params\""))
+            continue;
+        cJSON *j = cJSON_ParseWithLength(line, (size_t)(end - line));
+        const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
+        const cJSON *pr = j ? cJSON_GetObjectItemCaseSensitive(j, "params") : NULL;
+        if (!cJSON_IsNumber(st) || !cJSON_IsObject(pr)) {
+            m->bad += j != NULL && pr != NULL;
+            cJSON_Delete(j);
+            continue;
+        }
+        int n = 0, k = 0, ok = 1;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, pr)
+        {
+            const int got = flatten(e, vals + n, (int)(sizeof vals / sizeof vals[0]) - n);
+            if (!m->total && k < PARAMS_MAX_KEYS) { /* the first record sets the shape */
+                bk_copy_text(m->keys[k], sizeof m->keys[k], e->string ? e->string : "?");
+                m->per_key[k] = got;
+            } else if (k >= m->n_keys || got != m->per_key[k] || strcmp(m->keys[k], e->string ? e->string : "?")) {
+                ok = 0;
+            }
+            n += got, k++;
+        }
+        if (!m->total) {
+            if (k > PARAMS_MAX_KEYS || n > (int)(sizeof vals / sizeof vals[0]) || n == 0)
+                ok = 0;
+            else
+                m->n_keys = k, m->total = n;
+        }
+        if (!ok || n != m->total) {
+            m->bad++;
+            cJSON_Delete(j);
+            continue;
+        }
+        const double step = st->valuedouble;
+        while (m->n > 0 && m->x[m->n - 1] >= step) /* logged again from an earlier checkpoint */
+            m->n--;
+        if (m->n == m->cap) {
+            const size_t cap = m->cap ? 2 * m->cap : 256;
+            double *x = realloc(m->x, cap * sizeof *x), *y = x ? realloc(m->y, cap * (size_t)m->total * sizeof *y) : NULL;
+            if (x)
+                m->x = x;
+            if (!x || !y) {
+                cJSON_Delete(j);
+                break;
+            }
+            m->y = y, m->cap = cap;
+        }
+        m->x[m->n] = step;
+        memcpy(m->y + m->n * (size_t)m->total, vals, (size_t)m->total * sizeof *vals);
+        m->n++;
+        cJSON_Delete(j);
+    }
+}
+
+/* Run r's plugin parameters over training: a figure per key (term.<term>.<tensor>), a curve per value
+ * (per head; per layer and head for a per_layer term), at most 16 curves each. */
+static int figure_params(report_ctx *c, FILE *md, const run_rec *r, bk_error *err)
+{
+    char path[REPORT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/" BK_RUN_METRICS_FILE, r->path);
+    char *text = NULL;
+    size_t len = 0;
+    bk_error rerr;
+    if (bk_file_read_all(path, "metrics file", BK_JSONL_FILE_MAX, &text, &len, &rerr)) {
+        rp_note(c, "run '%s': %s; its plugin parameters are not drawn", r->name, rerr.message);
+        return BK_OK;
+    }
+    params_log m;
+    parse_params_log(text, len, &m);
+    free(text);
+    int rc = BK_OK;
+    if (m.bad)
+        rp_note(c, "run '%s': %s: %d record%s of plugin parameters malformed or of another shape than the first; "
+                   "skipped", r->name, path, m.bad, m.bad == 1 ? "" : "s");
+    if (m.n == 0) {
+        fprintf(md, "**%s** (run `%s`): metrics.jsonl has no plugin parameters (no term has any, or a biaskit that "
+                    "did not log them trained it).\n\n", r->variant, r->name);
+        free(m.x), free(m.y);
+        return BK_OK;
+    }
+    double *y = malloc(m.n * 16 * sizeof *y);
+    char(*titles)[48] = calloc(16, sizeof *titles);
+    bk_plot_series series[16];
+    if (!y || !titles)
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the parameters of run '%s'", r->name);
+    fprintf(md, "**%s** (run `%s`, seed %lld):\n\n", r->variant, r->name, r->seed);
+    for (int k = 0, at = 0; !rc && k < m.n_keys; at += m.per_key[k++]) {
+        const int nc = m.per_key[k] < 16 ? m.per_key[k] : 16;
+        for (int v = 0; v < nc; v++) {
+            for (size_t i = 0; i < m.n; i++)
+                y[(size_t)v * m.n + i] = m.y[i * (size_t)m.total + (size_t)(at + v)];
+            snprintf(titles[v], sizeof titles[v], "[%d]", v);
+            series[v] = (bk_plot_series){titles[v], m.x, y + (size_t)v * m.n, m.n};
+        }
+        char title[1400], base[300], name[340], label[700];
+        group_label(&c->groups[r->group], label, sizeof label);
+        snprintf(title, sizeof title, "%.120s: %s of %s over training (seed %lld%s%s)%s", sweep_title(c), m.keys[k],
+                 r->variant, r->seed, label[0] ? "," : "", label[0] ? label + 1 : "",
+                 m.per_key[k] > 16 ? "; the first 16 values" : "");
+        snprintf(base, sizeof base, "params-%s-%s-%s", c->groups[r->group].slug, r->variant, m.keys[k]);
+        for (char *q = base; *q; q++)
+            *q = *q == '.' ? '_' : *q;
+        if ((rc = figure_name(c, base, name, sizeof name, err)))
+            break;
+        bk_plot p = {NULL, title, "training step", m.keys[k], 0, 0, series, nc, m.n <= 30};
+        figure(c, md, &p, NULL, name, "a plugin parameter over training");
+    }
+    free(y), free(titles), free(m.x), free(m.y);
+    return rc;
+}
+
 /* (3) into `md` and (4) into `mix` for the first seed of every (group, variant): one checkpoint load
  * each. */
-int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, bk_error *err)
+int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, FILE *params, bk_error *err)
 {
-    int any_mix = 0;
+    int any_mix = 0, any_params = 0;
     for (int g = 0; g < c->n_groups; g++) {
         int heading = 0, mix_heading = 0;
         for (int v = 0; v < c->n_variants; v++) {
@@ -561,6 +713,15 @@ int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, bk_error *err)
                 rc = figure_mix(c, mix, r, &lm, err);
                 any_mix = 1;
             }
+            int learned = 0;
+            for (int t = 0; t < lm.terms.n; t++)
+                learned |= lm.terms.terms[t].n_params > 0;
+            if (!rc && learned) {
+                if (!any_params && c->n_groups > 1)
+                    rp_group_heading(c, params, g);
+                any_params = 1;
+                rc = figure_params(c, params, r, err);
+            }
             bk_lm_close(&lm);
             if (rc)
                 return rc;
@@ -568,5 +729,7 @@ int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, bk_error *err)
     }
     if (!any_mix)
         fprintf(mix, "No variant learns its mixing weights ([attention] learn_weights is off).\n\n");
+    if (!any_params)
+        fprintf(params, "No variant has a term with parameters.\n\n");
     return BK_OK;
 }

@@ -165,22 +165,26 @@ static int write_report(report_ctx *c, bk_error *err)
     if (!rc) {
         fprintf(md, "## Learned biases\n\nEvery head's distance table T_h(d) as the attention adds it to its scores "
                     "(the mix of the stream's terms, after the 1/sqrt(d_head) scale), rebuilt from the checkpoint of "
-                    "each variant's first seed; a vertical line marks the training length.\n\n");
-        char *mix_text = NULL;
-        size_t mix_len = 0;
-        FILE *mix = open_memstream(&mix_text, &mix_len);
-        if (!mix)
+                    "each variant's first seed, each head divided by its largest |value| (the divisor in the legend); a "
+                    "dashed line marks the training length.\n\n");
+        char *mix_text = NULL, *par_text = NULL;
+        size_t mix_len = 0, par_len = 0;
+        FILE *mix = open_memstream(&mix_text, &mix_len), *par = open_memstream(&par_text, &par_len);
+        if (!mix || !par)
             rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the report");
-        else {
-            rc = rp_figures_checkpoints(c, md, mix, err);
-            if (fclose(mix) != 0 && !rc)
-                rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the report");
-            if (!rc) {
-                fprintf(md, "## Mixing weights over training\n\n");
-                fwrite(mix_text, 1, mix_len, md);
-            }
+        else
+            rc = rp_figures_checkpoints(c, md, mix, par, err);
+        if (((mix && fclose(mix) != 0) | (par && fclose(par) != 0)) && !rc)
+            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the report");
+        if (!rc) {
+            fprintf(md, "## Mixing weights over training\n\n");
+            fwrite(mix_text, 1, mix_len, md);
+            fprintf(md, "## Plugin parameters over training\n\nEach learned tensor of a term as metrics.jsonl "
+                        "logged it (`term.<term>.<tensor>`, a curve per value: per head, and per layer and head "
+                        "for a per-layer term), for each variant's first seed.\n\n");
+            fwrite(par_text, 1, par_len, md);
         }
-        free(mix_text);
+        free(mix_text), free(par_text);
     }
 
     if (!rc) {
@@ -199,8 +203,9 @@ static int write_report(report_ctx *c, bk_error *err)
                     "ppl_mean, ppl_std (sample; empty when n < 2), loss_mean, loss_std, seeds\n"
                     "- `runs.csv`: one row per run, protocol and length: run, variant, corpus, grid, seed, state, "
                     "protocol, length, loss, ppl, problem (a failed run has one row, with its error)\n"
-                    "- every figure `NAME.png` comes with `NAME.gp`, the gnuplot script that drew it, and "
-                    "`NAME.dat`, its data: edit the script and run `gnuplot NAME.gp` to restyle it\n");
+                    "- every figure `NAME.png` comes with `NAME.pdf` (the same figure, vector; when gnuplot has "
+                    "pdfcairo), `NAME.gp`, the gnuplot script that drew both, and `NAME.dat`, its data: edit the "
+                    "script and run `gnuplot NAME.gp` to restyle it\n");
     }
     int werr = ferror(md);
     if (fclose(md) != 0 || werr) {

@@ -144,7 +144,7 @@ int rp_first_seed_run(const report_ctx *c, int group, int variant);
 void rp_slugify(const char *text, char *out, size_t size);
 int rp_figure_ppl(report_ctx *c, FILE *md, int group, int proto, bk_error *err);
 int rp_figure_positions(report_ctx *c, FILE *md, int group, bk_error *err);
-int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, bk_error *err);
+int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, FILE *params, bk_error *err);
 
 /* ------------------------------------------------------------------------------------------------
  * tables.c: Markdown tables and CSV
