@@ -151,7 +151,7 @@ static void test_paper_style(void **state)
         lo[i] = y[0][i] - 0.5, hi[i] = y[0][i] + 0.5;
     lo[3] = NAN; /* no band at this point */
     bk_plot_band bands[NS] = {{lo, hi}};
-    const bk_plot_marks marks = {bands, 128.0, "train length"};
+    const bk_plot_marks marks = {bands, 128.0, "train length", NULL, 0, NULL};
     bk_plot p = {png, "style", "length", "perplexity", 1, 1, s, NS, 1};
     bk_error err = {0};
     if (bk_plot_write_marked(&p, &marks, &err))
@@ -175,7 +175,7 @@ static void test_paper_style(void **state)
     }
     assert_message_has(script, "plot data index 0 using 1:3:4 with filledcurves fs transparent solid 0.18");
     assert_message_has(script, "set arrow from 128, graph 0 to 128, graph 1 nohead dt 2");
-    assert_message_has(script, "set label 'train length' at 128, graph 1");
+    assert_message_has(script, "set label 'train length' at 128, graph 0");
     assert_null(strstr(script, "title 'train length'")); /* not a series: not in the legend */
     free(script);
     char *data = read_all(dat);
@@ -196,6 +196,49 @@ static void test_paper_style(void **state)
     fclose(f);
     assert_int_equal((ihdr[16] << 24) | (ihdr[17] << 16) | (ihdr[18] << 8) | ihdr[19], 1800);
     assert_int_equal((ihdr[20] << 24) | (ihdr[21] << 16) | (ihdr[22] << 8) | ihdr[23], 1200);
+}
+
+/* Small multiples: 20 series in 4 panels (5 each, colours from the start of the palette in each), one
+ * multiplot drawn into the PNG and again into the PDF. */
+static void test_small_multiples(void **state)
+{
+    (void)state;
+    needs_gnuplot();
+    char png[512], gp[512], pdf[512];
+    snprintf(png, sizeof png, "%s/panels.png", dir);
+    snprintf(gp, sizeof gp, "%s/panels.gp", dir);
+    snprintf(pdf, sizeof pdf, "%s/panels.pdf", dir);
+    enum { NS = 20 };
+    double y[NS][N_POINTS];
+    char titles[NS][16];
+    bk_plot_series s[NS];
+    int panel[NS];
+    for (int k = 0; k < NS; k++) {
+        for (int i = 0; i < N_POINTS; i++)
+            y[k][i] = 10.0 + k + 0.1 * i;
+        snprintf(titles[k], sizeof titles[k], "v%d", k);
+        s[k] = (bk_plot_series){titles[k], xs, y[k], N_POINTS};
+        panel[k] = k / 5;
+    }
+    static const char *const names[4] = {"alpha", "beta", "gamma", "delta"};
+    const bk_plot_marks marks = {NULL, 128.0, "train length", panel, 4, names};
+    bk_plot p = {png, "panels", "length", "perplexity", 1, 1, s, NS, 1};
+    bk_error err = {0};
+    if (bk_plot_write_marked(&p, &marks, &err))
+        fail_msg("bk_plot_write_marked: %s", err.message);
+    assert_true(starts_with_png_signature(png));
+    assert_true(exists(pdf));
+    char *script = read_all(gp);
+    assert_message_has(script, "set multiplot layout 2, 2 title 'panels'");
+    for (int k = 0; k < 4; k++) {
+        char want[64];
+        snprintf(want, sizeof want, "set title '%s'", names[k]);
+        assert_message_has(script, want);
+    }
+    /* the first series of the second panel (block 5) takes the palette's first colour again */
+    assert_message_has(script, "plot data index 5 using 1:2 with linespoints lc rgb \"#0072B2\" dt 1");
+    assert_message_has(script, "data index 19 using 1:2 with linespoints lc rgb \"#E69F00\" dt 1");
+    free(script);
 }
 
 static void test_linear_axes_and_gaps(void **state)
@@ -371,6 +414,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_draws_png_with_script_and_data),
         cmocka_unit_test(test_paper_style),
+        cmocka_unit_test(test_small_multiples),
         cmocka_unit_test(test_linear_axes_and_gaps),
         cmocka_unit_test(test_path_with_space_and_redraw),
         cmocka_unit_test(test_without_gnuplot),

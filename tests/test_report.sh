@@ -138,6 +138,15 @@ for line in open(sys.argv[1]):
         print("%d %.10g" % (r["step"], r["params"]["term.kerple.r1"][0])); break' "$sw/kmix-s1/metrics.jsonl")"
 if grep -q "params-src-alibi" "$md"; then bad "params: none for ALiBi (no parameters)"; else ok "params: none for ALiBi (no parameters)"; fi
 check "the default output directory" 0 "report: $sw/report/report.md" "$bk" report "$sw"
+# --clip: a variant above F x the median at the longest length goes to a panel of its own (both are, at
+# F = 1.01: their length-16 perplexities are 7% above it)
+check "--clip 1.01: a report" 0 "figures: " "$bk" report "$sw" --out "$work/clip"
+check "--clip 1.01" 0 "figures: " "$bk" report "$sw" --out "$work/clip" --clip 1.01
+has "--clip: the outliers' panel" "$work/clip/ppl-src.gp" "set title 'outliers: above 1.01 x the median at the longest length'"
+has "--clip: small multiples" "$work/clip/ppl-src.gp" "set multiplot layout"
+if command -v gnuplot >/dev/null; then is_png "$work/clip/ppl-src.png" && ok "--clip: drawn" || bad "--clip: drawn"; fi
+check "--clip must be > 1" 2 "--clip '0.5': expected a number > 1" "$bk" report "$sw" --out "$work/clip" --clip 0.5
+check "--clip must be a number" 2 "--clip 'x': expected a number > 1" "$bk" report "$sw" --out "$work/clip" --clip x
 
 # gnuplot missing: the report, the scripts and the data are still written
 rm -rf "$work/nognuplot"

@@ -3,10 +3,12 @@
 #include "cli/commands.h"
 #include "report/report.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static const char help[] =
-    "usage: biaskit report <sweep dir> [--out DIR]\n\n"
+    "usage: biaskit report <sweep dir> [--out DIR] [--clip F]\n\n"
     "Reads a directory written by 'biaskit sweep' (sweep.json, and in every run's directory its\n"
     "status.json, eval.json, eval-sliding.json, checkpoint and metrics.jsonl) and writes:\n\n"
     "  report.md    perplexity by evaluation length x variant, per corpus and grid point and per\n"
@@ -21,14 +23,18 @@ static const char help[] =
     "Figures need gnuplot (Debian: gnuplot-nox); without it the scripts and data are still written.\n"
     "Only regular files are read (a FIFO or a device in a file's place is refused by name). An\n"
     "evaluation of another step than the run's checkpoint is set aside and the run listed.\n\n"
-    "  --out DIR    write the report there (default: <sweep dir>/report)\n";
+    "  --out DIR    write the report there (default: <sweep dir>/report)\n"
+    "  --clip F     draw a variant whose perplexity exceeds F x the median of the variants' at the\n"
+    "               longest length in a panel of its own (outliers), beside the others (F > 1)\n\n"
+    "The perplexity figures draw more than 16 variants as small multiples, one panel per family\n"
+    "(the name up to its first '-': kerple-log and kerple-power are 'kerple').\n";
 
 /* The report of sweep directory `dir` into `out` (NULL: dir/report), with the summary lines; the exit
  * status (also `biaskit sweep --report`). */
-int bk_report_sweep_dir(const char *dir, const char *out)
+int bk_report_sweep_dir(const char *dir, const char *out, double clip)
 {
     bk_error err;
-    bk_sweep_report_options o = {dir, out, stderr};
+    bk_sweep_report_options o = {dir, out, stderr, clip};
     bk_sweep_report_summary sum;
     if (bk_sweep_report(&o, &sum, &err))
         return bk_report(&err);
@@ -52,7 +58,7 @@ int bk_report_sweep_dir(const char *dir, const char *out)
 
 int bk_cmd_report(int argc, char **argv)
 {
-    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"out", 1, 0}};
+    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"out", 1, 0}, {"clip", 1, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit report", &args, &err))
@@ -65,5 +71,16 @@ int bk_cmd_report(int argc, char **argv)
         bk_fail(&err, BK_ERR_USAGE, "biaskit report: expected one sweep directory; see 'biaskit report --help'");
         return bk_report(&err);
     }
-    return bk_report_sweep_dir(args.positional[0], bk_args_get(&args, "out"));
+    double clip = 0.0;
+    const char *ct = bk_args_get(&args, "clip");
+    if (ct) {
+        char *end = NULL;
+        clip = strtod(ct, &end);
+        if (!*ct || *end || !(clip > 1.0) || !isfinite(clip)) {
+            bk_fail(&err, BK_ERR_USAGE, "biaskit report: --clip '%s': expected a number > 1 (a factor of the median "
+                    "perplexity)", ct);
+            return bk_report(&err);
+        }
+    }
+    return bk_report_sweep_dir(args.positional[0], bk_args_get(&args, "out"), clip);
 }

@@ -850,7 +850,7 @@ int bk_cmd_sweep(int argc, char **argv)
     if (!stop_signals && bk_args_get(&args, "report")) {
         printf("\n");
         fflush(stdout);
-        int report_rc = bk_report_sweep_dir(sw.out_dir, NULL);
+        int report_rc = bk_report_sweep_dir(sw.out_dir, NULL, 0.0);
         rc = rc ? rc : report_rc;
     }
     bk_sweep_unlock(&lock);

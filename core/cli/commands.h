@@ -17,7 +17,7 @@ int bk_cmd_eval(int argc, char **argv);
 int bk_cmd_generate(int argc, char **argv);
 int bk_cmd_passkey(int argc, char **argv);
 /* `biaskit report DIR [--out OUT]` without the argument parsing; returns the exit status. */
-int bk_report_sweep_dir(const char *dir, const char *out);
+int bk_report_sweep_dir(const char *dir, const char *out, double clip);
 int bk_cmd_report(int argc, char **argv);
 int bk_cmd_sweep(int argc, char **argv);
 int bk_cmd_trf(int argc, char **argv);

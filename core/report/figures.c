@@ -142,6 +142,69 @@ static bk_plot_marks train_marks(const report_ctx *c, double lo, double hi, cons
     return m;
 }
 
+/* The most series a perplexity figure splits into panels (more: one panel, colours repeat). */
+#define PPL_MAX_SERIES 64
+/* Series per panel before a figure is split by family. */
+#define PPL_PANEL_SERIES 16
+
+/* The panels of a perplexity figure (report.h's clip; docs/reports.md): outliers, a variant whose
+ * perplexity somewhere exceeds clip x the median of the variants' at the longest length, in a panel of
+ * their own; and beyond 16 series one panel per family (the variant's name up to its first '-').
+ * Returns the number of panels (1: none), panel[k] of series k and each panel's title. */
+static int ppl_panels(const report_ctx *c, const bk_plot_series *series, int ns, int nl, int *panel,
+                      char (*titles)[96])
+{
+    double sorted[PPL_MAX_SERIES];
+    int n_last = 0, outlier[PPL_MAX_SERIES] = {0}, any_outlier = 0;
+    for (int k = 0; k < ns; k++)
+        if (isfinite(series[k].y[nl - 1]))
+            sorted[n_last++] = series[k].y[nl - 1];
+    if (c->o->clip > 1.0 && n_last > 0) {
+        for (int i = 1; i < n_last; i++) /* insertion sort: a few dozen values */
+            for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+                const double t = sorted[j];
+                sorted[j] = sorted[j - 1], sorted[j - 1] = t;
+            }
+        const double median = n_last % 2 ? sorted[n_last / 2] : 0.5 * (sorted[n_last / 2 - 1] + sorted[n_last / 2]);
+        for (int k = 0; k < ns; k++)
+            for (int l = 0; l < nl; l++)
+                if (isfinite(series[k].y[l]) && series[k].y[l] > c->o->clip * median)
+                    outlier[k] = 1;
+        for (int k = 0; k < ns; k++)
+            any_outlier |= outlier[k];
+    }
+    int n = 0;
+    if (ns > PPL_PANEL_SERIES) { /* families, in the order they first appear */
+        for (int k = 0; k < ns; k++) {
+            if (outlier[k])
+                continue;
+            const char *v = series[k].title;
+            const size_t len = strcspn(v, "- (");
+            int found = -1;
+            for (int q = 0; q < n && found < 0; q++)
+                if (strlen(titles[q]) == len && !strncmp(titles[q], v, len))
+                    found = q;
+            if (found < 0) {
+                snprintf(titles[n], sizeof titles[n], "%.*s", (int)(len < 90 ? len : 90), v);
+                found = n++;
+            }
+            panel[k] = found;
+        }
+    } else if (any_outlier) {
+        snprintf(titles[n++], sizeof titles[0], "within %g x the median at the longest length", c->o->clip);
+        for (int k = 0; k < ns; k++)
+            panel[k] = 0;
+    }
+    if (any_outlier) {
+        snprintf(titles[n], sizeof titles[0], "outliers: above %g x the median at the longest length", c->o->clip);
+        for (int k = 0; k < ns; k++)
+            if (outlier[k])
+                panel[k] = n;
+        n++;
+    }
+    return n > 1 ? n : 1;
+}
+
 /* (1) perplexity vs evaluation length for one group and protocol: a line per variant, the mean over seeds
  * with a band of -/+ one standard deviation where there are two seeds or more. */
 int rp_figure_ppl(report_ctx *c, FILE *md, int group, int proto, bk_error *err)
@@ -188,7 +251,15 @@ int rp_figure_ppl(report_ctx *c, FILE *md, int group, int proto, bk_error *err)
     int rc = BK_OK;
     if (ns > 0) {
         char title[1400], name[200], base[160], marker[64];
-        const bk_plot_marks m = train_marks(c, x[0], x[nl - 1], any_band ? bands : NULL, marker, sizeof marker);
+        bk_plot_marks m = train_marks(c, x[0], x[nl - 1], any_band ? bands : NULL, marker, sizeof marker);
+        int panel[PPL_MAX_SERIES];
+        char ptitles[PPL_MAX_SERIES][96];
+        const char *pt[PPL_MAX_SERIES];
+        if (ns <= PPL_MAX_SERIES && (m.n_panels = ppl_panels(c, series, ns, nl, panel, ptitles)) > 1) {
+            for (int k = 0; k < m.n_panels; k++)
+                pt[k] = ptitles[k];
+            m.panel = panel, m.panel_titles = pt;
+        }
         const group_rec *g = &c->groups[group];
         char label[700];
         group_label(g, label, sizeof label);

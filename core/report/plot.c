@@ -315,12 +315,11 @@ static int write_script(const bk_plot *p, const bk_plot_marks *m, const char *pa
         if (m->vline_label) {
             fprintf(f, "set label ");
             put_quoted(f, m->vline_label);
-            fprintf(f, " at %.10g, graph 1 offset 0.5, -1 left tc rgb \"#666666\"\n", m->vline);
+            fprintf(f, " at %.10g, graph 0 offset 0.5, 1 left tc rgb \"#666666\"\n", m->vline);
         }
         fprintf(f, "\n");
     }
 
-    int block = 0, first = 1;
     for (int k = 0; k < p->n_series; k++) {
         const bk_plot_series *s = &p->series[k];
         if (!drawable_points(p, s)) {
@@ -329,24 +328,70 @@ static int write_script(const bk_plot *p, const bk_plot_marks *m, const char *pa
             fprintf(f, ": no finite value to draw\n");
         }
     }
-    for (int k = 0; k < p->n_series; k++) {
-        const bk_plot_series *s = &p->series[k];
-        if (!drawable_points(p, s))
-            continue;
-        /* colour k (16 that do not repeat), dash k % 4, marker k % 8: neighbours differ three ways */
-        const char *colour = plot_palette[block % PLOT_COLOURS];
-        if (band_of(m, k)) /* the band first, under the line, not in the legend */
-            fprintf(f, "%s data index %d using 1:3:4 with filledcurves fs transparent solid 0.18 noborder "
-                       "lc rgb \"%s\" notitle",
-                    first ? "plot" : ", \\\n    ", block, colour), first = 0;
-        const size_t n = drawable_points(p, s);
-        const size_t every = p->points || n <= 12 ? 1 : (n + 7) / 8; /* about 8 markers on a long series */
-        fprintf(f, "%s data index %d using 1:2 with linespoints lc rgb \"%s\" dt %d lw 1.5 pt %d ps %s pi %zu title ",
-                first ? "plot" : ", \\\n    ", block, colour, block % 4 + 1, plot_markers[block % PLOT_MARKERS],
-                p->points ? "1.2" : "0.9", every);
-        put_quoted(f, s->title ? s->title : "");
-        first = 0;
-        block++;
+    /* the data block of each drawable series (blocks are numbered over the drawable series in order) */
+    int *block_of = malloc(((size_t)p->n_series + 1) * sizeof *block_of);
+    if (!block_of) {
+        fclose(f);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory writing plot script '%s'", path);
+    }
+    for (int k = 0, b = 0; k < p->n_series; k++)
+        block_of[k] = drawable_points(p, &p->series[k]) ? b++ : -1;
+    const int panels = m && m->panel && m->n_panels > 1 ? m->n_panels : 1;
+    if (panels > 1) {
+        const int cols = (int)ceil(sqrt((double)panels)), rows = (panels + cols - 1) / cols;
+        /* multiplot cannot be replotted: the script draws twice, into the PNG and then into the PDF */
+        fprintf(f, "set key inside top left noenhanced spacing 1.1 font \",16\"\n"
+                   "pdf = strstrt(GPVAL_TERMINALS, \"pdfcairo\") > 0\n"
+                   "do for [pass = 1:2] {\n"
+                   "if (pass == 2 && pdf) {\n"
+                   "    set terminal pdfcairo size 9in,%.1fin noenhanced font \"sans,8\" linewidth 1.2\n"
+                   "    set key font \",7\"\n"
+                   "    set output here.",
+                1.0 + 3.0 * rows);
+        char pdf[PLOT_PATH_MAX + 8];
+        snprintf(pdf, sizeof pdf, "%s.pdf", stem_base);
+        put_quoted(f, pdf);
+        fprintf(f, "\n}\nif (pass == 1 || pdf) {\nset multiplot layout %d, %d title ", rows, cols);
+        put_quoted(f, p->title ? p->title : "");
+        fprintf(f, "\nunset title\n");
+    }
+    for (int pn = 0; pn < panels; pn++) {
+        if (panels > 1) {
+            fprintf(f, "set title ");
+            put_quoted(f, m->panel_titles && m->panel_titles[pn] ? m->panel_titles[pn] : "");
+            fprintf(f, "\n");
+        }
+        int first = 1, shown = 0;
+        for (int k = 0; k < p->n_series; k++) {
+            const bk_plot_series *s = &p->series[k];
+            if (block_of[k] < 0 || (panels > 1 && m->panel[k] != pn))
+                continue;
+            /* colour i (16 that do not repeat), dash i % 4, marker i % 8 for the panel's i-th series:
+             * neighbours differ three ways */
+            const char *colour = plot_palette[shown % PLOT_COLOURS];
+            if (band_of(m, k)) /* the band first, under the line, not in the legend */
+                fprintf(f, "%s data index %d using 1:3:4 with filledcurves fs transparent solid 0.18 noborder "
+                           "lc rgb \"%s\" notitle",
+                        first ? "plot" : ", \\\n    ", block_of[k], colour), first = 0;
+            const size_t n = drawable_points(p, s);
+            const size_t every = p->points || n <= 12 ? 1 : (n + 7) / 8; /* about 8 markers on a long series */
+            fprintf(f, "%s data index %d using 1:2 with linespoints lc rgb \"%s\" dt %d lw 1.5 pt %d ps %s pi %zu title ",
+                    first ? "plot" : ", \\\n    ", block_of[k], colour, shown % 4 + 1,
+                    plot_markers[shown % PLOT_MARKERS], p->points ? "1.2" : "0.9", every);
+            put_quoted(f, s->title ? s->title : "");
+            first = 0;
+            shown++;
+        }
+        if (first && panels > 1) /* a panel with nothing drawable: an empty frame keeps the layout */
+            fprintf(f, "set multiplot next");
+        fprintf(f, "\n");
+    }
+    free(block_of);
+    if (panels > 1) {
+        fprintf(f, "unset multiplot\nunset output\n}\n}\n");
+        if (ferror(f) | (fclose(f) != 0))
+            return bk_fail(err, BK_ERR_IO, "cannot write plot script '%s': %s", path, strerror(errno));
+        return BK_OK;
     }
     fprintf(f, "\n");
     put_pdf(f, stem_base);

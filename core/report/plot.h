@@ -50,6 +50,12 @@ typedef struct bk_plot_marks {
     double vline;              /* a marked x, e.g. the training length: drawn when finite and either
                                 * non-zero or labelled; not in the legend */
     const char *vline_label;   /* its label ("train length"), or NULL */
+    /* Small multiples: n_panels > 1 draws one panel per group of series (panel[k] in [0, n_panels): series
+     * k's), side by side with the same axes kinds and labels, each with its title and legend; colours,
+     * dashes and markers start again in each panel. */
+    const int *panel;
+    int n_panels;
+    const char *const *panel_titles; /* n_panels, or NULL */
 } bk_plot_marks;
 
 /* Write PATH.gp and PATH.dat, then run gnuplot on the script to draw PATH.png. When gnuplot is not

@@ -301,7 +301,7 @@ int bk_report_read_bytes(bk_report_file kind, const char *bytes, size_t size, bk
     report_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return bk_fail(err, BK_ERR_NOMEM, "out of memory");
-    bk_sweep_report_options o = {"fuzz", NULL, NULL};
+    bk_sweep_report_options o = {"fuzz", NULL, NULL, 0.0};
     bk_sweep_report_summary sum;
     memset(&sum, 0, sizeof sum);
     c->o = &o, c->sum = &sum;

@@ -31,6 +31,9 @@ typedef struct bk_sweep_report_options {
     const char *sweep_dir; /* the directory holding sweep.json */
     const char *out_dir;   /* NULL: <sweep_dir>/report */
     FILE *log;             /* progress and warnings, one line each; NULL: none */
+    double clip;           /* > 1: the perplexity figures draw a variant whose perplexity somewhere exceeds
+                            * clip x the median of the variants' at the longest length in a panel of its
+                            * own ("outliers"), so that it does not squash the others; 0: none */
 } bk_sweep_report_options;
 
 typedef struct bk_sweep_report_summary {
