@@ -86,7 +86,7 @@ static double now(void)
  * Runs in flight
  * ---------------------------------------------------------------------------------------------- */
 
-enum { PHASE_TRAIN = 0, PHASE_EVAL = 1, PHASE_SLIDING = 2 };
+enum { PHASE_TRAIN = 0, PHASE_EVAL = 1, PHASE_SLIDING = 2, PHASE_PASSKEY = 3 };
 
 typedef struct job {
     bk_sweep_run *run;
@@ -132,7 +132,10 @@ static void log_path(const job *j, char *buf, size_t size)
 
 static void json_path(const job *j, int tmp, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s/%s%s", j->run->dir, j->phase == PHASE_SLIDING ? BK_SWEEP_EVAL_SLIDING_FILE : BK_SWEEP_EVAL_FILE,
+    snprintf(buf, size, "%s/%s%s", j->run->dir,
+             j->phase == PHASE_SLIDING   ? BK_SWEEP_EVAL_SLIDING_FILE
+             : j->phase == PHASE_PASSKEY ? BK_SWEEP_PASSKEY_FILE
+                                         : BK_SWEEP_EVAL_FILE,
              tmp ? ".tmp" : "");
 }
 
@@ -140,7 +143,8 @@ static void json_path(const job *j, int tmp, char *buf, size_t size)
 static int spawn(sweep_ctx *c, job *j, bk_error *err)
 {
     char ckpt[4200], exp[4200], log[4200], json[4200], threads[64], lengths[BK_SWEEP_MAX_LENGTHS * 12 + 1] = "";
-    char tokens[32], sliding[32];
+    char tokens[32], sliding[32], trials[32], plens[BK_SWEEP_MAX_LENGTHS * 12 + 1] = "";
+    char depths[BK_SWEEP_MAX_PASSKEY_DEPTHS * 24 + 1] = "";
     const bk_sweep_run *r = j->run;
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", r->dir);
     snprintf(exp, sizeof exp, "%s/" BK_SWEEP_EXPERIMENT_FILE, r->dir);
@@ -152,6 +156,13 @@ static int spawn(sweep_ctx *c, job *j, bk_error *err)
         used += (size_t)snprintf(lengths + used, sizeof lengths - used, "%s%d", i ? "," : "", (int)c->sw->lengths[i]);
     snprintf(tokens, sizeof tokens, "%lld", (long long)c->sw->tokens);
     snprintf(sliding, sizeof sliding, "%lld", (long long)c->sw->sliding);
+    snprintf(trials, sizeof trials, "%lld", (long long)c->sw->passkey_trials);
+    used = 0;
+    for (int i = 0; i < c->sw->n_passkey; i++)
+        used += (size_t)snprintf(plens + used, sizeof plens - used, "%s%d", i ? "," : "", (int)c->sw->passkey[i]);
+    used = 0;
+    for (int i = 0; i < c->sw->n_passkey_depths; i++)
+        used += (size_t)snprintf(depths + used, sizeof depths - used, "%s%.17g", i ? "," : "", c->sw->passkey_depths[i]);
 
     const char *argv[24 + 2 * BK_SWEEP_MAX_EVAL_SETS];
     int n = 0;
@@ -168,12 +179,17 @@ static int spawn(sweep_ctx *c, job *j, bk_error *err)
         }
         argv[n++] = "--plain";
     } else {
-        argv[n++] = "eval";
+        const int pk = j->phase == PHASE_PASSKEY;
+        argv[n++] = pk ? "passkey" : "eval";
         argv[n++] = ckpt;
         argv[n++] = "--lengths";
-        argv[n++] = lengths;
-        argv[n++] = "--tokens";
-        argv[n++] = tokens;
+        argv[n++] = pk ? plens : lengths;
+        argv[n++] = pk ? "--depths" : "--tokens";
+        argv[n++] = pk ? depths : tokens;
+        if (pk) {
+            argv[n++] = "--trials";
+            argv[n++] = trials;
+        }
         argv[n++] = "--json";
         argv[n++] = json;
         if (j->phase == PHASE_SLIDING) {
@@ -249,12 +265,26 @@ static int spawn(sweep_ctx *c, job *j, bk_error *err)
     return BK_OK;
 }
 
+/* Whether the sweep asks for a passkey grid that the run's directory does not hold. */
+static int passkey_missing(const bk_sweep *sw, const bk_sweep_run *r)
+{
+    if (sw->n_passkey == 0)
+        return 0;
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/" BK_SWEEP_PASSKEY_FILE, r->dir);
+    return stat(path, &sb) != 0 || !S_ISREG(sb.st_mode);
+}
+
 /* The last "biaskit: error: " line the phase wrote, else a description of how it ended. */
 static void child_error(const job *j, int status, char *out, size_t size)
 {
     char log[4200];
     log_path(j, log, sizeof log);
-    const char *what = j->phase == PHASE_TRAIN ? "train" : j->phase == PHASE_EVAL ? "eval" : "eval --sliding";
+    const char *what = j->phase == PHASE_TRAIN     ? "train"
+                       : j->phase == PHASE_EVAL    ? "eval"
+                       : j->phase == PHASE_SLIDING ? "eval --sliding"
+                                                   : "passkey";
     if (WIFSIGNALED(status))
         snprintf(out, size, "%s killed by signal %d (%s); see %.1024s", what, WTERMSIG(status), strsignal(WTERMSIG(status)),
                  log);
@@ -377,12 +407,20 @@ static int child_ended(sweep_ctx *c, job *j, int status)
         printf("[%d/%d] %s: trained in %.1f s\n", j->number, c->total, j->run->name, seconds);
         fflush(stdout);
     }
-    if (j->phase == PHASE_TRAIN || (j->phase == PHASE_EVAL && c->sw->sliding > 0)) {
+    /* the next phase: train, eval, the sliding eval when asked, passkey retrieval when asked */
+    int next = -1;
+    if (j->phase == PHASE_TRAIN)
+        next = PHASE_EVAL;
+    else if (j->phase == PHASE_EVAL && c->sw->sliding > 0)
+        next = PHASE_SLIDING;
+    else if (j->phase != PHASE_PASSKEY && c->sw->n_passkey > 0)
+        next = PHASE_PASSKEY;
+    if (next >= 0) {
         if (stop_signals) {
             interrupt_run(c, j, BK_RUN_EVALUATING, "before evaluating", 0.0);
             return 0;
         }
-        j->phase = j->phase == PHASE_TRAIN ? PHASE_EVAL : PHASE_SLIDING;
+        j->phase = next;
         return start_phase(c, j);
     }
     j->st.state = BK_RUN_DONE;
@@ -517,6 +555,15 @@ static int dry_run(const bk_sweep *sw, const char *const *only, int n_only, cons
     if (sw->sliding)
         printf("; sliding, stride %lld", (long long)sw->sliding);
     printf("), %lld tokens\n", (long long)sw->tokens);
+    if (sw->n_passkey) {
+        printf("passkey retrieval at");
+        for (int i = 0; i < sw->n_passkey; i++)
+            printf("%s%d", i ? "," : " ", (int)sw->passkey[i]);
+        printf("; depths");
+        for (int i = 0; i < sw->n_passkey_depths; i++)
+            printf("%s%g", i ? "," : " ", sw->passkey_depths[i]);
+        printf("; %lld trials per cell\n", (long long)sw->passkey_trials);
+    }
     print_validation(sw, only, n_only);
     printf("\n");
     bk_error err;
@@ -719,7 +766,8 @@ int bk_cmd_sweep(int argc, char **argv)
     for (int i = 0; i < sw.n_runs; i++) {
         if (!bk_sweep_run_selected(&sw.runs[i], only, n_only))
             continue;
-        if (sts[i].state == BK_RUN_DONE && bk_sweep_eval_set_current(&sw.runs[i], &sts[i])) {
+        if (sts[i].state == BK_RUN_DONE && bk_sweep_eval_set_current(&sw.runs[i], &sts[i]) &&
+            !passkey_missing(&sw, &sw.runs[i])) {
             skipped++;
             continue;
         }
@@ -727,7 +775,8 @@ int bk_cmd_sweep(int argc, char **argv)
         j->run = &sw.runs[i];
         j->st = sts[i];
         j->st.error[0] = '\0';
-        if (sts[i].state == BK_RUN_DONE) { /* trained; its variant's eval_set changed since it was evaluated */
+        if (sts[i].state == BK_RUN_DONE) { /* trained; its variant's eval_set changed since it was evaluated, or
+                                              * the sweep now asks for a passkey grid it has not */
             j->st.state = BK_RUN_EVALUATING;
             j->reevaluate = 1;
         }
@@ -803,7 +852,9 @@ int bk_cmd_sweep(int argc, char **argv)
             if (j->phase == PHASE_EVAL) {
                 j->trained = 1;
                 printf("[%d/%d] %s: trained before; evaluating%s\n", j->number, c.total, j->run->name,
-                       j->reevaluate ? " again (its variant's eval_set changed)" : "");
+                       !j->reevaluate                                            ? ""
+                       : bk_sweep_eval_set_current(j->run, &j->st) && passkey_missing(&sw, j->run) ? " again (no passkey grid yet)"
+                                                                                             : " again (its variant's eval_set changed)");
                 fflush(stdout);
             } else if (share_twin_training(&c, j))
                 j->phase = PHASE_EVAL;

@@ -39,7 +39,7 @@ void rp_slugify(const char *text, char *out, size_t size)
 }
 
 /* A figure name not used before in this report: `base`, else base-2, base-3, ... */
-static int figure_name(report_ctx *c, const char *base, char *out, size_t size, bk_error *err)
+int rp_figure_name(report_ctx *c, const char *base, char *out, size_t size, bk_error *err)
 {
     char slug[160];
     rp_slugify(base, slug, sizeof slug);
@@ -68,12 +68,18 @@ static int figure_name(report_ctx *c, const char *base, char *out, size_t size, 
 /* Draw `p` (its png set from `name`) and put it in the report; a failure is noted, never fatal. */
 static void figure(report_ctx *c, FILE *md, bk_plot *p, const bk_plot_marks *m, const char *name, const char *alt)
 {
-    char png[REPORT_PATH_MAX + 160], pdf[REPORT_PATH_MAX + 160];
+    char png[REPORT_PATH_MAX + 160];
     snprintf(png, sizeof png, "%s/%s.png", c->out_dir, name);
-    snprintf(pdf, sizeof pdf, "%s/%s.pdf", c->out_dir, name);
     p->png = png;
     bk_error err = {0};
-    int rc = bk_plot_write_marked(p, m, &err);
+    rp_figure_drawn(c, md, bk_plot_write_marked(p, m, &err), &err, name, alt);
+}
+
+void rp_figure_drawn(report_ctx *c, FILE *md, int rc, const bk_error *e, const char *name, const char *alt)
+{
+    char pdf[REPORT_PATH_MAX + 160];
+    snprintf(pdf, sizeof pdf, "%s/%s.pdf", c->out_dir, name);
+    const bk_error err = *e;
     if (rc == BK_OK) {
         c->sum->figures++;
         fprintf(md, "![%s](%s.png)\n\n<sub>drawn by [%s.gp](%s.gp) from [%s.dat](%s.dat)", alt, name, name, name, name,
@@ -267,7 +273,7 @@ int rp_figure_ppl(report_ctx *c, FILE *md, int group, int proto, bk_error *err)
                  proto == PROTO_CHUNKS ? "non-overlapping" : "sliding", label,
                  any_band ? "; mean over seeds, band -/+ 1 std" : "");
         snprintf(base, sizeof base, "ppl-%s%s", g->slug, proto == PROTO_SLIDING ? "-sliding" : "");
-        rc = figure_name(c, base, name, sizeof name, err);
+        rc = rp_figure_name(c, base, name, sizeof name, err);
         if (!rc) {
             bk_plot p = {NULL, title, "evaluation length (tokens)", "perplexity per token (log scale)", 1, 1, series, ns,
                          1};
@@ -358,7 +364,7 @@ int rp_figure_positions(report_ctx *c, FILE *md, int group, bk_error *err)
         snprintf(title, sizeof title, "%.120s: loss at each position, length %d, mean over seeds%s", sweep_title(c), (int)L,
                  label);
         snprintf(base, sizeof base, "position-loss-%s", g->slug);
-        if (!(rc = figure_name(c, base, name, sizeof name, err))) {
+        if (!(rc = rp_figure_name(c, base, name, sizeof name, err))) {
             fprintf(md, "Length %d (non-overlapping chunks; the loss at each position averaged over the chunks, "
                         "then over seeds, then over log-spaced bins of positions: each position up to 16, then "
                         "bins 2^(1/8) wide):\n\n", (int)L);
@@ -473,7 +479,7 @@ static int figures_bias(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *
                      s == BK_STREAM_TOKEN ? "" : "-", s == BK_STREAM_TOKEN ? "" : stream, per_layer ? "-layer" : "");
             if (per_layer)
                 snprintf(base + strlen(base), sizeof base - strlen(base), "%d", layer);
-            if ((rc = figure_name(c, base, name, sizeof name, err)))
+            if ((rc = rp_figure_name(c, base, name, sizeof name, err)))
                 break;
             if (!drawn)
                 fprintf(md, "**%s** (run `%s`, seed %lld): %s, distances 0 to %d%s.\n\n", r->variant, r->name, r->seed,
@@ -557,7 +563,7 @@ static int figure_mix(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *lm
     snprintf(title, sizeof title, "Mixing weights over training (%s mixing): %s, seed %lld%s%s", mixing, r->variant,
              r->seed, label[0] ? "," : "", label[0] ? label + 1 : "");
     snprintf(base, sizeof base, "mix-%s-%s", c->groups[r->group].slug, r->variant);
-    if (!(rc = figure_name(c, base, name, sizeof name, err))) {
+    if (!(rc = rp_figure_name(c, base, name, sizeof name, err))) {
         fprintf(md, "**%s** (run `%s`, seed %lld), %s mixing:\n\n", r->variant, r->name, r->seed, mixing);
         bk_plot p = {NULL, title, "training step", "weight", 0, 0, series, ns, n <= 30};
         figure(c, md, &p, NULL, name, "mixing weights over training");
@@ -711,7 +717,7 @@ static int figure_params(report_ctx *c, FILE *md, const run_rec *r, bk_error *er
         snprintf(base, sizeof base, "params-%s-%s-%s", c->groups[r->group].slug, r->variant, m.keys[k]);
         for (char *q = base; *q; q++)
             *q = *q == '.' ? '_' : *q;
-        if ((rc = figure_name(c, base, name, sizeof name, err)))
+        if ((rc = rp_figure_name(c, base, name, sizeof name, err)))
             break;
         bk_plot p = {NULL, title, "training step", m.keys[k], 0, 0, series, nc, m.n <= 30};
         figure(c, md, &p, NULL, name, "a plugin parameter over training");

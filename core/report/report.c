@@ -161,6 +161,10 @@ static int write_report(report_ctx *c, bk_error *err)
             fprintf(md, "No evaluation has position-wise losses.\n\n");
     }
 
+    /* passkey retrieval, when the sweep asked for it */
+    if (!rc)
+        rc = rp_write_passkey(c, md, err);
+
     /* (3) learned biases, (4) mixing weights */
     if (!rc) {
         fprintf(md, "## Learned biases\n\nEvery head's distance table T_h(d) as the attention adds it to its scores "

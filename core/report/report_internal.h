@@ -7,6 +7,7 @@
  *   figures.c  the figures: their data built from the runs and their checkpoints, drawn by plot.c
  *   tables.c   Markdown tables and the CSV files
  *   config.c   the configuration section: setup, validation data per corpus, the variants' terms
+ *   passkey.c  the passkey retrieval of the runs that have it: a table and heat maps
  *   report.c   the report itself (report.md) and the entry points of report.h */
 #ifndef BK_REPORT_INTERNAL_H
 #define BK_REPORT_INTERNAL_H
@@ -151,6 +152,17 @@ int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, FILE *params, bk_
  * ---------------------------------------------------------------------------------------------- */
 
 void rp_md_cell(FILE *f, const char *s);
+
+/* figures.c: a figure's name from `base` (slugified, made unique in the report: base-2, ...); after a figure
+ * NAME was drawn (rc, e: its result), its lines in the report (image, script, data, PDF) and the counts of
+ * the summary, or why it is missing. */
+int rp_figure_name(report_ctx *c, const char *base, char *out, size_t size, bk_error *err);
+void rp_figure_drawn(report_ctx *c, FILE *md, int rc, const bk_error *e, const char *name, const char *alt);
+
+/* passkey.c: the passkey retrieval of the runs that have passkey.json (sweep [eval] passkey): per corpus
+ * and grid point a table (exact-match accuracy by length, over depths and seeds) and a heat map per
+ * variant; nothing when no run has one. */
+int rp_write_passkey(report_ctx *c, FILE *md, bk_error *err);
 
 /* config.c: the report's configuration section (the first run's setup, each corpus's validation data,
  * each variant's terms). */

@@ -5,7 +5,9 @@
 #include "sweep/sweep_internal.h"
 
 #include "config/experiment.h"
+#include "eval/passkey.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,9 +411,34 @@ int sw_read_sweep_table(sweep_priv *p, const bk_toml_node *t, const char **out_d
     return BK_OK;
 }
 
+/* [eval] passkey_depths: numbers in [0, 1], each once. */
+static int read_depths(const bk_toml_node *v, bk_sweep *sw, bk_error *err)
+{
+    const char *where = "[eval] passkey_depths";
+    if (bk_toml_type_of(v) != BK_TOML_ARRAY || bk_toml_count(v) == 0)
+        return sw_wrong(err, v, where, "a non-empty array of numbers in [0, 1]");
+    if (bk_toml_count(v) > BK_SWEEP_MAX_PASSKEY_DEPTHS)
+        return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v), "%s: at most %d values", where,
+                          BK_SWEEP_MAX_PASSKEY_DEPTHS);
+    for (size_t i = 0; i < bk_toml_count(v); i++) {
+        const bk_toml_node *x = bk_toml_at(v, i);
+        const int t = bk_toml_type_of(x);
+        const double d = t == BK_TOML_FLOAT ? bk_toml_float(x) : t == BK_TOML_INT ? (double)bk_toml_int(x) : NAN;
+        if (!(d >= 0.0 && d <= 1.0))
+            return sw_wrong(err, x, where, "numbers in [0, 1] (the key's relative depth in the filler)");
+        for (size_t k = 0; k < i; k++)
+            if (sw->passkey_depths[k] == d)
+                return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(x), "%s: %g is given twice", where, d);
+        sw->passkey_depths[i] = d;
+    }
+    sw->n_passkey_depths = (int)bk_toml_count(v);
+    return BK_OK;
+}
+
 int sw_read_eval_table(bk_sweep *sw, const bk_toml_node *t, int64_t *multiples, int *n_multiples, bk_error *err)
 {
-    static const char *const keys[] = {"lengths", "multiples", "sliding", "tokens"};
+    static const char *const keys[] = {"lengths", "multiples", "sliding", "tokens", "passkey", "passkey_depths",
+                                       "passkey_trials"};
     if (bk_toml_type_of(t) != BK_TOML_TABLE)
         return sw_wrong(err, t, "'eval'", "a table ([eval])");
     const bk_toml_node *lengths = bk_toml_get(t, "lengths"), *mult = bk_toml_get(t, "multiples");
@@ -435,8 +462,20 @@ int sw_read_eval_table(bk_sweep *sw, const bk_toml_node *t, int64_t *multiples, 
             rc = read_int(e.value, "[eval] sliding", 0, 1 << 24, &sw->sliding, err);
         else if (strcmp(e.key, "tokens") == 0)
             rc = read_int(e.value, "[eval] tokens", 0, 9007199254740991LL, &sw->tokens, err);
+        else if (strcmp(e.key, "passkey") == 0) {
+            int64_t v[BK_SWEEP_MAX_LENGTHS];
+            int n = 0;
+            rc = read_ints(e.value, "[eval] passkey (lengths)", bk_passkey_min_length(), 1 << 20, v, NULL,
+                           BK_SWEEP_MAX_LENGTHS, &n, err);
+            for (int k = 0; !rc && k < n; k++)
+                sw->passkey[k] = (int32_t)v[k];
+            sw->n_passkey = rc ? 0 : n;
+        } else if (strcmp(e.key, "passkey_depths") == 0)
+            rc = read_depths(e.value, sw, err);
+        else if (strcmp(e.key, "passkey_trials") == 0)
+            rc = read_int(e.value, "[eval] passkey_trials", 1, 1 << 20, &sw->passkey_trials, err);
         else
-            return sw_unknown_key(err, e.key_pos, e.key, "[eval]", keys, 4);
+            return sw_unknown_key(err, e.key_pos, e.key, "[eval]", keys, 7);
         if (rc)
             return rc;
     }

@@ -130,6 +130,11 @@ static int load(const char *path, const bk_sweep_load_options *o, bk_sweep *sw, 
     int64_t multiples[BK_SWEEP_MAX_LENGTHS] = {1, 2, 4, 8};
     int n_multiples = 4;
     sw->tokens = 65536;
+    sw->passkey_trials = 10;
+    static const double default_depths[] = {0.0, 0.25, 0.5, 0.75, 1.0};
+    sw->n_passkey_depths = (int)(sizeof default_depths / sizeof default_depths[0]);
+    for (int k = 0; k < sw->n_passkey_depths; k++)
+        sw->passkey_depths[k] = default_depths[k];
     bk_toml_entry e;
     for (size_t i = 0; bk_toml_entry_at(root, i, &e) == 0; i++) {
         rc = BK_OK;
@@ -340,6 +345,9 @@ const char bk_sweep_format_help[] =
     "  multiples = [1, 2, 4, 8]   ... in multiples of the training length (the default)\n"
     "  sliding = 64               also the sliding-window protocol with this stride (default 0: off)\n"
     "  tokens = 65536             evaluation tokens per length (0 = all)\n"
+    "  passkey = [256, 1024]      also passkey retrieval at these lengths (biaskit passkey; >= 101)\n"
+    "  passkey_depths = [0, 0.5, 1]  ... at these depths in [0, 1] (default 0, 0.25, 0.5, 0.75, 1)\n"
+    "  passkey_trials = 10        ... with this many keys per cell (default 10)\n"
     "  [grid]\n"
     "  \"train.lr\" = [1e-3, 3e-3]  every combination of the values of every key\n"
     "  [[variant]]                a positional scheme: its name, and what it changes in the base:\n"

@@ -23,6 +23,8 @@
 #define BK_SWEEP_TRAIN_LOG "train.log"
 #define BK_SWEEP_EVAL_LOG "eval.log"
 #define BK_SWEEP_MAX_LENGTHS 64
+#define BK_SWEEP_MAX_PASSKEY_DEPTHS 16
+#define BK_SWEEP_PASSKEY_FILE "passkey.json" /* a run's passkey grid (biaskit passkey --json) */
 
 /* The most strings in a [[variant]] eval_set, characters in them all, and bytes of their JSON array
  * (as status.json records it; quotes escaped it fits, and a longer one is refused naming the variant). */
@@ -83,6 +85,13 @@ typedef struct bk_sweep {
     int n_lengths;
     int64_t sliding;     /* sliding-window stride; 0 = non-overlapping only */
     int64_t tokens;      /* evaluation tokens (0 = all) */
+    /* passkey retrieval after the evaluation ([eval] passkey, passkey_depths, passkey_trials; biaskit
+     * passkey): n_passkey 0 = none */
+    int32_t passkey[BK_SWEEP_MAX_LENGTHS];
+    int n_passkey;
+    double passkey_depths[BK_SWEEP_MAX_PASSKEY_DEPTHS];
+    int n_passkey_depths;
+    int64_t passkey_trials;
     int64_t train_length; /* shared by every run */
     bk_sweep_run *runs;
     int n_runs;
