@@ -16,7 +16,34 @@ printf '[model]\nlayers = 1\nheads = 2\ndim = 16\n[train]\nlength = 16\nbatch = 
     >"$work/exp.toml"
 if ! out=$("$bk" train "$work/exp.toml" --out "$work/run" --plain 2>&1); then
     bad "fixture: train a tiny model" "$out"
-    echo "test_passkey: $passed passed, $failures failed"
+    # --write-samples: training text of N samples of exactly T bytes, each ending with the key its needle holds
+check "passkey --write-samples" 0 "^wrote 40 passkey samples of 128 bytes to .*samples.txt: train on them with \[train\] length = 128$" \
+    "$bk" passkey --write-samples "$work/samples.txt" --length 128 --samples 40 --seed 3
+if python3 -c '
+import re, sys
+b = open(sys.argv[1], "rb").read()
+assert len(b) == 40 * 128, len(b)
+keys = set()
+for k in range(40):
+    s = b[k * 128:(k + 1) * 128].decode()
+    m = re.search(r"The pass key is (\d{5})\. Remember it\. (\d{5}) is the pass key\. ", s)
+    assert m and m.group(1) == m.group(2), s
+    assert s.endswith("What is the pass key? The pass key is " + m.group(1)), s
+    keys.add(m.group(1))
+assert len(keys) > 30, keys' "$work/samples.txt"; then
+    ok "... 40 x 128 bytes, each sample asking for the key of its own needle, keys varied"
+else
+    bad "... the samples' layout" "$(head -c 300 "$work/samples.txt")"
+fi
+"$bk" passkey --write-samples "$work/samples2.txt" --length 128 --samples 40 --seed 3 >/dev/null
+cmp -s "$work/samples.txt" "$work/samples2.txt" && ok "... the same for the same seed" || bad "... deterministic"
+check "--write-samples: a length below 102 is refused" 2 "--length" "$bk" passkey --write-samples "$work/s.txt" --length 101 --samples 2
+check "--write-samples: --samples 0 is refused" 2 "--samples" "$bk" passkey --write-samples "$work/s.txt" --length 128 --samples 0
+check "--write-samples: without --samples" 2 "give --length T .* and --samples N" "$bk" passkey --write-samples "$work/s.txt" --length 128
+check "--write-samples takes no checkpoint" 2 "takes no checkpoint" "$bk" passkey "$ck" --write-samples "$work/s.txt" --length 128 --samples 2
+check "--samples without --write-samples" 2 "--samples and --length go with --write-samples" "$bk" passkey "$ck" --samples 2
+
+echo "test_passkey: $passed passed, $failures failed"
     exit 1
 fi
 ck=$work/run/checkpoint.safetensors

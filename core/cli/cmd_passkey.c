@@ -17,7 +17,8 @@
 
 static const char help[] =
     "usage: biaskit passkey <checkpoint.safetensors> [--lengths L1,L2,...] [--depths D1,D2,...]\n"
-    "                       [--trials N] [--seed S] [--csv FILE] [--json FILE] [--plot FILE.png]\n\n"
+    "                       [--trials N] [--seed S] [--csv FILE] [--json FILE] [--plot FILE.png]\n"
+    "       biaskit passkey --write-samples FILE --length T --samples N [--seed S]\n\n"
     "Passkey retrieval (Landmark Attention; Position Interpolation; YaRN): a random 5-digit key K is\n"
     "hidden at a relative depth in filler text (\"The grass is green. The sky is blue. The sun is yellow.\n"
     "Here we go. There and back again.\" repeated), as \"The pass key is K. Remember it. K is the pass\n"
@@ -44,7 +45,11 @@ static const char help[] =
     "                    FILE.pdf, FILE.gp and FILE.dat beside it)\n"
     "  --set K=V         override a value of the stored experiment (as biaskit eval), e.g. a RoPE scaling\n"
     "  --no-verify       skip the checksums of the tensors' data\n\n"
-    "Standard output shows the accuracy grid (depth by length) and the digit accuracy grid.\n";
+    "Standard output shows the accuracy grid (depth by length) and the digit accuracy grid.\n\n"
+    "  --write-samples FILE  instead: training text for fine-tuning on the task, N samples of exactly T\n"
+    "                    bytes (--length T >= 102, --samples N), each the task's sequence with its key at\n"
+    "                    a depth uniform in [0, 1], keys and depths from --seed (not the evaluation's\n"
+    "                    keys); trained at [train] length = T each training window is one whole sample\n";
 
 #define MAX_GRID 64
 
@@ -161,11 +166,46 @@ static int write_plot(const char *png, const passkey_report *r, bk_error *err)
     return rc;
 }
 
+/* --write-samples FILE --length T --samples N [--seed S]: training text for fine-tuning on the task. */
+static int write_samples(const bk_args *args)
+{
+    bk_error err;
+    const char *path = bk_args_get(args, "write-samples"), *v;
+    long length = 0, n = 0, seed = 0;
+    if (args->n_positional) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit passkey --write-samples: takes no checkpoint ('%s')", args->positional[0]);
+        return bk_report(&err);
+    }
+    if (!(v = bk_args_get(args, "length")) || !bk_args_get(args, "samples")) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit passkey --write-samples: give --length T (the training length) and "
+                "--samples N");
+        return bk_report(&err);
+    }
+    if (bk_args_int("length", v, bk_passkey_min_length() + 1, 1L << 20, &length, &err) ||
+        bk_args_int("samples", bk_args_get(args, "samples"), 1, (1L << 30) / length, &n, &err) ||
+        ((v = bk_args_get(args, "seed")) && bk_args_int("seed", v, 0, 9007199254740991L, &seed, &err)))
+        return bk_report(&err);
+    bk_output o;
+    if (bk_output_open(&o, "--write-samples", path, NULL, 0, &err))
+        return bk_report(&err);
+    if (bk_passkey_write_samples(o.f, path, (int32_t)length, n, (uint64_t)seed, &err)) {
+        bk_output_discard(&o);
+        return bk_report(&err);
+    }
+    if (bk_output_close(&o, &err))
+        return bk_report(&err);
+    if (strcmp(path, "-"))
+        printf("wrote %ld passkey samples of %ld bytes to %s: train on them with [train] length = %ld\n", n, length,
+               path, length);
+    return 0;
+}
+
 int bk_cmd_passkey(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0}, {"lengths", 1, 0}, {"depths", 1, 0},  {"trials", 1, 0},
                                         {"seed", 1, 0}, {"csv", 1, 0},     {"json", 1, 0},    {"plot", 1, 0},
-                                        {"set", 1, 1},  {"no-verify", 0, 0}};
+                                        {"set", 1, 1},  {"no-verify", 0, 0}, {"write-samples", 1, 0},
+                                        {"samples", 1, 0}, {"length", 1, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit passkey", &args, &err))
@@ -173,6 +213,12 @@ int bk_cmd_passkey(int argc, char **argv)
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;
+    }
+    if (bk_args_get(&args, "write-samples"))
+        return write_samples(&args);
+    if (bk_args_get(&args, "samples") || bk_args_get(&args, "length")) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit passkey: --samples and --length go with --write-samples FILE");
+        return bk_report(&err);
     }
     if (args.n_positional != 1) {
         bk_fail(&err, BK_ERR_USAGE, "biaskit passkey: expected one checkpoint; see 'biaskit passkey --help'");

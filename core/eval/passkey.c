@@ -75,6 +75,39 @@ int bk_passkey_build(int32_t T, double depth, uint32_t key, int32_t *seq, int32_
                        : bk_fail(err, BK_ERR_INTERNAL, "passkey sequence of %d tokens, not %d", (int)at, (int)T + 1);
 }
 
+/* The samples' stream: the seed mixed with a constant of its own, so that a sample's key is not the
+ * evaluation's key of a cell for the same seed. */
+#define BK_PASSKEY_SAMPLE_STREAM 0x5a3b1eULL
+
+int bk_passkey_write_samples(FILE *f, const char *name, int32_t T, int64_t n, uint64_t seed, bk_error *err)
+{
+    if (T < bk_passkey_min_length() + 1)
+        return bk_fail(err, BK_ERR_INVALID, "passkey samples of %d bytes: the shortest is %d (a sequence of %d "
+                       "tokens and its last digit)", (int)T, (int)bk_passkey_min_length() + 1,
+                       (int)bk_passkey_min_length());
+    int32_t *seq = malloc((size_t)T * sizeof *seq);
+    unsigned char *bytes = malloc((size_t)T);
+    if (!seq || !bytes) {
+        free(seq), free(bytes);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for a passkey sample of %d bytes", (int)T);
+    }
+    bk_rng rng = {bk_derive_seed(seed, BK_PASSKEY_SAMPLE_STREAM, 0)};
+    int rc = BK_OK;
+    for (int64_t k = 0; k < n && rc == BK_OK; k++) {
+        const double depth = bk_rng_uniform(&rng);
+        const uint32_t key = 10000u + (uint32_t)(bk_rng_u64(&rng) % 90000u);
+        int32_t at;
+        if ((rc = bk_passkey_build(T - 1, depth, key, seq, &at, err)) != BK_OK)
+            break;
+        for (int32_t i = 0; i < T; i++)
+            bytes[i] = (unsigned char)seq[i];
+        if (fwrite(bytes, 1, (size_t)T, f) != (size_t)T)
+            rc = bk_fail(err, BK_ERR_IO, "cannot write passkey samples to '%s'", name);
+    }
+    free(seq), free(bytes);
+    return rc;
+}
+
 int bk_passkey_score(const float *logits, int32_t V, const int32_t *answer, int n)
 {
     int right = 0;

@@ -26,6 +26,7 @@
 #include "util/error.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #define BK_PASSKEY_DIGITS 5
 #define BK_PASSKEY_FILLER "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -45,6 +46,14 @@ uint32_t bk_passkey_key(uint64_t seed, int32_t length, double depth, int32_t tri
  * BK_ERR_INVALID when T < bk_passkey_min_length() (the message says the minimum and why) or depth is
  * not in [0, 1]. */
 int bk_passkey_build(int32_t T, double depth, uint32_t key, int32_t *seq, int32_t *needle_at, bk_error *err);
+
+/* Training samples for fine-tuning on the task (`biaskit passkey --write-samples`): n samples of exactly
+ * T bytes each, written one after the other to f (T >= bk_passkey_min_length() + 1): sample k is the
+ * sequence of length T - 1 (T bytes with its key's last digit) at a depth uniform in [0, 1] and a key,
+ * both from seed's own stream (not the evaluation's keys). Trained at [train] length = T, each training
+ * window is one whole sample (the loader cuts windows at multiples of T). Returns BK_ERR_IO when a write
+ * fails (naming `name`). */
+int bk_passkey_write_samples(FILE *f, const char *name, int32_t T, int64_t n, uint64_t seed, bk_error *err);
 
 /* The teacher-forced score of one trial from the logits (n x V) at the n positions before each of the n
  * answer tokens answer[0..n): the number of positions whose argmax is the answer token; the trial is
