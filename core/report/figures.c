@@ -498,18 +498,27 @@ done:
     return rc;
 }
 
+/* Run r's metrics.jsonl (its path into path), or NULL with a note that `what` is not drawn. */
+static char *read_metrics(report_ctx *c, const run_rec *r, const char *what, char *path, size_t size, size_t *len)
+{
+    snprintf(path, size, "%s/" BK_RUN_METRICS_FILE, r->path);
+    char *text = NULL;
+    bk_error rerr;
+    if (bk_file_read_all(path, "metrics file", BK_JSONL_FILE_MAX, &text, len, &rerr)) {
+        rp_note(c, "run '%s': %s; its %s are not drawn", r->name, rerr.message, what);
+        return NULL;
+    }
+    return text;
+}
+
 /* (4) the learned mixing weights over training, from the "mix" objects of metrics.jsonl. */
 static int figure_mix(report_ctx *c, FILE *md, const run_rec *r, const bk_lm *lm, bk_error *err)
 {
     char path[REPORT_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/" BK_RUN_METRICS_FILE, r->path);
-    char *text = NULL;
     size_t len = 0;
-    bk_error rerr;
-    if (bk_file_read_all(path, "metrics file", BK_JSONL_FILE_MAX, &text, &len, &rerr)) {
-        rp_note(c, "run '%s': %s; its mixing weights are not drawn", r->name, rerr.message);
+    char *text = read_metrics(c, r, "mixing weights", path, sizeof path, &len);
+    if (!text)
         return BK_OK;
-    }
     const bk_bias *b = &lm->bias;
     mix_log m;
     int total = 0;
@@ -674,14 +683,10 @@ static void parse_params_log(char *text, size_t len, params_log *m)
 static int figure_params(report_ctx *c, FILE *md, const run_rec *r, bk_error *err)
 {
     char path[REPORT_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/" BK_RUN_METRICS_FILE, r->path);
-    char *text = NULL;
     size_t len = 0;
-    bk_error rerr;
-    if (bk_file_read_all(path, "metrics file", BK_JSONL_FILE_MAX, &text, &len, &rerr)) {
-        rp_note(c, "run '%s': %s; its plugin parameters are not drawn", r->name, rerr.message);
+    char *text = read_metrics(c, r, "plugin parameters", path, sizeof path, &len);
+    if (!text)
         return BK_OK;
-    }
     params_log m;
     parse_params_log(text, len, &m);
     free(text);
