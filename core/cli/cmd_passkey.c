@@ -49,7 +49,8 @@ static const char help[] =
     "  --write-samples FILE  instead: training text for fine-tuning on the task, N samples of exactly T\n"
     "                    bytes (--length T >= 102, --samples N), each the task's sequence with its key at\n"
     "                    a depth uniform in [0, 1], keys and depths from --seed (not the evaluation's\n"
-    "                    keys); trained at [train] length = T each training window is one whole sample\n";
+    "                    keys); trained at [train] length = T each training window is one whole sample:\n"
+    "                    the sequence of --lengths T-1 (T-1 tokens read, the last digit predicted)\n";
 
 #define MAX_GRID 64
 
