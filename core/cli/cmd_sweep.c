@@ -98,7 +98,7 @@ typedef struct job {
     long log_offset;    /* where this phase's output starts in its log */
     int signalled;      /* stop signals passed on to the child */
     int resumed;
-    int reevaluate;     /* done before, with another eval_set: evaluated again */
+    const char *reevaluate; /* done before, evaluated again: why ("its variant's eval_set changed"), or NULL */
     char *prepare_error; /* why its directory could not be prepared, or NULL */
     /* an earlier run of the same experiment (a variant that differs only in its eval_set): its
      * training is this run's too; NULL when none (or this run has a checkpoint of its own) */
@@ -139,6 +139,15 @@ static void json_path(const job *j, int tmp, char *buf, size_t size)
              tmp ? ".tmp" : "");
 }
 
+/* "128,256,512": the --lengths argument of eval and passkey. */
+static void join_lengths(const int32_t *v, int n, char *out, size_t size)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n && used < size; i++)
+        used += (size_t)snprintf(out + used, size - used, "%s%d", i ? "," : "", (int)v[i]);
+}
+
 /* Start the child of the job's phase: fork, then exec this binary. */
 static int spawn(sweep_ctx *c, job *j, bk_error *err)
 {
@@ -151,16 +160,12 @@ static int spawn(sweep_ctx *c, job *j, bk_error *err)
     snprintf(threads, sizeof threads, "run.threads=%d", run_threads(c, r));
     log_path(j, log, sizeof log);
     json_path(j, 1, json, sizeof json);
-    size_t used = 0;
-    for (int i = 0; i < c->sw->n_lengths; i++)
-        used += (size_t)snprintf(lengths + used, sizeof lengths - used, "%s%d", i ? "," : "", (int)c->sw->lengths[i]);
+    join_lengths(c->sw->lengths, c->sw->n_lengths, lengths, sizeof lengths);
+    join_lengths(c->sw->passkey, c->sw->n_passkey, plens, sizeof plens);
     snprintf(tokens, sizeof tokens, "%lld", (long long)c->sw->tokens);
     snprintf(sliding, sizeof sliding, "%lld", (long long)c->sw->sliding);
     snprintf(trials, sizeof trials, "%lld", (long long)c->sw->passkey_trials);
-    used = 0;
-    for (int i = 0; i < c->sw->n_passkey; i++)
-        used += (size_t)snprintf(plens + used, sizeof plens - used, "%s%d", i ? "," : "", (int)c->sw->passkey[i]);
-    used = 0;
+    size_t used = 0;
     for (int i = 0; i < c->sw->n_passkey_depths; i++)
         used += (size_t)snprintf(depths + used, sizeof depths - used, "%s%.17g", i ? "," : "", c->sw->passkey_depths[i]);
 
@@ -766,8 +771,8 @@ int bk_cmd_sweep(int argc, char **argv)
     for (int i = 0; i < sw.n_runs; i++) {
         if (!bk_sweep_run_selected(&sw.runs[i], only, n_only))
             continue;
-        if (sts[i].state == BK_RUN_DONE && bk_sweep_eval_set_current(&sw.runs[i], &sts[i]) &&
-            !passkey_missing(&sw, &sw.runs[i])) {
+        const int eval_set_current = bk_sweep_eval_set_current(&sw.runs[i], &sts[i]);
+        if (sts[i].state == BK_RUN_DONE && eval_set_current && !passkey_missing(&sw, &sw.runs[i])) {
             skipped++;
             continue;
         }
@@ -778,7 +783,7 @@ int bk_cmd_sweep(int argc, char **argv)
         if (sts[i].state == BK_RUN_DONE) { /* trained; its variant's eval_set changed since it was evaluated, or
                                               * the sweep now asks for a passkey grid it has not */
             j->st.state = BK_RUN_EVALUATING;
-            j->reevaluate = 1;
+            j->reevaluate = eval_set_current ? "no passkey grid yet" : "its variant's eval_set changed";
         }
         /* every run's directory from the start: experiment.toml, and status.json "pending" when new */
         j->resumed = bk_sweep_has_checkpoint(j->run);
@@ -851,10 +856,8 @@ int bk_cmd_sweep(int argc, char **argv)
             j->phase = j->resumed && j->st.state == BK_RUN_EVALUATING ? PHASE_EVAL : PHASE_TRAIN;
             if (j->phase == PHASE_EVAL) {
                 j->trained = 1;
-                printf("[%d/%d] %s: trained before; evaluating%s\n", j->number, c.total, j->run->name,
-                       !j->reevaluate                                            ? ""
-                       : bk_sweep_eval_set_current(j->run, &j->st) && passkey_missing(&sw, j->run) ? " again (no passkey grid yet)"
-                                                                                             : " again (its variant's eval_set changed)");
+                printf("[%d/%d] %s: trained before; evaluating%s%s%s\n", j->number, c.total, j->run->name,
+                       j->reevaluate ? " again (" : "", j->reevaluate ? j->reevaluate : "", j->reevaluate ? ")" : "");
                 fflush(stdout);
             } else if (share_twin_training(&c, j))
                 j->phase = PHASE_EVAL;

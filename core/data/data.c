@@ -582,10 +582,9 @@ static int split_add(bk_data_split *s, const char *path, int64_t units, bk_error
     int64_t *u = realloc(s->val_units, ((size_t)s->n_val + 1) * sizeof *u);
     if (u)
         s->val_units = u;
-    char *copy = f && u ? malloc(strlen(path) + 1) : NULL;
+    char *copy = f && u ? strdup(path) : NULL;
     if (!copy)
         return bk_fail(err, BK_ERR_NOMEM, "out of memory describing the validation split");
-    strcpy(copy, path);
     s->val_files[s->n_val] = copy, s->val_units[s->n_val++] = units;
     return BK_OK;
 }
