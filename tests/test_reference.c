@@ -786,6 +786,39 @@ static void logn_scale(void **state)
     run_case(&(ref_case){"logn", MODEL(4, 32) "[[term]]\nplugin = \"logn\"\n", "[{}]", 1, NULL});
 }
 
+/* ---- the content position: the Forgetting Transformer's forget gate (plugins/fox) ---- */
+
+/* FoX alone (NoPE otherwise), per layer, the paper's initialisation (w ~ N(0, 0.02), b = 0), with O(1)
+ * activations so that the gates spread. Every gradient through the steps reaches w, b and the layers below
+ * through the first LayerNorm's output. */
+static void fox_full(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"fox", MODEL(4, 32) "[[term]]\nplugin = \"fox\"\n", "[{}]", 1, NULL});
+}
+
+/* A large w_std (gates far from 1/2) shared by the layers, beside ALiBi and a window with sinks, at T = 130:
+ * past the CPU attention's 64-row blocks, the sinks' and the window's columns each add their part of dL/dP. */
+static void fox_window_long(void **state)
+{
+    (void)state;
+    run_case_at(&(ref_case){"fox_window_long",
+                            MODEL(4, 32) "[[term]]\nplugin = \"alibi\"\n[[term]]\nplugin = \"fox\"\nper_layer = false\n"
+                                         "w_std = 0.5\n[[term]]\nplugin = \"window\"\nwindow = 20\nsinks = 3\n",
+                            "[{}, {\"w_std\": 0.5}, {\"window\": 20, \"sinks\": 3}]", 1, NULL},
+                130);
+}
+
+/* The data-independent gate with the timescale initialisation: ALiBi with learned slopes softplus(-b_h). */
+static void fox_bias_only(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"fox_bias_only",
+                         MODEL(4, 32) "[[term]]\nplugin = \"fox\"\ngate = \"bias_only\"\nbias_init = \"timescales\"\n"
+                                      "t_max = 20.0\n",
+                         "[{\"gate\": \"bias_only\", \"bias_init\": \"timescales\", \"t_max\": 20.0}]", 1, NULL});
+}
+
 /* RoPE scaled as the options say, base 100 so that the ramp of YaRN falls inside the 4 pairs of a head of 8. */
 static void rope_scaled(const char *name, const char *options_toml, const char *options_json)
 {
@@ -862,6 +895,9 @@ int main(void)
         cmocka_unit_test(qin_type1),
         cmocka_unit_test(qin_forms),
         cmocka_unit_test(long_blocked),
+        cmocka_unit_test(fox_full),
+        cmocka_unit_test(fox_window_long),
+        cmocka_unit_test(fox_bias_only),
         cmocka_unit_test(fire_per_layer),
         cmocka_unit_test(fire_coarse_grid),
         cmocka_unit_test(fire_alibi_long),

@@ -86,6 +86,7 @@ void bk_bias_free(bk_bias *b)
     free(b->cuda_tables), free(b->host_tables), free(b->cuda_backwards), free(b->host_backwards);
     free(b->logged), free(b->dtable_nonfinite);
     bk_query_free(&b->query);
+    bk_content_free(&b->content);
     memset(b, 0, sizeof *b);
 }
 
@@ -163,6 +164,8 @@ int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, 
     if (b->learn_weights)
         bk_bias_sync_weights(b); /* kernel mode: weights as the softmax of their parameters exactly */
     int rc = bk_query_init(&b->query, set, n_layers, err);
+    if (!rc)
+        rc = bk_content_init(&b->content, set, n_layers);
     if (rc)
         bk_bias_free(b);
     return rc;
@@ -180,6 +183,8 @@ int bk_bias_set_backend(bk_bias *b, bk_backend *be, bk_error *err)
     b->be = be;
     b->zero_pending = 0;
     int qrc = bk_query_set_backend(&b->query, be, err);
+    if (!qrc)
+        qrc = bk_content_set_backend(&b->content, be, err);
     if (qrc)
         return qrc;
     if (!on_device(b) || !calls_cuda(b))

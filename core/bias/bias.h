@@ -33,6 +33,7 @@
 #ifndef BK_BIAS_H
 #define BK_BIAS_H
 
+#include "bias/content.h"
 #include "bias/query.h"
 #include "bias/terms.h"
 #include "model/backend.h"
@@ -89,6 +90,8 @@ typedef struct bk_bias {
 
     /* --- ABI 2 (bias/query.h): the coordinate, mask and scale terms --- */
     bk_query query;
+    bk_content content;           /* the content-position term (bias/content.h); its forward and backward
+                                   * run inside the model's layers (they read the layer's input) */
     int training;                 /* 1 (the default): tables for training steps; 0 for evaluation (the
                                    * plugins' biaskit_context.training) */
     int32_t distance_cap;         /* the mask's distance_cap (0: none): the attention reads

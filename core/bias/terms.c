@@ -287,7 +287,7 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
                           d->name);
     if ((rc = resolve_weight_flags(t, cfg, exp, where, err)))
         return rc;
-    const uint32_t query_caps = BIASKIT_CAP_COORDINATE | BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE;
+    const uint32_t query_caps = BIASKIT_CAP_COORDINATE | BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT;
     if ((d->capabilities & query_caps) && t->stream != BK_STREAM_TOKEN)
         return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
                           "%s: plugin '%s' works on the token index (query i, key j, d = i - j); stream = \"segment\" "
@@ -362,9 +362,9 @@ static int check_roles(bk_term_set *set, const bk_experiment *exp, bk_error *err
             uint32_t cap;
             const char *what;
         } single[] = {{BIASKIT_CAP_COORDINATE, "coordinate-table"}, {BIASKIT_CAP_MASK, "masking"},
-                      {BIASKIT_CAP_SCALE, "logit-scale"}};
-        int *slot[] = {&set->coordinate, &set->mask, &set->scale};
-        for (int k = 0; k < 3; k++) {
+                      {BIASKIT_CAP_SCALE, "logit-scale"}, {BIASKIT_CAP_CONTENT, "content-position"}};
+        int *slot[] = {&set->coordinate, &set->mask, &set->scale, &set->content};
+        for (int k = 0; k < 4; k++) {
             if (!(t->caps & single[k].cap))
                 continue;
             if (*slot[k] >= 0)
@@ -433,7 +433,7 @@ static int check_kernel_weights(const bk_term_set *set, const bk_experiment *exp
 int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg, bk_error *err)
 {
     memset(set, 0, sizeof *set);
-    set->segmenter = set->rotary = set->coordinate = set->mask = set->scale = -1;
+    set->segmenter = set->rotary = set->coordinate = set->mask = set->scale = set->content = -1;
     set->mixing = (bk_mixing)exp->attention.mixing;
     set->geometry = (biaskit_geometry){
         .struct_size = sizeof(biaskit_geometry),

@@ -71,7 +71,7 @@ static row_bias bias_for(const bk_attention_bias *bias, int b, int h, int T)
  * case sinks = 0), so that such a call runs the unmasked code and gives its bits. */
 typedef struct terms {
     int32_t window, sinks; /* window > 0: a mask that hides something */
-    const float *grid, *phi, *rscale, *scale;
+    const float *grid, *phi, *rscale, *scale, *cpos;
     int32_t points;
 } terms;
 
@@ -89,6 +89,7 @@ static terms terms_of(const bk_attention_bias *bias, int T)
     tm.phi = bias->phi;
     tm.rscale = bias->rscale;
     tm.scale = bias->scale;
+    tm.cpos = bias->cpos;
     return tm;
 }
 
@@ -202,15 +203,17 @@ typedef struct head_terms {
     const float *lam; /* scale_h(i), i < T */
     const float *F;   /* the grid of head h: points values */
     const float *phi, *rscale;
+    const float *cp; /* the content position of (b, h), T floats */
     int32_t points;
 } head_terms;
 
-static head_terms head_of(const terms *tm, int h, int T)
+static head_terms head_of(const terms *tm, int b, int h, int H, int T)
 {
     head_terms ht = {.lam = tm->scale ? tm->scale + (size_t)h * T : NULL,
                      .F = tm->grid ? tm->grid + (size_t)h * tm->points : NULL,
                      .phi = tm->phi,
                      .rscale = tm->rscale,
+                     .cp = tm->cpos ? tm->cpos + ((size_t)b * H + h) * T : NULL,
                      .points = tm->points};
     return ht;
 }
@@ -281,6 +284,12 @@ static inline BK_HOST_INLINE void add_terms(float *row, int i, int c0, int c1, i
             row[c] += bk_coord_lerp(ht->F, g, t);
         }
     }
+    if (ht->cp) { /* -(P(i) - P(j)) */
+        const float pi = ht->cp[i], *pj = ht->cp + j0 - c0;
+        BK_OMP_SIMD
+        for (int c = c0; c < c1; c++)
+            row[c] += pj[c] - pi;
+    }
 }
 
 /* Row i of a block of scores (`width` columns): the terms on the visible keys, -inf on the masked ones,
@@ -329,7 +338,7 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
         const int b = bh / H, h = bh % H;
         const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hd, *k = q + C, *v = q + 2 * C;
         const row_bias rb = bias_for(bias, b, h, T);
-        const head_terms ht = head_of(&tm, h, T);
+        const head_terms ht = head_of(&tm, b, h, H, T);
         float *mine = scratch ? scratch + (size_t)omp_get_thread_num() * BLOCK * (size_t)ld : NULL;
         for (int i0 = 0; i0 < T; i0 += BLOCK) {
             const int i1 = i0 + BLOCK < T ? i0 + BLOCK : T, rows = i1 - i0;
@@ -453,7 +462,9 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
     const size_t n_phi = want_grid ? (size_t)visible_span(&tm, T) : 0;
     const size_t off_grid = (size_t)n_grad * width, off_phi = off_grid + (want_grid ? (size_t)tm.points : 0);
     const size_t off_rs = off_phi + n_phi, off_scale = off_rs + (want_grid ? (size_t)T : 0);
-    const size_t slice = off_scale + (want_scale ? (size_t)T : 0); /* doubles per (b, h) task */
+    const int want_cpos = tm.cpos && bias->dcpos;
+    const size_t off_cpos = off_scale + (want_scale ? (size_t)T : 0);
+    const size_t slice = off_cpos + (want_cpos ? (size_t)T : 0); /* doubles per (b, h) task */
 
     /* per thread: dS, and a (for dscale) */
     const size_t per_thread = (size_t)BLOCK * (size_t)ld * (want_scale ? 2 : 1);
@@ -477,7 +488,7 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
         float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
         float *dS = scratch + (size_t)omp_get_thread_num() * per_thread;
         float *A = want_scale ? dS + (size_t)BLOCK * ld : NULL;
-        const head_terms ht = head_of(&tm, h, T);
+        const head_terms ht = head_of(&tm, b, h, H, T);
         const int32_t *gpos[BK_STREAM_COUNT];
         for (int g = 0; g < n_grad; g++)
             gpos[g] = bias->positions[grad[g]] ? bias->positions[grad[g]] + (size_t)b * T : NULL;
@@ -536,6 +547,14 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                 }
                 if (want_scale) /* masked columns hold dS = 0 */
                     my_acc[off_scale + i] += bk_dot_lanes(row, A + (size_t)r * ld, rk.live);
+                if (want_cpos) { /* dP(i) -= the row's dS; dP(j) += dS_ij (masked and later columns hold 0) */
+                    double *dp = my_acc + off_cpos, sum = 0.0;
+                    for (int c = 0; c < ns; c++)
+                        dp[c] += row[c], sum += row[c];
+                    for (int c = ns; c < rk.live; c++)
+                        dp[first - ns + c] += row[c], sum += row[c];
+                    dp[i] -= sum;
+                }
                 if (ht.lam) {
                     const float lam = ht.lam[i];
                     BK_OMP_SIMD
@@ -614,6 +633,12 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                 sum += acc[((size_t)b * H + h) * slice + off_scale + (size_t)i];
             bias->dscale[hi] += (float)sum;
         }
+    }
+    if (want_cpos) { /* each (b, h) its own row */
+#pragma omp parallel for schedule(static)
+        for (int bh = 0; bh < B * H; bh++)
+            for (int t = 0; t < T; t++)
+                bias->dcpos[(size_t)bh * T + t] += (float)acc[(size_t)bh * slice + off_cpos + (size_t)t];
     }
     free(scratch);
     free(acc);

@@ -23,7 +23,8 @@
  *
  * Determinism: results do not depend on the number of threads. The table gradient is reduced
  * along diagonals per (b, h) into scratch and then summed over b in a fixed order; dgrid, dphi,
- * drscale and dscale likewise (per (b, h) slices in double, summed in a fixed order). */
+ * drscale and dscale likewise (per (b, h) slices in double, summed in a fixed order); dcpos per (b, h)
+ * in double, in key order. */
 #ifndef BK_CPU_ATTENTION_H
 #define BK_CPU_ATTENTION_H
 
@@ -59,11 +60,19 @@ typedef struct bk_attention_bias {
     /* Logit scale: score = scale[h * T + i] * q.k / sqrt(hd) + bias (NULL: 1). */
     const float *scale;
 
+    /* Content position (BIASKIT_CAP_CONTENT, bias/content.h): score += cpos[b][h][j] - cpos[b][h][i], i.e.
+     * -(P_h(i) - P_h(j)) for the position P of each (batch row, head), B x H x T floats, non-decreasing
+     * along t (NULL: none). */
+    const float *cpos;
+
     /* Backward outputs of the ABI 2 terms (+=; each NULL when not wanted): dgrid (H x points),
      * dphi (distances), drscale (T), dscale (H x T), each summed over the batch (dphi, drscale also over
      * the heads). Ignored by the forward pass, and left alone when their term is absent (grid or
      * scale NULL). dscale[h * T + i] = sum_j dL/ds_ij * q_i.k_j / sqrt(hd). */
     float *dgrid, *dphi, *drscale, *dscale;
+    /* dcpos (B x H x T, += dL/dcpos: for each token, the score gradients of its pairs as a key minus those
+     * of its pairs as a query); left alone without cpos. */
+    float *dcpos;
 } bk_attention_bias;
 
 /* Forward. `probs` (B, H, T, T), when not NULL, receives the attention probabilities for the

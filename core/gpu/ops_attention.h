@@ -106,6 +106,7 @@ static int dev_att_refuse_v2(const char *what, const bk_attention_bias *bias, bk
     const char *term = bias->grid ? "a coordinate table (grid)"
                        : bias->window > 0 ? "a window mask"
                        : bias->scale      ? "a logit scale"
+                       : bias->cpos       ? "a content position"
                                           : (const char *)0;
     if (!term)
         return BK_OK;

@@ -98,6 +98,11 @@ static int dev_flash_check_v2(const char *what, const bk_attention_bias *bias, i
 {
     if (!bias)
         return BK_OK;
+    if (bias->cpos)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "%s: the device attention does not add a content position (BIASKIT_CAP_CONTENT, e.g. plugin "
+                       "fox) yet; run it on the CPU ([run] device = \"cpu\")",
+                       what);
     if (bias->window < 0 || bias->sinks < 0)
         return bk_fail(err, BK_ERR_INVALID,
                        "%s: mask window %d, sinks %d; expected window >= 0 (0: no mask) and sinks >= 0", what,

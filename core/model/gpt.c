@@ -490,6 +490,13 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
     bk_backend *be = m->be;
     const int32_t *tg = m->batch.targets;
     const int b16 = bf16_storage(be);
+    const int content = m->bias && bk_content_active(&m->bias->content);
+    if (content && b16)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "term '%s' (plugin %s) reads the layers' inputs in fp32: [run] precision = \"bf16\" keeps "
+                       "them in bf16; use precision = \"fp32\"",
+                       m->bias->set->terms[m->bias->set->content].label,
+                       m->bias->set->terms[m->bias->set->content].plugin->desc->name);
     if (b16) { /* the weights' bf16 copies, from the master weights as they are now */
         if (!m->wparams16 && (rc = be->alloc(be, (void **)&m->wparams16, m->n_params * sizeof(uint16_t), err)))
             return bk_error_prefix(err, "bf16 copies of %zu parameters: ", m->n_params);
@@ -531,6 +538,11 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
             TRY(be->cast_bf16(be, qkv16, qkv, (size_t)BT * 3 * C, err));
         bk_attention_bias ab;
         attention_bias(m, l, &ab);
+        if (content) {
+            TRY(bk_content_forward(&m->bias->content, l, (int)la, train ? m->L : 1, ln1, B, T, m->bias->training,
+                                   m->bias->step, m->bias->check_finite, err));
+            bk_content_attention(&m->bias->content, (int)la, &ab);
+        }
         if ((rc = b16 ? be->attention_forward_bf16(be, atty16, att, qkv16, &ab, B, T, C, H, err)
                       : be->attention_forward(be, atty, att, qkv, &ab, B, T, C, H, err)))
             return bk_error_prefix(err, "layer %d attention: ", l);
@@ -600,6 +612,7 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     act_sizes(m, B, T, 1, 1, sizes);
     carve(m->dacts, sizes, &d);
     const int b16 = bf16_storage(be); /* a's ln1, qkv, atty, ln2, fch_gelu and lnf are bf16 (forward) */
+    const int content = m->bias && bk_content_active(&m->bias->content);
     /* The gradients the layers accumulate into start at zero. Not zeroed: d.logits (crossentropy_backward
      * writes all of it); d.att and d.probs are empty (shape_sizes). */
     if ((rc = be->zero(be, d.encoded, (size_t)(d.logits - d.encoded) * sizeof(float), err)))
@@ -658,6 +671,10 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
             TRY(be->zero(be, m->dtable_mem, dtable_floats * sizeof(float), err));
         if (m->bias)
             TRY(bk_bias_backward_begin(m->bias, l, &ab, err));
+        if (content) {
+            bk_content_attention(&m->bias->content, l, &ab);
+            TRY(bk_content_backward_begin(&m->bias->content, &ab, err));
+        }
         if (b16) { /* dO in bf16, in the stage */
             TRY(be->cast_bf16(be, (uint16_t *)a.stage, d.atty + oC, (size_t)BT * C, err));
             rc = be->attention_backward_bf16(be, d.qkv + o3, dtable, (const uint16_t *)a.stage, qkv16, atty16,
@@ -672,6 +689,9 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
             TRY(bk_bias_backward(m->bias, l, (const float *const *)dtable, err));
         if (m->bias)
             TRY(bk_bias_query_backward(m->bias, l, err));
+        if (content) /* before the q/k/v product's backward: both add into d.ln1 */
+            TRY(bk_content_backward(&m->bias->content, l, ln1, d.ln1 + oC, m->bias->dtheta, m->bias->training,
+                                    m->bias->step, err));
         if (rotary)
             TRY(be->rotary(be, d.qkv + o3, &rot, B, T, C, H, -1.0f, err));
         TRY(linear_backward(m, d.ln1 + oC, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, d.qkv + o3, ln1,

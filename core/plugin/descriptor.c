@@ -14,7 +14,7 @@
  * check_capabilities). */
 #define KNOWN_CAPABILITIES                                                                                     \
     (BIASKIT_CAP_TABLE | BIASKIT_CAP_SEGMENT | BIASKIT_CAP_EMBED | BIASKIT_CAP_ROTARY | BIASKIT_CAP_COORDINATE | \
-     BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE)
+     BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT)
 #define KNOWN_FLAGS ((uint32_t)BIASKIT_FLAG_PER_LAYER)
 
 typedef struct sink {
@@ -117,7 +117,7 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
                 BIASKIT_ABI_VERSION);
     if (!caps)
         problem(s, part, BK_DESCRIPTOR_FLAWED,
-                "declares no capability (TABLE, SEGMENT, EMBED, ROTARY, COORDINATE, MASK or SCALE): the engine has "
+                "declares no capability (TABLE, SEGMENT, EMBED, ROTARY, COORDINATE, MASK, SCALE or CONTENT): the engine has "
                 "nothing to call");
     const struct {
         uint32_t bit;
@@ -134,6 +134,7 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
         {BIASKIT_CAP_COORDINATE, BK_DESCRIPTOR_FN(d, coordinate) != NULL, "coordinate", "coordinate"},
         {BIASKIT_CAP_MASK, BK_DESCRIPTOR_FN(d, mask) != NULL, "mask", "mask"},
         {BIASKIT_CAP_SCALE, BK_DESCRIPTOR_FN(d, scale) != NULL, "scale", "scale"},
+        {BIASKIT_CAP_CONTENT, BK_DESCRIPTOR_FN(d, content) != NULL, "content", "content"},
     };
     for (size_t i = 0; i < sizeof needs / sizeof needs[0]; i++)
         if ((caps & needs[i].bit) && !needs[i].present)
@@ -149,6 +150,9 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
         problem(s, part, BK_DESCRIPTOR_FLAWED, "COORDINATE with parameters (param_count) needs coordinate_backward()");
     if ((caps & BIASKIT_CAP_SCALE) && d->param_count && !BK_DESCRIPTOR_FN(d, scale_backward))
         problem(s, part, BK_DESCRIPTOR_FLAWED, "SCALE with parameters (param_count) needs scale_backward()");
+    if ((caps & BIASKIT_CAP_CONTENT) && !BK_DESCRIPTOR_FN(d, content_backward))
+        problem(s, part, BK_DESCRIPTOR_FLAWED,
+                "CONTENT needs content_backward(): the loss reaches the layer's input x through the steps");
     if ((caps & BIASKIT_CAP_TABLE) && (caps & BIASKIT_CAP_COORDINATE))
         problem(s, part, BK_DESCRIPTOR_REFUSED,
                 "declares both TABLE and COORDINATE: table() is over distances for one and over the grid of u for the "
@@ -161,6 +165,8 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
         problem(s, part, BK_DESCRIPTOR_FLAWED, "has mask() but does not declare BIASKIT_CAP_MASK");
     if (!(caps & BIASKIT_CAP_SCALE) && (BK_DESCRIPTOR_FN(d, scale) || BK_DESCRIPTOR_FN(d, scale_backward)))
         problem(s, part, BK_DESCRIPTOR_FLAWED, "has scale functions but does not declare BIASKIT_CAP_SCALE");
+    if (!(caps & BIASKIT_CAP_CONTENT) && (BK_DESCRIPTOR_FN(d, content) || BK_DESCRIPTOR_FN(d, content_backward)))
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "has content functions but does not declare BIASKIT_CAP_CONTENT");
     if (!(caps & BIASKIT_CAP_ROTARY) && BK_DESCRIPTOR_FN(d, rotary_ctx))
         problem(s, part, BK_DESCRIPTOR_FLAWED, "has rotary_ctx() but does not declare BIASKIT_CAP_ROTARY");
     if (embed && d->param_count && !d->embed_backward)

@@ -38,6 +38,8 @@ An independent implementation from the formulas, in float64 with autograd; the f
              window  score = -inf unless i - j < window or j < sinks; the tables read at min(d, distance_cap)
              logn    q.k / sqrt(hd) multiplied by ln(i + 1) (Chiang & Cholak; n = i + 1 keys visible)
              ssmax   q.k / sqrt(hd) multiplied by s_h ln(i + 1), s learnable per head (Nakanishi)
+             fox     sum_{l=j+1..i} log sigmoid(w_h . x_l + b_h) on the layer's attention input x, w and b
+                     learnable (or b alone: gate = "bias_only"), per layer (Lin et al., Forgetting Transformer)
              rope    scaling pi: theta_k / s; ntk: base s^(hd/(hd-2)); yarn: the ramp in the pair index between
                      floor/ceil of k(beta_fast), k(beta_slow), and q, k times 0.1 ln s + 1 (Peng et al.);
                      factor 0: s = max(1, T / L)
@@ -181,7 +183,7 @@ def bilevel_ids(tokens, opts):
 
 
 TABLE_PLUGINS = ("alibi", "testlin", "kerple", "t5", "mep", "qin")
-KNOWN_PLUGINS = TABLE_PLUGINS + ("bipe", "rope", "ape", "fire", "window", "logn", "ssmax")
+KNOWN_PLUGINS = TABLE_PLUGINS + ("bipe", "rope", "ape", "fire", "window", "logn", "ssmax", "fox")
 FIRE_EPS = 1e-6
 FIRE_GRID = 1025  # the fire plugin's default grid (plugins/fire/fire_math.h, BK_FIRE_DEFAULT_GRID)
 STREAMS = ("token", "segment")
@@ -230,6 +232,8 @@ class Reference:
             return 2 * w + H * w + H + 2
         if t["plugin"] == "ssmax":
             return H
+        if t["plugin"] == "fox":
+            return H if o.get("gate") == "bias_only" else H * C + H
         return 0
 
     def expected_groups(self):
@@ -448,6 +452,20 @@ class Reference:
             return self.theta(k, layer)[:, None] * torch.log(n)[None, :]
         return None
 
+    def forget_bias(self, layer, h):
+        """(B, H, T, T) Forgetting Transformer bias sum_{l=j+1..i} log sigmoid(w_h . h_l + b_h) of the layer's
+        attention input h (B, T, C), as the difference of the cumulative sums, or None."""
+        k, o = self.term_of("fox")
+        if k is None:
+            return None
+        th, H = self.theta(k, layer), self.H
+        if o.get("gate") == "bias_only":
+            z = th[None, None, :].expand(self.B, self.T, H)
+        else:
+            z = h @ th[:H * self.C].reshape(H, self.C).T + th[H * self.C:]
+        c = torch.cumsum(torch.nn.functional.logsigmoid(z), dim=1).transpose(1, 2)  # (B, H, T)
+        return c[:, :, :, None] - c[:, :, None, :]
+
     def bias(self, layer, pos):
         """(B, H, T, T) bias of query i and key j: sum over streams of M_s[h, p_s(i) - p_s(j)]."""
         total = None
@@ -558,6 +576,9 @@ class Reference:
             fire = self.fire_bias(l)
             if fire is not None:
                 s = s + fire
+            forget = self.forget_bias(l, h)
+            if forget is not None:
+                s = s + forget
             s = s.masked_fill(~causal, float("-inf"))
             y = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
             x = x + y @ p["model.attprojw"][l].T + p["model.attprojb"][l]

@@ -220,7 +220,8 @@ enum {
     /* ABI 2 (see "Beyond distance tables" below) */
     BIASKIT_CAP_COORDINATE = 1u << 5, /* table over a coordinate u(i, d) in [0, 1]; coordinate() */
     BIASKIT_CAP_MASK = 1u << 6,       /* mask(): exact -inf outside a window, with sinks */
-    BIASKIT_CAP_SCALE = 1u << 7       /* scale(): per-head, per-query factor on q.k / sqrt(d_head) */
+    BIASKIT_CAP_SCALE = 1u << 7,      /* scale(): per-head, per-query factor on q.k / sqrt(d_head) */
+    BIASKIT_CAP_CONTENT = 1u << 8     /* content(): a position that advances by steps computed from the content */
 };
 
 enum {
@@ -252,6 +253,19 @@ enum {
  *  - SCALE: scale() gives s_h(i) for h < n_heads, i < rows: scale[h * rows + i]. It multiplies
  *    q.k / sqrt(d_head) only, not the additive biases. Its gradient dL/ds comes back to
  *    scale_backward(). At most one scaling term per experiment.
+ *  - CONTENT: a position computed from the content (the Forgetting Transformer's forget gate). content()
+ *    reads the layer's attention input x (count tokens x d_model, row n = token n: the first LayerNorm's
+ *    output, what the q/k/v projection reads) and writes every token's step a[n * n_heads + h], finite
+ *    and >= 0. The engine sums the steps along each sequence into the position P_h(t) = a_h(0) + ... +
+ *    a_h(t) (every sequence starts afresh) and adds
+ *        Bias[h,i,j] += -(P_h(i) - P_h(j)) = -(a_h(j+1) + ... + a_h(i))        (0 on the diagonal)
+ *    after the 1/sqrt(d_head) scale: distance on a time axis that the content stretches, read by a
+ *    linear table of slope -1 (a plugin that wants another slope puts it in its steps). The
+ *    Forgetting Transformer: a_h(t) = -log sigmoid(w_h . x_t + b_h) >= 0. The gradient comes back as
+ *    dL/da to content_backward(), which adds the parameters' gradient into dtheta and the input's into
+ *    dx. The attention keeps T floats per sequence and head for it, never a T x T array. The steps
+ *    depend on the tokens, so content() is called in every forward of every layer (with the layer's
+ *    copy of theta for a per-layer term), not once per length. At most one content term per experiment.
  * None of these hands a T x T tensor to a plugin: the arrays are O(points), O(distances), O(rows).
  * The engine computes coordinates, masks and scales once per forward for the longest sequence of the
  * call (ctx->length) and reads them for every shorter one: their values should depend on ctx->layer and
@@ -460,6 +474,18 @@ typedef struct biaskit_plugin {
      * (or +inf as a lower, -inf as an upper bound), lower > upper, a text without its NUL, an error,
      * and parameters that param_init + param_project (initial, perturbed or wild) leave outside. */
     int (*param_info)(const void *inst, int32_t tensor, biaskit_param_info *out, biaskit_error *err);
+
+    /* BIASKIT_CAP_CONTENT (appended after param_info; read only through BIASKIT_HAS_FIELD): the steps of
+     * `count` tokens from their inputs x (count x d_model), a[n * n_heads + h] >= 0 and finite (see
+     * "Beyond distance tables"). ctx->layer is the layer whose input x is (0 .. n_layers - 1, for a
+     * shared term too); the tokens are ctx->length-long sequences one after the other. The engine checks
+     * every value and names the token and head of the first that is not. */
+    int (*content)(const void *inst, const float *theta, const biaskit_context *ctx, const float *x, int64_t count,
+                   float *steps, biaskit_error *err);
+    /* dtheta += sum over n, h of dsteps[n * n_heads + h] * da_h(n)/dtheta, and dx (count x d_model) +=
+     * the same through x. Needed when the plugin has parameters; dx is never NULL. */
+    int (*content_backward)(const void *inst, const float *theta, const biaskit_context *ctx, const float *x,
+                            int64_t count, const float *dsteps, float *dtheta, float *dx, biaskit_error *err);
 } biaskit_plugin;
 
 /* The size of the first version of the descriptor: the host refuses anything smaller. A descriptor
