@@ -819,6 +819,42 @@ static void fox_bias_only(void **state)
                          "[{\"gate\": \"bias_only\", \"bias_init\": \"timescales\", \"t_max\": 20.0}]", 1, NULL});
 }
 
+/* ---- counted positions: CoPE (plugins/cope) ---- */
+
+/* CoPE per layer with 6 position vectors (counts clamp within the 12 tokens), the vectors drawn at std 0.5
+ * so that the gates' gradient is not 0 from the first step (the plugin's default is zeros). */
+static void cope_clamped(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"cope", MODEL(4, 32) "[[term]]\nplugin = \"cope\"\npoints = 6\ninit_std = 0.5\n",
+                         "[{\"points\": 6, \"init_std\": 0.5}]", 1, NULL});
+}
+
+/* CoPE after RoPE's rotation, under Scalable-Softmax's logit scale (the gates read q.k before it), the
+ * vectors unscaled (pos_scale = "none") and shared by the layers, with the default points (training
+ * length + 1: no clamping). */
+static void cope_rope_ssmax(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"cope_rope_ssmax",
+                         MODEL(4, 32) "[[term]]\nplugin = \"rope\"\n[[term]]\nplugin = \"ssmax\"\n"
+                                      "[[term]]\nplugin = \"cope\"\nper_layer = false\npos_scale = \"none\"\n"
+                                      "init_std = 0.3\n",
+                         "[{}, {}, {\"pos_scale\": \"none\", \"init_std\": 0.3}]", 1, NULL});
+}
+
+/* CoPE beside KERPLE and a window of 20 with 3 sinks at T = 130: the counts run over the sinks and the
+ * window only, across the CPU attention's 64-row blocks; 40 vectors, so long rows clamp. */
+static void cope_window_long(void **state)
+{
+    (void)state;
+    run_case_at(&(ref_case){"cope_window_long",
+                            MODEL(4, 32) "[[term]]\nplugin = \"kerple\"\n[[term]]\nplugin = \"cope\"\npoints = 40\n"
+                                         "init_std = 0.5\n[[term]]\nplugin = \"window\"\nwindow = 20\nsinks = 3\n",
+                            "[{}, {\"points\": 40, \"init_std\": 0.5}, {\"window\": 20, \"sinks\": 3}]", 1, NULL},
+                130);
+}
+
 /* RoPE scaled as the options say, base 100 so that the ramp of YaRN falls inside the 4 pairs of a head of 8. */
 static void rope_scaled(const char *name, const char *options_toml, const char *options_json)
 {
@@ -898,6 +934,9 @@ int main(void)
         cmocka_unit_test(fox_full),
         cmocka_unit_test(fox_window_long),
         cmocka_unit_test(fox_bias_only),
+        cmocka_unit_test(cope_clamped),
+        cmocka_unit_test(cope_rope_ssmax),
+        cmocka_unit_test(cope_window_long),
         cmocka_unit_test(fire_per_layer),
         cmocka_unit_test(fire_coarse_grid),
         cmocka_unit_test(fire_alibi_long),

@@ -26,6 +26,11 @@ static const bk_term *scale_term(const bk_query *q)
     return q->set->scale >= 0 ? &q->set->terms[q->set->scale] : NULL;
 }
 
+static const bk_term *count_term(const bk_query *q)
+{
+    return q->set->count >= 0 ? &q->set->terms[q->set->count] : NULL;
+}
+
 static int copies(const bk_term *t)
 {
     return t ? t->n_copies : 0;
@@ -33,7 +38,7 @@ static int copies(const bk_term *t)
 
 int bk_query_active(const bk_query *q)
 {
-    return q->set && (q->set->coordinate >= 0 || q->set->mask >= 0 || q->set->scale >= 0);
+    return q->set && (q->set->coordinate >= 0 || q->set->mask >= 0 || q->set->scale >= 0 || q->set->count >= 0);
 }
 
 __attribute__((format(printf, 6, 7))) static int bad_value(bk_error *err, const bk_term *t, const char *hook, int layer,
@@ -48,15 +53,39 @@ __attribute__((format(printf, 6, 7))) static int bad_value(bk_error *err, const 
                    t->plugin->path, bk_term_where(layer, step, where, sizeof where), hook, what);
 }
 
+/* The counting term's layout: points >= 2 (at most BK_COORD_POINTS_MAX), a finite pos_scale. */
+static int count_init(bk_query *q, bk_error *err)
+{
+    const bk_term *t = count_term(q);
+    if (!t)
+        return BK_OK;
+    const int32_t hd = q->set->geometry.d_head;
+    biaskit_count out = {.struct_size = sizeof out, .points = 0, .pos_scale = 1.0f / sqrtf((float)hd)};
+    biaskit_context ctx = bk_term_context(q->set, -1, q->set->geometry.train_length, 1);
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(t, "count()", -1, 0);
+    int rc = BK_DESCRIPTOR_FN(t->plugin->desc, count)(t->instance, &ctx, &out, &pe);
+    bk_plugin_call_leave();
+    if (rc != BIASKIT_OK)
+        return bk_term_plugin_failed(err, t, "count()", -1, 0, &pe);
+    if (out.points < 2 || out.points > BK_COORD_POINTS_MAX || !isfinite(out.pos_scale))
+        return bad_value(err, t, "count()", -1, 0,
+                         "gave %d position vectors and pos_scale %g: expected 2 .. %d vectors and a finite scale",
+                         (int)out.points, (double)out.pos_scale, BK_COORD_POINTS_MAX);
+    q->count = out;
+    return BK_OK;
+}
+
 int bk_query_init(bk_query *q, const bk_term_set *set, int n_layers, bk_error *err)
 {
     memset(q, 0, sizeof *q);
     q->set = set;
     q->n_layers = n_layers;
     q->n_heads = set->geometry.n_heads;
+    int rc = count_init(q, err);
     const bk_term *c = coord_term(q);
-    if (!c)
-        return BK_OK;
+    if (rc || !c)
+        return rc;
     bk_plugin_call_enter(c, "coordinate_points()", -1, 0);
     int32_t points = BK_DESCRIPTOR_FN(c->plugin->desc, coordinate_points)(c->instance);
     bk_plugin_call_leave();
@@ -78,12 +107,15 @@ static void arrays_free(bk_query *q)
 {
     release(q, q->grid), release(q, q->phi), release(q, q->rscale), release(q, q->scale);
     release(q, q->dgrid), release(q, q->dphi), release(q, q->drscale), release(q, q->dscale);
+    release(q, q->cope), release(q, q->dcope);
     free(q->grid_h), free(q->phi_h), free(q->rscale_h), free(q->scale_h);
     free(q->dgrid_h), free(q->dphi_h), free(q->drscale_h), free(q->dscale_h);
+    free(q->cope_h), free(q->dcope_h);
     q->grid = q->phi = q->rscale = q->scale = NULL;
     q->dgrid = q->dphi = q->drscale = q->dscale = NULL;
     q->grid_h = q->phi_h = q->rscale_h = q->scale_h = NULL;
     q->dgrid_h = q->dphi_h = q->drscale_h = q->dscale_h = NULL;
+    q->cope = q->dcope = q->cope_h = q->dcope_h = NULL;
     q->capacity = 0;
 }
 
@@ -97,9 +129,14 @@ void bk_query_free(bk_query *q)
 
 int bk_query_set_backend(bk_query *q, bk_backend *be, bk_error *err)
 {
-    (void)err;
     if (q->be == be)
         return BK_OK;
+    const bk_term *t = q->set ? count_term(q) : NULL;
+    if (t && be && be->on_device)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "term '%s' (plugin %s): counted positions (CoPE) run in the CPU attention only; the %s backend "
+                       "does not compute them: use [run] device = \"cpu\"",
+                       t->label, t->plugin->desc->name, be->name);
     arrays_free(q); /* reallocated in the new memory by the next forward */
     q->be = be;
     return BK_OK;
@@ -146,6 +183,13 @@ static int reserve(bk_query *q, int32_t distances, bk_error *err)
         rc = pair_alloc(q, &q->scale_h, &q->scale, (size_t)copies(s) * H * D, err);
         if (!rc && s->n_params)
             rc = pair_alloc(q, &q->dscale_h, &q->dscale, H * D, err);
+    }
+    const bk_term *n = count_term(q);
+    const size_t E = n ? (size_t)q->count.points * (size_t)q->set->geometry.d_head : 0;
+    if (!rc && n) {
+        rc = pair_alloc(q, &q->cope_h, &q->cope, (size_t)copies(n) * E, err);
+        if (!rc && n->n_params)
+            rc = pair_alloc(q, &q->dcope_h, &q->dcope, E, err);
     }
     if (rc) {
         arrays_free(q);
@@ -230,6 +274,25 @@ static int scale_forward(bk_query *q, int copy, int32_t D, const biaskit_context
     return BK_OK;
 }
 
+static int count_forward(bk_query *q, int copy, const biaskit_context *ctx, int64_t step, int check, bk_error *err)
+{
+    const bk_term *t = count_term(q);
+    const int32_t P = q->count.points, hd = q->set->geometry.d_head;
+    float *E = q->cope_h + (size_t)copy * (size_t)P * (size_t)hd;
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(t, "count_vectors()", ctx->layer, step);
+    int rc = BK_DESCRIPTOR_FN(t->plugin->desc, count_vectors)(t->instance, bk_term_theta(t, copy), ctx, P, E, &pe);
+    bk_plugin_call_leave();
+    if (rc != BIASKIT_OK)
+        return bk_term_plugin_failed(err, t, "count_vectors()", ctx->layer, step, &pe);
+    int64_t bad = check ? first_nonfinite(E, (size_t)P * (size_t)hd) : -1;
+    if (bad >= 0)
+        return bad_value(err, t, "count_vectors()", ctx->layer, step,
+                         "gave a position vector that is not finite: %g at vector %d, component %d", (double)E[bad],
+                         (int)(bad / hd), (int)(bad % hd));
+    return BK_OK;
+}
+
 static int mask_forward(bk_query *q, const biaskit_context *ctx, int64_t step, bk_error *err)
 {
     memset(&q->mask, 0, sizeof q->mask);
@@ -277,6 +340,14 @@ int bk_query_forward(bk_query *q, int32_t distances, int training, int64_t step,
         ctx.layer = s->n_copies > 1 ? k : -1;
         rc = scale_forward(q, k, distances, &ctx, step, check, err);
     }
+    const bk_term *n = count_term(q);
+    for (int k = 0; k < copies(n) && !rc; k++) {
+        ctx.layer = n->n_copies > 1 ? k : -1;
+        rc = count_forward(q, k, &ctx, step, check, err);
+    }
+    if (!rc && n)
+        rc = upload(q, q->cope, q->cope_h,
+                    (size_t)copies(n) * (size_t)q->count.points * (size_t)q->set->geometry.d_head, err);
     const size_t H = (size_t)q->n_heads, D = (size_t)distances;
     if (!rc && c) {
         /* the copies are packed with the capacity's stride: upload per copy */
@@ -309,6 +380,13 @@ void bk_query_attention(const bk_query *q, int layer, bk_attention_bias *ab)
         ab->scale = q->scale + (s->n_copies > 1 ? (size_t)layer : 0) * H * D;
     ab->window = q->mask.window;
     ab->sinks = q->mask.sinks;
+    const bk_term *n = count_term(q);
+    if (n) {
+        const size_t E = (size_t)q->count.points * (size_t)q->set->geometry.d_head;
+        ab->cope = q->cope + (n->n_copies > 1 ? (size_t)layer : 0) * E;
+        ab->cope_points = q->count.points;
+        ab->cope_scale = q->count.pos_scale;
+    }
 }
 
 static int zero(bk_query *q, float *dev, float *host, size_t n, bk_error *err)
@@ -334,9 +412,12 @@ int bk_query_backward_begin(bk_query *q, int layer, bk_attention_bias *ab, bk_er
         rc = zero(q, q->drscale, q->drscale_h, D, err);
     if (!rc)
         rc = zero(q, q->dscale, q->dscale_h, H * D, err);
+    if (!rc)
+        rc = zero(q, q->dcope, q->dcope_h, (size_t)q->count.points * (size_t)q->set->geometry.d_head, err);
     if (rc)
-        return bk_error_prefix(err, "zeroing the coordinate and scale gradients: ");
+        return bk_error_prefix(err, "zeroing the coordinate, scale and position-vector gradients: ");
     ab->dgrid = q->dgrid, ab->dphi = q->dphi, ab->drscale = q->drscale, ab->dscale = q->dscale;
+    ab->dcope = q->dcope;
     return BK_OK;
 }
 
@@ -388,6 +469,21 @@ int bk_query_backward(bk_query *q, int layer, float *const *dtheta, int training
         bk_plugin_call_leave();
         if (rc != BIASKIT_OK)
             return bk_term_plugin_failed(err, s, "scale_backward()", ctx.layer, step, &pe);
+    }
+    const bk_term *n = count_term(q);
+    if (n && n->n_params && BK_DESCRIPTOR_FN(n->plugin->desc, count_vectors_backward)) {
+        const int copy = n->n_copies > 1 ? layer : 0;
+        const int32_t P = q->count.points;
+        float *dth = dtheta[q->set->count] + (size_t)copy * (size_t)n->n_params;
+        ctx.layer = n->n_copies > 1 ? layer : -1;
+        if ((rc = download(q, q->dcope_h, q->dcope, (size_t)P * (size_t)q->set->geometry.d_head, err)))
+            return bk_error_prefix(err, "copying the position vectors' gradient to the host: ");
+        bk_plugin_call_enter(n, "count_vectors_backward()", ctx.layer, step);
+        rc = BK_DESCRIPTOR_FN(n->plugin->desc, count_vectors_backward)(n->instance, bk_term_theta(n, copy), &ctx, P,
+                                                                        q->dcope_h, dth, &pe);
+        bk_plugin_call_leave();
+        if (rc != BIASKIT_OK)
+            return bk_term_plugin_failed(err, n, "count_vectors_backward()", ctx.layer, step, &pe);
     }
     return BK_OK;
 }

@@ -1,7 +1,8 @@
 /* The ABI 2 terms of a model during training and evaluation (plugin.h, "Beyond distance tables"): the
  * coordinate table (FIRE), the mask (window and sinks) and the logit scale (log n, SSMax), at most one of
  * each, all on the token index. For every layer they become the small arrays the attention reads
- * (cpu/attention.h, bk_attention_bias): the grid F_h(u_g) (H x points), the two factors of the coordinate
+ * (cpu/attention.h, bk_attention_bias), and the counting term's position vectors (CoPE: points x d_head
+ * per copy, plugin.h BIASKIT_CAP_COUNT; the CPU attention only, a device backend refuses them): the grid F_h(u_g) (H x points), the two factors of the coordinate
  * phi[d] (distances) and rscale[i] (distances rows), the scale s_h(i) (H x distances), and the window and
  * sinks. The way back: the attention's dgrid, dphi, drscale and dscale of one layer go to the plugin's
  * table_backward, coordinate_backward and scale_backward, which add into the term's dtheta.
@@ -41,13 +42,17 @@ typedef struct bk_query {
     /* one layer's gradients in the backend's memory, and their host copies on a device */
     float *dgrid, *dphi, *drscale, *dscale;
     float *dgrid_h, *dphi_h, *drscale_h, *dscale_h;
+    /* the counting term (CoPE): its layout, its position vectors per copy (points x d_head) on the host and
+     * in the backend's memory, and one layer's gradient */
+    biaskit_count count;
+    float *cope_h, *cope, *dcope_h, *dcope;
 } bk_query;
 
 /* Set up for `set` (which must outlive it); asks the coordinate term for its grid size. */
 int bk_query_init(bk_query *q, const bk_term_set *set, int n_layers, bk_error *err);
 void bk_query_free(bk_query *q);
 
-/* 1 when the set has a coordinate, mask or scale term. */
+/* 1 when the set has a coordinate, mask, scale or counting term. */
 int bk_query_active(const bk_query *q);
 
 /* Compute on `be` from now on (NULL or the CPU: host memory). */
@@ -57,7 +62,8 @@ int bk_query_set_backend(bk_query *q, bk_backend *be, bk_error *err);
  * and `step` go to the plugins' context and the messages; check = 0 skips the value checks. */
 int bk_query_forward(bk_query *q, int32_t distances, int training, int64_t step, int check, bk_error *err);
 
-/* The forward fields of the attention's bias for `layer` (grid, points, phi, rscale, window, sinks, scale). */
+/* The forward fields of the attention's bias for `layer` (grid, points, phi, rscale, window, sinks, scale,
+ * cope, cope_points, cope_scale). */
 void bk_query_attention(const bk_query *q, int layer, bk_attention_bias *ab);
 
 /* Before the attention backward of `layer`: zeroes the layer's gradients and points ab's dgrid, dphi,

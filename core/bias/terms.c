@@ -278,7 +278,8 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
     if (!bk_term_in_attention(t) && cfg->per_layer == 1)
         return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
                           "%s: per_layer = true needs a term that acts inside each layer's attention (a distance "
-                          "table, a coordinate table or a logit scale); plugin '%s' acts once (at the input, on q and "
+                          "table, a coordinate table, a logit scale, a content position or counted positions); plugin "
+                          "'%s' acts once (at the input, on q and "
                           "k, or as a mask), so its parameters are shared",
                           where, d->name);
     if (!(d->capabilities & BIASKIT_CAP_TABLE) && !isnan(cfg->weight))
@@ -287,7 +288,8 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
                           d->name);
     if ((rc = resolve_weight_flags(t, cfg, exp, where, err)))
         return rc;
-    const uint32_t query_caps = BIASKIT_CAP_COORDINATE | BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT;
+    const uint32_t query_caps =
+        BIASKIT_CAP_COORDINATE | BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT | BIASKIT_CAP_COUNT;
     if ((d->capabilities & query_caps) && t->stream != BK_STREAM_TOKEN)
         return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
                           "%s: plugin '%s' works on the token index (query i, key j, d = i - j); stream = \"segment\" "
@@ -362,9 +364,10 @@ static int check_roles(bk_term_set *set, const bk_experiment *exp, bk_error *err
             uint32_t cap;
             const char *what;
         } single[] = {{BIASKIT_CAP_COORDINATE, "coordinate-table"}, {BIASKIT_CAP_MASK, "masking"},
-                      {BIASKIT_CAP_SCALE, "logit-scale"}, {BIASKIT_CAP_CONTENT, "content-position"}};
-        int *slot[] = {&set->coordinate, &set->mask, &set->scale, &set->content};
-        for (int k = 0; k < 4; k++) {
+                      {BIASKIT_CAP_SCALE, "logit-scale"}, {BIASKIT_CAP_CONTENT, "content-position"},
+                      {BIASKIT_CAP_COUNT, "counting"}};
+        int *slot[] = {&set->coordinate, &set->mask, &set->scale, &set->content, &set->count};
+        for (int k = 0; k < 5; k++) {
             if (!(t->caps & single[k].cap))
                 continue;
             if (*slot[k] >= 0)
@@ -433,7 +436,7 @@ static int check_kernel_weights(const bk_term_set *set, const bk_experiment *exp
 int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg, bk_error *err)
 {
     memset(set, 0, sizeof *set);
-    set->segmenter = set->rotary = set->coordinate = set->mask = set->scale = set->content = -1;
+    set->segmenter = set->rotary = set->coordinate = set->mask = set->scale = set->content = set->count = -1;
     set->mixing = (bk_mixing)exp->attention.mixing;
     set->geometry = (biaskit_geometry){
         .struct_size = sizeof(biaskit_geometry),

@@ -12,7 +12,8 @@
  *   coordinate  a table over u(i, d) in [0, 1], interpolated by the attention (at most one);
  *   mask        window and sinks: -inf outside (at most one);
  *   scale       a per-head, per-query factor on q.k / sqrt(d_head) (at most one);
- *   content     a position advanced by steps computed from each layer's input (at most one; bias/content.h).
+ *   content     a position advanced by steps computed from each layer's input (at most one; bias/content.h);
+ *   count       positions counted by gates on q.k, read from learned vectors (CoPE; at most one).
  * Only table terms take `weight`, `learn_weight` and `weight_per_head`; table, coordinate and scale
  * terms take `per_layer` (they act inside every layer's attention); the others act once, at the input,
  * on q and k, or as a mask. Coordinate, mask and scale terms are not mixed: they act on the score after
@@ -71,6 +72,7 @@ typedef struct bk_term_set {
     int mask;            /* index of the masking term, or -1 */
     int scale;           /* index of the logit-scale term, or -1 */
     int content;         /* index of the content-position term, or -1 */
+    int count;           /* index of the counted-positions term (CoPE), or -1 */
 } bk_term_set;
 
 /* 1 when `term` contributes a distance table on its stream. */
@@ -86,10 +88,11 @@ static inline double bk_term_weight_at(const bk_term *term, int32_t h)
 }
 
 /* 1 when `term` acts inside every layer's attention with its own values per layer when per_layer
- * (a distance table, a coordinate table, a logit scale or a content position). */
+ * (a distance table, a coordinate table, a logit scale, a content position or counted positions). */
 static inline int bk_term_in_attention(const bk_term *term)
 {
-    return (term->caps & (BIASKIT_CAP_TABLE | BIASKIT_CAP_COORDINATE | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT)) != 0;
+    return (term->caps & (BIASKIT_CAP_TABLE | BIASKIT_CAP_COORDINATE | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT |
+                          BIASKIT_CAP_COUNT)) != 0;
 }
 
 /* The context of a call into `term`'s plugin (plugin.h, biaskit_context): `layer` -1 for a value shared

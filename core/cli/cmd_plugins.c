@@ -113,7 +113,8 @@ static void print_parameters(FILE *out, const bk_plugin *p)
     int64_t count = d->param_count ? d->param_count(inst) : 0;
     if (count == 0)
         fprintf(out, "  parameters:   none with the default options");
-    else if (d->capabilities & (BIASKIT_CAP_TABLE | BIASKIT_CAP_COORDINATE | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT))
+    else if (d->capabilities &
+             (BIASKIT_CAP_TABLE | BIASKIT_CAP_COORDINATE | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT | BIASKIT_CAP_COUNT))
         fprintf(out, "  parameters:   %lld learnable for 8 heads, %s", (long long)count,
                d->flags & BIASKIT_FLAG_PER_LAYER ? "per layer by default" : "shared across layers by default");
     else /* an embedding or a rotation acts once, so the engine keeps one copy (core/bias/terms.c) */
@@ -168,6 +169,7 @@ static void print_needs(FILE *out, const biaskit_plugin *d)
         {(caps & BIASKIT_CAP_MASK) != 0, "masks (-inf: window, sinks)"},
         {(caps & BIASKIT_CAP_SCALE) != 0, "a logit scale on q.k"},
         {(caps & BIASKIT_CAP_CONTENT) != 0, "each layer's attention input x (a position stepped by the content)"},
+        {(caps & BIASKIT_CAP_COUNT) != 0, "q and k (positions counted by gates on q.k)"},
         {BK_DESCRIPTOR_FN(d, rotary_ctx) != NULL, "the evaluation length (frequencies per length)"},
         {BK_DESCRIPTOR_FN(d, param_init_ctx) != NULL, "the layer index at initialisation"},
     };

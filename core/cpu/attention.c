@@ -22,6 +22,7 @@
 #include "cpu/attention.h"
 
 #include "model/bias_math.h"
+#include "model/cope_math.h"
 #include "model/host_simd.h"
 #include "model/softmax_math.h"
 #include "util/error.h"
@@ -73,6 +74,9 @@ typedef struct terms {
     int32_t window, sinks; /* window > 0: a mask that hides something */
     const float *grid, *phi, *rscale, *scale, *cpos;
     int32_t points;
+    const float *cope; /* counted positions: cope_points x hd */
+    int32_t cope_points;
+    float cope_scale;
 } terms;
 
 static terms terms_of(const bk_attention_bias *bias, int T)
@@ -90,6 +94,9 @@ static terms terms_of(const bk_attention_bias *bias, int T)
     tm.rscale = bias->rscale;
     tm.scale = bias->scale;
     tm.cpos = bias->cpos;
+    tm.cope = bias->cope;
+    tm.cope_points = bias->cope_points;
+    tm.cope_scale = bias->cope_scale;
     return tm;
 }
 
@@ -141,6 +148,11 @@ static int check_args(const bk_attention_bias *bias, int B, int T, int C, int H,
             return bk_fail(err, BK_ERR_INVALID,
                            "attention: coordinate table: points = %d: expected at least 2 grid points of u",
                            bias->points);
+        if (bias->cope && (bias->cope_points < 2 || !isfinite(bias->cope_scale)))
+            return bk_fail(err, BK_ERR_INVALID,
+                           "attention: counted positions: %d position vectors and scale %g; expected at least 2 "
+                           "vectors and a finite scale",
+                           (int)bias->cope_points, (double)bias->cope_scale);
         if (bias->grid && (!bias->phi || !bias->rscale))
             return bk_fail(err, BK_ERR_INVALID,
                            "attention: coordinate table: the grid is set but %s is NULL (u = phi[d] * rscale[i] "
@@ -292,16 +304,74 @@ static inline BK_HOST_INLINE void add_terms(float *row, int i, int c0, int c1, i
     }
 }
 
+/* Counted positions (cope_math.h) of row i from its scores a = q.k / sqrt(hd) (`a`, before any term is
+ * added) and its logits against the position vectors (l, cope_points floats): out[c] = cope_scale x the
+ * interpolation at the count from key c to the diagonal, for the visible columns (0 on masked ones). The
+ * keys ascend with the columns, so the count is a scan from the diagonal down. */
+static inline BK_HOST_INLINE void counted_row(const float *a, int i, const block_keys *kb, const terms *tm,
+                                              const float *l, float *out)
+{
+    const row_keys rk = row_of(i, kb, tm);
+    double sum = 0.0;
+    for (int c = rk.live - 1; c >= 0; c--) {
+        if (c >= rk.m0 && c < rk.m1) {
+            out[c] = 0.0f;
+            continue;
+        }
+        sum += bk_cope_gate(a[c]);
+        float w;
+        int clamped;
+        const int32_t k = bk_cope_cell(sum, tm->cope_points, &w, &clamped);
+        out[c] = tm->cope_scale * bk_cope_lerp(l, k, w);
+    }
+}
+
+/* The way back through counted_row, for row i with dS = dL/dscore (`ds`) and a, l as the forward had them:
+ * dl (cope_points floats) += dL/dl, and out[c] = dL/da through the gates (0 on masked columns), for the
+ * caller to add to dL/da once the logit scale has been applied to dS (out holds dL/dp in between). */
+static inline BK_HOST_INLINE void counted_row_backward(const float *ds, const float *a, int i, const block_keys *kb,
+                                                       const terms *tm, const float *l, float *dl, float *out)
+{
+    const row_keys rk = row_of(i, kb, tm);
+    double sum = 0.0;
+    for (int c = rk.live - 1; c >= 0; c--) { /* dL/dp_ic and dL/dl, in the forward's order */
+        if (c >= rk.m0 && c < rk.m1) {
+            out[c] = 0.0f;
+            continue;
+        }
+        sum += bk_cope_gate(a[c]);
+        float w;
+        int clamped;
+        const int32_t k = bk_cope_cell(sum, tm->cope_points, &w, &clamped);
+        const float g = ds[c] * tm->cope_scale;
+        dl[k] += g * (1.0f - w);
+        if (w > 0.0f)
+            dl[k + 1] += g * w;
+        out[c] = bk_cope_dp(l, k, w, clamped, g);
+    }
+    double run = 0.0; /* dL/dg_it = sum over the visible j <= t of dL/dp_ij */
+    for (int c = 0; c < rk.live; c++) {
+        if (c >= rk.m0 && c < rk.m1)
+            continue;
+        run += out[c];
+        const float g = bk_cope_gate(a[c]);
+        out[c] = (float)run * g * (1.0f - g);
+    }
+}
+
 /* Row i of a block of scores (`width` columns): the terms on the visible keys, -inf on the masked ones,
  * then softmax in place over the columns up to the diagonal (max subtracted so exp cannot overflow;
  * a masked column's exp is exactly 0) and zeros in the columns after it. */
 static inline BK_HOST_INLINE void softmax_row(float *row, int i, int width, const block_keys *kb, const terms *tm,
-                                              const row_bias *rb, const head_terms *ht)
+                                              const row_bias *rb, const head_terms *ht, const float *counted)
 {
     const row_keys rk = row_of(i, kb, tm);
     add_terms(row, i, 0, kb->ns, 0, rb, ht);
     add_terms(row, i, kb->ns, rk.m0, kb->first, rb, ht);
     add_terms(row, i, rk.m1, rk.live, kb->first - kb->ns + rk.m1, rb, ht);
+    if (counted) /* masked columns hold 0 and become -inf below */
+        for (int c = 0; c < rk.live; c++)
+            row[c] += counted[c];
     for (int c = rk.m0; c < rk.m1; c++)
         row[c] = -INFINITY;
     bk_causal_softmax_row(row, rk.live, width);
@@ -332,6 +402,13 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
         if (!scratch)
             return bk_fail(err, BK_ERR_NOMEM, "attention forward: cannot allocate %zu bytes of score scratch", bytes);
     }
+    /* counted positions: per thread, the block's logits against the position vectors and one row's terms */
+    const size_t cope_per_thread = tm.cope ? (size_t)BLOCK * (size_t)tm.cope_points + (size_t)ld : 0;
+    float *cope_scratch = NULL;
+    if (tm.cope && !(cope_scratch = malloc((size_t)omp_get_max_threads() * cope_per_thread * sizeof(float)))) {
+        free(scratch);
+        return bk_fail(err, BK_ERR_NOMEM, "attention forward: cannot allocate the counted positions' scratch");
+    }
 
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
@@ -340,6 +417,8 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
         const row_bias rb = bias_for(bias, b, h, T);
         const head_terms ht = head_of(&tm, b, h, H, T);
         float *mine = scratch ? scratch + (size_t)omp_get_thread_num() * BLOCK * (size_t)ld : NULL;
+        float *cl = cope_scratch ? cope_scratch + (size_t)omp_get_thread_num() * cope_per_thread : NULL;
+        float *counted = cl ? cl + (size_t)BLOCK * (size_t)tm.cope_points : NULL;
         for (int i0 = 0; i0 < T; i0 += BLOCK) {
             const int i1 = i0 + BLOCK < T ? i0 + BLOCK : T, rows = i1 - i0;
             const block_keys kb = keys_of(i0, i1, &tm);
@@ -352,8 +431,14 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
                             k, C3, 0.0f, S, (int)ld);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb.nw, hd, scale, q + (size_t)i0 * C3, C3,
                         k + (size_t)kb.first * C3, C3, 0.0f, S + kb.ns, (int)ld);
-            for (int r = 0; r < rows; r++)
-                softmax_row(S + (size_t)r * ld, i0 + r, width, &kb, &tm, &rb, &ht);
+            if (cl) /* l = Q[i0:i1] E^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, tm.cope_points, hd, 1.0f,
+                            q + (size_t)i0 * C3, C3, tm.cope, hd, 0.0f, cl, tm.cope_points);
+            for (int r = 0; r < rows; r++) {
+                if (cl)
+                    counted_row(S + (size_t)r * ld, i0 + r, &kb, &tm, cl + (size_t)r * tm.cope_points, counted);
+                softmax_row(S + (size_t)r * ld, i0 + r, width, &kb, &tm, &rb, &ht, counted);
+            }
             float *o = out + ((size_t)b * T + i0) * C + (size_t)h * hd;
             if (kb.ns)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb.ns, 1.0f, S, (int)ld, v, C3, 0.0f,
@@ -372,6 +457,7 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
         }
     }
     free(scratch);
+    free(cope_scratch);
     return BK_OK;
 }
 
@@ -466,14 +552,20 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
     const size_t off_cpos = off_scale + (want_scale ? (size_t)T : 0);
     const size_t slice = off_cpos + (want_cpos ? (size_t)T : 0); /* doubles per (b, h) task */
 
-    /* per thread: dS, and a (for dscale) */
-    const size_t per_thread = (size_t)BLOCK * (size_t)ld * (want_scale ? 2 : 1);
+    /* per thread: dS; a (for dscale and the gates of counted positions); with counted positions the block's
+     * logits l against the position vectors, their gradient dl, and one row's dL/da through the gates */
+    const int cope = tm.cope != NULL, need_a = want_scale || cope;
+    const size_t np = cope ? (size_t)tm.cope_points : 0;
+    const size_t per_thread = (size_t)BLOCK * (size_t)ld * (need_a ? 2 : 1) + (cope ? 2 * BLOCK * np + (size_t)ld : 0);
     size_t dp_bytes = (size_t)omp_get_max_threads() * per_thread * sizeof(float);
     float *scratch = malloc(dp_bytes);
     double *acc = slice ? calloc((size_t)B * H * slice, sizeof *acc) : NULL;
-    if (!scratch || (slice && !acc)) {
+    /* dL/dE per (b, h) task (np x hd floats, added block after block), summed over the tasks in order */
+    float *dE = cope && bias->dcope ? calloc((size_t)B * H * np * (size_t)hd, sizeof *dE) : NULL;
+    if (!scratch || (slice && !acc) || (cope && bias->dcope && !dE)) {
         free(scratch);
         free(acc);
+        free(dE);
         return bk_fail(err, BK_ERR_NOMEM,
                        "attention backward: cannot allocate %zu bytes of score scratch and %zu bytes of "
                        "bias-gradient scratch",
@@ -487,7 +579,10 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
         const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
         float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
         float *dS = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *A = want_scale ? dS + (size_t)BLOCK * ld : NULL;
+        float *A = need_a ? dS + (size_t)BLOCK * ld : NULL;
+        float *cl = cope ? dS + (size_t)BLOCK * ld * 2 : NULL, *dcl = cl ? cl + BLOCK * np : NULL;
+        float *gates = dcl ? dcl + BLOCK * np : NULL;
+        float *my_dE = dE ? dE + (size_t)bh * np * (size_t)hd : NULL;
         const head_terms ht = head_of(&tm, b, h, H, T);
         const int32_t *gpos[BK_STREAM_COUNT];
         for (int g = 0; g < n_grad; g++)
@@ -512,6 +607,11 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                                 (int)ld);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nw, hd, scale, qb, C3, kw, C3, 0.0f,
                             A + ns, (int)ld);
+            }
+            if (cl) { /* l = Q[i0:i1] E^T as the forward had it; dl starts at 0 */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, (int)np, hd, 1.0f, qb, C3, tm.cope, hd,
+                            0.0f, cl, (int)np);
+                memset(dcl, 0, (size_t)rows * np * sizeof *dcl);
             }
             for (int r = 0; r < rows; r++) {
                 const int i = i0 + r;
@@ -555,12 +655,18 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                         dp[first - ns + c] += row[c], sum += row[c];
                     dp[i] -= sum;
                 }
+                if (cl)
+                    counted_row_backward(row, A + (size_t)r * ld, i, &kb, &tm, cl + (size_t)r * np, dcl + (size_t)r * np,
+                                         gates);
                 if (ht.lam) {
                     const float lam = ht.lam[i];
                     BK_OMP_SIMD
                     for (int c = 0; c < rk.live; c++)
                         row[c] *= lam;
                 }
+                if (cl) /* dL/da: the score's (scaled) and the gates' */
+                    for (int c = 0; c < rk.live; c++)
+                        row[c] += gates[c];
             }
             if (ns)
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ns, hd, rows, 1.0f, P, T, dO, C, 1.0f, dv, C3);
@@ -576,6 +682,13 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                             dk, C3);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nw, hd, rows, scale, dS + ns, (int)ld, qb, C3, 1.0f,
                         dk + (size_t)first * C3, C3);
+            if (cl) { /* through l = Q E^T: dQ += dl E, dE += dl^T Q */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, (int)np, 1.0f, dcl, (int)np, tm.cope,
+                            hd, 1.0f, dq + (size_t)i0 * C3, C3);
+                if (my_dE)
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)np, hd, rows, 1.0f, dcl, (int)np, qb, C3,
+                                1.0f, my_dE, hd);
+            }
         }
     }
 
@@ -640,7 +753,18 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
             for (int t = 0; t < T; t++)
                 bias->dcpos[(size_t)bh * T + t] += (float)acc[(size_t)bh * slice + off_cpos + (size_t)t];
     }
+    if (dE) { /* dcope = sum over (b, h) = (0, 0), (0, 1), ... */
+        const size_t n = np * (size_t)hd;
+#pragma omp parallel for schedule(static)
+        for (size_t e = 0; e < n; e++) {
+            double sum = 0.0;
+            for (int bh = 0; bh < B * H; bh++)
+                sum += dE[(size_t)bh * n + e];
+            bias->dcope[e] += (float)sum;
+        }
+    }
     free(scratch);
     free(acc);
+    free(dE);
     return BK_OK;
 }

@@ -64,6 +64,12 @@ typedef struct bk_attention_bias {
      * -(P_h(i) - P_h(j)) for the position P of each (batch row, head), B x H x T floats, non-decreasing
      * along t (NULL: none). */
     const float *cpos;
+    /* Counted positions (BIASKIT_CAP_COUNT, CoPE; model/bias_math.h): score += cope_scale * the
+     * interpolation of q_i . cope[k] (points vectors of hd floats, shared by the heads) at p_ij =
+     * min(sum over the visible keys t in [j, i] of sigmoid(q_i . k_t / sqrt(hd)), points - 1). NULL: none. */
+    const float *cope;
+    int32_t cope_points;
+    float cope_scale;
 
     /* Backward outputs of the ABI 2 terms (+=; each NULL when not wanted): dgrid (H x points),
      * dphi (distances), drscale (T), dscale (H x T), each summed over the batch (dphi, drscale also over
@@ -73,6 +79,9 @@ typedef struct bk_attention_bias {
     /* dcpos (B x H x T, += dL/dcpos: for each token, the score gradients of its pairs as a key minus those
      * of its pairs as a query); left alone without cpos. */
     float *dcpos;
+    /* dcope (points x hd, += dL/dcope, summed over the batch and the heads); left alone without cope. The
+     * gates' and q . e's gradients reach q and k in dqkv. */
+    float *dcope;
 } bk_attention_bias;
 
 /* Forward. `probs` (B, H, T, T), when not NULL, receives the attention probabilities for the

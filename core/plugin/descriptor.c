@@ -14,7 +14,7 @@
  * check_capabilities). */
 #define KNOWN_CAPABILITIES                                                                                     \
     (BIASKIT_CAP_TABLE | BIASKIT_CAP_SEGMENT | BIASKIT_CAP_EMBED | BIASKIT_CAP_ROTARY | BIASKIT_CAP_COORDINATE | \
-     BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT)
+     BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT | BIASKIT_CAP_COUNT)
 #define KNOWN_FLAGS ((uint32_t)BIASKIT_FLAG_PER_LAYER)
 
 typedef struct sink {
@@ -117,7 +117,8 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
                 BIASKIT_ABI_VERSION);
     if (!caps)
         problem(s, part, BK_DESCRIPTOR_FLAWED,
-                "declares no capability (TABLE, SEGMENT, EMBED, ROTARY, COORDINATE, MASK, SCALE or CONTENT): the engine has "
+                "declares no capability (TABLE, SEGMENT, EMBED, ROTARY, COORDINATE, MASK, SCALE, CONTENT or COUNT): the "
+                "engine has "
                 "nothing to call");
     const struct {
         uint32_t bit;
@@ -135,6 +136,8 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
         {BIASKIT_CAP_MASK, BK_DESCRIPTOR_FN(d, mask) != NULL, "mask", "mask"},
         {BIASKIT_CAP_SCALE, BK_DESCRIPTOR_FN(d, scale) != NULL, "scale", "scale"},
         {BIASKIT_CAP_CONTENT, BK_DESCRIPTOR_FN(d, content) != NULL, "content", "content"},
+        {BIASKIT_CAP_COUNT, BK_DESCRIPTOR_FN(d, count) != NULL, "count", "count"},
+        {BIASKIT_CAP_COUNT, BK_DESCRIPTOR_FN(d, count_vectors) != NULL, "count", "count_vectors"},
     };
     for (size_t i = 0; i < sizeof needs / sizeof needs[0]; i++)
         if ((caps & needs[i].bit) && !needs[i].present)
@@ -165,6 +168,11 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
         problem(s, part, BK_DESCRIPTOR_FLAWED, "has mask() but does not declare BIASKIT_CAP_MASK");
     if (!(caps & BIASKIT_CAP_SCALE) && (BK_DESCRIPTOR_FN(d, scale) || BK_DESCRIPTOR_FN(d, scale_backward)))
         problem(s, part, BK_DESCRIPTOR_FLAWED, "has scale functions but does not declare BIASKIT_CAP_SCALE");
+    if ((caps & BIASKIT_CAP_COUNT) && d->param_count && !BK_DESCRIPTOR_FN(d, count_vectors_backward))
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "COUNT with parameters (param_count) needs count_vectors_backward()");
+    if (!(caps & BIASKIT_CAP_COUNT) && (BK_DESCRIPTOR_FN(d, count) || BK_DESCRIPTOR_FN(d, count_vectors) ||
+                                        BK_DESCRIPTOR_FN(d, count_vectors_backward)))
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "has count functions but does not declare BIASKIT_CAP_COUNT");
     if (!(caps & BIASKIT_CAP_CONTENT) && (BK_DESCRIPTOR_FN(d, content) || BK_DESCRIPTOR_FN(d, content_backward)))
         problem(s, part, BK_DESCRIPTOR_FLAWED, "has content functions but does not declare BIASKIT_CAP_CONTENT");
     if (!(caps & BIASKIT_CAP_ROTARY) && BK_DESCRIPTOR_FN(d, rotary_ctx))

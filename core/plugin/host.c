@@ -497,7 +497,8 @@ const char *bk_capabilities_string(uint32_t caps, char *buf, size_t size)
                  {BIASKIT_CAP_COORDINATE, "coordinate"},
                  {BIASKIT_CAP_MASK, "mask"},
                  {BIASKIT_CAP_SCALE, "scale"},
-                 {BIASKIT_CAP_CONTENT, "content"}};
+                 {BIASKIT_CAP_CONTENT, "content"},
+                 {BIASKIT_CAP_COUNT, "count"}};
     size_t used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

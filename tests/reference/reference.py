@@ -40,6 +40,8 @@ An independent implementation from the formulas, in float64 with autograd; the f
              ssmax   q.k / sqrt(hd) multiplied by s_h ln(i + 1), s learnable per head (Nakanishi)
              fox     sum_{l=j+1..i} log sigmoid(w_h . x_l + b_h) on the layer's attention input x, w and b
                      learnable (or b alone: gate = "bias_only"), per layer (Lin et al., Forgetting Transformer)
+             cope    q_i . e interpolated at p_ij = min(sum_{t=j..i} sigmoid(q_i.k_t / sqrt(hd)), npos - 1) over
+                     the visible keys, divided by sqrt(hd) (pos_scale "sqrt_d"), e learnable (Golovneva et al.)
              rope    scaling pi: theta_k / s; ntk: base s^(hd/(hd-2)); yarn: the ramp in the pair index between
                      floor/ceil of k(beta_fast), k(beta_slow), and q, k times 0.1 ln s + 1 (Peng et al.);
                      factor 0: s = max(1, T / L)
@@ -183,7 +185,7 @@ def bilevel_ids(tokens, opts):
 
 
 TABLE_PLUGINS = ("alibi", "testlin", "kerple", "t5", "mep", "qin")
-KNOWN_PLUGINS = TABLE_PLUGINS + ("bipe", "rope", "ape", "fire", "window", "logn", "ssmax", "fox")
+KNOWN_PLUGINS = TABLE_PLUGINS + ("bipe", "rope", "ape", "fire", "window", "logn", "ssmax", "fox", "cope")
 FIRE_EPS = 1e-6
 FIRE_GRID = 1025  # the fire plugin's default grid (plugins/fire/fire_math.h, BK_FIRE_DEFAULT_GRID)
 STREAMS = ("token", "segment")
@@ -234,7 +236,12 @@ class Reference:
             return H
         if t["plugin"] == "fox":
             return H if o.get("gate") == "bias_only" else H * C + H
+        if t["plugin"] == "cope":
+            return self.cope_points(o) * (C // H)
         return 0
+
+    def cope_points(self, o):
+        return int(o.get("points", 0)) or self.case["train_length"] + 1
 
     def expected_groups(self):
         """Names, shapes and decay flags the optimizer must have, from the description alone."""
@@ -466,6 +473,23 @@ class Reference:
         c = torch.cumsum(torch.nn.functional.logsigmoid(z), dim=1).transpose(1, 2)  # (B, H, T)
         return c[:, :, :, None] - c[:, :, None, :]
 
+    def counted_bias(self, layer, a, q, keep):
+        """(B, H, T, T) CoPE term from the scores a = q.k / sqrt(hd) (before any logit scale), as the reference
+        code computes it: gates sigmoid(a) on the visible keys, counts by a reverse cumulative sum, clamped to
+        npos - 1, and q . e interpolated between the floor and the ceiling of the count; or None."""
+        k, o = self.term_of("cope")
+        if k is None:
+            return None
+        npos, hd = self.cope_points(o), self.C // self.H
+        E = self.theta(k, layer).reshape(npos, hd)
+        gates = torch.sigmoid(a) * keep
+        p = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=npos - 1)
+        logits = q @ E.T  # (B, H, T, npos)
+        lo, hi = p.detach().floor().long(), p.detach().ceil().long()
+        w = p - lo
+        pos = logits.gather(-1, hi) * w + logits.gather(-1, lo) * (1 - w)
+        return pos / math.sqrt(hd) if o.get("pos_scale", "sqrt_d") == "sqrt_d" else pos
+
     def bias(self, layer, pos):
         """(B, H, T, T) bias of query i and key j: sum over streams of M_s[h, p_s(i) - p_s(j)]."""
         total = None
@@ -567,6 +591,7 @@ class Reference:
             q, k, v = (z.reshape(B, T, H, hd).transpose(1, 2) for z in qkv.split(C, dim=-1))
             q, k = self.rotate(q, pos), self.rotate(k, pos)
             s = q @ k.transpose(-1, -2) / math.sqrt(hd)
+            counted = self.counted_bias(l, s, q, causal)
             lam = self.logit_scale(l)
             if lam is not None:
                 s = s * lam[None, :, :, None]
@@ -579,6 +604,8 @@ class Reference:
             forget = self.forget_bias(l, h)
             if forget is not None:
                 s = s + forget
+            if counted is not None:
+                s = s + counted
             s = s.masked_fill(~causal, float("-inf"))
             y = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
             x = x + y @ p["model.attprojw"][l].T + p["model.attprojb"][l]

@@ -221,7 +221,8 @@ enum {
     BIASKIT_CAP_COORDINATE = 1u << 5, /* table over a coordinate u(i, d) in [0, 1]; coordinate() */
     BIASKIT_CAP_MASK = 1u << 6,       /* mask(): exact -inf outside a window, with sinks */
     BIASKIT_CAP_SCALE = 1u << 7,      /* scale(): per-head, per-query factor on q.k / sqrt(d_head) */
-    BIASKIT_CAP_CONTENT = 1u << 8     /* content(): a position that advances by steps computed from the content */
+    BIASKIT_CAP_CONTENT = 1u << 8,    /* content(): a position that advances by steps computed from the content */
+    BIASKIT_CAP_COUNT = 1u << 9       /* count(): contextual positions counted by gates on q.k (CoPE) */
 };
 
 enum {
@@ -266,6 +267,18 @@ enum {
  *    dx. The attention keeps T floats per sequence and head for it, never a T x T array. The steps
  *    depend on the tokens, so content() is called in every forward of every layer (with the layer's
  *    copy of theta for a per-layer term), not once per length. At most one content term per experiment.
+ *  - COUNT: contextual positions (CoPE). The position of key j seen from query i counts the keys from j
+ *    to i that the query's gates open, and reads learned position vectors e_0 .. e_{points-1} (d_head
+ *    floats each) at that fractional position:
+ *        g_it = sigmoid(q_i . k_t / sqrt(d_head)),   p_ij = min(g_ij + ... + g_ii, points - 1)
+ *        Bias[h,i,j] += pos_scale * ((1 - w) q_i . e_floor(p) + w q_i . e_ceil(p)),   w = p - floor(p)
+ *    with the sums over the keys query i sees (a masked key has no gate), q and k the head's own (after
+ *    any rotation) and the gate read before any logit scale. count() gives `points` (>= 2) and
+ *    `pos_scale`; count_vectors() the vectors E[k * d_head + c] (one set per layer copy, shared by the
+ *    heads); the gradient comes back as dL/dE to count_vectors_backward(), and through the gates and
+ *    q . e to q and k inside the attention. The attention computes the gates of every visible pair: a
+ *    second q.k product per pair in the backward, and points floats per query row.
+ *    At most one counting term per experiment.
  * None of these hands a T x T tensor to a plugin: the arrays are O(points), O(distances), O(rows).
  * The engine computes coordinates, masks and scales once per forward for the longest sequence of the
  * call (ctx->length) and reads them for every shorter one: their values should depend on ctx->layer and
@@ -292,6 +305,14 @@ typedef struct biaskit_mask {
     int32_t distance_cap; /* >= 0: when > 0, the distance tables are read at min(d, distance_cap) (so the
                            * sinks sit at most that far away: LM-Infinite's Lambda-shape); 0: not capped */
 } biaskit_mask;
+
+/* What a BIASKIT_CAP_COUNT term counts with (see above; the engine sets struct_size, points = 0 and
+ * pos_scale = 1 / sqrt(d_head) first). */
+typedef struct biaskit_count {
+    uint32_t struct_size;
+    int32_t points;   /* >= 2: position vectors e_0 .. e_{points-1}; counts are clamped to points - 1 */
+    float pos_scale;  /* finite: the factor on the interpolated q . e (CoPE's reference code: 1/sqrt(d_head)) */
+} biaskit_count;
 
 /* How the optimizer treats one of a plugin's tensors (param_group(), appended at the end of the
  * descriptor). The engine fills every field with its default before the call: struct_size, lr_scale = 1,
@@ -486,6 +507,16 @@ typedef struct biaskit_plugin {
      * the same through x. Needed when the plugin has parameters; dx is never NULL. */
     int (*content_backward)(const void *inst, const float *theta, const biaskit_context *ctx, const float *x,
                             int64_t count, const float *dsteps, float *dtheta, float *dx, biaskit_error *err);
+
+    /* BIASKIT_CAP_COUNT (read only through BIASKIT_HAS_FIELD): the layout of the counted positions (*out
+     * holds the engine's defaults on entry), the same for every layer and call. */
+    int (*count)(const void *inst, const biaskit_context *ctx, biaskit_count *out, biaskit_error *err);
+    /* E[k * d_head + c] = component c of position vector k, k < points, from the layer's copy of theta. */
+    int (*count_vectors)(const void *inst, const float *theta, const biaskit_context *ctx, int32_t points, float *E,
+                         biaskit_error *err);
+    /* dtheta += sum over k, c of dE[k * d_head + c] * dE_kc/dtheta. Needed when the plugin has parameters. */
+    int (*count_vectors_backward)(const void *inst, const float *theta, const biaskit_context *ctx, int32_t points,
+                                  const float *dE, float *dtheta, biaskit_error *err);
 } biaskit_plugin;
 
 /* The size of the first version of the descriptor: the host refuses anything smaller. A descriptor
