@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The content position end to end (plugin.h, BIASKIT_CAP_CONTENT; core/bias/content.c): fox trains,
-# evaluates past its training length and is deterministic; the misbehaving test plugin
-# (tests/plugins/badcontent.c) fails with messages naming the plugin, the hook, the layer, the step and
-# the batch row, token and head; bad options and bad term combinations are refused with their position.
+# Content-dependent positions end to end. The content position (plugin.h, BIASKIT_CAP_CONTENT;
+# core/bias/content.c): fox trains, evaluates past its training length and is deterministic; the
+# misbehaving test plugin (tests/plugins/badcontent.c) fails with messages naming the plugin, the hook, the
+# layer, the step and the batch row, token and head; bad options and bad term combinations are refused
+# with their position. Counted positions (BIASKIT_CAP_COUNT): cope trains and evaluates, its bad options,
+# a second counting term, a device backend and a misbehaving counting plugin (tests/plugins/badcount.c)
+# are refused with what and where.
 # usage: test_content.sh <biaskit binary> <test plugin dir>
 set -u
 bk=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") testplugins=$(cd "$2" && pwd)
@@ -121,6 +124,40 @@ expect_fail "two content terms" "$out" $? "two.toml:21" "a second content-positi
 exp seg $'[[term]]\nplugin = "bipe"\n[[term]]\nplugin = "fox"\nstream = "segment"'
 out=$("$bk" train "$work/seg.toml" 2>&1)
 expect_fail "fox on the segment stream" "$out" $? "seg.toml:21" "token index"
+
+# --- CoPE: trains and evaluates past its vectors; its bad options, a misbehaving counting plugin and a
+# device backend are refused with what and where ---
+exp cope $'[[term]]\nplugin = "cope"\ninit_std = 0.2'
+out=$("$bk" train "$work/cope.toml" 2>&1)
+if [ $? -ne 0 ]; then fail "cope trains" "$out"; else ok "cope trains"; fi
+out=$("$bk" eval "$work/runs/cope/checkpoint.safetensors" --lengths 16,128 --tokens 512 2>&1)
+if [ $? -eq 0 ] && grep -Eq '^ +128 ' <<<"$out"; then ok "cope evaluates at 8x (counts clamped to its 17 vectors)"; else
+    fail "cope evaluates at 8x (counts clamped to its 17 vectors)" "$out"; fi
+exp cope1 $'[[term]]\nplugin = "cope"\npoints = 1'
+out=$("$bk" train "$work/cope1.toml" 2>&1)
+expect_fail "cope points = 1" "$out" $? "cope1.toml:21" "points" "2 .. 65536"
+exp cope2 $'[[term]]\nplugin = "cope"\ninit_std = -0.5'
+out=$("$bk" train "$work/cope2.toml" 2>&1)
+expect_fail "cope init_std < 0" "$out" $? "cope2.toml:21" "init_std" ">= 0"
+exp cope3 $'[[term]]\nplugin = "cope"\n[[term]]\nplugin = "cope"'
+out=$("$bk" train "$work/cope3.toml" 2>&1)
+expect_fail "two counting terms" "$out" $? "cope3.toml:21" "a second counting term"
+exp cope4 $'[[term]]\nplugin = "cope"'
+out=$("$bk" train "$work/cope4.toml" --set 'run.device="emulated"' 2>&1)
+expect_fail "cope on a device backend" "$out" $? "cope" "CPU attention only" "device = \"cpu\""
+badc=$testplugins/biaskit_badcount.so
+for case in "nan:not finite: nan at vector 1, component 2" "points:gave 1 position vectors" \
+    "error:count_vectors() failed:fails on purpose"; do
+    IFS=: read -r failure what extra <<<"$case"
+    exp "badcount_$failure" "[[term]]
+plugin = \"$badc\"
+failure = \"$failure\""
+    out=$("$bk" train "$work/badcount_$failure.toml" 2>&1)
+    status=$?
+    pats=("badcount" "$what")
+    [ -n "$extra" ] && pats+=("$extra")
+    expect_fail "badcount $failure" "$out" $status "${pats[@]}"
+done
 
 echo "test_content: $passed passed, $failures failed"
 [ "$failures" -eq 0 ]
