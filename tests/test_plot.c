@@ -199,7 +199,9 @@ static void test_paper_style(void **state)
 }
 
 /* Small multiples: 20 series in 4 panels (5 each, colours from the start of the palette in each), one
- * multiplot drawn into the PNG and again into the PDF. */
+ * multiplot drawn into the PNG and again into the PDF; one y range for every panel (the data's, 10 .. 29 +
+ * 0.1 (N_POINTS - 1), widened 4% on the log axis), the y label once along the figure's edge, the x label
+ * on the bottom row, the marked x's label in the title. */
 static void test_small_multiples(void **state)
 {
     (void)state;
@@ -229,7 +231,20 @@ static void test_small_multiples(void **state)
     assert_true(starts_with_png_signature(png));
     assert_true(exists(pdf));
     char *script = read_all(gp);
-    assert_message_has(script, "set multiplot layout 2, 2 title 'panels'");
+    assert_message_has(script, "set multiplot layout 2, 2 title 'panels (dashed: train length)'");
+    char want_range[96];
+    snprintf(want_range, sizeof want_range, "set yrange [%.10g:%.10g]", 10.0 / 1.04,
+             (29.0 + 0.1 * (N_POINTS - 1)) * 1.04);
+    assert_message_has(script, want_range);
+    assert_message_has(script, "set label 1 'perplexity' at screen 0.015, 0.5 center rotate by 90");
+    const char *first = strstr(script, "set title 'alpha'"), *third = strstr(script, "set title 'gamma'");
+    assert_non_null(first);
+    assert_non_null(third);
+    /* inside the panels: no y label on any, the x label on the bottom row only */
+    assert_non_null(strstr(first, "set ylabel ''"));
+    assert_null(strstr(first, "set ylabel 'perplexity'"));
+    assert_int_equal(strncmp(strstr(first, "set xlabel"), "set xlabel ''", 13), 0);
+    assert_int_equal(strncmp(strstr(third, "set xlabel"), "set xlabel 'length'", 19), 0);
     for (int k = 0; k < 4; k++) {
         char want[64];
         snprintf(want, sizeof want, "set title '%s'", names[k]);

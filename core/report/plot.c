@@ -279,6 +279,31 @@ static void put_pdf(FILE *f, const char *stem_base)
     fprintf(f, "\n    replot\n    unset output\n}\n");
 }
 
+/* Small multiples share one y range, so that panels compare by eye: the drawable values of every series and
+ * band, with a 4% margin (a factor on a log axis). Nothing is written when there is no range. */
+static void put_shared_yrange(FILE *f, const bk_plot *p, const bk_plot_marks *m)
+{
+    double lo = INFINITY, hi = -INFINITY;
+    for (int k = 0; k < p->n_series; k++) {
+        const bk_plot_series *s = &p->series[k];
+        const bk_plot_band *b = band_of(m, k);
+        for (size_t i = 0; i < s->n; i++) {
+            const double y[3] = {s->y[i], b ? b->lo[i] : NAN, b ? b->hi[i] : NAN};
+            for (int c = 0; c < 3; c++)
+                if (drawable(p, s->x[i], y[c])) {
+                    lo = y[c] < lo ? y[c] : lo;
+                    hi = y[c] > hi ? y[c] : hi;
+                }
+        }
+    }
+    if (!(hi > lo))
+        return;
+    if (p->logy)
+        fprintf(f, "set yrange [%.10g:%.10g]\n", lo / 1.04, hi * 1.04);
+    else
+        fprintf(f, "set yrange [%.10g:%.10g]\n", lo - 0.04 * (hi - lo), hi + 0.04 * (hi - lo));
+}
+
 static int write_script(const bk_plot *p, const bk_plot_marks *m, const char *path, const char *stem_base,
                         bk_error *err)
 {
@@ -307,12 +332,14 @@ static int write_script(const bk_plot *p, const bk_plot_marks *m, const char *pa
                "# the ranges hug the data, with a small margin\n"
                "set autoscale xfixmin\nset autoscale xfixmax\nset autoscale yfixmin\nset autoscale yfixmax\n"
                "set offsets graph 0.02, graph 0.02, graph 0.05, graph 0.05\n\n");
+    const int panels = m && m->panel && m->n_panels > 1 ? m->n_panels : 1;
     if (m && isfinite(m->vline) && (m->vline != 0.0 || m->vline_label) && !(p->logx && m->vline <= 0.0)) {
-        fprintf(f, "# the marked x: a thin grey dashed line, labelled, not in the legend\n"
+        fprintf(f, "# the marked x: a thin grey dashed line, labelled (in the title of small multiples), not in the "
+                   "legend\n"
                    "set arrow from %.10g, graph 0 to %.10g, graph 1 nohead dt 2 lw 1 lc rgb \"" PLOT_VLINE_COLOUR
                    "\" back\n",
                 m->vline, m->vline);
-        if (m->vline_label) {
+        if (m->vline_label && panels == 1) {
             fprintf(f, "set label ");
             put_quoted(f, m->vline_label);
             fprintf(f, " at %.10g, graph 0 offset 0.5, 1 left tc rgb \"#666666\"\n", m->vline);
@@ -336,11 +363,12 @@ static int write_script(const bk_plot *p, const bk_plot_marks *m, const char *pa
     }
     for (int k = 0, b = 0; k < p->n_series; k++)
         block_of[k] = drawable_points(p, &p->series[k]) ? b++ : -1;
-    const int panels = m && m->panel && m->n_panels > 1 ? m->n_panels : 1;
+    const int cols = (int)ceil(sqrt((double)panels)), rows = (panels + cols - 1) / cols;
     if (panels > 1) {
-        const int cols = (int)ceil(sqrt((double)panels)), rows = (panels + cols - 1) / cols;
+        put_shared_yrange(f, p, m);
         /* multiplot cannot be replotted: the script draws twice, into the PNG and then into the PDF */
         fprintf(f, "set key inside top left noenhanced spacing 1.1 font \",16\"\n"
+                   "set lmargin 7\n"
                    "pdf = strstrt(GPVAL_TERMINALS, \"pdfcairo\") > 0\n"
                    "do for [pass = 1:2] {\n"
                    "if (pass == 2 && pdf) {\n"
@@ -352,14 +380,36 @@ static int write_script(const bk_plot *p, const bk_plot_marks *m, const char *pa
         snprintf(pdf, sizeof pdf, "%s.pdf", stem_base);
         put_quoted(f, pdf);
         fprintf(f, "\n}\nif (pass == 1 || pdf) {\nset multiplot layout %d, %d title ", rows, cols);
-        put_quoted(f, p->title ? p->title : "");
+        char title[512];
+        snprintf(title, sizeof title, "%s%s%s%s", p->title ? p->title : "",
+                 m->vline_label && isfinite(m->vline) ? " (dashed: " : "",
+                 m->vline_label && isfinite(m->vline) ? m->vline_label : "",
+                 m->vline_label && isfinite(m->vline) ? ")" : "");
+        put_quoted(f, title);
         fprintf(f, "\nunset title\n");
     }
     for (int pn = 0; pn < panels; pn++) {
         if (panels > 1) {
             fprintf(f, "set title ");
             put_quoted(f, m->panel_titles && m->panel_titles[pn] ? m->panel_titles[pn] : "");
+            /* the axes' labels once: y along the left edge of the figure (drawn with the first panel), x on the
+             * bottom row; a legend only where a panel holds more than one series (its title names a lone one) */
+            fprintf(f, "\nset ylabel ");
+            put_quoted(f, "");
             fprintf(f, "\n");
+            if (pn == 0 && p->ylabel) {
+                fprintf(f, "set label 1 ");
+                put_quoted(f, p->ylabel);
+                fprintf(f, " at screen 0.015, 0.5 center rotate by 90\n");
+            } else if (pn == 1) {
+                fprintf(f, "unset label 1\n");
+            }
+            fprintf(f, "set xlabel ");
+            put_quoted(f, pn + cols >= panels && p->xlabel ? p->xlabel : "");
+            int in_panel = 0;
+            for (int k = 0; k < p->n_series; k++)
+                in_panel += block_of[k] >= 0 && m->panel[k] == pn;
+            fprintf(f, "\n%s\n", in_panel > 1 ? "set key inside top left Left reverse opaque noenhanced samplen 2" : "unset key");
         }
         int first = 1, shown = 0;
         for (int k = 0; k < p->n_series; k++) {

@@ -9,18 +9,19 @@ if (exists("ARG0") && strlen(ARG0) > strlen(script) && \
 data = here.'bias-code-mep-param.dat'
 
 # pngcairo (antialiased) when this gnuplot has it, else the plain png terminal
+# at twice 900x600, type and lines scaled alike
 if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {
-    set terminal pngcairo size 900,600 noenhanced font "sans,10" linewidth 1.5
+    set terminal pngcairo size 1800,1200 noenhanced font "sans,20" linewidth 3
 } else {
-    set terminal png size 900,600 noenhanced
+    set terminal png size 1800,1200 noenhanced font "sans,20" linewidth 3
 }
 set output here.'bias-code-mep-param.png'
 
-set title 'Learned bias T_h(d) of mep-param (seed 1, corpus code): mep on the token stream'
+set title 'code: learned bias T_h(d) of mep-param (seed 1, corpus code): mep on the token stream'
 set xlabel 'distance d = i - j'
-set ylabel 'bias added to the attention score'
+set ylabel 'bias / its largest |value| (each head)'
 set grid xtics ytics mxtics mytics lc rgb "#dddddd" lt 1, lc rgb "#eeeeee" lt 1
-set key outside right top noenhanced spacing 1.2
+set key outside below center horizontal noenhanced spacing 1.2 maxrows 4
 set border 3
 set tics nomirror
 # the ranges hug the data, with a small margin
@@ -30,9 +31,21 @@ set autoscale yfixmin
 set autoscale yfixmax
 set offsets graph 0.02, graph 0.02, graph 0.05, graph 0.05
 
-plot data index 0 using 1:2 with lines lt 1 dt 1 lw 1.5 title 'head 0', \
-     data index 1 using 1:2 with lines lt 2 dt 1 lw 1.5 title 'head 1', \
-     data index 2 using 1:2 with lines lt 3 dt 1 lw 1.5 title 'head 2', \
-     data index 3 using 1:2 with lines lt 4 dt 1 lw 1.5 title 'head 3', \
-     data index 4 using 1:2 with lines lt 5 dt 1 lw 1.5 title 'training length 64'
+# the marked x: a thin grey dashed line, labelled (in the title of small multiples), not in the legend
+set arrow from 64, graph 0 to 64, graph 1 nohead dt 2 lw 1 lc rgb "#888888" back
+set label 'training length 64' at 64, graph 0 offset 0.5, 1 left tc rgb "#666666"
+
+plot data index 0 using 1:2 with linespoints lc rgb "#0072B2" dt 1 lw 1.5 pt 7 ps 0.9 pi 128 title 'head 0 (/ 13.6)', \
+     data index 1 using 1:2 with linespoints lc rgb "#D55E00" dt 2 lw 1.5 pt 5 ps 0.9 pi 128 title 'head 1 (/ 9.94)', \
+     data index 2 using 1:2 with linespoints lc rgb "#009E73" dt 3 lw 1.5 pt 9 ps 0.9 pi 128 title 'head 2 (/ 12.5)', \
+     data index 3 using 1:2 with linespoints lc rgb "#CC79A7" dt 4 lw 1.5 pt 13 ps 0.9 pi 128 title 'head 3 (/ 9.08)'
+
 unset output
+
+# the same figure as a PDF (vector, for a paper)
+if (strstrt(GPVAL_TERMINALS, "pdfcairo") > 0) {
+    set terminal pdfcairo size 6in,4in noenhanced font "sans,9" linewidth 1.5
+    set output here.'bias-code-mep-param.pdf'
+    replot
+    unset output
+}
