@@ -20,7 +20,14 @@
  *    43 skipped of 64; with 4 sinks 7 / 19 / 38; T = 4096, w = 512, 4 sinks: 90 / 87 / 847 of 1024), and
  *    the emulated programs visit exactly that many tile pairs (bk_emulated_tile_visits);
  *  - the materialized attention refuses each ABI 2 term naming [run] attention = "fused", and the fused
- *    one refuses malformed terms naming them.
+ *    one refuses malformed terms naming them;
+ *  - the content position (cpos, dcpos; random and non-decreasing per (b, h)) alone and with the other terms,
+ *    with windows and sinks, the logit scale, head sizes 8, 64, 160 and 24, lengths off the tiles, one token,
+ *    fp32 and bf16 products and bf16 storage, against the CPU's attention (cpu/attention.c: attention_ref.h
+ *    has no content position) with the tolerances below (dcpos: those of dtable); and dcpos's query sums
+ *    (a row's sum of dS, 0 when the backward gets the forward's own output, so invisible above) against a
+ *    double-precision sum with a random O given to the backward (dcpos_counts_query_sums), on both
+ *    generations and the tensor-core programs.
  *
  * The test's coordinate: FIRE's phi(d) = log(c d + 1), rscale(i) = 1 / log(c max(i, L) + 1), cut to
  * multiples of 2^-10 (phi) and 2^-8 (rscale), rounded down (so u(i, i) <= 1 still), and points - 1 a power of
@@ -66,14 +73,16 @@ enum {
     V2_TOKEN = 1,   /* token-stream table (positions NULL) */
     V2_SEGMENT = 2, /* segment-stream table with positions: repeats and gaps */
     V2_GRID = 4,    /* coordinate table with phi, rscale */
-    V2_SCALE = 8    /* logit scale (zeros and negatives among its values) */
+    V2_SCALE = 8,   /* logit scale (zeros and negatives among its values) */
+    V2_CPOS = 16    /* content position (random, non-decreasing per (b, h)): the reference is then the CPU's */
 };
 
-enum { NO_DGRID = 1, NO_DPHI = 2, NO_DRSCALE = 4, NO_DSCALE = 8 };
+enum { NO_DGRID = 1, NO_DPHI = 2, NO_DRSCALE = 4, NO_DSCALE = 8, NO_DCPOS = 16 };
 
 typedef struct spec {
     int B, T, C, H, flags, window, sinks, points;
-    int no_grads; /* gradients not asked for: NO_DGRID | NO_DPHI | NO_DRSCALE | NO_DSCALE (their outputs NULL) */
+    int no_grads; /* gradients not asked for: NO_DGRID | NO_DPHI | NO_DRSCALE | NO_DSCALE | NO_DCPOS (their
+                     outputs NULL) */
     int smooth; /* the grid a random walk of steps up to 0.05 (slopes up to 0.05 (points - 1)) instead of
                    independent values in [-1, 1] (slopes up to 2 (points - 1)) */
 } spec;
@@ -84,14 +93,14 @@ typedef struct problem {
     float *qkv, *dout, *dqkv0;
     float *table[BK_STREAM_COUNT], *dtable0[BK_STREAM_COUNT];
     int32_t *pos[BK_STREAM_COUNT], span[BK_STREAM_COUNT];
-    float *grid, *phi, *rscale, *scale;
-    float *dgrid0, *dphi0, *drscale0, *dscale0;
+    float *grid, *phi, *rscale, *scale, *cpos;
+    float *dgrid0, *dphi0, *drscale0, *dscale0, *dcpos0;
 } problem;
 
 typedef struct result {
     float *out, *out_fwd_only, *lse, *dqkv;
     float *dtable[BK_STREAM_COUNT];
-    float *dgrid, *dphi, *drscale, *dscale;
+    float *dgrid, *dphi, *drscale, *dscale, *dcpos;
 } result;
 
 
@@ -162,6 +171,15 @@ static problem make_problem(const spec *sp, uint64_t seed)
             pb.scale[k] = 0.0f; /* a row whose scores are the bias alone */
         pb.dscale0 = random_floats((size_t)H * T, 0.5);
     }
+    if (sp->flags & V2_CPOS) { /* per (b, h): from a random start in [-1, 1), steps in [0, 0.5) */
+        pb.cpos = malloc((size_t)B * H * T * sizeof *pb.cpos);
+        assert_non_null(pb.cpos);
+        for (int bh = 0; bh < B * H; bh++)
+            for (int t = 0; t < T; t++)
+                pb.cpos[bh * T + t] =
+                    t == 0 ? (float)uniform() : pb.cpos[bh * T + t - 1] + 0.25f * (float)(uniform() + 1.0);
+        pb.dcpos0 = random_floats((size_t)B * H * T, 0.5);
+    }
     return pb;
 }
 
@@ -170,8 +188,8 @@ static void free_problem(problem *pb)
     free(pb->qkv), free(pb->dout), free(pb->dqkv0);
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         free(pb->table[s]), free(pb->dtable0[s]), free(pb->pos[s]);
-    free(pb->grid), free(pb->phi), free(pb->rscale), free(pb->scale);
-    free(pb->dgrid0), free(pb->dphi0), free(pb->drscale0), free(pb->dscale0);
+    free(pb->grid), free(pb->phi), free(pb->rscale), free(pb->scale), free(pb->cpos);
+    free(pb->dgrid0), free(pb->dphi0), free(pb->drscale0), free(pb->dscale0), free(pb->dcpos0);
 }
 
 static void free_result(result *r)
@@ -179,7 +197,7 @@ static void free_result(result *r)
     free(r->out), free(r->out_fwd_only), free(r->lse), free(r->dqkv);
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         free(r->dtable[s]);
-    free(r->dgrid), free(r->dphi), free(r->drscale), free(r->dscale);
+    free(r->dgrid), free(r->dphi), free(r->drscale), free(r->dscale), free(r->dcpos);
     memset(r, 0, sizeof *r);
 }
 
@@ -199,6 +217,7 @@ static bk_attention_bias host_bias(const problem *pb)
     bias.grid = pb->grid, bias.phi = pb->phi, bias.rscale = pb->rscale, bias.points = pb->sp.points;
     bias.window = pb->sp.window, bias.sinks = pb->sp.sinks;
     bias.scale = pb->scale;
+    bias.cpos = pb->cpos;
     return bias;
 }
 
@@ -246,6 +265,10 @@ static float *reference_lse(const problem *pb)
                         const int g = ref_cell((double)pb->phi[i - j] * pb->rscale[i], pb->sp.points, &t);
                         const float *F = pb->grid + (size_t)h * pb->sp.points;
                         s[j] += F[g] + t * ((double)F[g + 1] - F[g]);
+                    }
+                    if (pb->cpos) {
+                        const float *P = pb->cpos + ((size_t)b * H + h) * T;
+                        s[j] += (double)P[j] - P[i];
                     }
                     mx = s[j] > mx ? s[j] : mx;
                 }
@@ -312,11 +335,13 @@ static dev_bias dev_bias_of(bk_backend *be, const problem *pb)
     db.bias.phi = dev_copy_of(be, pb->phi, (size_t)pb->D * sizeof(float));
     db.bias.rscale = dev_copy_of(be, pb->rscale, (size_t)T * sizeof(float));
     db.bias.scale = dev_copy_of(be, pb->scale, (size_t)H * T * sizeof(float));
+    db.bias.cpos = dev_copy_of(be, pb->cpos, (size_t)pb->sp.B * H * T * sizeof(float));
     const int no = pb->sp.no_grads;
     db.bias.dgrid = no & NO_DGRID ? NULL : dev_copy_of(be, pb->dgrid0, (size_t)H * P * sizeof(float));
     db.bias.dphi = no & NO_DPHI ? NULL : dev_copy_of(be, pb->dphi0, (size_t)pb->D * sizeof(float));
     db.bias.drscale = no & NO_DRSCALE ? NULL : dev_copy_of(be, pb->drscale0, (size_t)T * sizeof(float));
     db.bias.dscale = no & NO_DSCALE ? NULL : dev_copy_of(be, pb->dscale0, (size_t)H * T * sizeof(float));
+    db.bias.dcpos = no & NO_DCPOS ? NULL : dev_copy_of(be, pb->dcpos0, (size_t)pb->sp.B * H * T * sizeof(float));
     return db;
 }
 
@@ -330,12 +355,14 @@ static void dev_bias_results(bk_backend *be, const problem *pb, const dev_bias *
     r->dphi = host_copy_of(be, db->bias.dphi, (size_t)pb->D);
     r->drscale = host_copy_of(be, db->bias.drscale, (size_t)T);
     r->dscale = host_copy_of(be, db->bias.dscale, (size_t)H * T);
+    r->dcpos = host_copy_of(be, db->bias.dcpos, (size_t)pb->sp.B * H * T);
 }
 
 static void dev_bias_release(bk_backend *be, dev_bias *db)
 {
     void *bufs[] = {(void *)db->bias.grid, (void *)db->bias.phi, (void *)db->bias.rscale, (void *)db->bias.scale,
-                    db->bias.dgrid,        db->bias.dphi,        db->bias.drscale,        db->bias.dscale};
+                    (void *)db->bias.cpos, db->bias.dgrid,        db->bias.dphi,          db->bias.drscale,
+                    db->bias.dscale,       db->bias.dcpos};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k])
             be->release(be, bufs[k]);
@@ -421,21 +448,79 @@ static void expect_same_bits(const char *what, const char *label, const float *a
 
 typedef struct tolerances {
     double out_a, out_r, lse_a, lse_r, dqkv_a, dqkv_r, dtab_a, dtab_r, dgrid_a, dgrid_r, dphi_a, dphi_r, drs_a, drs_r,
-        dsc_a, dsc_r;
+        dsc_a, dsc_r, dcp_a, dcp_r;
 } tolerances;
 
 /* the header's table */
-static const tolerances tol_fp32 = {1e-6, 1e-5, 1e-5, 1e-5, 1e-5, 1e-4, 2e-5, 1e-4,
-                                    2e-5, 1e-4, 5e-4, 2e-4, 5e-4, 2e-4, 2e-5, 1e-4};
-static const tolerances tol_bf16 = {1e-2, 1e-2, 5e-3, 5e-3, 2e-2, 2e-2, 1e-1, 5e-2,
-                                    1e-1, 5e-2, 5e-2, 5e-2, 5e-2, 5e-2, 5e-2, 5e-2};
+static const tolerances tol_fp32 = {1e-6, 1e-5, 1e-5, 1e-5, 1e-5, 1e-4, 2e-5, 1e-4, 2e-5,
+                                    1e-4, 5e-4, 2e-4, 5e-4, 2e-4, 2e-5, 1e-4, 2e-5, 1e-4};
+static const tolerances tol_bf16 = {1e-2, 1e-2, 5e-3, 5e-3, 2e-2, 2e-2, 1e-1, 5e-2, 1e-1,
+                                    5e-2, 5e-2, 5e-2, 5e-2, 5e-2, 5e-2, 5e-2, 1e-1, 5e-2};
 
 static void label_of(char *label, size_t size, const bk_backend *be, const spec *sp)
 {
-    snprintf(label, size, "%s%s B=%d T=%d C=%d H=%d%s%s%s%s w=%d sinks=%d%s", be->name,
+    snprintf(label, size, "%s%s B=%d T=%d C=%d H=%d%s%s%s%s%s w=%d sinks=%d%s", be->name,
              be->matmul == BK_MATMUL_BF16 ? " bf16" : "", sp->B, sp->T, sp->C, sp->H, sp->flags & V2_TOKEN ? " token" : "",
              sp->flags & V2_SEGMENT ? " segment" : "", sp->flags & V2_GRID ? " grid" : "",
-             sp->flags & V2_SCALE ? " scale" : "", sp->window, sp->sinks, sp->no_grads ? " (some gradients)" : "");
+             sp->flags & V2_SCALE ? " scale" : "", sp->flags & V2_CPOS ? " cpos" : "", sp->window, sp->sinks,
+             sp->no_grads ? " (some gradients)" : "");
+}
+
+/* The CPU attention (cpu/attention.c, itself checked against PyTorch) as the reference of a case with a
+ * content position: ref's arrays (allocated by ref_grads_alloc) receive its out and gradients, each from 0;
+ * returns dcpos (B*H*T doubles). */
+static double *cpu_reference(ref_grads *ref, const problem *pb)
+{
+    const int B = pb->sp.B, T = pb->sp.T, C = pb->sp.C, H = pb->sp.H, P = pb->sp.points;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nbht = (size_t)B * H * T;
+    bk_attention_bias bias = host_bias(pb);
+    float *out = calloc(nout, sizeof *out), *probs = calloc(nbht * T, sizeof *probs);
+    float *dqkv = calloc(nqkv, sizeof *dqkv), *dcpos = calloc(nbht, sizeof *dcpos);
+    float *dtable[BK_STREAM_COUNT] = {NULL};
+    assert_non_null(out);
+    assert_non_null(probs);
+    assert_non_null(dqkv);
+    assert_non_null(dcpos);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (pb->table[s])
+            dtable[s] = calloc(table_floats(pb), sizeof(float));
+    if (pb->grid) {
+        bias.dgrid = calloc((size_t)H * P, sizeof(float));
+        bias.dphi = calloc((size_t)pb->D, sizeof(float));
+        bias.drscale = calloc((size_t)T, sizeof(float));
+    }
+    if (pb->scale)
+        bias.dscale = calloc((size_t)H * T, sizeof(float));
+    bias.dcpos = dcpos;
+    bk_error err = {0};
+    if (bk_attention_forward(out, probs, pb->qkv, &bias, B, T, C, H, &err) != BK_OK)
+        fail_msg("cpu attention forward: %s", err.message);
+    if (bk_attention_backward(dqkv, dtable, pb->dout, pb->qkv, probs, &bias, B, T, C, H, &err) != BK_OK)
+        fail_msg("cpu attention backward: %s", err.message);
+    for (size_t k = 0; k < nout; k++)
+        ref->out[k] = out[k];
+    for (size_t k = 0; k < nqkv; k++)
+        ref->dqkv[k] = dqkv[k];
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        for (size_t k = 0; dtable[s] && k < table_floats(pb); k++)
+            ref->dtable[s][k] = dtable[s][k];
+    for (int k = 0; pb->grid && k < H * P; k++)
+        ref->dgrid[k] = bias.dgrid[k];
+    for (int k = 0; pb->grid && k < pb->D; k++)
+        ref->dphi[k] = bias.dphi[k];
+    for (int k = 0; pb->grid && k < T; k++)
+        ref->drscale[k] = bias.drscale[k];
+    for (int k = 0; pb->scale && k < H * T; k++)
+        ref->dscale[k] = bias.dscale[k];
+    double *want = malloc(nbht * sizeof *want);
+    assert_non_null(want);
+    for (size_t k = 0; k < nbht; k++)
+        want[k] = dcpos[k];
+    free(out), free(probs), free(dqkv), free(dcpos);
+    free(bias.dgrid), free(bias.dphi), free(bias.drscale), free(bias.dscale);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        free(dtable[s]);
+    return want;
 }
 
 static void check_case_tol(bk_backend *be, const tolerances *tol, const spec *sp, uint64_t seed)
@@ -449,7 +534,11 @@ static void check_case_tol(bk_backend *be, const tolerances *tol, const spec *sp
     bk_attention_bias bias = host_bias(&pb);
     ref_grads ref;
     ref_grads_alloc(&ref, &bias, B, T, C, H);
-    ref_attention(&ref, pb.qkv, pb.dout, &bias, B, T, C, H);
+    double *ref_dcpos = NULL;
+    if (pb.cpos) /* attention_ref.h has no content position: the CPU's attention is the reference */
+        ref_dcpos = cpu_reference(&ref, &pb);
+    else
+        ref_attention(&ref, pb.qkv, pb.dout, &bias, B, T, C, H);
     result got = run_device(be, &pb);
 
     float *w = want_of(NULL, ref.out, nout);
@@ -462,7 +551,7 @@ static void check_case_tol(bk_backend *be, const tolerances *tol, const spec *sp
     w = want_of(pb.dqkv0, ref.dqkv, nqkv);
     const double e_dqkv = expect_close("dqkv", label, got.dqkv, w, nqkv, tol->dqkv_a, tol->dqkv_r);
     free(w);
-    double e_tab = 0.0, e_grid = 0.0, e_phi = 0.0, e_rs = 0.0, e_sc = 0.0;
+    double e_tab = 0.0, e_grid = 0.0, e_phi = 0.0, e_rs = 0.0, e_sc = 0.0, e_cp = 0.0;
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         if (pb.table[s]) {
             w = want_of(pb.dtable0[s], ref.dtable[s], table_floats(&pb));
@@ -491,9 +580,15 @@ static void check_case_tol(bk_backend *be, const tolerances *tol, const spec *sp
         e_sc = expect_close("dscale", label, got.dscale, w, (size_t)H * T, tol->dsc_a, tol->dsc_r);
         free(w);
     }
+    if (pb.cpos && !(sp->no_grads & NO_DCPOS)) {
+        assert_non_null(got.dcpos);
+        w = want_of(pb.dcpos0, ref_dcpos, nsaved);
+        e_cp = expect_close("dcpos", label, got.dcpos, w, nsaved, tol->dcp_a, tol->dcp_r);
+        free(w);
+    }
     print_message("%-78s max error out %.2g lse %.2g dqkv %.2g dtable %.2g dgrid %.2g dphi %.2g drscale %.2g "
-                  "dscale %.2g\n",
-                  label, e_out, e_lse, e_dqkv, e_tab, e_grid, e_phi, e_rs, e_sc);
+                  "dscale %.2g dcpos %.2g\n",
+                  label, e_out, e_lse, e_dqkv, e_tab, e_grid, e_phi, e_rs, e_sc, e_cp);
 
     /* a second run gives the same bits; emulated, with every phase's threads in the opposite order */
     if (be->kind == BK_BACKEND_EMULATED)
@@ -510,10 +605,12 @@ static void check_case_tol(bk_backend *be, const tolerances *tol, const spec *sp
     expect_same_bits("dphi (second run)", label, again.dphi, got.dphi, (size_t)pb.D);
     expect_same_bits("drscale (second run)", label, again.drscale, got.drscale, (size_t)T);
     expect_same_bits("dscale (second run)", label, again.dscale, got.dscale, (size_t)H * T);
+    expect_same_bits("dcpos (second run)", label, again.dcpos, got.dcpos, nsaved);
 
     free_result(&again);
     free_result(&got);
     ref_grads_free(&ref);
+    free(ref_dcpos);
     free_problem(&pb);
 }
 
@@ -556,6 +653,22 @@ static void check_all_fp32(bk_backend *be)
                                   NO_DGRID | NO_DPHI | NO_DRSCALE | NO_DSCALE};
     for (size_t k = 0; k < sizeof subsets / sizeof subsets[0]; k++)
         sp = mk(2, 130, 96, 12, ALL, 37, 1), sp.no_grads = subsets[k], check_case_tol(be, &tol_fp32, &sp, seed++);
+    /* the content position (against the CPU's attention): alone, with a window and sinks, with the logit
+     * scale, with everything; head sizes 8, 64, 160 (tiles 64, 32, 16) at lengths that are not multiples of
+     * them; one token; without its gradient, and its gradient without the others */
+    seed = 100;
+    sp = mk(2, 130, 96, 12, V2_CPOS, 0, 0), check_case_tol(be, &tol_fp32, &sp, seed++);
+    sp = mk(2, 130, 96, 12, V2_CPOS, 20, 3), check_case_tol(be, &tol_fp32, &sp, seed++);
+    sp = mk(2, 130, 96, 12, V2_CPOS | V2_SCALE, 0, 0), check_case_tol(be, &tol_fp32, &sp, seed++);
+    sp = mk(2, 130, 96, 12, ALL | V2_CPOS, 37, 1), check_case_tol(be, &tol_fp32, &sp, seed++);
+    sp = mk(2, 130, 96, 12, ALL | V2_CPOS, 4, 70), check_case_tol(be, &tol_fp32, &sp, seed++);
+    sp = mk(2, 150, 128, 2, V2_CPOS | V2_SCALE | V2_TOKEN, 50, 3), check_case_tol(be, &tol_fp32, &sp, seed++);
+    sp = mk(2, 70, 320, 2, ALL | V2_CPOS, 20, 1), check_case_tol(be, &tol_fp32, &sp, seed++);
+    sp = mk(2, 1, 96, 12, ALL | V2_CPOS, 3, 1), check_case_tol(be, &tol_fp32, &sp, seed++);
+    sp = mk(2, 130, 96, 12, V2_CPOS | V2_SCALE, 37, 1), sp.no_grads = NO_DCPOS;
+    check_case_tol(be, &tol_fp32, &sp, seed++);
+    sp = mk(2, 130, 96, 12, ALL | V2_CPOS, 37, 1), sp.no_grads = NO_DGRID | NO_DPHI | NO_DRSCALE | NO_DSCALE,
+    check_case_tol(be, &tol_fp32, &sp, seed++);
 }
 
 /* bf16 tensor-core products: tiles of 64 (head sizes 8, 64), 32 (160), and head size 24 padded to 32. */
@@ -576,6 +689,10 @@ static void check_all_bf16(bk_backend *be)
     for (size_t k = 0; k < sizeof subsets / sizeof subsets[0]; k++)
         sp = mk(2, 130, 96, 12, V2_GRID | V2_SCALE, 37, 1), sp.no_grads = subsets[k], sp.smooth = 1,
         check_case_tol(be, &tol_bf16, &sp, seed++);
+    /* the content position (against the CPU's attention) */
+    sp = mk(2, 130, 96, 12, V2_CPOS | V2_SCALE, 0, 0), check_case_tol(be, &tol_bf16, &sp, seed++);
+    sp = mk(2, 150, 128, 2, ALL | V2_CPOS, 50, 3), sp.smooth = 1, check_case_tol(be, &tol_bf16, &sp, seed++);
+    sp = mk(2, 40, 72, 3, V2_CPOS | V2_TOKEN, 7, 2), check_case_tol(be, &tol_bf16, &sp, seed++);
     be->matmul = was;
 }
 
@@ -659,6 +776,7 @@ static void check_bf16_storage(bk_backend *be, const spec *sp, uint64_t seed)
     expect_same_bits("dphi", label, r16.dphi, r32.dphi, (size_t)pb.D);
     expect_same_bits("drscale", label, r16.drscale, r32.drscale, (size_t)T);
     expect_same_bits("dscale", label, r16.dscale, r32.dscale, (size_t)H * T);
+    expect_same_bits("dcpos", label, r16.dcpos, r32.dcpos, nsaved);
     print_message("%-78s the same bits as fp32 storage\n", label);
 
     free_result(&r32), free_result(&r16);
@@ -680,6 +798,7 @@ static void check_all_bf16_storage(bk_backend *be)
     sp = mk(2, 130, 96, 12, ALL, 37, 3), check_bf16_storage(be, &sp, 300);
     sp = mk(2, 70, 320, 2, ALL, 4, 40), check_bf16_storage(be, &sp, 301);
     sp = mk(2, 40, 72, 3, V2_GRID | V2_SCALE, 0, 0), check_bf16_storage(be, &sp, 302);
+    sp = mk(2, 130, 96, 12, ALL | V2_CPOS, 37, 3), check_bf16_storage(be, &sp, 303);
     be->matmul = was;
 }
 
@@ -698,16 +817,19 @@ static void check_errors(bk_backend *be)
     bk_error err = {0};
 
     be->attention = BK_ATTENTION_MATERIALIZED;
-    static const char *const names[3] = {"a coordinate table (grid)", "a window mask", "a logit scale"};
-    for (int term = 0; term < 3; term++) {
+    static const char *const names[4] = {"a coordinate table (grid)", "a window mask", "a logit scale",
+                                         "a content position"};
+    for (int term = 0; term < 4; term++) {
         memset(&bias, 0, sizeof bias);
         bias.distances = T;
         if (term == 0)
             bias.grid = buf, bias.phi = buf, bias.rscale = buf, bias.points = 4;
         else if (term == 1)
             bias.window = 5, bias.sinks = 1;
-        else
+        else if (term == 2)
             bias.scale = buf;
+        else
+            bias.cpos = buf;
         assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_UNSUPPORTED);
         assert_message_has(err.message, "attention forward");
         assert_message_has(err.message, names[term]);
@@ -868,6 +990,110 @@ static void emulated_visits_only_unmasked_tiles(void **state)
     bk_backend_destroy(be);
 }
 
+/* ---- the content position's query sums ------------------------------------------------------- */
+
+/* dcpos(t) = (sum of dS over t's column) - (sum over its row), and a row's sum of dS = P (dP - D) is 0 only
+ * when D is the row's sum of P dP, i.e. when the backward is given the forward's own output (then the
+ * comparisons with the CPU cannot see the row sums). Here the backward gets a random O instead, so that
+ * D = dO . O is arbitrary and the rows' sums are of the size of the columns': dcpos against a double-precision
+ * sum of dS_ij = P_ij (dO_i . v_j - D_i) with the CPU forward's P, on the first and second generations (fp32)
+ * and the tensor-core programs (bf16). */
+static void check_dcpos_rows(bk_backend *be, const spec *sp, int gen, double atol, double rtol, uint64_t seed)
+{
+    char label[200];
+    label_of(label, sizeof label, be, sp);
+    snprintf(label + strlen(label), sizeof label - strlen(label), " (random O, flash_gen %d)", gen);
+    problem pb = make_problem(sp, seed);
+    const int B = sp->B, T = sp->T, C = sp->C, H = sp->H, hd = C / H;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nbht = (size_t)B * H * T;
+    float *O = random_floats(nout, 1.0);
+
+    /* the reference: P from the CPU, the rest in double */
+    bk_attention_bias hb = host_bias(&pb);
+    float *cpu_out = malloc(nout * sizeof *cpu_out), *probs = malloc(nbht * T * sizeof *probs);
+    double *want = calloc(nbht, sizeof *want);
+    assert_non_null(cpu_out);
+    assert_non_null(probs);
+    assert_non_null(want);
+    bk_error err = {0};
+    if (bk_attention_forward(cpu_out, probs, pb.qkv, &hb, B, T, C, H, &err) != BK_OK)
+        fail_msg("cpu attention forward: %s", err.message);
+    double rows_size = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                const float *dO = pb.dout + ((size_t)b * T + i) * C + (size_t)h * hd;
+                const float *o = O + ((size_t)b * T + i) * C + (size_t)h * hd;
+                double D = 0.0, row = 0.0;
+                for (int d = 0; d < hd; d++)
+                    D += (double)dO[d] * o[d];
+                for (int j = 0; j <= i; j++) {
+                    const double P = probs[(((size_t)b * H + h) * T + i) * T + j];
+                    if (P == 0.0)
+                        continue;
+                    const float *v = pb.qkv + ((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hd;
+                    double dP = 0.0;
+                    for (int d = 0; d < hd; d++)
+                        dP += (double)dO[d] * v[d];
+                    const double dS = P * (dP - D);
+                    want[((size_t)b * H + h) * T + j] += dS;
+                    row += dS;
+                }
+                want[((size_t)b * H + h) * T + i] -= row;
+                rows_size = fabs(row) > rows_size ? fabs(row) : rows_size;
+            }
+
+    /* the device: the forward's lse, then the backward with O */
+    dev_bias db = dev_bias_of(be, &pb);
+    float *qkv = dev_copy_of(be, pb.qkv, nqkv * sizeof(float));
+    float *dout = dev_copy_of(be, pb.dout, nout * sizeof(float));
+    float *dO = dev_copy_of(be, O, nout * sizeof(float)), *dqkv = dev_copy_of(be, pb.dqkv0, nqkv * sizeof(float));
+    float *out = dev_alloc(be, nout * sizeof(float)), *lse = dev_alloc(be, nbht * sizeof(float));
+    if (be->attention_forward(be, out, lse, qkv, &db.bias, B, T, C, H, &err) != BK_OK)
+        fail_msg("%s: forward: %s", label, err.message);
+    bk_dev *d = (bk_dev *)be->impl;
+    d->flash_gen = gen;
+    const int rc = be->attention_backward(be, dqkv, db.dtable, dout, qkv, dO, lse, &db.bias, B, T, C, H, &err);
+    d->flash_gen = 0;
+    if (rc != BK_OK)
+        fail_msg("%s: backward: %s", label, err.message);
+    result got;
+    memset(&got, 0, sizeof got);
+    dev_bias_results(be, &pb, &db, &got);
+    float *w = want_of(pb.dcpos0, want, nbht);
+    const double e = expect_close("dcpos", label, got.dcpos, w, nbht, atol, rtol);
+    print_message("%-78s max error dcpos %.2g (rows' sums up to %.2g)\n", label, e, rows_size);
+    assert_true(rows_size > 1.0);
+
+    free(w), free(want), free(probs), free(cpu_out), free(O);
+    free_result(&got);
+    void *bufs[] = {qkv, dout, dO, dqkv, out, lse};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->release(be, bufs[k]);
+    dev_bias_release(be, &db);
+    free_problem(&pb);
+}
+
+static void dcpos_counts_query_sums(void **state)
+{
+    (void)state;
+    bk_backend *be = NULL;
+    bk_error err = {0};
+    if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create: %s", err.message);
+    spec sp = mk(2, 130, 96, 12, V2_CPOS | V2_SCALE | V2_TOKEN, 37, 1);
+    for (int gen = 0; gen <= 2; gen += 2)
+        check_dcpos_rows(be, &sp, gen, 1e-4, 1e-4, 500);
+    sp = mk(2, 150, 128, 2, V2_CPOS | V2_SCALE, 0, 0);
+    for (int gen = 0; gen <= 2; gen += 2)
+        check_dcpos_rows(be, &sp, gen, 1e-4, 1e-4, 501);
+    be->matmul = BK_MATMUL_BF16;
+    sp = mk(2, 130, 96, 12, V2_CPOS | V2_SCALE | V2_TOKEN, 37, 1);
+    check_dcpos_rows(be, &sp, 0, 1e-1, 5e-2, 502);
+    be->matmul = BK_MATMUL_FP32;
+    bk_backend_destroy(be);
+}
+
 /* ---- the backends ---------------------------------------------------------------------------- */
 
 static void check_backend(bk_backend *be)
@@ -912,6 +1138,7 @@ int main(void)
         cmocka_unit_test(tile_walks_skip_masked_tiles),
         cmocka_unit_test(emulated_visits_only_unmasked_tiles),
         cmocka_unit_test(emulated_matches_reference),
+        cmocka_unit_test(dcpos_counts_query_sums),
         cmocka_unit_test(cuda_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

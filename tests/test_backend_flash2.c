@@ -28,7 +28,10 @@
  *    and again with the phases' threads in reverse order; the second generation visits each tile pair
  *    once where the first visits it twice. Blocks run on the OpenMP threads (one per core), so the
  *    turns between blocks are exercised where there are two or more: with the wait for a turn removed,
- *    the comparison fails on two threads (tried). */
+ *    the comparison fails on two threads (tried);
+ *  - a content position (cpos; dcpos bit for bit, and checked to have moved from its start) alone, with the
+ *    mask and logit scale, and with everything: in the forward programs, the dispatch (at the odd lengths,
+ *    against the CPU too) and the backward. */
 #include "test_util.h"
 #include "test_random.h"
 
@@ -42,11 +45,11 @@
 #include <math.h>
 #include <stdlib.h>
 
-enum { F_TOKEN = 1, F_SEGMENT = 2, F_MASK = 4, F_SCALE = 8, F_GRID = 16 };
+enum { F_TOKEN = 1, F_SEGMENT = 2, F_MASK = 4, F_SCALE = 8, F_GRID = 16, F_CPOS = 32 };
 
 typedef struct problem {
     int B, T, C, H, flags, window, sinks, points, D;
-    float *qkv, *table[BK_STREAM_COUNT], *scale, *grid, *phi, *rscale;
+    float *qkv, *table[BK_STREAM_COUNT], *scale, *grid, *phi, *rscale, *cpos;
     int32_t *pos[BK_STREAM_COUNT], span[BK_STREAM_COUNT];
 } problem;
 
@@ -100,12 +103,20 @@ static problem make_problem(int B, int T, int hd, int H, int flags, uint64_t see
         for (int i = 0; i < T; i++)
             pb.rscale[i] = (float)(floor(256.0 / log(c * (i > L ? i : L) + 1.0)) / 256.0);
     }
+    if (flags & F_CPOS) { /* a content position per (b, h): from a random start, steps in [0, 0.8) */
+        pb.cpos = malloc((size_t)B * H * T * sizeof(float));
+        assert_non_null(pb.cpos);
+        for (int bh = 0; bh < B * H; bh++)
+            for (int t = 0; t < T; t++)
+                pb.cpos[bh * T + t] =
+                    t == 0 ? (float)uniform() : pb.cpos[bh * T + t - 1] + 0.4f * (float)(uniform() + 1.0);
+    }
     return pb;
 }
 
 static void free_problem(problem *pb)
 {
-    free(pb->qkv), free(pb->scale), free(pb->grid), free(pb->phi), free(pb->rscale);
+    free(pb->qkv), free(pb->scale), free(pb->grid), free(pb->phi), free(pb->rscale), free(pb->cpos);
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         free(pb->table[s]), free(pb->pos[s]);
 }
@@ -119,6 +130,7 @@ static bk_attention_bias bias_of(const problem *pb)
         bias.table[s] = pb->table[s], bias.positions[s] = pb->pos[s], bias.span[s] = pb->span[s];
     bias.grid = pb->grid, bias.phi = pb->phi, bias.rscale = pb->rscale, bias.points = pb->points;
     bias.window = pb->window, bias.sinks = pb->sinks, bias.scale = pb->scale;
+    bias.cpos = pb->cpos;
     return bias;
 }
 
@@ -133,7 +145,7 @@ static k_flash_args args_of(const problem *pb, int tile, float *out, float *lse)
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         a.bias.table[s] = pb->table[s], a.bias.positions[s] = pb->table[s] ? pb->pos[s] : NULL;
     a.v2.grid = pb->grid, a.v2.phi = pb->phi, a.v2.rscale = pb->rscale, a.v2.points = pb->points;
-    a.v2.window = pb->window, a.v2.sinks = pb->sinks, a.v2.lscale = pb->scale;
+    a.v2.window = pb->window, a.v2.sinks = pb->sinks, a.v2.lscale = pb->scale, a.v2.cpos = pb->cpos;
     a.B = pb->B, a.T = pb->T, a.C = pb->C, a.H = pb->H, a.tile = tile;
     a.scale = 1.0f / sqrtf((float)(pb->C / pb->H));
     return a;
@@ -232,15 +244,16 @@ static void program_matches_first_generation(void **state)
     static const int shapes[][2] = {{64, 32}, {128, 32}, {16, 64}, {32, 64}, {64, 64}, {128, 16}};
     static const int lengths[] = {1, 17, 64, 65, 200};
     static const int flag_sets[] = {F_TOKEN, F_TOKEN | F_SEGMENT, F_TOKEN | F_MASK | F_SCALE,
-                                    F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID};
+                                    F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID, F_CPOS | F_MASK,
+                                    F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID | F_CPOS};
     uint64_t seed = 0x5eed2;
     int cases = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (size_t t = 0; t < sizeof lengths / sizeof lengths[0]; t++)
             for (size_t f = 0; f < sizeof flag_sets / sizeof flag_sets[0]; f++) {
                 const int hd = shapes[s][0], tile = shapes[s][1], T = lengths[t];
-                /* the small heads only on the full set of terms: they add instantiations, not paths */
-                if (hd < 64 && flag_sets[f] != (F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID))
+                /* the small heads only on the full sets of terms: they add instantiations, not paths */
+                if (hd < 64 && (flag_sets[f] & ~F_CPOS) != (F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID))
                     continue;
                 problem pb = make_problem(2, T, hd, 2, flag_sets[f], seed++);
                 char label[128];
@@ -282,6 +295,7 @@ static outputs dev_forward(bk_backend *be, const problem *pb, int gen)
         bias.positions[s] = dev_copy(be, mem, &n, pb->pos[s], (size_t)B * T * sizeof(int32_t));
     }
     bias.scale = dev_copy(be, mem, &n, pb->scale, (size_t)H * T * sizeof(float));
+    bias.cpos = dev_copy(be, mem, &n, pb->cpos, (size_t)B * H * T * sizeof(float));
     void *out = NULL, *lse = NULL;
     if (be->alloc(be, &out, nout * sizeof(float), &err) != BK_OK || be->alloc(be, &lse, nlse * sizeof(float), &err))
         fail_msg("%s: alloc: %s", be->name, err.message);
@@ -315,7 +329,9 @@ static void check_dispatch(bk_backend *be, int exact)
     for (size_t hh = 0; hh < 2; hh++)
         for (size_t t = 0; t < sizeof lengths / sizeof lengths[0]; t++) {
             const int hd = heads[hh], T = lengths[t];
-            problem pb = make_problem(2, T, hd, 2, F_TOKEN | F_SEGMENT | F_MASK | F_SCALE, 77 + t + 10 * hh);
+            /* a content position at the odd lengths */
+            problem pb = make_problem(2, T, hd, 2, F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | (t % 2 ? F_CPOS : 0),
+                                      77 + t + 10 * hh);
             const bk_attention_bias bias = bias_of(&pb);
             const size_t nout = (size_t)pb.B * T * pb.C, nlse = (size_t)pb.B * pb.H * T;
             assert_int_equal(be->attention_saved(be, pb.B, T, pb.H), nlse);
@@ -323,7 +339,7 @@ static void check_dispatch(bk_backend *be, int exact)
             for (int k = 0; k < 2; k++)
                 g[k] = dev_forward(be, &pb, k ? 2 : 0);
             char label[96];
-            snprintf(label, sizeof label, "%s, head size %d T %d", be->name, hd, T);
+            snprintf(label, sizeof label, "%s, head size %d T %d%s", be->name, hd, T, pb.cpos ? " cpos" : "");
             if (exact) {
                 expect_same_bits("out", label, g[1].out, g[0].out, nout);
                 expect_same_bits("lse", label, g[1].lse, g[0].lse, nlse);
@@ -479,13 +495,15 @@ static void order_matters(void **state)
 /* What a backward writes (host copies): dqkv, the two streams' table gradients and the four ABI 2
  * gradients, each started from random values (the backward adds into them). */
 typedef struct grads {
-    float *dqkv, *dtable[BK_STREAM_COUNT], *dgrid, *dphi, *drscale, *dscale;
-    size_t n[5 + BK_STREAM_COUNT]; /* element counts: dqkv, dtable[s]..., dgrid, dphi, drscale, dscale */
+    float *dqkv, *dtable[BK_STREAM_COUNT], *dgrid, *dphi, *drscale, *dscale, *dcpos;
+    float *dcpos0; /* dcpos's starting values */
+    size_t n[6 + BK_STREAM_COUNT]; /* element counts: dqkv, dtable[s]..., dgrid, dphi, drscale, dscale, dcpos */
 } grads;
 
 static void grads_free(grads *g)
 {
     free(g->dqkv), free(g->dgrid), free(g->dphi), free(g->drscale), free(g->dscale);
+    free(g->dcpos), free(g->dcpos0);
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         free(g->dtable[s]);
 }
@@ -516,6 +534,7 @@ static grads dev_backward(bk_backend *be, const problem *pb, int gen, long long 
     bias.grid = dev_floats(be, mem, &n, pb->grid, (size_t)H * pb->points);
     bias.phi = dev_floats(be, mem, &n, pb->phi, (size_t)pb->D);
     bias.rscale = dev_floats(be, mem, &n, pb->rscale, (size_t)T);
+    bias.cpos = dev_floats(be, mem, &n, pb->cpos, (size_t)B * H * T);
 
     /* the starting values of every output, and dO: the same for both generations (seeded) */
     grads g;
@@ -533,6 +552,12 @@ static grads dev_backward(bk_backend *be, const problem *pb, int gen, long long 
     }
     if (pb->scale)
         g.n[4 + BK_STREAM_COUNT] = (size_t)H * T, g.dscale = random_floats(g.n[4 + BK_STREAM_COUNT], 0.5);
+    if (pb->cpos) {
+        g.n[5 + BK_STREAM_COUNT] = (size_t)B * H * T, g.dcpos = random_floats(g.n[5 + BK_STREAM_COUNT], 0.5);
+        g.dcpos0 = malloc(g.n[5 + BK_STREAM_COUNT] * sizeof(float));
+        assert_non_null(g.dcpos0);
+        memcpy(g.dcpos0, g.dcpos, g.n[5 + BK_STREAM_COUNT] * sizeof(float));
+    }
 
     float *ddqkv = dev_floats(be, mem, &n, g.dqkv, nqkv), *ddout = dev_floats(be, mem, &n, dout, nout);
     float *dtable[BK_STREAM_COUNT];
@@ -542,6 +567,7 @@ static grads dev_backward(bk_backend *be, const problem *pb, int gen, long long 
     bias.dphi = dev_floats(be, mem, &n, g.dphi, g.n[2 + BK_STREAM_COUNT]);
     bias.drscale = dev_floats(be, mem, &n, g.drscale, g.n[3 + BK_STREAM_COUNT]);
     bias.dscale = dev_floats(be, mem, &n, g.dscale, g.n[4 + BK_STREAM_COUNT]);
+    bias.dcpos = dev_floats(be, mem, &n, g.dcpos, g.n[5 + BK_STREAM_COUNT]);
 
     void *out = NULL, *lse = NULL;
     if (be->alloc(be, &out, nout * sizeof(float), &err) != BK_OK || be->alloc(be, &lse, nlse * sizeof(float), &err))
@@ -562,9 +588,9 @@ static grads dev_backward(bk_backend *be, const problem *pb, int gen, long long 
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         if (g.dtable[s] && be->download(be, g.dtable[s], dtable[s], g.n[1 + s] * sizeof(float), &err) != BK_OK)
             fail_msg("%s: download: %s", be->name, err.message);
-    float *host[4] = {g.dgrid, g.dphi, g.drscale, g.dscale};
-    float *devp[4] = {bias.dgrid, bias.dphi, bias.drscale, bias.dscale};
-    for (int k = 0; k < 4; k++)
+    float *host[5] = {g.dgrid, g.dphi, g.drscale, g.dscale, g.dcpos};
+    float *devp[5] = {bias.dgrid, bias.dphi, bias.drscale, bias.dscale, bias.dcpos};
+    for (int k = 0; k < 5; k++)
         if (host[k] && be->download(be, host[k], devp[k], g.n[1 + BK_STREAM_COUNT + k] * sizeof(float), &err) != BK_OK)
             fail_msg("%s: download: %s", be->name, err.message);
     be->release(be, out), be->release(be, lse);
@@ -588,6 +614,8 @@ static void expect_same_grads(const char *label, const grads *x, const grads *y,
     }
     if (x->dscale)
         expect_same_bits("dscale", label, x->dscale, y->dscale, (size_t)pb->H * pb->T);
+    if (x->dcpos)
+        expect_same_bits("dcpos", label, x->dcpos, y->dcpos, (size_t)pb->B * pb->H * pb->T);
 }
 
 /* The backward through be->attention_backward with flash_gen 2 against 0 on the emulated backend: the same
@@ -600,7 +628,9 @@ static void check_backward(bk_backend *be)
     static const int heads[] = {16, 64, 128, 160};
     static const int lengths[] = {1, 17, 64, 65, 200};
     static const int flag_sets[] = {F_TOKEN, F_TOKEN | F_SEGMENT, F_TOKEN | F_MASK | F_SCALE, F_GRID | F_SCALE,
-                                    F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID};
+                                    F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID, F_CPOS,
+                                    F_CPOS | F_MASK | F_SCALE,
+                                    F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID | F_CPOS};
     const int all = F_TOKEN | F_SEGMENT | F_MASK | F_SCALE | F_GRID;
     int cases = 0;
     long long pairs = 0;
@@ -608,7 +638,7 @@ static void check_backward(bk_backend *be)
         for (size_t t = 0; t < sizeof lengths / sizeof lengths[0]; t++)
             for (size_t f = 0; f < sizeof flag_sets / sizeof flag_sets[0]; f++) {
                 const int hd = heads[hh], T = lengths[t];
-                if ((hd == 16 || hd == 160) && flag_sets[f] != all) /* other tiles: the full set of terms */
+                if ((hd == 16 || hd == 160) && (flag_sets[f] & ~F_CPOS) != all) /* other tiles: the full sets */
                     continue;
                 problem pb = make_problem(2, T, hd, 2, flag_sets[f], 0xb0c + 31 * hh + 7 * t + f);
                 char label[128];
@@ -617,6 +647,13 @@ static void check_backward(bk_backend *be)
                 long long v1[2], v2[2], v3[2];
                 grads g1 = dev_backward(be, &pb, 0, v1), g2 = dev_backward(be, &pb, 2, v2);
                 expect_same_grads(label, &g2, &g1, &pb);
+                if (g1.dcpos && T > 1) { /* the same bits, and not because neither added anything */
+                    double moved = 0.0;
+                    for (size_t k = 0; k < g1.n[5 + BK_STREAM_COUNT]; k++)
+                        moved = fmax(moved, fabs((double)g1.dcpos[k] - (double)g1.dcpos0[k]));
+                    if (!(moved > 1e-3))
+                        fail_msg("%s: dcpos moved by at most %.3g from its starting values", label, moved);
+                }
                 bk_emulated_thread_order = 1;
                 grads g3 = dev_backward(be, &pb, 2, v3);
                 bk_emulated_thread_order = 0;

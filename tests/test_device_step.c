@@ -44,6 +44,10 @@ static const scheme schemes[] = {
 };
 #define N_SCHEMES (sizeof schemes / sizeof schemes[0])
 
+/* A content position (BIASKIT_CAP_CONTENT: the attention's cpos / dcpos), on the fused attention only: the
+ * materialized one refuses it (test_emulated_fox). */
+static const scheme fox = {"fox", "[[term]]\nplugin = \"fox\"\n"};
+
 static void check(int rc, const bk_error *err, const char *what)
 {
     if (rc)
@@ -592,6 +596,39 @@ static void test_cuda_bf16(void **state)
     }
 }
 
+/* The content position (plugin fox) on the fused attention: the steps near the CPU's (fp32, and bf16
+ * products), two runs the same bits; the materialized attention refuses it, naming it. (fox itself refuses
+ * bf16 storage: it reads the layers' inputs in fp32.) */
+static void test_emulated_fox(void **state)
+{
+    (void)state;
+    compare_with_cpu(&fox, "emulated");
+    assert_deterministic(&fox, "emulated");
+    bf16_close_to_cpu(&fox, "emulated/bf16");
+    bk_error err;
+    run r;
+    int rc = open_run(&r, &fox, "emulated/materialized", &err);
+    if (rc == BK_OK) {
+        int32_t in[B * T], tg[B * T];
+        make_batch(in, tg, 100);
+        check(bk_bias_forward(&r.lm.bias, T, &err), &err, "bias forward");
+        rc = bk_gpt_forward(&r.lm.gpt, in, tg, B, T, 1, &err);
+        close_run(&r);
+    }
+    assert_int_equal(rc, BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "a content position");
+    printf("fox on the materialized device attention: %s\n", err.message);
+}
+
+static void test_cuda_fox(void **state)
+{
+    (void)state;
+    compare_with_cpu(&fox, "cuda");
+    assert_deterministic(&fox, "cuda");
+    bf16_close_to_cpu(&fox, "cuda/bf16");
+    assert_deterministic(&fox, "cuda/bf16");
+}
+
 static void test_emulated_matches_cpu(void **state)
 {
     (void)state;
@@ -771,6 +808,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_cuda_bf16),
             cmocka_unit_test(test_cuda_bf16_storage),
             cmocka_unit_test(test_cuda_tf32),
+            cmocka_unit_test(test_cuda_fox),
         };
         return cmocka_run_group_tests(gpu, NULL, NULL);
     }
@@ -782,6 +820,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_emulated_bf16),
         cmocka_unit_test(test_emulated_bf16_storage),
         cmocka_unit_test(test_emulated_tf32),
+        cmocka_unit_test(test_emulated_fox),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

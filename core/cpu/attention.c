@@ -300,7 +300,7 @@ static inline BK_HOST_INLINE void add_terms(float *row, int i, int c0, int c1, i
         const float pi = ht->cp[i], *pj = ht->cp + j0 - c0;
         BK_OMP_SIMD
         for (int c = c0; c < c1; c++)
-            row[c] += pj[c] - pi;
+            row[c] += bk_content_term(pi, pj[c]);
     }
 }
 
@@ -550,7 +550,7 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
     const size_t off_rs = off_phi + n_phi, off_scale = off_rs + (want_grid ? (size_t)T : 0);
     const int want_cpos = tm.cpos && bias->dcpos;
     const size_t off_cpos = off_scale + (want_scale ? (size_t)T : 0);
-    const size_t slice = off_cpos + (want_cpos ? (size_t)T : 0); /* doubles per (b, h) task */
+    const size_t slice = off_cpos + (want_cpos ? 2 * (size_t)T : 0); /* doubles per (b, h) task */
 
     /* per thread: dS; a (for dscale and the gates of counted positions); with counted positions the block's
      * logits l against the position vectors, their gradient dl, and one row's dL/da through the gates */
@@ -647,13 +647,13 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                 }
                 if (want_scale) /* masked columns hold dS = 0 */
                     my_acc[off_scale + i] += bk_dot_lanes(row, A + (size_t)r * ld, rk.live);
-                if (want_cpos) { /* dP(i) -= the row's dS; dP(j) += dS_ij (masked and later columns hold 0) */
-                    double *dp = my_acc + off_cpos, sum = 0.0;
+                if (want_cpos) { /* each key's column sum, each query's row sum of dS (masked columns hold 0) */
+                    double *keys = my_acc + off_cpos, sum = 0.0;
                     for (int c = 0; c < ns; c++)
-                        dp[c] += row[c], sum += row[c];
+                        keys[c] += row[c], sum += row[c];
                     for (int c = ns; c < rk.live; c++)
-                        dp[first - ns + c] += row[c], sum += row[c];
-                    dp[i] -= sum;
+                        keys[first - ns + c] += row[c], sum += row[c];
+                    my_acc[off_cpos + (size_t)T + (size_t)i] += sum;
                 }
                 if (cl)
                     counted_row_backward(row, A + (size_t)r * ld, i, &kb, &tm, cl + (size_t)r * np, dcl + (size_t)r * np,
@@ -747,11 +747,13 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
             bias->dscale[hi] += (float)sum;
         }
     }
-    if (want_cpos) { /* each (b, h) its own row */
+    if (want_cpos) { /* each (b, h) its own row: dL/dP(t) = t's key sum - its query sum */
 #pragma omp parallel for schedule(static)
-        for (int bh = 0; bh < B * H; bh++)
+        for (int bh = 0; bh < B * H; bh++) {
+            const double *keys = acc + (size_t)bh * slice + off_cpos, *queries = keys + T;
             for (int t = 0; t < T; t++)
-                bias->dcpos[(size_t)bh * T + t] += (float)acc[(size_t)bh * slice + off_cpos + (size_t)t];
+                bias->dcpos[(size_t)bh * T + t] += (float)bk_content_grad(keys[t], queries[t]);
+        }
     }
     if (dE) { /* dcope = sum over (b, h) = (0, 0), (0, 1), ... */
         const size_t n = np * (size_t)hd;

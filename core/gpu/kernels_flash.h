@@ -52,7 +52,13 @@
  *   rscale[i]), per grid point (dgrid: dS (1 - t) at cell g, dS t at g + 1; one thread per point, which
  *   finds the keys of its cell in each row by binary search: the cell is monotone along a row since phi
  *   is non-decreasing). k_flash_v2_reduce then sums the partials over (b, query tile) and, for dphi and
- *   drscale, the heads, in ascending order, in double. */
+ *   drscale, the heads, in ascending order, in double.
+ * - Content position (cpos, B x H x T): s[i][j] += bk_content_term(P(i), P(j)) = P(j) - P(i) after the other
+ *   terms (k_flash_biased_a). dcpos(t) = (sum of dS over t's column) - (sum over its row),
+ *   bk_content_grad: the column sums by the program that owns the key tile (k_flash_dkdv, which then keeps
+ *   dS raw and applies the logit scale in dK's chain), the row sums by the one that owns the query tile
+ *   (k_flash_dq), each a chain of doubles in a (B, H, T) partial only its owner writes (k_flash_cpos_keys,
+ *   k_flash_cpos_queries), combined per token by k_flash_v2_reduce. */
 #ifndef BK_GPU_KERNELS_FLASH_H
 #define BK_GPU_KERNELS_FLASH_H
 
@@ -72,6 +78,7 @@ typedef struct k_flash_v2 {
     const float *phi;    /* distances floats */
     const float *rscale; /* T floats */
     const float *lscale; /* H x T: the logit scale s_h(i) (bk_attention_bias.scale) */
+    const float *cpos;   /* (B, H, T): the content position P (bk_attention_bias.cpos) */
     int32_t points, window, sinks;
     int32_t wphi; /* distances with a dphi partial: min(distances, T) */
     /* backward partials, each NULL when its gradient is not wanted */
@@ -79,6 +86,8 @@ typedef struct k_flash_v2 {
     double *drscale_part; /* (B, H, T): sum_j dS slope phi[i - j] of the row (written) */
     double *dphi_part;    /* per (b, query tile, h), k_flash_phi_at (+=) */
     double *dgrid_part;   /* (B, query tile, H, points) (+=) */
+    double *dcpos_key;    /* (B, H, T): sum_i dS_ij of key j, i ascending (+=, by the key tile's owner) */
+    double *dcpos_query;  /* (B, H, T): sum_j dS_ij of query i, j ascending (+=, by the query tile's owner) */
 } k_flash_v2;
 
 typedef struct k_flash_args {
@@ -292,8 +301,8 @@ static inline BK_DEV_HD int32_t k_flash_cell(const k_flash_v2 *v, int i, int j, 
 }
 
 /* The biased score of (i, j), j <= i visible, from x = scale (q_i . k_j): the logit scale, the tables'
- * entries in stream order (k_att_add_bias), then the coordinate table. With no ABI 2 term, exactly
- * k_att_add_bias(x). */
+ * entries in stream order (k_att_add_bias), then the coordinate table, then the content position
+ * (bk_content_term, read per element as the tables are). With no ABI 2 term, exactly k_att_add_bias(x). */
 static inline BK_DEV_HD float k_flash_biased_a(const k_flash_args *a, int64_t b, int h, int i, int j, float x)
 {
     const k_flash_v2 *v = &a->v2;
@@ -304,6 +313,10 @@ static inline BK_DEV_HD float k_flash_biased_a(const k_flash_args *a, int64_t b,
         float t;
         const int32_t g = k_flash_cell(v, i, j, &t);
         s += bk_coord_lerp(v->grid + (int64_t)h * v->points, g, t);
+    }
+    if (v->cpos) {
+        const float *P = v->cpos + (b * a->H + h) * (int64_t)a->T;
+        s += bk_content_term(P[i], P[j]);
     }
     return s;
 }
@@ -538,6 +551,44 @@ static inline BK_DEV_HD void k_flash_ds_tile(const k_flash_args *a, const k_flas
     }
 }
 
+/* The content position's gradient partials of one tile pair, from dS (fp32, raw: not times the logit scale;
+ * 0 where masked and outside the sequence) with row stride ld, thread t's share; each element of a partial
+ * has one owner that adds the tile pairs in the order it walks them, so no two blocks write one element:
+ *  - k_flash_cpos_keys, by the owner of the key tile (k_flash_dkdv; the second generation's block): for
+ *    each key c (thread c), dcpos_key += dS[r][c] over the tile's rows r ascending (the query tiles walked
+ *    ascending: each key's sum runs over i ascending);
+ *  - k_flash_cpos_queries, by the owner of the query tile (k_flash_dq; the second generation in qt's turn):
+ *    for each row r (thread r), dcpos_query += dS[r][c] over the keys c ascending (the key tiles of the
+ *    walk ascending).
+ * Each running sum is a chain of doubles read from and written back to the partial in global memory. */
+static inline BK_DEV_HD void k_flash_cpos_keys(const k_flash_args *a, int64_t bh, int rows, int j0, int cols,
+                                               const float *dS, int ld, int t)
+{
+    double *part = a->v2.dcpos_key;
+    if (!part)
+        return;
+    for (int c = t; c < cols; c += BK_CTA_THREADS) {
+        double acc = part[bh * a->T + j0 + c];
+        for (int r = 0; r < rows; r++)
+            acc += (double)dS[r * ld + c];
+        part[bh * a->T + j0 + c] = acc;
+    }
+}
+
+static inline BK_DEV_HD void k_flash_cpos_queries(const k_flash_args *a, int64_t bh, int i0, int rows, int cols,
+                                                  const float *dS, int ld, int t)
+{
+    double *part = a->v2.dcpos_query;
+    if (!part)
+        return;
+    for (int r = t; r < rows; r += BK_CTA_THREADS) {
+        double acc = part[bh * a->T + i0 + r];
+        for (int c = 0; c < cols; c++)
+            acc += (double)dS[r * ld + c];
+        part[bh * a->T + i0 + r] = acc;
+    }
+}
+
 static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *smem)
 {
     const k_flash_args *a = (const k_flash_args *)args;
@@ -549,6 +600,10 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
     const int h = blk.h, kt = blk.tile, j0 = blk.t0, cols = blk.n;
     float *Ks = smem + L.k, *Vs = smem + L.v, *dKs = smem + L.acc, *dVs = smem + L.acc2, *Qs = smem + L.q;
     float *dOs = smem + L.dout, *Ps = smem + L.p, *dSs = smem + L.ds, *lse = smem + L.m, *dsum = smem + L.l;
+    /* the content position's key sums take dS raw: then dS is kept so and the dK chain applies the row's
+     * logit scale (the same float product ds lscale as k_flash_ds_tile's for_dk) */
+    const int raw = a->v2.dcpos_key != 0;
+    const float *lscale = raw && a->v2.lscale ? a->v2.lscale + (int64_t)h * a->T : (const float *)0;
 
     BK_CTA_PHASE(t)
     {
@@ -569,21 +624,23 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
         }
         BK_CTA_PHASE(t)
         {
-            k_flash_ds_tile(a, &L, b, h, i0, rows, j0, cols, cls, 1, Qs, dOs, Ks, Vs, lse, dsum, Ps, dSs, (float *)0,
-                            t);
+            k_flash_ds_tile(a, &L, b, h, i0, rows, j0, cols, cls, !raw, Qs, dOs, Ks, Vs, lse, dsum, Ps, dSs,
+                            (float *)0, t);
         }
-        BK_CTA_PHASE(t) /* dV += P^T dO, dK += scale dS^T Q, rows in ascending order */
+        BK_CTA_PHASE(t) /* dV += P^T dO, dK += scale dS^T Q, rows in ascending order; the key sums of dS */
         {
             for (int e = t; e < cols * hd; e += BK_CTA_THREADS) {
                 const int c = e / hd, d = e % hd;
                 float dv = dVs[c * ld + d], dk = 0.0f;
                 for (int r = 0; r < rows; r++) {
+                    const float ds = lscale ? dSs[r * lds + c] * lscale[i0 + r] : dSs[r * lds + c];
                     dv += Ps[r * lds + c] * dOs[r * ld + d];
-                    dk += dSs[r * lds + c] * Qs[r * ld + d];
+                    dk += ds * Qs[r * ld + d];
                 }
                 dVs[c * ld + d] = dv;
                 dKs[c * ld + d] += a->scale * dk;
             }
+            k_flash_cpos_keys(a, bh, rows, j0, cols, dSs, lds, t);
         }
     }
     BK_CTA_PHASE(t)
@@ -856,8 +913,10 @@ static inline BK_DEV_HD void k_flash_v2_finish(const k_flash_args *a, const k_fl
  *   K_FLASH_R_DRSCALE index i over T: drscale[i] += sum over b, then h, ascending;
  *   K_FLASH_R_DPHI    index d over wphi: dphi[d] += sum over (b, qt), then h, ascending (rows too short to
  *                     hold d hold no partial of it);
- *   K_FLASH_R_DGRID   index (h, g) over H*points: dgrid[h points + g] += sum over (b, qt) ascending. */
-enum { K_FLASH_R_DSCALE = 0, K_FLASH_R_DRSCALE = 1, K_FLASH_R_DPHI = 2, K_FLASH_R_DGRID = 3 };
+ *   K_FLASH_R_DGRID   index (h, g) over H*points: dgrid[h points + g] += sum over (b, qt) ascending;
+ *   K_FLASH_R_DCPOS   index (b, h, t) over B*H*T: dcpos += bk_content_grad(key sum, query sum) (one of each:
+ *                     no sum over b or h). */
+enum { K_FLASH_R_DSCALE = 0, K_FLASH_R_DRSCALE = 1, K_FLASH_R_DPHI = 2, K_FLASH_R_DGRID = 3, K_FLASH_R_DCPOS = 4 };
 
 typedef struct k_flash_v2_reduce_args {
     float *out;
@@ -890,6 +949,8 @@ static inline BK_DEV_HD void k_flash_v2_reduce(int64_t idx, const void *args)
                         sum += v->dphi_part[H * rows + h * len + idx];
                 rows += len;
             }
+    } else if (r->which == K_FLASH_R_DCPOS) {
+        sum = bk_content_grad(v->dcpos_key[idx], v->dcpos_query[idx]);
     } else {
         const int64_t h = idx / v->points, g = idx % v->points;
         for (int64_t b = 0; b < a->B; b++)
@@ -951,6 +1012,7 @@ static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *sm
                 if (a->G[s])
                     k_flash_table_partial(a, s, b, h, qt, i0, rows, j0, cols, dSs, lds, t);
             k_flash_v2_partial(a, &L, smem, b, h, qt, i0, rows, j0, cols, dSs, lds, Sa, lds, t);
+            k_flash_cpos_queries(a, bh, i0, rows, cols, dSs, lds, t);
         }
     }
     BK_CTA_PHASE(t)

@@ -30,7 +30,9 @@
  * 0.0f over the keys ascending, then scale (acc lscale) added to the accumulator; the table partials'
  * per-distance doubles; the rows' running dscale / drscale doubles, kept in global memory between key
  * tiles instead of shared memory), so the accumulator ends with the bits k_flash_dq's shared memory had,
- * and k_flash2_dq_add adds it into dqkv as k_flash_add_rows did.
+ * and k_flash2_dq_add adds it into dqkv as k_flash_add_rows did. The content position's sums: the key
+ * sums by the block itself (k_flash_cpos_keys, query tiles ascending: k_flash_dkdv's chain), the query
+ * sums in qt's turn (k_flash_cpos_queries: k_flash_dq's chain).
  *
  * D = dO . O (k_flash2_dsum): a block stages 32 rows of dO and O through shared memory with consecutive
  * threads reading consecutive addresses (the first generation's k_flash_dsum reads one row per thread,
@@ -218,6 +220,7 @@ static inline BK_DEV_HD void k_flash2_bwd(int64_t cta, const void *args, float *
                 dVs[c * ld + d] = dv;
                 dKs[c * ld + d] += a->scale * dk;
             }
+            k_flash_cpos_keys(a, bh, rows, j0, cols, dSs, lds, t);
             if (t == 0)
                 bk_dev_wait_turn(g->turn + bh * nq + qt, kt);
         }
@@ -243,6 +246,7 @@ static inline BK_DEV_HD void k_flash2_bwd(int64_t cta, const void *args, float *
             }
             k_flash_v2_partial(a, &L.f, smem, b, h, qt, i0, rows, j0, cols, dSs, lds, Sa, lds, t);
             k_flash_v2_finish(a, &L.f, smem, bh, i0, rows, t);
+            k_flash_cpos_queries(a, bh, i0, rows, cols, dSs, lds, t);
         }
         BK_CTA_PHASE(t) /* the turn to the next key tile of qt's walk */
         {

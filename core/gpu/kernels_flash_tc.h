@@ -17,7 +17,8 @@
  *
  * The ABI 2 terms (kernels_flash.h's header) the same way too: the same tiles visited, the same mask, the
  * same partials; dS enters the bf16 products times the row's logit scale, dS a (dscale) is written over
- * dp once read.
+ * dp once read. The content position's sums (k_flash_cpos_keys / _queries) read dS in fp32 written over S
+ * (in k_flash_tc_dkdv only when they are wanted).
  *
  * Shared memory of each program: k_flash_layout(which, 1, tile, hd, v2) (kernels_flash.h). */
 #ifndef BK_GPU_KERNELS_FLASH_TC_H
@@ -197,14 +198,21 @@ static inline BK_DEV_HD void k_flash_tc_dkdv(int64_t cta, const void *args, floa
             bk_mma_tile(Ss, L.lds, Qb, L.ldh, 0, Kb, L.ldh, 1, tile, tile, L.hdp, 0, w);
             bk_mma_tile(dPs, L.lds, dOb, L.ldh, 0, Vb, L.ldh, 1, tile, tile, L.hdp, 0, w);
         }
-        BK_CTA_PHASE(t)
+        BK_CTA_PHASE(t) /* P and dS in bf16; dS in fp32 over S for the content position's key sums */
         {
-            k_flash_tc_ds(a, &L, b, h, i0, rows, j0, cols, cls, Ss, dPs, lse, dsum, Pb, dSb, (float *)0, (float *)0, t);
+            k_flash_tc_ds(a, &L, b, h, i0, rows, j0, cols, cls, Ss, dPs, lse, dsum, Pb, dSb,
+                          a->v2.dcpos_key ? Ss : (float *)0, (float *)0, t);
         }
         BK_CTA_WARP_PHASE(w) /* dV += P^T dO, dK += dS^T Q (P^T, dS^T: the bf16 tiles read column-major) */
         {
             bk_mma_tile(dVs, L.ldf, Pb, L.ldp, 1, dOb, L.ldh, 0, tile, L.hdp, tile, 1, w);
             bk_mma_tile(dKs, L.ldf, dSb, L.ldp, 1, Qb, L.ldh, 0, tile, L.hdp, tile, 1, w);
+        }
+        if (a->v2.dcpos_key) {
+            BK_CTA_PHASE(t)
+            {
+                k_flash_cpos_keys(a, bh, rows, j0, cols, Ss, L.lds, t);
+            }
         }
     }
     BK_CTA_PHASE(t)
@@ -235,7 +243,7 @@ static inline BK_DEV_HD void k_flash_tc_dq(int64_t cta, const void *args, float 
         k_flash_load_stats(lse, dsum, a, bh, i0, rows, t);
         k_flash_v2_start(&L, smem, tile, t);
     }
-    int partials = a->v2.dscale_part || a->v2.drscale_part || a->v2.dphi_part || a->v2.dgrid_part;
+    int partials = a->v2.dscale_part || a->v2.drscale_part || a->v2.dphi_part || a->v2.dgrid_part || a->v2.dcpos_query;
     for (int s = 0; s < BK_STREAM_COUNT; s++)
         partials |= a->G[s] != 0;
     float *Sa = a->v2.dscale_part ? dPs : (float *)0;
@@ -270,6 +278,7 @@ static inline BK_DEV_HD void k_flash_tc_dq(int64_t cta, const void *args, float 
                     if (a->G[s])
                         k_flash_table_partial(a, s, b, h, qt, i0, rows, j0, cols, Ss, L.lds, t);
                 k_flash_v2_partial(a, &L, smem, b, h, qt, i0, rows, j0, cols, Ss, L.lds, Sa, L.lds, t);
+                k_flash_cpos_queries(a, bh, i0, rows, cols, Ss, L.lds, t);
             }
         }
     }

@@ -98,7 +98,8 @@ static int dev_att_check(const char *what, const bk_attention_bias *bias, int B,
 }
 
 /* The materialized attention computes the ABI 2 terms (the coordinate table, the window mask, the logit
- * scale) nowhere: a call that has one is refused, naming it, rather than computed without it. */
+ * scale, the content position) nowhere: a call that has one is refused, naming it, rather than computed
+ * without it (the fused attention, ops_flash.h, has them all). */
 static int dev_att_refuse_v2(const char *what, const bk_attention_bias *bias, bk_error *err)
 {
     if (!bias)

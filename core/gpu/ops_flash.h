@@ -13,10 +13,11 @@
  * dO and O as bf16 and writing the output in bf16 (k_flash_args.qkv16), on the tensor-core programs
  * only; the row statistics, dqkv and the table gradient stay fp32.
  *
- * ABI 2 terms (cpu/attention.h: the coordinate table, the window mask with sinks, the logit scale) on
- * every fused program, fp32 and tensor cores, fp32 and bf16 storage (kernels_flash.h). Their gradients
- * take one more scratch buffer of doubles (BK_DEV_SCRATCH_ATT_V2): dscale and drscale B*H*T each, dgrid
- * B * ceil(T / tile) * H * points, dphi as a token-stream table partial of min(distances, T) distances. */
+ * ABI 2 terms (cpu/attention.h: the coordinate table, the window mask with sinks, the logit scale, the
+ * content position) on every fused program, fp32 and tensor cores, fp32 and bf16 storage (kernels_flash.h).
+ * Their gradients take one more scratch buffer of doubles (BK_DEV_SCRATCH_ATT_V2): dscale and drscale
+ * B*H*T each, dgrid B * ceil(T / tile) * H * points, dphi as a token-stream table partial of
+ * min(distances, T) distances, dcpos 2 B*H*T (its key sums and its query sums). */
 #ifndef BK_GPU_OPS_FLASH_H
 #define BK_GPU_OPS_FLASH_H
 
@@ -90,6 +91,7 @@ static void dev_flash_args_of(k_flash_args *a, const k_flash_args *io, const bk_
     if (bias && bias->window > 0)
         a->v2.window = bias->window, a->v2.sinks = bias->sinks;
     a->v2.lscale = bias ? bias->scale : (const float *)0;
+    a->v2.cpos = bias ? bias->cpos : (const float *)0;
 }
 
 /* What of the ABI 2 terms the host can check (the values in backend memory are the engine's to check:
@@ -98,11 +100,6 @@ static int dev_flash_check_v2(const char *what, const bk_attention_bias *bias, i
 {
     if (!bias)
         return BK_OK;
-    if (bias->cpos)
-        return bk_fail(err, BK_ERR_UNSUPPORTED,
-                       "%s: the device attention does not add a content position (BIASKIT_CAP_CONTENT, e.g. plugin "
-                       "fox) yet; run it on the CPU ([run] device = \"cpu\")",
-                       what);
     if (bias->window < 0 || bias->sinks < 0)
         return bk_fail(err, BK_ERR_INVALID,
                        "%s: mask window %d, sinks %d; expected window >= 0 (0: no mask) and sinks >= 0", what,
@@ -150,32 +147,37 @@ static int dev_flash_prepare(bk_backend *be, const char *what, const k_flash_arg
 }
 
 /* The backward's partials of the ABI 2 gradients the bias wants (a's tile and shape set): one scratch
- * buffer of doubles, dgrid's and dphi's parts zeroed (k_flash_dq adds into them), dscale's and drscale's
- * written whole by k_flash_dq. */
+ * buffer of doubles, dgrid's, dphi's and the content position's parts zeroed (k_flash_dq, and for dcpos's
+ * key sums k_flash_dkdv, add into them), dscale's and drscale's written whole by k_flash_dq. */
 static int dev_flash_v2_partials(bk_dev *d, k_flash_args *a, const bk_attention_bias *bias, bk_error *err)
 {
     if (!bias)
         return BK_OK;
     const int want_scale = bias->scale && bias->dscale, want_grid = bias->grid && bias->dgrid;
     const int want_phi = bias->grid && bias->dphi, want_rs = bias->grid && bias->drscale;
-    if (!want_scale && !want_grid && !want_phi && !want_rs)
+    const int want_cpos = bias->cpos && bias->dcpos;
+    if (!want_scale && !want_grid && !want_phi && !want_rs && !want_cpos)
         return BK_OK;
     a->v2.wphi = bias->distances < a->T ? bias->distances : a->T;
     const size_t rows = (size_t)a->B * a->H * a->T;
     const size_t n_grid = want_grid ? (size_t)a->B * k_flash_tiles(a) * a->H * a->v2.points : 0;
     const size_t n_phi = want_phi ? (size_t)k_flash_phi_at(a, a->B, 0) : 0; /* past the last (b, qt) */
-    const size_t n_scale = want_scale ? rows : 0, n_rs = want_rs ? rows : 0;
+    const size_t n_scale = want_scale ? rows : 0, n_rs = want_rs ? rows : 0, n_cpos = want_cpos ? rows : 0;
+    const size_t zeroed = n_grid + n_phi + 2 * n_cpos;
     void *buf = NULL;
     int rc;
-    if ((rc = dev_scratch(d, BK_DEV_SCRATCH_ATT_V2, (n_grid + n_phi + n_scale + n_rs) * sizeof(double), &buf, err)) !=
-            BK_OK ||
-        (rc = dev_zero(d, buf, (n_grid + n_phi) * sizeof(double), err)) != BK_OK)
+    if ((rc = dev_scratch(d, BK_DEV_SCRATCH_ATT_V2, (zeroed + n_scale + n_rs) * sizeof(double), &buf, err)) != BK_OK ||
+        (rc = dev_zero(d, buf, zeroed * sizeof(double), err)) != BK_OK)
         return rc;
     double *at = (double *)buf;
     a->v2.dgrid_part = want_grid ? at : (double *)0;
     at += n_grid;
     a->v2.dphi_part = want_phi ? at : (double *)0;
     at += n_phi;
+    a->v2.dcpos_key = want_cpos ? at : (double *)0;
+    at += n_cpos;
+    a->v2.dcpos_query = want_cpos ? at : (double *)0;
+    at += n_cpos;
     a->v2.dscale_part = want_scale ? at : (double *)0;
     at += n_scale;
     a->v2.drscale_part = want_rs ? at : (double *)0;
@@ -206,6 +208,12 @@ static int dev_flash_v2_reduce(bk_dev *d, const k_flash_args *a, const bk_attent
     if (a->v2.dgrid_part) {
         r.out = bias->dgrid, r.which = K_FLASH_R_DGRID;
         if ((rc = BK_LAUNCH(d, k_flash_v2_reduce, k_flash_v2_reduce_args, (int64_t)a->H * a->v2.points, r, err)) !=
+            BK_OK)
+            return rc;
+    }
+    if (a->v2.dcpos_key) {
+        r.out = bias->dcpos, r.which = K_FLASH_R_DCPOS;
+        if ((rc = BK_LAUNCH(d, k_flash_v2_reduce, k_flash_v2_reduce_args, (int64_t)a->B * a->H * a->T, r, err)) !=
             BK_OK)
             return rc;
     }

@@ -84,4 +84,21 @@ static inline BK_HOST_INLINE BIASKIT_HD int bk_mask_tile(int32_t q0, int32_t q1,
     return causal_full && window_full ? BK_TILE_FULL : BK_TILE_PARTIAL;
 }
 
+/* ---- content position (BIASKIT_CAP_CONTENT; cpu/attention.h's cpos) ----------------------------------
+ * The score of query i, key j gets -(P(i) - P(j)) = P(j) - P(i), P the content position of the (batch row,
+ * head), added after the logit scale like the other additive terms; its gradient for token t is the sum of
+ * the score gradients of t's pairs as a key (column t) minus the sum of those as a query (row t). */
+
+/* The term of the pair (i, j) from P(i) = p_i and P(j) = p_j. */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_content_term(float p_i, float p_j)
+{
+    return p_j - p_i;
+}
+
+/* dL/dP(t) from the sum of dS over t's column (as a key) and over its row (as a query), both in double. */
+static inline BK_HOST_INLINE BIASKIT_HD double bk_content_grad(double key_sum, double query_sum)
+{
+    return key_sum - query_sum;
+}
+
 #endif
