@@ -304,6 +304,17 @@ static inline BK_HOST_INLINE void add_terms(float *row, int i, int c0, int c1, i
     }
 }
 
+/* One step of the scan from the diagonal down: column c's gate added to the running count and its cell (k,
+ * *w, *clamped); -1 for a masked column, which has no gate. */
+static inline BK_HOST_INLINE int32_t count_step(double *sum, const float *a, int c, const row_keys *rk, const terms *tm,
+                                                float *w, int *clamped)
+{
+    if (c >= rk->m0 && c < rk->m1)
+        return -1;
+    *sum += bk_cope_gate(a[c]);
+    return bk_cope_cell(*sum, tm->cope_points, w, clamped);
+}
+
 /* Counted positions (cope_math.h) of row i from its scores a = q.k / sqrt(hd) (`a`, before any term is
  * added) and its logits against the position vectors (l, cope_points floats): out[c] = cope_scale x the
  * interpolation at the count from key c to the diagonal, for the visible columns (0 on masked ones). The
@@ -314,15 +325,10 @@ static inline BK_HOST_INLINE void counted_row(const float *a, int i, const block
     const row_keys rk = row_of(i, kb, tm);
     double sum = 0.0;
     for (int c = rk.live - 1; c >= 0; c--) {
-        if (c >= rk.m0 && c < rk.m1) {
-            out[c] = 0.0f;
-            continue;
-        }
-        sum += bk_cope_gate(a[c]);
-        float w;
-        int clamped;
-        const int32_t k = bk_cope_cell(sum, tm->cope_points, &w, &clamped);
-        out[c] = tm->cope_scale * bk_cope_lerp(l, k, w);
+        float w = 0.0f;
+        int clamped = 0;
+        const int32_t k = count_step(&sum, a, c, &rk, tm, &w, &clamped);
+        out[c] = k < 0 ? 0.0f : tm->cope_scale * bk_cope_lerp(l, k, w);
     }
 }
 
@@ -335,14 +341,13 @@ static inline BK_HOST_INLINE void counted_row_backward(const float *ds, const fl
     const row_keys rk = row_of(i, kb, tm);
     double sum = 0.0;
     for (int c = rk.live - 1; c >= 0; c--) { /* dL/dp_ic and dL/dl, in the forward's order */
-        if (c >= rk.m0 && c < rk.m1) {
+        float w = 0.0f;
+        int clamped = 0;
+        const int32_t k = count_step(&sum, a, c, &rk, tm, &w, &clamped);
+        if (k < 0) {
             out[c] = 0.0f;
             continue;
         }
-        sum += bk_cope_gate(a[c]);
-        float w;
-        int clamped;
-        const int32_t k = bk_cope_cell(sum, tm->cope_points, &w, &clamped);
         const float g = ds[c] * tm->cope_scale;
         dl[k] += g * (1.0f - w);
         if (w > 0.0f)
