@@ -69,16 +69,23 @@ int rp_figure_name(report_ctx *c, const char *base, char *out, size_t size, bk_e
 static void figure(report_ctx *c, FILE *md, bk_plot *p, const bk_plot_marks *m, const char *name, const char *alt)
 {
     char png[REPORT_PATH_MAX + 160];
-    snprintf(png, sizeof png, "%s/%s.png", c->out_dir, name);
-    p->png = png;
     bk_error err = {0};
-    rp_figure_drawn(c, md, bk_plot_write_marked(p, m, &err), &err, name, alt);
+    int rc = BK_OK;
+    if (snprintf(png, sizeof png, "%s/%s.png", c->out_dir, name) >= (int)sizeof png)
+        rc = bk_fail(&err, BK_ERR_INVALID, "the figure's path %s/%s.png is longer than %zu bytes", c->out_dir, name,
+                     sizeof png - 1);
+    if (rc == BK_OK) {
+        p->png = png;
+        rc = bk_plot_write_marked(p, m, &err);
+    }
+    rp_figure_drawn(c, md, rc, &err, name, alt);
 }
 
 void rp_figure_drawn(report_ctx *c, FILE *md, int rc, const bk_error *e, const char *name, const char *alt)
 {
     char pdf[REPORT_PATH_MAX + 160];
-    snprintf(pdf, sizeof pdf, "%s/%s.pdf", c->out_dir, name);
+    if (snprintf(pdf, sizeof pdf, "%s/%s.pdf", c->out_dir, name) >= (int)sizeof pdf)
+        pdf[0] = '\0'; /* too long to be there: no link */
     const bk_error err = *e;
     if (rc == BK_OK) {
         c->sum->figures++;
