@@ -232,7 +232,7 @@ static void unknown_capability_bits_fail_the_load(void **state)
     (void)state;
     report *r = checked("biaskit_futurecap.so");
     assert_int_equal(r->n, 1);
-    expect_item(r, "load", BK_CHECK_FAIL, "biaskit_futurecap.so' (futurecap): declares capability bits 0x200 that "
+    expect_item(r, "load", BK_CHECK_FAIL, "biaskit_futurecap.so' (futurecap): declares capability bits 0x100000 that "
                                           "this biaskit does not know");
     free(r);
 }

@@ -45,9 +45,9 @@ check "plugins: the same file twice is no shadow" 0 "^[0-9]+ plugins$" \
 
 # Descriptors: a capability bit this engine does not know is refused (naming the file and the bits),
 # by the loader and by biaskit check alike; create() returning no instance is refused at creation.
-check "plugins: unknown capability bits are refused" 1 "plugin '.*biaskit_futurecap.so' \(futurecap\): declares capability bits 0x200 that this biaskit does not know" \
+check "plugins: unknown capability bits are refused" 1 "plugin '.*biaskit_futurecap.so' \(futurecap\): declares capability bits 0x100000 that this biaskit does not know" \
     "$bk" plugins "$testplugins/biaskit_futurecap.so"
-check "check: unknown capability bits fail the load" 1 "^FAIL  plugin '.*biaskit_futurecap.so' \(futurecap\): declares capability bits 0x200 that this biaskit does not know" \
+check "check: unknown capability bits fail the load" 1 "^FAIL  plugin '.*biaskit_futurecap.so' \(futurecap\): declares capability bits 0x100000 that this biaskit does not know" \
     "$bk" check "$testplugins/biaskit_futurecap.so"
 printf '[model]\nheads = 2\ndim = 16\n[[term]]\nplugin = "%s"\n' "$testplugins/biaskit_nullinst.so" >"$work/nullinst.toml"
 check "bias: create() without an instance is refused" 1 \

@@ -108,7 +108,7 @@ static void rejects_non_elf(void **state)
 static void rejects_unknown_capability_bits(void **state)
 {
     (void)state;
-    expect_rejected("biaskit_futurecap.so", "(futurecap): declares capability bits 0x200 that this biaskit does not know");
+    expect_rejected("biaskit_futurecap.so", "(futurecap): declares capability bits 0x100000 that this biaskit does not know");
 }
 
 /* The validator on descriptors built here: what the loader refuses and what it only flags. */
@@ -330,7 +330,7 @@ static void record_problem(void *ctx, bk_scan_problem kind, const char *path, co
     p->tiny += kind == BK_SCAN_REJECTED && strstr(path, "tiny") && strstr(message, "descriptor is 16 bytes");
     p->nocreate += kind == BK_SCAN_REJECTED && strstr(path, "nocreate") && strstr(message, "create");
     p->junk += kind == BK_SCAN_REJECTED && strstr(path, "junk") && strstr(message, "cannot load");
-    p->futurecap += kind == BK_SCAN_REJECTED && strstr(path, "futurecap") && strstr(message, "capability bits 0x200");
+    p->futurecap += kind == BK_SCAN_REJECTED && strstr(path, "futurecap") && strstr(message, "capability bits 0x100000");
     /* a shadow names both files: the one skipped and the one that wins */
     p->shadowed += kind == BK_SCAN_SHADOWED && strstr(path, "dupalibi") &&
                    strstr(message, BK_TEST_PLUGINS_DIR "/biaskit_dupalibi.so' (plugin 'alibi') is shadowed by '") &&
@@ -464,9 +464,9 @@ static void a_descriptor_in_memory_is_accepted_like_a_loaded_one(void **state)
     assert_int_equal(bk_registry_add(&reg, &twin, "(twin)", &p, &err), BK_ERR_PLUGIN);
     assert_message_has(err.message, "plugin '(twin)': duplicate name 'ok', already loaded from '(memory)'");
     bad.name = "other";
-    bad.capabilities = BIASKIT_CAP_TABLE | (1u << 9);
+    bad.capabilities = BIASKIT_CAP_TABLE | (1u << 20);
     assert_int_equal(bk_registry_add(&reg, &bad, "(bad)", &p, &err), BK_ERR_PLUGIN);
-    assert_message_has(err.message, "plugin '(bad)' (other): declares capability bits 0x200");
+    assert_message_has(err.message, "plugin '(bad)' (other): declares capability bits 0x100000");
     assert_int_equal(bk_registry_add(&reg, NULL, "(none)", &p, &err), BK_ERR_PLUGIN);
     assert_message_has(err.message, "plugin '(none)': biaskit_plugin_entry() returned no descriptor");
     assert_int_equal(reg.count, 1);

@@ -57,7 +57,7 @@ static const biaskit_plugin descriptor = {
     .version = "0",
     .summary = "broken on purpose",
 #if BAD_KIND == 7
-    .capabilities = BIASKIT_CAP_TABLE | (1u << 9),
+    .capabilities = BIASKIT_CAP_TABLE | (1u << 20),
 #else
     .capabilities = BIASKIT_CAP_TABLE,
 #endif
