@@ -457,6 +457,34 @@ static void wrong_coordinate_gradient_fails_despite_the_kink(void **state)
     free(r);
 }
 
+/* CoPE (count capability): the layout, the vectors and their gradient pass; the misbehaving counting plugin
+ * (tests/plugins/badcount.c) fails the item its failure belongs to. */
+static void count_checks(void **state)
+{
+    (void)state;
+    static const char *const none[] = {NULL}, *const count_fails[] = {"count", "count-gradient", NULL};
+    report *r = checked("cope");
+    expect_only_failures(r, none);
+    expect_item(r, "count", BK_CHECK_PASS, "count() = 129 position vectors of 16 values, pos_scale 0.25");
+    expect_item(r, "count-backward-adds", BK_CHECK_PASS, NULL);
+    expect_item(r, "count-gradient", BK_CHECK_PASS, "initial + 3 random parameter sets x 129 position vectors");
+    free(r);
+    report *b = malloc(sizeof *b);
+    bk_error err;
+    const char *nan[] = {"failure=\"nan\""}, *points[] = {"failure=\"points\""}, *grad[] = {"failure=\"grad\""};
+    assert_int_equal(run_check("biaskit_badcount.so", nan, 1, 0, b, &err), BK_OK);
+    expect_item(b, "count", BK_CHECK_FAIL, "count_vectors() of 3 position vectors gives nan at vector 1, component 2");
+    assert_int_equal(run_check("biaskit_badcount.so", points, 1, 0, b, &err), BK_OK);
+    expect_only_failures(b, count_fails);
+    expect_item(b, "count", BK_CHECK_FAIL, "count() said 1 position vectors");
+    assert_int_equal(run_check("biaskit_badcount.so", grad, 1, 0, b, &err), BK_OK);
+    static const char *const grad_fails[] = {"count-gradient", NULL};
+    expect_only_failures(b, grad_fails);
+    expect_item(b, "count-gradient", BK_CHECK_FAIL, "count_vectors_backward gradient theta[0]: analytic");
+    expect_item(b, "count", BK_CHECK_PASS, NULL);
+    free(b);
+}
+
 static void scale_nan_far_away_fails(void **state)
 {
     (void)state;
@@ -778,6 +806,7 @@ int main(void)
         cmocka_unit_test(create_without_an_instance_fails),
         cmocka_unit_test(bad_options_are_usage_errors),
         cmocka_unit_test(set_options_reach_create),
+        cmocka_unit_test(count_checks),
         cmocka_unit_test(a_load_that_crashes_exits_or_hangs_is_one_fail),
         cmocka_unit_test(fire_passes_with_its_kink),
         cmocka_unit_test(window_logn_ssmax_rope_pass),

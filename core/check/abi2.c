@@ -41,6 +41,33 @@ int ck_grid_points(const instance *in, int32_t *points, char *why, size_t size)
     return 0;
 }
 
+int ck_count_layout(const instance *in, biaskit_count *out, char *why, size_t size)
+{
+    biaskit_count c[2];
+    biaskit_context ctx = ck_context(in, in->geo.train_length, 1);
+    for (int k = 0; k < 2; k++) {
+        c[k] = (biaskit_count){.struct_size = sizeof c[k], .points = 0,
+                               .pos_scale = 1.0f / sqrtf((float)(in->geo.d_head > 0 ? in->geo.d_head : 1))};
+        biaskit_error pe = {0};
+        ck_stage(in->c, "count()");
+        int rc = in->c->d->count(in->inst, &ctx, &c[k], &pe);
+        if (rc != BIASKIT_OK)
+            return ck_refusal("count()", rc, &pe, why, size) != 0;
+    }
+    if (c[0].points != c[1].points || memcmp(&c[0].pos_scale, &c[1].pos_scale, sizeof(float))) {
+        snprintf(why, size, "count() said %d vectors and pos_scale %g, then %d and %g (the layout must not change)",
+                 (int)c[0].points, (double)c[0].pos_scale, (int)c[1].points, (double)c[1].pos_scale);
+        return 1;
+    }
+    if (c[0].points < 2 || c[0].points > CK_MAX_POINTS || !isfinite(c[0].pos_scale)) {
+        snprintf(why, size, "count() said %d position vectors and pos_scale %g (expected 2 .. %d vectors and a "
+                 "finite scale)", (int)c[0].points, (double)c[0].pos_scale, CK_MAX_POINTS);
+        return 1;
+    }
+    *out = c[0];
+    return 0;
+}
+
 int ck_coordinate_contract(const model_fn *m, const float *out, double *max_u, int32_t *max_at, char *why,
                            size_t size)
 {
@@ -356,6 +383,60 @@ void ck_unit_scale(checker *c, const void *arg)
                 lo <= hi ? lo : 0.0, lo <= hi ? hi : 0.0);
     free(out);
     free(text.s);
+    ck_instance_close(&in);
+}
+
+/* ---- COUNT --------------------------------------------------------------------------------------- */
+
+/* count()'s layout, then count_vectors() finite for the initial and n_seeds random parameter sets, and the
+ * same bits on a second call. */
+void ck_unit_count(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "count", c->opt->seed, 0, &in))
+        return;
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300], label[48];
+    biaskit_count layout;
+    if (ck_count_layout(&in, &layout, why, sizeof why)) {
+        ck_item(c, BK_CHECK_FAIL, "count", "%s; the position vectors are not checked", why);
+        ck_instance_close(&in);
+        return;
+    }
+    model_fn m = {.kind = FN_COUNT, .distances = layout.points, .length = c->geo.train_length, .training = 1};
+    const size_t n = ck_fn_outputs(&in, &m);
+    float *E = ck_guarded_alloc(n), *again = ck_guarded_alloc(n);
+    int bad = !E || !again;
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "count", "out of memory for %d position vectors", (int)layout.points);
+    double lo = INFINITY, hi = -INFINITY;
+    int sets = in.n_params ? c->opt->n_seeds : 0;
+    for (int s = -1; s < sets && !bad; s++) {
+        if ((bad = parameter_set(&in, s, 640, label, sizeof label, why, sizeof why)) ||
+            (bad = ck_forward_finite(&in, &m, in.theta, E, why, sizeof why)) ||
+            (bad = ck_forward_finite(&in, &m, in.theta, again, why, sizeof why))) {
+            ck_item(c, BK_CHECK_FAIL, "count", "%s: %s", label, why);
+            break;
+        }
+        if ((bad = memcmp(E, again, n * sizeof *E) != 0)) {
+            size_t k = 0;
+            while (k < n && !memcmp(&E[k], &again[k], sizeof *E))
+                k++;
+            char place[96];
+            ck_output_place(&in, &m, k, place, sizeof place);
+            ck_item(c, BK_CHECK_FAIL, "count", "%s: count_vectors() gave %.9g, then %.9g at %s (the same "
+                    "parameters must give the same bits)", label, (double)E[k], (double)again[k], place);
+            break;
+        }
+        for (size_t k = 0; k < n; k++)
+            lo = fmin(lo, E[k]), hi = fmax(hi, E[k]);
+    }
+    if (!bad)
+        ck_item(c, BK_CHECK_PASS, "count", "count() = %d position vectors of %d values, pos_scale %g, the same on "
+                "every call; count_vectors() finite and the same bits twice for the initial%s parameters (%g .. %g)",
+                (int)layout.points, (int)c->geo.d_head, (double)layout.pos_scale, sets ? " and random" : "", lo, hi);
+    free(E);
+    free(again);
     ck_instance_close(&in);
 }
 

@@ -1182,15 +1182,18 @@ static void run_abi2_gradient(checker *c, const abi2_gradient *g)
     model_fn cases[2];
     int n_cases = 0;
     strbuf shapes = {0};
-    if (g->kind == FN_GRID) {
+    if (g->kind == FN_GRID || g->kind == FN_COUNT) {
         int32_t P = 0;
-        if (ck_grid_points(&in, &P, why, sizeof why)) {
+        biaskit_count layout;
+        if (g->kind == FN_GRID ? ck_grid_points(&in, &P, why, sizeof why)
+                               : ck_count_layout(&in, &layout, why, sizeof why)) {
             ck_item(c, BK_CHECK_FAIL, g->id, "%s gradient: %s", g->what, why);
             ck_instance_close(&in);
             return;
         }
-        cases[n_cases++] = (model_fn){.kind = FN_GRID, .distances = P};
-        ck_sb_printf(&shapes, "the grid of %d points", P);
+        P = g->kind == FN_GRID ? P : layout.points;
+        cases[n_cases++] = (model_fn){.kind = g->kind, .distances = P, .length = L, .training = 1};
+        ck_sb_printf(&shapes, g->kind == FN_GRID ? "the grid of %d points" : "%d position vectors", P);
     } else {
         for (int k = 0; k < 2; k++) {
             int32_t n = k ? (L <= INT32_MAX / 4 ? 4 * L : L) : L;
@@ -1243,6 +1246,14 @@ void ck_unit_coordinate_gradient(checker *c, const void *arg)
     (void)arg;
     abi2_gradient g = {"coordinate-gradient", "coordinate-backward-adds", "coordinate_backward", FN_COORD,
                        BK_DESCRIPTOR_FN(c->d, coordinate_backward) != NULL, 220, "L = sum w_phi*phi + w_r*rscale"};
+    run_abi2_gradient(c, &g);
+}
+
+void ck_unit_count_gradient(checker *c, const void *arg)
+{
+    (void)arg;
+    abi2_gradient g = {"count-gradient", "count-backward-adds", "count_vectors_backward", FN_COUNT,
+                       BK_DESCRIPTOR_FN(c->d, count_vectors_backward) != NULL, 240, "L = sum dE*E"};
     run_abi2_gradient(c, &g);
 }
 

@@ -143,12 +143,14 @@ int32_t *ck_embed_positions(int32_t L, int64_t count, int sequential, uint64_t s
 /* What the checks evaluate: the table at `distances`, the embedding of `positions`, or (ABI 2) the table
  * of a COORDINATE plugin over its grid of `distances` = coordinate_points() values of u, its coordinate()
  * (phi[distances] then rscale[rows], one output vector) or scale() (scale[h * rows + i]). The last two get
- * a biaskit_context built per call (ck_context) from `length` and `training`. */
-typedef enum { FN_TABLE, FN_EMBED, FN_GRID, FN_COORD, FN_SCALE } fn_kind;
+ * a biaskit_context built per call (ck_context) from `length` and `training`. FN_COUNT: a COUNT plugin's
+ * count_vectors(), `distances` = count()'s points vectors of d_head values (E[k * d_head + c]). */
+typedef enum { FN_TABLE, FN_EMBED, FN_GRID, FN_COORD, FN_SCALE, FN_COUNT } fn_kind;
 
 typedef struct model_fn {
     fn_kind kind;
-    int32_t distances;        /* FN_TABLE: distances; FN_GRID: grid points; FN_COORD: entries of phi */
+    int32_t distances;        /* FN_TABLE: distances; FN_GRID: grid points; FN_COORD: entries of phi; FN_COUNT:
+                               * position vectors */
     const int32_t *positions; /* FN_EMBED */
     int64_t count;            /* FN_EMBED */
     int32_t rows;             /* FN_COORD: entries of rscale; FN_SCALE: queries per head */
@@ -223,10 +225,16 @@ void ck_check_rotary_ctx(checker *c, const instance *in);
 void ck_unit_grid_gradient(checker *c, const void *arg);
 void ck_unit_coordinate_gradient(checker *c, const void *arg);
 void ck_unit_scale_gradient(checker *c, const void *arg);
+/* COUNT (CoPE): count()'s layout and count_vectors() (abi2.c); count_vectors_backward (gradient.c). */
+void ck_unit_count(checker *c, const void *arg);
+void ck_unit_count_gradient(checker *c, const void *arg);
 
 #define CK_MAX_POINTS 1048576 /* coordinate_points() must lie in 2 .. this */
 #define CK_COORD_SLACK BK_COORD_SLACK /* u(i, i) <= 1 + this: the engine's slack (model/bias_math.h) */
 
+/* count()'s points (2 .. CK_MAX_POINTS) and pos_scale (finite), the same on two calls, into *out (the
+ * engine's defaults on entry: points 0, pos_scale 1/sqrt(d_head)); 0, or 1 with why. */
+int ck_count_layout(const instance *in, biaskit_count *out, char *why, size_t size);
 /* coordinate_points() in 2 .. CK_MAX_POINTS into *points; 0, or 1 with why. */
 int ck_grid_points(const instance *in, int32_t *points, char *why, size_t size);
 /* The contract of one coordinate() output (ck_forward of FN_COORD): phi finite, >= 0, non-decreasing;

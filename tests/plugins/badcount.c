@@ -3,14 +3,15 @@
  *
  *   nan              count_vectors() writes a NaN at vector 1, component 2
  *   points           count() says 1 position vector (at least 2 are needed)
- *   error            count_vectors() returns an error with a message */
+ *   error            count_vectors() returns an error with a message
+ *   grad             count_vectors_backward() adds half the gradient (for `biaskit check`'s count-gradient) */
 #include <biaskit/plugin.h>
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { NONE, NAN_VECTOR, POINTS, ERROR };
+enum { NONE, NAN_VECTOR, POINTS, ERROR, GRAD };
 
 typedef struct badcount {
     const biaskit_services *svc;
@@ -19,7 +20,8 @@ typedef struct badcount {
 } badcount;
 
 static const biaskit_option options[] = {
-    BIASKIT_OPTION_CHOICE("failure", "none", "none|nan|points|error", "what goes wrong (see tests/plugins/badcount.c)"),
+    BIASKIT_OPTION_CHOICE("failure", "none", "none|nan|points|error|grad",
+                          "what goes wrong (see tests/plugins/badcount.c)"),
 };
 
 static int create(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo, void **out,
@@ -32,8 +34,8 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
     badcount *b = calloc(1, sizeof *b);
     if (!b)
         return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory");
-    static const char *const names[] = {"none", "nan", "points", "error"};
-    for (int k = 0; k < 4; k++)
+    static const char *const names[] = {"none", "nan", "points", "error", "grad"};
+    for (int k = 0; k < 5; k++)
         if (!strcmp(failure, names[k]))
             b->failure = k;
     b->svc = svc;
@@ -85,8 +87,9 @@ static int count_vectors_backward(const void *inst, const float *theta, const bi
                                   const float *dE, float *dtheta, biaskit_error *err)
 {
     (void)theta, (void)ctx, (void)err;
-    for (int32_t k = 0; k < points * ((const badcount *)inst)->d_head; k++)
-        dtheta[0] += dE[k];
+    const badcount *b = inst;
+    for (int32_t k = 0; k < points * b->d_head; k++)
+        dtheta[0] += (b->failure == GRAD ? 0.5f : 1.0f) * dE[k];
     return BIASKIT_OK;
 }
 
