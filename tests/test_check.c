@@ -485,6 +485,42 @@ static void count_checks(void **state)
     free(b);
 }
 
+/* The content position (FoX): content() and the gradient through the steps into theta and into x pass for
+ * fox; the misbehaving content plugin (tests/plugins/badcontent.c) fails the item of each defect. */
+static void content_checks(void **state)
+{
+    (void)state;
+    static const char *const none[] = {NULL};
+    report *r = checked("fox");
+    expect_only_failures(r, none);
+    expect_item(r, "content", BK_CHECK_PASS, "content() of 1, 7 and 512 tokens");
+    expect_item(r, "content-backward-adds", BK_CHECK_PASS, NULL);
+    expect_item(r, "content-gradient", BK_CHECK_PASS, "initial + 3 random parameter sets x 7 and 33 tokens");
+    expect_item(r, "content-backward-adds-x", BK_CHECK_PASS, NULL);
+    expect_item(r, "content-gradient-x", BK_CHECK_PASS, "192 entries of x");
+    free(r);
+    static const struct {
+        const char *set, *item, *text;
+    } cases[] = {
+        {"failure=\"nan\"", "content", "content() of 7 tokens gives nan at token 5, head 1"},
+        {"failure=\"negative\"", "content", "gives the step -0.5 at token 5, head 1"},
+        {"failure=\"grad_theta\"", "content-gradient", "content_backward (theta) gradient theta[0]"},
+        {"failure=\"grad_x\"", "content-gradient-x", "dL/dx at token"},
+        {"failure=\"overwrite\"", "content-backward-adds-x", "dx must be added into, not overwritten"},
+    };
+    report *b = malloc(sizeof *b);
+    bk_error err;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *sets[] = {cases[k].set};
+        assert_int_equal(run_check("biaskit_badcontent.so", sets, 1, 0, b, &err), BK_OK);
+        expect_item(b, cases[k].item, BK_CHECK_FAIL, cases[k].text);
+    }
+    const char *fine[] = {"failure=\"none\""};
+    assert_int_equal(run_check("biaskit_badcontent.so", fine, 1, 0, b, &err), BK_OK);
+    expect_only_failures(b, none);
+    free(b);
+}
+
 static void scale_nan_far_away_fails(void **state)
 {
     (void)state;
@@ -807,6 +843,7 @@ int main(void)
         cmocka_unit_test(bad_options_are_usage_errors),
         cmocka_unit_test(set_options_reach_create),
         cmocka_unit_test(count_checks),
+        cmocka_unit_test(content_checks),
         cmocka_unit_test(a_load_that_crashes_exits_or_hangs_is_one_fail),
         cmocka_unit_test(fire_passes_with_its_kink),
         cmocka_unit_test(window_logn_ssmax_rope_pass),

@@ -440,6 +440,78 @@ void ck_unit_count(checker *c, const void *arg)
     ck_instance_close(&in);
 }
 
+/* ---- CONTENT -------------------------------------------------------------------------------------- */
+
+/* content() on random inputs x of 1, 7 and 4 L tokens (L the training length), x in [-1, 1] and in [-10, 10],
+ * for the initial and random parameter sets: every step written, nothing past the end, finite, >= 0 (the
+ * position may not go back), and the same bits on a second call. */
+void ck_unit_content(checker *c, const void *arg)
+{
+    (void)arg;
+    instance in;
+    if (ck_open_default(c, "content", c->opt->seed, 0, &in))
+        return;
+    const int32_t L = c->geo.train_length > 0 ? c->geo.train_length : 1;
+    const int64_t tokens[3] = {1, 7, 4 * (int64_t)L};
+    const double amplitude[2] = {1.0, 10.0};
+    const size_t C = (size_t)c->geo.d_model, most = (size_t)tokens[2] * C;
+    model_fn widest = {.kind = FN_CONTENT, .count = tokens[2]};
+    const size_t n_out = ck_fn_outputs(&in, &widest);
+    float *x = malloc((most ? most : 1) * sizeof *x), *out = ck_guarded_alloc(n_out), *again = ck_guarded_alloc(n_out);
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 300], label[48];
+    int bad = !x || !out || !again;
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "content", "out of memory for the inputs of %lld tokens", (long long)tokens[2]);
+    double lo = INFINITY, hi = -INFINITY;
+    const int sets = in.n_params ? c->opt->n_seeds : 0;
+    for (int s = -1; s < sets && !bad; s++) {
+        if ((bad = parameter_set(&in, s, 650, label, sizeof label, why, sizeof why))) {
+            ck_item(c, BK_CHECK_FAIL, "content", "%s: %s", label, why);
+            break;
+        }
+        for (int k = 0; k < 3 && !bad; k++)
+            for (int a = 0; a < 2 && !bad; a++) {
+                rng r = ck_rng_for(c->opt->seed, R_START, 200 + (uint64_t)(3 * a + k));
+                for (size_t e = 0; e < (size_t)tokens[k] * C; e++)
+                    x[e] = (float)(amplitude[a] * ck_rng_sym(&r));
+                model_fn m = {.kind = FN_CONTENT, .count = tokens[k], .x = x, .length = (int32_t)tokens[k], .training = 1};
+                const size_t n = ck_fn_outputs(&in, &m);
+                size_t at = 0;
+                if ((bad = ck_forward_finite(&in, &m, in.theta, out, why, sizeof why)))
+                    ck_item(c, BK_CHECK_FAIL, "content", "%s (%s, x in [-%g, %g])", why, label, amplitude[a], amplitude[a]);
+                while (!bad && at < n && out[at] >= 0.0f)
+                    lo = fmin(lo, out[at]), hi = fmax(hi, out[at]), at++;
+                char place[96];
+                if (!bad && at < n) {
+                    ck_output_place(&in, &m, at, place, sizeof place);
+                    ck_item(c, BK_CHECK_FAIL, "content", "content() of %lld tokens gives the step %g at %s (%s, x in "
+                            "[-%g, %g]): a step must be >= 0, the position may not go back", (long long)tokens[k],
+                            (double)out[at], place, label, amplitude[a], amplitude[a]);
+                    bad = 1;
+                }
+                if (!bad && (bad = ck_forward_finite(&in, &m, in.theta, again, why, sizeof why)))
+                    ck_item(c, BK_CHECK_FAIL, "content", "%s (%s, second call)", why, label);
+                if (!bad && (bad = memcmp(out, again, n * sizeof *out) != 0)) {
+                    size_t d = 0;
+                    while (!memcmp(&out[d], &again[d], sizeof *out))
+                        d++;
+                    ck_output_place(&in, &m, d, place, sizeof place);
+                    ck_item(c, BK_CHECK_FAIL, "content", "content() of %lld tokens gave %.9g, then %.9g at %s (%s): "
+                            "the same inputs must give the same bits", (long long)tokens[k], (double)out[d],
+                            (double)again[d], place, label);
+                }
+            }
+    }
+    if (!bad)
+        ck_item(c, BK_CHECK_PASS, "content", "content() of 1, 7 and %lld tokens, x in [-1, 1] and [-10, 10], the "
+                "initial%s parameters: every step written, finite, >= 0 and the same bits twice; steps from %.4g to "
+                "%.4g", (long long)tokens[2], sets ? " and random" : "", lo <= hi ? lo : 0.0, lo <= hi ? hi : 0.0);
+    free(x);
+    free(out);
+    free(again);
+    ck_instance_close(&in);
+}
+
 /* ---- MASK ---------------------------------------------------------------------------------------- */
 
 static int32_t mask_field(const biaskit_mask *m, int f)

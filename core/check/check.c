@@ -127,6 +127,8 @@ static const unit units[] = {
     {"scale", "scale checks", BIASKIT_CAP_SCALE, ck_unit_scale},
     {"long-range-scale", "long-range scale checks", BIASKIT_CAP_SCALE, ck_unit_longrange_scale},
     {"scale-gradient", "scale gradient", BIASKIT_CAP_SCALE, ck_unit_scale_gradient},
+    {"content", "content checks", BIASKIT_CAP_CONTENT, ck_unit_content},
+    {"content-gradient", "content gradient", BIASKIT_CAP_CONTENT, ck_unit_content_gradient},
     {"count", "count checks", BIASKIT_CAP_COUNT, ck_unit_count},
     {"count-gradient", "count gradient", BIASKIT_CAP_COUNT, ck_unit_count_gradient},
     {"mask", "mask checks", BIASKIT_CAP_MASK, ck_unit_mask},

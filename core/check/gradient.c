@@ -1151,6 +1151,224 @@ void ck_unit_embed_gradient(checker *c, const void *arg)
     ck_instance_close(&in);
 }
 
+/* ---- CONTENT: the two cases of the gradient checks ---------------------------------------------------- */
+
+#define CONTENT_TOKENS_SHORT 7
+#define CONTENT_TOKENS_LONG 33
+
+/* FN_CONTENT cases: 7 tokens with x in [-1, 1] and 33 with x in [-3, 3] (fixed draws), each with a dx buffer
+ * for the backward; 1 when out of memory. */
+static int content_cases(const checker *c, model_fn cases[2], float *inputs[2], float *dx[2])
+{
+    const int64_t tokens[2] = {CONTENT_TOKENS_SHORT, CONTENT_TOKENS_LONG};
+    const double amplitude[2] = {1.0, 2.0};
+    const size_t C = (size_t)(c->geo.d_model > 0 ? c->geo.d_model : 0);
+    for (int k = 0; k < 2; k++) {
+        const size_t n = (size_t)tokens[k] * C;
+        inputs[k] = ck_guarded_alloc(n);
+        dx[k] = ck_guarded_alloc(n);
+        if (!inputs[k] || !dx[k])
+            return 1;
+        rng r = ck_rng_for(c->opt->seed, R_START, 100 + (uint64_t)k);
+        for (size_t e = 0; e < n; e++)
+            inputs[k][e] = (float)(amplitude[k] * ck_rng_sym(&r));
+        memset(dx[k], 0, n * sizeof(float));
+        cases[k] = (model_fn){.kind = FN_CONTENT, .count = tokens[k], .x = inputs[k], .dx = dx[k],
+                              .length = (int32_t)tokens[k], .training = 1};
+    }
+    return 0;
+}
+
+/* L(x) = sum_k w_k content(theta, x)_k in double, with x[e] moved by about `delta` (*moved: the step x[e]
+ * took in float); 0 when the plugin refused or gave a non-finite step. */
+static int content_loss(const instance *in, const model_fn *m, float *x, size_t e, double delta, const float *w,
+                        float *out, double *loss, double *moved)
+{
+    const float keep = x[e];
+    x[e] = (float)((double)keep + delta);
+    *moved = (double)x[e] - (double)keep;
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    const int bad = ck_forward_finite(in, m, in->theta, out, why, sizeof why);
+    x[e] = keep;
+    if (bad)
+        return 0;
+    double sum = 0.0;
+    for (size_t k = 0, n = ck_fn_outputs(in, m); k < n; k++)
+        sum += (double)w[k] * (double)out[k];
+    *loss = sum;
+    return 1;
+}
+
+/* dL/dx[e] by Ridders' extrapolation of central differences from a first step h (steps h / 1.4^k); *step
+ * gets the smallest step the estimate used (its rounding noise is largest). */
+static int content_ridders(const instance *in, const model_fn *m, float *x, size_t e, double h, const float *w,
+                           float *out, double *value, double *step)
+{
+    double a[GRAD_STEPS][GRAD_STEPS], best = 0.0, err = INFINITY;
+    *step = h;
+    for (int k = 0; k < GRAD_STEPS; k++, h /= GRAD_SHRINK) {
+        double lp, lm, sp, sm;
+        if (!content_loss(in, m, x, e, h, w, out, &lp, &sp) || !content_loss(in, m, x, e, -h, w, out, &lm, &sm) ||
+            sp == sm)
+            return k > 0 ? (*value = best, 1) : 0;
+        a[0][k] = (lp - lm) / (sp - sm);
+        *step = sp - sm;
+        if (k == 0) {
+            best = a[0][0];
+            continue;
+        }
+        double fac = GRAD_SHRINK * GRAD_SHRINK;
+        for (int j = 1; j <= k; j++, fac *= GRAD_SHRINK * GRAD_SHRINK) {
+            a[j][k] = (a[j - 1][k] * fac - a[j - 1][k - 1]) / (fac - 1.0);
+            const double d = fmax(fabs(a[j][k] - a[j - 1][k]), fabs(a[j][k] - a[j - 1][k - 1]));
+            if (d <= err)
+                err = d, best = a[j][k];
+        }
+        if (fabs(a[k][k] - a[k - 1][k - 1]) >= 2.0 * err)
+            break;
+    }
+    *value = best;
+    return 1;
+}
+
+/* What the check of dL/dx found over the cases and parameter sets. */
+typedef struct x_report {
+    int checked, failed;
+    double worst, tol;
+    char worst_entry[96], first_fail[600], adds_fail[400], setup_fail[BIASKIT_ERROR_MESSAGE_MAX + 400];
+} x_report;
+
+/* content_backward's dL/dx for one case at the instance's parameters: it adds into a non-zero dx, and up
+ * to 24 entries (3/4 of them with a non-zero gradient) agree with Ridders' central differences within the
+ * tolerance (relative to the larger of the two, at least 1e-3 of the case's largest |dL/dx|) plus the float
+ * rounding of the steps x[e] moves: 8 x sum_h |w| ulp(step) of its token over the smallest step used. */
+static void check_content_x(const instance *in, model_fn *m, uint64_t seed, const char *params, x_report *xr)
+{
+    const size_t n_out = ck_fn_outputs(in, m), n_x = (size_t)m->count * (size_t)in->geo.d_model;
+    float *w = ck_guarded_alloc(n_out), *out = ck_guarded_alloc(n_out), *dth = ck_guarded_alloc(ck_n_params(in));
+    float *start = ck_guarded_alloc(n_x), *twice = ck_guarded_alloc(n_x), *x = (float *)m->x;
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128];
+    if (!w || !out || !dth || !start || !twice) {
+        snprintf(xr->setup_fail, sizeof xr->setup_fail, "out of memory for the gradient through x");
+        goto done;
+    }
+    rng r = ck_rng_for(seed, R_WEIGHTS, 300 + (uint64_t)m->count);
+    ck_random_fill(w, n_out, &r);
+    ck_random_fill(start, n_x, &r);
+    memset(dth, 0, ck_n_params(in) * sizeof *dth);
+    memset(m->dx, 0, n_x * sizeof *m->dx);
+    if (ck_backward(in, m, in->theta, w, dth, why, sizeof why)) {
+        snprintf(xr->setup_fail, sizeof xr->setup_fail, "%.*s (%s)", BIASKIT_ERROR_MESSAGE_MAX, why, params);
+        goto done;
+    }
+    float *analytic = m->dx;
+    memcpy(twice, start, n_x * sizeof *twice);
+    model_fn again = *m;
+    again.dx = twice;
+    if (ck_backward(in, &again, in->theta, w, dth, why, sizeof why)) {
+        snprintf(xr->setup_fail, sizeof xr->setup_fail, "%.*s (%s)", BIASKIT_ERROR_MESSAGE_MAX, why, params);
+        goto done;
+    }
+    for (size_t e = 0; e < n_x && !xr->adds_fail[0]; e++) {
+        const double want = (double)start[e] + (double)analytic[e];
+        if (fabs((double)twice[e] - want) > 1e-5 * (fabs(want) + fabs((double)analytic[e])) + 1e-7)
+            snprintf(xr->adds_fail, sizeof xr->adds_fail, "content_backward() into dx = %g at token %zu, channel %zu "
+                     "gave %g; adding its gradient %g should give %g (dx must be added into, not overwritten; %s)",
+                     (double)start[e], e / (size_t)in->geo.d_model, e % (size_t)in->geo.d_model, (double)twice[e],
+                     (double)analytic[e], want, params);
+    }
+    double largest = 0.0;
+    for (size_t e = 0; e < n_x; e++)
+        largest = fmax(largest, fabs((double)analytic[e]));
+    for (int k = 0; k < 24; k++) {
+        size_t e = (size_t)(bk_rng_u64(&r) % n_x);
+        if (k < 18) /* prefer entries the gradient reaches */
+            for (int t = 0; t < 16 && analytic[e] == 0.0f; t++)
+                e = (size_t)(bk_rng_u64(&r) % n_x);
+        double numeric, step;
+        if (!content_ridders(in, m, x, e, GRAD_FIRST_STEP * fmax(fabs((double)x[e]), GRAD_STEP_FLOOR), w, out,
+                             &numeric, &step) ||
+            ck_forward_finite(in, m, in->theta, out, why, sizeof why))
+            continue;
+        const size_t H = (size_t)in->geo.n_heads, token = e / (size_t)in->geo.d_model;
+        double noise = 0.0;
+        for (size_t h = 0; h < H; h++)
+            noise += fabs((double)w[token * H + h]) * ulp_of(out[token * H + h]);
+        noise = 8.0 * noise / step;
+        const double a = analytic[e], denom = fmax(fmax(fabs(a), fabs(numeric)), 1e-3 * largest);
+        const double rel = denom > 0.0 ? fmax(0.0, fabs(a - numeric) - noise) / denom : 0.0;
+        const double raw = denom > 0.0 ? fabs(a - numeric) / denom : 0.0; /* before the rounding allowance */
+        xr->checked++;
+        if (raw > xr->worst) {
+            xr->worst = raw;
+            snprintf(xr->worst_entry, sizeof xr->worst_entry, "token %zu, channel %zu of %lld tokens",
+                     e / (size_t)in->geo.d_model, e % (size_t)in->geo.d_model, (long long)m->count);
+        }
+        if (rel > xr->tol && xr->failed++ == 0)
+            snprintf(xr->first_fail, sizeof xr->first_fail, "dL/dx at token %zu, channel %zu of %lld tokens: "
+                     "analytic %.9g, numeric %.9g, relative error %.3g > %g (%s)", e / (size_t)in->geo.d_model,
+                     e % (size_t)in->geo.d_model, (long long)m->count, a, numeric, rel, xr->tol, params);
+    }
+done:
+    free(w), free(out), free(dth), free(start), free(twice);
+}
+
+/* The gradient through the steps into x: the item "content-gradient-x" (and "content-backward-adds-x"),
+ * at the initial and n_seeds random parameter sets, both cases of content_cases. */
+static void run_content_x(checker *c)
+{
+    instance in;
+    x_report xr = {.tol = c->opt->tolerance};
+    if (ck_open_default(c, "content-gradient-x", c->opt->seed, 0, &in))
+        return;
+    if (!BK_DESCRIPTOR_FN(c->d, content_backward)) {
+        ck_item(c, BK_CHECK_SKIP, "content-gradient-x", "no content_backward (see capabilities)");
+        ck_instance_close(&in);
+        return;
+    }
+    model_fn cases[2];
+    float *inputs[2] = {NULL, NULL}, *dx[2] = {NULL, NULL};
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 128], params[64];
+    if (content_cases(c, cases, inputs, dx))
+        snprintf(xr.setup_fail, sizeof xr.setup_fail, "out of memory for the inputs");
+    for (int s = -1; s < c->opt->n_seeds && !xr.setup_fail[0]; s++) {
+        const uint64_t seed = s < 0 ? c->opt->seed : bk_derive_seed(c->opt->seed, 260, (uint64_t)s);
+        int rc;
+        if (s < 0) {
+            snprintf(params, sizeof params, "initial parameters");
+            rc = in.n_params ? ck_init_params(&in, NULL, seed, why, sizeof why) : 0;
+        } else {
+            if (!in.n_params)
+                break;
+            random_params_label(s, params, sizeof params);
+            rc = ck_random_params(&in, seed, why, sizeof why);
+        }
+        if (rc) {
+            snprintf(xr.setup_fail, sizeof xr.setup_fail, "%s", why);
+            break;
+        }
+        for (int k = 0; k < 2 && !xr.setup_fail[0]; k++)
+            check_content_x(&in, &cases[k], seed, params, &xr);
+    }
+    if (xr.setup_fail[0])
+        ck_item(c, BK_CHECK_FAIL, "content-gradient-x", "%s", xr.setup_fail);
+    else if (xr.adds_fail[0])
+        ck_item(c, BK_CHECK_FAIL, "content-backward-adds-x", "%s", xr.adds_fail);
+    else
+        ck_item(c, BK_CHECK_PASS, "content-backward-adds-x", "content_backward adds into a non-zero dx (+=)");
+    if (!xr.setup_fail[0] && xr.failed)
+        ck_item(c, BK_CHECK_FAIL, "content-gradient-x", "%d of %d entries of dL/dx disagree with central differences; "
+                "first: %s", xr.failed, xr.checked, xr.first_fail);
+    else if (!xr.setup_fail[0])
+        ck_item(c, BK_CHECK_PASS, "content-gradient-x", "dL/dx through the steps vs central differences in float64: "
+                "L = sum w*steps, w ~ U[-1,1], %d entries of x (%d and %d tokens, initial%s parameters); worst "
+                "relative error %.2g at %s before the steps' rounding is allowed for (tolerance %g after)", xr.checked, CONTENT_TOKENS_SHORT, CONTENT_TOKENS_LONG,
+                in.n_params ? " and random" : "", xr.worst, xr.worst_entry[0] ? xr.worst_entry : "-", xr.tol);
+    for (int k = 0; k < 2; k++)
+        free(inputs[k]), free(dx[k]);
+    ck_instance_close(&in);
+}
+
 /* ---- ABI 2: the grid's table_backward, coordinate_backward, scale_backward ------------------------ */
 
 typedef struct abi2_gradient {
@@ -1182,7 +1400,17 @@ static void run_abi2_gradient(checker *c, const abi2_gradient *g)
     model_fn cases[2];
     int n_cases = 0;
     strbuf shapes = {0};
-    if (g->kind == FN_GRID || g->kind == FN_COUNT) {
+    float *inputs[2] = {NULL, NULL}, *dx[2] = {NULL, NULL};
+    if (g->kind == FN_CONTENT) {
+        if (content_cases(c, cases, inputs, dx)) {
+            ck_item(c, BK_CHECK_FAIL, g->id, "%s gradient: out of memory for the inputs", g->what);
+            ck_instance_close(&in);
+            return;
+        }
+        n_cases = 2;
+        ck_sb_printf(&shapes, "%lld and %lld tokens (x in [-1, 1] and [-2, 2])", (long long)cases[0].count,
+                     (long long)cases[1].count);
+    } else if (g->kind == FN_GRID || g->kind == FN_COUNT) {
         int32_t P = 0;
         biaskit_count layout;
         if (g->kind == FN_GRID ? ck_grid_points(&in, &P, why, sizeof why)
@@ -1230,6 +1458,8 @@ static void run_abi2_gradient(checker *c, const abi2_gradient *g)
     report_gradient(c, &gr, g->what, ck_sb_text(&text), GRAD_MAX_TABLE_ENTRIES);
     free(text.s);
     free(shapes.s);
+    for (int k = 0; k < 2; k++)
+        free(inputs[k]), free(dx[k]);
     ck_instance_close(&in);
 }
 
@@ -1247,6 +1477,15 @@ void ck_unit_coordinate_gradient(checker *c, const void *arg)
     abi2_gradient g = {"coordinate-gradient", "coordinate-backward-adds", "coordinate_backward", FN_COORD,
                        BK_DESCRIPTOR_FN(c->d, coordinate_backward) != NULL, 220, "L = sum w_phi*phi + w_r*rscale"};
     run_abi2_gradient(c, &g);
+}
+
+void ck_unit_content_gradient(checker *c, const void *arg)
+{
+    (void)arg;
+    abi2_gradient g = {"content-gradient", "content-backward-adds", "content_backward (theta)", FN_CONTENT,
+                       BK_DESCRIPTOR_FN(c->d, content_backward) != NULL, 250, "L = sum w*steps"};
+    run_abi2_gradient(c, &g);
+    run_content_x(c);
 }
 
 void ck_unit_count_gradient(checker *c, const void *arg)

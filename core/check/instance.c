@@ -219,6 +219,7 @@ size_t ck_fn_outputs(const instance *in, const model_fn *m)
     case FN_COORD: return (size_t)m->distances + (size_t)m->rows;
     case FN_SCALE: return heads_of(in) * (size_t)m->rows;
     case FN_COUNT: return (size_t)m->distances * (size_t)(in->geo.d_head > 0 ? in->geo.d_head : 0);
+    case FN_CONTENT: return (size_t)m->count * heads_of(in);
     case FN_EMBED: break;
     }
     return (size_t)m->count * (size_t)(in->geo.d_model > 0 ? in->geo.d_model : 0);
@@ -242,6 +243,7 @@ void ck_output_place(const instance *in, const model_fn *m, size_t k, char *buf,
     case FN_COUNT:
         snprintf(buf, size, "vector %zu, component %zu", k / (size_t)in->geo.d_head, k % (size_t)in->geo.d_head);
         return;
+    case FN_CONTENT: snprintf(buf, size, "token %zu, head %zu", k / heads_of(in), k % heads_of(in)); return;
     case FN_EMBED: break;
     }
     snprintf(buf, size, "position %d (token %zu), channel %zu", m->positions[k / (size_t)in->geo.d_model],
@@ -268,6 +270,7 @@ void ck_fn_label(const model_fn *m, char *buf, size_t size)
             snprintf(buf, size, "scale() at length %d%s, %d rows", m->length, training, m->rows);
         return;
     case FN_COUNT: snprintf(buf, size, "count_vectors() of %d position vectors", m->distances); return;
+    case FN_CONTENT: snprintf(buf, size, "content() of %lld tokens", (long long)m->count); return;
     case FN_EMBED: break;
     }
     snprintf(buf, size, "embed() of %lld positions", (long long)m->count);
@@ -281,6 +284,7 @@ const char *ck_fn_backward_name(const model_fn *m)
     case FN_COORD: return "coordinate_backward()";
     case FN_SCALE: return "scale_backward()";
     case FN_COUNT: return "count_vectors_backward()";
+    case FN_CONTENT: return "content_backward()";
     case FN_EMBED: break;
     }
     return "embed_backward()";
@@ -360,6 +364,7 @@ int ck_forward(const instance *in, const model_fn *m, const float *theta, const 
     case FN_GRID: rc = d->table(in->inst, theta, m->distances, out, &pe); break;
     case FN_SCALE: rc = d->scale(in->inst, theta, &ctx, m->rows, out, &pe); break;
     case FN_COUNT: rc = d->count_vectors(in->inst, theta, &ctx, m->distances, out, &pe); break;
+    case FN_CONTENT: ctx.layer = 0; rc = d->content(in->inst, theta, &ctx, m->x, m->count, out, &pe); break;
     default: rc = d->embed(in->inst, theta, m->positions, m->count, out, &pe); break;
     }
     if (rc != BIASKIT_OK)
@@ -402,6 +407,10 @@ int ck_backward(const instance *in, const model_fn *m, const float *theta, const
         break;
     case FN_SCALE: rc = d->scale_backward(in->inst, theta, &ctx, m->rows, w, dtheta, &pe); break;
     case FN_COUNT: rc = d->count_vectors_backward(in->inst, theta, &ctx, m->distances, w, dtheta, &pe); break;
+    case FN_CONTENT:
+        ctx.layer = 0; /* the layer whose input x is */
+        rc = d->content_backward(in->inst, theta, &ctx, m->x, m->count, w, dtheta, m->dx, &pe);
+        break;
     default: rc = d->embed_backward(in->inst, theta, m->positions, m->count, w, dtheta, &pe); break;
     }
     if (rc != BIASKIT_OK)

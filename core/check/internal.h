@@ -144,15 +144,19 @@ int32_t *ck_embed_positions(int32_t L, int64_t count, int sequential, uint64_t s
  * of a COORDINATE plugin over its grid of `distances` = coordinate_points() values of u, its coordinate()
  * (phi[distances] then rscale[rows], one output vector) or scale() (scale[h * rows + i]). The last two get
  * a biaskit_context built per call (ck_context) from `length` and `training`. FN_COUNT: a COUNT plugin's
- * count_vectors(), `distances` = count()'s points vectors of d_head values (E[k * d_head + c]). */
-typedef enum { FN_TABLE, FN_EMBED, FN_GRID, FN_COORD, FN_SCALE, FN_COUNT } fn_kind;
+ * count_vectors(), `distances` = count()'s points vectors of d_head values (E[k * d_head + c]). FN_CONTENT:
+ * a CONTENT plugin's content() of `count` tokens with inputs x (count x d_model): steps[n * n_heads + h];
+ * its backward adds dL/dx into dx (count x d_model), which the caller provides. */
+typedef enum { FN_TABLE, FN_EMBED, FN_GRID, FN_COORD, FN_SCALE, FN_COUNT, FN_CONTENT } fn_kind;
 
 typedef struct model_fn {
     fn_kind kind;
     int32_t distances;        /* FN_TABLE: distances; FN_GRID: grid points; FN_COORD: entries of phi; FN_COUNT:
                                * position vectors */
     const int32_t *positions; /* FN_EMBED */
-    int64_t count;            /* FN_EMBED */
+    int64_t count;            /* FN_EMBED: positions; FN_CONTENT: tokens */
+    const float *x;           /* FN_CONTENT: the inputs */
+    float *dx;                /* FN_CONTENT: the backward's dL/dx (+=) */
     int32_t rows;             /* FN_COORD: entries of rscale; FN_SCALE: queries per head */
     int32_t length;           /* FN_COORD, FN_SCALE: ctx->length */
     int training;             /* FN_COORD, FN_SCALE: ctx->training */
@@ -228,6 +232,9 @@ void ck_unit_scale_gradient(checker *c, const void *arg);
 /* COUNT (CoPE): count()'s layout and count_vectors() (abi2.c); count_vectors_backward (gradient.c). */
 void ck_unit_count(checker *c, const void *arg);
 void ck_unit_count_gradient(checker *c, const void *arg);
+/* CONTENT (FoX): content() on random inputs (abi2.c); content_backward into theta and into x (gradient.c). */
+void ck_unit_content(checker *c, const void *arg);
+void ck_unit_content_gradient(checker *c, const void *arg);
 
 #define CK_MAX_POINTS 1048576 /* coordinate_points() must lie in 2 .. this */
 #define CK_COORD_SLACK BK_COORD_SLACK /* u(i, i) <= 1 + this: the engine's slack (model/bias_math.h) */

@@ -1,19 +1,22 @@
-/* A content-position test plugin that misbehaves on purpose (tests/test_content.sh): the steps are a
- * constant per head, a_h = 0.1 (h + 1) x theta_h (theta initialised to 1, learnable), except that
- * `failure` says what goes wrong at token `token` (the index into the call's tokens) and head `head` of
- * the layers `layer` says (-1: every layer):
+/* A content-position test plugin that misbehaves on purpose (tests/test_content.sh, tests/test_check.c):
+ * the steps read channel 0 of the input, a_h(n) = 0.1 (h + 1) theta_h (1 + x_n0^2) (theta initialised to 1,
+ * learnable), except that `failure` says what goes wrong at token `token` (the index into the call's
+ * tokens) and head `head` of the layers `layer` says (-1: every layer):
  *
  *   nan              content() writes a NaN step
  *   negative         content() writes -0.5 (a position that goes back)
  *   error            content() returns an error with a message
- *   backward_error   content_backward() returns an error with a message */
+ *   backward_error   content_backward() returns an error with a message
+ *   grad_x           content_backward() adds half of dL/dx (every token and layer)
+ *   grad_theta       content_backward() adds half of dL/dtheta
+ *   overwrite        content_backward() writes dL/dx into dx instead of adding it */
 #include <biaskit/plugin.h>
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { NONE, NAN_STEP, NEGATIVE, ERROR, BACKWARD_ERROR };
+enum { NONE, NAN_STEP, NEGATIVE, ERROR, BACKWARD_ERROR, GRAD_X, GRAD_THETA, OVERWRITE };
 
 typedef struct badcontent {
     const biaskit_services *svc;
@@ -23,7 +26,7 @@ typedef struct badcontent {
 } badcontent;
 
 static const biaskit_option options[] = {
-    BIASKIT_OPTION_CHOICE("failure", "none", "none|nan|negative|error|backward_error",
+    BIASKIT_OPTION_CHOICE("failure", "none", "none|nan|negative|error|backward_error|grad_x|grad_theta|overwrite",
                           "what goes wrong (see tests/plugins/badcontent.c)"),
     BIASKIT_OPTION_INT("token", 5, "the token (index into the call's tokens) that misbehaves"),
     BIASKIT_OPTION_INT("head", 1, "the head that misbehaves"),
@@ -43,8 +46,9 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
         free(b);
         return rc;
     }
-    static const char *const names[] = {"none", "nan", "negative", "error", "backward_error"};
-    for (int k = 0; k < 5; k++)
+    static const char *const names[] = {"none",           "nan",    "negative",   "error",
+                                        "backward_error", "grad_x", "grad_theta", "overwrite"};
+    for (int k = 0; k < 8; k++)
         if (!strcmp(failure, names[k]))
             b->failure = k;
     b->svc = svc;
@@ -80,13 +84,14 @@ static int fails_here(const badcontent *b, const biaskit_context *ctx)
 static int content(const void *inst, const float *theta, const biaskit_context *ctx, const float *x, int64_t count,
                    float *steps, biaskit_error *err)
 {
-    (void)x;
     const badcontent *b = inst;
     if (b->failure == ERROR && fails_here(b, ctx))
         return b->svc->error(err, BIASKIT_ERR_INVALID, "badcontent: content() fails on purpose");
-    for (int64_t n = 0; n < count; n++)
+    for (int64_t n = 0; n < count; n++) {
+        const double x0 = x[n * b->dim];
         for (int32_t h = 0; h < b->heads; h++)
-            steps[n * b->heads + h] = 0.1f * (float)(h + 1) * theta[h];
+            steps[n * b->heads + h] = (float)(0.1 * (h + 1) * theta[h] * (1.0 + x0 * x0));
+    }
     if (fails_here(b, ctx) && b->token < count && b->head < b->heads) {
         float *bad = &steps[b->token * b->heads + b->head];
         if (b->failure == NAN_STEP)
@@ -100,13 +105,23 @@ static int content(const void *inst, const float *theta, const biaskit_context *
 static int content_backward(const void *inst, const float *theta, const biaskit_context *ctx, const float *x,
                             int64_t count, const float *dsteps, float *dtheta, float *dx, biaskit_error *err)
 {
-    (void)theta, (void)x, (void)dx;
     const badcontent *b = inst;
     if (b->failure == BACKWARD_ERROR && fails_here(b, ctx))
         return b->svc->error(err, BIASKIT_ERR_INVALID, "badcontent: content_backward() fails on purpose");
-    for (int64_t n = 0; n < count; n++)
-        for (int32_t h = 0; h < b->heads; h++)
-            dtheta[h] += 0.1f * (float)(h + 1) * dsteps[n * b->heads + h];
+    const double fx = b->failure == GRAD_X ? 0.5 : 1.0, ft = b->failure == GRAD_THETA ? 0.5 : 1.0;
+    for (int64_t n = 0; n < count; n++) {
+        const double x0 = x[n * b->dim];
+        double gx = 0.0;
+        for (int32_t h = 0; h < b->heads; h++) {
+            const double g = dsteps[n * b->heads + h] * 0.1 * (h + 1);
+            dtheta[h] += (float)(ft * g * (1.0 + x0 * x0));
+            gx += g * theta[h] * 2.0 * x0;
+        }
+        if (b->failure == OVERWRITE)
+            dx[n * b->dim] = (float)gx;
+        else
+            dx[n * b->dim] += (float)(fx * gx);
+    }
     return BIASKIT_OK;
 }
 
