@@ -498,6 +498,8 @@ static void content_checks(void **state)
     expect_item(r, "content-gradient", BK_CHECK_PASS, "initial + 3 random parameter sets x 7 and 33 tokens");
     expect_item(r, "content-backward-adds-x", BK_CHECK_PASS, NULL);
     expect_item(r, "content-gradient-x", BK_CHECK_PASS, "192 entries of x");
+    expect_item(r, "long-range-content", BK_CHECK_PASS, "x in [-1, 1], [-1e3, 1e3], +-1e4 and 0: every step finite "
+                "and >= 0 at 13 parameter sets");
     free(r);
     static const struct {
         const char *set, *item, *text;
@@ -507,6 +509,8 @@ static void content_checks(void **state)
         {"failure=\"grad_theta\"", "content-gradient", "content_backward (theta) gradient theta[0]"},
         {"failure=\"grad_x\"", "content-gradient-x", "dL/dx at token"},
         {"failure=\"overwrite\"", "content-backward-adds-x", "dx must be added into, not overwritten"},
+        {"failure=\"dx_past\"", "content-gradient-x", "content_backward() wrote past the end of dx (7 tokens x 192 "
+                                                      "channels)"},
     };
     report *b = malloc(sizeof *b);
     bk_error err;
@@ -518,6 +522,35 @@ static void content_checks(void **state)
     const char *fine[] = {"failure=\"none\""};
     assert_int_equal(run_check("biaskit_badcontent.so", fine, 1, 0, b, &err), BK_OK);
     expect_only_failures(b, none);
+    free(b);
+}
+
+/* A bad step beyond the content item's 4L = 512 tokens: only long-range-content sees it and names the
+ * token; one within them is the content item's, a SKIP there. */
+static void content_far_away_fails(void **state)
+{
+    (void)state;
+    static const char *const failing[] = {"long-range-content", NULL};
+    static const struct {
+        const char *failure, *text;
+    } cases[] = {
+        {"failure=\"nan\"", "content() of 10922 tokens, x in [-1, 1], gives the step nan at token 10000, head 1: "
+                             "every step must be finite and >= 0, at the initial parameters (theta[0] = 1"},
+        {"failure=\"negative\"", "gives the step -0.5 at token 10000, head 1"},
+    };
+    report *b = malloc(sizeof *b);
+    bk_error err;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *sets[] = {cases[k].failure, "token=10000"};
+        assert_int_equal(run_check("biaskit_badcontent.so", sets, 2, 0, b, &err), BK_OK);
+        expect_only_failures(b, failing);
+        expect_item(b, "content", BK_CHECK_PASS, NULL);
+        expect_item(b, "long-range-content", BK_CHECK_FAIL, cases[k].text);
+    }
+    const char *near[] = {"failure=\"nan\""};
+    assert_int_equal(run_check("biaskit_badcontent.so", near, 1, 0, b, &err), BK_OK);
+    expect_item(b, "long-range-content", BK_CHECK_SKIP, "at token 5, head 1, at the initial parameters, x in [-1, 1], "
+                "within the content item's 512 tokens: the content item reports it");
     free(b);
 }
 
@@ -844,6 +877,7 @@ int main(void)
         cmocka_unit_test(set_options_reach_create),
         cmocka_unit_test(count_checks),
         cmocka_unit_test(content_checks),
+        cmocka_unit_test(content_far_away_fails),
         cmocka_unit_test(a_load_that_crashes_exits_or_hangs_is_one_fail),
         cmocka_unit_test(fire_passes_with_its_kink),
         cmocka_unit_test(window_logn_ssmax_rope_pass),

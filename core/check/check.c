@@ -128,6 +128,7 @@ static const unit units[] = {
     {"long-range-scale", "long-range scale checks", BIASKIT_CAP_SCALE, ck_unit_longrange_scale},
     {"scale-gradient", "scale gradient", BIASKIT_CAP_SCALE, ck_unit_scale_gradient},
     {"content", "content checks", BIASKIT_CAP_CONTENT, ck_unit_content},
+    {"long-range-content", "long-range content checks", BIASKIT_CAP_CONTENT, ck_unit_longrange_content},
     {"content-gradient", "content gradient", BIASKIT_CAP_CONTENT, ck_unit_content_gradient},
     {"count", "count checks", BIASKIT_CAP_COUNT, ck_unit_count},
     {"count-gradient", "count gradient", BIASKIT_CAP_COUNT, ck_unit_count_gradient},

@@ -15,10 +15,11 @@
  *                                              poles, |T| bounded at the initial ones; each
  *                                              head decreasing, increasing (WARN) or neither
  *                                              (check/longrange.c)
- *   long-range-coordinate, long-range-scale, long-range-mask, long-range-rotary
+ *   long-range-coordinate, long-range-scale, long-range-mask, long-range-rotary, long-range-content
  *                                              the ABI 2 capabilities the same way: coordinate() and
  *                                              the grid at length --max-distance, scale() bounded,
- *                                              the mask independent of the length, rotary_ctx far out
+ *                                              the mask independent of the length, rotary_ctx far out,
+ *                                              content() steps finite and >= 0 on large inputs
  *   table-backward-adds, table-gradient        table_backward adds (+=) and matches central finite
  *                                              differences of L = sum dtable * T computed in float64
  *                                              (kinks stepped around: check/gradient.c); where L
@@ -33,6 +34,10 @@
  *   grid-backward-adds, grid-gradient, coordinate-backward-adds, coordinate-gradient
  *                                              the grid's table_backward and coordinate_backward
  *   scale, scale-backward-adds, scale-gradient SCALE: scale() finite far beyond; scale_backward
+ *   content, content-backward-adds, content-gradient, content-backward-adds-x, content-gradient-x
+ *                                              CONTENT: content() finite, >= 0, the same bits twice;
+ *                                              content_backward into theta and into x (+=, central
+ *                                              differences of L = sum dsteps * steps)
  *   mask                                       MASK: window >= 1, sinks >= 0, distance_cap >= 0
  *   project, determinism, segment, rotary, rotary-ctx
  *                                              idempotent projection into range; bit-identical

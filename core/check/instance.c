@@ -388,8 +388,24 @@ int ck_forward_finite(const instance *in, const model_fn *m, const float *theta,
     return 1;
 }
 
+/* content_backward's dx (from ck_guarded_alloc): nothing written past its count x d_model values, every
+ * value finite. 0, or 1 with why. */
+static int dx_sound(const instance *in, const model_fn *m, const char *name, char *why, size_t size)
+{
+    const size_t C = (size_t)(in->geo.d_model > 0 ? in->geo.d_model : 0), n = (size_t)m->count * C;
+    if (!ck_guard_intact(m->dx, n)) {
+        snprintf(why, size, "%s wrote past the end of dx (%lld tokens x %zu channels)", name, (long long)m->count, C);
+        return 1;
+    }
+    long long k = ck_first_non_finite(m->dx, n);
+    if (k >= 0)
+        snprintf(why, size, "%s gives %g for dx at token %zu, channel %zu (dx must stay finite)", name,
+                 (double)m->dx[k], (size_t)k / C, (size_t)k % C);
+    return k >= 0;
+}
+
 /* dtheta += d(sum w * out)/dtheta through table_backward, embed_backward, coordinate_backward (w: the
- * weights of phi, then of rscale) or scale_backward. */
+ * weights of phi, then of rscale), scale_backward or content_backward (which also adds into m->dx). */
 int ck_backward(const instance *in, const model_fn *m, const float *theta, const float *w, float *dtheta,
                 char *why, size_t size)
 {
@@ -426,7 +442,7 @@ int ck_backward(const instance *in, const model_fn *m, const float *theta, const
         snprintf(why, size, "%s gives %g for %s", name, (double)dtheta[k], entry);
         return 1;
     }
-    return 0;
+    return m->kind == FN_CONTENT ? dx_sound(in, m, name, why, size) : 0;
 }
 
 void ck_random_fill(float *v, size_t n, rng *r)

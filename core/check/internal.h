@@ -234,6 +234,7 @@ void ck_unit_count(checker *c, const void *arg);
 void ck_unit_count_gradient(checker *c, const void *arg);
 /* CONTENT (FoX): content() on random inputs (abi2.c); content_backward into theta and into x (gradient.c). */
 void ck_unit_content(checker *c, const void *arg);
+void ck_unit_longrange_content(checker *c, const void *arg); /* longrange.c */
 void ck_unit_content_gradient(checker *c, const void *arg);
 
 #define CK_MAX_POINTS 1048576 /* coordinate_points() must lie in 2 .. this */

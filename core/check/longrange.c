@@ -22,6 +22,8 @@
  *                          i = max - 1, as the attention reads it (bk_coord_cell / bk_coord_lerp):
  *                          decreasing, increasing (WARN unless --allow-increasing), flat or neither
  *   long-range-scale       SCALE: scale() at length --max-distance, every entry finite, |s| bounded
+ *   long-range-content     CONTENT: content() of --max-distance tokens (fewer when x would pass 8 MiB),
+ *                          x in [-1, 1], [-1e3, 1e3], +-1e4 and 0: every step finite and >= 0
  *   long-range-mask        MASK: mask() valid at lengths up to --max-distance and the same at every
  *                          length (plugin.h: the engine computes it once for the longest sequence)
  *   long-range-rotary      ROTARY with rotary_ctx(): frequencies finite and > 0, amplitude finite and
@@ -712,6 +714,122 @@ void ck_unit_longrange_scale(checker *c, const void *arg)
         free(st.s);
     }
 done:
+    free(out);
+    ck_instance_close(&in);
+}
+
+/* ---- CONTENT ------------------------------------------------------------------------------------- */
+
+#define CK_LR_CONTENT_FLOATS (1L << 21) /* the inputs x at most 8 MiB (the steps cost tokens x d_model x heads) */
+
+/* The inputs of long-range-content, in order; the content item covers the first (and [-10, 10]). */
+static const char *const content_inputs[] = {"x in [-1, 1]", "x in [-1e3, 1e3]", "x = +-1e4 (random signs)",
+                                             "x = 0"};
+enum { CONTENT_INPUTS = sizeof content_inputs / sizeof content_inputs[0] };
+
+static void content_fill(float *x, size_t n, int kind, rng *r)
+{
+    for (size_t e = 0; e < n; e++) {
+        double u = ck_rng_sym(r);
+        x[e] = kind == 0 ? (float)u : kind == 1 ? (float)(1e3 * u) : kind == 2 ? (u < 0.0 ? -1e4f : 1e4f) : 0.0f;
+    }
+}
+
+/* The first step of out[n] that is not finite and >= 0; n when none. */
+static size_t first_bad_step(const float *out, size_t n)
+{
+    size_t k = 0;
+    while (k < n && isfinite(out[k]) && out[k] >= 0.0f)
+        k++;
+    return k;
+}
+
+/* content() of N tokens (one sequence of length N) on input kind k at the loaded set s: CALL_OK when every
+ * step is finite and >= 0, else the failure reported (a SKIP when the content item has it). */
+static int content_probe(checker *c, instance *in, const model_fn *m, const lr_sets *sets, int s, int k,
+                         const char *label, float *out)
+{
+    static const char id[] = "long-range-content";
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 200], what[BIASKIT_ERROR_MESSAGE_MAX + 400];
+    int rc = ck_forward(in, m, in->theta, NULL, out, why, sizeof why);
+    if (rc == CALL_REFUSED && s == 0 && k == 0 && reported_below(c, in, sets, s)) {
+        ck_item(c, BK_CHECK_SKIP, id, "content() of %lld tokens: %s: the content item reports it", (long long)m->count,
+                why);
+        return rc;
+    }
+    if (rc != CALL_OK) {
+        snprintf(what, sizeof what, "content() of %lld tokens, %s: %s", (long long)m->count, content_inputs[k], why);
+        fail_at(c, in, id, what, label);
+        return rc;
+    }
+    size_t nv = ck_fn_outputs(in, m), H = (size_t)(in->geo.n_heads > 0 ? in->geo.n_heads : 1);
+    const size_t bad = first_bad_step(out, nv);
+    if (bad == nv)
+        return CALL_OK;
+    const double v = out[bad];
+    const size_t token = bad / H, head = bad % H;
+    int32_t covered = c->geo.train_length > 0 ? 4 * c->geo.train_length : 4; /* the content item's longest call */
+    if (k == 0 && reported_below(c, in, sets, s) && token < (size_t)covered) {
+        ck_item(c, BK_CHECK_SKIP, id, "content() of %lld tokens gives the step %g at token %zu, head %zu, at %s, "
+                "%s, within the content item's %d tokens: the content item reports it", (long long)m->count, v, token,
+                head, label, content_inputs[k], covered);
+        return CALL_REFUSED;
+    }
+    snprintf(what, sizeof what, "content() of %lld tokens, %s, gives the step %g at token %zu, head %zu: every step "
+             "must be finite and >= 0", (long long)m->count, content_inputs[k], v, token, head);
+    fail_at(c, in, id, what, label);
+    return CALL_BROKEN;
+}
+
+/* content() on --max-distance tokens of large and odd inputs at every parameter set: finite, >= 0. */
+void ck_unit_longrange_content(checker *c, const void *arg)
+{
+    (void)arg;
+    static const char id[] = "long-range-content";
+    instance in;
+    if (ck_open_default(c, id, c->opt->seed, 0, &in))
+        return;
+    const long C = c->geo.d_model > 0 ? c->geo.d_model : 1;
+    int32_t N = c->opt->max_distance;
+    if ((long)N * C > CK_LR_CONTENT_FLOATS)
+        N = (int32_t)(CK_LR_CONTENT_FLOATS / C);
+    char lowered[160] = "", why[BIASKIT_ERROR_MESSAGE_MAX + 200], label[96];
+    if (N < c->opt->max_distance)
+        snprintf(lowered, sizeof lowered, " (--max-distance %d lowered to %d: %ld channels, the inputs within %ld "
+                 "MiB)", c->opt->max_distance, N, C, CK_LR_CONTENT_FLOATS * 4 / (1L << 20));
+    float *x = malloc((size_t)N * (size_t)C * sizeof *x);
+    model_fn m = {.kind = FN_CONTENT, .count = N, .x = x, .length = N};
+    const size_t nv = ck_fn_outputs(&in, &m);
+    float *out = ck_guarded_alloc(nv);
+    lr_sets sets = sets_of(c, &in, 650); /* the seeds of the content item */
+    int failed = !x || !out;
+    if (failed)
+        ck_item(c, BK_CHECK_FAIL, id, "out of memory for the inputs and steps of %d tokens", N);
+    double lo = INFINITY, hi = -INFINITY;
+    for (int s = 0; s < sets_count(&sets) && !failed; s++) {
+        int got = set_load(c, &in, &sets, s, label, sizeof label, why, sizeof why);
+        if (got > 0)
+            continue;
+        if ((failed = got < 0))
+            ck_item(c, BK_CHECK_FAIL, id, "%s: %s", label, why);
+        for (int k = 0; k < CONTENT_INPUTS && !failed; k++) {
+            rng r = ck_rng_for(c->opt->seed, R_START, 700 + (uint64_t)k);
+            content_fill(x, (size_t)N * (size_t)C, k, &r);
+            failed = content_probe(c, &in, &m, &sets, s, k, label, out) != CALL_OK;
+            for (size_t j = 0; !failed && set_kind(&sets, s) == SET_INITIAL && j < nv; j++)
+                lo = fmin(lo, out[j]), hi = fmax(hi, out[j]);
+        }
+        sets.used += !failed;
+    }
+    if (!failed) {
+        strbuf st = {0};
+        sets_text(&sets, &st);
+        ck_item(c, BK_CHECK_PASS, id, "content() of %d tokens%s, x in [-1, 1], [-1e3, 1e3], +-1e4 and 0: every step "
+                "finite and >= 0 %s; steps from %.4g to %.4g at %s", N, lowered, ck_sb_text(&st), lo <= hi ? lo : 0.0,
+                lo <= hi ? hi : 0.0, initial_name(c, &in));
+        free(st.s);
+    }
+    free(x);
     free(out);
     ck_instance_close(&in);
 }

@@ -46,6 +46,10 @@ static const char help[] =
     "                 mask() valid at L, 4L, ... --max-distance and the same at every length (a window\n"
     "                 that depends on the length fails); rotary_ctx() frequencies and amplitude finite\n"
     "                 and > 0 that far (a change with the length is allowed and said)\n"
+    "  long-range-content\n"
+    "                 (CONTENT) content() of --max-distance tokens (fewer when x would pass 8 MiB),\n"
+    "                 x in [-1, 1], [-1e3, 1e3], +-1e4 and 0, at the same parameter sets: every step\n"
+    "                 finite and >= 0 (a defect within the content item's tokens is its: a SKIP)\n"
 
     "  shape          (TABLE; COORDINATE: the bias along the last row) each head over the same grid\n"
     "                 at the initial parameters (and the random ones): decreasing with distance\n"

@@ -1,7 +1,8 @@
 /* A content-position test plugin that misbehaves on purpose (tests/test_content.sh, tests/test_check.c):
  * the steps read channel 0 of the input, a_h(n) = 0.1 (h + 1) theta_h (1 + x_n0^2) (theta initialised to 1,
- * learnable), except that `failure` says what goes wrong at token `token` (the index into the call's
- * tokens) and head `head` of the layers `layer` says (-1: every layer):
+ * learnable, projected onto theta >= 0 so that every step is >= 0), except that `failure` says what goes
+ * wrong at token `token` (the index into the call's tokens) and head `head` of the layers `layer` says
+ * (-1: every layer):
  *
  *   nan              content() writes a NaN step
  *   negative         content() writes -0.5 (a position that goes back)
@@ -9,14 +10,15 @@
  *   backward_error   content_backward() returns an error with a message
  *   grad_x           content_backward() adds half of dL/dx (every token and layer)
  *   grad_theta       content_backward() adds half of dL/dtheta
- *   overwrite        content_backward() writes dL/dx into dx instead of adding it */
+ *   overwrite        content_backward() writes dL/dx into dx instead of adding it
+ *   dx_past          content_backward() writes 0.5 into the float just past the end of dx */
 #include <biaskit/plugin.h>
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { NONE, NAN_STEP, NEGATIVE, ERROR, BACKWARD_ERROR, GRAD_X, GRAD_THETA, OVERWRITE };
+enum { NONE, NAN_STEP, NEGATIVE, ERROR, BACKWARD_ERROR, GRAD_X, GRAD_THETA, OVERWRITE, DX_PAST };
 
 typedef struct badcontent {
     const biaskit_services *svc;
@@ -26,7 +28,8 @@ typedef struct badcontent {
 } badcontent;
 
 static const biaskit_option options[] = {
-    BIASKIT_OPTION_CHOICE("failure", "none", "none|nan|negative|error|backward_error|grad_x|grad_theta|overwrite",
+    BIASKIT_OPTION_CHOICE("failure", "none",
+                          "none|nan|negative|error|backward_error|grad_x|grad_theta|overwrite|dx_past",
                           "what goes wrong (see tests/plugins/badcontent.c)"),
     BIASKIT_OPTION_INT("token", 5, "the token (index into the call's tokens) that misbehaves"),
     BIASKIT_OPTION_INT("head", 1, "the head that misbehaves"),
@@ -47,8 +50,9 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
         return rc;
     }
     static const char *const names[] = {"none",           "nan",    "negative",   "error",
-                                        "backward_error", "grad_x", "grad_theta", "overwrite"};
-    for (int k = 0; k < 8; k++)
+                                        "backward_error", "grad_x", "grad_theta", "overwrite",
+                                        "dx_past"};
+    for (int k = 0; k < 9; k++)
         if (!strcmp(failure, names[k]))
             b->failure = k;
     b->svc = svc;
@@ -74,6 +78,12 @@ static int param_init(const void *inst, float *theta, uint64_t seed, biaskit_err
     for (int32_t h = 0; h < ((const badcontent *)inst)->heads; h++)
         theta[h] = 1.0f;
     return BIASKIT_OK;
+}
+
+static void param_project(const void *inst, float *theta)
+{
+    for (int32_t h = 0; h < ((const badcontent *)inst)->heads; h++)
+        theta[h] = theta[h] > 0.0f ? theta[h] : 0.0f; /* NaN too */
 }
 
 static int fails_here(const badcontent *b, const biaskit_context *ctx)
@@ -122,6 +132,8 @@ static int content_backward(const void *inst, const float *theta, const biaskit_
         else
             dx[n * b->dim] += (float)(fx * gx);
     }
+    if (b->failure == DX_PAST)
+        dx[count * b->dim] = 0.5f;
     return BIASKIT_OK;
 }
 
@@ -139,6 +151,7 @@ static const biaskit_plugin descriptor = {
     .destroy = destroy,
     .param_count = param_count,
     .param_init = param_init,
+    .param_project = param_project,
     .content = content,
     .content_backward = content_backward,
 };
