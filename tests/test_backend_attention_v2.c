@@ -27,7 +27,11 @@
  *    has no content position) with the tolerances below (dcpos: those of dtable); and dcpos's query sums
  *    (a row's sum of dS, 0 when the backward gets the forward's own output, so invisible above) against a
  *    double-precision sum with a random O given to the backward (dcpos_counts_query_sums), on both
- *    generations and the tensor-core programs.
+ *    generations and the tensor-core programs;
+ *  - counted positions (CoPE: cope, dcope) on the materialized attention against the CPU's, alone and with
+ *    the distance tables, head sizes 8 and 64, T = 1, 33 and 130, 3 vectors (counts clamp) and 200, and the
+ *    refusals: the fused attention refuses CoPE naming BIASKIT_CAP_COUNT and attention = "materialized",
+ *    the materialized one refuses CoPE with a window (emulated_cope_matches_cpu, cuda_cope_matches_cpu).
  *
  * The test's coordinate: FIRE's phi(d) = log(c d + 1), rscale(i) = 1 / log(c max(i, L) + 1), cut to
  * multiples of 2^-10 (phi) and 2^-8 (rscale), rounded down (so u(i, i) <= 1 still), and points - 1 a power of
@@ -1094,6 +1098,233 @@ static void dcpos_counts_query_sums(void **state)
     bk_backend_destroy(be);
 }
 
+/* ---- counted positions (CoPE) on the materialized attention --------------------------------------- */
+
+/* cope (points x hd position vectors, cope_scale), alone and with the token and segment tables, on the
+ * materialized attention against the CPU's (cpu/attention.c, itself checked against PyTorch): out (with
+ * and without saved probabilities), dqkv, dtable and dcope accumulated into nonzero starts; a second
+ * backward with the emulated threads in reverse order gives the same bits. Tolerances: the GEMMs' orders
+ * differ from OpenBLAS's row-major ones; a count near a cell edge would amplify that, which these seeds
+ * do not meet. */
+typedef struct cope_case {
+    int B, T, C, H, points, tables; /* tables: V2_TOKEN | V2_SEGMENT */
+} cope_case;
+
+static void check_cope_case(bk_backend *be, const cope_case *cc, uint64_t seed)
+{
+    rng_state = seed;
+    const int B = cc->B, T = cc->T, C = cc->C, H = cc->H, P = cc->points, hd = C / H, D = 3 * T + 1;
+    const size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, ne = (size_t)P * hd, nt = (size_t)H * D;
+    const size_t ns = (size_t)B * H * T * T;
+    float *qkv = random_floats(nq, 1.0), *dout = random_floats(no, 1.0), *dqkv0 = random_floats(nq, 0.5);
+    float *E = random_floats(ne, 0.5), *dcope0 = random_floats(ne, 0.5);
+    float *tab[BK_STREAM_COUNT] = {NULL, NULL}, *dtab0[BK_STREAM_COUNT] = {NULL, NULL};
+    int32_t *pos[BK_STREAM_COUNT] = {NULL, NULL};
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (cc->tables & (s == BK_STREAM_TOKEN ? V2_TOKEN : V2_SEGMENT)) {
+            tab[s] = random_floats(nt, 1.0), dtab0[s] = random_floats(nt, 0.5);
+            if (s != BK_STREAM_TOKEN)
+                pos[s] = segment_positions(B, T);
+        }
+    bk_attention_bias hb;
+    memset(&hb, 0, sizeof hb);
+    hb.distances = D;
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        hb.table[s] = tab[s], hb.positions[s] = pos[s];
+    hb.cope = E, hb.cope_points = P, hb.cope_scale = 0.75f;
+
+    /* the CPU */
+    bk_error err = {0};
+    float *out = malloc(no * sizeof *out), *probs = malloc(ns * sizeof *probs);
+    float *dqkv = malloc(nq * sizeof *dqkv), *dcope = malloc(ne * sizeof *dcope);
+    float *dtab[BK_STREAM_COUNT] = {NULL, NULL};
+    assert_true(out && probs && dqkv && dcope);
+    memcpy(dqkv, dqkv0, nq * sizeof *dqkv), memcpy(dcope, dcope0, ne * sizeof *dcope);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (tab[s]) {
+            dtab[s] = malloc(nt * sizeof(float));
+            assert_non_null(dtab[s]);
+            memcpy(dtab[s], dtab0[s], nt * sizeof(float));
+        }
+    if (bk_attention_forward(out, probs, qkv, &hb, B, T, C, H, &err) != BK_OK)
+        fail_msg("CPU attention forward: %s", err.message);
+    hb.dcope = dcope;
+    if (bk_attention_backward(dqkv, dtab, dout, qkv, probs, &hb, B, T, C, H, &err) != BK_OK)
+        fail_msg("CPU attention backward: %s", err.message);
+
+    /* the device */
+    bk_attention_bias db = hb;
+    db.cope = dev_copy_of(be, E, ne * sizeof(float));
+    db.dcope = dev_copy_of(be, dcope0, ne * sizeof(float));
+    float *d_dtab[BK_STREAM_COUNT] = {NULL, NULL};
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        db.table[s] = dev_copy_of(be, tab[s], nt * sizeof(float));
+        db.positions[s] = dev_copy_of(be, pos[s], (size_t)B * T * sizeof(int32_t));
+        d_dtab[s] = dev_copy_of(be, dtab0[s], nt * sizeof(float));
+    }
+    float *d_qkv = dev_copy_of(be, qkv, nq * sizeof(float)), *d_dout = dev_copy_of(be, dout, no * sizeof(float));
+    float *d_out = dev_alloc(be, no * sizeof(float)), *d_saved = dev_alloc(be, ns * sizeof(float));
+    float *d_dqkv = dev_copy_of(be, dqkv0, nq * sizeof(float));
+    char label[128];
+    snprintf(label, sizeof label, "%s materialized cope B=%d T=%d C=%d H=%d points=%d tables=%d", be->name, B, T, C, H,
+             P, cc->tables);
+    be->attention = BK_ATTENTION_MATERIALIZED;
+    if (be->attention_forward(be, d_out, NULL, d_qkv, &db, B, T, C, H, &err) != BK_OK)
+        fail_msg("%s: forward-only: %s", label, err.message);
+    float *got = host_copy_of(be, d_out, no);
+    const double e_fwd = expect_close("out (forward only)", label, got, out, no, 1e-5, 1e-4);
+    free(got);
+    if (be->attention_forward(be, d_out, d_saved, d_qkv, &db, B, T, C, H, &err) != BK_OK)
+        fail_msg("%s: forward: %s", label, err.message);
+    got = host_copy_of(be, d_out, no);
+    expect_close("out", label, got, out, no, 1e-5, 1e-4);
+    free(got);
+    if (be->attention_backward(be, d_dqkv, d_dtab, d_dout, d_qkv, d_out, d_saved, &db, B, T, C, H, &err) != BK_OK)
+        fail_msg("%s: backward: %s", label, err.message);
+    float *g_dqkv = host_copy_of(be, d_dqkv, nq), *g_dcope = host_copy_of(be, db.dcope, ne);
+    const double e_dqkv = expect_close("dqkv", label, g_dqkv, dqkv, nq, 1e-4, 1e-3);
+    const double e_dcope = expect_close("dcope", label, g_dcope, dcope, ne, 1e-4, 1e-3);
+    double e_dtab = 0.0;
+    float *g_dtab[BK_STREAM_COUNT] = {NULL, NULL};
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (tab[s]) {
+            g_dtab[s] = host_copy_of(be, d_dtab[s], nt);
+            const double e = expect_close(s == BK_STREAM_TOKEN ? "dtable[token]" : "dtable[segment]", label, g_dtab[s],
+                                          dtab[s], nt, 1e-4, 1e-3);
+            e_dtab = e > e_dtab ? e : e_dtab;
+        }
+    print_message("%s: largest errors out %.2g dqkv %.2g dcope %.2g dtable %.2g\n", label, e_fwd, e_dqkv, e_dcope,
+                  e_dtab);
+
+    /* again from the same starts, the emulated threads in reverse order: the same bits */
+    bk_error e2 = {0};
+    assert_int_equal(be->upload(be, d_dqkv, dqkv0, nq * sizeof(float), &e2), BK_OK);
+    assert_int_equal(be->upload(be, db.dcope, dcope0, ne * sizeof(float), &e2), BK_OK);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (tab[s])
+            assert_int_equal(be->upload(be, d_dtab[s], dtab0[s], nt * sizeof(float), &e2), BK_OK);
+    bk_emulated_thread_order = 1;
+    const int rc = be->attention_backward(be, d_dqkv, d_dtab, d_dout, d_qkv, d_out, d_saved, &db, B, T, C, H, &err);
+    bk_emulated_thread_order = 0;
+    if (rc != BK_OK)
+        fail_msg("%s: second backward: %s", label, err.message);
+    float *h2 = host_copy_of(be, d_dqkv, nq), *c2 = host_copy_of(be, db.dcope, ne);
+    expect_same_bits("dqkv (second run)", label, h2, g_dqkv, nq);
+    expect_same_bits("dcope (second run)", label, c2, g_dcope, ne);
+    free(h2), free(c2);
+    for (int s = 0; s < BK_STREAM_COUNT; s++)
+        if (tab[s]) {
+            float *t2 = host_copy_of(be, d_dtab[s], nt);
+            expect_same_bits("dtable (second run)", label, t2, g_dtab[s], nt);
+            free(t2);
+        }
+    be->attention = BK_ATTENTION_FUSED;
+
+    void *dbufs[] = {(void *)db.cope, db.dcope, d_qkv, d_dout, d_out, d_saved, d_dqkv};
+    for (size_t k = 0; k < sizeof dbufs / sizeof dbufs[0]; k++)
+        be->release(be, dbufs[k]);
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        if (db.table[s])
+            be->release(be, (void *)db.table[s]);
+        if (db.positions[s])
+            be->release(be, (void *)db.positions[s]);
+        if (d_dtab[s])
+            be->release(be, d_dtab[s]);
+        free(tab[s]), free(dtab0[s]), free(pos[s]), free(dtab[s]), free(g_dtab[s]);
+    }
+    free(qkv), free(dout), free(dqkv0), free(E), free(dcope0), free(out), free(probs), free(dqkv), free(dcope);
+    free(g_dqkv), free(g_dcope);
+}
+
+/* The cases: head sizes 8 and 64; T = 1, 33 and 130 (two query blocks of DEV_ATT_QBLOCK = 128); 3 vectors
+ * (counts clamp after a few keys) and 200 (they never do); without tables, with the token table, with both. */
+static void check_cope_all(bk_backend *be)
+{
+    static const int Ts[3] = {1, 33, 130}, Cs[2] = {16, 128}, Ps[2] = {3, 200};
+    static const int tables[3] = {0, V2_TOKEN, V2_TOKEN | V2_SEGMENT};
+    uint64_t seed = 0xC0FE;
+    for (int t = 0; t < 3; t++)
+        for (int c = 0; c < 2; c++)
+            for (int p = 0; p < 2; p++)
+                for (int k = 0; k < 3; k++) {
+                    if (Ts[t] == 130 && k == 1)
+                        continue; /* the longest length with no table or both only */
+                    const cope_case cc = {2, Ts[t], Cs[c], 2, Ps[p], tables[k]};
+                    check_cope_case(be, &cc, seed++);
+                }
+}
+
+/* The fused attention refuses a counting term, naming the capability and the materialized attention; the
+ * materialized one refuses it with another ABI 2 term (a window), and malformed (1 vector). */
+static void check_cope_errors(bk_backend *be)
+{
+    const int B = 1, T = 20, C = 16, H = 2;
+    float *qkv = dev_alloc(be, (size_t)B * T * 3 * C * sizeof(float));
+    float *dqkv = dev_alloc(be, (size_t)B * T * 3 * C * sizeof(float));
+    float *out = dev_alloc(be, (size_t)B * T * C * sizeof(float));
+    float *buf = dev_alloc(be, (size_t)B * H * T * T * sizeof(float));
+    bk_attention_bias bias;
+    bk_error err = {0};
+    memset(&bias, 0, sizeof bias);
+    bias.distances = T, bias.cope = buf, bias.cope_points = 4, bias.cope_scale = 1.0f;
+
+    be->attention = BK_ATTENTION_FUSED;
+    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "attention forward");
+    assert_message_has(err.message, "BIASKIT_CAP_COUNT");
+    assert_message_has(err.message, "attention = \"materialized\"");
+    assert_int_equal(be->attention_backward(be, dqkv, NULL, out, qkv, out, buf, &bias, B, T, C, H, &err),
+                     BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "attention backward");
+    assert_message_has(err.message, "attention = \"materialized\"");
+
+    be->attention = BK_ATTENTION_MATERIALIZED;
+    bias.window = 5;
+    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "counted positions (CoPE)");
+    assert_message_has(err.message, "a window mask");
+    assert_int_equal(be->attention_backward(be, dqkv, NULL, out, qkv, out, buf, &bias, B, T, C, H, &err),
+                     BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "a window mask");
+    bias.window = 0, bias.cope_points = 1;
+    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
+    assert_message_has(err.message, "1 position vectors");
+    be->attention = BK_ATTENTION_FUSED;
+
+    void *bufs[] = {qkv, dqkv, out, buf};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->release(be, bufs[k]);
+}
+
+static void emulated_cope_matches_cpu(void **state)
+{
+    (void)state;
+    bk_backend *be = NULL;
+    bk_error err = {0};
+    if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create: %s", err.message);
+    check_cope_all(be);
+    check_cope_errors(be);
+    bk_backend_destroy(be);
+}
+
+static void cuda_cope_matches_cpu(void **state)
+{
+    (void)state;
+    char desc[256];
+    if (!bk_device_probe(desc, sizeof desc)) {
+        print_message("skipping the CUDA backend: no GPU answers (%s)\n", desc);
+        skip();
+    }
+    bk_backend *be = NULL;
+    bk_error err = {0};
+    if (bk_backend_cuda_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+        fail_msg("a GPU answers (%s) but bk_backend_cuda_create failed: %s", desc, err.message);
+    check_cope_all(be);
+    check_cope_errors(be);
+    bk_backend_destroy(be);
+}
+
 /* ---- the backends ---------------------------------------------------------------------------- */
 
 static void check_backend(bk_backend *be)
@@ -1140,6 +1371,8 @@ int main(void)
         cmocka_unit_test(emulated_matches_reference),
         cmocka_unit_test(dcpos_counts_query_sums),
         cmocka_unit_test(cuda_matches_reference),
+        cmocka_unit_test(emulated_cope_matches_cpu),
+        cmocka_unit_test(cuda_cope_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,8 +4,8 @@
 # misbehaving test plugin (tests/plugins/badcontent.c) fails with messages naming the plugin, the hook, the
 # layer, the step and the batch row, token and head; bad options and bad term combinations are refused
 # with their position. Counted positions (BIASKIT_CAP_COUNT): cope trains and evaluates, its bad options,
-# a second counting term, a device backend and a misbehaving counting plugin (tests/plugins/badcount.c)
-# are refused with what and where.
+# trains on the emulated device's materialized attention; a second counting term, the fused device
+# attention and a misbehaving counting plugin (tests/plugins/badcount.c) are refused with what and where.
 # usage: test_content.sh <biaskit binary> <test plugin dir>
 set -u
 bk=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") testplugins=$(cd "$2" && pwd)
@@ -125,8 +125,8 @@ exp seg $'[[term]]\nplugin = "bipe"\n[[term]]\nplugin = "fox"\nstream = "segment
 out=$("$bk" train "$work/seg.toml" 2>&1)
 expect_fail "fox on the segment stream" "$out" $? "seg.toml:21" "token index"
 
-# --- CoPE: trains and evaluates past its vectors; its bad options, a misbehaving counting plugin and a
-# device backend are refused with what and where ---
+# --- CoPE: trains and evaluates past its vectors, trains on the emulated materialized attention; its bad
+# options, a misbehaving counting plugin and the fused device attention are refused with what and where ---
 exp cope $'[[term]]\nplugin = "cope"\ninit_std = 0.2'
 out=$("$bk" train "$work/cope.toml" 2>&1)
 if [ $? -ne 0 ]; then fail "cope trains" "$out"; else ok "cope trains"; fi
@@ -143,8 +143,14 @@ exp cope3 $'[[term]]\nplugin = "cope"\n[[term]]\nplugin = "cope"'
 out=$("$bk" train "$work/cope3.toml" 2>&1)
 expect_fail "two counting terms" "$out" $? "cope3.toml:21" "a second counting term"
 exp cope4 $'[[term]]\nplugin = "cope"'
-out=$("$bk" train "$work/cope4.toml" --set 'run.device="emulated"' 2>&1)
-expect_fail "cope on a device backend" "$out" $? "cope" "CPU attention only" "device = \"cpu\""
+out=$("$bk" train "$work/cope4.toml" --set 'run.device="emulated"' --set 'run.attention="fused"' 2>&1)
+expect_fail "cope on the fused device attention" "$out" $? "cope" "BIASKIT_CAP_COUNT" "fused attention" \
+    "attention = \"materialized\""
+out=$("$bk" train "$work/cope4.toml" --set 'run.device="emulated"' --set 'run.attention="materialized"' \
+    --set 'run.out_dir="runs/cope4m"' 2>&1)
+if [ $? -eq 0 ] && [ -f "$work/runs/cope4m/checkpoint.safetensors" ]; then
+    ok "cope trains on the emulated device's materialized attention"
+else fail "cope trains on the emulated device's materialized attention" "$out"; fi
 badc=$testplugins/biaskit_badcount.so
 for case in "nan:not finite: nan at vector 1, component 2" "points:gave 1 position vectors" \
     "error:count_vectors() failed:fails on purpose"; do

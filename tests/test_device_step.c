@@ -48,6 +48,10 @@ static const scheme schemes[] = {
  * materialized one refuses it (test_emulated_fox). */
 static const scheme fox = {"fox", "[[term]]\nplugin = \"fox\"\n"};
 
+/* Counted positions (BIASKIT_CAP_COUNT, CoPE: the attention's cope / dcope), on the materialized attention
+ * only: the fused one refuses them (test_emulated_cope). 5 position vectors: the counts clamp at T = 37. */
+static const scheme cope = {"cope", "[[term]]\nplugin = \"cope\"\npoints = 5\ninit_std = 0.2\n"};
+
 static void check(int rc, const bk_error *err, const char *what)
 {
     if (rc)
@@ -620,6 +624,36 @@ static void test_emulated_fox(void **state)
     printf("fox on the materialized device attention: %s\n", err.message);
 }
 
+/* Counted positions (plugin cope) on the materialized attention: the steps near the CPU's, two runs the same
+ * bits; the fused attention refuses them, naming [run] attention = "materialized". */
+static void test_emulated_cope(void **state)
+{
+    (void)state;
+    compare_with_cpu(&cope, "emulated/materialized");
+    assert_deterministic(&cope, "emulated/materialized");
+    bk_error err;
+    run r;
+    int rc = open_run(&r, &cope, "emulated", &err);
+    if (rc == BK_OK) {
+        int32_t in[B * T], tg[B * T];
+        make_batch(in, tg, 100);
+        rc = bk_bias_forward(&r.lm.bias, T, &err);
+        if (rc == BK_OK)
+            rc = bk_gpt_forward(&r.lm.gpt, in, tg, B, T, 1, &err);
+        close_run(&r);
+    }
+    assert_int_equal(rc, BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "attention = \"materialized\"");
+    printf("cope on the fused device attention: %s\n", err.message);
+}
+
+static void test_cuda_cope(void **state)
+{
+    (void)state;
+    compare_with_cpu(&cope, "cuda/materialized");
+    assert_deterministic(&cope, "cuda/materialized");
+}
+
 static void test_cuda_fox(void **state)
 {
     (void)state;
@@ -809,6 +843,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_cuda_bf16_storage),
             cmocka_unit_test(test_cuda_tf32),
             cmocka_unit_test(test_cuda_fox),
+            cmocka_unit_test(test_cuda_cope),
         };
         return cmocka_run_group_tests(gpu, NULL, NULL);
     }
@@ -821,6 +856,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_emulated_bf16_storage),
         cmocka_unit_test(test_emulated_tf32),
         cmocka_unit_test(test_emulated_fox),
+        cmocka_unit_test(test_emulated_cope),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -132,10 +132,11 @@ int bk_query_set_backend(bk_query *q, bk_backend *be, bk_error *err)
     if (q->be == be)
         return BK_OK;
     const bk_term *t = q->set ? count_term(q) : NULL;
-    if (t && be && be->on_device)
+    if (t && be && be->on_device && be->attention == BK_ATTENTION_FUSED)
         return bk_fail(err, BK_ERR_UNSUPPORTED,
-                       "term '%s' (plugin %s): counted positions (CoPE) run in the CPU attention only; the %s backend "
-                       "does not compute them: use [run] device = \"cpu\"",
+                       "term '%s' (plugin %s): counted positions (CoPE, BIASKIT_CAP_COUNT) are not computed by the "
+                       "fused attention of the %s backend: use [run] attention = \"materialized\" or device = "
+                       "\"cpu\"",
                        t->label, t->plugin->desc->name, be->name);
     arrays_free(q); /* reallocated in the new memory by the next forward */
     q->be = be;

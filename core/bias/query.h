@@ -2,7 +2,8 @@
  * coordinate table (FIRE), the mask (window and sinks) and the logit scale (log n, SSMax), at most one of
  * each, all on the token index. For every layer they become the small arrays the attention reads
  * (cpu/attention.h, bk_attention_bias), and the counting term's position vectors (CoPE: points x d_head
- * per copy, plugin.h BIASKIT_CAP_COUNT; the CPU attention only, a device backend refuses them): the grid F_h(u_g) (H x points), the two factors of the coordinate
+ * per copy, plugin.h BIASKIT_CAP_COUNT; the CPU attention and a device's materialized attention read them,
+ * a device's fused attention is refused): the grid F_h(u_g) (H x points), the two factors of the coordinate
  * phi[d] (distances) and rscale[i] (distances rows), the scale s_h(i) (H x distances), and the window and
  * sinks. The way back: the attention's dgrid, dphi, drscale and dscale of one layer go to the plugin's
  * table_backward, coordinate_backward and scale_backward, which add into the term's dtheta.

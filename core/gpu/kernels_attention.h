@@ -18,6 +18,7 @@
 #include "config/experiment.h"
 #include "gpu/dev.h"
 #include "gpu/rows.h"
+#include "model/cope_math.h"
 #include "model/softmax_math.h"
 
 #include <math.h>
@@ -355,6 +356,103 @@ static inline BK_DEV_HD void k_att_table_reduce(int64_t idx, const void *args)
     for (int b = 0; b < a->B; b++)
         sum += a->G[((int64_t)b * a->H + h) * a->width + delta];
     a->dtable[(int64_t)h * a->distances + delta] += (float)sum;
+}
+
+/* ---- counted positions (CoPE, model/cope_math.h) --------------------------------------------------- */
+
+/* Forward, one thread per row of a query block (index over B*H*rows in (bh, r) order), before the
+ * softmax (which then adds no bias): row r (query i = q0 + r) of S holds a_ij = scale * q_i . k_j (the
+ * GEMM's), L's row the points logits l = q_i . E^T. The count is scanned from the diagonal down in double
+ * (cpu/attention.c, counted_row); each visible column becomes
+ *     the streams' bias added to a_ij (k_att_add_bias, stream order), then + cope_scale * lerp(l, p_ij),
+ * the CPU's order (its terms first, then the counted term). */
+typedef struct k_att_cope_args {
+    float *S;
+    int64_t bh_stride;
+    const float *L; /* (bh, r) rows of `points` floats */
+    int ld, rows, q0, T, H, points;
+    float cope_scale;
+    k_att_bias bias;
+} k_att_cope_args;
+
+static inline BK_DEV_HD void k_att_cope(int64_t idx, const void *args)
+{
+    const k_att_cope_args *a = (const k_att_cope_args *)args;
+    const int r = (int)(idx % a->rows), i = a->q0 + r;
+    const int64_t bh = idx / a->rows;
+    float *row = a->S + bh * a->bh_stride + (int64_t)r * a->ld;
+    const float *l = a->L + idx * a->points;
+    double sum = 0.0;
+    for (int j = i; j >= 0; j--) {
+        float w = 0.0f;
+        int clamped = 0;
+        sum += bk_cope_gate(row[j]);
+        const int32_t k = bk_cope_cell(sum, a->points, &w, &clamped);
+        const float counted = a->cope_scale * bk_cope_lerp(l, k, w);
+        row[j] = k_att_add_bias(&a->bias, bh / a->H, (int)(bh % a->H), a->T, i, j, row[j]) + counted;
+    }
+}
+
+/* Backward, one thread per row of a query block, after k_att_softmax_bwd and the table partials (which
+ * take dS as the score gradient): dS, A (a = scale * q.k as the forward had it) and Dp (scratch) share the
+ * layout rows x q1 (leading dimension ld, bh-stride bh_stride); L, dL are (bh, r) rows of `points`.
+ * cpu/attention.c's counted_row_backward: dl = dL/dl (written, not accumulated), dp_ij from the scan
+ * down, then dg_it = sum over j <= t of dp_ij (in double, keys ascending) and
+ *     dS_it += dg_it g_it (1 - g_it),
+ * so that the dQ / dK GEMMs (alpha = 1/sqrt(hd)) carry the gates' gradient too. */
+typedef struct k_att_cope_bwd_args {
+    float *dS, *Dp, *dL;
+    const float *A, *L;
+    int64_t bh_stride;
+    int ld, rows, q0, points;
+    float cope_scale;
+} k_att_cope_bwd_args;
+
+static inline BK_DEV_HD void k_att_cope_bwd(int64_t idx, const void *args)
+{
+    const k_att_cope_bwd_args *a = (const k_att_cope_bwd_args *)args;
+    const int r = (int)(idx % a->rows), i = a->q0 + r;
+    const int64_t off = (idx / a->rows) * a->bh_stride + (int64_t)r * a->ld;
+    float *row = a->dS + off, *dp = a->Dp + off, *dl = a->dL + idx * a->points;
+    const float *ar = a->A + off, *l = a->L + idx * a->points;
+    for (int k = 0; k < a->points; k++)
+        dl[k] = 0.0f;
+    double sum = 0.0;
+    for (int j = i; j >= 0; j--) {
+        float w = 0.0f;
+        int clamped = 0;
+        sum += bk_cope_gate(ar[j]);
+        const int32_t k = bk_cope_cell(sum, a->points, &w, &clamped);
+        const float g = row[j] * a->cope_scale;
+        dl[k] += g * (1.0f - w);
+        if (w > 0.0f)
+            dl[k + 1] += g * w;
+        dp[j] = bk_cope_dp(l, k, w, clamped, g);
+    }
+    double run = 0.0;
+    for (int j = 0; j <= i; j++) {
+        run += dp[j];
+        const float g = bk_cope_gate(ar[j]);
+        row[j] += (float)run * g * (1.0f - g);
+    }
+}
+
+/* dcope[e] += (float)(sum over bh = 0, 1, ..., B*H-1 of part[bh * n + e]) in double, index per e over
+ * n = points * hd: the CPU's final reduction of its per-(b, h) dE. */
+typedef struct k_att_cope_reduce_args {
+    float *dcope;
+    const float *part;
+    int64_t n;
+    int BH;
+} k_att_cope_reduce_args;
+
+static inline BK_DEV_HD void k_att_cope_reduce(int64_t idx, const void *args)
+{
+    const k_att_cope_reduce_args *a = (const k_att_cope_reduce_args *)args;
+    double sum = 0.0;
+    for (int bh = 0; bh < a->BH; bh++)
+        sum += a->part[(int64_t)bh * a->n + idx];
+    a->dcope[idx] += (float)sum;
 }
 
 #endif

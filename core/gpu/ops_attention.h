@@ -28,6 +28,14 @@
  *      deterministic; then dq, dk, dv are added into dqkv (+=, as the CPU) and G is summed over b in
  *      ascending b into dtable[s] (+=).
  *
+ * Counted positions (CoPE, bias->cope; model/cope_math.h). Forward: after the score GEMM, L_blk = Q_blk E^T
+ * (one GEMM, E shared: batch stride 0) and k_att_cope, a thread per row, scan the gates from the diagonal
+ * down and add the streams' bias and then cope_scale * lerp(l, p) to the scores (the CPU's order); the
+ * softmax adds nothing more. Backward, after the softmax backward and the table partials: A = scale Q K^T
+ * and L again (GEMMs), k_att_cope_bwd (a thread per row) writes dL and adds the gates' gradient to dS;
+ * then dQ += dL E and dE_bh += dL^T Q_blk (GEMMs, blocks in order) and dcope += dE summed over (b, h)
+ * in ascending order in double (k_att_cope_reduce). No atomics: deterministic.
+ *
  * cuBLAS is column-major: a row-major r x c matrix X with leading dimension ld is, to it, the
  * column-major c x r matrix X^T with the same ld. Each GEMM below is written for the transposed
  * (column-major) products; the comment above each call gives the row-major product it computes.
@@ -99,7 +107,8 @@ static int dev_att_check(const char *what, const bk_attention_bias *bias, int B,
 
 /* The materialized attention computes the ABI 2 terms (the coordinate table, the window mask, the logit
  * scale, the content position) nowhere: a call that has one is refused, naming it, rather than computed
- * without it (the fused attention, ops_flash.h, has them all). */
+ * without it (the fused attention, ops_flash.h, has them all). It computes counted positions (CoPE,
+ * bias->cope), alone: CoPE together with another ABI 2 term is refused too. */
 static int dev_att_refuse_v2(const char *what, const bk_attention_bias *bias, bk_error *err)
 {
     if (!bias)
@@ -109,8 +118,18 @@ static int dev_att_refuse_v2(const char *what, const bk_attention_bias *bias, bk
                        : bias->scale      ? "a logit scale"
                        : bias->cpos       ? "a content position"
                                           : (const char *)0;
+    if (bias->cope && (bias->cope_points < 2 || !isfinite(bias->cope_scale)))
+        return bk_fail(err, BK_ERR_INVALID,
+                       "%s: counted positions (CoPE): %d position vectors and scale %g; expected at least 2 vectors "
+                       "and a finite scale",
+                       what, (int)bias->cope_points, (double)bias->cope_scale);
     if (!term)
         return BK_OK;
+    if (bias->cope)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "%s: the materialized device attention computes counted positions (CoPE) only without the "
+                       "other ABI 2 bias terms, but this call has %s too; use [run] device = \"cpu\"",
+                       what, term);
     return bk_fail(err, BK_ERR_UNSUPPORTED,
                    "%s: the materialized device attention does not implement %s (an ABI 2 bias term); use [run] "
                    "attention = \"fused\"",
@@ -186,8 +205,19 @@ static int dev_att_materialized_forward(bk_backend *be, float *out, float *saved
         scores = (float *)buf;
     }
 
+    /* counted positions: the block's logits against the position vectors, B*H*rows x points (the
+     * score-gradient slot, which the forward does not use) */
+    const int np = bias && bias->cope ? bias->cope_points : 0;
+    float *Lc = NULL;
+    if (np) {
+        if ((rc = dev_scratch(d, BK_DEV_SCRATCH_ATT_DS, (size_t)BH * qb * np * sizeof(float), &buf, err)) != BK_OK)
+            return rc;
+        Lc = (float *)buf;
+    }
+
     k_att_softmax_args sm;
-    sm.bias = dev_att_bias_of(bias);
+    /* with counted positions k_att_cope adds the streams' bias (before its own term, the CPU's order) */
+    sm.bias = dev_att_bias_of(np ? (const bk_attention_bias *)0 : bias);
     sm.T = T, sm.H = H;
     for (int q0 = 0; q0 < T; q0 += DEV_ATT_QBLOCK) {
         const int q1 = q0 + DEV_ATT_QBLOCK < T ? q0 + DEV_ATT_QBLOCK : T, rows = q1 - q0;
@@ -203,6 +233,20 @@ static int dev_att_materialized_forward(bk_backend *be, float *out, float *saved
                       BH, err);
         if (rc != BK_OK)
             return rc;
+
+        if (np) {
+            /* row-major L (rows x np) = Q[q0:q1] (rows x hd) E^T, E (np x hd) shared by every (b, h);
+             * column-major: L^T (np x rows) = E (np x hd, stored as E^T: transa) Q_blk^T (hd x rows) */
+            rc = dev_gemm(d, 1, 0, np, rows, hd, 1.0f, bias->cope, hd, 0, Q + (int64_t)q0 * hd, hd, head, 0.0f, Lc,
+                          np, (int64_t)rows * np, BH, err);
+            if (rc != BK_OK)
+                return rc;
+            k_att_cope_args ca;
+            ca.S = S, ca.bh_stride = stride, ca.L = Lc, ca.ld = ld, ca.rows = rows, ca.q0 = q0, ca.T = T, ca.H = H;
+            ca.points = np, ca.cope_scale = bias->cope_scale, ca.bias = dev_att_bias_of(bias);
+            if ((rc = BK_LAUNCH(d, k_att_cope, k_att_cope_args, (int64_t)BH * rows, ca, err)) != BK_OK)
+                return rc;
+        }
 
         sm.S = S, sm.bh_stride = stride, sm.ld = ld, sm.rows = rows, sm.q0 = q0, sm.zero_to = saved ? T : q1;
         sm.n = (int64_t)BH * rows;
@@ -281,6 +325,21 @@ static int dev_att_materialized_backward(bk_backend *be, float *dqkv, float *con
         if ((rc = dev_zero(d, G, g_total * sizeof(double), err)) != BK_OK)
             return rc;
     }
+    /* counted positions: one buffer (the forward-only score slot) holding, per query block, a = scale q.k
+     * (A) and dL/dp (Dp), rows x q1 per (b, h); the logits L and their gradient dL, rows x np per (b, h);
+     * and, over all blocks, dE per (b, h) (np x hd each, summed over (b, h) in order at the end) */
+    const int np = bias && bias->cope ? bias->cope_points : 0;
+    const int want_dcope = np && bias->dcope;
+    float *cA = NULL, *cDp = NULL, *cL = NULL, *cdL = NULL, *cdE = NULL;
+    if (np) {
+        const size_t sq = (size_t)BH * qb * T, sl = (size_t)BH * qb * np, se = want_dcope ? (size_t)BH * np * hd : 0;
+        void *buf = NULL;
+        if ((rc = dev_scratch(d, BK_DEV_SCRATCH_ATT_S, (2 * sq + 2 * sl + se) * sizeof(float), &buf, err)) != BK_OK)
+            return rc;
+        cA = (float *)buf, cDp = cA + sq, cL = cDp + sq, cdL = cL + sl, cdE = want_dcope ? cdL + sl : NULL;
+        if (cdE && (rc = dev_zero(d, cdE, se * sizeof(float), err)) != BK_OK)
+            return rc;
+    }
     if ((rc = dev_att_heads(d, dout, dO, 1, B, T, C, H, err)) != BK_OK)
         return rc;
 
@@ -313,6 +372,20 @@ static int dev_att_materialized_backward(bk_backend *be, float *dqkv, float *con
                 return rc;
         }
 
+        if (np) {
+            /* A = scale * Q_blk K[0:q1]^T and L = Q_blk E^T as the forward had them (its GEMMs) */
+            rc = dev_gemm(d, 1, 0, q1, rows, hd, scale, K, hd, head, Qb, hd, head, 0.0f, cA, q1, ds_stride, BH, err);
+            if (rc != BK_OK ||
+                (rc = dev_gemm(d, 1, 0, np, rows, hd, 1.0f, bias->cope, hd, 0, Qb, hd, head, 0.0f, cL, np,
+                               (int64_t)rows * np, BH, err)) != BK_OK)
+                return rc;
+            k_att_cope_bwd_args cb;
+            cb.dS = dS, cb.Dp = cDp, cb.dL = cdL, cb.A = cA, cb.L = cL, cb.bh_stride = ds_stride;
+            cb.ld = q1, cb.rows = rows, cb.q0 = q0, cb.points = np, cb.cope_scale = bias->cope_scale;
+            if ((rc = BK_LAUNCH(d, k_att_cope_bwd, k_att_cope_bwd_args, (int64_t)BH * rows, cb, err)) != BK_OK)
+                return rc;
+        }
+
         /* row-major dV[0:q1] (q1 x hd) += P_blk^T (q1 x rows) dO_blk (rows x hd); column-major:
          * dV^T (hd x q1) += dO_blk^T (hd x rows, as stored) P_blk (rows x q1, stored as P^T: transb) */
         rc = dev_gemm(d, 0, 1, hd, q1, rows, 1.0f, dOb, hd, head, P, T, p_stride, 1.0f, dV, hd, head, BH, err);
@@ -329,6 +402,19 @@ static int dev_att_materialized_backward(bk_backend *be, float *dqkv, float *con
         rc = dev_gemm(d, 0, 1, hd, q1, rows, scale, Qb, hd, head, dS, q1, ds_stride, 1.0f, dK, hd, head, BH, err);
         if (rc != BK_OK)
             return rc;
+        if (np) {
+            /* through L = Q E^T. Row-major dQ[q0:q1] (rows x hd) += dL (rows x np) E (np x hd); column-major:
+             * dQ^T (hd x rows) += E^T (hd x np, as stored) dL^T (np x rows, as stored) */
+            rc = dev_gemm(d, 0, 0, hd, rows, np, 1.0f, bias->cope, hd, 0, cdL, np, (int64_t)rows * np, 1.0f,
+                          dQ + (int64_t)q0 * hd, hd, head, BH, err);
+            if (rc != BK_OK)
+                return rc;
+            /* row-major dE_bh (np x hd) += dL^T (np x rows) Q_blk (rows x hd); column-major:
+             * dE^T (hd x np) += Q_blk^T (hd x rows, as stored) dL (rows x np, stored as dL^T: transb) */
+            if (cdE && (rc = dev_gemm(d, 0, 1, hd, np, rows, 1.0f, Qb, hd, head, cdL, np, (int64_t)rows * np, 1.0f,
+                                      cdE, hd, (int64_t)np * hd, BH, err)) != BK_OK)
+                return rc;
+        }
     }
 
     k_att_merge_grad_args mg;
@@ -343,6 +429,12 @@ static int dev_att_materialized_backward(bk_backend *be, float *dqkv, float *con
         tr.dtable = dtable[s], tr.G = G + goff[s];
         tr.B = B, tr.H = H, tr.width = width[s], tr.distances = bias->distances;
         if ((rc = BK_LAUNCH(d, k_att_table_reduce, k_att_table_reduce_args, (int64_t)H * width[s], tr, err)) != BK_OK)
+            return rc;
+    }
+    if (cdE) {
+        k_att_cope_reduce_args cr;
+        cr.dcope = bias->dcope, cr.part = cdE, cr.n = (int64_t)np * hd, cr.BH = BH;
+        if ((rc = BK_LAUNCH(d, k_att_cope_reduce, k_att_cope_reduce_args, cr.n, cr, err)) != BK_OK)
             return rc;
     }
     return BK_OK;

@@ -100,6 +100,12 @@ static int dev_flash_check_v2(const char *what, const bk_attention_bias *bias, i
 {
     if (!bias)
         return BK_OK;
+    if (bias->cope)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "%s: the fused device attention does not compute counted positions (CoPE, plugin capability "
+                       "BIASKIT_CAP_COUNT: a gate scan per query row across the key tiles); use [run] attention = "
+                       "\"materialized\" (or device = \"cpu\")",
+                       what);
     if (bias->window < 0 || bias->sinks < 0)
         return bk_fail(err, BK_ERR_INVALID,
                        "%s: mask window %d, sinks %d; expected window >= 0 (0: no mask) and sinks >= 0", what,
