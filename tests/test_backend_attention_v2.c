@@ -1296,33 +1296,10 @@ static void check_cope_errors(bk_backend *be)
         be->release(be, bufs[k]);
 }
 
-static void emulated_cope_matches_cpu(void **state)
+static void check_cope(bk_backend *be)
 {
-    (void)state;
-    bk_backend *be = NULL;
-    bk_error err = {0};
-    if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
-        fail_msg("bk_backend_emulated_create: %s", err.message);
     check_cope_all(be);
     check_cope_errors(be);
-    bk_backend_destroy(be);
-}
-
-static void cuda_cope_matches_cpu(void **state)
-{
-    (void)state;
-    char desc[256];
-    if (!bk_device_probe(desc, sizeof desc)) {
-        print_message("skipping the CUDA backend: no GPU answers (%s)\n", desc);
-        skip();
-    }
-    bk_backend *be = NULL;
-    bk_error err = {0};
-    if (bk_backend_cuda_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
-        fail_msg("a GPU answers (%s) but bk_backend_cuda_create failed: %s", desc, err.message);
-    check_cope_all(be);
-    check_cope_errors(be);
-    bk_backend_destroy(be);
 }
 
 /* ---- the backends ---------------------------------------------------------------------------- */
@@ -1336,31 +1313,46 @@ static void check_backend(bk_backend *be)
     check_errors(be);
 }
 
-static void emulated_matches_reference(void **state)
+/* `check` on the emulated backend, or on a CUDA one (skipped when no GPU answers). */
+static void run_on(int cuda, void (*check)(bk_backend *))
 {
-    (void)state;
-    bk_backend *be = NULL;
-    bk_error err = {0};
-    if (bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
-        fail_msg("bk_backend_emulated_create: %s", err.message);
-    check_backend(be);
-    bk_backend_destroy(be);
-}
-
-static void cuda_matches_reference(void **state)
-{
-    (void)state;
     char desc[256];
-    if (!bk_device_probe(desc, sizeof desc)) {
+    if (cuda && !bk_device_probe(desc, sizeof desc)) {
         print_message("skipping the CUDA backend: no GPU answers (%s)\n", desc);
         skip();
     }
     bk_backend *be = NULL;
     bk_error err = {0};
-    if (bk_backend_cuda_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+    if (!cuda && bk_backend_emulated_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
+        fail_msg("bk_backend_emulated_create: %s", err.message);
+    if (cuda && bk_backend_cuda_create(&be, BK_MATMUL_FP32, &err) != BK_OK)
         fail_msg("a GPU answers (%s) but bk_backend_cuda_create failed: %s", desc, err.message);
-    check_backend(be);
+    check(be);
     bk_backend_destroy(be);
+}
+
+static void emulated_cope_matches_cpu(void **state)
+{
+    (void)state;
+    run_on(0, check_cope);
+}
+
+static void cuda_cope_matches_cpu(void **state)
+{
+    (void)state;
+    run_on(1, check_cope);
+}
+
+static void emulated_matches_reference(void **state)
+{
+    (void)state;
+    run_on(0, check_backend);
+}
+
+static void cuda_matches_reference(void **state)
+{
+    (void)state;
+    run_on(1, check_backend);
 }
 
 int main(void)
