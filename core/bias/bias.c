@@ -165,7 +165,7 @@ int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, 
         bk_bias_sync_weights(b); /* kernel mode: weights as the softmax of their parameters exactly */
     int rc = bk_query_init(&b->query, set, n_layers, err);
     if (!rc)
-        rc = bk_content_init(&b->content, set, n_layers);
+        bk_content_init(&b->content, set);
     if (rc)
         bk_bias_free(b);
     return rc;

@@ -3,8 +3,6 @@
 #include "plugin/descriptor.h"
 
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,14 +21,18 @@ int bk_content_active(const bk_content *c)
     return term_of(c) != NULL;
 }
 
-int bk_content_init(bk_content *c, const bk_term_set *set, int n_layers)
+void bk_content_init(bk_content *c, const bk_term_set *set)
 {
     memset(c, 0, sizeof *c);
     c->set = set;
-    c->n_layers = n_layers;
     c->H = set->geometry.n_heads;
     c->C = set->geometry.d_model;
-    return BK_OK;
+}
+
+/* The positions of slot `slot` in the backend's memory. */
+static float *slot_of(const bk_content *c, int slot)
+{
+    return c->pos + (size_t)slot * (size_t)c->B * c->T * c->H;
 }
 
 /* On the CPU the backend pointers are the host ones (freed once, as host memory). */
@@ -49,8 +51,8 @@ static void layer_free(bk_content *c)
         c->be->release(c->be, c->dpos);
         c->be->release(c->be, c->dx_dev);
     }
-    free(c->dpos_h), free(c->steps_h), free(c->x_h), free(c->dsteps_h), free(c->dx_h);
-    c->dpos = c->dpos_h = c->steps_h = c->x_h = c->dsteps_h = c->dx_h = c->dx_dev = NULL;
+    free(c->dpos_h), free(c->steps_h), free(c->x_h), free(c->dx_h);
+    c->dpos = c->dpos_h = c->steps_h = c->x_h = c->dx_h = c->dx_dev = NULL;
     c->tokens_capacity = 0;
 }
 
@@ -108,7 +110,7 @@ static int reserve(bk_content *c, int B, int T, int slots, bk_error *err)
     }
     if (tokens > c->tokens_capacity) {
         layer_free(c);
-        if (!(c->steps_h = calloc(tokens * H, sizeof(float))) || !(c->dsteps_h = calloc(tokens * H, sizeof(float))))
+        if (!(c->steps_h = calloc(tokens * H, sizeof(float))))
             rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the steps of %zu tokens", tokens);
         if (!rc)
             rc = pair_alloc(c, &c->dpos_h, &c->dpos, tokens * H, err);
@@ -124,7 +126,7 @@ static int reserve(bk_content *c, int B, int T, int slots, bk_error *err)
         }
         c->tokens_capacity = tokens;
     }
-    c->B = B, c->T = T, c->slots = slots;
+    c->B = B, c->T = T;
     return BK_OK;
 }
 
@@ -164,7 +166,7 @@ int bk_content_forward(bk_content *c, int layer, int slot, int slots, const floa
     bk_plugin_call_leave();
     if (rc != BIASKIT_OK)
         return bk_term_plugin_failed(err, t, "content()", layer, step, &pe);
-    float *P = on_device(c) ? c->pos_h : c->pos + (size_t)slot * (size_t)n * H;
+    float *P = on_device(c) ? c->pos_h : slot_of(c, slot);
     for (int b = 0; b < B; b++)
         for (int32_t h = 0; h < H; h++) {
             double sum = 0.0;
@@ -183,8 +185,7 @@ int bk_content_forward(bk_content *c, int layer, int slot, int slots, const floa
                 row[i] = (float)sum;
             }
         }
-    if (on_device(c) && (rc = c->be->upload(c->be, c->pos + (size_t)slot * (size_t)n * H, c->pos_h,
-                                            (size_t)n * H * sizeof(float), err)))
+    if (on_device(c) && (rc = c->be->upload(c->be, slot_of(c, slot), c->pos_h, (size_t)n * H * sizeof(float), err)))
         return bk_error_prefix(err, "copying the content positions to the device: ");
     return BK_OK;
 }
@@ -193,7 +194,7 @@ void bk_content_attention(const bk_content *c, int slot, bk_attention_bias *ab)
 {
     if (!term_of(c) || !c->pos)
         return;
-    ab->cpos = c->pos + (size_t)slot * (size_t)c->B * c->T * c->H;
+    ab->cpos = slot_of(c, slot);
 }
 
 int bk_content_backward_begin(bk_content *c, bk_attention_bias *ab, bk_error *err)
@@ -231,7 +232,7 @@ int bk_content_backward(bk_content *c, int layer, const float *x, float *dx, flo
             double sum = 0.0;
             for (int i = T - 1; i >= 0; i--) {
                 sum += dP[i];
-                c->dsteps_h[((size_t)b * T + i) * H + h] = (float)sum;
+                c->steps_h[((size_t)b * T + i) * H + h] = (float)sum;
             }
         }
     const float *xh = NULL;
@@ -247,7 +248,7 @@ int bk_content_backward(bk_content *c, int layer, const float *x, float *dx, flo
     biaskit_error pe = {0, ""};
     bk_plugin_call_enter(t, "content_backward()", layer, step);
     rc = BK_DESCRIPTOR_FN(t->plugin->desc, content_backward)(t->instance, bk_term_theta(t, layer), &ctx, xh,
-                                                             (int64_t)n, c->dsteps_h, dth, dxh, &pe);
+                                                             (int64_t)n, c->steps_h, dth, dxh, &pe);
     bk_plugin_call_leave();
     if (rc != BIASKIT_OK)
         return bk_term_plugin_failed(err, t, "content_backward()", layer, step, &pe);

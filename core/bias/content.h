@@ -28,22 +28,20 @@
 typedef struct bk_content {
     const bk_term_set *set;
     bk_backend *be;       /* NULL or the CPU: host memory, nothing copied */
-    int n_layers;
     int32_t H, C;
-    int B, T, slots;      /* of the last forward: slots = layers kept (train) or 1 */
+    int B, T;             /* of the last forward */
     size_t capacity;      /* floats of pos */
     float *pos;           /* [slot][b][h][t] in the backend's memory */
     float *pos_h;         /* one slot on the host (the same memory as pos on the CPU) */
-    float *steps_h;       /* B T H steps of one layer, host */
+    float *steps_h;       /* B T H steps of one layer on the host (forward), then their gradient (backward) */
     float *x_h;           /* device backends: x of one layer on the host */
     float *dpos, *dpos_h; /* one layer's dL/dP (backend, host) */
-    float *dsteps_h;      /* B T H */
     float *dx_h, *dx_dev; /* device backends: dL/dx on the host and its upload */
     size_t tokens_capacity; /* B T the per-layer arrays hold */
 } bk_content;
 
 /* Set up for `set` (which must outlive it). */
-int bk_content_init(bk_content *c, const bk_term_set *set, int n_layers);
+void bk_content_init(bk_content *c, const bk_term_set *set);
 void bk_content_free(bk_content *c);
 /* 1 when the set has a content term. */
 int bk_content_active(const bk_content *c);

@@ -304,64 +304,21 @@ static inline BK_HOST_INLINE void add_terms(float *row, int i, int c0, int c1, i
     }
 }
 
-/* One step of the scan from the diagonal down: column c's gate added to the running count and its cell (k,
- * *w, *clamped); -1 for a masked column, which has no gate. */
-static inline BK_HOST_INLINE int32_t count_step(double *sum, const float *a, int c, const row_keys *rk, const terms *tm,
-                                                float *w, int *clamped)
-{
-    if (c >= rk->m0 && c < rk->m1)
-        return -1;
-    *sum += bk_cope_gate(a[c]);
-    return bk_cope_cell(*sum, tm->cope_points, w, clamped);
-}
-
-/* Counted positions (cope_math.h) of row i from its scores a = q.k / sqrt(hd) (`a`, before any term is
- * added) and its logits against the position vectors (l, cope_points floats): out[c] = cope_scale x the
- * interpolation at the count from key c to the diagonal, for the visible columns (0 on masked ones). The
- * keys ascend with the columns, so the count is a scan from the diagonal down. */
+/* Counted positions of row i (cope_math.h, bk_cope_row) from its scores a = q.k / sqrt(hd) before any term
+ * is added and its logits against the position vectors (l): out[c] for the row's compact columns. */
 static inline BK_HOST_INLINE void counted_row(const float *a, int i, const block_keys *kb, const terms *tm,
                                               const float *l, float *out)
 {
     const row_keys rk = row_of(i, kb, tm);
-    double sum = 0.0;
-    for (int c = rk.live - 1; c >= 0; c--) {
-        float w = 0.0f;
-        int clamped = 0;
-        const int32_t k = count_step(&sum, a, c, &rk, tm, &w, &clamped);
-        out[c] = k < 0 ? 0.0f : tm->cope_scale * bk_cope_lerp(l, k, w);
-    }
+    bk_cope_row(a, rk.live, rk.m0, rk.m1, l, tm->cope_points, tm->cope_scale, out);
 }
 
-/* The way back through counted_row, for row i with dS = dL/dscore (`ds`) and a, l as the forward had them:
- * dl (cope_points floats) += dL/dl, and out[c] = dL/da through the gates (0 on masked columns), for the
- * caller to add to dL/da once the logit scale has been applied to dS (out holds dL/dp in between). */
+/* The way back through counted_row (bk_cope_row_backward): dl += dL/dl, out = dL/da through the gates. */
 static inline BK_HOST_INLINE void counted_row_backward(const float *ds, const float *a, int i, const block_keys *kb,
                                                        const terms *tm, const float *l, float *dl, float *out)
 {
     const row_keys rk = row_of(i, kb, tm);
-    double sum = 0.0;
-    for (int c = rk.live - 1; c >= 0; c--) { /* dL/dp_ic and dL/dl, in the forward's order */
-        float w = 0.0f;
-        int clamped = 0;
-        const int32_t k = count_step(&sum, a, c, &rk, tm, &w, &clamped);
-        if (k < 0) {
-            out[c] = 0.0f;
-            continue;
-        }
-        const float g = ds[c] * tm->cope_scale;
-        dl[k] += g * (1.0f - w);
-        if (w > 0.0f)
-            dl[k + 1] += g * w;
-        out[c] = bk_cope_dp(l, k, w, clamped, g);
-    }
-    double run = 0.0; /* dL/dg_it = sum over the visible j <= t of dL/dp_ij */
-    for (int c = 0; c < rk.live; c++) {
-        if (c >= rk.m0 && c < rk.m1)
-            continue;
-        run += out[c];
-        const float g = bk_cope_gate(a[c]);
-        out[c] = (float)run * g * (1.0f - g);
-    }
+    bk_cope_row_backward(ds, a, rk.live, rk.m0, rk.m1, l, tm->cope_points, tm->cope_scale, dl, out);
 }
 
 /* Row i of a block of scores (`width` columns): the terms on the visible keys, -inf on the masked ones,

@@ -383,11 +383,10 @@ static inline BK_DEV_HD void k_att_cope(int64_t idx, const void *args)
     float *row = a->S + bh * a->bh_stride + (int64_t)r * a->ld;
     const float *l = a->L + idx * a->points;
     double sum = 0.0;
-    for (int j = i; j >= 0; j--) {
+    for (int j = i; j >= 0; j--) { /* bk_cope_row's scan, each score replaced once its gate is read */
         float w = 0.0f;
         int clamped = 0;
-        sum += bk_cope_gate(row[j]);
-        const int32_t k = bk_cope_cell(sum, a->points, &w, &clamped);
+        const int32_t k = bk_cope_step(&sum, row, j, 0, 0, a->points, &w, &clamped);
         const float counted = a->cope_scale * bk_cope_lerp(l, k, w);
         row[j] = k_att_add_bias(&a->bias, bh / a->H, (int)(bh % a->H), a->T, i, j, row[j]) + counted;
     }
@@ -396,9 +395,8 @@ static inline BK_DEV_HD void k_att_cope(int64_t idx, const void *args)
 /* Backward, one thread per row of a query block, after k_att_softmax_bwd and the table partials (which
  * take dS as the score gradient): dS, A (a = scale * q.k as the forward had it) and Dp (scratch) share the
  * layout rows x q1 (leading dimension ld, bh-stride bh_stride); L, dL are (bh, r) rows of `points`.
- * cpu/attention.c's counted_row_backward: dl = dL/dl (written, not accumulated), dp_ij from the scan
- * down, then dg_it = sum over j <= t of dp_ij (in double, keys ascending) and
- *     dS_it += dg_it g_it (1 - g_it),
+ * bk_cope_row_backward (the CPU's too), with dl zeroed first (written, not accumulated) and Dp its out,
+ * then dS_it += Dp_it = dg_it g_it (1 - g_it),
  * so that the dQ / dK GEMMs (alpha = 1/sqrt(hd)) carry the gates' gradient too. */
 typedef struct k_att_cope_bwd_args {
     float *dS, *Dp, *dL;
@@ -417,24 +415,9 @@ static inline BK_DEV_HD void k_att_cope_bwd(int64_t idx, const void *args)
     const float *ar = a->A + off, *l = a->L + idx * a->points;
     for (int k = 0; k < a->points; k++)
         dl[k] = 0.0f;
-    double sum = 0.0;
-    for (int j = i; j >= 0; j--) {
-        float w = 0.0f;
-        int clamped = 0;
-        sum += bk_cope_gate(ar[j]);
-        const int32_t k = bk_cope_cell(sum, a->points, &w, &clamped);
-        const float g = row[j] * a->cope_scale;
-        dl[k] += g * (1.0f - w);
-        if (w > 0.0f)
-            dl[k + 1] += g * w;
-        dp[j] = bk_cope_dp(l, k, w, clamped, g);
-    }
-    double run = 0.0;
-    for (int j = 0; j <= i; j++) {
-        run += dp[j];
-        const float g = bk_cope_gate(ar[j]);
-        row[j] += (float)run * g * (1.0f - g);
-    }
+    bk_cope_row_backward(row, ar, i + 1, 0, 0, l, a->points, a->cope_scale, dl, dp);
+    for (int j = 0; j <= i; j++)
+        row[j] += dp[j];
 }
 
 /* dcope[e] += (float)(sum over bh = 0, 1, ..., B*H-1 of part[bh * n + e]) in double, index per e over
