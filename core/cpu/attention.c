@@ -1,6 +1,6 @@
 /* Causal multi-head attention with additive biases, fp32 on the CPU (attention.h).
  *
- * One OpenMP task per (b, h). A task walks its queries in blocks of BLOCK rows. The block [i0, i1)
+ * One OpenMP task per (b, h). A task walks its queries in blocks of BK_ATT_BLOCK rows. The block [i0, i1)
  * visits only the keys some of its rows can see, in two contiguous parts (model/bias_math.h):
  *     sinks   keys [0, ns),       ns = min(sinks, first)
  *     window  keys [first, i1),   first = bk_mask_first_key(i0, window)
@@ -11,7 +11,7 @@
  *     out[i0:i1] = P V[parts]
  * Without a mask, first = ns = 0 and the window part is the causal prefix [0, i1): the plain causal
  * attention, and a call without any ABI 2 term performs the operations of ABI 1 one for one (same
- * bits). With a mask, the work and the scratch per query grow with sinks + window + BLOCK, not with T.
+ * bits). With a mask, the work and the scratch per query grow with sinks + window + BK_ATT_BLOCK, not with T.
  *
  * Inside a block, row i sees (bias_math.h's predicate bk_mask_keeps) the keys [0, min(sinks, f_i)) and
  * [f_i, i], f_i = bk_mask_first_key(i, window); in the compact row these are every column up to the
@@ -20,6 +20,7 @@
  * OpenBLAS runs single-threaded inside the parallel region, so each task is sequential and its result
  * is the same whichever thread runs it. */
 #include "cpu/attention.h"
+#include "cpu/attention_rows.h"
 
 #include "model/bias_math.h"
 #include "model/cope_math.h"
@@ -34,94 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Query rows per block: BLOCK x T floats of scores per thread (BLOCK x (sinks + window + BLOCK) with a
- * mask), and sgemms large enough to run near peak; the masked triangle computed in vain is BLOCK / (2 T)
- * of the work (BLOCK / (2 (window + BLOCK)) with a mask). */
-#define BLOCK 64
-
 _Static_assert(BK_STREAM_COUNT == 2, "stream_names lists the streams of BK_STREAM_CHOICES");
 static const char *const stream_names[BK_STREAM_COUNT] = {"token", "segment"};
-
-/* The tables and position rows that bias one (b, h): s[i][j] += tab[k][pos[k][i] - pos[k][j]], with
- * pos[k] == NULL meaning the token index. */
-typedef struct row_bias {
-    const float *tab[BK_STREAM_COUNT];
-    const int32_t *pos[BK_STREAM_COUNT];
-    int stream[BK_STREAM_COUNT];
-    int n;
-} row_bias;
-
-static row_bias bias_for(const bk_attention_bias *bias, int b, int h, int T)
-{
-    row_bias rb = {.n = 0};
-    if (!bias)
-        return rb;
-    for (int s = 0; s < BK_STREAM_COUNT; s++) {
-        if (!bias->table[s])
-            continue;
-        rb.tab[rb.n] = bias->table[s] + (size_t)h * bias->distances;
-        rb.pos[rb.n] = bias->positions[s] ? bias->positions[s] + (size_t)b * T : NULL;
-        rb.stream[rb.n] = s;
-        rb.n++;
-    }
-    return rb;
-}
-
-/* The ABI 2 terms of a call. The mask is normalised: window = sinks = 0 when it hides no causal pair,
- * i.e. when sinks + window >= T (every key j <= T - 1 - window is then a sink; window >= T is the
- * case sinks = 0), so that such a call runs the unmasked code and gives its bits. */
-typedef struct terms {
-    int32_t window, sinks; /* window > 0: a mask that hides something */
-    const float *grid, *phi, *rscale, *scale, *cpos;
-    int32_t points;
-    const float *cope; /* counted positions: cope_points x hd */
-    int32_t cope_points;
-    float cope_scale;
-} terms;
-
-static terms terms_of(const bk_attention_bias *bias, int T)
-{
-    terms tm = {.window = 0};
-    if (!bias)
-        return tm;
-    if (bias->window > 0 && (int64_t)bias->window + bias->sinks < T) {
-        tm.window = bias->window;
-        tm.sinks = bias->sinks;
-    }
-    tm.grid = bias->grid;
-    tm.points = bias->points;
-    tm.phi = bias->phi;
-    tm.rscale = bias->rscale;
-    tm.scale = bias->scale;
-    tm.cpos = bias->cpos;
-    tm.cope = bias->cope;
-    tm.cope_points = bias->cope_points;
-    tm.cope_scale = bias->cope_scale;
-    return tm;
-}
-
-/* 1 + the largest d = i - j of a visible pair: the window alone keeps d < window; with sinks (or
- * without a mask) query T - 1 sees key 0. */
-static int64_t visible_span(const terms *tm, int T)
-{
-    return tm->window > 0 && tm->sinks == 0 ? tm->window : T;
-}
-
-/* The smallest key query i sees (the farthest one: positions are non-decreasing). */
-static int lowest_key(const terms *tm, int i)
-{
-    return tm->window > 0 && tm->sinks == 0 ? (int)bk_mask_first_key(i, tm->window) : 0;
-}
-
-/* Columns of a block of scores: ns + (i1 - first) <= min(sinks, first) + window + BLOCK - 1, and
- * <= i1 <= T (ns <= first). */
-static int64_t block_width(const terms *tm, int T)
-{
-    if (tm->window <= 0)
-        return T;
-    int64_t w = (int64_t)tm->sinks + tm->window + BLOCK - 1;
-    return w < T ? w : T;
-}
 
 /* Shapes; the ABI 2 fields; and every distance p_s(i) - p_s(j) of a visible pair inside
  * [0, distances), for the tables and (grid) for phi. Positions are non-decreasing, so per row b it is
@@ -129,7 +44,7 @@ static int64_t block_width(const terms *tm, int T)
  * (without a window-only mask, p(T-1) - p(0)). span[s] receives 1 + the largest distance met on
  * stream s (0 when the stream has no table): the table gradient never touches entries beyond it.
  * O(B T) at most. */
-static int check_args(const bk_attention_bias *bias, int B, int T, int C, int H, int32_t span[BK_STREAM_COUNT],
+int bk_attention_check_args(const bk_attention_bias *bias, int B, int T, int C, int H, int32_t span[BK_STREAM_COUNT],
                       bk_error *err)
 {
     if (B <= 0 || T <= 0 || C <= 0 || H <= 0 || C % H)
@@ -210,100 +125,6 @@ static int check_args(const bk_attention_bias *bias, int B, int T, int C, int H,
     return BK_OK;
 }
 
-/* The ABI 2 terms of head h (each NULL when absent). */
-typedef struct head_terms {
-    const float *lam; /* scale_h(i), i < T */
-    const float *F;   /* the grid of head h: points values */
-    const float *phi, *rscale;
-    const float *cp; /* the content position of (b, h), T floats */
-    int32_t points;
-} head_terms;
-
-static head_terms head_of(const terms *tm, int b, int h, int H, int T)
-{
-    head_terms ht = {.lam = tm->scale ? tm->scale + (size_t)h * T : NULL,
-                     .F = tm->grid ? tm->grid + (size_t)h * tm->points : NULL,
-                     .phi = tm->phi,
-                     .rscale = tm->rscale,
-                     .cp = tm->cpos ? tm->cpos + ((size_t)b * H + h) * T : NULL,
-                     .points = tm->points};
-    return ht;
-}
-
-/* The keys of the block [i0, i1): sinks [0, ns) in columns [0, ns), then [first, i1) in columns
- * [ns, ns + nw). Column c holds key c (c < ns) or first - ns + c. */
-typedef struct block_keys {
-    int first, ns, nw;
-} block_keys;
-
-static inline BK_HOST_INLINE block_keys keys_of(int i0, int i1, const terms *tm)
-{
-    block_keys kb;
-    kb.first = (int)bk_mask_first_key(i0, tm->window);
-    kb.ns = tm->sinks < kb.first ? tm->sinks : kb.first;
-    kb.nw = i1 - kb.first;
-    return kb;
-}
-
-/* Row i of a block: columns [0, live) hold the keys up to the diagonal; of those, columns [m0, m1) are
- * masked, the window part's keys [max(first, min(sinks, f_i)), f_i) with f_i = bk_mask_first_key(i,
- * window): below its own window the row still sees the keys that are sinks. Empty without a mask. */
-typedef struct row_keys {
-    int live, m0, m1;
-} row_keys;
-
-static inline BK_HOST_INLINE row_keys row_of(int i, const block_keys *kb, const terms *tm)
-{
-    const int fi = (int)bk_mask_first_key(i, tm->window);
-    int lo = tm->sinks < fi ? tm->sinks : fi;
-    lo = lo > kb->first ? lo : kb->first;
-    row_keys rk = {.live = kb->ns + i + 1 - kb->first, .m0 = kb->ns + lo - kb->first, .m1 = kb->ns + fi - kb->first};
-    return rk;
-}
-
-/* Columns [c0, c1) of row i, holding the visible keys j = j0 + (c - c0), d = i - j: the scores of
- * attention.h, s = scale_h(i) a + sum_s table_s[p_s(i) - p_s(j)] + F_h(u(i, d)), from a. */
-static inline BK_HOST_INLINE void add_terms(float *row, int i, int c0, int c1, int j0, const row_bias *rb,
-                                            const head_terms *ht)
-{
-    if (c0 >= c1)
-        return;
-    if (ht->lam) {
-        const float lam = ht->lam[i];
-        BK_OMP_SIMD
-        for (int c = c0; c < c1; c++)
-            row[c] *= lam;
-    }
-    const int di = i - j0 + c0; /* d = di - c */
-    for (int k = 0; k < rb->n; k++) {
-        const float *tab = rb->tab[k];
-        const int32_t *p = rb->pos[k];
-        if (p) {
-            const int32_t pi = p[i];
-            for (int c = c0; c < c1; c++)
-                row[c] += tab[pi - p[j0 - c0 + c]];
-        } else {
-            BK_OMP_SIMD
-            for (int c = c0; c < c1; c++)
-                row[c] += tab[di - c];
-        }
-    }
-    if (ht->F) {
-        const float rs = ht->rscale[i];
-        for (int c = c0; c < c1; c++) {
-            float t;
-            const int32_t g = bk_coord_cell(bk_coord_u(ht->phi[di - c], rs), ht->points, &t);
-            row[c] += bk_coord_lerp(ht->F, g, t);
-        }
-    }
-    if (ht->cp) { /* -(P(i) - P(j)) */
-        const float pi = ht->cp[i], *pj = ht->cp + j0 - c0;
-        BK_OMP_SIMD
-        for (int c = c0; c < c1; c++)
-            row[c] += bk_content_term(pi, pj[c]);
-    }
-}
-
 /* Counted positions of row i (cope_math.h, bk_cope_row) from its scores a = q.k / sqrt(hd) before any term
  * is added and its logits against the position vectors (l): out[c] for the row's compact columns. */
 static inline BK_HOST_INLINE void counted_row(const float *a, int i, const block_keys *kb, const terms *tm,
@@ -344,7 +165,7 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
                          int C, int H, bk_error *err)
 {
     int32_t span[BK_STREAM_COUNT];
-    int rc = check_args(bias, B, T, C, H, span, err);
+    int rc = bk_attention_check_args(bias, B, T, C, H, span, err);
     if (rc != BK_OK)
         return rc;
     const int hd = C / H, C3 = 3 * C;
@@ -359,13 +180,13 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
     /* Each thread keeps one block of scores; the team is at most max_threads wide. */
     float *scratch = NULL;
     if (!probs || masked) {
-        size_t bytes = (size_t)omp_get_max_threads() * BLOCK * (size_t)ld * sizeof *scratch;
+        size_t bytes = (size_t)omp_get_max_threads() * BK_ATT_BLOCK * (size_t)ld * sizeof *scratch;
         scratch = malloc(bytes);
         if (!scratch)
             return bk_fail(err, BK_ERR_NOMEM, "attention forward: cannot allocate %zu bytes of score scratch", bytes);
     }
     /* counted positions: per thread, the block's logits against the position vectors and one row's terms */
-    const size_t cope_per_thread = tm.cope ? (size_t)BLOCK * (size_t)tm.cope_points + (size_t)ld : 0;
+    const size_t cope_per_thread = tm.cope ? (size_t)BK_ATT_BLOCK * (size_t)tm.cope_points + (size_t)ld : 0;
     float *cope_scratch = NULL;
     if (tm.cope && !(cope_scratch = malloc((size_t)omp_get_max_threads() * cope_per_thread * sizeof(float)))) {
         free(scratch);
@@ -378,11 +199,11 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
         const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hd, *k = q + C, *v = q + 2 * C;
         const row_bias rb = bias_for(bias, b, h, T);
         const head_terms ht = head_of(&tm, b, h, H, T);
-        float *mine = scratch ? scratch + (size_t)omp_get_thread_num() * BLOCK * (size_t)ld : NULL;
+        float *mine = scratch ? scratch + (size_t)omp_get_thread_num() * BK_ATT_BLOCK * (size_t)ld : NULL;
         float *cl = cope_scratch ? cope_scratch + (size_t)omp_get_thread_num() * cope_per_thread : NULL;
-        float *counted = cl ? cl + (size_t)BLOCK * (size_t)tm.cope_points : NULL;
-        for (int i0 = 0; i0 < T; i0 += BLOCK) {
-            const int i1 = i0 + BLOCK < T ? i0 + BLOCK : T, rows = i1 - i0;
+        float *counted = cl ? cl + (size_t)BK_ATT_BLOCK * (size_t)tm.cope_points : NULL;
+        for (int i0 = 0; i0 < T; i0 += BK_ATT_BLOCK) {
+            const int i1 = i0 + BK_ATT_BLOCK < T ? i0 + BK_ATT_BLOCK : T, rows = i1 - i0;
             const block_keys kb = keys_of(i0, i1, &tm);
             /* probs keeps whole rows (zeros past the diagonal); scratch only needs the live columns */
             const int direct = probs && !masked;
@@ -423,44 +244,99 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
     return BK_OK;
 }
 
-/* G[p(i) - p(j)] += dS_ij over columns [c0, c1) of row i (keys j = j0 + (c - c0)). */
-static inline BK_HOST_INLINE void table_grads(double *G, const int32_t *p, const float *row, int i, int c0, int c1,
-                                              int j0)
+/* Streams whose table gradient is wanted (each task's slice holds `width` distances per stream: the
+ * largest that occurs, often far fewer than the table's row), then the ABI 2 gradients wanted. */
+void bk_att_grads_plan(att_grads *g, const bk_attention_bias *bias, float *const dtable[BK_STREAM_COUNT],
+                       const terms *tm, const int32_t span[BK_STREAM_COUNT], int T)
 {
-    if (p) {
-        const int32_t pi = p[i];
-        for (int c = c0; c < c1; c++)
-            G[pi - p[j0 - c0 + c]] += row[c];
-    } else {
-        const int di = i - j0 + c0;
-        BK_OMP_SIMD
-        for (int c = c0; c < c1; c++)
-            G[di - c] += row[c];
+    g->n_grad = 0;
+    g->width = 0;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        if (dtable && dtable[s] && bias && bias->table[s]) {
+            g->grad[g->n_grad++] = s;
+            g->width = (size_t)span[s] > g->width ? (size_t)span[s] : g->width;
+        }
     }
+    g->want_grid = tm->grid && (bias->dgrid || bias->dphi || bias->drscale);
+    g->want_scale = tm->scale && bias->dscale;
+    g->want_cpos = tm->cpos && bias->dcpos;
+    g->n_phi = g->want_grid ? (size_t)visible_span(tm, T) : 0;
+    g->off_grid = (size_t)g->n_grad * g->width;
+    g->off_phi = g->off_grid + (g->want_grid ? (size_t)tm->points : 0);
+    g->off_rs = g->off_phi + g->n_phi;
+    g->off_scale = g->off_rs + (g->want_grid ? (size_t)T : 0);
+    g->off_cpos = g->off_scale + (g->want_scale ? (size_t)T : 0);
+    g->slice = g->off_cpos + (g->want_cpos ? 2 * (size_t)T : 0);
 }
 
-/* The coordinate table's gradients over columns [c0, c1) of row i (keys j = j0 + (c - c0), d = i - j),
- * with u = phi[d] rscale[i] in cell g at t: s = F[g] + t (F[g+1] - F[g]), so
- *     dF[g] += dS (1 - t),  dF[g+1] += dS t,  du = dS slope_g,
- *     dphi[d] += du rscale[i],  drscale[i] += du phi[d]   (*drs: this row's sum). */
-static inline BK_HOST_INLINE void grid_grads(double *dF, double *dphi, double *drs, const head_terms *ht,
-                                             const float *row, int i, int c0, int c1, int j0)
+/* G_s[h], dF[h] and dscale[h] summed over b = 0, 1, ...; dphi and drscale over (b, h) = (0, 0), (0, 1),
+ * ...; dcpos per (b, h): dL/dP(t) = t's key sum - its query sum. */
+void bk_att_grads_reduce(const att_grads *g, const double *acc, float *const dtable[BK_STREAM_COUNT],
+                         const bk_attention_bias *bias, const terms *tm, const int32_t span[BK_STREAM_COUNT], int B,
+                         int H, int T)
 {
-    const float rs = ht->rscale[i];
-    const int di = i - j0 + c0;
-    double sum = 0.0;
-    for (int c = c0; c < c1; c++) {
-        const int d = di - c;
-        float t;
-        const int32_t g = bk_coord_cell(bk_coord_u(ht->phi[d], rs), ht->points, &t);
-        const double ds = row[c];
-        dF[g] += ds * (1.0 - (double)t);
-        dF[g + 1] += ds * (double)t;
-        const double du = ds * (double)bk_coord_slope(ht->F, g, ht->points);
-        dphi[d] += du * (double)rs;
-        sum += du * (double)ht->phi[d];
+    const size_t slice = g->slice;
+    if (g->n_grad) {
+        const size_t D = (size_t)bias->distances;
+#pragma omp parallel for schedule(static)
+        for (int gh = 0; gh < g->n_grad * H; gh++) {
+            const int k = gh / H, h = gh % H;
+            float *dst = dtable[g->grad[k]] + (size_t)h * D;
+            for (size_t d = 0; d < (size_t)span[g->grad[k]]; d++) {
+                double sum = 0.0;
+                for (int b = 0; b < B; b++)
+                    sum += acc[((size_t)b * H + h) * slice + (size_t)k * g->width + d];
+                dst[d] += (float)sum;
+            }
+        }
     }
-    *drs += sum;
+    if (g->want_grid && bias->dgrid) {
+        const int np = tm->points;
+#pragma omp parallel for schedule(static)
+        for (int hg = 0; hg < H * np; hg++) {
+            const int h = hg / np, k = hg % np;
+            double sum = 0.0;
+            for (int b = 0; b < B; b++)
+                sum += acc[((size_t)b * H + h) * slice + g->off_grid + (size_t)k];
+            bias->dgrid[hg] += (float)sum;
+        }
+    }
+    if (g->want_grid && bias->dphi) {
+#pragma omp parallel for schedule(static)
+        for (int d = 0; d < (int)g->n_phi; d++) {
+            double sum = 0.0;
+            for (int bh = 0; bh < B * H; bh++)
+                sum += acc[(size_t)bh * slice + g->off_phi + (size_t)d];
+            bias->dphi[d] += (float)sum;
+        }
+    }
+    if (g->want_grid && bias->drscale) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < T; i++) {
+            double sum = 0.0;
+            for (int bh = 0; bh < B * H; bh++)
+                sum += acc[(size_t)bh * slice + g->off_rs + (size_t)i];
+            bias->drscale[i] += (float)sum;
+        }
+    }
+    if (g->want_scale) {
+#pragma omp parallel for schedule(static)
+        for (int hi = 0; hi < H * T; hi++) {
+            const int h = hi / T, i = hi % T;
+            double sum = 0.0;
+            for (int b = 0; b < B; b++)
+                sum += acc[((size_t)b * H + h) * slice + g->off_scale + (size_t)i];
+            bias->dscale[hi] += (float)sum;
+        }
+    }
+    if (g->want_cpos) {
+#pragma omp parallel for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            const double *keys = acc + (size_t)bh * slice + g->off_cpos, *queries = keys + T;
+            for (int t = 0; t < T; t++)
+                bias->dcpos[(size_t)bh * T + t] += (float)bk_content_grad(keys[t], queries[t]);
+        }
+    }
 }
 
 /* Backward, with P from the forward pass and dO = dout for one (b, h), per block of rows [i0, i1), over
@@ -485,7 +361,7 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
     if (!probs)
         return bk_fail(err, BK_ERR_INVALID, "attention backward: needs the probabilities saved by the forward pass");
     int32_t span[BK_STREAM_COUNT];
-    int rc = check_args(bias, B, T, C, H, span, err);
+    int rc = bk_attention_check_args(bias, B, T, C, H, span, err);
     if (rc != BK_OK)
         return rc;
     const int hd = C / H, C3 = 3 * C;
@@ -493,32 +369,18 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
     const terms tm = terms_of(bias, T);
     const int64_t ld = block_width(&tm, T);
 
-    /* Streams whose table gradient is wanted; each task's slice holds `width` distances per stream
-     * (the largest that occurs, often far fewer than the table's row). */
-    int grad[BK_STREAM_COUNT], n_grad = 0;
-    size_t width = 0;
-    for (int s = 0; s < BK_STREAM_COUNT; s++) {
-        if (dtable && dtable[s] && bias && bias->table[s]) {
-            grad[n_grad++] = s;
-            width = (size_t)span[s] > width ? (size_t)span[s] : width;
-        }
-    }
-    /* The ABI 2 gradients wanted, and where they sit in a task's slice after the tables: dF (points),
-     * dphi (the visible distances), drscale (T), dscale (T: this task's head). */
-    const int want_grid = tm.grid && (bias->dgrid || bias->dphi || bias->drscale);
-    const int want_scale = tm.scale && bias->dscale;
-    const size_t n_phi = want_grid ? (size_t)visible_span(&tm, T) : 0;
-    const size_t off_grid = (size_t)n_grad * width, off_phi = off_grid + (want_grid ? (size_t)tm.points : 0);
-    const size_t off_rs = off_phi + n_phi, off_scale = off_rs + (want_grid ? (size_t)T : 0);
-    const int want_cpos = tm.cpos && bias->dcpos;
-    const size_t off_cpos = off_scale + (want_scale ? (size_t)T : 0);
-    const size_t slice = off_cpos + (want_cpos ? 2 * (size_t)T : 0); /* doubles per (b, h) task */
+    att_grads plan;
+    bk_att_grads_plan(&plan, bias, dtable, &tm, span, T);
+    const int n_grad = plan.n_grad, *grad = plan.grad, want_grid = plan.want_grid, want_scale = plan.want_scale,
+              want_cpos = plan.want_cpos;
+    const size_t width = plan.width, off_grid = plan.off_grid, off_phi = plan.off_phi, off_rs = plan.off_rs,
+                 off_scale = plan.off_scale, off_cpos = plan.off_cpos, slice = plan.slice;
 
     /* per thread: dS; a (for dscale and the gates of counted positions); with counted positions the block's
      * logits l against the position vectors, their gradient dl, and one row's dL/da through the gates */
     const int cope = tm.cope != NULL, need_a = want_scale || cope;
     const size_t np = cope ? (size_t)tm.cope_points : 0;
-    const size_t per_thread = (size_t)BLOCK * (size_t)ld * (need_a ? 2 : 1) + (cope ? 2 * BLOCK * np + (size_t)ld : 0);
+    const size_t per_thread = (size_t)BK_ATT_BLOCK * (size_t)ld * (need_a ? 2 : 1) + (cope ? 2 * BK_ATT_BLOCK * np + (size_t)ld : 0);
     size_t dp_bytes = (size_t)omp_get_max_threads() * per_thread * sizeof(float);
     float *scratch = malloc(dp_bytes);
     double *acc = slice ? calloc((size_t)B * H * slice, sizeof *acc) : NULL;
@@ -541,9 +403,9 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
         const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
         float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
         float *dS = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *A = need_a ? dS + (size_t)BLOCK * ld : NULL;
-        float *cl = cope ? dS + (size_t)BLOCK * ld * 2 : NULL, *dcl = cl ? cl + BLOCK * np : NULL;
-        float *gates = dcl ? dcl + BLOCK * np : NULL;
+        float *A = need_a ? dS + (size_t)BK_ATT_BLOCK * ld : NULL;
+        float *cl = cope ? dS + (size_t)BK_ATT_BLOCK * ld * 2 : NULL, *dcl = cl ? cl + BK_ATT_BLOCK * np : NULL;
+        float *gates = dcl ? dcl + BK_ATT_BLOCK * np : NULL;
         float *my_dE = dE ? dE + (size_t)bh * np * (size_t)hd : NULL;
         const head_terms ht = head_of(&tm, b, h, H, T);
         const int32_t *gpos[BK_STREAM_COUNT];
@@ -551,8 +413,8 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
             gpos[g] = bias->positions[grad[g]] ? bias->positions[grad[g]] + (size_t)b * T : NULL;
         double *my_acc = acc ? acc + (size_t)bh * slice : NULL;
 
-        for (int i0 = 0; i0 < T; i0 += BLOCK) {
-            const int i1 = i0 + BLOCK < T ? i0 + BLOCK : T, rows = i1 - i0;
+        for (int i0 = 0; i0 < T; i0 += BK_ATT_BLOCK) {
+            const int i1 = i0 + BK_ATT_BLOCK < T ? i0 + BK_ATT_BLOCK : T, rows = i1 - i0;
             const block_keys kb = keys_of(i0, i1, &tm);
             const int ns = kb.ns, first = kb.first, nw = kb.nw;
             const float *P = probs + ((size_t)bh * T + i0) * T;
@@ -654,69 +516,7 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
         }
     }
 
-    /* G_s[h] = sum over b = 0, 1, ... of the task slices: one (stream, head) per iteration */
-    if (n_grad) {
-        const size_t D = (size_t)bias->distances;
-#pragma omp parallel for schedule(static)
-        for (int gh = 0; gh < n_grad * H; gh++) {
-            const int g = gh / H, h = gh % H;
-            float *dst = dtable[grad[g]] + (size_t)h * D;
-            for (size_t d = 0; d < (size_t)span[grad[g]]; d++) {
-                double sum = 0.0;
-                for (int b = 0; b < B; b++)
-                    sum += acc[((size_t)b * H + h) * slice + (size_t)g * width + d];
-                dst[d] += (float)sum;
-            }
-        }
-    }
-    /* dF[h] and dscale[h] summed over b; dphi and drscale over (b, h) = (0, 0), (0, 1), ... */
-    if (want_grid && bias->dgrid) {
-        const int np = tm.points;
-#pragma omp parallel for schedule(static)
-        for (int hg = 0; hg < H * np; hg++) {
-            const int h = hg / np, g = hg % np;
-            double sum = 0.0;
-            for (int b = 0; b < B; b++)
-                sum += acc[((size_t)b * H + h) * slice + off_grid + (size_t)g];
-            bias->dgrid[hg] += (float)sum;
-        }
-    }
-    if (want_grid && bias->dphi) {
-#pragma omp parallel for schedule(static)
-        for (int d = 0; d < (int)n_phi; d++) {
-            double sum = 0.0;
-            for (int bh = 0; bh < B * H; bh++)
-                sum += acc[(size_t)bh * slice + off_phi + (size_t)d];
-            bias->dphi[d] += (float)sum;
-        }
-    }
-    if (want_grid && bias->drscale) {
-#pragma omp parallel for schedule(static)
-        for (int i = 0; i < T; i++) {
-            double sum = 0.0;
-            for (int bh = 0; bh < B * H; bh++)
-                sum += acc[(size_t)bh * slice + off_rs + (size_t)i];
-            bias->drscale[i] += (float)sum;
-        }
-    }
-    if (want_scale) {
-#pragma omp parallel for schedule(static)
-        for (int hi = 0; hi < H * T; hi++) {
-            const int h = hi / T, i = hi % T;
-            double sum = 0.0;
-            for (int b = 0; b < B; b++)
-                sum += acc[((size_t)b * H + h) * slice + off_scale + (size_t)i];
-            bias->dscale[hi] += (float)sum;
-        }
-    }
-    if (want_cpos) { /* each (b, h) its own row: dL/dP(t) = t's key sum - its query sum */
-#pragma omp parallel for schedule(static)
-        for (int bh = 0; bh < B * H; bh++) {
-            const double *keys = acc + (size_t)bh * slice + off_cpos, *queries = keys + T;
-            for (int t = 0; t < T; t++)
-                bias->dcpos[(size_t)bh * T + t] += (float)bk_content_grad(keys[t], queries[t]);
-        }
-    }
+    bk_att_grads_reduce(&plan, acc, dtable, bias, &tm, span, B, H, T);
     if (dE) { /* dcope = sum over (b, h) = (0, 0), (0, 1), ... */
         const size_t n = np * (size_t)hd;
 #pragma omp parallel for schedule(static)
