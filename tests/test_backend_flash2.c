@@ -18,7 +18,7 @@
  *  - cuda_dispatch: the same on the CUDA backend when a GPU answers (skipped otherwise), within the
  *    tolerance, printing how many outputs have the first generation's bits (see check_dispatch);
  *  - order_matters: a scalar host model of one row (key tiles in the first generation's order, its
- *    online-softmax step k_flash_online_row, PV keys ascending) gives the programs' bits for every row,
+ *    online-softmax step bk_online_softmax_row, PV keys ascending) gives the programs' bits for every row,
  *    and the same model with the key tiles walked from the diagonal down (FlashAttention-2's order)
  *    does not: the bit comparisons above can fail when an order changes;
  *  - backward_matches_first_generation: be->attention_backward with flash_gen 2 (the one-pass backward,
@@ -447,7 +447,7 @@ static void model_row(const k_flash_args *a, int64_t b, int h, int i, int descen
                          ? k_flash_score(a, b, h, i, j, q, a->qkv + k_flash_qkv_at(a, 1, b, h, j))
                          : -INFINITY;
         }
-        k_flash_online_row(row, tile, &m, &l, &alpha);
+        bk_online_softmax_row(row, tile, &m, &l, &alpha);
         for (int d = 0; d < hd; d++) {
             float acc = O[d] * alpha;
             for (int c = 0; c < cols; c++)

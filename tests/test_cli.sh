@@ -248,7 +248,7 @@ check "device: a bad --set value names it" 1 "--set run.device=gpu.*expected one
 check "device: a bad matmul names the choices" 1 "--set run.matmul=fp16.*expected one of fp32, tf32, bf16, got 'fp16'" \
     "$bk" config "$work/A/named.toml" --set run.matmul=fp16
 check "device: a bad attention names the choices" 1 \
-    "--set run.attention=flash.*expected one of fused, materialized, got 'flash'" \
+    "--set run.attention=flash.*expected one of fused, materialized, auto, got 'flash'" \
     "$bk" config "$work/A/named.toml" --set run.attention=flash
 check "device: --version says which backends are built" 0 "^backends: cpu, (cuda \(built with CUDA\), emulated|emulated \(built without CUDA)" \
     "$bk" --version
@@ -256,7 +256,7 @@ check "device: config --keys documents run.device" 0 "device += \"auto\" .*cuda 
     "$bk" config --keys
 check "device: config --keys documents run.matmul" 0 "matmul += \"fp32\" .*tf32 = TF32 tensor cores.*bf16 = bf16 tensor cores" \
     "$bk" config --keys
-check "device: config --keys documents run.attention" 0 "attention += \"fused\" .*materialized = GEMMs over the saved" \
+check "device: config --keys documents run.attention" 0 "attention += \"auto\" .*fused = flash-style kernels.*on the CPU and on a GPU.*materialized = the probabilities saved" \
     "$bk" config --keys
 check "device: the emulated banner names bf16 matmuls" 0 "^device: emulated.*bf16 matmuls" \
     "$bk" train "$work/A/named.toml" --out "$work/dbf16" --set train.steps=1 --set run.device=emulated \

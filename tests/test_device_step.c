@@ -97,7 +97,7 @@ typedef struct run {
 } run;
 
 /* device: "cpu", "emulated" or "cuda", optionally followed by "/materialized" (the device's
- * materialized attention instead of the fused default), "/bf16" ([run] matmul = "bf16"), "/tf32"
+ * materialized attention instead of the fused default; the CPU runs "auto"), "/bf16" ([run] matmul = "bf16"), "/tf32"
  * ([run] matmul = "tf32") or "/bf16store" ([run] precision = "bf16": bf16 storage, which makes matmul
  * "bf16"); "/tf32/materialized" is both. */
 static int open_run(run *r, const scheme *s, const char *device, bk_error *err)
@@ -106,7 +106,8 @@ static int open_run(run *r, const scheme *s, const char *device, bk_error *err)
     char *text = experiment(s), set[64], att[64], mm[64];
     const char *slash = strchr(device, '/');
     snprintf(set, sizeof set, "run.device=%.*s", slash ? (int)(slash - device) : (int)strlen(device), device);
-    snprintf(att, sizeof att, "run.attention=fused");
+    /* the CPU reference runs its default (the blocked kernel in training), a device the fused attention */
+    snprintf(att, sizeof att, "run.attention=%s", strncmp(device, "cpu", 3) ? "fused" : "auto");
     const char *sets[3] = {set, att, NULL};
     int n_sets = 2;
     for (const char *opt = slash; opt; opt = strchr(opt + 1, '/')) {

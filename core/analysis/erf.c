@@ -25,9 +25,12 @@ int bk_erf_measure(bk_lm *lm, const bk_tokens *data, int32_t length, int sequenc
     if (T < 1 || queries < 1 || queries > T || sequences < 1)
         return bk_fail(err, BK_ERR_INVALID, "ERF: expected length >= 1, 1 <= queries <= length and sequences >= 1; "
                        "got length %d, %d queries, %d sequences", (int)T, queries, sequences);
-    if (lm->be != bk_backend_cpu())
+    if (!lm->be || lm->be->kind != BK_BACKEND_CPU)
         return bk_fail(err, BK_ERR_UNSUPPORTED, "ERF reads the attention probabilities, which only the CPU backend "
                        "keeps; the model is on %s: set run.device=cpu", lm->be ? lm->be->name : "no backend");
+    if (lm->be->attention == BK_ATTENTION_FUSED)
+        return bk_fail(err, BK_ERR_UNSUPPORTED, "ERF reads the attention probabilities, which the CPU's fused attention "
+                       "does not keep; set run.attention=materialized (or auto)");
     int64_t available = data->count / T;
     if (available < 1)
         return bk_fail(err, BK_ERR_INVALID, "ERF at length %d: the data (%s) has %lld tokens, fewer than one sequence",

@@ -132,12 +132,12 @@ int bk_query_set_backend(bk_query *q, bk_backend *be, bk_error *err)
     if (q->be == be)
         return BK_OK;
     const bk_term *t = q->set ? count_term(q) : NULL;
-    if (t && be && be->on_device && be->attention == BK_ATTENTION_FUSED)
+    if (t && be && be->attention == BK_ATTENTION_FUSED)
         return bk_fail(err, BK_ERR_UNSUPPORTED,
                        "term '%s' (plugin %s): counted positions (CoPE, BIASKIT_CAP_COUNT) are not computed by the "
-                       "fused attention of the %s backend: use [run] attention = \"materialized\" or device = "
-                       "\"cpu\"",
-                       t->label, t->plugin->desc->name, be->name);
+                       "fused attention of the %s backend: use [run] attention = \"materialized\"%s",
+                       t->label, t->plugin->desc->name, be->name,
+                       be->on_device ? " or device = \"cpu\"" : " (or \"auto\")");
     arrays_free(q); /* reallocated in the new memory by the next forward */
     q->be = be;
     return BK_OK;

@@ -108,10 +108,12 @@ static const key_spec schema[] = {
      "products and the fused attention's (~1e-2 relative error; storage: [run] precision); the CPU always computes "
      "fp32. The default is provisional: it is to be re-chosen by measurement on a GPU",
      FIELD(run.matmul)},
-    {"run", "attention", KEY_CHOICE, 0, 0, 0, BK_ATTENTION_CHOICES,
-     "attention on a GPU: fused = flash-style kernels that keep only row statistics (B x heads x T floats per "
-     "layer) and never a T x T matrix; materialized = GEMMs over the saved probabilities (B x heads x T x T "
-     "floats per layer), the first implementation; the CPU has one attention and ignores this",
+    {"run", "attention", KEY_CHOICE, BK_ATTENTION_AUTO, 0, 0, BK_ATTENTION_CHOICES,
+     "fused = flash-style kernels that keep only row statistics (B x heads x T floats per layer) and never a "
+     "T x T matrix (on the CPU and on a GPU; not with counted positions); materialized = the probabilities "
+     "saved for backward (B x heads x T x T floats per layer; the receptive-field analysis reads them); auto = "
+     "fused on a GPU, and on the CPU materialized for training and for evaluations of up to 1024 tokens, fused "
+     "for longer evaluations",
      FIELD(run.attention)},
     {"run", "precision", KEY_CHOICE, 0, 0, 0, BK_PRECISION_CHOICES,
      "storage on a GPU: fp32 = every activation fp32 (the parity mode); bf16 = the inputs of the matmuls and of "
@@ -574,7 +576,7 @@ static int check_precision(bk_experiment *exp, const bk_toml_node *root, bk_erro
                           "tensor cores; expected matmul = \"bf16\" (or no matmul key)",
                           bk_choice_name(BK_MATMUL_CHOICES, exp->run.matmul, name, sizeof name));
     }
-    if (attention && exp->run.attention != BK_ATTENTION_FUSED)
+    if (attention && exp->run.attention == BK_ATTENTION_MATERIALIZED)
         return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(attention),
                           "[run] attention = \"materialized\" with precision = \"bf16\": bf16 storage needs the "
                           "fused attention; expected attention = \"fused\" (or no attention key)");

@@ -31,7 +31,7 @@
 #define BK_MIXING_CHOICES "sum|kernel"
 #define BK_DEVICE_CHOICES "auto|cpu|cuda|emulated"
 #define BK_MATMUL_CHOICES "fp32|tf32|bf16" /* the order of bk_matmul_mode (model/backend.h) */
-#define BK_ATTENTION_CHOICES "fused|materialized" /* the order of bk_attention_mode (model/backend.h) */
+#define BK_ATTENTION_CHOICES "fused|materialized|auto" /* the order of bk_attention_mode (model/backend.h) */
 #define BK_PRECISION_CHOICES "fp32|bf16" /* the order of bk_precision (model/backend.h) */
 #define BK_DATA_FORMAT_CHOICES "text|shards"
 #define BK_DATA_SPLIT_CHOICES "documents|tail" /* bk_split_mode's first two (data/split.h) */

@@ -99,4 +99,20 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                           const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
                           bk_error *err);
 
+/* Flash-style attention (attention_flash.c): the same scores, but each block of query rows walks the
+ * visible keys in tiles, keeping its rows' running maximum and sum (the online softmax) and its output
+ * rows, so no row of T scores is ever stored: scratch per thread is a block of rows by a tile of keys,
+ * whatever T. Forward saves lse[b][h][i] = max_j s_ij + log(sum_j exp(s_ij - max)) (B x H x T floats;
+ * NULL: forward only); backward recomputes the scores tile by tile from q, k, the terms and lse, with
+ * D_i = dO_i . O_i from `out`. The terms it computes: the tables, the mask, the logit scale, the
+ * coordinate table and the content position (their gradients too); counted positions are refused
+ * (BK_ERR_INVALID, naming attention = "materialized"). Results equal the blocked kernel's up to the
+ * order of the softmax's sums (a few float roundings: the tests bound it); the same bits for any number
+ * of threads. */
+int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const bk_attention_bias *bias, int B,
+                               int T, int C, int H, bk_error *err);
+int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
+                                const float *qkv, const float *out, const float *lse, const bk_attention_bias *bias,
+                                int B, int T, int C, int H, bk_error *err);
+
 #endif

@@ -171,16 +171,25 @@ static int cpu_rotary(bk_backend *be, float *qkv, const bk_rotary_view *rot, int
     return BK_OK;
 }
 
+/* The attention of each mode (model/backend.h): the blocked kernel saves B*H*T*T probabilities, the
+ * flash one B*H*T row log-sum-exps. */
+static int cpu_flash_saves(const bk_backend *be)
+{
+    return be->attention == BK_ATTENTION_FUSED;
+}
+
 static size_t cpu_attention_saved(bk_backend *be, int B, int T, int H)
 {
-    (void)be;
-    return (size_t)B * H * T * T;
+    return cpu_flash_saves(be) ? (size_t)B * H * T : (size_t)B * H * T * T;
 }
 
 static int cpu_attention_forward(bk_backend *be, float *out, float *saved, const float *qkv,
                                  const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
 {
-    (void)be;
+    const int flash = cpu_flash_saves(be) || (be->attention == BK_ATTENTION_AUTO && !saved &&
+                                              T >= BK_CPU_FLASH_EVAL_FROM && !(bias && bias->cope));
+    if (flash)
+        return bk_attention_flash_forward(out, saved, qkv, bias, B, T, C, H, err);
     return bk_attention_forward(out, saved, qkv, bias, B, T, C, H, err);
 }
 
@@ -188,7 +197,8 @@ static int cpu_attention_backward(bk_backend *be, float *dqkv, float *const dtab
                                   const float *qkv, const float *out, const float *saved, const bk_attention_bias *bias,
                                   int B, int T, int C, int H, bk_error *err)
 {
-    (void)be, (void)out; /* the CPU reads the saved probabilities */
+    if (cpu_flash_saves(be))
+        return bk_attention_flash_backward(dqkv, dtable, dout, qkv, out, saved, bias, B, T, C, H, err);
     return bk_attention_backward(dqkv, dtable, dout, qkv, saved, bias, B, T, C, H, err);
 }
 
@@ -276,47 +286,61 @@ static void cpu_destroy(bk_backend *be)
     (void)be; /* static */
 }
 
-static bk_backend cpu_backend = {
-    .kind = BK_BACKEND_CPU,
-    .name = "cpu",
-    .description = "cpu (OpenBLAS + OpenMP, fp32)",
-    .on_device = 0,
-    .matmul = BK_MATMUL_FP32,
-    .impl = NULL,
-    .alloc = cpu_alloc,
-    .release = cpu_release,
-    .upload = cpu_copy,
-    .download = cpu_copy,
-    .copy = cpu_copy,
-    .zero = cpu_zero,
-    .sync = cpu_sync,
-    .stream = cpu_stream,
-    .encoder_forward = cpu_encoder_forward,
-    .encoder_backward = cpu_encoder_backward,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .matmul_forward = cpu_matmul_forward,
-    .matmul_backward = cpu_matmul_backward,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
-    .residual_forward = cpu_residual_forward,
-    .residual_backward = cpu_residual_backward,
-    .crossentropy_forward = cpu_crossentropy_forward,
-    .crossentropy_backward = cpu_crossentropy_backward,
-    .rotary = cpu_rotary,
-    .attention_saved = cpu_attention_saved,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .mix_forward = cpu_mix_forward,
-    .mix_backward = cpu_mix_backward,
-    .first_nonfinite = cpu_first_nonfinite,
-    .sumsq = cpu_sumsq,
-    .scale = cpu_scale,
-    .adamw = cpu_adamw,
-    .destroy = cpu_destroy,
+/* One CPU backend per attention mode: the same functions; `what` ends the description. */
+#define CPU_BACKEND(mode, what)                               \
+    {                                                         \
+    .kind = BK_BACKEND_CPU,                                   \
+    .name = "cpu",                                            \
+    .description = "cpu (OpenBLAS + OpenMP, fp32" what ")",   \
+    .attention = (mode),                                      \
+    .on_device = 0,                                           \
+    .matmul = BK_MATMUL_FP32,                                 \
+    .impl = NULL,                                             \
+    .alloc = cpu_alloc,                                       \
+    .release = cpu_release,                                   \
+    .upload = cpu_copy,                                       \
+    .download = cpu_copy,                                     \
+    .copy = cpu_copy,                                         \
+    .zero = cpu_zero,                                         \
+    .sync = cpu_sync,                                         \
+    .stream = cpu_stream,                                     \
+    .encoder_forward = cpu_encoder_forward,                   \
+    .encoder_backward = cpu_encoder_backward,                 \
+    .layernorm_forward = cpu_layernorm_forward,               \
+    .layernorm_backward = cpu_layernorm_backward,             \
+    .matmul_forward = cpu_matmul_forward,                     \
+    .matmul_backward = cpu_matmul_backward,                   \
+    .gelu_forward = cpu_gelu_forward,                         \
+    .gelu_backward = cpu_gelu_backward,                       \
+    .residual_forward = cpu_residual_forward,                 \
+    .residual_backward = cpu_residual_backward,               \
+    .crossentropy_forward = cpu_crossentropy_forward,         \
+    .crossentropy_backward = cpu_crossentropy_backward,       \
+    .rotary = cpu_rotary,                                     \
+    .attention_saved = cpu_attention_saved,                   \
+    .attention_forward = cpu_attention_forward,               \
+    .attention_backward = cpu_attention_backward,             \
+    .mix_forward = cpu_mix_forward,                           \
+    .mix_backward = cpu_mix_backward,                         \
+    .first_nonfinite = cpu_first_nonfinite,                   \
+    .sumsq = cpu_sumsq,                                       \
+    .scale = cpu_scale,                                       \
+    .adamw = cpu_adamw,                                       \
+    .destroy = cpu_destroy,                                   \
+    }
+
+static bk_backend cpu_backends[3] = {
+    [BK_ATTENTION_FUSED] = CPU_BACKEND(BK_ATTENTION_FUSED, ", fused attention"),
+    [BK_ATTENTION_MATERIALIZED] = CPU_BACKEND(BK_ATTENTION_MATERIALIZED, ", materialized attention"),
+    [BK_ATTENTION_AUTO] = CPU_BACKEND(BK_ATTENTION_AUTO, ""),
 };
+
+bk_backend *bk_backend_cpu_attention(bk_attention_mode mode)
+{
+    return &cpu_backends[mode == BK_ATTENTION_FUSED || mode == BK_ATTENTION_MATERIALIZED ? mode : BK_ATTENTION_AUTO];
+}
 
 bk_backend *bk_backend_cpu(void)
 {
-    return &cpu_backend;
+    return &cpu_backends[BK_ATTENTION_AUTO];
 }

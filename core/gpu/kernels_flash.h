@@ -43,7 +43,7 @@
  *   sink tiles, then from the tile of bk_mask_first_key (k_flash_key_tiles, k_flash_kt_next), and a key
  *   tile only the query tiles up to k_flash_qt_end; the mask is applied per element on PARTIAL tiles
  *   only. So with a window the work per query grows with the window, not with T. A row may have no
- *   visible key in one tile (k_flash_online_row keeps it at -inf / 0), never in all of them: every query
+ *   visible key in one tile (bk_online_softmax_row keeps it at -inf / 0), never in all of them: every query
  *   sees itself.
  * - Backward: dK and dQ take dS lscale[h][i]; the gradients of the ABI 2 terms are reduced like the table
  *   gradient, deterministically and without atomics: k_flash_dq, which owns (b, h, query tile), adds per
@@ -375,33 +375,6 @@ static inline BK_DEV_HD float k_flash_score(const k_flash_args *a, int64_t b, in
     return k_flash_biased(a, b, h, i, j, k_flash_dot(q, k, a->C / a->H));
 }
 
-/* The online softmax's step for one row and one key tile: row[0 .. n-1] holds the tile's biased scores
- * (-inf where masked) and becomes their exps against the new running max; m, l are the row's running
- * max and sum, alpha receives the factor that rescales what was accumulated before. A row that has seen
- * no visible key yet (a window mask: all -inf so far) stays at m = -inf, l = 0, its exps 0 (exp(-inf -
- * -inf) would be NaN); without a mask the first tile always holds key 0, so this never happens. */
-static inline BK_DEV_HD void k_flash_online_row(float *row, int n, float *m, float *l, float *alpha)
-{
-    const float mx = fmaxf(*m, bk_max_lanes(row, n));
-    if (mx == -INFINITY) {
-        for (int c = 0; c < n; c++)
-            row[c] = 0.0f;
-        *alpha = 1.0f;
-        return;
-    }
-    for (int c = 0; c < n; c++)
-        row[c] = bk_expf_nonpositive(row[c] - mx);
-    const float al = bk_expf_nonpositive(*m - mx);
-    *l = *l * al + bk_sum_lanes(row, n);
-    *m = mx, *alpha = al;
-}
-
-/* Backward, one score: P = exp(s - lse) (never above 1: lse >= the row's max) and dS = P (dP - D). */
-static inline BK_DEV_HD float k_flash_prob(float s, float lse)
-{
-    return bk_expf_nonpositive(fminf(s - lse, 0.0f));
-}
-
 /* The forward's end, thread t's share: out = O / l for the tile's rows (O's row stride ld), and the row
  * log-sum-exp lse = m + log l when backward will want it. */
 static inline BK_DEV_HD void k_flash_fwd_finish(const k_flash_args *a, int64_t bh, int h, int i0, int rows,
@@ -463,7 +436,7 @@ static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *s
         BK_CTA_PHASE(t) /* per row: the new max, the exps in place, the running sum, the rescale factor */
         {
             for (int r = t; r < rows; r += BK_CTA_THREADS)
-                k_flash_online_row(Ss + r * lds, tile, &m[r], &l[r], &alpha[r]);
+                bk_online_softmax_row(Ss + r * lds, tile, &m[r], &l[r], &alpha[r]);
         }
         BK_CTA_PHASE(t) /* O = alpha O + P V */
         {
@@ -537,7 +510,7 @@ static inline BK_DEV_HD void k_flash_ds_tile(const k_flash_args *a, const k_flas
         float p = 0.0f, ds = 0.0f, sa = 0.0f;
         if (r < rows && c < cols && k_flash_keeps(a, cls, i, j)) {
             const float x = a->scale * k_flash_dot(Qs + r * ld, Ks + c * ld, hd);
-            p = k_flash_prob(k_flash_biased_a(a, b, h, i, j, x), lse[r]);
+            p = bk_flash_prob(k_flash_biased_a(a, b, h, i, j, x), lse[r]);
             ds = p * (k_flash_dot(dOs + r * ld, Vs + c * ld, hd) - dsum[r]);
             sa = ds * x;
             if (lscale)

@@ -346,7 +346,7 @@ static inline BK_DEV_HD void k_flash2_fwd_impl(int64_t cta, const void *args, fl
                     K_FLASH2_UNROLL
                     for (int nb = 0; nb < NB; nb++) {
                         float *s = r->s + (mf * NB + nb) * 4 + 2 * half;
-                        if (mx == -INFINITY) { /* no visible key yet (k_flash_online_row) */
+                        if (mx == -INFINITY) { /* no visible key yet (bk_online_softmax_row) */
                             s[0] = 0.0f, s[1] = 0.0f;
                         } else {
                             s[0] = bk_expf_nonpositive(s[0] - mx), s[1] = bk_expf_nonpositive(s[1] - mx);
@@ -368,7 +368,7 @@ static inline BK_DEV_HD void k_flash2_fwd_impl(int64_t cta, const void *args, fl
                 }
             }
             K_FLASH2_FOR_LANES(lane) /* the quad stage (xor 2): l = l alpha + the tile's sum, m = the new max
-                                      * (k_flash_online_row); the exps into the warp's p tile */
+                                      * (bk_online_softmax_row); the exps into the warp's p tile */
             {
                 k_flash2_lane *r = &R[K_FLASH2_ME(w, lane)];
                 const int g = lane >> 2, q = lane & 3;

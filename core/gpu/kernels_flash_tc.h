@@ -112,7 +112,7 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
                 for (int c = 0; c < tile; c++)
                     row[c] = c < cols && k_flash_keeps(a, cls, i, j0 + c) ? k_flash_biased(a, b, h, i, j0 + c, row[c])
                                                                            : -INFINITY;
-                k_flash_online_row(row, tile, &m[r], &l[r], &alpha[r]);
+                bk_online_softmax_row(row, tile, &m[r], &l[r], &alpha[r]);
                 for (int c = 0; c < tile; c++)
                     prow[c] = bk_bf16_round(row[c]);
                 for (int d = 0; d < L.hdp; d++)
@@ -148,7 +148,7 @@ static inline BK_DEV_HD void k_flash_tc_ds(const k_flash_args *a, const k_flash_
         float p = 0.0f, ds = 0.0f, sa = 0.0f, dsl = 0.0f;
         if (r < rows && c < cols && k_flash_keeps(a, cls, i, j)) {
             const float x = a->scale * S[r * L->lds + c];
-            p = k_flash_prob(k_flash_biased_a(a, b, h, i, j, x), lse[r]);
+            p = bk_flash_prob(k_flash_biased_a(a, b, h, i, j, x), lse[r]);
             ds = p * (dP[r * L->lds + c] - dsum[r]);
             sa = ds * x;
             dsl = lscale ? ds * lscale[(int64_t)h * a->T + i] : ds;

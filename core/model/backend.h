@@ -61,15 +61,27 @@ typedef enum bk_precision {
     BK_PRECISION_BF16 = 1
 } bk_precision;
 
-/* Attention of the device backends ([run] attention): "fused" runs the flash-style block programs
+/* Attention ([run] attention). On a device: "fused" runs the flash-style block programs
  * (gpu/kernels_flash.h), which keep B*H*T row statistics for backward and never store a T x T matrix;
- * "materialized" runs GEMMs and row kernels over the saved B*H*T*T probabilities (gpu/ops_attention.h).
- * Set before the model is built (attention_saved depends on it). The CPU has one attention and
- * ignores it. */
+ * "materialized" runs GEMMs and row kernels over the saved B*H*T*T probabilities (gpu/ops_attention.h);
+ * "auto" is "fused". On the CPU (one backend per mode: bk_backend_cpu_attention): "fused" runs the
+ * flash-style kernel of cpu/attention_flash.c for training and evaluation; "materialized" the blocked
+ * kernel of cpu/attention.c, which saves the probabilities for backward (and for the receptive-field
+ * analysis); "auto" the blocked kernel for training and for evaluations of up to
+ * BK_CPU_FLASH_EVAL_FROM - 1 tokens, the flash kernel for longer evaluations (without counted positions,
+ * which only the blocked kernel computes). Set before the model is built (attention_saved depends on
+ * it). */
 typedef enum bk_attention_mode {
     BK_ATTENTION_FUSED = 0,
-    BK_ATTENTION_MATERIALIZED = 1
+    BK_ATTENTION_MATERIALIZED = 1,
+    BK_ATTENTION_AUTO = 2
 } bk_attention_mode;
+
+/* The shortest forward-only pass the CPU's "auto" attention runs flash-style: evaluations up to 1024
+ * tokens keep the blocked kernel's bits (its 64 x T block of scores, 256 KiB at T = 1024, still fits the
+ * L2 cache); beyond, the blocked kernel's rows of T scores leave the cache and the flash kernel is faster
+ * (docs/performance.md, "Long context on the CPU"). */
+#define BK_CPU_FLASH_EVAL_FROM 1025
 
 /* Rotary embedding of q and k (positions.h): pair k of a head is (x[k], x[k + pairs]), rotated by
  * the angle whose cosine and sine are cos[p * pairs + k], sin[p * pairs + k], p = positions[n] (or
@@ -100,7 +112,7 @@ struct bk_backend {
     char description[192]; /* one line for the banner: "cuda:0 NVIDIA H100 80GB HBM3 (sm_90), fp32 matmuls" */
     int on_device;       /* 1: memory is not host memory; go through upload/download */
     bk_matmul_mode matmul;
-    bk_attention_mode attention; /* device backends only (see above) */
+    bk_attention_mode attention; /* see above */
     bk_precision precision;      /* device backends only (see above) */
     void *impl;          /* the backend's own state */
 
@@ -212,6 +224,8 @@ struct bk_backend {
 
 /* The CPU backend (a static object: destroy is a no-op). */
 bk_backend *bk_backend_cpu(void);
+/* The CPU backend whose attention is `mode` (bk_backend_cpu() is the BK_ATTENTION_AUTO one). */
+bk_backend *bk_backend_cpu_attention(bk_attention_mode mode);
 
 /* A CUDA backend on device 0 with its own stream and cuBLAS handle; BK_ERR_DEVICE naming what failed
  * when no GPU answers, BK_ERR_UNSUPPORTED in a build without CUDA. */

@@ -391,7 +391,8 @@ int bk_gpt_copy_logits(const bk_gpt *m, float *dst, bk_error *err)
 
 const float *bk_gpt_attention_probs(const bk_gpt *m, int layer)
 {
-    if (!m->acts || !m->train || m->be != bk_backend_cpu() || layer < 0 || layer >= m->L)
+    if (!m->acts || !m->train || m->be->kind != BK_BACKEND_CPU || m->be->attention == BK_ATTENTION_FUSED || layer < 0 ||
+        layer >= m->L)
         return NULL;
     size_t sizes[N_ACTS];
     act_sizes(m, m->B, m->T, 1, 0, sizes);

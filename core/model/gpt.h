@@ -123,9 +123,10 @@ const float *bk_gpt_logits(const bk_gpt *m);
 int bk_gpt_copy_logits(const bk_gpt *m, float *dst, bk_error *err);
 
 /* Attention probabilities (B, H, T, T) of `layer` kept by the last forward with train = 1: row
- * (b, h, i) holds P[i][j] for keys j <= i (entries j > i are 0). On the CPU backend only: NULL when
- * the model computes on a device (its kernels may keep row statistics instead: run on the CPU, e.g.
- * --set run.device=cpu), when the last forward was not a training one, or for a layer out of range.
+ * (b, h, i) holds P[i][j] for keys j <= i (entries j > i are 0). On the CPU backend with the blocked
+ * kernel only ([run] attention = "auto" or "materialized"): NULL when the model computes on a device or
+ * with the CPU's fused attention (they keep row statistics instead: e.g. --set run.device=cpu
+ * --set run.attention=auto), when the last forward was not a training one, or for a layer out of range.
  * Valid until the next forward. */
 const float *bk_gpt_attention_probs(const bk_gpt *m, int layer);
 

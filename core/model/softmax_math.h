@@ -170,4 +170,34 @@ static inline BK_HOST_INLINE BIASKIT_HD void bk_causal_softmax_row(float *row, i
         row[j] = 0.0f;
 }
 
+/* The online softmax of flash-style attention (the CPU's fused kernel and the device's), one row and one
+ * key tile: row[0 .. n-1] holds the tile's biased scores (-inf where masked) and becomes their exps
+ * against the new running max; m, l are the row's running max and sum, alpha receives the factor that
+ * rescales what was accumulated before. A row that has seen no visible key yet (a window mask: all -inf
+ * so far) stays at m = -inf, l = 0, its exps 0 (exp(-inf - -inf) would be NaN); without a mask the first
+ * tile always holds key 0, so this never happens. */
+static inline BK_HOST_INLINE BIASKIT_HD void bk_online_softmax_row(float *row, int n, float *m, float *l, float *alpha)
+{
+    const float mx = fmaxf(*m, bk_max_lanes(row, n));
+    if (mx == -INFINITY) {
+        for (int c = 0; c < n; c++)
+            row[c] = 0.0f;
+        *alpha = 1.0f;
+        return;
+    }
+    BK_OMP_SIMD
+    for (int c = 0; c < n; c++)
+        row[c] = bk_expf_nonpositive(row[c] - mx);
+    const float al = bk_expf_nonpositive(*m - mx);
+    *l = *l * al + bk_sum_lanes(row, n);
+    *m = mx, *alpha = al;
+}
+
+/* Flash-style backward, one score: P = exp(s - lse) from the forward's row log-sum-exp (never above 1:
+ * lse >= the row's max). */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_flash_prob(float s, float lse)
+{
+    return bk_expf_nonpositive(fminf(s - lse, 0.0f));
+}
+
 #endif

@@ -47,14 +47,14 @@ static int choose_backend(const bk_experiment *e, bk_backend **out, char *note, 
     char probe[256];
     switch ((bk_device_choice)e->run.device) {
     case BK_DEVICE_CPU:
-        *out = bk_backend_cpu();
+        *out = bk_backend_cpu_attention((bk_attention_mode)e->run.attention);
         return BK_OK;
     case BK_DEVICE_EMULATED:
         return bk_backend_emulated_create(out, matmul, err);
     case BK_DEVICE_AUTO:
         if (!bk_device_probe(probe, sizeof probe)) {
             snprintf(note, note_size, "[run] device = \"auto\", and no GPU answers: %s", probe);
-            *out = bk_backend_cpu();
+            *out = bk_backend_cpu_attention((bk_attention_mode)e->run.attention);
             return BK_OK;
         }
         return create_cuda(e, matmul, out, err);
