@@ -3,34 +3,35 @@
  * One OpenMP task per (b, h), its queries in blocks of FLASH_ROWS rows, as the blocked kernel. A block
  * [i0, i1) walks the keys some of its rows see — the sinks [0, ns) and the window [first, i1), the parts
  * of attention_rows.h (keys_of) — in tiles of FLASH_TILE keys, so the scratch per thread is one block
- * by one tile (64 KiB forward, 192 KiB backward) at any T, and the tiles above the diagonal are never
- * visited. For a tile [j0, j1):
- *     A = Q[i0:i1] K[j0:j1]^T / sqrt(hd)                       (one sgemm)
+ * by one tile (68 KiB forward, 204 KiB backward) plus the head's keys (and, backward, values)
+ * transposed, hd x T floats each, and the tiles above the diagonal are never visited. For a tile [j0, j1):
+ *     A = Q[i0:i1] K[j0:j1]^T / sqrt(hd)                       (one tile product)
  *     s = scale_h(i) A + the terms (add_terms), -inf on the keys row i does not see
  *     online softmax (bk_online_softmax_row): m, l, and the tile's exps against the new max;
- *     O[i0:i1] = alpha O + exps V[j0:j1]                       (the rows' rescale, one sgemm)
+ *     O[i0:i1] = alpha O + exps V[j0:j1]                       (the rows' rescale, one tile product)
  * and at the end out = O / l and lse = m + log l (B x H x T floats, when backward will want them).
  *
  * Backward recomputes each tile's scores from q, k and lse (P = exp(s - lse), bk_flash_prob), with
  * D_i = dO_i . O_i from the forward's output, and per tile
  *     dP = dO V^T,  dS = P (dP - D),  the terms' gradients from dS on the visible keys,
  *     dV[j0:j1] += P^T dO,  dQ[i0:i1] += dS' K[j0:j1] / sqrt(hd),  dK[j0:j1] += dS'^T Q[i0:i1] / sqrt(hd)
- * with dS' = scale_h(i) dS: five sgemms. A task writes only its own (b, h)'s columns of dqkv and its own
+ * with dS' = scale_h(i) dS: five tile products. A task writes only its own (b, h)'s columns of dqkv and its own
  * slice of the bias gradients (bk_att_grads_plan / reduce: summed in a fixed order afterwards), and
  * walks its blocks and tiles in one order, so the result does not depend on the number of threads.
  *
- * The sgemms run single-threaded inside the parallel region (the BLAS's OpenMP build), as in
- * attention.c. Counted positions (CoPE's gates need every visible pair of a row before any of its
+ * The products are tile_gemm.h's, not the BLAS's: at these shapes (one dimension the head size) a BLAS
+ * spends as much on packing and on writing C back as on the multiply-adds; tile_gemm reads the keys and
+ * values transposed once per (b, h) and gives the same bits on every CPU. Counted positions (CoPE's gates need every visible pair of a row before any of its
  * scores) are refused. */
 #include "cpu/attention.h"
 #include "cpu/attention_rows.h"
+#include "cpu/tile_gemm.h"
 
 #include "model/bias_math.h"
 #include "model/host_simd.h"
 #include "model/softmax_math.h"
 #include "util/error.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -38,10 +39,14 @@
 #include <string.h>
 
 /* Keys per tile: a block's tile of scores (64 x 256 floats, 64 KiB) stays in the L2 cache with the
- * tile of K and V it multiplies (bench_attention --attention fused picked it; see docs/performance.md). */
+ * tile of K and V it multiplies (64 x 256 was as fast as any of 32, 64, 128 rows by 128, 256, 512 keys in
+ * bench_attention --attention fused; docs/performance.md). */
 #ifndef FLASH_TILE
 #define FLASH_TILE 256
 #endif
+/* Row stride of a tile of scores: a tile row plus 16 floats, so that a column of the tile (read down the
+ * rows by the transposed products) does not fall into a few cache sets. */
+#define FLASH_LD (FLASH_TILE + 16)
 /* Query rows per block. */
 #ifndef FLASH_ROWS
 #define FLASH_ROWS 64
@@ -101,6 +106,22 @@ static inline int next_tile(const block_keys *kb, int i1, int *j0, int *j1)
     return 1;
 }
 
+/* Row stride of a head's keys transposed: T rounded up to 16 floats, plus 16, so that the hd rows a tile
+ * product reads do not share a few cache sets (at T = 4096 an unpadded stride of 16 KiB would). */
+static size_t transposed_ld(int T)
+{
+    return ((size_t)T + 15) / 16 * 16 + 16;
+}
+
+/* t[d * ld + j] = x[j * C3 + d]: a head's keys (or values) transposed, so that a tile of them is the rows
+ * of the tile product's B (tile_gemm.h). */
+static void transpose_head(float *t, size_t ld, const float *x, int T, int hd, int C3)
+{
+    for (int j = 0; j < T; j++)
+        for (int d = 0; d < hd; d++)
+            t[(size_t)d * ld + j] = x[(size_t)j * C3 + d];
+}
+
 static int refuse_counted(const bk_attention_bias *bias, const char *what, bk_error *err)
 {
     if (bias && bias->cope)
@@ -111,7 +132,7 @@ static int refuse_counted(const bk_attention_bias *bias, const char *what, bk_er
     return BK_OK;
 }
 
-BK_HOST_CLONES
+BK_HOST_CLONES_WIDE
 int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const bk_attention_bias *bias, int B,
                                int T, int C, int H, bk_error *err)
 {
@@ -124,8 +145,9 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
     const int hd = C / H, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
     const terms tm = terms_of(bias, T);
-    /* per thread: the block's tile of scores, and its rows' m, l, alpha */
-    const size_t per_thread = (size_t)FLASH_ROWS * FLASH_TILE + 3 * FLASH_ROWS;
+    /* per thread: the block's tile of scores, its rows' m, l, alpha, and the head's keys transposed */
+    const size_t ldt = transposed_ld(T);
+    const size_t per_thread = (size_t)FLASH_ROWS * FLASH_LD + 3 * FLASH_ROWS + (size_t)hd * ldt;
     const size_t bytes = (size_t)omp_get_max_threads() * per_thread * sizeof(float);
     float *scratch = malloc(bytes);
     if (!scratch)
@@ -139,7 +161,9 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
         const row_bias rb = bias_for(bias, b, h, T);
         const head_terms ht = head_of(&tm, b, h, H, T);
         float *S = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *m = S + (size_t)FLASH_ROWS * FLASH_TILE, *l = m + FLASH_ROWS, *alpha = l + FLASH_ROWS;
+        float *m = S + (size_t)FLASH_ROWS * FLASH_LD, *l = m + FLASH_ROWS, *alpha = l + FLASH_ROWS;
+        float *kt = alpha + FLASH_ROWS;
+        transpose_head(kt, ldt, k, T, hd, C3);
         for (int i0 = 0; i0 < T; i0 += FLASH_ROWS) {
             const int i1 = i0 + FLASH_ROWS < T ? i0 + FLASH_ROWS : T, rows = i1 - i0;
             const block_keys kb = keys_of(i0, i1, &tm);
@@ -151,10 +175,9 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
             int j0 = 0, j1 = -1;
             while (next_tile(&kb, i1, &j0, &j1)) {
                 const int n = j1 - j0;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, hd, scale, q + (size_t)i0 * C3, C3,
-                            k + (size_t)j0 * C3, C3, 0.0f, S, FLASH_TILE);
+                bk_tile_gemm(rows, n, hd, scale, q + (size_t)i0 * C3, C3, 1, kt + j0, (ptrdiff_t)ldt, 0, S, FLASH_LD);
                 for (int r = 0; r < rows; r++) {
-                    float *row = S + (size_t)r * FLASH_TILE;
+                    float *row = S + (size_t)r * FLASH_LD;
                     score_row(row, i0 + r, j0, n, &tm, &rb, &ht);
                     bk_online_softmax_row(row, n, &m[r], &l[r], &alpha[r]);
                     if (alpha[r] != 1.0f) {
@@ -165,8 +188,7 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
                             orow[d] *= al;
                     }
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, n, 1.0f, S, FLASH_TILE,
-                            v + (size_t)j0 * C3, C3, 1.0f, o, C);
+                bk_tile_gemm(rows, hd, n, 1.0f, S, FLASH_LD, 1, v + (size_t)j0 * C3, C3, 1, o, C);
             }
             for (int r = 0; r < rows; r++) {
                 float *orow = o + (size_t)r * C;
@@ -183,7 +205,7 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
     return BK_OK;
 }
 
-BK_HOST_CLONES
+BK_HOST_CLONES_WIDE
 int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
                                 const float *qkv, const float *out, const float *lse, const bk_attention_bias *bias,
                                 int B, int T, int C, int H, bk_error *err)
@@ -203,8 +225,10 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
     att_grads g;
     bk_att_grads_plan(&g, bias, dtable, &tm, span, T);
 
-    /* per thread: A (q.k / sqrt(hd)), P and dP / dS tiles, and the block's D */
-    const size_t tile = (size_t)FLASH_ROWS * FLASH_TILE, per_thread = 3 * tile + FLASH_ROWS;
+    /* per thread: A (q.k / sqrt(hd)), P and dP / dS tiles, the block's D, the head's keys and values
+     * transposed */
+    const size_t ldt = transposed_ld(T);
+    const size_t tile = (size_t)FLASH_ROWS * FLASH_LD, per_thread = 3 * tile + FLASH_ROWS + 2 * (size_t)hd * ldt;
     const size_t bytes = (size_t)omp_get_max_threads() * per_thread * sizeof(float);
     float *scratch = malloc(bytes);
     double *acc = g.slice ? calloc((size_t)B * H * g.slice, sizeof *acc) : NULL;
@@ -224,7 +248,9 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
         const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
         float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
         float *A = scratch + (size_t)omp_get_thread_num() * per_thread, *P = A + tile, *dS = P + tile;
-        float *D = dS + tile;
+        float *D = dS + tile, *kt = D + FLASH_ROWS, *vt = kt + (size_t)hd * ldt;
+        transpose_head(kt, ldt, k, T, hd, C3);
+        transpose_head(vt, ldt, v, T, hd, C3);
         const row_bias rb = bias_for(bias, b, h, T);
         const head_terms ht = head_of(&tm, b, h, H, T);
         const int32_t *gpos[BK_STREAM_COUNT];
@@ -243,14 +269,12 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
             int j0 = 0, j1 = -1;
             while (next_tile(&kb, i1, &j0, &j1)) {
                 const int n = j1 - j0;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, hd, scale, qb, C3, k + (size_t)j0 * C3,
-                            C3, 0.0f, A, FLASH_TILE);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, hd, 1.0f, dO, C, v + (size_t)j0 * C3, C3,
-                            0.0f, dS, FLASH_TILE);
+                bk_tile_gemm(rows, n, hd, scale, qb, C3, 1, kt + j0, (ptrdiff_t)ldt, 0, A, FLASH_LD);
+                bk_tile_gemm(rows, n, hd, 1.0f, dO, C, 1, vt + j0, (ptrdiff_t)ldt, 0, dS, FLASH_LD);
                 for (int r = 0; r < rows; r++) {
                     const int i = i0 + r;
-                    const float *a = A + (size_t)r * FLASH_TILE;
-                    float *p = P + (size_t)r * FLASH_TILE, *ds = dS + (size_t)r * FLASH_TILE;
+                    const float *a = A + (size_t)r * FLASH_LD;
+                    float *p = P + (size_t)r * FLASH_LD, *ds = dS + (size_t)r * FLASH_LD;
                     memcpy(p, a, (size_t)n * sizeof *p);
                     score_row(p, i, j0, n, &tm, &rb, &ht);
                     const float li = L[i], Di = D[r];
@@ -284,12 +308,9 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
                             ds[c] *= lam;
                     }
                 }
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, rows, 1.0f, P, FLASH_TILE, dO, C, 1.0f,
-                            dv + (size_t)j0 * C3, C3);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, n, scale, dS, FLASH_TILE,
-                            k + (size_t)j0 * C3, C3, 1.0f, dq + (size_t)i0 * C3, C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hd, rows, scale, dS, FLASH_TILE, qb, C3, 1.0f,
-                            dk + (size_t)j0 * C3, C3);
+                bk_tile_gemm(n, hd, rows, 1.0f, P, 1, FLASH_LD, dO, C, 1, dv + (size_t)j0 * C3, C3);
+                bk_tile_gemm(rows, hd, n, scale, dS, FLASH_LD, 1, k + (size_t)j0 * C3, C3, 1, dq + (size_t)i0 * C3, C3);
+                bk_tile_gemm(n, hd, rows, scale, dS, 1, FLASH_LD, qb, C3, 1, dk + (size_t)j0 * C3, C3);
             }
         }
     }

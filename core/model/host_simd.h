@@ -9,7 +9,12 @@
  *                   baseline x86-64 (SSE2), and the loader picks the AVX2 copy where the CPU has it
  *                   (an ifunc, resolved once). Nothing where the build does not define
  *                   BK_HAVE_TARGET_CLONES (core/CMakeLists.txt checks that the compiler takes the
- *                   attribute) or defines BK_NO_HOST_CLONES.
+ *                   attribute) or defines BK_NO_HOST_CLONES;
+ *   BK_HOST_CLONES_WIDE  the same with a third copy for AVX-512F (16-wide vectors), for the flash
+ *                   attention's row loops (cpu/attention_flash.c), where the exps of T x T scores are
+ *                   most of the work that is not a product. Its three copies are compared bit for bit
+ *                   by test_attention_flash (the baseline and an AVX2-only build against the copy the
+ *                   CPU picks).
  *
  * The two copies compute the same bits: the AVX2 target has no FMA (nothing is contracted: C11 mode
  * and a separate ISA extension), per-element arithmetic is IEEE in any width, and every sum over a
@@ -33,8 +38,10 @@
 
 #if defined(BK_HAVE_TARGET_CLONES) && !defined(BK_NO_HOST_CLONES) && !defined(__CUDACC__) && defined(__x86_64__)
 #define BK_HOST_CLONES __attribute__((target_clones("avx2", "default")))
+#define BK_HOST_CLONES_WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define BK_HOST_CLONES
+#define BK_HOST_CLONES_WIDE
 #endif
 
 #endif

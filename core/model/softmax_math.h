@@ -194,10 +194,12 @@ static inline BK_HOST_INLINE BIASKIT_HD void bk_online_softmax_row(float *row, i
 }
 
 /* Flash-style backward, one score: P = exp(s - lse) from the forward's row log-sum-exp (never above 1:
- * lse >= the row's max). */
+ * lse >= the row's max; s - lse is clamped to <= 0, a NaN to 0, as fminf(s - lse, 0) would: a select,
+ * which the host vectorises, where fminf is a call). */
 static inline BK_HOST_INLINE BIASKIT_HD float bk_flash_prob(float s, float lse)
 {
-    return bk_expf_nonpositive(fminf(s - lse, 0.0f));
+    const float x = s - lse;
+    return bk_expf_nonpositive(x < 0.0f ? x : 0.0f);
 }
 
 #endif
