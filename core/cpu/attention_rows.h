@@ -207,11 +207,13 @@ static inline BK_HOST_INLINE void table_grads(double *G, const int32_t *p, const
         const int32_t pi = p[i];
         for (int c = c0; c < c1; c++)
             G[pi - p[j0 - c0 + c]] += row[c];
-    } else {
-        const int di = i - j0 + c0;
+    } else if (c0 < c1) { /* G[d] for d = i - j, from the last column back: G read forwards (vectorises) */
+        double *g = G + (i - j0 + c0) - (c1 - 1);
+        const float *r = row + c1 - 1;
+        const int n = c1 - c0;
         BK_OMP_SIMD
-        for (int c = c0; c < c1; c++)
-            G[di - c] += row[c];
+        for (int t = 0; t < n; t++)
+            g[t] += (double)r[-t];
     }
 }
 

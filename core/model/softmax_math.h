@@ -100,19 +100,25 @@ static inline BK_HOST_INLINE BIASKIT_HD float bk_sum_lanes(const float *x, int64
 }
 
 /* The largest of x[0 .. n-1] (-inf when n = 0; NaNs are passed over: a NaN score makes its row NaN
- * through the exps anyway), by lanes like bk_sum_lanes so that it vectorises. */
+ * through the exps anyway), in 4 x BK_SUM_LANES lanes so that it vectorises without waiting on one
+ * register's latency (a max is exact: how the lanes are grouped changes no value; only a +0 / -0 tie
+ * could go either way, and both give the same values downstream). */
 static inline BK_HOST_INLINE BIASKIT_HD float bk_max_lanes(const float *x, int64_t n)
 {
-    float lane[BK_SUM_LANES] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                                -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    float lane[4 * BK_SUM_LANES];
+    for (int l = 0; l < 4 * BK_SUM_LANES; l++)
+        lane[l] = -INFINITY;
     int64_t j = 0;
-    for (; j + BK_SUM_LANES <= n; j += BK_SUM_LANES) {
+    for (; j + 4 * BK_SUM_LANES <= n; j += 4 * BK_SUM_LANES) {
         BK_OMP_SIMD
-        for (int l = 0; l < BK_SUM_LANES; l++)
+        for (int l = 0; l < 4 * BK_SUM_LANES; l++)
             lane[l] = bk_lane_max(lane[l], x[j + l]);
     }
     for (int l = 0; j + l < n; l++)
         lane[l] = bk_lane_max(lane[l], x[j + l]);
+    for (int l = 0; l < BK_SUM_LANES; l++)
+        lane[l] = bk_lane_max(bk_lane_max(lane[l], lane[l + BK_SUM_LANES]),
+                              bk_lane_max(lane[l + 2 * BK_SUM_LANES], lane[l + 3 * BK_SUM_LANES]));
     return bk_max_of_lanes(lane);
 }
 
