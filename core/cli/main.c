@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "dist/dist.h"
 #include "cuda/device.h"
+#include "util/blas.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -56,6 +57,8 @@ int bk_report(const bk_error *err)
 
 int main(int argc, char **argv)
 {
+    /* an OpenBLAS that took this CPU for an older one: start again with its kernels named (util/blas.h) */
+    bk_blas_restart_with_better_kernels(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -76,6 +79,7 @@ int main(int argc, char **argv)
         printf("backends: cpu, emulated (built without CUDA: no cuda backend); [run] device = \"auto\" trains "
                "on the CPU\n");
 #endif
+        printf("blas: %s\n", bk_blas_describe());
         printf("processes: %s\n", bk_dist_available()
                                        ? "MPI (mpirun -np N biaskit train|eval ...: data parallel)"
                                        : "one (built without MPI)");

@@ -28,7 +28,7 @@
 #include "model/softmax_math.h"
 #include "util/error.h"
 
-#include <cblas.h>
+#include "util/blas.h"
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -210,12 +210,12 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
             float *S = direct ? probs + ((size_t)bh * T + i0) * T : mine;
             const int width = direct ? T : kb.ns + kb.nw;
             if (kb.ns)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb.ns, hd, scale, q + (size_t)i0 * C3, C3,
+                bk_sgemm(CblasNoTrans, CblasTrans, rows, kb.ns, hd, scale, q + (size_t)i0 * C3, C3,
                             k, C3, 0.0f, S, (int)ld);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb.nw, hd, scale, q + (size_t)i0 * C3, C3,
+            bk_sgemm(CblasNoTrans, CblasTrans, rows, kb.nw, hd, scale, q + (size_t)i0 * C3, C3,
                         k + (size_t)kb.first * C3, C3, 0.0f, S + kb.ns, (int)ld);
             if (cl) /* l = Q[i0:i1] E^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, tm.cope_points, hd, 1.0f,
+                bk_sgemm(CblasNoTrans, CblasTrans, rows, tm.cope_points, hd, 1.0f,
                             q + (size_t)i0 * C3, C3, tm.cope, hd, 0.0f, cl, tm.cope_points);
             for (int r = 0; r < rows; r++) {
                 if (cl)
@@ -224,9 +224,9 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
             }
             float *o = out + ((size_t)b * T + i0) * C + (size_t)h * hd;
             if (kb.ns)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb.ns, 1.0f, S, (int)ld, v, C3, 0.0f,
+                bk_sgemm(CblasNoTrans, CblasNoTrans, rows, hd, kb.ns, 1.0f, S, (int)ld, v, C3, 0.0f,
                             o, C);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb.nw, 1.0f, S + kb.ns, (int)ld,
+            bk_sgemm(CblasNoTrans, CblasNoTrans, rows, hd, kb.nw, 1.0f, S + kb.ns, (int)ld,
                         v + (size_t)kb.first * C3, C3, kb.ns ? 1.0f : 0.0f, o, C);
             if (probs && masked)
                 for (int r = 0; r < rows; r++) {
@@ -421,19 +421,19 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
             const float *dO = dout + ((size_t)b * T + i0) * C + (size_t)h * hd;
             const float *qb = q + (size_t)i0 * C3, *kw = k + (size_t)first * C3, *vw = v + (size_t)first * C3;
             if (ns)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ns, hd, 1.0f, dO, C, v, C3, 0.0f, dS,
+                bk_sgemm(CblasNoTrans, CblasTrans, rows, ns, hd, 1.0f, dO, C, v, C3, 0.0f, dS,
                             (int)ld);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nw, hd, 1.0f, dO, C, vw, C3, 0.0f, dS + ns,
+            bk_sgemm(CblasNoTrans, CblasTrans, rows, nw, hd, 1.0f, dO, C, vw, C3, 0.0f, dS + ns,
                         (int)ld);
             if (A) {
                 if (ns)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, ns, hd, scale, qb, C3, k, C3, 0.0f, A,
+                    bk_sgemm(CblasNoTrans, CblasTrans, rows, ns, hd, scale, qb, C3, k, C3, 0.0f, A,
                                 (int)ld);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nw, hd, scale, qb, C3, kw, C3, 0.0f,
+                bk_sgemm(CblasNoTrans, CblasTrans, rows, nw, hd, scale, qb, C3, kw, C3, 0.0f,
                             A + ns, (int)ld);
             }
             if (cl) { /* l = Q[i0:i1] E^T as the forward had it; dl starts at 0 */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, (int)np, hd, 1.0f, qb, C3, tm.cope, hd,
+                bk_sgemm(CblasNoTrans, CblasTrans, rows, (int)np, hd, 1.0f, qb, C3, tm.cope, hd,
                             0.0f, cl, (int)np);
                 memset(dcl, 0, (size_t)rows * np * sizeof *dcl);
             }
@@ -493,24 +493,24 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                         row[c] += gates[c];
             }
             if (ns)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ns, hd, rows, 1.0f, P, T, dO, C, 1.0f, dv, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nw, hd, rows, 1.0f, P + first, T, dO, C, 1.0f,
+                bk_sgemm(CblasTrans, CblasNoTrans, ns, hd, rows, 1.0f, P, T, dO, C, 1.0f, dv, C3);
+            bk_sgemm(CblasTrans, CblasNoTrans, nw, hd, rows, 1.0f, P + first, T, dO, C, 1.0f,
                         dv + (size_t)first * C3, C3);
             if (ns)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, ns, scale, dS, (int)ld, k, C3, 1.0f,
+                bk_sgemm(CblasNoTrans, CblasNoTrans, rows, hd, ns, scale, dS, (int)ld, k, C3, 1.0f,
                             dq + (size_t)i0 * C3, C3);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nw, scale, dS + ns, (int)ld, kw, C3,
+            bk_sgemm(CblasNoTrans, CblasNoTrans, rows, hd, nw, scale, dS + ns, (int)ld, kw, C3,
                         1.0f, dq + (size_t)i0 * C3, C3);
             if (ns)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ns, hd, rows, scale, dS, (int)ld, qb, C3, 1.0f,
+                bk_sgemm(CblasTrans, CblasNoTrans, ns, hd, rows, scale, dS, (int)ld, qb, C3, 1.0f,
                             dk, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nw, hd, rows, scale, dS + ns, (int)ld, qb, C3, 1.0f,
+            bk_sgemm(CblasTrans, CblasNoTrans, nw, hd, rows, scale, dS + ns, (int)ld, qb, C3, 1.0f,
                         dk + (size_t)first * C3, C3);
             if (cl) { /* through l = Q E^T: dQ += dl E, dE += dl^T Q */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, (int)np, 1.0f, dcl, (int)np, tm.cope,
+                bk_sgemm(CblasNoTrans, CblasNoTrans, rows, hd, (int)np, 1.0f, dcl, (int)np, tm.cope,
                             hd, 1.0f, dq + (size_t)i0 * C3, C3);
                 if (my_dE)
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)np, hd, rows, 1.0f, dcl, (int)np, qb, C3,
+                    bk_sgemm(CblasTrans, CblasNoTrans, (int)np, hd, rows, 1.0f, dcl, (int)np, qb, C3,
                                 1.0f, my_dE, hd);
             }
         }

@@ -1,7 +1,7 @@
 /* The emulated device backend (model/backend.h): the CUDA backend's own code (gpu/ops_*.h and the
  * kernel bodies of gpu/kernels_*.h) compiled as C11. Each kernel launch runs its body over every
  * thread index (OpenMP-parallel: the bodies write disjoint outputs, so the order is irrelevant) and
- * each GEMM is a column-major cblas_sgemm per batch entry, with cublasSgemmStridedBatched's
+ * each GEMM is a column-major sgemm (util/blas.h) per batch entry, with cublasSgemmStridedBatched's
  * arguments unchanged. Memory is host memory, but the model goes through upload/download as it
  * would for a GPU (on_device = 1), so that a missing transfer shows up here too. */
 #define _POSIX_C_SOURCE 200809L /* sched_yield */
@@ -9,7 +9,7 @@
 #include "gpu/mma.h" /* bk_bf16_round, bk_tf32_round */
 #include "model/backend.h"
 
-#include <cblas.h>
+#include "util/blas.h"
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,8 +123,8 @@ static int dev_gemm(bk_dev *d, int transa, int transb, int m, int n, int k, floa
             }
             a = ra, bb = rb;
         }
-        cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n, k,
-                    alpha, a, lda, bb, ldb, beta, C + (int64_t)b * strideC, ldc);
+        bk_sgemm_colmajor(transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
+                          lda, bb, ldb, beta, C + (int64_t)b * strideC, ldc);
         free(ra), free(rb);
     }
     return BK_OK;
@@ -145,8 +145,8 @@ static int dev_gemm_bf16(bk_dev *d, int transa, int transb, int m, int n, int k,
         float *wa = bf16_widened(A + (int64_t)b * strideA, transa ? k : m, transa ? m : k, lda);
         float *wb = bf16_widened(B + (int64_t)b * strideB, transb ? n : k, transb ? k : n, ldb);
         if (wa && wb)
-            cblas_sgemm(CblasColMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n,
-                        k, alpha, wa, lda, wb, ldb, beta, C + (int64_t)b * strideC, ldc);
+            bk_sgemm_colmajor(transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                              wa, lda, wb, ldb, beta, C + (int64_t)b * strideC, ldc);
         const int ok = wa && wb;
         free(wa), free(wb);
         if (!ok)

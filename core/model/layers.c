@@ -4,7 +4,7 @@
 #include "model/layernorm_math.h"
 #include "model/softmax_math.h"
 
-#include <cblas.h>
+#include "util/blas.h"
 #include <math.h>
 #include <string.h>
 
@@ -74,7 +74,7 @@ void bk_matmul_forward(float *out, const float *inp, const float *weight, const 
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof *out);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out,
+    bk_sgemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out,
                 OC);
 }
 
@@ -83,8 +83,8 @@ void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
                         const float *weight, int N, int C, int OC)
 {
     /* dinp (N, C) += dout (N, OC) . weight (OC, C);  dweight (OC, C) += dout^T . inp */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    bk_sgemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    bk_sgemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (!dbias)
         return;
     /* Row by row over a block of columns: contiguous reads, and each column still sums n = 0..N-1 in

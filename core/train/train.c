@@ -5,6 +5,7 @@
 #include "train/checkpoint.h"
 #include "train/lm.h"
 #include "train/rundir.h"
+#include "util/blas.h"
 #include "util/sigsafe.h"
 
 #include <errno.h>
@@ -462,6 +463,8 @@ setup_done:
             lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
     fprintf(out, "device: %s%s%s\n", lm.be ? lm.be->description : "cpu", lm.device_note[0] ? "; " : "",
             lm.device_note);
+    if (!lm.be || !lm.be->on_device) /* the CPU's products: which library and kernels */
+        fprintf(out, "blas: %s\n", bk_blas_describe());
     /* what the model keeps on its backend: a training forward's activations and their gradients, and
      * four floats per parameter (value, gradient, AdamW's two moments; with bf16 storage a bf16 copy) */
     const int copies = bk_gpt_parameter_bytes(&lm.gpt) > lm.gpt.n_params * 4 * sizeof(float);

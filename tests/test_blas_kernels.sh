@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Debian's OpenBLAS 0.3.21 takes some newer CPUs for old ones (its SSE3 "Prescott" kernels): biaskit then
+# starts again with OPENBLAS_CORETYPE naming kernels the CPU runs (util/blas.h). Checked through
+# `biaskit --version`'s blas line: a user's OPENBLAS_CORETYPE is kept as it is; unset, the kernels are
+# never the fallback ones on a CPU with AVX2, and a restart says so; the guard variable alone stops a
+# second restart (no loop).
+# usage: test_blas_kernels.sh <biaskit binary>
+set -u
+bk=$1
+failures=0
+fail() { echo "FAIL: $1"; [ -n "${2:-}" ] && echo "    $2"; failures=$((failures + 1)); }
+ok() { echo "ok: $1"; }
+
+line=$(OPENBLAS_CORETYPE=Haswell "$bk" --version | grep '^blas:')
+case $line in
+*"blas: openblas:"*) ;;
+*) echo "not the default OpenBLAS build ($line): nothing to check"; exit 0 ;;
+esac
+if grep -q "kernels Haswell" <<<"$line" && ! grep -q "set by biaskit" <<<"$line"; then
+    ok "OPENBLAS_CORETYPE=Haswell is kept"
+else
+    fail "OPENBLAS_CORETYPE=Haswell is kept" "$line"
+fi
+
+line=$(env -u OPENBLAS_CORETYPE -u BIASKIT_OPENBLAS_CORETYPE_SET timeout 60 "$bk" --version | grep '^blas:')
+core=$(grep -o 'kernels [A-Za-z0-9]*' <<<"$line" | cut -d' ' -f2)
+has_avx2=$(grep -c -w avx2 /proc/cpuinfo || true)
+if [ -z "$core" ]; then
+    fail "unset: the blas line names the kernels" "$line"
+elif [ "$has_avx2" -gt 0 ] && grep -Eq '^(Prescott|Core2|Penryn|Dunnington|Nehalem|Katmai|Northwood|Banias|Atom|Barcelona|Opteron|Bobcat)$' <<<"$core"; then
+    fail "unset, on a CPU with AVX2: not the fallback kernels" "$line"
+else
+    ok "unset: kernels $core${line:+ ($(grep -o 'set by biaskit' <<<"$line" || echo 'chosen by OpenBLAS'))}"
+fi
+
+# the guard alone: no restart, whatever OpenBLAS picks
+line=$(env -u OPENBLAS_CORETYPE BIASKIT_OPENBLAS_CORETYPE_SET=SkylakeX timeout 60 "$bk" --version | grep '^blas:')
+if [ -n "$line" ]; then ok "the guard variable stops a restart (the program ran to its end)"; else
+    fail "the guard variable stops a restart" "no blas line"; fi
+
+[ $failures -eq 0 ]
