@@ -3,7 +3,7 @@
 
     python3 bench/bench_torch.py --layers 4 --dim 256 --heads 8 --length 256 --batch 8 \
         --steps 10 --warmup 3 [--threads 2] [--vocab 256] [--alibi | --nope] [--name NAME] \
-        [--mode eager|sdpa|compile] [--no-breakdown]
+        [--mode eager|sdpa|compile|eval-flex|eval-sdpa] [--mem-limit-gib 14] [--no-breakdown]
     python3 bench/bench_torch.py --blas-info     # one line: torch version and the BLAS it runs
 
 Token embedding, pre-LN blocks (causal multi-head attention with the ALiBi bias, a GELU-tanh MLP of
@@ -20,8 +20,16 @@ defaults (lr 1e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and th
            rounding.
   compile  (torch >= 2.0) the eager model wrapped in torch.compile (inductor). The warm-up steps (at
            least 2) absorb the compilation; their time is printed. No breakdown (the fractions are "na").
-sdpa and compile exit with status 3 under torch < 2.0; a failing torch.compile (no C++ compiler, ...)
-exits with status 4.
+  eval-flex  (torch >= 2.0) evaluation: forward passes only (loss included) under torch.no_grad(), no
+           backward or optimizer; the attention is FlexAttention (flex_attention with an ALiBi score_mod
+           and a causal BlockMask, nothing T x T) and the whole model runs through torch.compile (the
+           warm-up, at least one pass, compiles). FlexAttention has no backward on the CPU, hence eval only.
+  eval-sdpa  (torch >= 2.0) the same evaluation with the sdpa attention (one (H, T, T) mask shared by
+           the layers); refused with exit status 5 ("too much memory") when its estimated peak, 3.5 x
+           B H T^2 floats (the mask, SDPA's scores and probabilities), exceeds --mem-limit-gib (14).
+The eval modes time `steps` forward passes after `warmup`; tokens/s = B T / the mean pass.
+sdpa, compile and the eval modes exit with status 3 under torch < 2.0; a failing torch.compile (no C++
+compiler, ...) exits with status 4.
 
 Timing protocol as bench_train: `warmup` untimed steps, then `steps` timed steps of
     zero_grad, forward, backward, optimizer step
@@ -38,6 +46,7 @@ import argparse
 import math
 import os
 import re
+import resource
 import statistics
 import sys
 import time
@@ -59,9 +68,13 @@ def parse_args():
     g.add_argument("--nope", dest="alibi", action="store_false")
     p.add_argument("--name", default=None)
     p.add_argument("--no-breakdown", dest="breakdown", action="store_false", default=True)
-    p.add_argument("--mode", choices=("eager", "sdpa", "compile"), default="eager",
+    p.add_argument("--mode", choices=("eager", "sdpa", "compile", "eval-flex", "eval-sdpa"), default="eager",
                    help="eager: explicit attention (default); sdpa: F.scaled_dot_product_attention; "
-                        "compile: torch.compile(model). sdpa and compile need torch >= 2.0")
+                        "compile: torch.compile(model); eval-flex, eval-sdpa: forward only (no grad) with "
+                        "FlexAttention (compiled model) or SDPA. All but eager need torch >= 2.0")
+    p.add_argument("--mem-limit-gib", type=float, default=14.0,
+                   help="eval-sdpa: refuse (exit status 5) when its estimated peak (3.5 x B H T^2 floats: the mask "
+                        "and SDPA's scores and probabilities) exceeds this many GiB (default 14)")
     p.add_argument("--blas-info", action="store_true", help="print the torch version and its BLAS, then exit")
     a = p.parse_args()
     if a.dim % a.heads:
@@ -137,22 +150,68 @@ def alibi_slopes(n):
     return power_of_two(c) + power_of_two(2 * c)[0::2][: n - c]
 
 
+_SDPA_MASKS = {}  # (H, T, alibi) -> the (H, T, T) mask of sdpa modes, one for all layers
+_BLOCK_MASKS = {}  # T -> the causal BlockMask of eval-flex, one for all layers
+
+
+def causal_block_mask(T, block=128):
+    """FlexAttention's causal BlockMask. create_block_mask evaluates the mask densely (a T x T bool tensor
+    and an int64 sum over it: 32 GiB at T 65536), so above 16384 tokens the same BlockMask is built from
+    its block lists (as bench/long_context.py): query block i sees key blocks 0 .. i-1 fully and block i
+    partially (the diagonal, where the mask_mod applies)."""
+    from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+    if T <= 16384 or T % block:
+        return create_block_mask(causal, None, None, T, T, device="cpu")
+    n = T // block
+    i = torch.arange(n, dtype=torch.int32)
+    kv_idx = torch.zeros(1, 1, n, n, dtype=torch.int32)
+    kv_idx[0, 0, :, 0] = i
+    full_idx = torch.arange(n, dtype=torch.int32).expand(n, n).contiguous().view(1, 1, n, n)
+    return BlockMask.from_kv_blocks(torch.ones(1, 1, n, dtype=torch.int32), kv_idx, i.clone().view(1, 1, n), full_idx,
+                                    BLOCK_SIZE=block, mask_mod=causal, seq_lengths=(T, T))
+
+
 class Attention(nn.Module):
     def __init__(self, C, H, T, alibi, mode="eager"):
         super().__init__()
         self.C, self.H = C, H
-        self.sdpa = mode == "sdpa"
+        self.sdpa = mode in ("sdpa", "eval-sdpa")
+        self.flex = mode == "eval-flex"
         self.qkv = nn.Linear(C, 3 * C)
         self.proj = nn.Linear(C, C)
-        i = torch.arange(T)
-        dist = (i[:, None] - i[None, :]).float()            # (T, T): i - j
         slopes = torch.tensor(alibi_slopes(H), dtype=torch.float32)
+        if self.flex:
+            # FlexAttention: the bias as a score_mod reading the (H,) slopes, the causal mask as a BlockMask;
+            # nothing of size T x T
+            from torch.nn.attention.flex_attention import flex_attention
+            self.flex_attention = flex_attention
+            self.register_buffer("slopes", slopes if alibi else torch.zeros(H), persistent=False)
+            if T not in _BLOCK_MASKS:  # one for all layers
+                _BLOCK_MASKS[T] = causal_block_mask(T)
+            self.block_mask = _BLOCK_MASKS[T]
+            return
+        i = torch.arange(T)
+        if self.sdpa:
+            # the float mask SDPA adds to its (already scaled) scores: bias below, -inf above the diagonal,
+            # built one head at a time (no (H, T, T) temporaries: eval-sdpa runs at long T) and shared by
+            # the layers (the same tensor in each)
+            key = (H, T, alibi)
+            if key not in _SDPA_MASKS:
+                m = torch.empty(H, T, T)
+                for h in range(H):
+                    d = (i[:, None] - i[None, :]).float()
+                    d = -slopes[h] * d if alibi else d.zero_()
+                    m[h] = d.masked_fill_(i[:, None] < i[None, :], float("-inf"))
+                _SDPA_MASKS[key] = m
+            self.register_buffer("sdpa_mask", _SDPA_MASKS[key], persistent=False)
+            return
+        dist = (i[:, None] - i[None, :]).float()            # (T, T): i - j
         bias = -slopes[:, None, None] * dist if alibi else torch.zeros(H, T, T)
         self.register_buffer("bias", bias, persistent=False)  # (H, T, T)
         self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)), persistent=False)
-        if self.sdpa:
-            # the float mask SDPA adds to its (already scaled) scores: bias below, -inf above the diagonal
-            self.register_buffer("sdpa_mask", bias.masked_fill(~self.mask, float("-inf")), persistent=False)
 
     def attend(self, qkv):
         """(B, T, 3C) -> (B, T, C): the part the engine's bk_attention_forward covers."""
@@ -164,6 +223,13 @@ class Attention(nn.Module):
         v = v.view(B, T, H, C // H).transpose(1, 2)
         if self.sdpa:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.sdpa_mask[:, :T, :T], is_causal=False)
+            return y.transpose(1, 2).contiguous().view(B, T, C)
+        if self.flex:
+            slopes = self.slopes
+
+            def alibi(score, b, h, q_idx, kv_idx):
+                return score - slopes[h] * (q_idx - kv_idx)
+            y = self.flex_attention(q, k, v, score_mod=alibi, block_mask=self.block_mask)
             return y.transpose(1, 2).contiguous().view(B, T, C)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
         att = att + self.bias[:, :T, :T]
@@ -265,6 +331,54 @@ def breakdown(model, B, T, C, H, V, L, reps=5):
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def evaluate(a, model, idx, tgt, name, threads):
+    """--mode eval-*: forward only (loss included, no grad), `warmup` untimed then `steps` timed passes."""
+    B, T = idx.shape
+    run = model
+    warmup = a.warmup
+    if a.mode == "eval-flex":
+        # FlexAttention runs compiled: the whole model goes through torch.compile (its first call compiles)
+        run = torch.compile(model)
+        warmup = max(warmup, 1)
+    first_loss = None
+    w0 = now()
+    with torch.no_grad():
+        for i in range(warmup):
+            try:
+                loss = run(idx, tgt)
+            except Exception as e:  # noqa: BLE001
+                if a.mode != "eval-flex" or i:
+                    raise
+                msg = (str(e).strip().splitlines() or [""])[0][:300]
+                print(f"bench_torch: torch.compile (FlexAttention) failed: {type(e).__name__}: {msg}", file=sys.stderr)
+                return 4
+            first_loss = loss.item() if first_loss is None else first_loss
+        warm_s = now() - w0
+        times = []
+        start = now()
+        for _ in range(a.steps):
+            t = now()
+            loss = run(idx, tgt)
+            times.append(now() - t)
+            first_loss = loss.item() if first_loss is None else first_loss
+        total = now() - start
+    step_s = total / a.steps
+    tok_s = B * T / step_s
+    med = statistics.median(times)
+    print(f"warm-up: {warmup} forward passes in {warm_s:.2f} s"
+          + (" (torch.compile's compilation included)" if a.mode == "eval-flex" else ""))
+    print(f"eval:  {1e3 * step_s:.2f} ms/forward (median {1e3 * med:.2f}, fastest {1e3 * min(times):.2f}) = "
+          f"{tok_s:.0f} tokens/s over {a.steps} forward passes (no grad); loss {loss.item():.4f}")
+    kernel = ("torch.compile(model)+flex_attention(score_mod:alibi,causal_block_mask)" if a.mode == "eval-flex"
+              else "scaled_dot_product_attention(float_mask:alibi)")
+    print(f"RESULT name={name} tokens_per_s={tok_s:.1f} ms_per_step={1e3 * step_s:.3f} attention_frac=na "
+          f"matmul_frac=na gelu_frac=na layernorm_frac=na median_ms={1e3 * med:.3f} fwd_ms={1e3 * step_s:.3f} "
+          f"bwd_ms=na opt_ms=na threads={threads} first_loss={first_loss:.7f} warmup_s={warm_s:.3f} "
+          f"engine=torch-{torch.__version__} mode={a.mode} torch={torch.__version__} "
+          f"peak_rss_gib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} kernel={kernel}")
+    return 0
+
+
 def main():
     a = args
     if a.blas_info:
@@ -280,7 +394,15 @@ def main():
     name = a.name or f"L{a.layers}_C{a.dim}_H{a.heads}_T{a.length}_B{a.batch}_{'alibi' if a.alibi else 'nope'}"
     torch.manual_seed(1)
     B, T, C, H, V, L = a.batch, a.length, a.dim, a.heads, a.vocab, a.layers
-    model = GPT(L, C, H, V, T, a.alibi, "sdpa" if a.mode == "sdpa" else "eager")
+    # eval-sdpa's peak: the shared (H, T, T) mask and about 2.5 more of that size inside SDPA with a float mask
+    # (its scores and probabilities; measured with bench/long_context.py: 3.3 x H T^2 floats at T 4096 and 16384)
+    sdpa_gib = 3.5 * B * H * T * T * 4 / 2**30
+    if a.mode == "eval-sdpa" and sdpa_gib > a.mem_limit_gib:
+        print(f"bench_torch: too much memory: --mode eval-sdpa at T {T} holds the ALiBi bias as an (H, T, T) float "
+              f"mask ({H * T * T * 4 / 2**30:.1f} GiB) and SDPA's scores and probabilities beside it, about "
+              f"{sdpa_gib:.1f} GiB at its peak, more than --mem-limit-gib {a.mem_limit_gib:g}", file=sys.stderr)
+        return 5
+    model = GPT(L, C, H, V, T, a.alibi, a.mode if a.mode in ("sdpa", "eval-sdpa", "eval-flex") else "eager")
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -292,6 +414,9 @@ def main():
           f"{'ALiBi' if a.alibi else 'NoPE'} | {n_params} params | {threads} threads | torch {torch.__version__} | "
           f"mode {a.mode}")
     print(f"blas: {blas_info()}")
+
+    if a.mode.startswith("eval"):
+        return evaluate(a, model, idx, tgt, name, threads)
 
     run = model
     warmup = a.warmup

@@ -2,7 +2,7 @@
  *
  *   bench_train --layers 4 --dim 256 --heads 8 --length 256 --batch 8 --steps 10 --warmup 3
  *               [--threads 2] [--vocab 256] [--alibi | --nope] [--name NAME] [--no-breakdown]
- *               [--finite-checks]
+ *               [--finite-checks] [--eval] [--attention fused|materialized|auto]
  *
  * Builds the model from TOML text (bk_lm_open_text, an ALiBi [[term]] unless --nope; the plugin is
  * found through BIASKIT_PLUGIN_PATH or the build tree), feeds it random tokens and times full training
@@ -18,6 +18,16 @@
  * reported as a fraction of the measured step time; what is left is the optimizer, the bias tables
  * and anything the instrumented pass does not see.
  *
+ * --eval times evaluation instead: `warmup` untimed, then `steps` timed forward passes
+ *     bk_gpt_forward(train=0)
+ * (with the targets, so the loss is computed; no backward, no optimizer, no breakdown, no SGEMM rate),
+ * what `biaskit eval` runs per batch; tokens/s = B T / the mean pass. At long lengths use --batch 1.
+ * --attention sets [run] attention in the model's TOML ("fused": flash-style kernels keeping B x H x T
+ * row statistics; "materialized": the blocked kernel saving B x H x T x T probabilities in training;
+ * "auto": the engine's choice, core/model/backend.h); without it the engine's default. The RESULT line
+ * names it (attention=...; "default" when not given) with the BLAS and the kernels it picked (blas=...
+ * core=..., from bk_blas_name and bk_blas_describe).
+ *
  * --finite-checks measures what the engine's non-finite checks cost (core/bias/bias.h): the checks
  * of the plugins' tables (bk_bias_forward) and parameter gradients (bk_bias_backward), timed with
  * bias.check_finite on and off over many calls, as a fraction of the median step; then whole steps
@@ -26,7 +36,9 @@
  *
  * The FLOP rate line gives the model's FLOPs per step (matmuls and the attention's two products,
  * forward + backward = 3 x forward) over the measured step time, as a fraction of this machine's SGEMM
- * rate (cblas_sgemm of 2048^3 with the same threads, best of 5): model_gflops, sgemm_gflops, mfu_frac.
+ * rate (bk_sgemm, util/blas.h, of 2048^3 with the same threads, best of 5): model_gflops, sgemm_gflops,
+ * mfu_frac. blas= and core= name the BLAS the engine was built with and the kernels it picked
+ * (bk_blas_name, bk_blas_describe).
  *
  * Last line, machine-readable:
  *   RESULT name=... tokens_per_s=... ms_per_step=... attention_frac=... matmul_frac=... [more keys]
@@ -37,10 +49,10 @@
 #include "model/layers.h"
 #include "train/adamw.h"
 #include "train/lm.h"
+#include "util/blas.h"
 
 #include "bench_util.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -60,7 +72,7 @@ static double model_flops(int L, int C, int V, int T, int B)
     return 3.0 * per_token * (double)B * T;
 }
 
-/* This machine's SGEMM rate with the step's threads: the best of 5 cblas_sgemm of 2048^3 (the largest
+/* This machine's SGEMM rate with the step's threads: the best of 5 bk_sgemm of 2048^3 (the largest
  * rate a matmul reaches here; the model's matmuls are smaller), in GFLOP/s. */
 static double sgemm_gflops(void)
 {
@@ -75,7 +87,7 @@ static double sgemm_gflops(void)
     double best = INFINITY;
     for (int r = 0; r < 6; r++) { /* the first is a warm-up */
         double t = now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+        bk_sgemm(CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
         t = now() - t;
         if (r > 0 && t < best)
             best = t;
@@ -94,15 +106,15 @@ static double median(const double *v, int n)
 }
 
 typedef struct options {
-    int layers, dim, heads, length, batch, steps, warmup, threads, vocab, alibi, breakdown, finite_checks;
-    const char *name;
+    int layers, dim, heads, length, batch, steps, warmup, threads, vocab, alibi, breakdown, finite_checks, eval;
+    const char *name, *attention;
 } options;
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_train [--layers N] [--dim N] [--heads N] [--length T] [--batch B] [--steps N]\n"
                "                   [--warmup N] [--threads N] [--vocab V] [--alibi | --nope] [--name NAME]\n"
-               "                   [--no-breakdown] [--finite-checks]\n"
+               "                   [--no-breakdown] [--finite-checks] [--eval] [--attention fused|materialized|auto]\n"
                "defaults: --layers 4 --dim 256 --heads 8 --length 256 --batch 8 --steps 10 --warmup 3 --vocab 256\n"
                "          --alibi; --threads 0 keeps OMP_NUM_THREADS / every core\n");
 }
@@ -121,7 +133,7 @@ static int parse_int(const char *flag, const char *s, int min, int *out)
 
 static int parse_args(int argc, char **argv, options *o)
 {
-    *o = (options){4, 256, 8, 256, 8, 10, 3, 0, 256, 1, 1, 0, NULL};
+    *o = (options){4, 256, 8, 256, 8, 10, 3, 0, 256, 1, 1, 0, 0, NULL, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct {
@@ -148,6 +160,15 @@ static int parse_args(int argc, char **argv, options *o)
             o->breakdown = 0;
         else if (!strcmp(a, "--finite-checks"))
             o->finite_checks = 1;
+        else if (!strcmp(a, "--eval"))
+            o->eval = 1;
+        else if (!strcmp(a, "--attention") && v) {
+            if (strcmp(v, "fused") && strcmp(v, "materialized") && strcmp(v, "auto")) {
+                fprintf(stderr, "bench_train: --attention expects fused, materialized or auto, got '%s'\n", v);
+                return 1;
+            }
+            o->attention = v, i++;
+        }
         else if (!strcmp(a, "--name") && v)
             o->name = v, i++;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -158,6 +179,10 @@ static int parse_args(int argc, char **argv, options *o)
             usage(stderr);
             return 1;
         }
+    }
+    if (o->eval && o->finite_checks) {
+        fprintf(stderr, "bench_train: --finite-checks times training steps; it does not go with --eval\n");
+        return 1;
     }
     if (o->dim % o->heads) {
         fprintf(stderr, "bench_train: --dim %d is not divisible by --heads %d\n", o->dim, o->heads);
@@ -486,15 +511,65 @@ static int measure_finite_checks(bk_lm *lm, bk_adamw *opt, const int32_t *in, co
     return BK_OK;
 }
 
+/* The kernels the BLAS picked: the word after "kernels " in bk_blas_describe() (a RESULT field), "?" when
+ * it does not say */
+static const char *blas_core(void)
+{
+    static char core[128];
+    const char *k = strstr(bk_blas_describe(), "kernels ");
+    snprintf(core, sizeof core, "%s", k ? k + 8 : "?");
+    core[strcspn(core, " ;,")] = '\0'; /* the kernels' name alone, not the notes after it */
+    return core[0] ? core : "?";
+}
+
+/* --eval: forward passes only, train = 0 (what `biaskit eval` runs); prints the RESULT line. */
+static int evaluate(bk_lm *lm, const int32_t *in, const int32_t *tg, const options *o, const char *name, int threads,
+                    bk_error *err)
+{
+    const int B = o->batch, T = o->length;
+    int rc = BK_OK;
+    double w0 = now();
+    for (int i = 0; i < o->warmup && !rc; i++)
+        rc = bk_gpt_forward(&lm->gpt, in, tg, B, T, 0, err);
+    const double warm_s = now() - w0;
+    double *times = calloc((size_t)o->steps, sizeof *times);
+    if (!times) {
+        fprintf(stderr, "bench_train: out of memory for %d step times\n", o->steps);
+        return 1;
+    }
+    double best = INFINITY, start = now();
+    for (int i = 0; i < o->steps && !rc; i++) {
+        double t = now();
+        rc = bk_gpt_forward(&lm->gpt, in, tg, B, T, 0, err);
+        times[i] = t = now() - t;
+        best = t < best ? t : best;
+    }
+    const double total = now() - start, med = median(times, o->steps < 64 ? o->steps : 64);
+    free(times);
+    if (rc) {
+        fprintf(stderr, "bench_train: eval forward (B %d, T %d): %s\n", B, T, err->message);
+        return 1;
+    }
+    const double pass_s = total / o->steps, tok_s = (double)B * T / pass_s;
+    printf("eval:  %.2f ms/forward (median %.2f, fastest %.2f) = %.0f tokens/s over %d forward passes (train = 0) "
+           "after %d warm-up (%.2f s); loss %.4f\n",
+           1e3 * pass_s, 1e3 * med, 1e3 * best, tok_s, o->steps, o->warmup, warm_s, lm->gpt.loss);
+    printf("RESULT name=%s tokens_per_s=%.1f ms_per_step=%.3f attention_frac=na matmul_frac=na other_frac=na "
+           "median_ms=%.3f fwd_ms=%.3f bwd_ms=na opt_ms=na threads=%d warmup_s=%.3f loss=%.6f engine=biaskit "
+           "mode=eval attention=%s blas=%s core=%s\n",
+           name, tok_s, 1e3 * pass_s, 1e3 * med, 1e3 * pass_s, threads, warm_s, lm->gpt.loss,
+           o->attention ? o->attention : "default", bk_blas_name(), blas_core());
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    bk_blas_restart_with_better_kernels(argv); /* as biaskit does (util/blas.h) */
     options o;
     if (parse_args(argc, argv, &o))
         return 2;
-    if (o.threads > 0) {
+    if (o.threads > 0) /* the BLAS follows omp_get_max_threads() outside parallel regions (util/blas.h) */
         omp_set_num_threads(o.threads);
-        openblas_set_num_threads(o.threads);
-    }
     const int threads = omp_get_max_threads();
     char name[256];
     if (o.name)
@@ -503,12 +578,14 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "L%d_C%d_H%d_T%d_B%d_%s", o.layers, o.dim, o.heads, o.length, o.batch,
                  o.alibi ? "alibi" : "nope");
 
-    char toml[1024];
+    char toml[1024], attention_line[64] = "";
+    if (o.attention)
+        snprintf(attention_line, sizeof attention_line, "attention = \"%s\"\n", o.attention);
     snprintf(toml, sizeof toml,
              "[model]\nlayers = %d\nheads = %d\ndim = %d\nvocab = %d\n\n"
              "[train]\nlength = %d\nbatch = %d\nsteps = %d\nseed = 1\n\n"
-             "[run]\nthreads = %d\n%s",
-             o.layers, o.heads, o.dim, o.vocab, o.length, o.batch, o.steps + o.warmup, o.threads,
+             "[run]\nthreads = %d\n%s%s",
+             o.layers, o.heads, o.dim, o.vocab, o.length, o.batch, o.steps + o.warmup, o.threads, attention_line,
              o.alibi ? "\n[[term]]\nplugin = \"alibi\"\n" : "");
 
     bk_error err = {0};
@@ -542,9 +619,18 @@ int main(int argc, char **argv)
         tg[n] = n + 1 < BT ? in[n + 1] : in[0];
 
     printf("bench_train: %s | %d layers, dim %d, %d heads (hd %d), vocab %d, T %d, batch %d | %s | %zu params | "
-           "%d threads\n",
+           "%d threads | %s | attention %s | BLAS %s\n",
            name, o.layers, o.dim, o.heads, o.dim / o.heads, o.vocab, T, B, o.alibi ? "ALiBi" : "NoPE",
-           lm.gpt.n_params, threads);
+           lm.gpt.n_params, threads, o.eval ? "eval (forward only)" : "training steps",
+           o.attention ? o.attention : "default", bk_blas_describe());
+
+    if (o.eval) {
+        rc = evaluate(&lm, in, tg, &o, name, threads, &err);
+        free(in), free(tg);
+        bk_adamw_free(&opt);
+        bk_lm_close(&lm);
+        return rc;
+    }
 
     phase ph = {0};
     for (int i = 0; i < o.warmup && !rc; i++)
@@ -638,16 +724,17 @@ int main(int argc, char **argv)
         other += frac[c];
     const double model_gflops = model_flops(o.layers, o.dim, o.vocab, T, B) / step_s / 1e9, peak = sgemm_gflops();
     printf("FLOP rate: model %.1f GFLOP/s (matmuls and attention products, 3 x forward) = %.0f%% of this "
-           "machine's SGEMM rate, %.1f GFLOP/s (cblas_sgemm 2048^3, %d threads)\n",
+           "machine's SGEMM rate, %.1f GFLOP/s (bk_sgemm 2048^3, %d threads)\n",
            model_gflops, 100.0 * model_gflops / peak, peak, threads);
     printf("RESULT name=%s tokens_per_s=%.1f ms_per_step=%.3f attention_frac=%.4f matmul_frac=%.4f other_frac=%.4f "
            "layernorm_frac=%.4f gelu_frac=%.4f residual_frac=%.4f xent_frac=%.4f embedding_frac=%.4f "
            "memset_frac=%.4f median_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f threads=%d model_gflops=%.2f "
-           "sgemm_gflops=%.2f mfu_frac=%.4f engine=biaskit\n",
+           "sgemm_gflops=%.2f mfu_frac=%.4f engine=biaskit mode=train attention=%s blas=%s core=%s\n",
            name, tok_s, 1e3 * step_s, frac[CAT_ATTN], frac[CAT_MATMUL] + frac[CAT_HEAD], other,
            frac[CAT_LAYERNORM], frac[CAT_GELU], frac[CAT_RESIDUAL], frac[CAT_XENT], frac[CAT_ENCODER],
            frac[CAT_MEMSET], 1e3 * step_med, 1e3 * ph.fwd / n, 1e3 * ph.bwd / n,
-           1e3 * (ph.opt + ph.after + ph.zero) / n, threads, model_gflops, peak, model_gflops / peak);
+           1e3 * (ph.opt + ph.after + ph.zero) / n, threads, model_gflops, peak, model_gflops / peak,
+           o.attention ? o.attention : "default", bk_blas_name(), blas_core());
     free(in), free(tg);
     bk_adamw_free(&opt);
     bk_lm_close(&lm);

@@ -1,17 +1,40 @@
 #!/usr/bin/env bash
-# Training-step benchmark: biaskit (bench_train) against the same model in PyTorch (bench_torch.py), at
-# three sizes, each measurement REPEATS times (interleaved across rows) keeping the best; prints markdown
-# tables. See docs/performance.md.
+# CPU benchmarks of biaskit against PyTorch, in one interleaved run (each measurement REPEATS times,
+# interleaved across rows, keeping the best); prints markdown tables. See docs/performance.md.
+#   1. training steps: biaskit (bench_train) against the same model in PyTorch (bench_torch.py), at
+#      three sizes;
+#   2. long-context attention: one causal attention layer with a distance bias, B 1, 4 heads of 32 (C
+#      128), at LONG_LENGTHS: biaskit (bench_attention, --attention fused and materialized) against
+#      PyTorch 2.x FlexAttention (torch.compile(flex_attention), the bias as a score_mod, a causal block
+#      mask) and SDPA (the bias as a float mask; and without a bias, as a floor), ALiBi and KERPLE-log
+#      (learnable r1, r2) tables, forward only and forward + backward (bench/long_context.py);
+#   3. evaluation: forward passes (no backward) of the size (a) model (4 x 256 x 8 heads) at batch 1 and
+#      EVAL_LENGTHS tokens: bench_train --eval against bench_torch.py --mode eval-flex / eval-sdpa.
 #
-#   bash bench/run.sh                          # everything (30-45 minutes on 2 cores, see below)
+#   bash bench/run.sh                          # everything (hours on 2 cores with 65536 tokens, see below)
 #   SIZES="a c" REPEATS=1 bash bench/run.sh    # quicker
 #   SKIP_TORCH2=1 bash bench/run.sh            # no PyTorch 2.x rows (no virtual environment needed)
+#   SKIP_LONG=1 SKIP_EVAL=1 bash bench/run.sh  # the training-step tables only (the run before issue 29)
+#   SKIP_TRAIN=1 LONG_LENGTHS="4096 16384" EVAL_LENGTHS=4096 bash bench/run.sh   # long context, shorter
 #
 # Environment: BUILD_DIR (default ./build), THREADS (2), REPEATS (3), STEPS (10), WARMUP (3),
 # SIZES ("a b c"), PYTHON (the interpreter with Debian's torch 1.13, /usr/bin/python3),
 # VENV (the virtual environment with PyTorch 2.x, ./.venv-bench), SKIP_TORCH2 (0),
 # TORCH2_PASSIVE (0: run the PyTorch 2.x rows with OMP_WAIT_POLICY=PASSIVE when 1),
 # LOG_DIR (default $BUILD_DIR/bench-logs).
+# Parts: SKIP_TRAIN (0; 1 leaves out the training-step tables), SKIP_LONG (0; the long-context attention
+# table), SKIP_EVAL (0; the evaluation table).
+# Long-context attention: LONG_LENGTHS ("4096 16384 65536"), LONG_TABLES ("alibi kerple"), LONG_MODES
+# ("fwd fwdbwd"), LONG_ATTENTION (biaskit's kernels, "fused materialized"), LONG_IMPLS (PyTorch's, "flex
+# sdpa sdpa_nobias"), LONG_CORES (OPENBLAS_CORETYPE of the biaskit rows, "Haswell"; "auto" leaves it
+# unset so that OpenBLAS chooses: one row per entry), LONG_REPS (timed calls per run, 1), LONG_WARMUP
+# (untimed calls first, 1; FlexAttention always gets at least one, its compilation), LONG_MEM_GIB (14:
+# PyTorch SDPA runs whose estimated peak exceeds it are refused; biaskit refuses runs over three
+# quarters of the physical memory: materialized fwdbwd at 65536 saves 64 GiB of probabilities).
+# Evaluation: EVAL_LENGTHS ("4096 16384 65536"), EVAL_ATTENTION (bench_train --attention, one row each:
+# "fused materialized"; "auto", the engine's default choice, also works), EVAL_IMPLS ("eval-flex
+# eval-sdpa"), EVAL_STEPS (timed forward passes per run, 1), EVAL_WARMUP (1), EVAL_CORES ("Haswell", as
+# LONG_CORES).
 #
 # VENV is created on first use: `/usr/bin/python3 -m venv $VENV` and `pip install torch numpy` from
 # PyPI (a CUDA build of torch: several GB to download, about 5 GB on disk, a few minutes). One already
@@ -47,6 +70,16 @@
 # 2.x sdpa rows skip the breakdown to save time. A PyTorch 2.x row that fails (exit status in its log)
 # is left out of the later repeats of that size and shows "-". The logs of a size are deleted when its
 # first run starts, so that the tables never mix in an older run's.
+#
+# Long-context and evaluation rows: a row's cell is "-" when it gave no time, with the reason: "(mem)"
+# too much memory (refused before allocating: biaskit's materialized forward + backward at 65536, SDPA's
+# (H, T, T) masks at 16384 and up), "(n/a)" not supported (FlexAttention's backward: torch 2.x raises
+# NotImplementedError "FlexAttention does not support backward on CPU"), "(fail)" anything else, with its
+# log's last line printed under the table. Such a row is left out of the later repeats. Times: the best
+# (lowest) of the REPEATS runs, each the minimum of LONG_REPS calls; ratios are PyTorch's time over
+# biaskit's fused time (> 1: biaskit faster). Time: at 65536 one biaskit forward + backward takes minutes
+# on 2 cores and FlexAttention's forward about as long; with the defaults the long-context and
+# evaluation parts take longer than the training-step part; LONG_LENGTHS / EVAL_LENGTHS shorten them.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -61,6 +94,25 @@ VENV=${VENV:-$ROOT/.venv-bench}
 SKIP_TORCH2=${SKIP_TORCH2:-0}
 TORCH2_PASSIVE=${TORCH2_PASSIVE:-0}
 LOGS=${LOG_DIR:-$BUILD/bench-logs}
+SKIP_TRAIN=${SKIP_TRAIN:-0}
+SKIP_LONG=${SKIP_LONG:-0}
+SKIP_EVAL=${SKIP_EVAL:-0}
+LONG_LENGTHS=${LONG_LENGTHS:-"4096 16384 65536"}
+LONG_TABLES=${LONG_TABLES:-"alibi kerple"}
+LONG_MODES=${LONG_MODES:-"fwd fwdbwd"}
+LONG_ATTENTION=${LONG_ATTENTION:-"fused materialized"}
+LONG_IMPLS=${LONG_IMPLS:-"flex sdpa sdpa_nobias"}
+LONG_CORES=${LONG_CORES:-Haswell}
+LONG_REPS=${LONG_REPS:-1}
+LONG_WARMUP=${LONG_WARMUP:-1}
+LONG_MEM_GIB=${LONG_MEM_GIB:-14}
+EVAL_LENGTHS=${EVAL_LENGTHS:-"4096 16384 65536"}
+EVAL_ATTENTION=${EVAL_ATTENTION:-"fused materialized"}
+EVAL_IMPLS=${EVAL_IMPLS:-"eval-flex eval-sdpa"}
+EVAL_STEPS=${EVAL_STEPS:-1}
+EVAL_WARMUP=${EVAL_WARMUP:-1}
+EVAL_CORES=${EVAL_CORES:-Haswell}
+[[ $SKIP_TRAIN != 1 ]] || SIZES=""
 mkdir -p "$LOGS"
 PY2=$VENV/bin/python
 
@@ -90,6 +142,23 @@ else
         "$BUILD/core/libbiaskit_core.a" -L$OB -Wl,-rpath,$OB -lopenblas -ltomlplusplus -lcjson -ldl -lm -lstdc++ \
         "${CUDA_LIBS[@]}" -o "$MANUAL"
     BIN=$MANUAL
+fi
+
+ATT_BIN=$BUILD/bench_attention
+if [[ $SKIP_LONG != 1 ]]; then
+    if cmake --build "$BUILD" --target bench_attention -j2 >>"$LOGS/build.log" 2>&1; then
+        echo "built $ATT_BIN (CMake target bench_attention)" >&2
+    else
+        ATT_BIN=$BUILD/bench_attention_manual
+        echo "run.sh: no CMake target bench_attention in $BUILD (see $LOGS/build.log); compiling by hand into" \
+             "$ATT_BIN" >&2
+        OB=/usr/lib/x86_64-linux-gnu/openblas-openmp
+        gcc -std=c11 -Wall -Wextra -O2 -fopenmp -I"$ROOT/core" -I"$ROOT/sdk/include" \
+            -I/usr/include/x86_64-linux-gnu/openblas-openmp "$ROOT/bench/bench_attention.c" \
+            "$BUILD/core/libbiaskit_core.a" -L$OB -Wl,-rpath,$OB -lopenblas -ltomlplusplus -lcjson -ldl -lm -lstdc++ \
+            -o "$ATT_BIN" >>"$LOGS/build.log" 2>&1 ||
+            echo "run.sh: compiling bench_attention failed (its rows will show -); see $LOGS/build.log" >&2
+    fi
 fi
 
 # --- PyTorch 2.x: the virtual environment -----------------------------------------------------------
@@ -193,7 +262,7 @@ run_soft() { # key log_file command...: a failure is reported, the row is skippe
     "$@" >>"$log" 2>&1 || rc=$?
     if ((rc)); then
         FAILED[$key]=$rc
-        echo "run.sh: failed (exit $rc, row left out from now on at this size): $* (see $log)" >&2
+        echo "run.sh: failed (exit $rc, row left out of the later repeats): $* (see $log)" >&2
         grep -v '^#' "$log" | tail -3 >&2
     fi
 }
@@ -229,6 +298,80 @@ for s in $SIZES; do
     done
 done
 
+# --- long-context attention and evaluation ------------------------------------------------------------
+# core label: "auto" -> OpenBLAS chooses; else OPENBLAS_CORETYPE=<core>
+core_env() { if [[ $1 == auto ]]; then echo "-u OPENBLAS_CORETYPE"; else echo "OPENBLAS_CORETYPE=$1"; fi; }
+core_label() { if [[ $1 == auto ]]; then echo "OpenBLAS chooses${ob_core:+ ($ob_core)}"; else echo "$1 kernels"; fi; }
+
+# long-context rows: bk.<attention>.<core> and t2.<impl>; logs long.<T>.<table>.<mode>.<row>.<repeat>.log
+LONG_ROWS=()
+for at in $LONG_ATTENTION; do for c in $LONG_CORES; do LONG_ROWS+=("bk.$at.$c"); done; done
+[[ $SKIP_TORCH2 == 1 ]] || for i in $LONG_IMPLS; do LONG_ROWS+=("t2.$i"); done
+if [[ $SKIP_LONG != 1 ]]; then
+    rm -f "$LOGS"/long.*.log
+    for r in $(seq 1 "$REPEATS"); do
+        for T in $LONG_LENGTHS; do
+            for tab in $LONG_TABLES; do
+                for mode in $LONG_MODES; do
+                    echo "long-context attention: T=$T, $tab, $mode: run $r/$REPEATS" >&2
+                    for k in "${LONG_ROWS[@]}"; do
+                        key=long.$T.$tab.$mode.$k
+                        # the bias-free SDPA row does not depend on the table: run it with the first only
+                        [[ $k != t2.sdpa_nobias || $tab == "${LONG_TABLES%% *}" ]] || continue
+                        [[ -z ${FAILED[$key]:-} ]] || continue
+                        log=$LOGS/$key.$r.log
+                        case $k in
+                            bk.*)
+                                IFS=. read -r _ at c <<<"$k"
+                                # shellcheck disable=SC2046 # core_env gives one or two words
+                                run_soft "$key" "$log" env $(core_env "$c") OMP_NUM_THREADS="$THREADS" "$ATT_BIN" \
+                                    --batch 1 --dim 128 --heads 4 --length "$T" --attention "$at" --table "$tab" \
+                                    --mode "$mode" --reps "$LONG_REPS" --warmup "$LONG_WARMUP" --threads "$THREADS" \
+                                    --name "$key" ;;
+                            t2.*)
+                                run_soft "$key" "$log" env "${T2_ENV[@]}" "$PY2" "$ROOT/bench/long_context.py" \
+                                    --impl "${k#t2.}" --table "$tab" --mode "$mode" --length "$T" --batch 1 --heads 4 \
+                                    --head-dim 32 --threads "$THREADS" --reps "$LONG_REPS" --warmup "$LONG_WARMUP" \
+                                    --mem-limit-gib "$LONG_MEM_GIB" --name "$key" ;;
+                        esac
+                    done
+                done
+            done
+        done
+    done
+fi
+
+# evaluation rows: bk.<attention>.<core> and t2.<mode>; logs eval.<T>.<row>.<repeat>.log
+EVAL_ROWS=()
+for at in $EVAL_ATTENTION; do for c in $EVAL_CORES; do EVAL_ROWS+=("bk.$at.$c"); done; done
+[[ $SKIP_TORCH2 == 1 ]] || for m in $EVAL_IMPLS; do EVAL_ROWS+=("t2.$m"); done
+if [[ $SKIP_EVAL != 1 ]]; then
+    rm -f "$LOGS"/eval.*.log
+    read -r EL EC EH _ _ <<<"${SPEC[a]}"
+    for r in $(seq 1 "$REPEATS"); do
+        for T in $EVAL_LENGTHS; do
+            echo "evaluation, size (a) at T=$T, batch 1: run $r/$REPEATS" >&2
+            eargs=(--layers "$EL" --dim "$EC" --heads "$EH" --length "$T" --batch 1 --steps "$EVAL_STEPS"
+                   --warmup "$EVAL_WARMUP" --threads "$THREADS" --alibi)
+            for k in "${EVAL_ROWS[@]}"; do
+                key=eval.$T.$k
+                [[ -z ${FAILED[$key]:-} ]] || continue
+                log=$LOGS/$key.$r.log
+                case $k in
+                    bk.*)
+                        IFS=. read -r _ at c <<<"$k"
+                        # shellcheck disable=SC2046
+                        run_soft "$key" "$log" env $(core_env "$c") OMP_NUM_THREADS="$THREADS" "$BIN" "${eargs[@]}" \
+                            --eval --attention "$at" --name "$key" ;;
+                    t2.*)
+                        run_soft "$key" "$log" env "${T2_ENV[@]}" "$PY2" "$ROOT/bench/bench_torch.py" "${eargs[@]}" \
+                            --mode "${k#t2.}" --mem-limit-gib "$LONG_MEM_GIB" --name "$key" ;;
+                esac
+            done
+        done
+    done
+fi
+
 # --- tables ------------------------------------------------------------------------------------------
 isnum() { [[ $1 =~ ^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$ ]]; }
 pct() { if isnum "$1"; then awk -v x="$1" 'BEGIN { printf "%.1f", 100 * x }'; else echo "${1:--}"; fi; }
@@ -239,6 +382,7 @@ best() { best_result "$LOGS/$1.$2".*.log; } # size key
 tok() { local v; v=$(field "$(best "$1" "$2")" tokens_per_s); [[ -n $v ]] && echo "$v" || echo -; }
 sizelabel() { local L C H T B; read -r L C H T B <<<"${SPEC[$1]}"; echo "($1) $L x $C x $H heads, T=$T, batch $B"; }
 
+if [[ -n $SIZES ]]; then
 echo
 echo "Tokens per second, best of $REPEATS runs ($THREADS threads). \"-\": no result (failed or skipped)."
 echo
@@ -311,5 +455,163 @@ for s in $SIZES; do
              "$(pct "$g") | $(pct "$n") | $(pct "$rest") |"
     done
 done
+fi # SIZES
+
+# --- long-context and evaluation tables -----------------------------------------------------------------
+# best_val PREFIX FIELD min|max: the lowest / highest numeric FIELD of the RESULT lines of PREFIX.*.log
+best_val() {
+    local best="" f v line
+    for f in "$1".*.log; do
+        [[ -f $f ]] || continue
+        line=$(grep '^RESULT ' "$f" | tail -1) || continue
+        v=$(field "$line" "$2")
+        isnum "$v" || continue
+        if [[ -z $best ]] || awk -v a="$v" -v b="$best" -v d="$3" 'BEGIN { exit !(d == "min" ? a < b : a > b) }'; then
+            best=$v
+        fi
+    done
+    echo "$best"
+}
+NOTES=()
+# why PREFIX has no result: "(mem)", "(n/a)", "(fail)", "" when never run (skipped)
+why() {
+    local f any=""
+    for f in "$1".*.log; do
+        [[ -f $f ]] || continue
+        grep -q 'too much memory' "$f" && { echo "(mem)"; return; }
+        grep -q 'not supported' "$f" && { echo "(n/a)"; return; }
+        any=1
+    done
+    [[ -z $any ]] || echo "(fail)"
+}
+# nocell KEY PREFIX: the cell of a row without a result; a failure's last log line goes to NOTES
+nocell() {
+    local w
+    w=$(why "$2")
+    [[ $w != "(fail)" ]] || NOTES+=("$1: $(grep -hv '^#' "$2".*.log 2>/dev/null | grep -v '^[[:space:]]*$' | tail -1)")
+    CELL="- $w"
+}
+long_label() {
+    case $1 in
+        bk.*) local _ at c; IFS=. read -r _ at c <<<"$1"; echo "biaskit $at ($(core_label "$c"))" ;;
+        t2.flex) echo "PyTorch ${T2_VER:-2.x} FlexAttention" ;;
+        t2.sdpa) echo "PyTorch ${T2_VER:-2.x} SDPA, bias mask" ;;
+        t2.sdpa_nobias) echo "PyTorch ${T2_VER:-2.x} SDPA, no bias" ;;
+        t2.eval-flex) echo "PyTorch ${T2_VER:-2.x} FlexAttention (compiled)" ;;
+        t2.eval-sdpa) echo "PyTorch ${T2_VER:-2.x} SDPA" ;;
+    esac
+}
+ratio_of() { if isnum "$1" && isnum "$2"; then awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / (b > 0 ? b : 1) }'; else echo -; fi; }
+
+if [[ $SKIP_LONG != 1 ]]; then
+    REF=""
+    for k in "${LONG_ROWS[@]}"; do [[ $k == bk.fused.* ]] && { REF=$k; break; }; done
+    [[ -n $REF ]] || for k in "${LONG_ROWS[@]}"; do [[ $k == bk.* ]] && { REF=$k; break; }; done
+    echo
+    echo "Long-context attention, one layer: B 1, 4 heads of 32 (C 128), causal, fp32; ms per call (forward, or"
+    echo "forward + backward), best of $REPEATS runs of the minimum of $LONG_REPS call(s) after $LONG_WARMUP warm-up;"
+    echo "$THREADS threads. Ratios: PyTorch's time / $(long_label "${REF:-none}") (> 1: biaskit faster). \"-\": (mem) too"
+    echo "much memory, (n/a) not supported on the CPU, (fail) failed (its log's last line below)."
+    echo
+    head="| T | table | mode |" sep="|---:|---|---|"
+    for k in "${LONG_ROWS[@]}"; do head+=" $(long_label "$k") |"; sep+="---:|"; done
+    [[ $SKIP_TORCH2 == 1 ]] || {
+        head+=" Flex / biaskit | SDPA mask / biaskit | SDPA no bias / biaskit |"
+        sep+="---:|---:|---:|"
+    }
+    echo "$head"
+    echo "$sep"
+    first_tab=${LONG_TABLES%% *}
+    for T in $LONG_LENGTHS; do
+        for tab in $LONG_TABLES; do
+            for mode in $LONG_MODES; do
+                line="| $T | $tab | $mode |"
+                declare -A V=()
+                for k in "${LONG_ROWS[@]}"; do
+                    t=$tab
+                    [[ $k != t2.sdpa_nobias ]] || t=$first_tab
+                    pre=$LOGS/long.$T.$t.$mode.$k
+                    V[$k]=$(best_val "$pre" ms_min min)
+                    if [[ -n ${V[$k]} ]]; then
+                        line+=" $(dec1 "${V[$k]}") |"
+                    else
+                        nocell "long.$T.$t.$mode.$k" "$pre"
+                        line+=" $CELL |"
+                    fi
+                done
+                if [[ $SKIP_TORCH2 != 1 ]]; then
+                    b=${V[$REF]:-}
+                    line+=" $(ratio_of "${V[t2.flex]:-}" "$b") | $(ratio_of "${V[t2.sdpa]:-}" "$b") |"
+                    line+=" $(ratio_of "${V[t2.sdpa_nobias]:-}" "$b") |"
+                fi
+                unset V
+                echo "$line"
+            done
+        done
+    done
+    echo
+    echo "Kernels: biaskit bench_attention: --attention fused = bk_attention_flash_forward / _backward (B H T floats"
+    echo "saved), materialized = bk_attention_forward / bk_attention_backward (B H T^2 probabilities saved for"
+    echo "backward; forward only saves nothing); the tables computed on the host (KERPLE from r1, r2 in every"
+    echo "call, dr1 and dr2 from the table gradient in backward). PyTorch: FlexAttention = torch.compile(flex_attention)"
+    echo "with the bias as a score_mod and a causal BlockMask; SDPA = F.scaled_dot_product_attention with the bias"
+    echo "as an (H, T, T) float mask (KERPLE fwdbwd: rebuilt from r1, r2 in every call); SDPA no bias = is_causal,"
+    echo "no bias (PyTorch's CPU flash kernel; the same for every table)."
+    for c in $LONG_CORES; do
+        f=""
+        for g in "$LOGS"/long.*.bk.*."$c".*.log; do [[ -f $g ]] && grep -q '^RESULT ' "$g" && { f=$g; break; }; done
+        [[ -z $f ]] || echo "BLAS: biaskit ($(core_label "$c")): $(field "$(grep '^RESULT ' "$f" | tail -1)" blas)" \
+            "core $(field "$(grep '^RESULT ' "$f" | tail -1)" core); $BLAS_BK."
+    done
+    [[ $SKIP_TORCH2 == 1 ]] || echo "      PyTorch 2.x: $info2."
+fi
+
+if [[ $SKIP_EVAL != 1 ]]; then
+    EREF=""
+    for k in "${EVAL_ROWS[@]}"; do [[ $k == bk.* ]] && { EREF=$k; break; }; done
+    read -r EL EC EH _ _ <<<"${SPEC[a]}"
+    echo
+    echo "Evaluation: forward passes (loss included, no backward) of the size (a) model ($EL x $EC x $EH heads, ALiBi)"
+    echo "at batch 1; tokens per second, best of $REPEATS runs of $EVAL_STEPS pass(es) after $EVAL_WARMUP warm-up;"
+    echo "$THREADS threads. Ratios: $(long_label "${EREF:-none}") / PyTorch (> 1: biaskit faster)."
+    echo
+    head="| T |" sep="|---:|"
+    for k in "${EVAL_ROWS[@]}"; do head+=" $(long_label "$k") |"; sep+="---:|"; done
+    for m in $EVAL_IMPLS; do [[ $SKIP_TORCH2 == 1 ]] || { head+=" biaskit / $(long_label "t2.$m") |"; sep+="---:|"; }; done
+    echo "$head"
+    echo "$sep"
+    for T in $EVAL_LENGTHS; do
+        line="| $T |"
+        declare -A V=()
+        for k in "${EVAL_ROWS[@]}"; do
+            pre=$LOGS/eval.$T.$k
+            V[$k]=$(best_val "$pre" tokens_per_s max)
+            if [[ -n ${V[$k]} ]]; then
+                line+=" $(num "${V[$k]}") |"
+            else
+                nocell "eval.$T.$k" "$pre"
+                line+=" $CELL |"
+            fi
+        done
+        for m in $EVAL_IMPLS; do [[ $SKIP_TORCH2 == 1 ]] || line+=" $(ratio_of "${V[$EREF]:-}" "${V[t2.$m]:-}") |"; done
+        unset V
+        echo "$line"
+    done
+    echo
+    echo "Kernels: biaskit bench_train --eval (bk_gpt_forward, train = 0) with [run] attention as in the row;"
+    echo "PyTorch bench_torch.py --mode eval-flex (torch.compile of the model, flex_attention with an ALiBi score_mod"
+    echo "and a causal BlockMask) and --mode eval-sdpa (eager, SDPA with one (H, T, T) float mask shared by the layers)."
+    for c in $EVAL_CORES; do
+        f=""
+        for g in "$LOGS"/eval.*.bk.*."$c".*.log; do [[ -f $g ]] && grep -q '^RESULT ' "$g" && { f=$g; break; }; done
+        [[ -z $f ]] || echo "BLAS: biaskit ($(core_label "$c")): $(field "$(grep '^RESULT ' "$f" | tail -1)" blas)" \
+            "core $(field "$(grep '^RESULT ' "$f" | tail -1)" core)."
+    done
+fi
+if ((${#NOTES[@]})); then
+    echo
+    echo "Failed rows (the last line of their log):"
+    for n in "${NOTES[@]}"; do echo "- $n"; done
+fi
 echo
 echo "logs: $LOGS"
