@@ -42,7 +42,9 @@
 #
 # Rows, all with OMP_NUM_THREADS=THREADS (and torch.set_num_threads(THREADS) in PyTorch):
 #   biaskit, OpenBLAS chooses  bench_train with OPENBLAS_CORETYPE unset: OpenBLAS's DYNAMIC_ARCH picks the
-#                              kernels for this CPU (the core it picks is printed at the start)
+#                              kernels for this CPU (the core it picks is printed at the start); where it
+#                              takes the CPU for an old one, bench_train starts again with the variable set
+#                              (core/util/blas.h), and the label says "set by biaskit"
 #   biaskit, Haswell           bench_train with OPENBLAS_CORETYPE=Haswell (the AVX2 kernels forced)
 #   PyTorch 2.x eager          bench_torch.py --mode eager under $VENV: the nanoGPT-style attention
 #   PyTorch 2.x sdpa           --mode sdpa: F.scaled_dot_product_attention with the ALiBi bias as its mask
@@ -188,9 +190,19 @@ if [[ $TORCH2_PASSIVE == 1 ]]; then T2_ENV+=(OMP_WAIT_POLICY=PASSIVE); else T2_E
 # --- which BLAS each engine runs ---------------------------------------------------------------------
 ob_lib=$(ldd "$BIN" 2>/dev/null | sed -n 's/.*libopenblas[^ ]* => \([^ ]*\).*/\1/p' | head -1)
 if [[ -n $ob_lib ]]; then
-    ob_core=$(env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 "$BIN" --help 2>&1 | sed -n 's/^Core: //p' | head -1)
+    # with OPENBLAS_CORETYPE unset: the kernels OpenBLAS picks, and those bench_train runs (it starts again
+    # with OPENBLAS_CORETYPE set when OpenBLAS took the CPU for an old one: core/util/blas.h)
+    ob_cores=$(env -u OPENBLAS_CORETYPE -u BIASKIT_OPENBLAS_CORETYPE_SET OPENBLAS_VERBOSE=2 "$BIN" --help 2>&1 |
+        sed -n 's/^Core: //p')
+    ob_first=$(head -1 <<<"$ob_cores") ob_core=$(tail -1 <<<"$ob_cores")
     ob_has=$(env OPENBLAS_CORETYPE=Haswell OPENBLAS_VERBOSE=2 "$BIN" --help 2>&1 | sed -n 's/^Core: //p' | head -1)
-    BLAS_BK="OpenBLAS $(readlink -f "$ob_lib") (kernels: '${ob_core:-?}' chosen by OpenBLAS; '${ob_has:-?}' with OPENBLAS_CORETYPE=Haswell)"
+    if [[ -n $ob_first && $ob_first != "$ob_core" ]]; then
+        ob_why="'$ob_first' chosen by OpenBLAS, '$ob_core' set by bench_train, which restarts with OPENBLAS_CORETYPE"
+        ob_core="$ob_core, set by biaskit"
+    else
+        ob_why="'${ob_core:-?}' chosen by OpenBLAS"
+    fi
+    BLAS_BK="OpenBLAS $(readlink -f "$ob_lib") (kernels: $ob_why; '${ob_has:-?}' with OPENBLAS_CORETYPE=Haswell)"
 else
     ob_core="" BLAS_BK="no OpenBLAS linked ($(ldd "$BIN" 2>/dev/null | grep -io '[^ ]*blas[^ ]*' | head -1))"
 fi
