@@ -41,16 +41,12 @@
 /* Keys per tile: a block's tile of scores (64 x 256 floats, 64 KiB) stays in the L2 cache with the
  * tile of K and V it multiplies (64 x 256 was as fast as any of 32, 64, 128 rows by 128, 256, 512 keys in
  * bench_attention --attention fused; docs/performance.md). */
-#ifndef FLASH_TILE
 #define FLASH_TILE 256
-#endif
 /* Row stride of a tile of scores: a tile row plus 16 floats, so that a column of the tile (read down the
  * rows by the transposed products) does not fall into a few cache sets. */
 #define FLASH_LD (FLASH_TILE + 16)
 /* Query rows per block. */
-#ifndef FLASH_ROWS
 #define FLASH_ROWS 64
-#endif
 
 /* The keys of [j0, j1) that row i sees: at most two ranges, the sinks below min(sinks, f_i) and the
  * window [f_i, i] (f_i = 0 without a mask). Returns their number; lo/hi are key indices. */

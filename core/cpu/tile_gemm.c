@@ -169,21 +169,31 @@ int bk_tile_gemm_best(void) {
     return BK_TILE_GEMM_PLAIN;
 }
 
-int bk_tile_gemm_variant(int variant, int M, int N, int K, float alpha, const float *A, ptrdiff_t sam, ptrdiff_t sak,
-                         const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc) {
-    if (variant < 0 || variant > bk_tile_gemm_best())
-        return -1;
+/* The variant, unchecked (the callers below check or know it). */
+static void run_variant(int variant, int M, int N, int K, float alpha, const float *A, ptrdiff_t sam, ptrdiff_t sak,
+                        const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc)
+{
 #ifdef BK_TILE_GEMM_X86
     if (variant == BK_TILE_GEMM_AVX512) {
         gemm_avx512(M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc);
-        return 0;
+        return;
     }
     if (variant == BK_TILE_GEMM_AVX2) {
         gemm_avx2(M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc);
-        return 0;
+        return;
     }
+#else
+    (void)variant;
 #endif
     gemm_plain(M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc);
+}
+
+int bk_tile_gemm_variant(int variant, int M, int N, int K, float alpha, const float *A, ptrdiff_t sam, ptrdiff_t sak,
+                         const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc)
+{
+    if (variant < 0 || variant > bk_tile_gemm_best())
+        return -1;
+    run_variant(variant, M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc);
     return 0;
 }
 
@@ -195,5 +205,5 @@ void bk_tile_gemm(int M, int N, int K, float alpha, const float *A, ptrdiff_t sa
         v = bk_tile_gemm_best();
         atomic_store_explicit(&best, v, memory_order_relaxed);
     }
-    bk_tile_gemm_variant(v, M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc);
+    run_variant(v, M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc); /* no CPU query per call */
 }
