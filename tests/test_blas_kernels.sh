@@ -3,7 +3,9 @@
 # starts again with OPENBLAS_CORETYPE naming kernels the CPU runs (util/blas.h). Checked through
 # `biaskit --version`'s blas line: a user's OPENBLAS_CORETYPE is kept as it is; unset, the kernels are
 # never the fallback ones on a CPU with AVX2, and a restart says so; the guard variable alone stops a
-# second restart (no loop).
+# second restart (no loop). The linear layers' products (cpu/gemm.h): with OPENBLAS_CORETYPE=Haswell on
+# a CPU with AVX-512F the engine's wider kernels run them, BIASKIT_GEMM=blas keeps the BLAS, a bad value
+# stops biaskit with a message naming it.
 # usage: test_blas_kernels.sh <biaskit binary>
 set -u
 bk=$1
@@ -37,5 +39,24 @@ fi
 line=$(env -u OPENBLAS_CORETYPE BIASKIT_OPENBLAS_CORETYPE_SET=SkylakeX timeout 60 "$bk" --version | grep '^blas:')
 if [ -n "$line" ]; then ok "the guard variable stops a restart (the program ran to its end)"; else
     fail "the guard variable stops a restart" "no blas line"; fi
+
+line=$(OPENBLAS_CORETYPE=Haswell "$bk" --version | grep '^linear layers:')
+if grep -q -w avx512f /proc/cpuinfo && grep -q -w fma /proc/cpuinfo; then
+    if grep -q "the engine's avx512 kernels (BIASKIT_GEMM=auto)" <<<"$line"; then
+        ok "Haswell kernels on an AVX-512 CPU: the engine's avx512 kernels run the linear layers"
+    else
+        fail "Haswell kernels on an AVX-512 CPU: the engine's avx512 kernels run the linear layers" "$line"
+    fi
+fi
+line=$(BIASKIT_GEMM=blas OPENBLAS_CORETYPE=Haswell "$bk" --version | grep '^linear layers:')
+if grep -q "the BLAS (BIASKIT_GEMM=blas)" <<<"$line"; then ok "BIASKIT_GEMM=blas keeps the BLAS"; else
+    fail "BIASKIT_GEMM=blas keeps the BLAS" "$line"; fi
+msg=$(BIASKIT_GEMM=avx9 "$bk" --version 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && grep -q "BIASKIT_GEMM='avx9': expected auto, avx512, avx2, plain or blas" <<<"$msg"; then
+    ok "a bad BIASKIT_GEMM stops biaskit (exit 2) naming it"
+else
+    fail "a bad BIASKIT_GEMM stops biaskit (exit 2) naming it" "rc $rc: $msg"
+fi
 
 [ $failures -eq 0 ]

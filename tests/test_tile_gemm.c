@@ -79,7 +79,7 @@ static void variants_same_bits(void **state)
 {
     (void)state;
     rng_state = 29;
-    const int Ms[] = {1, 3, 4, 7, 8, 9, 17, 64};
+    const int Ms[] = {1, 3, 4, 7, 8, 9, 11, 12, 13, 17, 20, 24, 25, 29, 64}; /* the 12-, 8-, 4- and 1-row blocks */
     const int Ns[] = {1, 5, 15, 16, 17, 31, 32, 33, 48, 100, 256};
     const int Ks[] = {0, 1, 2, 16, 32, 65};
     for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)

@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "dist/dist.h"
 #include "cuda/device.h"
+#include "cpu/gemm.h"
 #include "util/blas.h"
 
 #include <stdio.h>
@@ -59,6 +60,11 @@ int main(int argc, char **argv)
 {
     /* an OpenBLAS that took this CPU for an older one: start again with its kernels named (util/blas.h) */
     bk_blas_restart_with_better_kernels(argv);
+    char gemm_msg[256];
+    if (bk_gemm_check_env(gemm_msg, sizeof gemm_msg) != 0) {
+        fprintf(stderr, "biaskit: error: %s\n", gemm_msg);
+        return 2;
+    }
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -80,6 +86,7 @@ int main(int argc, char **argv)
                "on the CPU\n");
 #endif
         printf("blas: %s\n", bk_blas_describe());
+        printf("linear layers: %s\n", bk_gemm_describe());
         printf("processes: %s\n", bk_dist_available()
                                        ? "MPI (mpirun -np N biaskit train|eval ...: data parallel)"
                                        : "one (built without MPI)");

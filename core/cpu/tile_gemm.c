@@ -12,147 +12,186 @@
 #define BK_TILE_GEMM_X86 1
 #endif
 
-/* The end of every element: alpha * s, added to C when accumulating (two roundings, in every variant). */
+/* Where a call's chains start and end (tile_gemm.h, bk_tile_gemm_span): from 0 or from P; into P as they
+ * are (a part of K) or finished into C: alpha * s, added to C when accumulating (two roundings, in
+ * every variant). */
+struct span {
+    const float *P_in; /* NULL: every chain starts at 0 */
+    float *P_out;      /* non-NULL: the chains end here, unfinished (C unused) */
+    ptrdiff_t ldp;
+    float alpha;
+    int accumulate;
+};
+
 static inline float finish(float s, float alpha, const float *c, int accumulate) {
     const float r = alpha * s;
     return accumulate ? *c + r : r;
 }
 
-/* Plain C: fmaf is exact-then-rounded, the same as the vector units' fused multiply-add. */
-static void gemm_plain(int M, int N, int K, float alpha, const float *A, ptrdiff_t sam, ptrdiff_t sak, const float *B,
-                       ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc) {
+/* Plain C: fmaf is exact-then-rounded, the same as the vector units' fused multiply-add. Also the
+ * vector variants' columns past their last full vector pair (AVX2). */
+static void gemm_plain_cols(int M, int n0, int N, int K, const float *A, ptrdiff_t sam, ptrdiff_t sak,
+                            const float *B, ptrdiff_t ldb, const struct span *sp, float *C, ptrdiff_t ldc) {
     for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            float s = 0.0f;
+        for (int n = n0; n < N; n++) {
+            float s = sp->P_in ? sp->P_in[m * sp->ldp + n] : 0.0f;
             for (int k = 0; k < K; k++)
                 s = fmaf(A[m * sam + k * sak], B[k * ldb + n], s);
-            C[m * ldc + n] = finish(s, alpha, &C[m * ldc + n], accumulate);
+            if (sp->P_out)
+                sp->P_out[m * sp->ldp + n] = s;
+            else
+                C[m * ldc + n] = finish(s, sp->alpha, &C[m * ldc + n], sp->accumulate);
         }
 }
 
 #ifdef BK_TILE_GEMM_X86
 
-/* ---- AVX2 + FMA: 4 rows x 16 columns (two vectors of 8) per step; the columns past the last full 16 by
- * the plain variant's loop (the same bits) ---- */
+/* Each vector variant is a register block of R rows by two vectors, R fixed at compile time (so the
+ * accumulators stay in registers), written once as a macro and instantiated for the row counts the
+ * variant walks M with: the widest block that still fits the rows left, down to single rows. Per k:
+ * two vectors of B's row, R broadcasts of A, 2R fused multiply-adds. AVX-512: 12 rows (24 of the 32
+ * registers; 8 rows ran at two thirds of the speed, 14 and 16 spill), AVX2: 6 rows (12 of 16). */
 
-__attribute__((target("avx2,fma"))) static inline void store8(float *c, __m256 s, __m256 al, int accumulate) {
-    const __m256 r = _mm256_mul_ps(al, s);
-    _mm256_storeu_ps(c, accumulate ? _mm256_add_ps(_mm256_loadu_ps(c), r) : r);
-}
+/* ---- AVX2 + FMA: 16 columns per block; the columns past the last full 16 by the plain loop (the same
+ * bits) ---- */
 
-__attribute__((target("avx2,fma"))) static void gemm_avx2(int M, int N, int K, float alpha, const float *A,
-                                                          ptrdiff_t sam, ptrdiff_t sak, const float *B, ptrdiff_t ldb,
-                                                          int accumulate, float *C, ptrdiff_t ldc) {
-    const __m256 al = _mm256_set1_ps(alpha);
+#define BK_ROWS_AVX2(R)                                                                                            \
+    __attribute__((target("avx2,fma"), always_inline)) static inline void rows_avx2_##R(                           \
+        int K, const float *A, ptrdiff_t sam, ptrdiff_t sak, const float *B, ptrdiff_t ldb, const struct span *sp, \
+        int m, int n, float *C, ptrdiff_t ldc) {                                                                   \
+        __m256 c[R][2];                                                                                            \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                     \
+            c[r][0] = sp->P_in ? _mm256_loadu_ps(sp->P_in + (m + r) * sp->ldp + n) : _mm256_setzero_ps();          \
+            c[r][1] = sp->P_in ? _mm256_loadu_ps(sp->P_in + (m + r) * sp->ldp + n + 8) : _mm256_setzero_ps();      \
+        }                                                                                                          \
+        const float *a = A + m * sam, *b = B + n;                                                                  \
+        for (int k = 0; k < K; k++, a += sak, b += ldb) {                                                          \
+            const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);                                    \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                 \
+                const __m256 ar = _mm256_broadcast_ss(a + r * sam);                                                \
+                c[r][0] = _mm256_fmadd_ps(ar, b0, c[r][0]);                                                        \
+                c[r][1] = _mm256_fmadd_ps(ar, b1, c[r][1]);                                                        \
+            }                                                                                                      \
+        }                                                                                                          \
+        if (sp->P_out) {                                                                                           \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                 \
+                float *p = sp->P_out + (m + r) * sp->ldp + n;                                                      \
+                _mm256_storeu_ps(p, c[r][0]), _mm256_storeu_ps(p + 8, c[r][1]);                                    \
+            }                                                                                                      \
+            return;                                                                                                \
+        }                                                                                                          \
+        const __m256 al = _mm256_set1_ps(sp->alpha);                                                               \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                     \
+            float *cr = C + (m + r) * ldc + n;                                                                     \
+            __m256 v0 = _mm256_mul_ps(al, c[r][0]), v1 = _mm256_mul_ps(al, c[r][1]);                               \
+            if (sp->accumulate)                                                                                    \
+                v0 = _mm256_add_ps(_mm256_loadu_ps(cr), v0), v1 = _mm256_add_ps(_mm256_loadu_ps(cr + 8), v1);      \
+            _mm256_storeu_ps(cr, v0), _mm256_storeu_ps(cr + 8, v1);                                                \
+        }                                                                                                          \
+    }
+BK_ROWS_AVX2(6)
+BK_ROWS_AVX2(4)
+BK_ROWS_AVX2(1)
+
+__attribute__((target("avx2,fma"))) static void gemm_avx2(int M, int N, int K, const float *A, ptrdiff_t sam,
+                                                          ptrdiff_t sak, const float *B, ptrdiff_t ldb,
+                                                          const struct span *sp, float *C, ptrdiff_t ldc) {
     const int N16 = N - N % 16;
     for (int n = 0; n < N16; n += 16) {
         int m = 0;
-        for (; m + 4 <= M; m += 4) {
-            __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
-                   c31 = c00;
-            const float *a = A + m * sam, *b = B + n;
-            for (int k = 0; k < K; k++, a += sak, b += ldb) {
-                const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-                const __m256 a0 = _mm256_broadcast_ss(a), a1 = _mm256_broadcast_ss(a + sam);
-                const __m256 a2 = _mm256_broadcast_ss(a + 2 * sam), a3 = _mm256_broadcast_ss(a + 3 * sam);
-                c00 = _mm256_fmadd_ps(a0, b0, c00), c01 = _mm256_fmadd_ps(a0, b1, c01);
-                c10 = _mm256_fmadd_ps(a1, b0, c10), c11 = _mm256_fmadd_ps(a1, b1, c11);
-                c20 = _mm256_fmadd_ps(a2, b0, c20), c21 = _mm256_fmadd_ps(a2, b1, c21);
-                c30 = _mm256_fmadd_ps(a3, b0, c30), c31 = _mm256_fmadd_ps(a3, b1, c31);
-            }
-            float *c = C + m * ldc + n;
-            store8(c, c00, al, accumulate), store8(c + 8, c01, al, accumulate);
-            store8(c + ldc, c10, al, accumulate), store8(c + ldc + 8, c11, al, accumulate);
-            store8(c + 2 * ldc, c20, al, accumulate), store8(c + 2 * ldc + 8, c21, al, accumulate);
-            store8(c + 3 * ldc, c30, al, accumulate), store8(c + 3 * ldc + 8, c31, al, accumulate);
-        }
-        for (; m < M; m++) {
-            __m256 c0 = _mm256_setzero_ps(), c1 = c0;
-            const float *a = A + m * sam, *b = B + n;
-            for (int k = 0; k < K; k++, a += sak, b += ldb) {
-                const __m256 a0 = _mm256_broadcast_ss(a);
-                c0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b), c0), c1 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b + 8), c1);
-            }
-            store8(C + m * ldc + n, c0, al, accumulate), store8(C + m * ldc + n + 8, c1, al, accumulate);
-        }
+        for (; m + 6 <= M; m += 6)
+            rows_avx2_6(K, A, sam, sak, B, ldb, sp, m, n, C, ldc);
+        for (; m + 4 <= M; m += 4)
+            rows_avx2_4(K, A, sam, sak, B, ldb, sp, m, n, C, ldc);
+        for (; m < M; m++)
+            rows_avx2_1(K, A, sam, sak, B, ldb, sp, m, n, C, ldc);
     }
     if (N16 < N)
-        for (int m = 0; m < M; m++)
-            for (int n = N16; n < N; n++) {
-                float s = 0.0f;
-                for (int k = 0; k < K; k++)
-                    s = fmaf(A[m * sam + k * sak], B[k * ldb + n], s);
-                C[m * ldc + n] = finish(s, alpha, &C[m * ldc + n], accumulate);
-            }
+        gemm_plain_cols(M, N16, N, K, A, sam, sak, B, ldb, sp, C, ldc);
 }
 
-/* ---- AVX-512F + FMA: 8 rows x 32 columns (two vectors of 16) per step, the last columns masked ---- */
+/* ---- AVX-512F + FMA: 32 columns per block, the last columns masked ---- */
 
-__attribute__((target("avx512f,fma"))) static inline void store16(float *c, __mmask16 mask, __m512 s, __m512 al,
-                                                                  int accumulate) {
-    const __m512 r = _mm512_mul_ps(al, s);
-    _mm512_mask_storeu_ps(c, mask, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask, c), r) : r);
-}
+#define BK_ROWS_AVX512(R, NAME, SAM, FULL)                                                                                          \
+    __attribute__((target("avx512f,fma"), always_inline)) static inline void NAME##R(                      \
+        int K, const float *A, ptrdiff_t sam, ptrdiff_t sak, const float *B, ptrdiff_t ldb, const struct span *sp, \
+        int m, int n, __mmask16 k0, __mmask16 k1, float *C, ptrdiff_t ldc) {                                       \
+        __m512 c[R][2];                                                                                            \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                     \
+            const float *p = sp->P_in + (m + r) * sp->ldp + n;                                                     \
+            c[r][0] = sp->P_in ? _mm512_maskz_loadu_ps(k0, p) : _mm512_setzero_ps();                               \
+            c[r][1] = sp->P_in ? _mm512_maskz_loadu_ps(k1, p + 16) : _mm512_setzero_ps();                          \
+        }                                                                                                          \
+        const float *a = A + m * sam, *b = B + n;                                                                  \
+        /* rows by threes from four bases: row 3q + i at a_q + i * sam, an addressing mode's index and scale */    \
+        const float *a0 = a, *a3 = a + 3 * (SAM), *a6 = a + 6 * (SAM), *a9 = a + 9 * (SAM);                        \
+        _Pragma("GCC unroll 4") for (int k = 0; k < K; k++, b += ldb, a0 += sak, a3 += sak, a6 += sak, a9 += sak) {\
+            const __m512 b0 = (FULL) ? _mm512_loadu_ps(b) : _mm512_maskz_loadu_ps(k0, b);                    \
+            const __m512 b1 = (FULL) ? _mm512_loadu_ps(b + 16) : _mm512_maskz_loadu_ps(k1, b + 16);              \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                 \
+                const float *aq = r < 3 ? a0 : r < 6 ? a3 : r < 9 ? a6 : a9;                                       \
+                const __m512 ar = _mm512_set1_ps(aq[r % 3 * (SAM)]);                                               \
+                c[r][0] = _mm512_fmadd_ps(ar, b0, c[r][0]);                                                        \
+                c[r][1] = _mm512_fmadd_ps(ar, b1, c[r][1]);                                                        \
+            }                                                                                                      \
+        }                                                                                                          \
+        if (sp->P_out) {                                                                                           \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                 \
+                float *p = sp->P_out + (m + r) * sp->ldp + n;                                                      \
+                _mm512_mask_storeu_ps(p, k0, c[r][0]), _mm512_mask_storeu_ps(p + 16, k1, c[r][1]);                 \
+            }                                                                                                      \
+            return;                                                                                                \
+        }                                                                                                          \
+        const __m512 al = _mm512_set1_ps(sp->alpha);                                                               \
+        _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                     \
+            float *cr = C + (m + r) * ldc + n;                                                                     \
+            __m512 v0 = _mm512_mul_ps(al, c[r][0]), v1 = _mm512_mul_ps(al, c[r][1]);                               \
+            if (sp->accumulate)                                                                                    \
+                v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k0, cr), v0),                                             \
+                v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k1, cr + 16), v1);                                        \
+            _mm512_mask_storeu_ps(cr, k0, v0), _mm512_mask_storeu_ps(cr + 16, k1, v1);                             \
+        }                                                                                                          \
+    }
+BK_ROWS_AVX512(12, rows_avx512_, sam, 0)
+BK_ROWS_AVX512(8, rows_avx512_, sam, 0)
+BK_ROWS_AVX512(4, rows_avx512_, sam, 0)
+BK_ROWS_AVX512(1, rows_avx512_, sam, 0)
+/* A's rows next to each other (sam = 1, as cpu/gemm.c packs it): the broadcasts' addresses are constant
+ * offsets, which leaves the general registers free (with sam unknown, 11 of them hold row offsets and the
+ * loop reloads some from the stack) */
+BK_ROWS_AVX512(12, rows_avx512_packed_, 1, 0)
+BK_ROWS_AVX512(8, rows_avx512_packed_, 1, 0)
+BK_ROWS_AVX512(4, rows_avx512_packed_, 1, 0)
+/* ... and all 32 columns there: no masks in the loop (the masks were reloaded from the stack each k) */
+BK_ROWS_AVX512(12, rows_avx512_full_, 1, 1)
 
-__attribute__((target("avx512f,fma"))) static void gemm_avx512(int M, int N, int K, float alpha, const float *A,
-                                                               ptrdiff_t sam, ptrdiff_t sak, const float *B,
-                                                               ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc) {
-    const __m512 al = _mm512_set1_ps(alpha);
+__attribute__((target("avx512f,fma"))) static void gemm_avx512(int M, int N, int K, const float *A, ptrdiff_t sam,
+                                                               ptrdiff_t sak, const float *B, ptrdiff_t ldb,
+                                                               const struct span *sp, float *C, ptrdiff_t ldc) {
     for (int n = 0; n < N; n += 32) {
         const int w = N - n < 32 ? N - n : 32;
         const __mmask16 k0 = w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1u);
         const __mmask16 k1 = w >= 32 ? (__mmask16)0xFFFF : w > 16 ? (__mmask16)((1u << (w - 16)) - 1u) : 0;
         int m = 0;
-        for (; m + 8 <= M; m += 8) { /* 16 accumulators of the 32 registers */
-            __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
-                   c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
-            const float *a = A + m * sam, *b = B + n;
-            for (int k = 0; k < K; k++, a += sak, b += ldb) {
-                const __m512 b0 = _mm512_maskz_loadu_ps(k0, b), b1 = _mm512_maskz_loadu_ps(k1, b + 16);
-                const __m512 a0 = _mm512_set1_ps(a[0 * sam]);
-                c00 = _mm512_fmadd_ps(a0, b0, c00), c01 = _mm512_fmadd_ps(a0, b1, c01);
-                const __m512 a1 = _mm512_set1_ps(a[1 * sam]);
-                c10 = _mm512_fmadd_ps(a1, b0, c10), c11 = _mm512_fmadd_ps(a1, b1, c11);
-                const __m512 a2 = _mm512_set1_ps(a[2 * sam]);
-                c20 = _mm512_fmadd_ps(a2, b0, c20), c21 = _mm512_fmadd_ps(a2, b1, c21);
-                const __m512 a3 = _mm512_set1_ps(a[3 * sam]);
-                c30 = _mm512_fmadd_ps(a3, b0, c30), c31 = _mm512_fmadd_ps(a3, b1, c31);
-                const __m512 a4 = _mm512_set1_ps(a[4 * sam]);
-                c40 = _mm512_fmadd_ps(a4, b0, c40), c41 = _mm512_fmadd_ps(a4, b1, c41);
-                const __m512 a5 = _mm512_set1_ps(a[5 * sam]);
-                c50 = _mm512_fmadd_ps(a5, b0, c50), c51 = _mm512_fmadd_ps(a5, b1, c51);
-                const __m512 a6 = _mm512_set1_ps(a[6 * sam]);
-                c60 = _mm512_fmadd_ps(a6, b0, c60), c61 = _mm512_fmadd_ps(a6, b1, c61);
-                const __m512 a7 = _mm512_set1_ps(a[7 * sam]);
-                c70 = _mm512_fmadd_ps(a7, b0, c70), c71 = _mm512_fmadd_ps(a7, b1, c71);
-            }
-            store16(C + (m + 0) * ldc + n, k0, c00, al, accumulate),
-                store16(C + (m + 0) * ldc + n + 16, k1, c01, al, accumulate);
-            store16(C + (m + 1) * ldc + n, k0, c10, al, accumulate),
-                store16(C + (m + 1) * ldc + n + 16, k1, c11, al, accumulate);
-            store16(C + (m + 2) * ldc + n, k0, c20, al, accumulate),
-                store16(C + (m + 2) * ldc + n + 16, k1, c21, al, accumulate);
-            store16(C + (m + 3) * ldc + n, k0, c30, al, accumulate),
-                store16(C + (m + 3) * ldc + n + 16, k1, c31, al, accumulate);
-            store16(C + (m + 4) * ldc + n, k0, c40, al, accumulate),
-                store16(C + (m + 4) * ldc + n + 16, k1, c41, al, accumulate);
-            store16(C + (m + 5) * ldc + n, k0, c50, al, accumulate),
-                store16(C + (m + 5) * ldc + n + 16, k1, c51, al, accumulate);
-            store16(C + (m + 6) * ldc + n, k0, c60, al, accumulate),
-                store16(C + (m + 6) * ldc + n + 16, k1, c61, al, accumulate);
-            store16(C + (m + 7) * ldc + n, k0, c70, al, accumulate),
-                store16(C + (m + 7) * ldc + n + 16, k1, c71, al, accumulate);
+        if (sam == 1 && w == 32)
+            for (; m + 12 <= M; m += 12)
+                rows_avx512_full_12(K, A, sam, sak, B, ldb, sp, m, n, k0, k1, C, ldc);
+        if (sam == 1) {
+            for (; m + 12 <= M; m += 12)
+                rows_avx512_packed_12(K, A, sam, sak, B, ldb, sp, m, n, k0, k1, C, ldc);
+            if (m + 8 <= M)
+                rows_avx512_packed_8(K, A, sam, sak, B, ldb, sp, m, n, k0, k1, C, ldc), m += 8;
+            if (m + 4 <= M)
+                rows_avx512_packed_4(K, A, sam, sak, B, ldb, sp, m, n, k0, k1, C, ldc), m += 4;
         }
-        for (; m < M; m++) {
-            __m512 c0 = _mm512_setzero_ps(), c1 = c0;
-            const float *a = A + m * sam, *b = B + n;
-            for (int k = 0; k < K; k++, a += sak, b += ldb) {
-                const __m512 a0 = _mm512_set1_ps(a[0]);
-                c0 = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(k0, b), c0);
-                c1 = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(k1, b + 16), c1);
-            }
-            store16(C + m * ldc + n, k0, c0, al, accumulate), store16(C + m * ldc + n + 16, k1, c1, al, accumulate);
-        }
+        for (; m + 12 <= M; m += 12)
+            rows_avx512_12(K, A, sam, sak, B, ldb, sp, m, n, k0, k1, C, ldc);
+        if (m + 8 <= M)
+            rows_avx512_8(K, A, sam, sak, B, ldb, sp, m, n, k0, k1, C, ldc), m += 8;
+        if (m + 4 <= M)
+            rows_avx512_4(K, A, sam, sak, B, ldb, sp, m, n, k0, k1, C, ldc), m += 4;
+        for (; m < M; m++)
+            rows_avx512_1(K, A, sam, sak, B, ldb, sp, m, n, k0, k1, C, ldc);
     }
 }
 
@@ -170,22 +209,22 @@ int bk_tile_gemm_best(void) {
 }
 
 /* The variant, unchecked (the callers below check or know it). */
-static void run_variant(int variant, int M, int N, int K, float alpha, const float *A, ptrdiff_t sam, ptrdiff_t sak,
-                        const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc)
+static void run_variant(int variant, int M, int N, int K, const float *A, ptrdiff_t sam, ptrdiff_t sak, const float *B,
+                        ptrdiff_t ldb, const struct span *sp, float *C, ptrdiff_t ldc)
 {
 #ifdef BK_TILE_GEMM_X86
     if (variant == BK_TILE_GEMM_AVX512) {
-        gemm_avx512(M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc);
+        gemm_avx512(M, N, K, A, sam, sak, B, ldb, sp, C, ldc);
         return;
     }
     if (variant == BK_TILE_GEMM_AVX2) {
-        gemm_avx2(M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc);
+        gemm_avx2(M, N, K, A, sam, sak, B, ldb, sp, C, ldc);
         return;
     }
 #else
     (void)variant;
 #endif
-    gemm_plain(M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc);
+    gemm_plain_cols(M, 0, N, K, A, sam, sak, B, ldb, sp, C, ldc);
 }
 
 int bk_tile_gemm_variant(int variant, int M, int N, int K, float alpha, const float *A, ptrdiff_t sam, ptrdiff_t sak,
@@ -193,17 +232,34 @@ int bk_tile_gemm_variant(int variant, int M, int N, int K, float alpha, const fl
 {
     if (variant < 0 || variant > bk_tile_gemm_best())
         return -1;
-    run_variant(variant, M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc);
+    const struct span sp = {NULL, NULL, 0, alpha, accumulate};
+    run_variant(variant, M, N, K, A, sam, sak, B, ldb, &sp, C, ldc);
     return 0;
 }
 
-void bk_tile_gemm(int M, int N, int K, float alpha, const float *A, ptrdiff_t sam, ptrdiff_t sak, const float *B,
-                  ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc) {
+int bk_tile_gemm_best_cached(void) {
     static _Atomic int best = -1; /* asked once; every thread finds the same answer */
     int v = atomic_load_explicit(&best, memory_order_relaxed);
     if (v < 0) {
         v = bk_tile_gemm_best();
         atomic_store_explicit(&best, v, memory_order_relaxed);
     }
-    run_variant(v, M, N, K, alpha, A, sam, sak, B, ldb, accumulate, C, ldc); /* no CPU query per call */
+    return v;
+}
+
+void bk_tile_gemm(int M, int N, int K, float alpha, const float *A, ptrdiff_t sam, ptrdiff_t sak, const float *B,
+                  ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc) {
+    const struct span sp = {NULL, NULL, 0, alpha, accumulate};
+    run_variant(bk_tile_gemm_best_cached(), M, N, K, A, sam, sak, B, ldb, &sp, C, ldc); /* no CPU query per call */
+}
+
+int bk_tile_gemm_span(int variant, int M, int N, int K, const float *A, ptrdiff_t sam, ptrdiff_t sak, const float *B,
+                      ptrdiff_t ldb, const float *P_in, float *P_out, ptrdiff_t ldp, float alpha, int accumulate,
+                      float *C, ptrdiff_t ldc)
+{
+    if (variant < 0 || variant > bk_tile_gemm_best_cached())
+        return -1;
+    const struct span sp = {P_in, P_out, ldp, alpha, accumulate};
+    run_variant(variant, M, N, K, A, sam, sak, B, ldb, &sp, C, ldc);
+    return 0;
 }

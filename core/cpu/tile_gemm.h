@@ -24,10 +24,20 @@ void bk_tile_gemm(int M, int N, int K, float alpha, const float *A, ptrdiff_t sa
 
 enum { BK_TILE_GEMM_PLAIN = 0, BK_TILE_GEMM_AVX2 = 1, BK_TILE_GEMM_AVX512 = 2, BK_TILE_GEMM_VARIANTS = 3 };
 
-/* The variant bk_tile_gemm runs on this CPU. */
+/* The variant bk_tile_gemm runs on this CPU (asks the CPU); _cached asks once per process. */
 int bk_tile_gemm_best(void);
+int bk_tile_gemm_best_cached(void);
 /* Runs `variant` (it must be <= bk_tile_gemm_best()); returns 0, or -1 when this CPU cannot run it. */
 int bk_tile_gemm_variant(int variant, int M, int N, int K, float alpha, const float *A, ptrdiff_t sam, ptrdiff_t sak,
                          const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc);
+
+/* A part of K, for products whose K is taken in slices (cpu/gemm.c): each chain starts at 0 (P_in NULL)
+ * or at P_in[m * ldp + n], a chain an earlier slice left there, and either ends in P_out[m * ldp + n] as
+ * it is (P_out non-NULL; C, alpha and accumulate unused) or is finished into C as bk_tile_gemm does.
+ * A chain carried so through any slicing of K gives the bits of one call over the whole K. P_in may
+ * equal P_out. Returns 0, or -1 when this CPU cannot run `variant`. */
+int bk_tile_gemm_span(int variant, int M, int N, int K, const float *A, ptrdiff_t sam, ptrdiff_t sak, const float *B,
+                      ptrdiff_t ldb, const float *P_in, float *P_out, ptrdiff_t ldp, float alpha, int accumulate,
+                      float *C, ptrdiff_t ldc);
 
 #endif

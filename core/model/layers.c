@@ -4,7 +4,7 @@
 #include "model/layernorm_math.h"
 #include "model/softmax_math.h"
 
-#include "util/blas.h"
+#include "cpu/gemm.h"
 #include <math.h>
 #include <string.h>
 
@@ -67,15 +67,14 @@ void bk_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
 BK_HOST_CLONES
 void bk_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC)
 {
-    /* With a bias, out starts as the bias in every row and the sgemm adds to it (beta = 1): one pass
-     * over out instead of the sgemm's zeroing for beta = 0 and an addition afterwards. */
+    /* With a bias, out starts as the bias in every row and the product adds to it (accumulating): one
+     * pass over out instead of a write of the product and an addition afterwards. */
     if (bias) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof *out);
     }
-    bk_sgemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out,
-                OC);
+    bk_gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias != NULL, out, OC);
 }
 
 BK_HOST_CLONES
@@ -83,8 +82,8 @@ void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
                         const float *weight, int N, int C, int OC)
 {
     /* dinp (N, C) += dout (N, OC) . weight (OC, C);  dweight (OC, C) += dout^T . inp */
-    bk_sgemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
-    bk_sgemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    bk_gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1, dinp, C);
+    bk_gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1, dweight, C);
     if (!dbias)
         return;
     /* Row by row over a block of columns: contiguous reads, and each column still sums n = 0..N-1 in

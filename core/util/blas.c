@@ -51,6 +51,29 @@ static const char *bk_openblas_better_core(const char *core)
     return NULL;
 }
 
+/* The vector width of OpenBLAS's kernels named `core`, in bits: 512 for its AVX-512 kernels, 256 for its
+ * AVX2 ones (and AMD's 256-bit cores), 128 for the SSE ones; 0 for a name not in these lists. */
+static int bk_openblas_core_bits(const char *core)
+{
+    static const char *const w512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    static const char *const w256[] = {"Haswell", "Zen", "SandyBridge", "Excavator", "Steamroller", "Piledriver",
+                                       "Bulldozer"};
+    static const char *const w128[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Barcelona",
+                                       "Opteron", "Bobcat", "Katmai", "Northwood", "Banias"};
+    if (!core)
+        return 0;
+    for (size_t k = 0; k < sizeof w512 / sizeof w512[0]; k++)
+        if (strcmp(core, w512[k]) == 0)
+            return 512;
+    for (size_t k = 0; k < sizeof w256 / sizeof w256[0]; k++)
+        if (strcmp(core, w256[k]) == 0)
+            return 256;
+    for (size_t k = 0; k < sizeof w128 / sizeof w128[0]; k++)
+        if (strcmp(core, w128[k]) == 0)
+            return 128;
+    return 0;
+}
+
 static const char *bk_openblas_fallback_hint(const char *core)
 {
     const char *better = bk_openblas_better_core(core);
@@ -83,6 +106,8 @@ const char *bk_blas_better_coretype(void)
 {
     return getenv("OPENBLAS_CORETYPE") ? NULL : bk_openblas_better_core(openblas_get_corename());
 }
+
+int bk_blas_vector_bits(void) { return bk_openblas_core_bits(openblas_get_corename()); }
 
 const char *bk_blas_describe(void)
 {
@@ -137,6 +162,8 @@ const char *bk_blas_describe(void)
     }
     return bk_blas_text;
 }
+
+int bk_blas_vector_bits(void) { return bk_openblas_core_bits(scipy_openblas_get_corename()); }
 
 /* The pthreads build has no per-call thread count (scipy_openblas_set_num_threads_local is declared in
  * its header but not exported by 0.3.34.481.3) and does not look at OpenMP: called with its process-wide
@@ -208,6 +235,10 @@ const char *bk_blas_better_coretype(void)
 {
     return NULL; /* BLIS, MKL and the newer OpenBLAS pick kernels this CPU runs well */
 }
+#endif
+
+#if defined(BK_BLAS_BLIS) || defined(BK_BLAS_MKL)
+int bk_blas_vector_bits(void) { return 0; /* not said in a form compared here: trusted to fit the CPU */ }
 #endif
 
 void bk_blas_restart_with_better_kernels(char **argv)

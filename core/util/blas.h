@@ -75,6 +75,9 @@ const char *bk_blas_name(void);
  * (which bk_blas_describe then mentions) and executes the program again with argv (Linux: /proc/self/exe);
  * returns only when nothing was to be done or the restart failed. Call it first thing in main, before
  * any thread or file is opened. A user who sets OPENBLAS_CORETYPE keeps their choice. */
+/* The vector width of the kernels the BLAS runs, in bits (512, 256, 128), where the library names them
+ * (OpenBLAS: its core name); 0 where it does not say (BLIS, MKL) or names a core not known here. */
+int bk_blas_vector_bits(void);
 #define BK_BLAS_CORETYPE_SET_VAR "BIASKIT_OPENBLAS_CORETYPE_SET"
 const char *bk_blas_better_coretype(void);
 void bk_blas_restart_with_better_kernels(char **argv);

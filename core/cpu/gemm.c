@@ -1,0 +1,247 @@
+/* The model's products on the CPU (gemm.h): blocks of C per thread, K in slices, the chains carried
+ * between slices; the kernels are tile_gemm.c's. */
+#include "cpu/gemm.h"
+
+#include "cpu/tile_gemm.h"
+#include "util/blas.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    GEMM_MB = 120, /* rows of C per block */
+    GEMM_NB = 256, /* columns of C per block: a slice of B's block stays in L1/L2 across the rows */
+    GEMM_KC = 256, /* K per slice */
+    GEMM_NR = 32,  /* columns of B per packed strip: the AVX-512 kernel's two vectors */
+    GEMM_MR = 12,  /* rows of A per packed sliver: the AVX-512 kernel's register block */
+    GEMM_TRANSPOSE_TILE = 32,
+};
+
+/* ---- the kernels' choice ---- */
+
+static const char *const kernel_names[] = {"plain", "avx2", "avx512"}; /* by BK_TILE_GEMM_* */
+
+/* what BIASKIT_GEMM asks for: a variant, BK_GEMM_BLAS, or -2 for auto; -3 when the value is not one of
+ * these */
+static int parse_env(const char *v) {
+    if (!v || !*v || strcmp(v, "auto") == 0)
+        return -2;
+    if (strcmp(v, "blas") == 0)
+        return BK_GEMM_BLAS;
+    for (int i = 0; i < BK_TILE_GEMM_VARIANTS; i++)
+        if (strcmp(v, kernel_names[i]) == 0)
+            return i;
+    return -3;
+}
+
+int bk_gemm_check_env(char *msg, size_t msg_size) {
+    const char *v = getenv(BK_GEMM_ENV);
+    const int want = parse_env(v);
+    if (want == -3) {
+        snprintf(msg, msg_size, "%s='%s': expected auto, avx512, avx2, plain or blas", BK_GEMM_ENV, v);
+        return -1;
+    }
+    if (want >= 0 && want > bk_tile_gemm_best_cached()) {
+        snprintf(msg, msg_size, "%s='%s': this CPU cannot run these kernels (it runs %s at most)", BK_GEMM_ENV, v,
+                 kernel_names[bk_tile_gemm_best_cached()]);
+        return -1;
+    }
+    return 0;
+}
+
+static int choose(void) {
+    const int best = bk_tile_gemm_best_cached();
+    const int want = parse_env(getenv(BK_GEMM_ENV));
+    if (want == BK_GEMM_BLAS || (want >= 0 && want <= best))
+        return want;
+    /* auto (and, when nobody checked the variable first, a value this CPU cannot run): the engine's
+     * kernels where they are wider than the BLAS's, the BLAS otherwise (OpenBLAS's own AVX-512 kernels
+     * ran the model's products faster than these: docs/performance.md) */
+    const int bits = best == BK_TILE_GEMM_AVX512 ? 512 : best == BK_TILE_GEMM_AVX2 ? 256 : 0;
+    const int blas_bits = bk_blas_vector_bits();
+    return bits > 0 && blas_bits > 0 && bits > blas_bits ? best : BK_GEMM_BLAS;
+}
+
+int bk_gemm_kernels(void) {
+    static _Atomic int chosen = -100; /* asked once per process; every thread finds the same answer */
+    int v = atomic_load_explicit(&chosen, memory_order_relaxed);
+    if (v == -100) {
+        v = choose();
+        atomic_store_explicit(&chosen, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+const char *bk_gemm_kernels_name(void) {
+    const int k = bk_gemm_kernels();
+    return k == BK_GEMM_BLAS ? "blas" : kernel_names[k];
+}
+
+const char *bk_gemm_describe(void) {
+    static char text[160];
+    const char *v = getenv(BK_GEMM_ENV);
+    const int k = bk_gemm_kernels();
+    if (k == BK_GEMM_BLAS)
+        snprintf(text, sizeof text, "the BLAS (%s=%s)", BK_GEMM_ENV,
+                 v && *v ? v : "auto: the BLAS's kernels are as wide as the engine's");
+    else
+        snprintf(text, sizeof text, "the engine's %s kernels (%s=%s)", kernel_names[k], BK_GEMM_ENV,
+                 v && *v ? v : "auto");
+    return text;
+}
+
+/* ---- the product ---- */
+
+/* Without memory for the blocks: each element's chain by itself (the same bits, slowly). */
+static void gemm_by_element(int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda,
+                            const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc) {
+    const ptrdiff_t sam = transA ? 1 : lda, sak = transA ? lda : 1;
+    const ptrdiff_t sbk = transB ? 1 : ldb, sbn = transB ? ldb : 1;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            float s = 0.0f;
+            for (int k = 0; k < K; k++)
+                s = fmaf(A[m * sam + k * sak], B[k * sbk + n * sbn], s);
+            const float r = alpha * s;
+            C[m * ldc + n] = accumulate ? C[m * ldc + n] + r : r;
+        }
+}
+
+/* Bt (K x N) = B^T, B stored N x K with leading dimension ldb; tiles shared out over the team. */
+static void transpose_in_team(int N, int K, const float *B, ptrdiff_t ldb, float *Bt) {
+    const int tk = (K + GEMM_TRANSPOSE_TILE - 1) / GEMM_TRANSPOSE_TILE;
+    const int tn = (N + GEMM_TRANSPOSE_TILE - 1) / GEMM_TRANSPOSE_TILE;
+#pragma omp for schedule(static)
+    for (int t = 0; t < tk * tn; t++) {
+        const int k0 = t / tn * GEMM_TRANSPOSE_TILE, n0 = t % tn * GEMM_TRANSPOSE_TILE;
+        const int k1 = k0 + GEMM_TRANSPOSE_TILE < K ? k0 + GEMM_TRANSPOSE_TILE : K;
+        const int n1 = n0 + GEMM_TRANSPOSE_TILE < N ? n0 + GEMM_TRANSPOSE_TILE : N;
+        for (int n = n0; n < n1; n++)
+            for (int k = k0; k < k1; k++)
+                Bt[(size_t)k * N + n] = B[n * ldb + k];
+    }
+}
+
+static void run(int variant, int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda,
+                const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc) {
+    if (M <= 0 || N <= 0)
+        return;
+    if (variant == BK_GEMM_BLAS) {
+        bk_sgemm(transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, (int)lda,
+                 B, (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
+        return;
+    }
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    /* rows per block: 64, fewer (a multiple of 8) when that leaves threads without a block */
+    const int nb_count = (N + GEMM_NB - 1) / GEMM_NB;
+    int mb = GEMM_MB;
+    while (mb > 8 && ((M + mb - 1) / mb) * nb_count < 2 * threads)
+        mb /= 2;
+    const int mb_count = (M + mb - 1) / mb, blocks = mb_count * nb_count;
+    const int kc = K < GEMM_KC ? (K > 0 ? K : 1) : GEMM_KC;
+    const int sliced = K > kc;
+
+    float *Bt = NULL;
+    if (transB) {
+        Bt = malloc((size_t)K * N * sizeof *Bt + 1);
+        if (!Bt) {
+            gemm_by_element(transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
+            return;
+        }
+    }
+    const float *Bk = transB ? Bt : B; /* K x N, row-major */
+    const ptrdiff_t ldbk = transB ? N : ldb;
+    /* per thread: B's slice packed in strips, the partial sums of a block (when K is sliced), a
+     * transposed A's slice */
+    const size_t bpack = (size_t)kc * GEMM_NB, psize = sliced ? (size_t)mb * GEMM_NB : 0;
+    const size_t scratch = bpack + psize + (transA ? (size_t)mb * kc : 0);
+    atomic_int failed = 0;
+
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        float *mine = malloc(scratch * sizeof *mine);
+        if (!mine)
+            atomic_store(&failed, 1);
+        if (transB)
+            transpose_in_team(N, K, B, ldb, Bt); /* ends with the team's barrier */
+#pragma omp barrier
+        if (!atomic_load(&failed)) {
+            float *Bp = mine, *P = sliced ? mine + bpack : NULL, *Ap = mine + bpack + psize;
+#pragma omp for schedule(static)
+            for (int blk = 0; blk < blocks; blk++) {
+                const int m0 = blk / nb_count * mb, n0 = blk % nb_count * GEMM_NB;
+                const int rows = M - m0 < mb ? M - m0 : mb, cols = N - n0 < GEMM_NB ? N - n0 : GEMM_NB;
+                for (int k0 = 0; k0 < K || k0 == 0; k0 += kc) {
+                    const int kw = K - k0 < kc ? K - k0 : kc;
+                    /* a transposed A (stored K x M): its block and slice copied in slivers of GEMM_MR rows,
+                     * each by columns (Ap[s][k][r]), which the kernels read fastest (tile_gemm.c); A itself
+                     * is read where it is, by rows */
+                    if (transA)
+                        for (int s0 = 0; s0 < rows; s0 += GEMM_MR) {
+                            const int h = rows - s0 < GEMM_MR ? rows - s0 : GEMM_MR;
+                            float *dst = Ap + (size_t)s0 * kw;
+                            for (int k = 0; k < kw; k++)
+                                memcpy(dst + (size_t)k * h, A + (size_t)(k0 + k) * lda + m0 + s0,
+                                       (size_t)h * sizeof *dst);
+                        }
+                    /* B's slice in strips of GEMM_NR columns, each strip's rows contiguous: B's rows are
+                     * a multiple of 4 KiB apart in the model, so unpacked they fall into the same few
+                     * L1 sets */
+                    const float *bsrc = Bk + (size_t)k0 * ldbk + n0;
+                    for (int j = 0; j < cols; j += GEMM_NR) {
+                        const int w = cols - j < GEMM_NR ? cols - j : GEMM_NR;
+                        float *dst = Bp + (size_t)j * kw;
+                        if (w == GEMM_NR)
+                            for (int k = 0; k < kw; k++)
+                                for (int c = 0; c < GEMM_NR; c++) /* a fixed length: vector moves */
+                                    dst[(size_t)k * GEMM_NR + c] = bsrc[k * ldbk + j + c];
+                        else
+                            for (int k = 0; k < kw; k++)
+                                memcpy(dst + (size_t)k * w, bsrc + k * ldbk + j, (size_t)w * sizeof *dst);
+                    }
+                    const int first = k0 == 0, last = k0 + kw >= K;
+                    for (int j = 0; j < cols; j += GEMM_NR) {
+                        const int w = cols - j < GEMM_NR ? cols - j : GEMM_NR;
+                        const float *bj = Bp + (size_t)j * kw;
+                        float *pj = P ? P + j : NULL, *cj = C + (size_t)m0 * ldc + n0 + j;
+                        if (!transA) {
+                            bk_tile_gemm_span(variant, rows, w, kw, A + (size_t)m0 * lda + k0, lda, 1, bj, w,
+                                              first ? NULL : pj, last ? NULL : pj, GEMM_NB, alpha, accumulate, cj, ldc);
+                            continue;
+                        }
+                        for (int s0 = 0; s0 < rows; s0 += GEMM_MR) {
+                            const int h = rows - s0 < GEMM_MR ? rows - s0 : GEMM_MR;
+                            float *ps = pj ? pj + (size_t)s0 * GEMM_NB : NULL;
+                            bk_tile_gemm_span(variant, h, w, kw, Ap + (size_t)s0 * kw, 1, h, bj, w, first ? NULL : ps,
+                                              last ? NULL : ps, GEMM_NB, alpha, accumulate, cj + (size_t)s0 * ldc, ldc);
+                        }
+                    }
+                    if (K == 0)
+                        break;
+                }
+            }
+        }
+        free(mine);
+    }
+    if (atomic_load(&failed))
+        gemm_by_element(transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
+    free(Bt);
+}
+
+void bk_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda, const float *B,
+             ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc) {
+    run(bk_gemm_kernels(), transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
+}
+
+int bk_gemm_with(int kernels, int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda,
+                 const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc) {
+    if (kernels != BK_GEMM_BLAS && (kernels < 0 || kernels > bk_tile_gemm_best_cached()))
+        return -1;
+    run(kernels, transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
+    return 0;
+}

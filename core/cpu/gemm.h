@@ -1,0 +1,55 @@
+/* The model's matrix products on the CPU: the engine's own kernels, not the BLAS's.
+ *
+ *     C = alpha op(A) op(B)         (accumulate = 0)
+ *     C = C + alpha op(A) op(B)     (accumulate = 1)
+ *
+ * row-major, C M x N with leading dimension ldc; op(A) M x K: A itself (M x K, lda) or, transA, A^T (A
+ * stored K x M); op(B) K x N: B (K x N, ldb) or, transB, B^T (B stored N x K). These are the linear
+ * layers' products (forward: inp . W^T; backward: dout . W and dout^T . inp).
+ *
+ * Every element is one chain of fused multiply-adds over k = 0 .. K-1 in order, then alpha * s and,
+ * accumulating, C + that (two roundings): the bits of cpu/tile_gemm.h's products, whatever the CPU's
+ * vector width (AVX-512, AVX2, plain C with fmaf), the thread count, the blocking and the library the
+ * engine links: a model run with them trains to the same bits on an AVX2 machine and an AVX-512 one.
+ *
+ * How: C is cut into blocks of up to 64 rows by 256 columns, each computed by one thread (OpenMP, the
+ * threads of omp_get_max_threads() outside a parallel region, the calling thread alone inside one),
+ * over K in slices of 256 with the chains carried between slices in a per-thread block of partial sums
+ * (bk_tile_gemm_span); a transposed B (the weights, small) is transposed once per call, a transposed A
+ * (dout in the weight gradient) copied per block and slice so that the kernels read it by rows.
+ *
+ * The kernels are chosen once per process. BIASKIT_GEMM unset or "auto": the engine's where they are
+ * wider than the BLAS's (bk_blas_vector_bits: e.g. OPENBLAS_CORETYPE=Haswell, or an OpenBLAS older than
+ * the CPU, on a CPU with AVX-512F), the BLAS through bk_sgemm otherwise (OpenBLAS's AVX-512 kernels ran
+ * the model's products about 1.25x faster than these on the machine of docs/performance.md; BLIS and
+ * MKL do not say their width and are kept). BIASKIT_GEMM = "avx512", "avx2" or "plain" runs the
+ * engine's kernels of that width (refused when the CPU cannot run them; "plain" is slow): the bits then
+ * no longer depend on the machine's vector width or the BLAS. "blas": every product through bk_sgemm,
+ * the library's own reduction order and bits. */
+#ifndef BK_CPU_GEMM_H
+#define BK_CPU_GEMM_H
+
+#include <stddef.h>
+
+#define BK_GEMM_ENV "BIASKIT_GEMM"
+
+void bk_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda, const float *B,
+             ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc);
+
+/* The kernels bk_gemm runs: a BK_TILE_GEMM_* variant (cpu/tile_gemm.h), or BK_GEMM_BLAS. */
+enum { BK_GEMM_BLAS = -1 };
+int bk_gemm_kernels(void);
+/* "avx512", "avx2", "plain" or "blas" */
+const char *bk_gemm_kernels_name(void);
+/* bk_gemm with the given kernels (a BK_TILE_GEMM_* variant or BK_GEMM_BLAS) whatever BIASKIT_GEMM says;
+ * returns 0, or -1 when this CPU cannot run them (the tests compare the variants) */
+int bk_gemm_with(int kernels, int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda,
+                 const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc);
+/* "the engine's avx512 kernels (BIASKIT_GEMM unset: auto)" and the like, for banners */
+const char *bk_gemm_describe(void);
+/* Checks BIASKIT_GEMM: 0 when it is unset or one of the values above that this CPU runs; -1 with a
+ * message naming the variable, its value and what was expected (the CLI calls it first, so a bad value
+ * stops a run instead of being ignored). */
+int bk_gemm_check_env(char *msg, size_t msg_size);
+
+#endif
