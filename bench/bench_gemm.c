@@ -2,7 +2,7 @@
  * dimensions the engine uses, for the three benchmark sizes of docs/performance.md; bench/blas.sh runs
  * it once per BLAS build. Usage:
  *
- *     bench_gemm [--size a|b|c|all] [--reps N] [--min-time S] [--no-big]
+ *     bench_gemm [--size a|b|c|all] [--reps N] [--min-time S] [--no-big] [--kernels LIST]
  *
  * Per size, N = B*T rows, and for each linear layer (qkv C->3C, attention projection C->C, fc C->4C,
  * fc projection 4C->C, per block; the tied head C->V once) as core/model/layers.c calls them:
@@ -24,8 +24,18 @@
  * and a minimum over many short calls finds the ones no other job interrupted. Output: one line per
  * shape, "gemm key=value ...", then per size the products of one training
  * step ("step ..."): each linear product times its count (layers, or 1 for the head), each attention
- * kind times the layers; then the 2048^3 SGEMM rate ("big ..."), outside any region. */
+ * kind times the layers; then the 2048^3 SGEMM rate ("big ..."), outside any region.
+ *
+ * --kernels times the linear products with each of a comma-separated list of kernels (cpu/gemm.h,
+ * bk_gemm_with): blas (bk_sgemm, the default list), avx512, avx2, plain (the engine's; those this CPU
+ * cannot run are refused), interleaved call by call so that a shared machine's slow moments fall on
+ * all of them alike; each linear line then carries kernels=..., the step line per kernels
+ * linear_ms_<kernels>= and linear_gflops_<kernels>= (its linear_ms and total_ms: the list's first). The
+ * attention's products always go through bk_sgemm. Unlike bench_train, bench_gemm does not restart with
+ * OPENBLAS_CORETYPE set (util/blas.h): set it. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (bench_util.h) */
+#include "cpu/gemm.h"
+#include "cpu/tile_gemm.h"
 #include "util/blas.h"
 
 #include "bench_util.h"
@@ -70,22 +80,33 @@ static const char *trans_name(enum CBLAS_TRANSPOSE a, enum CBLAS_TRANSPOSE b)
     return a == CblasTrans ? (b == CblasTrans ? "TT" : "TN") : (b == CblasTrans ? "NT" : "NN");
 }
 
-/* one linear product: min time in seconds over reps calls */
-static double time_linear(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
-                          int lda, const float *B, int ldb, float beta, float *C, int ldc)
+/* the kernels to time the linear products with (--kernels), BK_GEMM_BLAS or BK_TILE_GEMM_* */
+static int kernels[4] = {BK_GEMM_BLAS};
+static int n_kernels = 1;
+static const char *kernels_name(int k)
 {
-    double best = 1e30, spent = 0;
-    for (int r = 0; r <= reps || (spent < min_time && r <= 200); r++) {
-        double t0 = now();
-        bk_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-        double t = now() - t0;
-        if (r > 0) { /* r = 0: warm-up */
-            spent += t;
-            if (t < best)
-                best = t;
+    static const char *const names[] = {"plain", "avx2", "avx512"};
+    return k == BK_GEMM_BLAS ? "blas" : names[k];
+}
+
+/* one linear product with each of the kernels, interleaved: min time in seconds over reps calls each */
+static void time_linear(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                        int accumulate, float *C, int ldc, double *best)
+{
+    double spent = 0;
+    for (int k = 0; k < n_kernels; k++)
+        best[k] = 1e30;
+    for (int r = 0; r <= reps || (spent < min_time && r <= 200); r++)
+        for (int k = 0; k < n_kernels; k++) {
+            double t0 = now();
+            bk_gemm_with(kernels[k], ta, tb, M, N, K, 1.0f, A, lda, B, ldb, accumulate, C, ldc);
+            double t = now() - t0;
+            if (r > 0) { /* r = 0: warm-up */
+                spent += t / n_kernels;
+                if (t < best[k])
+                    best[k] = t;
+            }
         }
-    }
-    return best;
 }
 
 enum { QK, PV, DP, DV, DQ, DK, ATT_KINDS };
@@ -163,36 +184,40 @@ static void run_size(const size_spec *s)
     float *inp = alloc_filled((size_t)N * maxw, 1), *dout = alloc_filled((size_t)N * maxw, 2);
     float *w = alloc_filled(maxw * maxw, 3), *outb = alloc_filled((size_t)N * maxw, 4);
     float *dw = alloc_filled(maxw * maxw, 5);
-    double linear_ms = 0, attn_ms = 0, step_flops = 0;
+    double linear_ms[4] = {0}, attn_ms = 0, step_flops = 0, linear_flops = 0;
 
     for (size_t l = 0; l < sizeof lin / sizeof lin[0]; l++) {
         const int Cin = lin[l].in, OC = lin[l].out;
         struct {
             const char *pass;
-            enum CBLAS_TRANSPOSE ta, tb;
+            int ta, tb;
             int M, Nn, K;
         } p[3] = {
-            {"fwd", CblasNoTrans, CblasTrans, N, OC, Cin},
-            {"dinp", CblasNoTrans, CblasNoTrans, N, Cin, OC},
-            {"dw", CblasTrans, CblasNoTrans, OC, Cin, N},
+            {"fwd", 0, 1, N, OC, Cin},
+            {"dinp", 0, 0, N, Cin, OC},
+            {"dw", 1, 0, OC, Cin, N},
         };
         for (int k = 0; k < 3; k++) {
-            double t;
+            double t[4];
             if (k == 0)
-                t = time_linear(p[k].ta, p[k].tb, N, OC, Cin, inp, Cin, w, Cin, lin[l].bias ? 1.0f : 0.0f, outb, OC);
+                time_linear(p[k].ta, p[k].tb, N, OC, Cin, inp, Cin, w, Cin, lin[l].bias, outb, OC, t);
             else if (k == 1)
-                t = time_linear(p[k].ta, p[k].tb, N, Cin, OC, dout, OC, w, Cin, 1.0f, outb, Cin);
+                time_linear(p[k].ta, p[k].tb, N, Cin, OC, dout, OC, w, Cin, 1, outb, Cin, t);
             else
-                t = time_linear(p[k].ta, p[k].tb, OC, Cin, N, dout, OC, inp, Cin, 1.0f, dw, Cin);
+                time_linear(p[k].ta, p[k].tb, OC, Cin, N, dout, OC, inp, Cin, 1, dw, Cin, t);
             double fl = 2.0 * p[k].M * (double)p[k].Nn * p[k].K;
-            printf("gemm size=%s op=%s pass=%s trans=%s M=%d N=%d K=%d per_step=%d region=outside ms=%.4f "
-                   "gflops=%.1f\n",
-                   s->name, lin[l].name, p[k].pass, trans_name(p[k].ta, p[k].tb), p[k].M, p[k].Nn, p[k].K,
-                   lin[l].count, 1e3 * t, fl / t * 1e-9);
-            linear_ms += 1e3 * t * lin[l].count;
-            step_flops += fl * lin[l].count;
+            for (int v = 0; v < n_kernels; v++) {
+                printf("gemm size=%s op=%s pass=%s trans=%s M=%d N=%d K=%d per_step=%d region=outside kernels=%s "
+                       "ms=%.4f gflops=%.1f\n",
+                       s->name, lin[l].name, p[k].pass, trans_name(p[k].ta ? CblasTrans : CblasNoTrans,
+                                                                   p[k].tb ? CblasTrans : CblasNoTrans),
+                       p[k].M, p[k].Nn, p[k].K, lin[l].count, kernels_name(kernels[v]), 1e3 * t[v], fl / t[v] * 1e-9);
+                linear_ms[v] += 1e3 * t[v] * lin[l].count;
+            }
+            linear_flops += fl * lin[l].count;
         }
     }
+    step_flops = linear_flops;
 
     const int C3 = 3 * C, nt = omp_get_max_threads();
     float *qkv = alloc_filled((size_t)N * C3, 6), *dqkv = alloc_filled((size_t)N * C3, 7);
@@ -216,9 +241,13 @@ static void run_size(const size_spec *s)
         step_flops += fl * L;
     }
     printf("step size=%s L=%d C=%d H=%d hd=%d T=%d B=%d threads=%d linear_ms=%.2f attn_ms=%.2f total_ms=%.2f "
-           "gflops=%.1f\n",
-           s->name, L, C, H, hd, T, B, nt, linear_ms, attn_ms, linear_ms + attn_ms,
-           step_flops / ((linear_ms + attn_ms) * 1e-3) * 1e-9);
+           "gflops=%.1f",
+           s->name, L, C, H, hd, T, B, nt, linear_ms[0], attn_ms, linear_ms[0] + attn_ms,
+           step_flops / ((linear_ms[0] + attn_ms) * 1e-3) * 1e-9);
+    for (int v = 0; v < n_kernels; v++)
+        printf(" linear_ms_%s=%.2f linear_gflops_%s=%.1f", kernels_name(kernels[v]), linear_ms[v],
+               kernels_name(kernels[v]), linear_flops / (linear_ms[v] * 1e-3) * 1e-9);
+    printf("\n");
     fflush(stdout);
     free(inp), free(dout), free(w), free(outb), free(dw), free(qkv), free(dqkv), free(probs), free(dS), free(ao);
 }
@@ -228,9 +257,11 @@ static void run_big(void)
     const int n = 2048;
     float *a = alloc_filled((size_t)n * n, 11), *b = alloc_filled((size_t)n * n, 12);
     float *c = alloc_filled((size_t)n * n, 13);
-    double t = time_linear(CblasNoTrans, CblasNoTrans, n, n, n, a, n, b, n, 0.0f, c, n);
-    printf("big M=%d N=%d K=%d threads=%d ms=%.3f gflops=%.1f\n", n, n, n, omp_get_max_threads(), 1e3 * t,
-           2.0 * n * (double)n * n / t * 1e-9);
+    double t[4];
+    time_linear(0, 0, n, n, n, a, n, b, n, 0, c, n, t);
+    for (int v = 0; v < n_kernels; v++)
+        printf("big M=%d N=%d K=%d threads=%d kernels=%s ms=%.3f gflops=%.1f\n", n, n, n, omp_get_max_threads(),
+               kernels_name(kernels[v]), 1e3 * t[v], 2.0 * n * (double)n * n / t[v] * 1e-9);
     free(a), free(b), free(c);
 }
 
@@ -247,9 +278,31 @@ int main(int argc, char **argv)
             min_time = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-big"))
             big = 0;
-        else {
+        else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) {
+            char list[128];
+            snprintf(list, sizeof list, "%s", argv[++i]);
+            n_kernels = 0;
+            for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                int k = !strcmp(tok, "blas")     ? BK_GEMM_BLAS
+                        : !strcmp(tok, "avx512") ? BK_TILE_GEMM_AVX512
+                        : !strcmp(tok, "avx2")   ? BK_TILE_GEMM_AVX2
+                        : !strcmp(tok, "plain")  ? BK_TILE_GEMM_PLAIN
+                                                 : -100;
+                if (k == -100 || (k != BK_GEMM_BLAS && k > bk_tile_gemm_best()) || n_kernels == 4) {
+                    fprintf(stderr, "bench_gemm: --kernels: '%s' is not one of blas, avx512, avx2, plain that this "
+                                    "CPU runs (at most 4)\n", tok);
+                    return 2;
+                }
+                kernels[n_kernels++] = k;
+            }
+            if (n_kernels == 0) {
+                fprintf(stderr, "bench_gemm: --kernels needs a list, e.g. blas,avx512\n");
+                return 2;
+            }
+        } else {
             fprintf(stderr,
-                    "bench_gemm: unknown argument '%s'; expected --size a|b|c|all, --reps N, --min-time S, --no-big\n",
+                    "bench_gemm: unknown argument '%s'; expected --size a|b|c|all, --reps N, --min-time S, --no-big, "
+                    "--kernels LIST\n",
                     argv[i]);
             return 2;
         }

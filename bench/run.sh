@@ -221,10 +221,15 @@ info=$(OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" "$PY" "$ROOT/b
 echo "blas: PyTorch (PYTHON): $info" >&2
 T1_VER=$(sed -n 's/^torch \([^ ]*\) .*/\1/p' <<<"$info")
 
+# the kernels a biaskit row's linear layers ran (bench_train's gemm=: blas, or the engine's avx512 / avx2,
+# core/cpu/gemm.h), from its logs so far; empty before any
+gemm_of() { grep -ho 'gemm=[a-z0-9]*' "$LOGS"/*."$1".*.log 2>/dev/null | cut -d= -f2 | sort -u | paste -sd/; }
 label() {
+    local g
     case $1 in
-        biaskit) echo "biaskit, OpenBLAS chooses${ob_core:+ ($ob_core)}" ;;
-        biaskit_haswell) echo "biaskit, Haswell kernels" ;;
+        biaskit) g=$(gemm_of biaskit)
+            echo "biaskit, OpenBLAS chooses${ob_core:+ ($ob_core)}${g:+; linear layers: $g}" ;;
+        biaskit_haswell) g=$(gemm_of biaskit_haswell); echo "biaskit, Haswell kernels${g:+; linear layers: $g}" ;;
         t2eager) echo "PyTorch ${T2_VER:-2.x} eager" ;;
         t2sdpa) echo "PyTorch ${T2_VER:-2.x} sdpa" ;;
         t2compile) echo "PyTorch ${T2_VER:-2.x} compile" ;;

@@ -21,7 +21,7 @@
  * The kernels are chosen once per process. BIASKIT_GEMM unset or "auto": the engine's where they are
  * wider than the BLAS's (bk_blas_vector_bits: e.g. OPENBLAS_CORETYPE=Haswell, or an OpenBLAS older than
  * the CPU, on a CPU with AVX-512F), the BLAS through bk_sgemm otherwise (OpenBLAS's AVX-512 kernels ran
- * the model's products about 1.25x faster than these on the machine of docs/performance.md; BLIS and
+ * the model's products 1.2-1.4x faster than these on the machine of docs/performance.md; BLIS and
  * MKL do not say their width and are kept). BIASKIT_GEMM = "avx512", "avx2" or "plain" runs the
  * engine's kernels of that width (refused when the CPU cannot run them; "plain" is slow): the bits then
  * no longer depend on the machine's vector width or the BLAS. "blas": every product through bk_sgemm,

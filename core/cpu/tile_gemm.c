@@ -1,5 +1,5 @@
 /* The flash-style attention's tile products (tile_gemm.h): one plain C variant and, on x86-64, AVX2 and
- * AVX-512 ones in registers of 4 (AVX2) or 8 (AVX-512) rows by 2 vectors. Each output element is
+ * AVX-512 ones in registers of up to 6 (AVX2) or 12 (AVX-512) rows by 2 vectors. Each output element is
  * accumulated by one chain of fused multiply-adds over k in order, in every variant, so all give the
  * same bits. */
 #include "cpu/tile_gemm.h"

@@ -7,7 +7,8 @@
  * rows of B contiguous (B[k][n] = B[k * ldb + n]). The attention's products are small in one dimension
  * (K = the head size, 16 to 128, for q.k; N = the head size for P V) and a BLAS's packing and its
  * write-back of C cost as much as the multiply-adds there; these read A by broadcasts and B row by row,
- * in registers of 4 rows by 2 vectors, with no packing.
+ * in registers of up to 12 rows by 2 vectors, with no packing (cpu/gemm.c packs around them for the
+ * linear layers).
  *
  * Every element is the same bits in every variant, whatever the vector width and whatever M, N:
  * s_0 = 0, s_{k+1} = fma(A(m, k), B[k][n], s_k) for k = 0 .. K-1 in order, then alpha * s (rounded) and,
