@@ -185,9 +185,14 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
                         for (int s0 = 0; s0 < rows; s0 += GEMM_MR) {
                             const int h = rows - s0 < GEMM_MR ? rows - s0 : GEMM_MR;
                             float *dst = Ap + (size_t)s0 * kw;
-                            for (int k = 0; k < kw; k++)
-                                memcpy(dst + (size_t)k * h, A + (size_t)(k0 + k) * lda + m0 + s0,
-                                       (size_t)h * sizeof *dst);
+                            const float *src = A + (size_t)k0 * lda + m0 + s0;
+                            if (h == GEMM_MR) /* a fixed length: vector moves, not a call per row */
+                                for (int k = 0; k < kw; k++)
+                                    for (int r = 0; r < GEMM_MR; r++)
+                                        dst[(size_t)k * GEMM_MR + r] = src[k * lda + r];
+                            else
+                                for (int k = 0; k < kw; k++)
+                                    memcpy(dst + (size_t)k * h, src + k * lda, (size_t)h * sizeof *dst);
                         }
                     /* B's slice in strips of GEMM_NR columns, each strip's rows contiguous: B's rows are
                      * a multiple of 4 KiB apart in the model, so unpacked they fall into the same few

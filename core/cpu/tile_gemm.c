@@ -118,9 +118,9 @@ __attribute__((target("avx2,fma"))) static void gemm_avx2(int M, int N, int K, c
         int m, int n, __mmask16 k0, __mmask16 k1, float *C, ptrdiff_t ldc) {                                       \
         __m512 c[R][2];                                                                                            \
         _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                                     \
-            const float *p = sp->P_in + (m + r) * sp->ldp + n;                                                     \
-            c[r][0] = sp->P_in ? _mm512_maskz_loadu_ps(k0, p) : _mm512_setzero_ps();                               \
-            c[r][1] = sp->P_in ? _mm512_maskz_loadu_ps(k1, p + 16) : _mm512_setzero_ps();                          \
+            const float *p = sp->P_in ? sp->P_in + (m + r) * sp->ldp + n : NULL;                                   \
+            c[r][0] = p ? _mm512_maskz_loadu_ps(k0, p) : _mm512_setzero_ps();                                      \
+            c[r][1] = p ? _mm512_maskz_loadu_ps(k1, p + 16) : _mm512_setzero_ps();                                 \
         }                                                                                                          \
         const float *a = A + m * sam, *b = B + n;                                                                  \
         /* rows by threes from four bases: row 3q + i at a_q + i * sam, an addressing mode's index and scale */    \
