@@ -13,7 +13,7 @@
 #include <string.h>
 
 enum {
-    GEMM_MB = 120, /* rows of C per block */
+    GEMM_MB = 120, /* rows of C per block: ten of the AVX-512 kernel's 12-row blocks */
     GEMM_NB = 256, /* columns of C per block: a slice of B's block stays in L1/L2 across the rows */
     GEMM_KC = 256, /* K per slice */
     GEMM_NR = 32,  /* columns of B per packed strip: the AVX-512 kernel's two vectors */
@@ -137,7 +137,7 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
         return;
     }
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    /* rows per block: 64, fewer (a multiple of 8) when that leaves threads without a block */
+    /* rows per block: GEMM_MB (ten 12-row slivers), halved while that leaves threads without a block */
     const int nb_count = (N + GEMM_NB - 1) / GEMM_NB;
     int mb = GEMM_MB;
     while (mb > 8 && ((M + mb - 1) / mb) * nb_count < 2 * threads)

@@ -12,7 +12,7 @@
  * vector width (AVX-512, AVX2, plain C with fmaf), the thread count, the blocking and the library the
  * engine links: a model run with them trains to the same bits on an AVX2 machine and an AVX-512 one.
  *
- * How: C is cut into blocks of up to 64 rows by 256 columns, each computed by one thread (OpenMP, the
+ * How: C is cut into blocks of up to 120 rows by 256 columns, each computed by one thread (OpenMP, the
  * threads of omp_get_max_threads() outside a parallel region, the calling thread alone inside one),
  * over K in slices of 256 with the chains carried between slices in a per-thread block of partial sums
  * (bk_tile_gemm_span); a transposed B (the weights, small) is transposed once per call, a transposed A
