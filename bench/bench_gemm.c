@@ -83,11 +83,6 @@ static const char *trans_name(enum CBLAS_TRANSPOSE a, enum CBLAS_TRANSPOSE b)
 /* the kernels to time the linear products with (--kernels), BK_GEMM_BLAS or BK_TILE_GEMM_* */
 static int kernels[4] = {BK_GEMM_BLAS};
 static int n_kernels = 1;
-static const char *kernels_name(int k)
-{
-    static const char *const names[] = {"plain", "avx2", "avx512"};
-    return k == BK_GEMM_BLAS ? "blas" : names[k];
-}
 
 /* one linear product with each of the kernels, interleaved: min time in seconds over reps calls each */
 static void time_linear(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
@@ -211,7 +206,7 @@ static void run_size(const size_spec *s)
                        "ms=%.4f gflops=%.1f\n",
                        s->name, lin[l].name, p[k].pass, trans_name(p[k].ta ? CblasTrans : CblasNoTrans,
                                                                    p[k].tb ? CblasTrans : CblasNoTrans),
-                       p[k].M, p[k].Nn, p[k].K, lin[l].count, kernels_name(kernels[v]), 1e3 * t[v], fl / t[v] * 1e-9);
+                       p[k].M, p[k].Nn, p[k].K, lin[l].count, bk_gemm_kernels_label(kernels[v]), 1e3 * t[v], fl / t[v] * 1e-9);
                 linear_ms[v] += 1e3 * t[v] * lin[l].count;
             }
             linear_flops += fl * lin[l].count;
@@ -245,8 +240,8 @@ static void run_size(const size_spec *s)
            s->name, L, C, H, hd, T, B, nt, linear_ms[0], attn_ms, linear_ms[0] + attn_ms,
            step_flops / ((linear_ms[0] + attn_ms) * 1e-3) * 1e-9);
     for (int v = 0; v < n_kernels; v++)
-        printf(" linear_ms_%s=%.2f linear_gflops_%s=%.1f", kernels_name(kernels[v]), linear_ms[v],
-               kernels_name(kernels[v]), linear_flops / (linear_ms[v] * 1e-3) * 1e-9);
+        printf(" linear_ms_%s=%.2f linear_gflops_%s=%.1f", bk_gemm_kernels_label(kernels[v]), linear_ms[v],
+               bk_gemm_kernels_label(kernels[v]), linear_flops / (linear_ms[v] * 1e-3) * 1e-9);
     printf("\n");
     fflush(stdout);
     free(inp), free(dout), free(w), free(outb), free(dw), free(qkv), free(dqkv), free(probs), free(dS), free(ao);
@@ -261,7 +256,7 @@ static void run_big(void)
     time_linear(0, 0, n, n, n, a, n, b, n, 0, c, n, t);
     for (int v = 0; v < n_kernels; v++)
         printf("big M=%d N=%d K=%d threads=%d kernels=%s ms=%.3f gflops=%.1f\n", n, n, n, omp_get_max_threads(),
-               kernels_name(kernels[v]), 1e3 * t[v], 2.0 * n * (double)n * n / t[v] * 1e-9);
+               bk_gemm_kernels_label(kernels[v]), 1e3 * t[v], 2.0 * n * (double)n * n / t[v] * 1e-9);
     free(a), free(b), free(c);
 }
 
@@ -283,12 +278,8 @@ int main(int argc, char **argv)
             snprintf(list, sizeof list, "%s", argv[++i]);
             n_kernels = 0;
             for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                int k = !strcmp(tok, "blas")     ? BK_GEMM_BLAS
-                        : !strcmp(tok, "avx512") ? BK_TILE_GEMM_AVX512
-                        : !strcmp(tok, "avx2")   ? BK_TILE_GEMM_AVX2
-                        : !strcmp(tok, "plain")  ? BK_TILE_GEMM_PLAIN
-                                                 : -100;
-                if (k == -100 || (k != BK_GEMM_BLAS && k > bk_tile_gemm_best()) || n_kernels == 4) {
+                const int k = bk_gemm_kernels_parse(tok);
+                if (k == -3 || (k != BK_GEMM_BLAS && k > bk_tile_gemm_best()) || n_kernels == 4) {
                     fprintf(stderr, "bench_gemm: --kernels: '%s' is not one of blas, avx512, avx2, plain that this "
                                     "CPU runs (at most 4)\n", tok);
                     return 2;

@@ -27,15 +27,21 @@ static const char *const kernel_names[] = {"plain", "avx2", "avx512"}; /* by BK_
 
 /* what BIASKIT_GEMM asks for: a variant, BK_GEMM_BLAS, or -2 for auto; -3 when the value is not one of
  * these */
-static int parse_env(const char *v) {
-    if (!v || !*v || strcmp(v, "auto") == 0)
-        return -2;
-    if (strcmp(v, "blas") == 0)
+int bk_gemm_kernels_parse(const char *name) {
+    if (strcmp(name, "blas") == 0)
         return BK_GEMM_BLAS;
     for (int i = 0; i < BK_TILE_GEMM_VARIANTS; i++)
-        if (strcmp(v, kernel_names[i]) == 0)
+        if (strcmp(name, kernel_names[i]) == 0)
             return i;
     return -3;
+}
+
+const char *bk_gemm_kernels_label(int kernels) {
+    return kernels == BK_GEMM_BLAS ? "blas" : kernel_names[kernels];
+}
+
+static int parse_env(const char *v) {
+    return !v || !*v || strcmp(v, "auto") == 0 ? -2 : bk_gemm_kernels_parse(v);
 }
 
 int bk_gemm_check_env(char *msg, size_t msg_size) {
@@ -76,10 +82,7 @@ int bk_gemm_kernels(void) {
     return v;
 }
 
-const char *bk_gemm_kernels_name(void) {
-    const int k = bk_gemm_kernels();
-    return k == BK_GEMM_BLAS ? "blas" : kernel_names[k];
-}
+const char *bk_gemm_kernels_name(void) { return bk_gemm_kernels_label(bk_gemm_kernels()); }
 
 const char *bk_gemm_describe(void) {
     static char text[160];

@@ -41,6 +41,9 @@ enum { BK_GEMM_BLAS = -1 };
 int bk_gemm_kernels(void);
 /* "avx512", "avx2", "plain" or "blas" */
 const char *bk_gemm_kernels_name(void);
+/* the name of given kernels, and the kernels of a name (-3 when it is none of those four) */
+const char *bk_gemm_kernels_label(int kernels);
+int bk_gemm_kernels_parse(const char *name);
 /* bk_gemm with the given kernels (a BK_TILE_GEMM_* variant or BK_GEMM_BLAS) whatever BIASKIT_GEMM says;
  * returns 0, or -1 when this CPU cannot run them (the tests compare the variants) */
 int bk_gemm_with(int kernels, int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda,

@@ -31,16 +31,12 @@ static char bk_blas_text[512];
 /* OpenBLAS falls back to its SSE3 kernels ("Prescott") on a CPU its version does not know: Debian's
  * 0.3.21 does so on Intel family 6 model 207 (Emerald Rapids), with AVX-512, and runs the model's
  * products 3-5x slower (docs/performance.md, "BLAS choice"). Returns a hint for the description, or "". */
+static int bk_openblas_core_bits(const char *core);
+
 static const char *bk_openblas_better_core(const char *core)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    static const char *const old[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Katmai", "Northwood",
-                                      "Banias", "Atom", "Barcelona", "Opteron", "Bobcat"};
-    if (!core)
-        return NULL;
-    int is_old = 0;
-    for (size_t k = 0; k < sizeof old / sizeof old[0]; k++)
-        is_old |= strcmp(core, old[k]) == 0;
+    const int is_old = bk_openblas_core_bits(core) == 128; /* one of its generic SSE cores */
     if (is_old && __builtin_cpu_supports("avx512f"))
         return "SkylakeX";
     if (is_old && __builtin_cpu_supports("avx2"))
