@@ -39,7 +39,8 @@
  * rate (bk_sgemm, util/blas.h, of 2048^3 with the same threads, best of 5): model_gflops, sgemm_gflops,
  * mfu_frac. blas= and core= name the BLAS the engine was built with and the kernels it picked
  * (bk_blas_name, bk_blas_describe); gemm= the kernels of the linear layers' products (cpu/gemm.h: the
- * engine's avx512, avx2 or plain kernels, or blas; environment variable BIASKIT_GEMM).
+ * engine's avx512, avx2 or plain kernels, or blas; environment variable BIASKIT_GEMM), att_gemm= those of
+ * the blocked attention's per-head products (bk_gemm_attention_kernels).
  *
  * Last line, machine-readable:
  *   RESULT name=... tokens_per_s=... ms_per_step=... attention_frac=... matmul_frac=... [more keys]
@@ -558,9 +559,10 @@ static int evaluate(bk_lm *lm, const int32_t *in, const int32_t *tg, const optio
            1e3 * pass_s, 1e3 * med, 1e3 * best, tok_s, o->steps, o->warmup, warm_s, lm->gpt.loss);
     printf("RESULT name=%s tokens_per_s=%.1f ms_per_step=%.3f attention_frac=na matmul_frac=na other_frac=na "
            "median_ms=%.3f fwd_ms=%.3f bwd_ms=na opt_ms=na threads=%d warmup_s=%.3f loss=%.6f engine=biaskit "
-           "mode=eval attention=%s blas=%s core=%s gemm=%s\n",
+           "mode=eval attention=%s blas=%s core=%s gemm=%s att_gemm=%s\n",
            name, tok_s, 1e3 * pass_s, 1e3 * med, 1e3 * pass_s, threads, warm_s, lm->gpt.loss,
-           o->attention ? o->attention : "default", bk_blas_name(), blas_core(), bk_gemm_kernels_name());
+           o->attention ? o->attention : "default", bk_blas_name(), blas_core(), bk_gemm_kernels_name(),
+           bk_gemm_attention_name());
     return 0;
 }
 
@@ -626,10 +628,11 @@ int main(int argc, char **argv)
         tg[n] = n + 1 < BT ? in[n + 1] : in[0];
 
     printf("bench_train: %s | %d layers, dim %d, %d heads (hd %d), vocab %d, T %d, batch %d | %s | %zu params | "
-           "%d threads | %s | attention %s | BLAS %s | linear layers: %s\n",
+           "%d threads | %s | attention %s | BLAS %s | linear layers: %s | attention products: %s\n",
            name, o.layers, o.dim, o.heads, o.dim / o.heads, o.vocab, T, B, o.alibi ? "ALiBi" : "NoPE",
            lm.gpt.n_params, threads, o.eval ? "eval (forward only)" : "training steps",
-           o.attention ? o.attention : "default", bk_blas_describe(), bk_gemm_describe());
+           o.attention ? o.attention : "default", bk_blas_describe(), bk_gemm_describe(),
+           bk_gemm_attention_describe());
 
     if (o.eval) {
         rc = evaluate(&lm, in, tg, &o, name, threads, &err);
@@ -736,12 +739,13 @@ int main(int argc, char **argv)
     printf("RESULT name=%s tokens_per_s=%.1f ms_per_step=%.3f attention_frac=%.4f matmul_frac=%.4f other_frac=%.4f "
            "layernorm_frac=%.4f gelu_frac=%.4f residual_frac=%.4f xent_frac=%.4f embedding_frac=%.4f "
            "memset_frac=%.4f median_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f threads=%d model_gflops=%.2f "
-           "sgemm_gflops=%.2f mfu_frac=%.4f engine=biaskit mode=train attention=%s blas=%s core=%s gemm=%s\n",
+           "sgemm_gflops=%.2f mfu_frac=%.4f engine=biaskit mode=train attention=%s blas=%s core=%s gemm=%s att_gemm=%s\n",
            name, tok_s, 1e3 * step_s, frac[CAT_ATTN], frac[CAT_MATMUL] + frac[CAT_HEAD], other,
            frac[CAT_LAYERNORM], frac[CAT_GELU], frac[CAT_RESIDUAL], frac[CAT_XENT], frac[CAT_ENCODER],
            frac[CAT_MEMSET], 1e3 * step_med, 1e3 * ph.fwd / n, 1e3 * ph.bwd / n,
            1e3 * (ph.opt + ph.after + ph.zero) / n, threads, model_gflops, peak, model_gflops / peak,
-           o.attention ? o.attention : "default", bk_blas_name(), blas_core(), bk_gemm_kernels_name());
+           o.attention ? o.attention : "default", bk_blas_name(), blas_core(), bk_gemm_kernels_name(),
+           bk_gemm_attention_name());
     free(in), free(tg);
     bk_adamw_free(&opt);
     bk_lm_close(&lm);

@@ -222,14 +222,15 @@ echo "blas: PyTorch (PYTHON): $info" >&2
 T1_VER=$(sed -n 's/^torch \([^ ]*\) .*/\1/p' <<<"$info")
 
 # the kernels a biaskit row's linear layers ran (bench_train's gemm=: blas, or the engine's avx512 / avx2,
-# core/cpu/gemm.h), from its logs so far; empty before any
-gemm_of() { grep -ho 'gemm=[a-z0-9]*' "$LOGS"/*."$1".*.log 2>/dev/null | cut -d= -f2 | sort -u | paste -sd/; }
+# core/cpu/gemm.h) and its attention's per-head products (att_gemm=), from its logs so far; empty before any
+gemm_of() { grep -ho "\<${2:-gemm}=[a-z0-9]*" "$LOGS"/*."$1".*.log 2>/dev/null | cut -d= -f2 | sort -u | paste -sd/; }
 label() {
-    local g
+    local g a
     case $1 in
-        biaskit) g=$(gemm_of biaskit)
-            echo "biaskit, OpenBLAS chooses${ob_core:+ ($ob_core)}${g:+; linear layers: $g}" ;;
-        biaskit_haswell) g=$(gemm_of biaskit_haswell); echo "biaskit, Haswell kernels${g:+; linear layers: $g}" ;;
+        biaskit) g=$(gemm_of biaskit) a=$(gemm_of biaskit att_gemm)
+            echo "biaskit, OpenBLAS chooses${ob_core:+ ($ob_core)}${g:+; linear layers: $g}${a:+; attention products: $a}" ;;
+        biaskit_haswell) g=$(gemm_of biaskit_haswell) a=$(gemm_of biaskit_haswell att_gemm)
+            echo "biaskit, Haswell kernels${g:+; linear layers: $g}${a:+; attention products: $a}" ;;
         t2eager) echo "PyTorch ${T2_VER:-2.x} eager" ;;
         t2sdpa) echo "PyTorch ${T2_VER:-2.x} sdpa" ;;
         t2compile) echo "PyTorch ${T2_VER:-2.x} compile" ;;

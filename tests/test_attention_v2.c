@@ -4,7 +4,7 @@
  * and all together; the mask's edge cases (window 1, a window that hides nothing, sinks beyond the
  * window, blocks of 64 rows cut by the window); bit-for-bit properties (forward-only = probs-saving
  * forward, thread-count independence, the AVX2 copy = the baseline build, masked probabilities exactly
- * 0); terms of masked keys never read; argument errors; and the reference's own ABI 2 gradients by
+ * 0, the same outputs whichever width of the engine's kernels runs the per-head products); terms of masked keys never read; argument errors; and the reference's own ABI 2 gradients by
  * central differences.
  *
  * Tolerances: each comparison takes the largest |cpu - ref| over an array relative to the largest
@@ -15,18 +15,24 @@
  * them 10x. Central differences (step 1e-5 relative, the float-rounded step used, in double) of the
  * reference's loss: the reference's dphi, drscale, dscale agree to 9e-10 (TOL_FD_REF 1e-8), the CPU's
  * to 4.3e-7 (TOL_FD_CPU 5e-6), relative to the largest entry. */
+#define _POSIX_C_SOURCE 200809L /* setenv, fork, execl */
 #include "test_util.h"
 #include "test_random.h"
 
 #include "attention_problem.h"
 #include "attention_ref.h"
 #include "cpu/attention.h"
+#include "cpu/gemm.h"
+#include "cpu/tile_gemm.h"
 #include "model/bias_math.h"
 
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* cpu/attention.c built for baseline x86-64 (host_clones_base_attention.c) */
 int base_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
@@ -319,18 +325,24 @@ static void independent_of_thread_count(void **state)
     omp_set_num_threads(saved);
 }
 
+/* Both tables, the coordinate table and the logit scale; masked: window 30 with 4 sinks. */
+static spec every_term(int masked)
+{
+    spec sp = base_spec();
+    sp.tables = TOKEN_AND_SEGMENT;
+    sp.grid = sp.scale = 1;
+    sp.window = masked ? 30 : 0;
+    sp.sinks = masked ? 4 : 0;
+    return sp;
+}
+
 /* The AVX2 copy of the attention (model/host_simd.h: where the CPU has AVX2) and the baseline x86-64
  * build compute the same bits with every term, masked and not. */
 static void avx2_and_baseline_same_bits(void **state)
 {
     (void)state;
-    spec sp = base_spec();
-    sp.tables = TOKEN_AND_SEGMENT;
-    sp.grid = sp.scale = 1;
     for (int masked = 1; masked >= 0; masked--) {
-        sp.window = masked ? 30 : 0;
-        sp.sinks = masked ? 4 : 0;
-        problem pb = make_problem(sp, 65);
+        problem pb = make_problem(every_term(masked), 65);
         run fast = cpu_run(&pb);
         run base = cpu_run_with(&pb, base_attention_forward, base_attention_backward);
         expect_same_bits(masked ? "AVX2 and baseline, masked" : "AVX2 and baseline", &fast, &base);
@@ -510,8 +522,104 @@ static void finite_differences(void **state)
     free_problem(&pb);
 }
 
+/* ---- the products' kernels (cpu/gemm.h, bk_gemm_attention_kernels) ---- */
+
+#define CHILD_OUT "BK_TEST_ATTENTION_PRODUCTS_OUT"
+
+/* Where this process runs as a child of same_bits_every_kernel_width: the kernels it chose (from
+ * BIASKIT_GEMM, read once per process), then every output of two runs, masked and not, with every term. */
+static int products_child(const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return 1;
+    const int kernels = bk_gemm_attention_kernels();
+    fwrite(&kernels, sizeof kernels, 1, f);
+    for (int masked = 1; masked >= 0; masked--) {
+        problem pb = make_problem(every_term(masked), 67);
+        run r = cpu_run(&pb);
+        for (int k = 0; k < O_COUNT; k++)
+            if (r.x[k])
+                fwrite(r.x[k], sizeof(float), r.n[k], f);
+        run_free(&r);
+        free_problem(&pb);
+    }
+    return fclose(f) ? 1 : 0;
+}
+
+/* Runs this test program again with BIASKIT_GEMM=name; returns what products_child wrote (*bytes long). */
+static char *run_child(const char *name, size_t *bytes)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/bk_test_products_%ld_%s", (long)getpid(), name);
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* a fresh process: OpenMP's threads and the cached choice are not inherited by exec */
+        setenv("BIASKIT_GEMM", name, 1);
+        setenv(CHILD_OUT, path, 1);
+        execl("/proc/self/exe", "test_attention_v2", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("BIASKIT_GEMM=%s: the child run failed (status %d)", name, status);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *bytes = (size_t)ftell(f);
+    rewind(f);
+    char *data = malloc(*bytes + 1);
+    assert_non_null(data);
+    assert_int_equal(fread(data, 1, *bytes, f), *bytes);
+    fclose(f);
+    remove(path);
+    return data;
+}
+
+/* Auto picks the engine's widest kernels where the CPU has vector ones; each width BIASKIT_GEMM names (plain
+ * C, AVX2, AVX-512: those this CPU runs) gives the attention's outputs the same bits, masked and not; "blas"
+ * picks the BLAS (its outputs are checked against the reference by the _blas registration of the tests). */
+static void same_bits_every_kernel_width(void **state)
+{
+    (void)state;
+    const int best = bk_tile_gemm_best();
+    const char *env = getenv("BIASKIT_GEMM");
+    if (!env || !*env || strcmp(env, "auto") == 0)
+        assert_int_equal(bk_gemm_attention_kernels(), best > BK_TILE_GEMM_PLAIN ? best : BK_GEMM_BLAS);
+    size_t n0 = 0;
+    char *first = NULL;
+    for (int v = BK_TILE_GEMM_PLAIN; v <= best; v++) {
+        size_t n = 0;
+        char *data = run_child(bk_gemm_kernels_label(v), &n);
+        int kernels;
+        memcpy(&kernels, data, sizeof kernels);
+        assert_int_equal(kernels, v);
+        if (!first) {
+            first = data, n0 = n;
+            continue;
+        }
+        assert_int_equal(n, n0);
+        if (memcmp(data + sizeof kernels, first + sizeof kernels, n - sizeof kernels))
+            fail_msg("the attention's outputs with the %s kernels differ in their bits from the plain C ones",
+                     bk_gemm_kernels_label(v));
+        free(data);
+    }
+    size_t n = 0;
+    char *data = run_child("blas", &n);
+    int kernels;
+    memcpy(&kernels, data, sizeof kernels);
+    assert_int_equal(kernels, BK_GEMM_BLAS);
+    assert_int_equal(n, n0);
+    free(data);
+    free(first);
+}
+
 int main(void)
 {
+    const char *child = getenv(CHILD_OUT);
+    if (child)
+        return products_child(child);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(each_term_alone),
         cmocka_unit_test(all_terms_together),
@@ -523,6 +631,7 @@ int main(void)
         cmocka_unit_test(masked_terms_never_read),
         cmocka_unit_test(argument_errors),
         cmocka_unit_test(finite_differences),
+        cmocka_unit_test(same_bits_every_kernel_width),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,8 @@
 # never the fallback ones on a CPU with AVX2, and a restart says so; the guard variable alone stops a
 # second restart (no loop). The linear layers' products (cpu/gemm.h): with OPENBLAS_CORETYPE=Haswell on
 # a CPU with AVX-512F the engine's wider kernels run them, BIASKIT_GEMM=blas keeps the BLAS, a bad value
-# stops biaskit with a message naming it.
+# stops biaskit with a message naming it. The attention's per-head products: the engine's kernels on a CPU
+# with AVX2 or AVX-512 whatever OPENBLAS_CORETYPE says, the BLAS with BIASKIT_GEMM=blas.
 # usage: test_blas_kernels.sh <biaskit binary>
 set -u
 bk=$1
@@ -51,6 +52,16 @@ fi
 line=$(BIASKIT_GEMM=blas OPENBLAS_CORETYPE=Haswell "$bk" --version | grep '^linear layers:')
 if grep -q "the BLAS (BIASKIT_GEMM=blas)" <<<"$line"; then ok "BIASKIT_GEMM=blas keeps the BLAS"; else
     fail "BIASKIT_GEMM=blas keeps the BLAS" "$line"; fi
+# the attention's per-head products: the engine's kernels wherever the CPU has AVX2 or AVX-512, whatever the
+# BLAS's kernels; the BLAS with BIASKIT_GEMM=blas
+line=$(env -u OPENBLAS_CORETYPE "$bk" --version | grep '^attention products:')
+if grep -q -w avx512f /proc/cpuinfo && grep -q -w fma /proc/cpuinfo; then want="the engine's avx512 kernels (BIASKIT_GEMM=auto)"
+elif grep -q -w avx2 /proc/cpuinfo && grep -q -w fma /proc/cpuinfo; then want="the engine's avx2 kernels (BIASKIT_GEMM=auto)"
+else want="the BLAS (BIASKIT_GEMM=auto: this CPU has neither AVX2 nor AVX-512)"; fi
+if grep -qF "$want" <<<"$line"; then ok "attention products: $want"; else fail "attention products: $want" "$line"; fi
+line=$(BIASKIT_GEMM=blas "$bk" --version | grep '^attention products:')
+if grep -q "the BLAS (BIASKIT_GEMM=blas)" <<<"$line"; then ok "BIASKIT_GEMM=blas puts the attention products on the BLAS"; else
+    fail "BIASKIT_GEMM=blas puts the attention products on the BLAS" "$line"; fi
 msg=$(BIASKIT_GEMM=avx9 "$bk" --version 2>&1)
 rc=$?
 if [ $rc -eq 2 ] && grep -q "BIASKIT_GEMM='avx9': expected auto, avx512, avx2, plain or blas" <<<"$msg"; then

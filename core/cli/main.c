@@ -87,6 +87,7 @@ int main(int argc, char **argv)
 #endif
         printf("blas: %s\n", bk_blas_describe());
         printf("linear layers: %s\n", bk_gemm_describe());
+        printf("attention products: %s\n", bk_gemm_attention_describe());
         printf("processes: %s\n", bk_dist_available()
                                        ? "MPI (mpirun -np N biaskit train|eval ...: data parallel)"
                                        : "one (built without MPI)");

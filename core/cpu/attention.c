@@ -17,10 +17,15 @@
  * [f_i, i], f_i = bk_mask_first_key(i, window); in the compact row these are every column up to the
  * diagonal except the window part's keys [max(first, min(sinks, f_i)), f_i) (row_keys below).
  *
- * OpenBLAS runs single-threaded inside the parallel region, so each task is sequential and its result
- * is the same whichever thread runs it. */
+ * The products run on the kernels bk_gemm_attention_kernels picks (cpu/gemm.h): the engine's tile kernels
+ * (each element one chain of fused multiply-adds over k in order: the same bits on every CPU and vector
+ * width) wherever the CPU has AVX2 or AVX-512, else, or with BIASKIT_GEMM=blas, the BLAS, which runs
+ * single-threaded inside the parallel region. Either way each task is sequential and its result is the
+ * same whichever thread runs it. */
 #include "cpu/attention.h"
 #include "cpu/attention_rows.h"
+#include "cpu/gemm.h"
+#include "cpu/tile_gemm.h"
 
 #include "model/bias_math.h"
 #include "model/cope_math.h"
@@ -125,6 +130,80 @@ int bk_attention_check_args(const bk_attention_bias *bias, int B, int T, int C, 
     return BK_OK;
 }
 
+/* The per-head products, on the kernels of bk_gemm_attention_kernels (cpu/gemm.h): the BLAS (bk_sgemm,
+ * single-threaded inside the parallel region) or the engine's tile kernels, which take B by rows, so a
+ * product with B^T reads the head's keys or values transposed once per task (kt, vt: transpose_head):
+ *     C = alpha op(A) op(B), or C + that (accumulate)
+ * op(A) = A (M x K, lda) or, transA, A^T (A stored K x M); op(B) = B (K x N, ldb) or, transB, B^T with B
+ * stored N x K (ldb) for the BLAS and given transposed, K x N (Bt, ldbt), for the engine's kernels. */
+typedef struct products {
+    int kernels; /* BK_GEMM_BLAS or a BK_TILE_GEMM_* variant */
+} products;
+
+static void prod(const products *pr, int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                 ptrdiff_t lda, const float *B, ptrdiff_t ldb, const float *Bt, ptrdiff_t ldbt, int accumulate,
+                 float *C, ptrdiff_t ldc)
+{
+    if (pr->kernels == BK_GEMM_BLAS)
+        bk_sgemm(transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, (int)lda,
+                 B, (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
+    else
+        bk_tile_gemm_span(pr->kernels, M, N, K, A, transA ? 1 : lda, transA ? lda : 1, transB ? Bt : B,
+                          transB ? ldbt : ldb, NULL, NULL, 0, alpha, accumulate, C, ldc);
+}
+
+/* The products' kernels and, for the engine's, per thread a head's keys (and, backward, values) transposed
+ * (hd x ldt each), and counted positions' vectors transposed (Et: hd x cope_points). */
+typedef struct heads {
+    products pr;
+    size_t ldt, per_thread;
+    float *buf, *Et;
+} heads;
+
+static int heads_alloc(heads *hs, const terms *tm, int T, int hd, int count, const char *what, bk_error *err)
+{
+    hs->pr.kernels = bk_gemm_attention_kernels();
+    hs->ldt = transposed_ld(T);
+    hs->per_thread = (size_t)count * (size_t)hd * hs->ldt;
+    hs->buf = hs->Et = NULL;
+    if (hs->pr.kernels == BK_GEMM_BLAS)
+        return BK_OK;
+    const size_t bytes = (size_t)omp_get_max_threads() * hs->per_thread * sizeof(float);
+    hs->buf = malloc(bytes);
+    if (tm->cope && hs->buf) {
+        const size_t np = (size_t)tm->cope_points;
+        if ((hs->Et = malloc(np * (size_t)hd * sizeof(float))))
+            for (size_t p = 0; p < np; p++)
+                for (int d = 0; d < hd; d++)
+                    hs->Et[(size_t)d * np + p] = tm->cope[p * (size_t)hd + (size_t)d];
+    }
+    if (!hs->buf || (tm->cope && !hs->Et)) {
+        free(hs->buf);
+        free(hs->Et);
+        return bk_fail(err, BK_ERR_NOMEM, "attention %s: cannot allocate %zu bytes for the heads' keys and values "
+                       "transposed", what, bytes);
+    }
+    return BK_OK;
+}
+
+/* This thread's keys transposed (then values, when v is given), or NULL on the BLAS. */
+static float *heads_mine(const heads *hs, const float *k, const float *v, int T, int hd, int C3)
+{
+    if (!hs->buf)
+        return NULL;
+    float *kt = hs->buf + (size_t)omp_get_thread_num() * hs->per_thread;
+    transpose_head(kt, hs->ldt, k, T, hd, C3);
+    if (v)
+        transpose_head(kt + (size_t)hd * hs->ldt, hs->ldt, v, T, hd, C3);
+    return kt;
+}
+
+static void heads_free(heads *hs)
+{
+    free(hs->buf);
+    free(hs->Et);
+}
+
 /* Counted positions of row i (cope_math.h, bk_cope_row) from its scores a = q.k / sqrt(hd) before any term
  * is added and its logits against the position vectors (l): out[c] for the row's compact columns. */
 static inline BK_HOST_INLINE void counted_row(const float *a, int i, const block_keys *kb, const terms *tm,
@@ -192,6 +271,12 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
         free(scratch);
         return bk_fail(err, BK_ERR_NOMEM, "attention forward: cannot allocate the counted positions' scratch");
     }
+    heads hs;
+    if ((rc = heads_alloc(&hs, &tm, T, hd, 1, "forward", err)) != BK_OK) {
+        free(scratch);
+        free(cope_scratch);
+        return rc;
+    }
 
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
@@ -202,6 +287,7 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
         float *mine = scratch ? scratch + (size_t)omp_get_thread_num() * BK_ATT_BLOCK * (size_t)ld : NULL;
         float *cl = cope_scratch ? cope_scratch + (size_t)omp_get_thread_num() * cope_per_thread : NULL;
         float *counted = cl ? cl + (size_t)BK_ATT_BLOCK * (size_t)tm.cope_points : NULL;
+        const float *kt = heads_mine(&hs, k, NULL, T, hd, C3);
         for (int i0 = 0; i0 < T; i0 += BK_ATT_BLOCK) {
             const int i1 = i0 + BK_ATT_BLOCK < T ? i0 + BK_ATT_BLOCK : T, rows = i1 - i0;
             const block_keys kb = keys_of(i0, i1, &tm);
@@ -209,14 +295,14 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
             const int direct = probs && !masked;
             float *S = direct ? probs + ((size_t)bh * T + i0) * T : mine;
             const int width = direct ? T : kb.ns + kb.nw;
+            const float *qb = q + (size_t)i0 * C3;
             if (kb.ns)
-                bk_sgemm(CblasNoTrans, CblasTrans, rows, kb.ns, hd, scale, q + (size_t)i0 * C3, C3,
-                            k, C3, 0.0f, S, (int)ld);
-            bk_sgemm(CblasNoTrans, CblasTrans, rows, kb.nw, hd, scale, q + (size_t)i0 * C3, C3,
-                        k + (size_t)kb.first * C3, C3, 0.0f, S + kb.ns, (int)ld);
+                prod(&hs.pr, 0, 1, rows, kb.ns, hd, scale, qb, C3, k, C3, kt, hs.ldt, 0, S, ld);
+            prod(&hs.pr, 0, 1, rows, kb.nw, hd, scale, qb, C3, k + (size_t)kb.first * C3, C3,
+                 kt ? kt + kb.first : NULL, hs.ldt, 0, S + kb.ns, ld);
             if (cl) /* l = Q[i0:i1] E^T */
-                bk_sgemm(CblasNoTrans, CblasTrans, rows, tm.cope_points, hd, 1.0f,
-                            q + (size_t)i0 * C3, C3, tm.cope, hd, 0.0f, cl, tm.cope_points);
+                prod(&hs.pr, 0, 1, rows, tm.cope_points, hd, 1.0f, qb, C3, tm.cope, hd, hs.Et, tm.cope_points, 0,
+                     cl, tm.cope_points);
             for (int r = 0; r < rows; r++) {
                 if (cl)
                     counted_row(S + (size_t)r * ld, i0 + r, &kb, &tm, cl + (size_t)r * tm.cope_points, counted);
@@ -224,10 +310,9 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
             }
             float *o = out + ((size_t)b * T + i0) * C + (size_t)h * hd;
             if (kb.ns)
-                bk_sgemm(CblasNoTrans, CblasNoTrans, rows, hd, kb.ns, 1.0f, S, (int)ld, v, C3, 0.0f,
-                            o, C);
-            bk_sgemm(CblasNoTrans, CblasNoTrans, rows, hd, kb.nw, 1.0f, S + kb.ns, (int)ld,
-                        v + (size_t)kb.first * C3, C3, kb.ns ? 1.0f : 0.0f, o, C);
+                prod(&hs.pr, 0, 0, rows, hd, kb.ns, 1.0f, S, ld, v, C3, NULL, 0, 0, o, C);
+            prod(&hs.pr, 0, 0, rows, hd, kb.nw, 1.0f, S + kb.ns, ld, v + (size_t)kb.first * C3, C3, NULL, 0,
+                 kb.ns != 0, o, C);
             if (probs && masked)
                 for (int r = 0; r < rows; r++) {
                     float *dst = probs + ((size_t)bh * T + i0 + r) * T;
@@ -241,6 +326,7 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
     }
     free(scratch);
     free(cope_scratch);
+    heads_free(&hs);
     return BK_OK;
 }
 
@@ -395,6 +481,13 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                        "bias-gradient scratch",
                        dp_bytes, (size_t)B * H * slice * sizeof *acc);
     }
+    heads hs;
+    if ((rc = heads_alloc(&hs, &tm, T, hd, 2, "backward", err)) != BK_OK) {
+        free(scratch);
+        free(acc);
+        free(dE);
+        return rc;
+    }
 
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
@@ -412,6 +505,9 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
         for (int g = 0; g < n_grad; g++)
             gpos[g] = bias->positions[grad[g]] ? bias->positions[grad[g]] + (size_t)b * T : NULL;
         double *my_acc = acc ? acc + (size_t)bh * slice : NULL;
+        float *vt = NULL, *kt = heads_mine(&hs, k, v, T, hd, C3);
+        if (kt)
+            vt = kt + (size_t)hd * hs.ldt;
 
         for (int i0 = 0; i0 < T; i0 += BK_ATT_BLOCK) {
             const int i1 = i0 + BK_ATT_BLOCK < T ? i0 + BK_ATT_BLOCK : T, rows = i1 - i0;
@@ -421,20 +517,16 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
             const float *dO = dout + ((size_t)b * T + i0) * C + (size_t)h * hd;
             const float *qb = q + (size_t)i0 * C3, *kw = k + (size_t)first * C3, *vw = v + (size_t)first * C3;
             if (ns)
-                bk_sgemm(CblasNoTrans, CblasTrans, rows, ns, hd, 1.0f, dO, C, v, C3, 0.0f, dS,
-                            (int)ld);
-            bk_sgemm(CblasNoTrans, CblasTrans, rows, nw, hd, 1.0f, dO, C, vw, C3, 0.0f, dS + ns,
-                        (int)ld);
+                prod(&hs.pr, 0, 1, rows, ns, hd, 1.0f, dO, C, v, C3, vt, hs.ldt, 0, dS, ld);
+            prod(&hs.pr, 0, 1, rows, nw, hd, 1.0f, dO, C, vw, C3, vt ? vt + first : NULL, hs.ldt, 0, dS + ns, ld);
             if (A) {
                 if (ns)
-                    bk_sgemm(CblasNoTrans, CblasTrans, rows, ns, hd, scale, qb, C3, k, C3, 0.0f, A,
-                                (int)ld);
-                bk_sgemm(CblasNoTrans, CblasTrans, rows, nw, hd, scale, qb, C3, kw, C3, 0.0f,
-                            A + ns, (int)ld);
+                    prod(&hs.pr, 0, 1, rows, ns, hd, scale, qb, C3, k, C3, kt, hs.ldt, 0, A, ld);
+                prod(&hs.pr, 0, 1, rows, nw, hd, scale, qb, C3, kw, C3, kt ? kt + first : NULL, hs.ldt, 0, A + ns, ld);
             }
             if (cl) { /* l = Q[i0:i1] E^T as the forward had it; dl starts at 0 */
-                bk_sgemm(CblasNoTrans, CblasTrans, rows, (int)np, hd, 1.0f, qb, C3, tm.cope, hd,
-                            0.0f, cl, (int)np);
+                prod(&hs.pr, 0, 1, rows, (int)np, hd, 1.0f, qb, C3, tm.cope, hd, hs.Et, (ptrdiff_t)np, 0, cl,
+                     (ptrdiff_t)np);
                 memset(dcl, 0, (size_t)rows * np * sizeof *dcl);
             }
             for (int r = 0; r < rows; r++) {
@@ -493,25 +585,19 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                         row[c] += gates[c];
             }
             if (ns)
-                bk_sgemm(CblasTrans, CblasNoTrans, ns, hd, rows, 1.0f, P, T, dO, C, 1.0f, dv, C3);
-            bk_sgemm(CblasTrans, CblasNoTrans, nw, hd, rows, 1.0f, P + first, T, dO, C, 1.0f,
-                        dv + (size_t)first * C3, C3);
+                prod(&hs.pr, 1, 0, ns, hd, rows, 1.0f, P, T, dO, C, NULL, 0, 1, dv, C3);
+            prod(&hs.pr, 1, 0, nw, hd, rows, 1.0f, P + first, T, dO, C, NULL, 0, 1, dv + (size_t)first * C3, C3);
             if (ns)
-                bk_sgemm(CblasNoTrans, CblasNoTrans, rows, hd, ns, scale, dS, (int)ld, k, C3, 1.0f,
-                            dq + (size_t)i0 * C3, C3);
-            bk_sgemm(CblasNoTrans, CblasNoTrans, rows, hd, nw, scale, dS + ns, (int)ld, kw, C3,
-                        1.0f, dq + (size_t)i0 * C3, C3);
+                prod(&hs.pr, 0, 0, rows, hd, ns, scale, dS, ld, k, C3, NULL, 0, 1, dq + (size_t)i0 * C3, C3);
+            prod(&hs.pr, 0, 0, rows, hd, nw, scale, dS + ns, ld, kw, C3, NULL, 0, 1, dq + (size_t)i0 * C3, C3);
             if (ns)
-                bk_sgemm(CblasTrans, CblasNoTrans, ns, hd, rows, scale, dS, (int)ld, qb, C3, 1.0f,
-                            dk, C3);
-            bk_sgemm(CblasTrans, CblasNoTrans, nw, hd, rows, scale, dS + ns, (int)ld, qb, C3, 1.0f,
-                        dk + (size_t)first * C3, C3);
+                prod(&hs.pr, 1, 0, ns, hd, rows, scale, dS, ld, qb, C3, NULL, 0, 1, dk, C3);
+            prod(&hs.pr, 1, 0, nw, hd, rows, scale, dS + ns, ld, qb, C3, NULL, 0, 1, dk + (size_t)first * C3, C3);
             if (cl) { /* through l = Q E^T: dQ += dl E, dE += dl^T Q */
-                bk_sgemm(CblasNoTrans, CblasNoTrans, rows, hd, (int)np, 1.0f, dcl, (int)np, tm.cope,
-                            hd, 1.0f, dq + (size_t)i0 * C3, C3);
+                prod(&hs.pr, 0, 0, rows, hd, (int)np, 1.0f, dcl, (ptrdiff_t)np, tm.cope, hd, NULL, 0, 1,
+                     dq + (size_t)i0 * C3, C3);
                 if (my_dE)
-                    bk_sgemm(CblasTrans, CblasNoTrans, (int)np, hd, rows, 1.0f, dcl, (int)np, qb, C3,
-                                1.0f, my_dE, hd);
+                    prod(&hs.pr, 1, 0, (int)np, hd, rows, 1.0f, dcl, (ptrdiff_t)np, qb, C3, NULL, 0, 1, my_dE, hd);
             }
         }
     }
@@ -530,5 +616,6 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
     free(scratch);
     free(acc);
     free(dE);
+    heads_free(&hs);
     return BK_OK;
 }

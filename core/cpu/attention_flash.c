@@ -102,22 +102,6 @@ static inline int next_tile(const block_keys *kb, int i1, int *j0, int *j1)
     return 1;
 }
 
-/* Row stride of a head's keys transposed: T rounded up to 16 floats, plus 16, so that the hd rows a tile
- * product reads do not share a few cache sets (at T = 4096 an unpadded stride of 16 KiB would). */
-static size_t transposed_ld(int T)
-{
-    return ((size_t)T + 15) / 16 * 16 + 16;
-}
-
-/* t[d * ld + j] = x[j * C3 + d]: a head's keys (or values) transposed, so that a tile of them is the rows
- * of the tile product's B (tile_gemm.h). */
-static void transpose_head(float *t, size_t ld, const float *x, int T, int hd, int C3)
-{
-    for (int j = 0; j < T; j++)
-        for (int d = 0; d < hd; d++)
-            t[(size_t)d * ld + j] = x[(size_t)j * C3 + d];
-}
-
 static int refuse_counted(const bk_attention_bias *bias, const char *what, bk_error *err)
 {
     if (bias && bias->cope)

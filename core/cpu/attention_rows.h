@@ -100,6 +100,30 @@ static inline int64_t block_width(const terms *tm, int T)
     return w < T ? w : T;
 }
 
+/* Row stride of a head's keys (or values) transposed: T rounded up to 16 floats, plus 16, so that the hd
+ * rows a tile product reads do not share a few cache sets (at T = 4096 an unpadded stride of 16 KiB
+ * would). */
+static inline size_t transposed_ld(int T)
+{
+    return ((size_t)T + 15) / 16 * 16 + 16;
+}
+
+/* t[d * ld + j] = x[j * C3 + d]: a head's keys (or values) transposed, so that a run of them is the rows
+ * of a tile product's B (cpu/tile_gemm.h). */
+static inline void transpose_head(float *t, size_t ld, const float *x, int T, int hd, int C3)
+{
+    enum { ROWS = 16 }; /* keys per pass: each of t's rows receives a run of 16 floats, one cache line */
+    for (int j0 = 0; j0 < T; j0 += ROWS) {
+        const int n = T - j0 < ROWS ? T - j0 : ROWS;
+        const float *src = x + (size_t)j0 * C3;
+        for (int d = 0; d < hd; d++) {
+            float *dst = t + (size_t)d * ld + j0;
+            for (int r = 0; r < n; r++)
+                dst[r] = src[(size_t)r * C3 + d];
+        }
+    }
+}
+
 /* Shapes; the ABI 2 fields; and every distance p_s(i) - p_s(j) of a visible pair inside [0, distances)
  * (attention.c). span[s]: 1 + the largest distance met on stream s (0 without a table). */
 int bk_attention_check_args(const bk_attention_bias *bias, int B, int T, int C, int H,

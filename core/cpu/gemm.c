@@ -59,10 +59,15 @@ int bk_gemm_check_env(char *msg, size_t msg_size) {
     return 0;
 }
 
-static int choose(void) {
-    const int best = bk_tile_gemm_best_cached();
+/* the kernels BIASKIT_GEMM names, when it names some this CPU runs; -2 otherwise (auto) */
+static int asked(int best) {
     const int want = parse_env(getenv(BK_GEMM_ENV));
-    if (want == BK_GEMM_BLAS || (want >= 0 && want <= best))
+    return want == BK_GEMM_BLAS || (want >= 0 && want <= best) ? want : -2;
+}
+
+static int choose(void) {
+    const int best = bk_tile_gemm_best_cached(), want = asked(best);
+    if (want != -2)
         return want;
     /* auto (and, when nobody checked the variable first, a value this CPU cannot run): the engine's
      * kernels where they are wider than the BLAS's, the BLAS otherwise (OpenBLAS's own AVX-512 kernels
@@ -72,29 +77,57 @@ static int choose(void) {
     return bits > 0 && blas_bits > 0 && bits > blas_bits ? best : BK_GEMM_BLAS;
 }
 
-int bk_gemm_kernels(void) {
-    static _Atomic int chosen = -100; /* asked once per process; every thread finds the same answer */
-    int v = atomic_load_explicit(&chosen, memory_order_relaxed);
+/* a choice made once per process: every thread finds the same answer */
+static int once(_Atomic int *slot, int (*how)(void)) {
+    int v = atomic_load_explicit(slot, memory_order_relaxed);
     if (v == -100) {
-        v = choose();
-        atomic_store_explicit(&chosen, v, memory_order_relaxed);
+        v = how();
+        atomic_store_explicit(slot, v, memory_order_relaxed);
     }
     return v;
 }
 
+int bk_gemm_kernels(void) {
+    static _Atomic int chosen = -100;
+    return once(&chosen, choose);
+}
+
 const char *bk_gemm_kernels_name(void) { return bk_gemm_kernels_label(bk_gemm_kernels()); }
+
+/* auto: the engine's kernels wherever they are vector kernels (gemm.h) */
+static int choose_attention(void) {
+    const int best = bk_tile_gemm_best_cached(), want = asked(best);
+    if (want != -2)
+        return want;
+    return best > BK_TILE_GEMM_PLAIN ? best : BK_GEMM_BLAS;
+}
+
+int bk_gemm_attention_kernels(void) {
+    static _Atomic int chosen = -100;
+    return once(&chosen, choose_attention);
+}
+
+const char *bk_gemm_attention_name(void) { return bk_gemm_kernels_label(bk_gemm_attention_kernels()); }
+
+/* "the BLAS (BIASKIT_GEMM=...)" or "the engine's ... kernels (BIASKIT_GEMM=...)"; why_blas: what auto's
+ * choice of the BLAS means */
+static const char *describe(char *text, size_t size, int k, const char *why_blas) {
+    const char *v = getenv(BK_GEMM_ENV);
+    if (k == BK_GEMM_BLAS)
+        snprintf(text, size, "the BLAS (%s=%s)", BK_GEMM_ENV, v && *v ? v : why_blas);
+    else
+        snprintf(text, size, "the engine's %s kernels (%s=%s)", kernel_names[k], BK_GEMM_ENV, v && *v ? v : "auto");
+    return text;
+}
 
 const char *bk_gemm_describe(void) {
     static char text[160];
-    const char *v = getenv(BK_GEMM_ENV);
-    const int k = bk_gemm_kernels();
-    if (k == BK_GEMM_BLAS)
-        snprintf(text, sizeof text, "the BLAS (%s=%s)", BK_GEMM_ENV,
-                 v && *v ? v : "auto: the BLAS's kernels are as wide as the engine's");
-    else
-        snprintf(text, sizeof text, "the engine's %s kernels (%s=%s)", kernel_names[k], BK_GEMM_ENV,
-                 v && *v ? v : "auto");
-    return text;
+    return describe(text, sizeof text, bk_gemm_kernels(), "auto: the BLAS's kernels are as wide as the engine's");
+}
+
+const char *bk_gemm_attention_describe(void) {
+    static char text[160];
+    return describe(text, sizeof text, bk_gemm_attention_kernels(), "auto: this CPU has neither AVX2 nor AVX-512");
 }
 
 /* ---- the product ---- */

@@ -41,6 +41,14 @@ enum { BK_GEMM_BLAS = -1 };
 int bk_gemm_kernels(void);
 /* "avx512", "avx2", "plain" or "blas" */
 const char *bk_gemm_kernels_name(void);
+/* The kernels of the blocked attention's per-head products (cpu/attention.c; the flash-style kernel always
+ * runs the engine's): BIASKIT_GEMM's when it names kernels (the BLAS for "blas"), else (auto) the engine's
+ * widest where the CPU has AVX2 or AVX-512, the BLAS on older CPUs. Unlike the linear layers, auto does not
+ * keep an AVX-512 BLAS here: at these shapes (64 query rows, one dimension the head size) a BLAS packs and
+ * writes back as much as it multiplies, and the engine's kernels ran them faster than OpenBLAS's of the same
+ * width (docs/performance.md). */
+int bk_gemm_attention_kernels(void);
+const char *bk_gemm_attention_name(void);
 /* the name of given kernels, and the kernels of a name (-3 when it is none of those four) */
 const char *bk_gemm_kernels_label(int kernels);
 int bk_gemm_kernels_parse(const char *name);
@@ -48,8 +56,10 @@ int bk_gemm_kernels_parse(const char *name);
  * returns 0, or -1 when this CPU cannot run them (the tests compare the variants) */
 int bk_gemm_with(int kernels, int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda,
                  const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc);
-/* "the engine's avx512 kernels (BIASKIT_GEMM unset: auto)" and the like, for banners */
+/* "the engine's avx512 kernels (BIASKIT_GEMM=auto)" and the like, for banners: the linear layers' kernels,
+ * and the attention products' */
 const char *bk_gemm_describe(void);
+const char *bk_gemm_attention_describe(void);
 /* Checks BIASKIT_GEMM: 0 when it is unset or one of the values above that this CPU runs; -1 with a
  * message naming the variable, its value and what was expected (the CLI calls it first, so a bad value
  * stops a run instead of being ignored). */

@@ -465,7 +465,8 @@ setup_done:
     fprintf(out, "device: %s%s%s\n", lm.be ? lm.be->description : "cpu", lm.device_note[0] ? "; " : "",
             lm.device_note);
     if (!lm.be || !lm.be->on_device) /* the CPU's products: which library and kernels */
-        fprintf(out, "blas: %s; linear layers: %s\n", bk_blas_describe(), bk_gemm_describe());
+        fprintf(out, "blas: %s; linear layers: %s; attention products: %s\n", bk_blas_describe(), bk_gemm_describe(),
+                bk_gemm_attention_describe());
     /* what the model keeps on its backend: a training forward's activations and their gradients, and
      * four floats per parameter (value, gradient, AdamW's two moments; with bf16 storage a bf16 copy) */
     const int copies = bk_gpt_parameter_bytes(&lm.gpt) > lm.gpt.n_params * 4 * sizeof(float);
