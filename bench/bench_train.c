@@ -348,10 +348,10 @@ static int replica_pass(replica *r, const int32_t *in, const int32_t *tg, timers
 
     /* backward */
     tm->bwd = 1;
-    /* gpt.c zeroes all but the att, logits and probs slots */
+    /* gpt.c zeroes all but the att, logits and probs slots, through the backend (threads share it out) */
     TIMED(tm, CAT_MEMSET, {
-        memset(d->encoded, 0, (size_t)(d->att - d->encoded) * sizeof(float));
-        memset(d->attproj, 0, (size_t)(d->logits - d->attproj) * sizeof(float));
+        m->be->zero(m->be, d->encoded, (size_t)(d->att - d->encoded) * sizeof(float), err);
+        m->be->zero(m->be, d->attproj, (size_t)(d->logits - d->attproj) * sizeof(float), err);
     });
     const int32_t D = m->bias ? m->bias->distances : 0;
     const int have_terms = m->bias && m->bias->set->n;
