@@ -206,7 +206,8 @@ static void run_size(const size_spec *s)
                        "ms=%.4f gflops=%.1f\n",
                        s->name, lin[l].name, p[k].pass, trans_name(p[k].ta ? CblasTrans : CblasNoTrans,
                                                                    p[k].tb ? CblasTrans : CblasNoTrans),
-                       p[k].M, p[k].Nn, p[k].K, lin[l].count, bk_gemm_kernels_label(kernels[v]), 1e3 * t[v], fl / t[v] * 1e-9);
+                       p[k].M, p[k].Nn, p[k].K, lin[l].count, bk_gemm_kernels_label(kernels[v]), 1e3 * t[v],
+                       fl / t[v] * 1e-9);
                 linear_ms[v] += 1e3 * t[v] * lin[l].count;
             }
             linear_flops += fl * lin[l].count;

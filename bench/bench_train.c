@@ -739,7 +739,8 @@ int main(int argc, char **argv)
     printf("RESULT name=%s tokens_per_s=%.1f ms_per_step=%.3f attention_frac=%.4f matmul_frac=%.4f other_frac=%.4f "
            "layernorm_frac=%.4f gelu_frac=%.4f residual_frac=%.4f xent_frac=%.4f embedding_frac=%.4f "
            "memset_frac=%.4f median_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f threads=%d model_gflops=%.2f "
-           "sgemm_gflops=%.2f mfu_frac=%.4f engine=biaskit mode=train attention=%s blas=%s core=%s gemm=%s att_gemm=%s\n",
+           "sgemm_gflops=%.2f mfu_frac=%.4f engine=biaskit mode=train attention=%s blas=%s core=%s gemm=%s "
+           "att_gemm=%s\n",
            name, tok_s, 1e3 * step_s, frac[CAT_ATTN], frac[CAT_MATMUL] + frac[CAT_HEAD], other,
            frac[CAT_LAYERNORM], frac[CAT_GELU], frac[CAT_RESIDUAL], frac[CAT_XENT], frac[CAT_ENCODER],
            frac[CAT_MEMSET], 1e3 * step_med, 1e3 * ph.fwd / n, 1e3 * ph.bwd / n,

@@ -4,8 +4,9 @@
  * and all together; the mask's edge cases (window 1, a window that hides nothing, sinks beyond the
  * window, blocks of 64 rows cut by the window); bit-for-bit properties (forward-only = probs-saving
  * forward, thread-count independence, the AVX2 copy = the baseline build, masked probabilities exactly
- * 0, the same outputs whichever width of the engine's kernels runs the per-head products); terms of masked keys never read; argument errors; and the reference's own ABI 2 gradients by
- * central differences.
+ * 0, the same outputs whichever width of the engine's kernels runs the per-head products); terms of
+ * masked keys never read; argument errors; and the reference's own ABI 2 gradients by central
+ * differences.
  *
  * Tolerances: each comparison takes the largest |cpu - ref| over an array relative to the largest
  * |ref| of that array (ref including the start value for the accumulated gradients). Measured on

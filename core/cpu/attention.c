@@ -136,37 +136,33 @@ int bk_attention_check_args(const bk_attention_bias *bias, int B, int T, int C, 
  *     C = alpha op(A) op(B), or C + that (accumulate)
  * op(A) = A (M x K, lda) or, transA, A^T (A stored K x M); op(B) = B (K x N, ldb) or, transB, B^T with B
  * stored N x K (ldb) for the BLAS and given transposed, K x N (Bt, ldbt), for the engine's kernels. */
-typedef struct products {
-    int kernels; /* BK_GEMM_BLAS or a BK_TILE_GEMM_* variant */
-} products;
-
-static void prod(const products *pr, int transA, int transB, int M, int N, int K, float alpha, const float *A,
+static void prod(int kernels, int transA, int transB, int M, int N, int K, float alpha, const float *A,
                  ptrdiff_t lda, const float *B, ptrdiff_t ldb, const float *Bt, ptrdiff_t ldbt, int accumulate,
                  float *C, ptrdiff_t ldc)
 {
-    if (pr->kernels == BK_GEMM_BLAS)
+    if (kernels == BK_GEMM_BLAS)
         bk_sgemm(transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, (int)lda,
                  B, (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
     else
-        bk_tile_gemm_span(pr->kernels, M, N, K, A, transA ? 1 : lda, transA ? lda : 1, transB ? Bt : B,
+        bk_tile_gemm_span(kernels, M, N, K, A, transA ? 1 : lda, transA ? lda : 1, transB ? Bt : B,
                           transB ? ldbt : ldb, NULL, NULL, 0, alpha, accumulate, C, ldc);
 }
 
 /* The products' kernels and, for the engine's, per thread a head's keys (and, backward, values) transposed
  * (hd x ldt each), and counted positions' vectors transposed (Et: hd x cope_points). */
 typedef struct heads {
-    products pr;
+    int kernels; /* BK_GEMM_BLAS or a BK_TILE_GEMM_* variant */
     size_t ldt, per_thread;
     float *buf, *Et;
 } heads;
 
 static int heads_alloc(heads *hs, const terms *tm, int T, int hd, int count, const char *what, bk_error *err)
 {
-    hs->pr.kernels = bk_gemm_attention_kernels();
+    hs->kernels = bk_gemm_attention_kernels();
     hs->ldt = transposed_ld(T);
     hs->per_thread = (size_t)count * (size_t)hd * hs->ldt;
     hs->buf = hs->Et = NULL;
-    if (hs->pr.kernels == BK_GEMM_BLAS)
+    if (hs->kernels == BK_GEMM_BLAS)
         return BK_OK;
     const size_t bytes = (size_t)omp_get_max_threads() * hs->per_thread * sizeof(float);
     hs->buf = malloc(bytes);
@@ -297,11 +293,11 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
             const int width = direct ? T : kb.ns + kb.nw;
             const float *qb = q + (size_t)i0 * C3;
             if (kb.ns)
-                prod(&hs.pr, 0, 1, rows, kb.ns, hd, scale, qb, C3, k, C3, kt, hs.ldt, 0, S, ld);
-            prod(&hs.pr, 0, 1, rows, kb.nw, hd, scale, qb, C3, k + (size_t)kb.first * C3, C3,
+                prod(hs.kernels, 0, 1, rows, kb.ns, hd, scale, qb, C3, k, C3, kt, hs.ldt, 0, S, ld);
+            prod(hs.kernels, 0, 1, rows, kb.nw, hd, scale, qb, C3, k + (size_t)kb.first * C3, C3,
                  kt ? kt + kb.first : NULL, hs.ldt, 0, S + kb.ns, ld);
             if (cl) /* l = Q[i0:i1] E^T */
-                prod(&hs.pr, 0, 1, rows, tm.cope_points, hd, 1.0f, qb, C3, tm.cope, hd, hs.Et, tm.cope_points, 0,
+                prod(hs.kernels, 0, 1, rows, tm.cope_points, hd, 1.0f, qb, C3, tm.cope, hd, hs.Et, tm.cope_points, 0,
                      cl, tm.cope_points);
             for (int r = 0; r < rows; r++) {
                 if (cl)
@@ -310,8 +306,8 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
             }
             float *o = out + ((size_t)b * T + i0) * C + (size_t)h * hd;
             if (kb.ns)
-                prod(&hs.pr, 0, 0, rows, hd, kb.ns, 1.0f, S, ld, v, C3, NULL, 0, 0, o, C);
-            prod(&hs.pr, 0, 0, rows, hd, kb.nw, 1.0f, S + kb.ns, ld, v + (size_t)kb.first * C3, C3, NULL, 0,
+                prod(hs.kernels, 0, 0, rows, hd, kb.ns, 1.0f, S, ld, v, C3, NULL, 0, 0, o, C);
+            prod(hs.kernels, 0, 0, rows, hd, kb.nw, 1.0f, S + kb.ns, ld, v + (size_t)kb.first * C3, C3, NULL, 0,
                  kb.ns != 0, o, C);
             if (probs && masked)
                 for (int r = 0; r < rows; r++) {
@@ -517,15 +513,16 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
             const float *dO = dout + ((size_t)b * T + i0) * C + (size_t)h * hd;
             const float *qb = q + (size_t)i0 * C3, *kw = k + (size_t)first * C3, *vw = v + (size_t)first * C3;
             if (ns)
-                prod(&hs.pr, 0, 1, rows, ns, hd, 1.0f, dO, C, v, C3, vt, hs.ldt, 0, dS, ld);
-            prod(&hs.pr, 0, 1, rows, nw, hd, 1.0f, dO, C, vw, C3, vt ? vt + first : NULL, hs.ldt, 0, dS + ns, ld);
+                prod(hs.kernels, 0, 1, rows, ns, hd, 1.0f, dO, C, v, C3, vt, hs.ldt, 0, dS, ld);
+            prod(hs.kernels, 0, 1, rows, nw, hd, 1.0f, dO, C, vw, C3, vt ? vt + first : NULL, hs.ldt, 0, dS + ns, ld);
             if (A) {
                 if (ns)
-                    prod(&hs.pr, 0, 1, rows, ns, hd, scale, qb, C3, k, C3, kt, hs.ldt, 0, A, ld);
-                prod(&hs.pr, 0, 1, rows, nw, hd, scale, qb, C3, kw, C3, kt ? kt + first : NULL, hs.ldt, 0, A + ns, ld);
+                    prod(hs.kernels, 0, 1, rows, ns, hd, scale, qb, C3, k, C3, kt, hs.ldt, 0, A, ld);
+                prod(hs.kernels, 0, 1, rows, nw, hd, scale, qb, C3, kw, C3, kt ? kt + first : NULL, hs.ldt, 0,
+                     A + ns, ld);
             }
             if (cl) { /* l = Q[i0:i1] E^T as the forward had it; dl starts at 0 */
-                prod(&hs.pr, 0, 1, rows, (int)np, hd, 1.0f, qb, C3, tm.cope, hd, hs.Et, (ptrdiff_t)np, 0, cl,
+                prod(hs.kernels, 0, 1, rows, (int)np, hd, 1.0f, qb, C3, tm.cope, hd, hs.Et, (ptrdiff_t)np, 0, cl,
                      (ptrdiff_t)np);
                 memset(dcl, 0, (size_t)rows * np * sizeof *dcl);
             }
@@ -585,19 +582,19 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                         row[c] += gates[c];
             }
             if (ns)
-                prod(&hs.pr, 1, 0, ns, hd, rows, 1.0f, P, T, dO, C, NULL, 0, 1, dv, C3);
-            prod(&hs.pr, 1, 0, nw, hd, rows, 1.0f, P + first, T, dO, C, NULL, 0, 1, dv + (size_t)first * C3, C3);
+                prod(hs.kernels, 1, 0, ns, hd, rows, 1.0f, P, T, dO, C, NULL, 0, 1, dv, C3);
+            prod(hs.kernels, 1, 0, nw, hd, rows, 1.0f, P + first, T, dO, C, NULL, 0, 1, dv + (size_t)first * C3, C3);
             if (ns)
-                prod(&hs.pr, 0, 0, rows, hd, ns, scale, dS, ld, k, C3, NULL, 0, 1, dq + (size_t)i0 * C3, C3);
-            prod(&hs.pr, 0, 0, rows, hd, nw, scale, dS + ns, ld, kw, C3, NULL, 0, 1, dq + (size_t)i0 * C3, C3);
+                prod(hs.kernels, 0, 0, rows, hd, ns, scale, dS, ld, k, C3, NULL, 0, 1, dq + (size_t)i0 * C3, C3);
+            prod(hs.kernels, 0, 0, rows, hd, nw, scale, dS + ns, ld, kw, C3, NULL, 0, 1, dq + (size_t)i0 * C3, C3);
             if (ns)
-                prod(&hs.pr, 1, 0, ns, hd, rows, scale, dS, ld, qb, C3, NULL, 0, 1, dk, C3);
-            prod(&hs.pr, 1, 0, nw, hd, rows, scale, dS + ns, ld, qb, C3, NULL, 0, 1, dk + (size_t)first * C3, C3);
+                prod(hs.kernels, 1, 0, ns, hd, rows, scale, dS, ld, qb, C3, NULL, 0, 1, dk, C3);
+            prod(hs.kernels, 1, 0, nw, hd, rows, scale, dS + ns, ld, qb, C3, NULL, 0, 1, dk + (size_t)first * C3, C3);
             if (cl) { /* through l = Q E^T: dQ += dl E, dE += dl^T Q */
-                prod(&hs.pr, 0, 0, rows, hd, (int)np, 1.0f, dcl, (ptrdiff_t)np, tm.cope, hd, NULL, 0, 1,
+                prod(hs.kernels, 0, 0, rows, hd, (int)np, 1.0f, dcl, (ptrdiff_t)np, tm.cope, hd, NULL, 0, 1,
                      dq + (size_t)i0 * C3, C3);
                 if (my_dE)
-                    prod(&hs.pr, 1, 0, (int)np, hd, rows, 1.0f, dcl, (ptrdiff_t)np, qb, C3, NULL, 0, 1, my_dE, hd);
+                    prod(hs.kernels, 1, 0, (int)np, hd, rows, 1.0f, dcl, (ptrdiff_t)np, qb, C3, NULL, 0, 1, my_dE, hd);
             }
         }
     }

@@ -39,14 +39,15 @@ static int cpu_copy(bk_backend *be, void *dst, const void *src, size_t bytes, bk
 }
 
 /* Pieces of a large zeroing shared out over the threads: a step's activation gradients (hundreds of MiB)
- * are zeroed faster by every core than by one. */
+ * are zeroed faster by every core than by one; below CPU_ZERO_SHARED_FROM pieces one memset. */
 #define CPU_ZERO_PIECE ((size_t)1 << 20)
+#define CPU_ZERO_SHARED_FROM 4
 
 static int cpu_zero(bk_backend *be, void *ptr, size_t bytes, bk_error *err)
 {
     (void)be, (void)err;
     const size_t pieces = (bytes + CPU_ZERO_PIECE - 1) / CPU_ZERO_PIECE;
-    if (pieces < 4 || omp_in_parallel()) {
+    if (pieces < CPU_ZERO_SHARED_FROM || omp_in_parallel()) {
         if (bytes)
             memset(ptr, 0, bytes);
         return BK_OK;
