@@ -3,7 +3,7 @@
  * (dqkv, dtable, dgrid, dphi, drscale, dscale, each accumulated into a nonzero start), every term alone
  * and all together; the mask's edge cases (window 1, a window that hides nothing, sinks beyond the
  * window, blocks of 64 rows cut by the window); bit-for-bit properties (forward-only = probs-saving
- * forward, thread-count independence, the AVX2 copy = the baseline build, masked probabilities exactly
+ * forward, thread-count independence, the vector copies = the baseline build, masked probabilities exactly
  * 0, the same outputs whichever width of the engine's kernels runs the per-head products); terms of
  * masked keys never read; argument errors; and the reference's own ABI 2 gradients by central
  * differences.
@@ -39,6 +39,12 @@
 int base_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
                            int C, int H, bk_error *err);
 int base_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
+                            const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
+                            bk_error *err);
+/* ... and for AVX2 alone (host_clones_avx2_attention.c) */
+int avx2_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
+                           int C, int H, bk_error *err);
+int avx2_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
                             const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
                             bk_error *err);
 
@@ -337,16 +343,24 @@ static spec every_term(int masked)
     return sp;
 }
 
-/* The AVX2 copy of the attention (model/host_simd.h: where the CPU has AVX2) and the baseline x86-64
- * build compute the same bits with every term, masked and not. */
-static void avx2_and_baseline_same_bits(void **state)
+/* The vector copy of the attention the CPU picks (model/host_simd.h: AVX-512F, AVX2 or baseline), an
+ * AVX2-only build (where the CPU has AVX2) and the baseline x86-64 build compute the same bits with every
+ * term, masked and not. */
+static void vector_copies_and_baseline_same_bits(void **state)
 {
     (void)state;
     for (int masked = 1; masked >= 0; masked--) {
         problem pb = make_problem(every_term(masked), 65);
         run fast = cpu_run(&pb);
         run base = cpu_run_with(&pb, base_attention_forward, base_attention_backward);
-        expect_same_bits(masked ? "AVX2 and baseline, masked" : "AVX2 and baseline", &fast, &base);
+        expect_same_bits(masked ? "the CPU's copy and baseline, masked" : "the CPU's copy and baseline", &fast, &base);
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (__builtin_cpu_supports("avx2")) {
+            run avx2 = cpu_run_with(&pb, avx2_attention_forward, avx2_attention_backward);
+            expect_same_bits(masked ? "AVX2 and baseline, masked" : "AVX2 and baseline", &avx2, &base);
+            run_free(&avx2);
+        }
+#endif
         run_free(&fast), run_free(&base);
         free_problem(&pb);
     }
@@ -628,7 +642,7 @@ int main(void)
         cmocka_unit_test(window_one),
         cmocka_unit_test(mask_hiding_nothing),
         cmocka_unit_test(independent_of_thread_count),
-        cmocka_unit_test(avx2_and_baseline_same_bits),
+        cmocka_unit_test(vector_copies_and_baseline_same_bits),
         cmocka_unit_test(masked_terms_never_read),
         cmocka_unit_test(argument_errors),
         cmocka_unit_test(finite_differences),

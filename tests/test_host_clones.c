@@ -1,10 +1,12 @@
-/* The host layers' AVX2 copies compute the same bits as their baseline x86-64 copies
- * (model/host_simd.h). The library's functions are whichever copy the loader picked for this CPU
- * (the AVX2 one where it has AVX2); the base_* functions are the same sources built again without
- * BK_HOST_CLONES (host_clones_base*.c). Every output is compared bit for bit on pseudo-random inputs
- * of sizes that leave tails after the 8 lanes and the vector widths: LayerNorm, matmul bias and bias
- * gradient, GELU, residual, cross-entropy, attention with one and two streams, AdamW and scale.
- * Where the CPU has no AVX2, both sides run the baseline code and the test says so. */
+/* The host layers' vector copies compute the same bits as their baseline x86-64 copies
+ * (model/host_simd.h). Three builds of the same sources: the library's functions (whichever copy the
+ * loader picked for this CPU: AVX-512F, AVX2 or baseline), the base_* functions (built again without
+ * BK_HOST_CLONES, host_clones_base*.c) and the avx2_* functions (built for AVX2 alone,
+ * host_clones_avx2*.c, run where the CPU has AVX2), so that the AVX2 copy is checked also on a CPU
+ * whose loader picks the AVX-512 one. The library's copy and the AVX2 build are each compared with the
+ * baseline bit for bit on pseudo-random inputs of sizes that leave tails after the 8 lanes and both
+ * vector widths: LayerNorm, matmul bias and bias gradient, GELU, residual, cross-entropy, attention
+ * with one and two streams, AdamW and scale. */
 #include "test_util.h"
 #include "test_floats.h"
 
@@ -38,29 +40,94 @@ int base_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], c
                             const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
                             bk_error *err);
 bk_backend *base_backend_cpu(void);
+void avx2_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int N, int C);
+void avx2_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int N, int C);
+void avx2_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
+void avx2_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, int N, int C, int OC);
+void avx2_gelu_forward(float *out, const float *inp, size_t n);
+void avx2_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void avx2_residual_forward(float *out, const float *a, const float *b, size_t n);
+void avx2_residual_backward(float *da, float *db, const float *dout, size_t n);
+void avx2_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N,
+                               int V);
+void avx2_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
+                                int V);
+int avx2_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
+                           int C, int H, bk_error *err);
+int avx2_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
+                            const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
+                            bk_error *err);
+bk_backend *avx2_backend_cpu(void);
+
+/* One build of the functions compared with the baseline (base_*): the library's (bk_*), AVX2 alone (avx2_*). */
+typedef struct {
+    const char *name;
+    void (*layernorm_forward)(float *, float *, float *, const float *, const float *, const float *, int, int);
+    void (*layernorm_backward)(float *, float *, float *, const float *, const float *, const float *, const float *,
+                               const float *, int, int);
+    void (*matmul_forward)(float *, const float *, const float *, const float *, int, int, int);
+    void (*matmul_backward)(float *, float *, float *, const float *, const float *, const float *, int, int, int);
+    void (*gelu_forward)(float *, const float *, size_t);
+    void (*gelu_backward)(float *, const float *, const float *, size_t);
+    void (*residual_forward)(float *, const float *, const float *, size_t);
+    void (*residual_backward)(float *, float *, const float *, size_t);
+    void (*crossentropy_forward)(float *, float *, const float *, const int32_t *, int, int);
+    void (*crossentropy_backward)(float *, const float *, const int32_t *, float, int, int);
+    int (*attention_forward)(float *, float *, const float *, const bk_attention_bias *, int, int, int, int,
+                             bk_error *);
+    int (*attention_backward)(float *, float *const[BK_STREAM_COUNT], const float *, const float *, const float *,
+                              const bk_attention_bias *, int, int, int, int, bk_error *);
+    bk_backend *(*backend)(void);
+} build;
+
+#define BUILD(prefix, label)                                                                                         \
+    {                                                                                                                \
+        label, prefix##layernorm_forward, prefix##layernorm_backward, prefix##matmul_forward,                        \
+            prefix##matmul_backward, prefix##gelu_forward, prefix##gelu_backward, prefix##residual_forward,          \
+            prefix##residual_backward, prefix##crossentropy_forward, prefix##crossentropy_backward,                  \
+            prefix##attention_forward, prefix##attention_backward, prefix##backend_cpu                               \
+    }
+static const build LIBRARY = BUILD(bk_, "the library's copy"), AVX2 = BUILD(avx2_, "the AVX2 build");
+
+/* The builds compared with the baseline on this CPU: the library's, and the AVX2 one where the CPU has AVX2. */
+static int compared(const build *out[2])
+{
+    int n = 0;
+    out[n++] = &LIBRARY;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2"))
+        out[n++] = &AVX2;
+#endif
+    return n;
+}
+
+/* the build being compared with the baseline (in failure messages) */
+static const build *current;
 
 static void expect_same_bits(const char *what, int size, const float *a, const float *b, size_t n)
 {
     for (size_t k = 0; k < n; k++)
         if (memcmp(&a[k], &b[k], sizeof *a))
-            fail_msg("%s (size %d): element %zu differs between the two copies: %.9g vs %.9g", what, size, k,
-                     (double)a[k], (double)b[k]);
+            fail_msg("%s (size %d): element %zu differs between %s and the baseline: %.9g vs %.9g", what, size, k,
+                     current->name, (double)a[k], (double)b[k]);
 }
 
 static int setup(void **state)
 {
     (void)state;
 #if defined(__x86_64__) && defined(__GNUC__)
-    print_message("this CPU %s AVX2: the library runs its %s copies\n",
-                  __builtin_cpu_supports("avx2") ? "has" : "has no",
-                  __builtin_cpu_supports("avx2") ? "AVX2" : "baseline");
+    const char *picked = __builtin_cpu_supports("avx512f") ? "AVX-512F" : __builtin_cpu_supports("avx2") ? "AVX2" : "baseline";
+    print_message("the library runs its %s copies on this CPU; the AVX2 build is %s\n", picked,
+                  __builtin_cpu_supports("avx2") ? "compared too" : "not run (no AVX2)");
 #endif
     return 0;
 }
 
-static void layernorm_same_bits(void **state)
+static void layernorm_same_bits_in(const build *it)
 {
-    (void)state;
     const int sizes[] = {1, 7, 8, 64, 130, 256};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         const int C = sizes[s], N = 37;
@@ -74,12 +141,12 @@ static void layernorm_same_bits(void **state)
         float *dx1 = normal_floats(&r, n, 1.0), *dx2 = copy_floats(dx1, n);
         float *dw1 = calloc((size_t)C, sizeof(float)), *dw2 = calloc((size_t)C, sizeof(float));
         float *db1 = calloc((size_t)C, sizeof(float)), *db2 = calloc((size_t)C, sizeof(float));
-        bk_layernorm_forward(y1, m1, s1, x, w, b, N, C);
+        it->layernorm_forward(y1, m1, s1, x, w, b, N, C);
         base_layernorm_forward(y2, m2, s2, x, w, b, N, C);
         expect_same_bits("layernorm forward out", C, y1, y2, n);
         expect_same_bits("layernorm forward mean", C, m1, m2, (size_t)N);
         expect_same_bits("layernorm forward rstd", C, s1, s2, (size_t)N);
-        bk_layernorm_backward(dx1, dw1, db1, dy, x, w, m1, s1, N, C);
+        it->layernorm_backward(dx1, dw1, db1, dy, x, w, m1, s1, N, C);
         base_layernorm_backward(dx2, dw2, db2, dy, x, w, m1, s1, N, C);
         expect_same_bits("layernorm backward dinp", C, dx1, dx2, n);
         expect_same_bits("layernorm backward dweight", C, dw1, dw2, (size_t)C);
@@ -89,9 +156,18 @@ static void layernorm_same_bits(void **state)
     }
 }
 
-static void matmul_same_bits(void **state)
+static void layernorm_same_bits(void **state)
 {
     (void)state;
+    const build *builds[2];
+    for (int k = compared(builds); k-- > 0;) {
+        current = builds[k];
+        layernorm_same_bits_in(current);
+    }
+}
+
+static void matmul_same_bits_in(const build *it)
+{
     const int N = 45, C = 19, OCs[] = {1, 13, 70};
     for (size_t s = 0; s < sizeof OCs / sizeof OCs[0]; s++) {
         const int OC = OCs[s];
@@ -102,10 +178,10 @@ static void matmul_same_bits(void **state)
         float *dx1 = calloc((size_t)N * C, sizeof(float)), *dx2 = calloc((size_t)N * C, sizeof(float));
         float *dw1 = calloc((size_t)OC * C, sizeof(float)), *dw2 = calloc((size_t)OC * C, sizeof(float));
         float *db1 = normal_floats(&r, (size_t)OC, 1.0), *db2 = copy_floats(db1, (size_t)OC);
-        bk_matmul_forward(o1, x, w, bias, N, C, OC);
+        it->matmul_forward(o1, x, w, bias, N, C, OC);
         base_matmul_forward(o2, x, w, bias, N, C, OC);
         expect_same_bits("matmul forward", OC, o1, o2, (size_t)N * OC);
-        bk_matmul_backward(dx1, dw1, db1, dout, x, w, N, C, OC);
+        it->matmul_backward(dx1, dw1, db1, dout, x, w, N, C, OC);
         base_matmul_backward(dx2, dw2, db2, dout, x, w, N, C, OC);
         expect_same_bits("matmul backward dinp", OC, dx1, dx2, (size_t)N * C);
         expect_same_bits("matmul backward dweight", OC, dw1, dw2, (size_t)OC * C);
@@ -115,36 +191,54 @@ static void matmul_same_bits(void **state)
     }
 }
 
-static void elementwise_same_bits(void **state)
+static void matmul_same_bits(void **state)
 {
     (void)state;
+    const build *builds[2];
+    for (int k = compared(builds); k-- > 0;) {
+        current = builds[k];
+        matmul_same_bits_in(current);
+    }
+}
+
+static void elementwise_same_bits_in(const build *it)
+{
     const size_t n = 4099;
     bk_rng r = {31u};
     float *x = normal_floats(&r, n, 6.0), *y = normal_floats(&r, n, 1.0), *dout = normal_floats(&r, n, 1.0);
     x[0] = 100.0f, x[1] = -100.0f, x[2] = 0.0f, x[3] = -0.0f; /* saturated and signed-zero arguments */
     float *a1 = calloc(n, sizeof(float)), *a2 = calloc(n, sizeof(float));
     float *b1 = normal_floats(&r, n, 1.0), *b2 = copy_floats(b1, n);
-    bk_gelu_forward(a1, x, n);
+    it->gelu_forward(a1, x, n);
     base_gelu_forward(a2, x, n);
     expect_same_bits("gelu forward", (int)n, a1, a2, n);
-    bk_gelu_backward(b1, x, dout, n);
+    it->gelu_backward(b1, x, dout, n);
     base_gelu_backward(b2, x, dout, n);
     expect_same_bits("gelu backward", (int)n, b1, b2, n);
-    bk_residual_forward(a1, x, y, n);
+    it->residual_forward(a1, x, y, n);
     base_residual_forward(a2, x, y, n);
     expect_same_bits("residual forward", (int)n, a1, a2, n);
     memcpy(a2, a1, n * sizeof(float));
     memcpy(b2, b1, n * sizeof(float));
-    bk_residual_backward(a1, b1, dout, n);
+    it->residual_backward(a1, b1, dout, n);
     base_residual_backward(a2, b2, dout, n);
     expect_same_bits("residual backward da", (int)n, a1, a2, n);
     expect_same_bits("residual backward db", (int)n, b1, b2, n);
     free(x), free(y), free(dout), free(a1), free(a2), free(b1), free(b2);
 }
 
-static void crossentropy_same_bits(void **state)
+static void elementwise_same_bits(void **state)
 {
     (void)state;
+    const build *builds[2];
+    for (int k = compared(builds); k-- > 0;) {
+        current = builds[k];
+        elementwise_same_bits_in(current);
+    }
+}
+
+static void crossentropy_same_bits_in(const build *it)
+{
     const int Vs[] = {1, 5, 256, 259}, N = 23;
     for (size_t s = 0; s < sizeof Vs / sizeof Vs[0]; s++) {
         const int V = Vs[s];
@@ -156,22 +250,31 @@ static void crossentropy_same_bits(void **state)
         float *l1 = calloc((size_t)N, sizeof(float)), *l2 = calloc((size_t)N, sizeof(float));
         float *p1 = calloc((size_t)N * V, sizeof(float)), *p2 = calloc((size_t)N * V, sizeof(float));
         float *d1 = calloc((size_t)N * V, sizeof(float)), *d2 = calloc((size_t)N * V, sizeof(float));
-        bk_crossentropy_forward(l1, p1, z, targets, N, V);
+        it->crossentropy_forward(l1, p1, z, targets, N, V);
         base_crossentropy_forward(l2, p2, z, targets, N, V);
         expect_same_bits("crossentropy loss", V, l1, l2, (size_t)N);
         expect_same_bits("crossentropy probabilities", V, p1, p2, (size_t)N * V);
-        bk_crossentropy_forward(l1, NULL, z, targets, N, V);
+        it->crossentropy_forward(l1, NULL, z, targets, N, V);
         expect_same_bits("crossentropy loss without probabilities", V, l1, l2, (size_t)N);
-        bk_crossentropy_backward(d1, p1, targets, 1.0f / N, N, V);
+        it->crossentropy_backward(d1, p1, targets, 1.0f / N, N, V);
         base_crossentropy_backward(d2, p1, targets, 1.0f / N, N, V);
         expect_same_bits("crossentropy backward", V, d1, d2, (size_t)N * V);
         free(z), free(l1), free(l2), free(p1), free(p2), free(d1), free(d2);
     }
 }
 
-static void attention_same_bits(void **state)
+static void crossentropy_same_bits(void **state)
 {
     (void)state;
+    const build *builds[2];
+    for (int k = compared(builds); k-- > 0;) {
+        current = builds[k];
+        crossentropy_same_bits_in(current);
+    }
+}
+
+static void attention_same_bits_in(const build *it)
+{
     const int Ts[] = {1, 37, 130}, B = 2, C = 24, H = 3;
     for (size_t s = 0; s < sizeof Ts / sizeof Ts[0]; s++) {
         const int T = Ts[s];
@@ -196,11 +299,11 @@ static void attention_same_bits(void **state)
             float *g1[BK_STREAM_COUNT] = {calloc((size_t)H * T, sizeof(float)), calloc((size_t)H * T, sizeof(float))};
             float *g2[BK_STREAM_COUNT] = {calloc((size_t)H * T, sizeof(float)), calloc((size_t)H * T, sizeof(float))};
             bk_error err;
-            assert_int_equal(bk_attention_forward(o1, p1, qkv, &bias, B, T, C, H, &err), BK_OK);
+            assert_int_equal(it->attention_forward(o1, p1, qkv, &bias, B, T, C, H, &err), BK_OK);
             assert_int_equal(base_attention_forward(o2, p2, qkv, &bias, B, T, C, H, &err), BK_OK);
             expect_same_bits("attention forward out", T, o1, o2, nout);
             expect_same_bits("attention forward probabilities", T, p1, p2, np);
-            assert_int_equal(bk_attention_backward(dq1, g1, dout, qkv, p1, &bias, B, T, C, H, &err), BK_OK);
+            assert_int_equal(it->attention_backward(dq1, g1, dout, qkv, p1, &bias, B, T, C, H, &err), BK_OK);
             assert_int_equal(base_attention_backward(dq2, g2, dout, qkv, p1, &bias, B, T, C, H, &err), BK_OK);
             expect_same_bits("attention backward dqkv", T, dq1, dq2, nqkv);
             expect_same_bits("attention backward dtable[token]", T, g1[0], g2[0], (size_t)H * T);
@@ -213,10 +316,19 @@ static void attention_same_bits(void **state)
     }
 }
 
-static void adamw_and_scale_same_bits(void **state)
+static void attention_same_bits(void **state)
 {
     (void)state;
-    bk_backend *lib = bk_backend_cpu(), *base = base_backend_cpu();
+    const build *builds[2];
+    for (int k = compared(builds); k-- > 0;) {
+        current = builds[k];
+        attention_same_bits_in(current);
+    }
+}
+
+static void adamw_and_scale_same_bits_in(const build *it)
+{
+    bk_backend *lib = it->backend(), *base = base_backend_cpu();
     const size_t n = 1029;
     bk_rng r = {61u};
     float *p1 = normal_floats(&r, n, 1.0), *g = normal_floats(&r, n, 1.0), *m1 = normal_floats(&r, n, 0.1);
@@ -237,6 +349,16 @@ static void adamw_and_scale_same_bits(void **state)
     assert_int_equal(base->scale(base, p2, n, 0.37f, &err), BK_OK);
     expect_same_bits("scale", (int)n, p1, p2, n);
     free(p1), free(g), free(m1), free(v1), free(p2), free(m2), free(v2);
+}
+
+static void adamw_and_scale_same_bits(void **state)
+{
+    (void)state;
+    const build *builds[2];
+    for (int k = compared(builds); k-- > 0;) {
+        current = builds[k];
+        adamw_and_scale_same_bits_in(current);
+    }
 }
 
 int main(void)

@@ -112,7 +112,7 @@ static int refuse_counted(const bk_attention_bias *bias, const char *what, bk_er
     return BK_OK;
 }
 
-BK_HOST_CLONES_WIDE
+BK_HOST_CLONES
 int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const bk_attention_bias *bias, int B,
                                int T, int C, int H, bk_error *err)
 {
@@ -185,7 +185,7 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
     return BK_OK;
 }
 
-BK_HOST_CLONES_WIDE
+BK_HOST_CLONES
 int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
                                 const float *qkv, const float *out, const float *lse, const bk_attention_bias *bias,
                                 int B, int T, int C, int H, bk_error *err)
