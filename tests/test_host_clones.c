@@ -119,7 +119,9 @@ static int setup(void **state)
 {
     (void)state;
 #if defined(__x86_64__) && defined(__GNUC__)
-    const char *picked = __builtin_cpu_supports("avx512f") ? "AVX-512F" : __builtin_cpu_supports("avx2") ? "AVX2" : "baseline";
+    const char *picked = __builtin_cpu_supports("avx512f") ? "AVX-512F"
+                         : __builtin_cpu_supports("avx2")  ? "AVX2"
+                                                           : "baseline";
     print_message("the library runs its %s copies on this CPU; the AVX2 build is %s\n", picked,
                   __builtin_cpu_supports("avx2") ? "compared too" : "not run (no AVX2)");
 #endif
