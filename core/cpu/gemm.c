@@ -18,7 +18,6 @@ enum {
     GEMM_KC = 256, /* K per slice */
     GEMM_NR = 32,  /* columns of B per packed strip: the AVX-512 kernel's two vectors */
     GEMM_MR = 12,  /* rows of A per packed sliver: the AVX-512 kernel's register block */
-    GEMM_TRANSPOSE_TILE = 32,
 };
 
 /* ---- the kernels' choice ---- */
@@ -148,18 +147,47 @@ static void gemm_by_element(int transA, int transB, int M, int N, int K, float a
         }
 }
 
-/* Bt (K x N) = B^T, B stored N x K with leading dimension ldb; tiles shared out over the team. */
-static void transpose_in_team(int N, int K, const float *B, ptrdiff_t ldb, float *Bt) {
-    const int tk = (K + GEMM_TRANSPOSE_TILE - 1) / GEMM_TRANSPOSE_TILE;
-    const int tn = (N + GEMM_TRANSPOSE_TILE - 1) / GEMM_TRANSPOSE_TILE;
+/* One strip of B's packing: columns [n0 + j, n0 + j + w) of rows [k0, k0 + kw) of B (K x N; with transB
+ * stored N x K, leading dimension ldb), rows contiguous: dst[k * w + c] = B(k0 + k, n0 + j + c). B's rows
+ * are a multiple of 4 KiB apart in the model, so unpacked they would fall into the same few L1 sets. */
+static void pack_strip(int transB, const float *B, ptrdiff_t ldb, int n, int k0, int kw, int w, float *dst) {
+    if (transB) { /* B(k, n) = B[n * ldb + k]: read along k, one column of the strip at a time */
+        for (int c = 0; c < w; c++) {
+            const float *src = B + (ptrdiff_t)(n + c) * ldb + k0;
+            for (int k = 0; k < kw; k++)
+                dst[(size_t)k * w + c] = src[k];
+        }
+        return;
+    }
+    const float *src = B + (ptrdiff_t)k0 * ldb + n;
+    if (w == GEMM_NR)
+        for (int k = 0; k < kw; k++)
+            for (int c = 0; c < GEMM_NR; c++) /* a fixed length: vector moves */
+                dst[(size_t)k * GEMM_NR + c] = src[k * ldb + c];
+    else
+        for (int k = 0; k < kw; k++)
+            memcpy(dst + (size_t)k * w, src + k * ldb, (size_t)w * sizeof *dst);
+}
+
+/* Where the slice of K [k0, k0 + kw) of the block of columns [n0, n0 + cols) has its strips (strip j at
+ * + j * kw) in a packing of all of B (pack_in_team). */
+static size_t packed_at(int K, int n0, int cols, int k0) {
+    return (size_t)n0 * K + (size_t)k0 * cols;
+}
+
+/* All of B packed once, shared by the team: the units (block of GEMM_NB columns, slice of kc, strip)
+ * shared out over the threads; the omp for ends with the team's barrier. */
+static void pack_in_team(int transB, int N, int K, int kc, const float *B, ptrdiff_t ldb, float *Bp) {
+    const int nb_count = (N + GEMM_NB - 1) / GEMM_NB, ks_count = K > 0 ? (K + kc - 1) / kc : 0;
+    const int strips = GEMM_NB / GEMM_NR, units = nb_count * ks_count * strips;
 #pragma omp for schedule(static)
-    for (int t = 0; t < tk * tn; t++) {
-        const int k0 = t / tn * GEMM_TRANSPOSE_TILE, n0 = t % tn * GEMM_TRANSPOSE_TILE;
-        const int k1 = k0 + GEMM_TRANSPOSE_TILE < K ? k0 + GEMM_TRANSPOSE_TILE : K;
-        const int n1 = n0 + GEMM_TRANSPOSE_TILE < N ? n0 + GEMM_TRANSPOSE_TILE : N;
-        for (int n = n0; n < n1; n++)
-            for (int k = k0; k < k1; k++)
-                Bt[(size_t)k * N + n] = B[n * ldb + k];
+    for (int u = 0; u < units; u++) {
+        const int n0 = u / (ks_count * strips) * GEMM_NB, k0 = u / strips % ks_count * kc, j = u % strips * GEMM_NR;
+        const int cols = N - n0 < GEMM_NB ? N - n0 : GEMM_NB, kw = K - k0 < kc ? K - k0 : kc;
+        if (j < cols) {
+            const int w = cols - j < GEMM_NR ? cols - j : GEMM_NR;
+            pack_strip(transB, B, ldb, n0 + j, k0, kw, w, Bp + packed_at(K, n0, cols, k0) + (size_t)j * kw);
+        }
     }
 }
 
@@ -182,32 +210,34 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
     const int kc = K < GEMM_KC ? (K > 0 ? K : 1) : GEMM_KC;
     const int sliced = K > kc;
 
-    float *Bt = NULL;
-    if (transB) {
-        Bt = malloc((size_t)K * N * sizeof *Bt + 1);
-        if (!Bt) {
-            gemm_by_element(transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
-            return;
-        }
+    /* B packed: all of it once, shared by the team, where its blocks of columns are used by several
+     * blocks of rows (the forward and input-gradient products: M is the tokens); else (a transposed A:
+     * the weight gradients, M the few output channels) each block packs its slice of B for itself, which
+     * then stays in the cache for the block's rows (the whole packing read back was 5-10% slower there) */
+    const int shared = !transA;
+    float *Bp = shared ? malloc((size_t)K * N * sizeof *Bp + 1) : NULL;
+    if (shared && !Bp) {
+        gemm_by_element(transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
+        return;
     }
-    const float *Bk = transB ? Bt : B; /* K x N, row-major */
-    const ptrdiff_t ldbk = transB ? N : ldb;
-    /* per thread: B's slice packed in strips, the partial sums of a block (when K is sliced), a
+    /* per thread: B's slice of a block (not shared), the partial sums of a block (when K is sliced), a
      * transposed A's slice */
-    const size_t bpack = (size_t)kc * GEMM_NB, psize = sliced ? (size_t)mb * GEMM_NB : 0;
+    const size_t bpack = shared ? 0 : (size_t)kc * GEMM_NB, psize = sliced ? (size_t)mb * GEMM_NB : 0;
     const size_t scratch = bpack + psize + (transA ? (size_t)mb * kc : 0);
     atomic_int failed = 0;
 
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *mine = malloc(scratch * sizeof *mine);
+        float *mine = malloc(scratch * sizeof *mine + 1);
         if (!mine)
             atomic_store(&failed, 1);
-        if (transB)
-            transpose_in_team(N, K, B, ldb, Bt); /* ends with the team's barrier */
+        if (shared) {
+            pack_in_team(transB, N, K, kc, B, ldb, Bp); /* ends with the team's barrier */
+        } else {
 #pragma omp barrier
+        }
         if (!atomic_load(&failed)) {
-            float *Bp = mine, *P = sliced ? mine + bpack : NULL, *Ap = mine + bpack + psize;
+            float *Bblock = mine, *P = sliced ? mine + bpack : NULL, *Ap = mine + bpack + psize;
 #pragma omp for schedule(static)
             for (int blk = 0; blk < blocks; blk++) {
                 const int m0 = blk / nb_count * mb, n0 = blk % nb_count * GEMM_NB;
@@ -230,25 +260,18 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
                                 for (int k = 0; k < kw; k++)
                                     memcpy(dst + (size_t)k * h, src + k * lda, (size_t)h * sizeof *dst);
                         }
-                    /* B's slice in strips of GEMM_NR columns, each strip's rows contiguous: B's rows are
-                     * a multiple of 4 KiB apart in the model, so unpacked they fall into the same few
-                     * L1 sets */
-                    const float *bsrc = Bk + (size_t)k0 * ldbk + n0;
-                    for (int j = 0; j < cols; j += GEMM_NR) {
-                        const int w = cols - j < GEMM_NR ? cols - j : GEMM_NR;
-                        float *dst = Bp + (size_t)j * kw;
-                        if (w == GEMM_NR)
-                            for (int k = 0; k < kw; k++)
-                                for (int c = 0; c < GEMM_NR; c++) /* a fixed length: vector moves */
-                                    dst[(size_t)k * GEMM_NR + c] = bsrc[k * ldbk + j + c];
-                        else
-                            for (int k = 0; k < kw; k++)
-                                memcpy(dst + (size_t)k * w, bsrc + k * ldbk + j, (size_t)w * sizeof *dst);
-                    }
+                    /* B's slice in strips of GEMM_NR columns, each strip's rows contiguous */
+                    float *bslice = Bblock;
+                    if (shared)
+                        bslice = Bp + packed_at(K, n0, cols, k0);
+                    else
+                        for (int j = 0; j < cols; j += GEMM_NR)
+                            pack_strip(transB, B, ldb, n0 + j, k0, kw, cols - j < GEMM_NR ? cols - j : GEMM_NR,
+                                       bslice + (size_t)j * kw);
                     const int first = k0 == 0, last = k0 + kw >= K;
                     for (int j = 0; j < cols; j += GEMM_NR) {
                         const int w = cols - j < GEMM_NR ? cols - j : GEMM_NR;
-                        const float *bj = Bp + (size_t)j * kw;
+                        const float *bj = bslice + (size_t)j * kw;
                         float *pj = P ? P + j : NULL, *cj = C + (size_t)m0 * ldc + n0 + j;
                         if (!transA) {
                             bk_tile_gemm_span(variant, rows, w, kw, A + (size_t)m0 * lda + k0, lda, 1, bj, w,
@@ -271,7 +294,7 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
     }
     if (atomic_load(&failed))
         gemm_by_element(transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
-    free(Bt);
+    free(Bp);
 }
 
 void bk_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda, const float *B,
