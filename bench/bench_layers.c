@@ -11,26 +11,15 @@
 #include "bench_util.h"
 
 #include "model/layers.h"
+#include "../tests/host_clones.h"
 
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
 /* the builds of tests/host_clones_avx2.c and tests/host_clones_base.c */
-#define DECLARE_BUILD(p)                                                                                           \
-    void p##gelu_forward(float *out, const float *inp, size_t n);                                                  \
-    void p##gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);                             \
-    void p##layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,         \
-                              const float *bias, int N, int C);                                                    \
-    void p##layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,     \
-                               const float *weight, const float *mean, const float *rstd, int N, int C);           \
-    void p##crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N,  \
-                                 int V);                                                                           \
-    void p##crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,  \
-                                  int V);                                                                          \
-    void p##residual_forward(float *out, const float *a, const float *b, size_t n);
-DECLARE_BUILD(avx2_)
-DECLARE_BUILD(base_)
+BK_HOST_CLONES_DECLARE(avx2_)
+BK_HOST_CLONES_DECLARE(base_)
 
 typedef struct {
     const char *name;

@@ -22,6 +22,7 @@
 
 #include "attention_problem.h"
 #include "attention_ref.h"
+#include "host_clones.h"
 #include "cpu/attention.h"
 #include "cpu/gemm.h"
 #include "cpu/tile_gemm.h"
@@ -35,18 +36,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* cpu/attention.c built for baseline x86-64 (host_clones_base_attention.c) */
-int base_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
-                           int C, int H, bk_error *err);
-int base_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
-                            const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
-                            bk_error *err);
-/* ... and for AVX2 alone (host_clones_avx2_attention.c) */
-int avx2_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
-                           int C, int H, bk_error *err);
-int avx2_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
-                            const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
-                            bk_error *err);
+/* cpu/attention.c built for baseline x86-64 (host_clones_base_attention.c) and for AVX2 alone
+ * (host_clones_avx2_attention.c) */
+BK_HOST_CLONES_DECLARE(base_)
+BK_HOST_CLONES_DECLARE(avx2_)
 
 #define TOL 1.5e-5
 #define TOL_FD_REF 1e-8

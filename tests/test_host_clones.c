@@ -9,6 +9,7 @@
  * with one and two streams, AdamW and scale. */
 #include "test_util.h"
 #include "test_floats.h"
+#include "host_clones.h"
 
 #include "cpu/attention.h"
 #include "model/backend.h"
@@ -19,48 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void base_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                            const float *bias, int N, int C);
-void base_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                             const float *weight, const float *mean, const float *rstd, int N, int C);
-void base_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
-void base_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                          const float *weight, int N, int C, int OC);
-void base_gelu_forward(float *out, const float *inp, size_t n);
-void base_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
-void base_residual_forward(float *out, const float *a, const float *b, size_t n);
-void base_residual_backward(float *da, float *db, const float *dout, size_t n);
-void base_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N,
-                               int V);
-void base_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
-                                int V);
-int base_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
-                           int C, int H, bk_error *err);
-int base_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
-                            const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
-                            bk_error *err);
-bk_backend *base_backend_cpu(void);
-void avx2_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                            const float *bias, int N, int C);
-void avx2_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                             const float *weight, const float *mean, const float *rstd, int N, int C);
-void avx2_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
-void avx2_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                          const float *weight, int N, int C, int OC);
-void avx2_gelu_forward(float *out, const float *inp, size_t n);
-void avx2_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
-void avx2_residual_forward(float *out, const float *a, const float *b, size_t n);
-void avx2_residual_backward(float *da, float *db, const float *dout, size_t n);
-void avx2_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N,
-                               int V);
-void avx2_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
-                                int V);
-int avx2_attention_forward(float *out, float *probs, const float *qkv, const bk_attention_bias *bias, int B, int T,
-                           int C, int H, bk_error *err);
-int avx2_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv,
-                            const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,
-                            bk_error *err);
-bk_backend *avx2_backend_cpu(void);
+BK_HOST_CLONES_DECLARE(base_)
+BK_HOST_CLONES_DECLARE(avx2_)
 
 /* One build of the functions compared with the baseline (base_*): the library's (bk_*), AVX2 alone (avx2_*). */
 typedef struct {
@@ -106,6 +67,18 @@ static int compared(const build *out[2])
 
 /* the build being compared with the baseline (in failure messages) */
 static const build *current;
+
+/* The cmocka test `name`: name##_in(build) for each build compared on this CPU. */
+#define COMPARED_WITH_BASELINE(name)                                                                                 \
+    static void name(void **state)                                                                                   \
+    {                                                                                                                \
+        (void)state;                                                                                                 \
+        const build *builds[2];                                                                                      \
+        for (int k = compared(builds); k-- > 0;) {                                                                   \
+            current = builds[k];                                                                                     \
+            name##_in(current);                                                                                      \
+        }                                                                                                            \
+    }
 
 static void expect_same_bits(const char *what, int size, const float *a, const float *b, size_t n)
 {
@@ -158,15 +131,7 @@ static void layernorm_same_bits_in(const build *it)
     }
 }
 
-static void layernorm_same_bits(void **state)
-{
-    (void)state;
-    const build *builds[2];
-    for (int k = compared(builds); k-- > 0;) {
-        current = builds[k];
-        layernorm_same_bits_in(current);
-    }
-}
+COMPARED_WITH_BASELINE(layernorm_same_bits)
 
 static void matmul_same_bits_in(const build *it)
 {
@@ -193,15 +158,7 @@ static void matmul_same_bits_in(const build *it)
     }
 }
 
-static void matmul_same_bits(void **state)
-{
-    (void)state;
-    const build *builds[2];
-    for (int k = compared(builds); k-- > 0;) {
-        current = builds[k];
-        matmul_same_bits_in(current);
-    }
-}
+COMPARED_WITH_BASELINE(matmul_same_bits)
 
 static void elementwise_same_bits_in(const build *it)
 {
@@ -229,15 +186,7 @@ static void elementwise_same_bits_in(const build *it)
     free(x), free(y), free(dout), free(a1), free(a2), free(b1), free(b2);
 }
 
-static void elementwise_same_bits(void **state)
-{
-    (void)state;
-    const build *builds[2];
-    for (int k = compared(builds); k-- > 0;) {
-        current = builds[k];
-        elementwise_same_bits_in(current);
-    }
-}
+COMPARED_WITH_BASELINE(elementwise_same_bits)
 
 static void crossentropy_same_bits_in(const build *it)
 {
@@ -265,15 +214,7 @@ static void crossentropy_same_bits_in(const build *it)
     }
 }
 
-static void crossentropy_same_bits(void **state)
-{
-    (void)state;
-    const build *builds[2];
-    for (int k = compared(builds); k-- > 0;) {
-        current = builds[k];
-        crossentropy_same_bits_in(current);
-    }
-}
+COMPARED_WITH_BASELINE(crossentropy_same_bits)
 
 static void attention_same_bits_in(const build *it)
 {
@@ -318,15 +259,7 @@ static void attention_same_bits_in(const build *it)
     }
 }
 
-static void attention_same_bits(void **state)
-{
-    (void)state;
-    const build *builds[2];
-    for (int k = compared(builds); k-- > 0;) {
-        current = builds[k];
-        attention_same_bits_in(current);
-    }
-}
+COMPARED_WITH_BASELINE(attention_same_bits)
 
 static void adamw_and_scale_same_bits_in(const build *it)
 {
@@ -353,15 +286,7 @@ static void adamw_and_scale_same_bits_in(const build *it)
     free(p1), free(g), free(m1), free(v1), free(p2), free(m2), free(v2);
 }
 
-static void adamw_and_scale_same_bits(void **state)
-{
-    (void)state;
-    const build *builds[2];
-    for (int k = compared(builds); k-- > 0;) {
-        current = builds[k];
-        adamw_and_scale_same_bits_in(current);
-    }
-}
+COMPARED_WITH_BASELINE(adamw_and_scale_same_bits)
 
 int main(void)
 {
