@@ -261,10 +261,8 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
                                     memcpy(dst + (size_t)k * h, src + k * lda, (size_t)h * sizeof *dst);
                         }
                     /* B's slice in strips of GEMM_NR columns, each strip's rows contiguous */
-                    float *bslice = Bblock;
-                    if (shared)
-                        bslice = Bp + packed_at(K, n0, cols, k0);
-                    else
+                    float *bslice = shared ? Bp + packed_at(K, n0, cols, k0) : Bblock;
+                    if (!shared)
                         for (int j = 0; j < cols; j += GEMM_NR)
                             pack_strip(transB, B, ldb, n0 + j, k0, kw, cols - j < GEMM_NR ? cols - j : GEMM_NR,
                                        bslice + (size_t)j * kw);

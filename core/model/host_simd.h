@@ -10,12 +10,13 @@
  *                   the loader picks the widest copy the CPU runs (an ifunc, resolved once). Nothing
  *                   where the build does not define BK_HAVE_TARGET_CLONES (core/CMakeLists.txt checks
  *                   that the compiler takes the attribute) or defines BK_NO_HOST_CLONES. The AVX-512
- *                   copy made GELU 1.4-1.6x faster than the AVX2 one (docs/performance.md).
+ *                   copy made GELU 1.4-1.7x faster than the AVX2 one (docs/performance.md).
  *
- * The copies compute the same bits: neither vector target has FMA contraction (C11 mode: nothing is
- * contracted, and the AVX2 target has no FMA), per-element arithmetic is IEEE in any width, and every
- * sum over a row is written with an explicit number of lanes (BK_SUM_LANES, model/softmax_math.h)
- * rather than left to the vectoriser, so the grouping does not follow the register width.
+ * The copies compute the same bits: nothing is contracted into an FMA in any of them (the layer files
+ * are built with -ffp-contract=off, core/CMakeLists.txt), per-element arithmetic is IEEE in any width,
+ * and every sum over a row is written with an explicit number of lanes (BK_SUM_LANES,
+ * model/softmax_math.h) rather than left to the vectoriser, so the grouping does not follow the
+ * register width.
  * test_host_clones compares the copy the CPU picks and an AVX2-only build with the baseline build, bit
  * for bit (the layers, the blocked attention, AdamW); test_attention_flash does the same for the flash
  * attention. */
