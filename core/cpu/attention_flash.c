@@ -3,8 +3,9 @@
  * One OpenMP task per (b, h), its queries in blocks of FLASH_ROWS rows, as the blocked kernel. A block
  * [i0, i1) walks the keys some of its rows see — the sinks [0, ns) and the window [first, i1), the parts
  * of attention_rows.h (keys_of) — in tiles of FLASH_TILE keys, so the scratch per thread is one block
- * by one tile (68 KiB forward, 204 KiB backward) plus the head's keys (and, backward, values)
- * transposed, hd x T floats each, and the tiles above the diagonal are never visited. For a tile [j0, j1):
+ * by one tile (68 KiB forward, 204 KiB backward) plus hd x T floats per copy of the head: forward its
+ * keys transposed and its values with their rows together (copy_head), backward its keys and values
+ * transposed and its keys together; the tiles above the diagonal are never visited. For a tile [j0, j1):
  *     A = Q[i0:i1] K[j0:j1]^T / sqrt(hd)                       (one tile product)
  *     s = scale_h(i) A + the terms (add_terms), -inf on the keys row i does not see
  *     online softmax (bk_online_softmax_row): m, l, and the tile's exps against the new max;
@@ -21,7 +22,7 @@
  *
  * The products are tile_gemm.h's, not the BLAS's: at these shapes (one dimension the head size) a BLAS
  * spends as much on packing and on writing C back as on the multiply-adds; tile_gemm reads the keys and
- * values transposed once per (b, h) and gives the same bits on every CPU. Counted positions (CoPE's gates need every visible pair of a row before any of its
+ * values transposed or copied once per (b, h) and gives the same bits on every CPU. Counted positions (CoPE's gates need every visible pair of a row before any of its
  * scores) are refused. */
 #include "cpu/attention.h"
 #include "cpu/attention_rows.h"
@@ -125,9 +126,10 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
     const int hd = C / H, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hd);
     const terms tm = terms_of(bias, T);
-    /* per thread: the block's tile of scores, its rows' m, l, alpha, and the head's keys transposed */
+    /* per thread: the block's tile of scores, its rows' m, l, alpha, the head's keys transposed and its
+     * values copied (copy_head) */
     const size_t ldt = transposed_ld(T);
-    const size_t per_thread = (size_t)FLASH_ROWS * FLASH_LD + 3 * FLASH_ROWS + (size_t)hd * ldt;
+    const size_t per_thread = (size_t)FLASH_ROWS * FLASH_LD + 3 * FLASH_ROWS + (size_t)hd * ldt + (size_t)T * hd;
     const size_t bytes = (size_t)omp_get_max_threads() * per_thread * sizeof(float);
     float *scratch = malloc(bytes);
     if (!scratch)
@@ -142,8 +144,9 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
         const head_terms ht = head_of(&tm, b, h, H, T);
         float *S = scratch + (size_t)omp_get_thread_num() * per_thread;
         float *m = S + (size_t)FLASH_ROWS * FLASH_LD, *l = m + FLASH_ROWS, *alpha = l + FLASH_ROWS;
-        float *kt = alpha + FLASH_ROWS;
+        float *kt = alpha + FLASH_ROWS, *vc = kt + (size_t)hd * ldt;
         transpose_head(kt, ldt, k, T, hd, C3);
+        copy_head(vc, v, T, hd, C3);
         for (int i0 = 0; i0 < T; i0 += FLASH_ROWS) {
             const int i1 = i0 + FLASH_ROWS < T ? i0 + FLASH_ROWS : T, rows = i1 - i0;
             const block_keys kb = keys_of(i0, i1, &tm);
@@ -168,7 +171,7 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
                             orow[d] *= al;
                     }
                 }
-                bk_tile_gemm(rows, hd, n, 1.0f, S, FLASH_LD, 1, v + (size_t)j0 * C3, C3, 1, o, C);
+                bk_tile_gemm(rows, hd, n, 1.0f, S, FLASH_LD, 1, vc + (size_t)j0 * hd, hd, 1, o, C);
             }
             for (int r = 0; r < rows; r++) {
                 float *orow = o + (size_t)r * C;
@@ -206,9 +209,10 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
     bk_att_grads_plan(&g, bias, dtable, &tm, span, T);
 
     /* per thread: A (q.k / sqrt(hd)), P and dP / dS tiles, the block's D, the head's keys and values
-     * transposed */
+     * transposed and its keys copied (copy_head) */
     const size_t ldt = transposed_ld(T);
-    const size_t tile = (size_t)FLASH_ROWS * FLASH_LD, per_thread = 3 * tile + FLASH_ROWS + 2 * (size_t)hd * ldt;
+    const size_t tile = (size_t)FLASH_ROWS * FLASH_LD;
+    const size_t per_thread = 3 * tile + FLASH_ROWS + 2 * (size_t)hd * ldt + (size_t)T * hd;
     const size_t bytes = (size_t)omp_get_max_threads() * per_thread * sizeof(float);
     float *scratch = malloc(bytes);
     double *acc = g.slice ? calloc((size_t)B * H * g.slice, sizeof *acc) : NULL;
@@ -228,9 +232,10 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
         const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
         float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
         float *A = scratch + (size_t)omp_get_thread_num() * per_thread, *P = A + tile, *dS = P + tile;
-        float *D = dS + tile, *kt = D + FLASH_ROWS, *vt = kt + (size_t)hd * ldt;
+        float *D = dS + tile, *kt = D + FLASH_ROWS, *vt = kt + (size_t)hd * ldt, *kc = vt + (size_t)hd * ldt;
         transpose_head(kt, ldt, k, T, hd, C3);
         transpose_head(vt, ldt, v, T, hd, C3);
+        copy_head(kc, k, T, hd, C3);
         const row_bias rb = bias_for(bias, b, h, T);
         const head_terms ht = head_of(&tm, b, h, H, T);
         const int32_t *gpos[BK_STREAM_COUNT];
@@ -289,7 +294,8 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
                     }
                 }
                 bk_tile_gemm(n, hd, rows, 1.0f, P, 1, FLASH_LD, dO, C, 1, dv + (size_t)j0 * C3, C3);
-                bk_tile_gemm(rows, hd, n, scale, dS, FLASH_LD, 1, k + (size_t)j0 * C3, C3, 1, dq + (size_t)i0 * C3, C3);
+                bk_tile_gemm(rows, hd, n, scale, dS, FLASH_LD, 1, kc + (size_t)j0 * hd, hd, 1, dq + (size_t)i0 * C3,
+                             C3);
                 bk_tile_gemm(n, hd, rows, scale, dS, 1, FLASH_LD, qb, C3, 1, dk + (size_t)j0 * C3, C3);
             }
         }

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Query rows per block: BK_ATT_BLOCK x T floats of scores per thread (BK_ATT_BLOCK x (sinks + window + BK_ATT_BLOCK) with a
  * mask), and sgemms large enough to run near peak; the masked triangle computed in vain is BK_ATT_BLOCK / (2 T)
@@ -106,6 +107,17 @@ static inline int64_t block_width(const terms *tm, int T)
 static inline size_t transposed_ld(int T)
 {
     return ((size_t)T + 15) / 16 * 16 + 16;
+}
+
+/* c[j * hd + d] = x[j * C3 + d]: a head's values (or keys) with their rows next to each other, for the
+ * tile products that take them as B by rows over a long K (P V, dS K): read where they are, each row of
+ * hd floats sits 3C floats from the next, a page or more apart at the model's widths, and the rows of a
+ * tile of 256 keys fall into few cache sets (the flash forward at 16,384 tokens ran 1.10x faster with
+ * its values copied; docs/performance.md). */
+static inline void copy_head(float *c, const float *x, int T, int hd, int C3)
+{
+    for (int j = 0; j < T; j++)
+        memcpy(c + (size_t)j * hd, x + (size_t)j * C3, (size_t)hd * sizeof *c);
 }
 
 /* t[d * ld + j] = x[j * C3 + d]: a head's keys (or values) transposed, so that a run of them is the rows
