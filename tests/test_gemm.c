@@ -92,6 +92,37 @@ static void blas_path_matches_the_reference(void **state)
         one_case(BK_GEMM_BLAS, t & 1, t >> 1, 37, 45, 300, 0.5f, t % 2, 2);
 }
 
+/* The rows are shared out evenly: every thread gets M / threads rows to within 4 (a 128-row weight
+ * gradient once went to two threads as 120 and 8 rows), the chunks cover [0, M) in order, start at
+ * multiples of 4 and hold at most about 120 rows. */
+static void threads_get_equal_rows(void **state)
+{
+    (void)state;
+    const int Ms[] = {1, 4, 6, 8, 128, 130, 256, 384, 512, 1000, 1536, 2048, 8192};
+    for (size_t i = 0; i < sizeof Ms / sizeof *Ms; i++)
+        for (int threads = 1; threads <= 8; threads++) {
+            const int M = Ms[i], chunks = bk_gemm_chunks(M, threads);
+            assert_true(chunks >= threads && chunks % threads == 0);
+            assert_int_equal(bk_gemm_chunk_start(M, chunks, 0), 0);
+            assert_int_equal(bk_gemm_chunk_start(M, chunks, chunks), M);
+            for (int c = 0; c < chunks; c++) {
+                const int s0 = bk_gemm_chunk_start(M, chunks, c), s1 = bk_gemm_chunk_start(M, chunks, c + 1);
+                if (c < chunks - 1 && s0 % 4 != 0)
+                    fail_msg("M %d, %d threads: chunk %d starts at row %d, not a multiple of 4", M, threads, c, s0);
+                if (s1 < s0 || s1 - s0 > 124)
+                    fail_msg("M %d, %d threads: chunk %d holds rows %d .. %d", M, threads, c, s0, s1);
+            }
+            const int per = chunks / threads;
+            for (int t = 0; t < threads; t++) {
+                const int rows = bk_gemm_chunk_start(M, chunks, (t + 1) * per) - bk_gemm_chunk_start(M, chunks, t * per);
+                const double even = (double)M / threads;
+                if (rows < even - 4 || rows > even + 4)
+                    fail_msg("M %d, %d threads: thread %d gets %d rows, expected %.1f to within 4", M, threads, t, rows,
+                             even);
+            }
+        }
+}
+
 static void thread_count_does_not_change_bits(void **state)
 {
     (void)state;
@@ -164,6 +195,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_kernel_gives_the_chain_bits),
         cmocka_unit_test(blas_path_matches_the_reference),
+        cmocka_unit_test(threads_get_equal_rows),
         cmocka_unit_test(thread_count_does_not_change_bits),
         cmocka_unit_test(unknown_kernels_refused),
         cmocka_unit_test(environment_variable_checked),

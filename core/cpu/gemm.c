@@ -8,6 +8,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,25 @@ static void pack_in_team(int transB, int N, int K, int kc, const float *B, ptrdi
     }
 }
 
+/* The partition of the rows (gemm.h), and the most rows a chunk gets. */
+int bk_gemm_chunks(int M, int threads) {
+    const int t = threads > 0 ? threads : 1;
+    return ((M + GEMM_MB - 1) / GEMM_MB + t - 1) / t * t;
+}
+
+int bk_gemm_chunk_start(int M, int chunks, int c) {
+    return c >= chunks ? M : (int)((int64_t)c * M / chunks / 4 * 4);
+}
+
+static int chunk_rows_max(int M, int chunks) {
+    int most = 0;
+    for (int c = 0; c < chunks; c++) {
+        const int rows = bk_gemm_chunk_start(M, chunks, c + 1) - bk_gemm_chunk_start(M, chunks, c);
+        most = rows > most ? rows : most;
+    }
+    return most > 0 ? most : 1;
+}
+
 static void run(int variant, int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda,
                 const float *B, ptrdiff_t ldb, int accumulate, float *C, ptrdiff_t ldc) {
     if (M <= 0 || N <= 0)
@@ -201,12 +221,13 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
         return;
     }
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    /* rows per block: GEMM_MB (ten 12-row slivers), halved while that leaves threads without a block */
+    /* Blocks: chunks of rows (gemm.h: about GEMM_MB rows, ten 12-row slivers; as many as a multiple of
+     * the threads) by GEMM_NB columns, so that the static schedule hands each thread whole chunks, every
+     * block of columns of them, and about as many rows as the others. (Blocks of 120 rows handed out in
+     * turn left the two threads 120 and 8 rows of a 128-row weight gradient.) */
     const int nb_count = (N + GEMM_NB - 1) / GEMM_NB;
-    int mb = GEMM_MB;
-    while (mb > 8 && ((M + mb - 1) / mb) * nb_count < 2 * threads)
-        mb /= 2;
-    const int mb_count = (M + mb - 1) / mb, blocks = mb_count * nb_count;
+    const int chunks = bk_gemm_chunks(M, threads), blocks = chunks * nb_count;
+    const int mb = chunk_rows_max(M, chunks);
     const int kc = K < GEMM_KC ? (K > 0 ? K : 1) : GEMM_KC;
     const int sliced = K > kc;
 
@@ -240,8 +261,11 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
             float *Bblock = mine, *P = sliced ? mine + bpack : NULL, *Ap = mine + bpack + psize;
 #pragma omp for schedule(static)
             for (int blk = 0; blk < blocks; blk++) {
-                const int m0 = blk / nb_count * mb, n0 = blk % nb_count * GEMM_NB;
-                const int rows = M - m0 < mb ? M - m0 : mb, cols = N - n0 < GEMM_NB ? N - n0 : GEMM_NB;
+                const int m0 = bk_gemm_chunk_start(M, chunks, blk / nb_count), n0 = blk % nb_count * GEMM_NB;
+                const int rows = bk_gemm_chunk_start(M, chunks, blk / nb_count + 1) - m0;
+                const int cols = N - n0 < GEMM_NB ? N - n0 : GEMM_NB;
+                if (rows <= 0)
+                    continue;
                 for (int k0 = 0; k0 < K || k0 == 0; k0 += kc) {
                     const int kw = K - k0 < kc ? K - k0 : kc;
                     /* a transposed A (stored K x M): its block and slice copied in slivers of GEMM_MR rows,

@@ -12,11 +12,14 @@
  * vector width (AVX-512, AVX2, plain C with fmaf), the thread count, the blocking and the library the
  * engine links: a model run with them trains to the same bits on an AVX2 machine and an AVX-512 one.
  *
- * How: C is cut into blocks of up to 120 rows by 256 columns, each computed by one thread (OpenMP, the
- * threads of omp_get_max_threads() outside a parallel region, the calling thread alone inside one),
- * over K in slices of 256 with the chains carried between slices in a per-thread block of partial sums
- * (bk_tile_gemm_span); a transposed B (the weights, small) is transposed once per call, a transposed A
- * (dout in the weight gradient) copied per block and slice so that the kernels read it by rows.
+ * How: C is cut into blocks of a chunk of rows (about 120: bk_gemm_chunk_start) by 256 columns, each
+ * computed by one thread (OpenMP, the threads of omp_get_max_threads() outside a parallel region, the
+ * calling thread alone inside one; each thread gets whole chunks, every block of columns of them, and
+ * the same number of rows to within 4), over K in slices of 256 with the chains carried between
+ * slices in a per-thread block of partial sums (bk_tile_gemm_span); B is packed in strips of 32 columns
+ * (once per call, shared by the threads, where A is not transposed; per block and slice in the weight
+ * gradients), a transposed A (dout in the weight gradient) copied per block and slice so that the
+ * kernels read it by rows.
  *
  * The kernels are chosen once per process. BIASKIT_GEMM unset or "auto": the engine's where they are
  * wider than the BLAS's (bk_blas_vector_bits: e.g. OPENBLAS_CORETYPE=Haswell, or an OpenBLAS older than
@@ -60,6 +63,13 @@ int bk_gemm_with(int kernels, int transA, int transB, int M, int N, int K, float
  * and the attention products' */
 const char *bk_gemm_describe(void);
 const char *bk_gemm_attention_describe(void);
+/* The partition of bk_gemm's M rows: `chunks` chunks (bk_gemm_chunks: at least M / 120, a multiple of
+ * the threads), chunk c starting at row bk_gemm_chunk_start(M, chunks, c) = c M / chunks rounded down to a
+ * multiple of 4 (M for c = chunks); thread t of `threads` computes chunks t chunks / threads up to
+ * (t + 1) chunks / threads. */
+int bk_gemm_chunks(int M, int threads);
+int bk_gemm_chunk_start(int M, int chunks, int c);
+
 /* Checks BIASKIT_GEMM: 0 when it is unset or one of the values above that this CPU runs; -1 with a
  * message naming the variable, its value and what was expected (the CLI calls it first, so a bad value
  * stops a run instead of being ignored). */
