@@ -19,9 +19,12 @@
 #
 # Environment: BUILD_DIR (default ./build), THREADS (2), REPEATS (3), STEPS (10), WARMUP (3),
 # SIZES ("a b c"), PYTHON (the interpreter with Debian's torch 1.13, /usr/bin/python3),
-# VENV (the virtual environment with PyTorch 2.x, ./.venv-bench), SKIP_TORCH2 (0),
+# VENV (the virtual environment with PyTorch 2.x, ./.venv-bench), SKIP_TORCH2 (0), SKIP_TORCH1 (0; 1 leaves
+# out the two PyTorch 1.13 rows, the slowest),
 # TORCH2_PASSIVE (0: run the PyTorch 2.x rows with OMP_WAIT_POLICY=PASSIVE when 1),
-# LOG_DIR (default $BUILD_DIR/bench-logs).
+# LOG_DIR (default $BUILD_DIR/bench-logs), EXTRA_BUILDS (build directories of other BLAS builds, e.g.
+# "build-blas-mkl build-blas-scipy-openblas" as bench/blas.sh configures them: one more biaskit row each
+# in the training-step table, run with OPENBLAS_CORETYPE=Haswell like the second row; empty by default).
 # Parts: SKIP_TRAIN (0; 1 leaves out the training-step tables), SKIP_LONG (0; the long-context attention
 # table), SKIP_EVAL (0; the evaluation table).
 # Long-context attention: LONG_LENGTHS ("4096 16384 65536"), LONG_TABLES ("alibi kerple"), LONG_MODES
@@ -94,6 +97,7 @@ SIZES=${SIZES:-"a b c"}
 PY=${PYTHON:-/usr/bin/python3}
 VENV=${VENV:-$ROOT/.venv-bench}
 SKIP_TORCH2=${SKIP_TORCH2:-0}
+SKIP_TORCH1=${SKIP_TORCH1:-0}
 TORCH2_PASSIVE=${TORCH2_PASSIVE:-0}
 LOGS=${LOG_DIR:-$BUILD/bench-logs}
 SKIP_TRAIN=${SKIP_TRAIN:-0}
@@ -114,6 +118,7 @@ EVAL_IMPLS=${EVAL_IMPLS:-"eval-flex eval-sdpa"}
 EVAL_STEPS=${EVAL_STEPS:-1}
 EVAL_WARMUP=${EVAL_WARMUP:-1}
 EVAL_CORES=${EVAL_CORES:-Haswell}
+EXTRA_BUILDS=${EXTRA_BUILDS:-}
 [[ $SKIP_TRAIN != 1 ]] || SIZES=""
 mkdir -p "$LOGS"
 PY2=$VENV/bin/python
@@ -145,6 +150,20 @@ else
         "${CUDA_LIBS[@]}" -o "$MANUAL"
     BIN=$MANUAL
 fi
+
+# the extra rows' programs: extra1, extra2, ... in EXTRA_BUILDS' order
+declare -A EXTRA_BIN=()
+n_extra=0
+for dir in $EXTRA_BUILDS; do
+    [[ $SKIP_TRAIN != 1 ]] || break
+    n_extra=$((n_extra + 1))
+    if ! cmake --build "$dir" --target bench_train -j2 >"$LOGS/build-extra$n_extra.log" 2>&1; then
+        echo "run.sh: EXTRA_BUILDS: building bench_train in $dir failed; see $LOGS/build-extra$n_extra.log" >&2
+        exit 1
+    fi
+    EXTRA_BIN[extra$n_extra]=$dir/bench_train
+    echo "built $dir/bench_train (extra row extra$n_extra)" >&2
+done
 
 ATT_BIN=$BUILD/bench_attention
 if [[ $SKIP_LONG != 1 ]]; then
@@ -182,8 +201,9 @@ fi
 
 # --- rows: key | label | kind ------------------------------------------------------------------------
 ROWS=(biaskit biaskit_haswell)
+for ((i = 1; i <= n_extra; i++)); do ROWS+=("extra$i"); done
 [[ $SKIP_TORCH2 == 1 ]] || ROWS+=(t2eager t2sdpa t2compile)
-ROWS+=(torch torchpassive)
+[[ $SKIP_TORCH1 == 1 ]] || ROWS+=(torch torchpassive)
 T2_ENV=(OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS")
 if [[ $TORCH2_PASSIVE == 1 ]]; then T2_ENV+=(OMP_WAIT_POLICY=PASSIVE); else T2_ENV=(-u OMP_WAIT_POLICY "${T2_ENV[@]}"); fi
 
@@ -231,6 +251,8 @@ label() {
             echo "biaskit, OpenBLAS chooses${ob_core:+ ($ob_core)}${g:+; linear layers: $g}${a:+; attention products: $a}" ;;
         biaskit_haswell) g=$(gemm_of biaskit_haswell) a=$(gemm_of biaskit_haswell att_gemm)
             echo "biaskit, Haswell kernels${g:+; linear layers: $g}${a:+; attention products: $a}" ;;
+        extra*) g=$(gemm_of "$1") a=$(gemm_of "$1" blas)
+            echo "biaskit, ${a:-?} build ($(basename "$(dirname "${EXTRA_BIN[$1]}")")), OPENBLAS_CORETYPE=Haswell${g:+; linear layers: $g}" ;;
         t2eager) echo "PyTorch ${T2_VER:-2.x} eager" ;;
         t2sdpa) echo "PyTorch ${T2_VER:-2.x} sdpa" ;;
         t2compile) echo "PyTorch ${T2_VER:-2.x} compile" ;;
@@ -301,6 +323,9 @@ for s in $SIZES; do
                 biaskit) run_one "$log" env -u OPENBLAS_CORETYPE OMP_NUM_THREADS="$THREADS" "$BIN" "${args[@]}" ;;
                 biaskit_haswell)
                     run_one "$log" env OPENBLAS_CORETYPE=Haswell OMP_NUM_THREADS="$THREADS" "$BIN" "${args[@]}" ;;
+                extra*)
+                    run_one "$log" env OPENBLAS_CORETYPE=Haswell OMP_NUM_THREADS="$THREADS" "${EXTRA_BIN[$k]}" \
+                        "${args[@]}" ;;
                 t2eager) run_soft "$s.$k" "$log" env "${T2_ENV[@]}" "$PY2" "$ROOT/bench/bench_torch.py" "${args[@]}" \
                     --mode eager ;;
                 t2sdpa) run_soft "$s.$k" "$log" env "${T2_ENV[@]}" "$PY2" "$ROOT/bench/bench_torch.py" "${args[@]}" \
@@ -407,7 +432,10 @@ echo
 head="| size |"
 sep="|---|"
 for k in "${ROWS[@]}"; do head+=" $(label "$k") |"; sep+="---:|"; done
-[[ $SKIP_TORCH2 == 1 ]] || { head+=" best 2.x mode | biaskit / best 2.x | biaskit (Haswell) / best 2.x |"; sep+="---|---:|---:|"; }
+if [[ $SKIP_TORCH2 != 1 ]]; then
+    head+=" best 2.x mode | biaskit / best 2.x | biaskit (Haswell) / best 2.x |" sep+="---|---:|---:|"
+    for ((i = 1; i <= n_extra; i++)); do head+=" extra$i / best 2.x |" sep+="---:|"; done
+fi
 echo "$head"
 echo "$sep"
 for s in $SIZES; do
@@ -420,6 +448,7 @@ for s in $SIZES; do
             if isnum "$t" && { [[ -z $bt ]] || awk -v a="$t" -v b="$bt" 'BEGIN { exit !(a > b) }'; }; then bm=$m bt=$t; fi
         done
         line+=" ${bm:--} | $(ratio "$(tok "$s" biaskit)" "$bt") | $(ratio "$(tok "$s" biaskit_haswell)" "$bt") |"
+        for ((i = 1; i <= n_extra; i++)); do line+=" $(ratio "$(tok "$s" "extra$i")" "$bt") |"; done
     fi
     echo "$line"
 done
