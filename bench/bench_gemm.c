@@ -24,7 +24,8 @@
  * and a minimum over many short calls finds the ones no other job interrupted. Output: one line per
  * shape, "gemm key=value ...", then per size the products of one training
  * step ("step ..."): each linear product times its count (layers, or 1 for the head), each attention
- * kind times the layers; then the 2048^3 SGEMM rate ("big ..."), outside any region.
+ * kind times the layers; then the 2048^3 SGEMM rate ("big ..."), outside any region, and the machine's
+ * FMA peak with the same threads ("peak ...": fma_peak.h, FMA chains in registers).
  *
  * --kernels times the linear products with each of a comma-separated list of kernels (cpu/gemm.h,
  * bk_gemm_with): blas (bk_sgemm, the default list), avx512, avx2, plain (the engine's; those this CPU
@@ -39,6 +40,7 @@
 #include "util/blas.h"
 
 #include "bench_util.h"
+#include "fma_peak.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -258,6 +260,9 @@ static void run_big(void)
     for (int v = 0; v < n_kernels; v++)
         printf("big M=%d N=%d K=%d threads=%d kernels=%s ms=%.3f gflops=%.1f\n", n, n, n, omp_get_max_threads(),
                bk_gemm_kernels_label(kernels[v]), 1e3 * t[v], 2.0 * n * (double)n * n / t[v] * 1e-9);
+    int lanes = 0;
+    const double peak = fma_peak_gflops(omp_get_max_threads(), &lanes);
+    printf("peak threads=%d lanes=%d gflops=%.1f\n", omp_get_max_threads(), lanes, peak);
     free(a), free(b), free(c);
 }
 

@@ -37,7 +37,8 @@
  * The FLOP rate line gives the model's FLOPs per step (matmuls and the attention's two products,
  * forward + backward = 3 x forward) over the measured step time, as a fraction of this machine's SGEMM
  * rate (bk_sgemm, util/blas.h, of 2048^3 with the same threads, best of 5): model_gflops, sgemm_gflops,
- * mfu_frac. blas= and core= name the BLAS the engine was built with and the kernels it picked
+ * mfu_frac; and beside it the FLOPs per step (step_gflop) and the machine's FMA peak with the same threads
+ * (fma_peak.h: FMA chains in registers, which no product beats; fma_peak_gflops). blas= and core= name the BLAS the engine was built with and the kernels it picked
  * (bk_blas_name, bk_blas_describe); gemm= the kernels of the linear layers' products (cpu/gemm.h: the
  * engine's avx512, avx2 or plain kernels, or blas; environment variable BIASKIT_GEMM), att_gemm= those of
  * the blocked attention's per-head products (bk_gemm_attention_kernels).
@@ -55,6 +56,7 @@
 #include "util/blas.h"
 
 #include "bench_util.h"
+#include "fma_peak.h"
 
 #include <math.h>
 #include <omp.h>
@@ -732,20 +734,25 @@ int main(int argc, char **argv)
     double other = 0;
     for (int c = CAT_LAYERNORM; c < CAT_COUNT; c++)
         other += frac[c];
-    const double model_gflops = model_flops(o.layers, o.dim, o.vocab, T, B) / step_s / 1e9, peak = sgemm_gflops();
-    printf("FLOP rate: model %.1f GFLOP/s (matmuls and attention products, 3 x forward) = %.0f%% of this "
-           "machine's SGEMM rate, %.1f GFLOP/s (bk_sgemm 2048^3, %d threads)\n",
-           model_gflops, 100.0 * model_gflops / peak, peak, threads);
+    const double step_gflop = model_flops(o.layers, o.dim, o.vocab, T, B) / 1e9;
+    const double model_gflops = step_gflop / step_s, peak = sgemm_gflops();
+    int lanes = 0;
+    const double fma_peak = fma_peak_gflops(threads, &lanes);
+    printf("FLOP rate: model %.1f GFLOP/s (matmuls and attention products, 3 x forward: %.2f GFLOP per step) = "
+           "%.0f%% of this machine's SGEMM rate, %.1f GFLOP/s (bk_sgemm 2048^3, %d threads), and %.0f%% of its FMA "
+           "peak, %.1f GFLOP/s (%d-lane FMA chains in registers, %d threads)\n",
+           model_gflops, step_gflop, 100.0 * model_gflops / peak, peak, threads, 100.0 * model_gflops / fma_peak,
+           fma_peak, lanes, threads);
     printf("RESULT name=%s tokens_per_s=%.1f ms_per_step=%.3f attention_frac=%.4f matmul_frac=%.4f other_frac=%.4f "
            "layernorm_frac=%.4f gelu_frac=%.4f residual_frac=%.4f xent_frac=%.4f embedding_frac=%.4f "
            "memset_frac=%.4f median_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f opt_ms=%.3f threads=%d model_gflops=%.2f "
-           "sgemm_gflops=%.2f mfu_frac=%.4f engine=biaskit mode=train attention=%s blas=%s core=%s gemm=%s "
-           "att_gemm=%s\n",
+           "sgemm_gflops=%.2f mfu_frac=%.4f step_gflop=%.3f fma_peak_gflops=%.2f engine=biaskit mode=train "
+           "attention=%s blas=%s core=%s gemm=%s att_gemm=%s\n",
            name, tok_s, 1e3 * step_s, frac[CAT_ATTN], frac[CAT_MATMUL] + frac[CAT_HEAD], other,
            frac[CAT_LAYERNORM], frac[CAT_GELU], frac[CAT_RESIDUAL], frac[CAT_XENT], frac[CAT_ENCODER],
            frac[CAT_MEMSET], 1e3 * step_med, 1e3 * ph.fwd / n, 1e3 * ph.bwd / n,
-           1e3 * (ph.opt + ph.after + ph.zero) / n, threads, model_gflops, peak, model_gflops / peak,
-           o.attention ? o.attention : "default", bk_blas_name(), blas_core(), bk_gemm_kernels_name(),
+           1e3 * (ph.opt + ph.after + ph.zero) / n, threads, model_gflops, peak, model_gflops / peak, step_gflop,
+           fma_peak, o.attention ? o.attention : "default", bk_blas_name(), blas_core(), bk_gemm_kernels_name(),
            bk_gemm_attention_name());
     free(in), free(tg);
     bk_adamw_free(&opt);

@@ -419,11 +419,22 @@ fi
 isnum() { [[ $1 =~ ^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$ ]]; }
 pct() { if isnum "$1"; then awk -v x="$1" 'BEGIN { printf "%.1f", 100 * x }'; else echo "${1:--}"; fi; }
 ratio() { if isnum "$1" && isnum "$2"; then awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.2f" : "-"), a / (b > 0 ? b : 1) }'; else echo -; fi; }
+pctof() { if isnum "$1" && isnum "$2"; then awk -v a="$1" -v b="$2" 'BEGIN { printf (b > 0 ? "%.1f" : "-"), 100 * a / (b > 0 ? b : 1) }'; else echo -; fi; }
 num() { if isnum "$1"; then awk -v x="$1" 'BEGIN { printf "%.0f", x }'; else echo -; fi; }
 dec1() { if isnum "$1"; then awk -v x="$1" 'BEGIN { printf "%.1f", x }'; else echo -; fi; }
 best() { best_result "$LOGS/$1.$2".*.log; } # size key
 tok() { local v; v=$(field "$(best "$1" "$2")" tokens_per_s); [[ -n $v ]] && echo "$v" || echo -; }
 sizelabel() { local L C H T B; read -r L C H T B <<<"${SPEC[$1]}"; echo "($1) $L x $C x $H heads, T=$T, batch $B"; }
+
+# the best PyTorch 2.x mode at a size: "mode tokens_per_s", or nothing
+best2x() {
+    local m t bm="" bt=""
+    for m in eager sdpa compile; do
+        t=$(tok "$1" "t2$m")
+        if isnum "$t" && { [[ -z $bt ]] || awk -v a="$t" -v b="$bt" 'BEGIN { exit !(a > b) }'; }; then bm=$m bt=$t; fi
+    done
+    [[ -z $bm ]] || echo "$bm $bt"
+}
 
 if [[ -n $SIZES ]]; then
 echo
@@ -442,11 +453,7 @@ for s in $SIZES; do
     line="| $(sizelabel "$s") |"
     for k in "${ROWS[@]}"; do line+=" $(num "$(tok "$s" "$k")") |"; done
     if [[ $SKIP_TORCH2 != 1 ]]; then
-        bm="" bt=""
-        for m in eager sdpa compile; do
-            t=$(tok "$s" "t2$m")
-            if isnum "$t" && { [[ -z $bt ]] || awk -v a="$t" -v b="$bt" 'BEGIN { exit !(a > b) }'; }; then bm=$m bt=$t; fi
-        done
+        read -r bm bt <<<"$(best2x "$s")"
         line+=" ${bm:--} | $(ratio "$(tok "$s" biaskit)" "$bt") | $(ratio "$(tok "$s" biaskit_haswell)" "$bt") |"
         for ((i = 1; i <= n_extra; i++)); do line+=" $(ratio "$(tok "$s" "extra$i")" "$bt") |"; done
     fi
@@ -480,6 +487,36 @@ for s in $SIZES; do
              "$(dec1 "$mg") | $(dec1 "$sg") | $mf |"
     done
 done
+if [[ $SKIP_TORCH2 != 1 ]]; then
+    echo
+    echo "What 1.5x the best PyTorch 2.x mode asks of this machine: the model's FLOPs per step (bench_train) at"
+    echo "1.5x that mode's tokens/s, against the best SGEMM rate of the biaskit rows (2048^3) and the FMA peak"
+    echo "(fma_peak.h: FMA chains in registers, same threads); above 100% of the peak no code reaches it:"
+    echo
+    echo "| size | best 2.x mode, tokens/s | 1.5x, tokens/s | GFLOP per step | GFLOP/s needed | biaskit's best, GFLOP/s | needed / SGEMM % | needed / FMA peak % |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    for s in $SIZES; do
+        read -r bm bt <<<"$(best2x "$s")"
+        read -r _ _ _ T B <<<"${SPEC[$s]}"
+        gf="" sg="" fp="" mg=""
+        for k in biaskit biaskit_haswell; do
+            line=$(best "$s" "$k")
+            [[ -n $gf ]] || gf=$(field "$line" step_gflop)
+            [[ -n $fp ]] || fp=$(field "$line" fma_peak_gflops)
+            v=$(field "$line" sgemm_gflops)
+            if isnum "$v" && { [[ -z $sg ]] || awk -v a="$v" -v b="$sg" 'BEGIN { exit !(a > b) }'; }; then sg=$v; fi
+            v=$(field "$line" model_gflops)
+            if isnum "$v" && { [[ -z $mg ]] || awk -v a="$v" -v b="$mg" 'BEGIN { exit !(a > b) }'; }; then mg=$v; fi
+        done
+        if isnum "$bt" && isnum "$gf"; then
+            need=$(awk -v g="$gf" -v t="$bt" -v n="$((B * T))" 'BEGIN { printf "%.1f", g * 1.5 * t / n }')
+            echo "| ($s) | ${bm} $(num "$bt") | $(num "$(awk -v t="$bt" 'BEGIN { print 1.5 * t }')") | $(dec1 "$gf") |" \
+                 "$need | $(dec1 "$mg") | $(pctof "$need" "$sg") | $(pctof "$need" "$fp") |"
+        else
+            echo "| ($s) | - | - | - | - | - | - | - |"
+        fi
+    done
+fi
 echo
 echo "Where the step goes, % of the median step (biaskit: instrumented pass; PyTorch 2.x eager: kernels"
 echo "timed in isolation at the same shapes):"

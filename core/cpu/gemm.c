@@ -192,7 +192,7 @@ static void pack_in_team(int transB, int N, int K, int kc, const float *B, ptrdi
     }
 }
 
-/* The partition of the rows (gemm.h), and the most rows a chunk gets. */
+/* The partition of the rows (gemm.h). */
 int bk_gemm_chunks(int M, int threads) {
     const int t = threads > 0 ? threads : 1;
     return ((M + GEMM_MB - 1) / GEMM_MB + t - 1) / t * t;
@@ -202,13 +202,119 @@ int bk_gemm_chunk_start(int M, int chunks, int c) {
     return c >= chunks ? M : (int)((int64_t)c * M / chunks / 4 * 4);
 }
 
-static int chunk_rows_max(int M, int chunks) {
-    int most = 0;
-    for (int c = 0; c < chunks; c++) {
-        const int rows = bk_gemm_chunk_start(M, chunks, c + 1) - bk_gemm_chunk_start(M, chunks, c);
+/* A transposed (stored K x M): its rows [m0, m0 + rows) over the slice of K [k0, k0 + kw) copied in
+ * slivers of GEMM_MR rows, each by columns (dst[s * kw + k * h + r] = A[(k0 + k) * lda + m0 + s + r], h
+ * the sliver's rows, 12 but for the last), which the kernels read fastest (tile_gemm.c) */
+static void copy_transposed(const float *A, ptrdiff_t lda, int m0, int rows, int k0, int kw, float *dst) {
+    for (int s0 = 0; s0 < rows; s0 += GEMM_MR, dst += (size_t)GEMM_MR * kw) {
+        const int h = rows - s0 < GEMM_MR ? rows - s0 : GEMM_MR;
+        const float *src = A + (size_t)k0 * lda + m0 + s0;
+        if (h == GEMM_MR) /* a fixed length: vector moves, not a call per row */
+            for (int k = 0; k < kw; k++)
+                for (int r = 0; r < GEMM_MR; r++)
+                    dst[(size_t)k * GEMM_MR + r] = src[k * lda + r];
+        else
+            for (int k = 0; k < kw; k++)
+                memcpy(dst + (size_t)k * h, src + k * lda, (size_t)h * sizeof *dst);
+    }
+}
+
+/* One block's slice: rows [m0, m0 + rows) (packed: Ap, pack_a) by columns [n0, n0 + cols) (packed:
+ * bslice, strip j at + j * kw), the chains started at 0 (first) or taken from P (rows by GEMM_NB) and
+ * left in P (not last) or finished into C. */
+static void block_slice(int variant, int rows, int cols, int kw, const float *Ap, const float *bslice, float *P,
+                        int first, int last, float alpha, int accumulate, float *C, ptrdiff_t ldc) {
+    for (int j = 0; j < cols; j += GEMM_NR) {
+        const int w = cols - j < GEMM_NR ? cols - j : GEMM_NR;
+        const float *bj = bslice + (size_t)j * kw;
+        for (int s0 = 0; s0 < rows; s0 += GEMM_MR) {
+            const int h = rows - s0 < GEMM_MR ? rows - s0 : GEMM_MR;
+            float *ps = P ? P + (size_t)s0 * GEMM_NB + j : NULL;
+            bk_tile_gemm_span(variant, h, w, kw, Ap + (size_t)s0 * kw, 1, h, bj, w, first ? NULL : ps, last ? NULL : ps,
+                              GEMM_NB, alpha, accumulate, C + (size_t)s0 * ldc + j, ldc);
+        }
+    }
+}
+
+struct product {
+    int variant, transA, transB, M, N, K, kc, chunks;
+    float alpha;
+    const float *A, *B;
+    ptrdiff_t lda, ldb, ldc;
+    int accumulate;
+    float *C;
+};
+
+/* The forward and input-gradient products (A not transposed; M the tokens): B packed once by the team
+ * (Bp); blocks of a chunk of rows by GEMM_NB columns handed out by the static schedule (each thread whole
+ * chunks), K by slices with the chains carried in P (mb x GEMM_NB). A is read where it is, by rows (a
+ * packing of it cost as much as the kernels gained from it at the model's shapes). */
+static void thread_rows(const struct product *p, const float *Bp, float *P) {
+    const int nb_count = (p->N + GEMM_NB - 1) / GEMM_NB, blocks = p->chunks * nb_count, K = p->K, kc = p->kc;
+#pragma omp for schedule(static)
+    for (int blk = 0; blk < blocks; blk++) {
+        const int chunk = blk / nb_count, n0 = blk % nb_count * GEMM_NB;
+        const int m0 = bk_gemm_chunk_start(p->M, p->chunks, chunk);
+        const int rows = bk_gemm_chunk_start(p->M, p->chunks, chunk + 1) - m0;
+        const int cols = p->N - n0 < GEMM_NB ? p->N - n0 : GEMM_NB;
+        if (rows <= 0)
+            continue;
+        for (int k0 = 0; k0 < K || k0 == 0; k0 += kc) {
+            const int kw = K - k0 < kc ? K - k0 : kc;
+            const int first = k0 == 0, last = k0 + kw >= K;
+            const float *bslice = Bp + packed_at(K, n0, cols, k0);
+            for (int j = 0; j < cols; j += GEMM_NR) {
+                const int w = cols - j < GEMM_NR ? cols - j : GEMM_NR;
+                float *pj = P ? P + j : NULL;
+                bk_tile_gemm_span(p->variant, rows, w, kw, p->A + (size_t)m0 * p->lda + k0, p->lda, 1,
+                                  bslice + (size_t)j * kw, w, first ? NULL : pj, last ? NULL : pj, GEMM_NB, p->alpha,
+                                  p->accumulate, p->C + (size_t)m0 * p->ldc + n0 + j, p->ldc);
+            }
+            if (K == 0)
+                break;
+        }
+    }
+}
+
+/* The weight gradients (A transposed: dout^T; M the output channels, K the tokens), part t of parts: the
+ * chunks t chunks / parts up to (t + 1) chunks / parts; per block of columns and slice of K, B's slice
+ * packed once (Bblock, kc x GEMM_NB) for all of them, then each chunk's slice of A copied (Ap) and the
+ * chains of all the part's rows carried (P: its rows by GEMM_NB). */
+static void part_channels(const struct product *p, int t, int parts, float *Bblock, float *Ap, float *P) {
+    const int c0 = (int)((int64_t)t * p->chunks / parts), c1 = (int)((int64_t)(t + 1) * p->chunks / parts);
+    const int r0 = bk_gemm_chunk_start(p->M, p->chunks, c0), K = p->K, kc = p->kc;
+    for (int n0 = 0; n0 < p->N; n0 += GEMM_NB) {
+        const int cols = p->N - n0 < GEMM_NB ? p->N - n0 : GEMM_NB;
+        for (int k0 = 0; k0 < K || k0 == 0; k0 += kc) {
+            const int kw = K - k0 < kc ? K - k0 : kc;
+            for (int j = 0; j < cols; j += GEMM_NR)
+                pack_strip(p->transB, p->B, p->ldb, n0 + j, k0, kw, cols - j < GEMM_NR ? cols - j : GEMM_NR,
+                           Bblock + (size_t)j * kw);
+            for (int c = c0; c < c1; c++) {
+                const int m0 = bk_gemm_chunk_start(p->M, p->chunks, c);
+                const int rows = bk_gemm_chunk_start(p->M, p->chunks, c + 1) - m0;
+                if (rows <= 0)
+                    continue;
+                copy_transposed(p->A, p->lda, m0, rows, k0, kw, Ap);
+                block_slice(p->variant, rows, cols, kw, Ap, Bblock, P ? P + (size_t)(m0 - r0) * GEMM_NB : NULL,
+                            k0 == 0, k0 + kw >= K, p->alpha, p->accumulate, p->C + (size_t)m0 * p->ldc + n0,
+                            p->ldc);
+            }
+            if (K == 0)
+                break;
+        }
+    }
+}
+
+/* the most rows a chunk, and a thread's chunks, get */
+static int rows_max(int M, int chunks, int parts) {
+    int most = 1;
+    for (int i = 0; i < parts; i++) {
+        const int rows = bk_gemm_chunk_start(M, chunks, (int)((int64_t)(i + 1) * chunks / parts)) -
+                         bk_gemm_chunk_start(M, chunks, (int)((int64_t)i * chunks / parts));
         most = rows > most ? rows : most;
     }
-    return most > 0 ? most : 1;
+    return most;
 }
 
 static void run(int variant, int transA, int transB, int M, int N, int K, float alpha, const float *A, ptrdiff_t lda,
@@ -221,35 +327,35 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
         return;
     }
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    /* Blocks: chunks of rows (gemm.h: about GEMM_MB rows, ten 12-row slivers; as many as a multiple of
-     * the threads) by GEMM_NB columns, so that the static schedule hands each thread whole chunks, every
-     * block of columns of them, and about as many rows as the others. (Blocks of 120 rows handed out in
-     * turn left the two threads 120 and 8 rows of a 128-row weight gradient.) */
-    const int nb_count = (N + GEMM_NB - 1) / GEMM_NB;
-    const int chunks = bk_gemm_chunks(M, threads), blocks = chunks * nb_count;
-    const int mb = chunk_rows_max(M, chunks);
+    /* the rows in chunks (gemm.h: about GEMM_MB rows, ten 12-row slivers; as many as a multiple of the
+     * threads), so that each thread gets whole chunks and about as many rows as the others. (Blocks of 120
+     * rows handed out in turn left the two threads 120 and 8 rows of a 128-row weight gradient.) */
+    const int chunks = bk_gemm_chunks(M, threads), mb = rows_max(M, chunks, chunks);
     const int kc = K < GEMM_KC ? (K > 0 ? K : 1) : GEMM_KC;
     const int sliced = K > kc;
+    const struct product p = {variant, transA, transB, M, N, K, kc, chunks, alpha, A, B, lda, ldb, ldc, accumulate, C};
 
-    /* B packed: all of it once, shared by the team, where its blocks of columns are used by several
-     * blocks of rows (the forward and input-gradient products: M is the tokens); else (a transposed A:
-     * the weight gradients, M the few output channels) each block packs its slice of B for itself, which
-     * then stays in the cache for the block's rows (the whole packing read back was 5-10% slower there) */
+    /* B packed: all of it once, shared by the team, where its blocks of columns are used by many chunks of
+     * rows (A not transposed: M the tokens); else (the weight gradients) each thread packs B's slice of a
+     * block once for all its chunks, which then stays in the cache (the whole packing read back was
+     * 5-10% slower there) */
     const int shared = !transA;
     float *Bp = shared ? malloc((size_t)K * N * sizeof *Bp + 1) : NULL;
     if (shared && !Bp) {
         gemm_by_element(transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
         return;
     }
-    /* per thread: B's slice of a block (not shared), the partial sums of a block (when K is sliced), a
-     * transposed A's slice */
-    const size_t bpack = shared ? 0 : (size_t)kc * GEMM_NB, psize = sliced ? (size_t)mb * GEMM_NB : 0;
-    const size_t scratch = bpack + psize + (transA ? (size_t)mb * kc : 0);
+    /* per thread: a transposed A's slice of a chunk, B's slice of a block (not shared), the partial sums
+     * (when K is sliced: a chunk's rows; transposed, all the rows of the thread's part) */
+    const size_t apack = transA ? (size_t)mb * kc : 0;
+    const size_t bpack = shared ? 0 : (size_t)kc * GEMM_NB;
+    const size_t prows = transA ? (size_t)rows_max(M, chunks, threads) : (size_t)mb;
+    const size_t psize = sliced ? prows * GEMM_NB : 0;
     atomic_int failed = 0;
 
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *mine = malloc(scratch * sizeof *mine + 1);
+        float *mine = malloc((apack + bpack + psize) * sizeof *mine + 1);
         if (!mine)
             atomic_store(&failed, 1);
         if (shared) {
@@ -258,59 +364,13 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
 #pragma omp barrier
         }
         if (!atomic_load(&failed)) {
-            float *Bblock = mine, *P = sliced ? mine + bpack : NULL, *Ap = mine + bpack + psize;
+            float *Ap = mine, *Bblock = mine + apack, *P = sliced ? mine + apack + bpack : NULL;
+            if (transA) {
 #pragma omp for schedule(static)
-            for (int blk = 0; blk < blocks; blk++) {
-                const int m0 = bk_gemm_chunk_start(M, chunks, blk / nb_count), n0 = blk % nb_count * GEMM_NB;
-                const int rows = bk_gemm_chunk_start(M, chunks, blk / nb_count + 1) - m0;
-                const int cols = N - n0 < GEMM_NB ? N - n0 : GEMM_NB;
-                if (rows <= 0)
-                    continue;
-                for (int k0 = 0; k0 < K || k0 == 0; k0 += kc) {
-                    const int kw = K - k0 < kc ? K - k0 : kc;
-                    /* a transposed A (stored K x M): its block and slice copied in slivers of GEMM_MR rows,
-                     * each by columns (Ap[s][k][r]), which the kernels read fastest (tile_gemm.c); A itself
-                     * is read where it is, by rows */
-                    if (transA)
-                        for (int s0 = 0; s0 < rows; s0 += GEMM_MR) {
-                            const int h = rows - s0 < GEMM_MR ? rows - s0 : GEMM_MR;
-                            float *dst = Ap + (size_t)s0 * kw;
-                            const float *src = A + (size_t)k0 * lda + m0 + s0;
-                            if (h == GEMM_MR) /* a fixed length: vector moves, not a call per row */
-                                for (int k = 0; k < kw; k++)
-                                    for (int r = 0; r < GEMM_MR; r++)
-                                        dst[(size_t)k * GEMM_MR + r] = src[k * lda + r];
-                            else
-                                for (int k = 0; k < kw; k++)
-                                    memcpy(dst + (size_t)k * h, src + k * lda, (size_t)h * sizeof *dst);
-                        }
-                    /* B's slice in strips of GEMM_NR columns, each strip's rows contiguous */
-                    float *bslice = shared ? Bp + packed_at(K, n0, cols, k0) : Bblock;
-                    if (!shared)
-                        for (int j = 0; j < cols; j += GEMM_NR)
-                            pack_strip(transB, B, ldb, n0 + j, k0, kw, cols - j < GEMM_NR ? cols - j : GEMM_NR,
-                                       bslice + (size_t)j * kw);
-                    const int first = k0 == 0, last = k0 + kw >= K;
-                    for (int j = 0; j < cols; j += GEMM_NR) {
-                        const int w = cols - j < GEMM_NR ? cols - j : GEMM_NR;
-                        const float *bj = bslice + (size_t)j * kw;
-                        float *pj = P ? P + j : NULL, *cj = C + (size_t)m0 * ldc + n0 + j;
-                        if (!transA) {
-                            bk_tile_gemm_span(variant, rows, w, kw, A + (size_t)m0 * lda + k0, lda, 1, bj, w,
-                                              first ? NULL : pj, last ? NULL : pj, GEMM_NB, alpha, accumulate, cj, ldc);
-                            continue;
-                        }
-                        for (int s0 = 0; s0 < rows; s0 += GEMM_MR) {
-                            const int h = rows - s0 < GEMM_MR ? rows - s0 : GEMM_MR;
-                            float *ps = pj ? pj + (size_t)s0 * GEMM_NB : NULL;
-                            bk_tile_gemm_span(variant, h, w, kw, Ap + (size_t)s0 * kw, 1, h, bj, w, first ? NULL : ps,
-                                              last ? NULL : ps, GEMM_NB, alpha, accumulate, cj + (size_t)s0 * ldc, ldc);
-                        }
-                    }
-                    if (K == 0)
-                        break;
-                }
-            }
+                for (int part = 0; part < threads; part++) /* one each, unless the team came smaller */
+                    part_channels(&p, part, threads, Bblock, Ap, P);
+            } else
+                thread_rows(&p, Bp, P);
         }
         free(mine);
     }

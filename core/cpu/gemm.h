@@ -16,10 +16,11 @@
  * computed by one thread (OpenMP, the threads of omp_get_max_threads() outside a parallel region, the
  * calling thread alone inside one; each thread gets whole chunks, every block of columns of them, and
  * the same number of rows to within 4), over K in slices of 256 with the chains carried between
- * slices in a per-thread block of partial sums (bk_tile_gemm_span); B is packed in strips of 32 columns
- * (once per call, shared by the threads, where A is not transposed; per block and slice in the weight
- * gradients), a transposed A (dout in the weight gradient) copied per block and slice so that the
- * kernels read it by rows.
+ * slices in per-thread partial sums (bk_tile_gemm_span). B is packed in strips of 32 columns: where A is
+ * not transposed (forward, input gradients), all of it once per call, shared by the threads, and A read
+ * where it is; in the weight gradients (A = dout transposed), each thread packs B's slice of a block of
+ * columns once for all its chunks, carries the chains of all its rows, and copies A's slice per chunk so
+ * that the kernels read it by rows.
  *
  * The kernels are chosen once per process. BIASKIT_GEMM unset or "auto": the engine's where they are
  * wider than the BLAS's (bk_blas_vector_bits: e.g. OPENBLAS_CORETYPE=Haswell, or an OpenBLAS older than
