@@ -510,7 +510,7 @@ if [[ $SKIP_TORCH2 != 1 ]]; then
         done
         if isnum "$bt" && isnum "$gf"; then
             need=$(awk -v g="$gf" -v t="$bt" -v n="$((B * T))" 'BEGIN { printf "%.1f", g * 1.5 * t / n }')
-            echo "| ($s) | ${bm} $(num "$bt") | $(num "$(awk -v t="$bt" 'BEGIN { print 1.5 * t }')") | $(dec1 "$gf") |" \
+            echo "| ($s) | ${bm} $(num "$bt") | $(num "$(awk -v t="$bt" 'BEGIN { print 1.5 * t }')") | $(awk -v x="$gf" 'BEGIN { printf "%.2f", x }') |" \
                  "$need | $(dec1 "$mg") | $(pctof "$need" "$sg") | $(pctof "$need" "$fp") |"
         else
             echo "| ($s) | - | - | - | - | - | - | - |"
