@@ -16,40 +16,28 @@
 enum { FMA_PEAK_CHAINS = 12 }; /* enough to cover the FMA latency times the units (4 x 2 here, 4 x 3 on
                                 * some cores) */
 
-/* iters rounds of FMA_PEAK_CHAINS vector FMAs; returns a value that depends on all of them */
-__attribute__((target("avx512f,fma"))) static float fma_chains_512(long iters, float seed)
-{
-    __m512 c[FMA_PEAK_CHAINS];
-    for (int i = 0; i < FMA_PEAK_CHAINS; i++)
-        c[i] = _mm512_set1_ps(seed + (float)i);
-    const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-    for (long k = 0; k < iters; k++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < FMA_PEAK_CHAINS; i++)
-            c[i] = _mm512_fmadd_ps(c[i], a, b);
+/* fma_chains_LANES(iters, seed): iters rounds of FMA_PEAK_CHAINS vector FMAs; returns a value that
+ * depends on all of them */
+#define FMA_PEAK_CHAINS_FN(LANES, TARGET, VEC, SET1, FMADD, ADD, STOREU)                                       \
+    __attribute__((target(TARGET))) static float fma_chains_##LANES(long iters, float seed)                    \
+    {                                                                                                          \
+        VEC c[FMA_PEAK_CHAINS];                                                                                \
+        for (int i = 0; i < FMA_PEAK_CHAINS; i++)                                                              \
+            c[i] = SET1(seed + (float)i);                                                                      \
+        const VEC a = SET1(0.999999f), b = SET1(1e-7f);                                                        \
+        for (long k = 0; k < iters; k++) {                                                                     \
+            _Pragma("GCC unroll 12") for (int i = 0; i < FMA_PEAK_CHAINS; i++) c[i] = FMADD(c[i], a, b);       \
+        }                                                                                                      \
+        for (int i = 1; i < FMA_PEAK_CHAINS; i++)                                                              \
+            c[0] = ADD(c[0], c[i]);                                                                            \
+        float v[LANES], sum = 0.0f;                                                                            \
+        STOREU(v, c[0]);                                                                                       \
+        for (int l = 0; l < LANES; l++)                                                                        \
+            sum += v[l];                                                                                       \
+        return sum;                                                                                            \
     }
-    for (int i = 1; i < FMA_PEAK_CHAINS; i++)
-        c[0] = _mm512_add_ps(c[0], c[i]);
-    return _mm512_reduce_add_ps(c[0]);
-}
-
-__attribute__((target("avx2,fma"))) static float fma_chains_256(long iters, float seed)
-{
-    __m256 c[FMA_PEAK_CHAINS];
-    for (int i = 0; i < FMA_PEAK_CHAINS; i++)
-        c[i] = _mm256_set1_ps(seed + (float)i);
-    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-    for (long k = 0; k < iters; k++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < FMA_PEAK_CHAINS; i++)
-            c[i] = _mm256_fmadd_ps(c[i], a, b);
-    }
-    for (int i = 1; i < FMA_PEAK_CHAINS; i++)
-        c[0] = _mm256_add_ps(c[0], c[i]);
-    float v[8];
-    _mm256_storeu_ps(v, c[0]);
-    return v[0] + v[7];
-}
+FMA_PEAK_CHAINS_FN(16, "avx512f,fma", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_storeu_ps)
+FMA_PEAK_CHAINS_FN(8, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps)
 
 /* GFLOP/s of `threads` threads running the chains at once (best of 5 runs of about 0.1 s after a
  * warm-up); NAN where the CPU has neither AVX-512F nor AVX2 + FMA. *lanes: the vector width used. */
@@ -70,8 +58,8 @@ static double fma_peak_gflops(int threads, int *lanes)
         double sum = 0.0;
         const double t = now();
 #pragma omp parallel num_threads(threads) reduction(+ : sum)
-        sum += w == 16 ? fma_chains_512(iters, (float)omp_get_thread_num())
-                       : fma_chains_256(iters, (float)omp_get_thread_num());
+        sum += w == 16 ? fma_chains_16(iters, (float)omp_get_thread_num())
+                       : fma_chains_8(iters, (float)omp_get_thread_num());
         const double dt = now() - t;
         sink = sink + sum;
         if (r > 0 && dt < best)
