@@ -69,10 +69,11 @@ static void every_kernel_gives_the_chain_bits(void **state)
     const int saved = omp_get_max_threads();
     /* shapes: rows around the 12-row blocks and the 64/128-row blocks, columns around 32 and the
      * 256-column blocks, K = 0, 1, small, and more than one 256-slice; 260 rows: several chunks of rows
-     * per thread (a weight gradient's thread carries the chains of all of them across K's slices) */
+     * per thread (a weight gradient's thread carries the chains of all of them across K's slices); 2000
+     * rows: more than the 16 chunks of one group in one thread (the AVX2 case runs with 1 thread) */
     const int shapes[][3] = {{1, 1, 1},     {5, 17, 7},    {13, 33, 0},   {37, 45, 300}, {130, 300, 257},
                              {129, 31, 600}, {24, 256, 256}, {200, 64, 513}, {12, 32, 1},   {7, 520, 40},
-                             {260, 300, 520}};
+                             {260, 300, 520}, {2000, 40, 300}};
     int cases = 0;
     for (int v = 0; v <= bk_tile_gemm_best(); v++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)

@@ -19,6 +19,8 @@ enum {
     GEMM_KC = 256, /* K per slice */
     GEMM_NR = 32,  /* columns of B per packed strip: the AVX-512 kernel's two vectors */
     GEMM_MR = 12,  /* rows of A per packed sliver: the AVX-512 kernel's register block */
+    GEMM_GROUP = 16, /* chunks of a weight gradient that share one packing of B's slice: their partial
+                      * sums, up to 16 x 124 rows x 256 columns (2 MiB), are the thread's memory bound */
 };
 
 /* ---- the kernels' choice ---- */
@@ -277,31 +279,35 @@ static void thread_rows(const struct product *p, const float *Bp, float *P) {
 }
 
 /* The weight gradients (A transposed: dout^T; M the output channels, K the tokens), part t of parts: the
- * chunks t chunks / parts up to (t + 1) chunks / parts; per block of columns and slice of K, B's slice
- * packed once (Bblock, kc x GEMM_NB) for all of them, then each chunk's slice of A copied (Ap) and the
- * chains of all the part's rows carried (P: its rows by GEMM_NB). */
+ * chunks t chunks / parts up to (t + 1) chunks / parts, in groups of up to GEMM_GROUP; per group, block
+ * of columns and slice of K, B's slice packed once (Bblock, kc x GEMM_NB) for all the group's chunks,
+ * then each chunk's slice of A copied (Ap) and the chains of all the group's rows carried (P: its rows
+ * by GEMM_NB). */
 static void part_channels(const struct product *p, int t, int parts, float *Bblock, float *Ap, float *P) {
     const int c0 = (int)((int64_t)t * p->chunks / parts), c1 = (int)((int64_t)(t + 1) * p->chunks / parts);
-    const int r0 = bk_gemm_chunk_start(p->M, p->chunks, c0), K = p->K, kc = p->kc;
-    for (int n0 = 0; n0 < p->N; n0 += GEMM_NB) {
-        const int cols = p->N - n0 < GEMM_NB ? p->N - n0 : GEMM_NB;
-        for (int k0 = 0; k0 < K || k0 == 0; k0 += kc) {
-            const int kw = K - k0 < kc ? K - k0 : kc;
-            for (int j = 0; j < cols; j += GEMM_NR)
-                pack_strip(p->transB, p->B, p->ldb, n0 + j, k0, kw, cols - j < GEMM_NR ? cols - j : GEMM_NR,
-                           Bblock + (size_t)j * kw);
-            for (int c = c0; c < c1; c++) {
-                const int m0 = bk_gemm_chunk_start(p->M, p->chunks, c);
-                const int rows = bk_gemm_chunk_start(p->M, p->chunks, c + 1) - m0;
-                if (rows <= 0)
-                    continue;
-                copy_transposed(p->A, p->lda, m0, rows, k0, kw, Ap);
-                block_slice(p->variant, rows, cols, kw, Ap, Bblock, P ? P + (size_t)(m0 - r0) * GEMM_NB : NULL,
-                            k0 == 0, k0 + kw >= K, p->alpha, p->accumulate, p->C + (size_t)m0 * p->ldc + n0,
-                            p->ldc);
+    const int K = p->K, kc = p->kc;
+    for (int g0 = c0; g0 < c1; g0 += GEMM_GROUP) {
+        const int g1 = c1 - g0 < GEMM_GROUP ? c1 : g0 + GEMM_GROUP, r0 = bk_gemm_chunk_start(p->M, p->chunks, g0);
+        for (int n0 = 0; n0 < p->N; n0 += GEMM_NB) {
+            const int cols = p->N - n0 < GEMM_NB ? p->N - n0 : GEMM_NB;
+            for (int k0 = 0; k0 < K || k0 == 0; k0 += kc) {
+                const int kw = K - k0 < kc ? K - k0 : kc;
+                for (int j = 0; j < cols; j += GEMM_NR)
+                    pack_strip(p->transB, p->B, p->ldb, n0 + j, k0, kw, cols - j < GEMM_NR ? cols - j : GEMM_NR,
+                               Bblock + (size_t)j * kw);
+                for (int c = g0; c < g1; c++) {
+                    const int m0 = bk_gemm_chunk_start(p->M, p->chunks, c);
+                    const int rows = bk_gemm_chunk_start(p->M, p->chunks, c + 1) - m0;
+                    if (rows <= 0)
+                        continue;
+                    copy_transposed(p->A, p->lda, m0, rows, k0, kw, Ap);
+                    block_slice(p->variant, rows, cols, kw, Ap, Bblock,
+                                P ? P + (size_t)(m0 - r0) * GEMM_NB : NULL, k0 == 0, k0 + kw >= K, p->alpha,
+                                p->accumulate, p->C + (size_t)m0 * p->ldc + n0, p->ldc);
+                }
+                if (K == 0)
+                    break;
             }
-            if (K == 0)
-                break;
         }
     }
 }
@@ -346,10 +352,11 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
         return;
     }
     /* per thread: a transposed A's slice of a chunk, B's slice of a block (not shared), the partial sums
-     * (when K is sliced: a chunk's rows; transposed, all the rows of the thread's part) */
+     * (when K is sliced: a chunk's rows; transposed, the rows of a group of the thread's chunks) */
     const size_t apack = transA ? (size_t)mb * kc : 0;
     const size_t bpack = shared ? 0 : (size_t)kc * GEMM_NB;
-    const size_t prows = transA ? (size_t)rows_max(M, chunks, threads) : (size_t)mb;
+    const int part_rows = rows_max(M, chunks, threads), group_rows = GEMM_GROUP * mb;
+    const size_t prows = (size_t)(transA && part_rows < group_rows ? part_rows : transA ? group_rows : mb);
     const size_t psize = sliced ? prows * GEMM_NB : 0;
     atomic_int failed = 0;
 

@@ -19,8 +19,8 @@
  * slices in per-thread partial sums (bk_tile_gemm_span). B is packed in strips of 32 columns: where A is
  * not transposed (forward, input gradients), all of it once per call, shared by the threads, and A read
  * where it is; in the weight gradients (A = dout transposed), each thread packs B's slice of a block of
- * columns once for all its chunks, carries the chains of all its rows, and copies A's slice per chunk so
- * that the kernels read it by rows.
+ * columns once for its chunks (up to 16 at a time), carries the chains of all their rows, and copies A's
+ * slice per chunk so that the kernels read it by rows.
  *
  * The kernels are chosen once per process. BIASKIT_GEMM unset or "auto": the engine's where they are
  * wider than the BLAS's (bk_blas_vector_bits: e.g. OPENBLAS_CORETYPE=Haswell, or an OpenBLAS older than
