@@ -221,9 +221,9 @@ static void copy_transposed(const float *A, ptrdiff_t lda, int m0, int rows, int
     }
 }
 
-/* One block's slice: rows [m0, m0 + rows) (packed: Ap, pack_a) by columns [n0, n0 + cols) (packed:
- * bslice, strip j at + j * kw), the chains started at 0 (first) or taken from P (rows by GEMM_NB) and
- * left in P (not last) or finished into C. */
+/* One slice of K of a weight gradient's block: `rows` rows (copied: Ap, copy_transposed) by `cols`
+ * columns (packed: bslice, strip j at + j * kw) into C (the block's corner), the chains started at 0
+ * (first) or taken from P (rows by GEMM_NB) and left in P (not last) or finished into C. */
 static void block_slice(int variant, int rows, int cols, int kw, const float *Ap, const float *bslice, float *P,
                         int first, int last, float alpha, int accumulate, float *C, ptrdiff_t ldc) {
     for (int j = 0; j < cols; j += GEMM_NR) {
@@ -312,7 +312,7 @@ static void part_channels(const struct product *p, int t, int parts, float *Bblo
     }
 }
 
-/* the most rows a chunk, and a thread's chunks, get */
+/* the most rows one of `parts` shares of the chunks gets (parts = chunks: a chunk; = threads: a thread) */
 static int rows_max(int M, int chunks, int parts) {
     int most = 1;
     for (int i = 0; i < parts; i++) {
@@ -356,7 +356,7 @@ static void run(int variant, int transA, int transB, int M, int N, int K, float 
     const size_t apack = transA ? (size_t)mb * kc : 0;
     const size_t bpack = shared ? 0 : (size_t)kc * GEMM_NB;
     const int part_rows = rows_max(M, chunks, threads), group_rows = GEMM_GROUP * mb;
-    const size_t prows = (size_t)(transA && part_rows < group_rows ? part_rows : transA ? group_rows : mb);
+    const size_t prows = (size_t)(!transA ? mb : part_rows < group_rows ? part_rows : group_rows);
     const size_t psize = sliced ? prows * GEMM_NB : 0;
     atomic_int failed = 0;
 
