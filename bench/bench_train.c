@@ -38,8 +38,8 @@
  * forward + backward = 3 x forward) over the measured step time, as a fraction of this machine's SGEMM
  * rate (bk_sgemm, util/blas.h, of 2048^3 with the same threads, best of 5): model_gflops, sgemm_gflops,
  * mfu_frac; and beside it the FLOPs per step (step_gflop) and the machine's FMA peak with the same threads
- * (fma_peak.h: FMA chains in registers, which no product beats; fma_peak_gflops). blas= and core= name the BLAS the engine was built with and the kernels it picked
- * (bk_blas_name, bk_blas_describe); gemm= the kernels of the linear layers' products (cpu/gemm.h: the
+ * (fma_peak.h: FMA chains in registers, which no product beats; fma_peak_gflops). blas= and core= name
+ * the BLAS the engine was built with and the kernels it picked (bk_blas_name, bk_blas_describe); gemm= the kernels of the linear layers' products (cpu/gemm.h: the
  * engine's avx512, avx2 or plain kernels, or blas; environment variable BIASKIT_GEMM), att_gemm= those of
  * the blocked attention's per-head products (bk_gemm_attention_kernels).
  *

@@ -13,8 +13,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-enum { FMA_PEAK_CHAINS = 12 }; /* enough to cover the FMA latency times the units (4 x 2 here, 4 x 3 on
-                                * some cores) */
+enum { FMA_PEAK_CHAINS = 12 }; /* at least the FMA latency times the FMA units (4 cycles x 2 units on the
+                                * cores measured so far) */
 
 /* fma_chains_LANES(iters, seed): iters rounds of FMA_PEAK_CHAINS vector FMAs; returns a value that
  * depends on all of them */
@@ -39,8 +39,8 @@ enum { FMA_PEAK_CHAINS = 12 }; /* enough to cover the FMA latency times the unit
 FMA_PEAK_CHAINS_FN(16, "avx512f,fma", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_storeu_ps)
 FMA_PEAK_CHAINS_FN(8, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps)
 
-/* GFLOP/s of `threads` threads running the chains at once (best of 5 runs of about 0.1 s after a
- * warm-up); NAN where the CPU has neither AVX-512F nor AVX2 + FMA. *lanes: the vector width used. */
+/* GFLOP/s of `threads` threads running the chains at once (best of 5 runs after a warm-up, each 120
+ * million vector FMAs per thread: 20-40 ms at 3 GHz); NAN where the CPU has neither AVX-512F nor AVX2 + FMA. *lanes: the vector width used. */
 static double fma_peak_gflops(int threads, int *lanes)
 {
     __builtin_cpu_init();
@@ -51,7 +51,7 @@ static double fma_peak_gflops(int threads, int *lanes)
         *lanes = w;
     if (!w)
         return NAN;
-    const long iters = 20000000 / w * 8; /* about 0.1 s at 3 GHz */
+    const long iters = 10000000; /* rounds of FMA_PEAK_CHAINS FMAs */
     double best = INFINITY;
     volatile double sink = 0.0; /* keeps the chains' results, so the compiler keeps the chains */
     for (int r = 0; r < 6; r++) { /* the first is a warm-up */

@@ -426,12 +426,14 @@ best() { best_result "$LOGS/$1.$2".*.log; } # size key
 tok() { local v; v=$(field "$(best "$1" "$2")" tokens_per_s); [[ -n $v ]] && echo "$v" || echo -; }
 sizelabel() { local L C H T B; read -r L C H T B <<<"${SPEC[$1]}"; echo "($1) $L x $C x $H heads, T=$T, batch $B"; }
 
+# whether $1 is a number above $2 (or $2 is empty)
+above() { isnum "$1" && { [[ -z $2 ]] || awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }; }
 # the best PyTorch 2.x mode at a size: "mode tokens_per_s", or nothing
 best2x() {
     local m t bm="" bt=""
     for m in eager sdpa compile; do
         t=$(tok "$1" "t2$m")
-        if isnum "$t" && { [[ -z $bt ]] || awk -v a="$t" -v b="$bt" 'BEGIN { exit !(a > b) }'; }; then bm=$m bt=$t; fi
+        if above "$t" "$bt"; then bm=$m bt=$t; fi
     done
     [[ -z $bm ]] || echo "$bm $bt"
 }
@@ -504,9 +506,9 @@ if [[ $SKIP_TORCH2 != 1 ]]; then
             [[ -n $gf ]] || gf=$(field "$line" step_gflop)
             [[ -n $fp ]] || fp=$(field "$line" fma_peak_gflops)
             v=$(field "$line" sgemm_gflops)
-            if isnum "$v" && { [[ -z $sg ]] || awk -v a="$v" -v b="$sg" 'BEGIN { exit !(a > b) }'; }; then sg=$v; fi
+            if above "$v" "$sg"; then sg=$v; fi
             v=$(field "$line" model_gflops)
-            if isnum "$v" && { [[ -z $mg ]] || awk -v a="$v" -v b="$mg" 'BEGIN { exit !(a > b) }'; }; then mg=$v; fi
+            if above "$v" "$mg"; then mg=$v; fi
         done
         if isnum "$bt" && isnum "$gf"; then
             need=$(awk -v g="$gf" -v t="$bt" -v n="$((B * T))" 'BEGIN { printf "%.1f", g * 1.5 * t / n }')
