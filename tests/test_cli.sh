@@ -204,8 +204,24 @@ for _ in $(seq 50); do grep -q "^step 1/" "$work/int.log" 2>/dev/null && break; 
 kill -INT "$pid"
 wait "$pid"
 check "Ctrl-C exits 130" 0 "^130$" echo $?
-check "Ctrl-C writes a checkpoint" 0 "stopped at step [0-9]+; checkpoint $work/int/checkpoint.safetensors" cat "$work/int.log"
+check "Ctrl-C writes a checkpoint" 0 "stopped at step [0-9]+ by SIGINT, interrupted; checkpoint $work/int/checkpoint.safetensors" cat "$work/int.log"
 check "resume after Ctrl-C" 0 "resuming from .* at step [0-9]+" "$bk" train --resume "$work/int/checkpoint.safetensors" --stop-after 1 --plain
+# SIGTERM (kill, schedulers, Slurm's time limit) and SIGHUP (a closed terminal) stop it the same way:
+# a checkpoint, the lock released, exit 128 + the signal
+for sig in TERM:143:terminated HUP:129:hangup; do
+    name=${sig%%:*} code=${sig#*:} code=${code%%:*} word=${sig##*:}
+    rm -rf "$work/sig"
+    "$bk" train "$work/tiny.toml" --set term.1.plugin=alibi --set train.steps=1000000 --out "$work/sig" --plain \
+        >"$work/sig.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 50); do grep -q "^step 1/" "$work/sig.log" 2>/dev/null && break; sleep 0.1; done
+    kill -"$name" "$pid"
+    wait "$pid"
+    check "SIG$name exits $code" 0 "^$code$" echo $?
+    check "SIG$name writes a checkpoint" 0 "stopped at step [0-9]+ by SIG$name, $word; checkpoint $work/sig/checkpoint.safetensors" cat "$work/sig.log"
+    check "SIG$name releases the lock" 0 "^gone$" bash -c "[ -e '$work/sig/.train.lock' ] && echo held || echo gone"
+    check "resume after SIG$name" 0 "resuming from .* at step [0-9]+" "$bk" train --resume "$work/sig/checkpoint.safetensors" --stop-after 1 --plain
+done
 
 # ---- run directories: paths, device, lock, metrics on resume, full disk ------------------------
 # Paths (README.md "Paths"): relative paths in an experiment file are read from the file's

@@ -175,6 +175,70 @@ check "train --out the checkpoint file is refused" 1 "'$ck' is not a directory \
     "$bk" train "$work/exp.toml" --out "$ck" --plain
 unchanged "train --out the checkpoint file" "$ck" "$work/ck.orig"
 
+# ---- every command's outputs against all of its inputs (not only eval's) ----
+cp -r "$work/corpus" "$work/corpus.orig"
+check "params --csv onto a training file is refused" 2 \
+    "error: --csv '$work/corpus/text.txt' lies in the data path '$real/corpus'" \
+    "$bk" params "$ck" --csv "$work/corpus/text.txt"
+unchanged "params --csv onto a training file" "$work/corpus/text.txt" "$work/text.orig"
+check "params --json into the data directory is refused" 2 "error: --json '$work/corpus/p.txt' lies in the data path" \
+    "$bk" params "$ck" --json "$work/corpus/p.txt"
+check "params --csv onto the checkpoint's experiment file is refused" 2 \
+    "error: --csv '$work/exp.toml' is the experiment file" "$bk" params "$ck" --csv "$work/exp.toml"
+unchanged "params --csv onto the experiment file" "$work/exp.toml" "$work/exp.orig"
+check "bias --csv into the data directory is refused" 2 "error: --csv '$work/corpus/b.txt' lies in the data path" \
+    "$bk" bias "$work/exp.toml" --csv "$work/corpus/b.txt"
+check "bias --csv (a checkpoint) onto a training file is refused" 2 "error: --csv '$work/corpus/text.txt' lies in the data path" \
+    "$bk" bias "$ck" --csv "$work/corpus/text.txt"
+unchanged "bias --csv onto a training file" "$work/corpus/text.txt" "$work/text.orig"
+check "trf --csv onto a training file is refused" 2 "error: --csv '$work/corpus/text.txt' lies in the data path" \
+    "$bk" trf "$work/exp.toml" --csv "$work/corpus/text.txt"
+check "erf --csv onto the experiment file is refused" 2 "error: --csv '$work/exp.toml' is the experiment file" \
+    "$bk" erf "$ck" --csv "$work/exp.toml"
+check "passkey --json onto a training file is refused" 2 "error: --json '$work/corpus/text.txt' lies in the data path" \
+    "$bk" passkey "$ck" --lengths 128 --trials 1 --json "$work/corpus/text.txt"
+unchanged "passkey --json onto a training file" "$work/corpus/text.txt" "$work/text.orig"
+check "the data directory holds only its file" 0 "" diff -r "$work/corpus" "$work/corpus.orig"
+
+# passkey --write-samples: samples carry no mark, so an existing file is never replaced without --force,
+# and a checkpoint or a shared object not even with it
+plug=$(dirname "$bk")/plugins
+so=$(ls "$plug"/*.so 2>/dev/null | head -1)
+for target in "$ck" "$work/exp.toml" "$work/corpus/text.txt" "$work/link.csv"; do
+    cp "$target" "$work/target.orig"
+    check "passkey --write-samples onto '$(basename "$target")' is refused" 2 \
+        "error: --write-samples '$target': the file exists; .*give --force to replace it" \
+        "$bk" passkey --write-samples "$target" --length 128 --samples 2
+    unchanged "passkey --write-samples onto '$(basename "$target")'" "$target" "$work/target.orig"
+done
+check "passkey --write-samples --force onto the checkpoint is refused" 2 "is a checkpoint; not replaced, even under --force" \
+    "$bk" passkey --write-samples "$ck" --length 128 --samples 2 --force
+check "passkey --write-samples --force through a link to the checkpoint is refused" 2 "is a checkpoint; not replaced" \
+    "$bk" passkey --write-samples "$work/link.csv" --length 128 --samples 2 --force
+unchanged "passkey --write-samples --force onto the checkpoint" "$ck" "$work/ck.orig"
+if [ -n "$so" ]; then
+    cp "$so" "$work/plugin.so" && cp "$so" "$work/plugin.orig"
+    check "passkey --write-samples --force onto a plugin is refused" 2 "is a shared object .*; not replaced" \
+        "$bk" passkey --write-samples "$work/plugin.so" --length 128 --samples 2 --force
+    unchanged "passkey --write-samples --force onto a plugin" "$work/plugin.so" "$work/plugin.orig"
+fi
+"$bk" passkey --write-samples "$work/samples.txt" --length 128 --samples 2 >/dev/null
+check "passkey --write-samples --force replaces its own samples" 0 "^wrote 3 passkey samples" \
+    "$bk" passkey --write-samples "$work/samples.txt" --length 128 --samples 3 --force
+check "... which now hold 3 samples" 0 "^384$" bash -c "wc -c <'$work/samples.txt'"
+
+# a run directory inside a data directory of its experiment: the next training would read it as data
+check "train --out inside the data directory is refused" 2 \
+    "error: --out '$work/corpus/run' lies inside the data directory '$real/corpus' \(\[data\] paths\)" \
+    "$bk" train "$work/exp.toml" --out "$work/corpus/run" --plain
+check "... and nothing is made there" 0 "" diff -r "$work/corpus" "$work/corpus.orig"
+ln -s "$work/corpus" "$work/corpus-link"
+check "train --out through a link into the data directory is refused" 2 "lies inside the data directory" \
+    "$bk" train "$work/exp.toml" --out "$work/corpus-link/run" --plain
+printf '[run]\nout_dir = "corpus/r"\n' | cat "$work/exp.toml" - >"$work/exp-od.toml"
+check "[run] out_dir inside the data directory is refused" 2 "error: \[run\] out_dir '.*corpus/r' lies inside the data directory" \
+    "$bk" train "$work/exp-od.toml" --plain
+
 # ---- the help texts say so ----
 check "eval --help: outputs are atomic and never an input" 0 "written atomically" "$bk" eval --help
 check "bias --help: likewise" 0 "written atomically" "$bk" bias --help

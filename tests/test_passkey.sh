@@ -41,7 +41,7 @@ check "--write-samples: a length below 102 is refused" 2 "--length" "$bk" passke
 check "--write-samples: --samples 0 is refused" 2 "--samples" "$bk" passkey --write-samples "$work/s.txt" --length 128 --samples 0
 check "--write-samples: without --samples" 2 "give --length T .* and --samples N" "$bk" passkey --write-samples "$work/s.txt" --length 128
 check "--write-samples takes no checkpoint" 2 "takes no checkpoint" "$bk" passkey "$ck" --write-samples "$work/s.txt" --length 128 --samples 2
-check "--samples without --write-samples" 2 "--samples and --length go with --write-samples" "$bk" passkey "$ck" --samples 2
+check "--samples without --write-samples" 2 "--samples, --length and --force go with --write-samples" "$bk" passkey "$ck" --samples 2
 
 echo "test_passkey: $passed passed, $failures failed"
     exit 1

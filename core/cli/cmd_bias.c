@@ -194,10 +194,6 @@ int bk_cmd_bias(int argc, char **argv)
     /* a checkpoint (by extension or content) brings its learned parameters; else an experiment file */
     const char *source = args.positional[0];
     int from_checkpoint = bk_checkpoint_is_file(source);
-    const bk_output_input source_input = {from_checkpoint ? "checkpoint" : "experiment file", source, NULL, 0};
-    const char *csv_path = bk_args_get(&args, "csv");
-    if (csv_path && bk_output_check("--csv", csv_path, &source_input, 1, &err)) /* before any work */
-        return bk_report(&err);
     /* A checkpoint's model is rebuilt but never run here: on the CPU, whatever device trained it (a
      * checkpoint of a GPU run then reads on a machine without one); --set can still say otherwise. */
     const char *sets[BK_ARGS_MAX + 1];
@@ -246,8 +242,9 @@ int bk_cmd_bias(int argc, char **argv)
     bk_eval_inputs inputs = {0};
     bk_output csv = {0};
     if (!rc && o.csv &&
-        !(rc = bk_eval_inputs_collect(&inputs, from_checkpoint ? "checkpoint" : "experiment file", source, terms, NULL,
-                                      NULL, 0, &err)) &&
+        !(rc = from_checkpoint ? bk_eval_inputs_checkpoint(&inputs, source, &lm, NULL, 0, &err)
+                               : bk_eval_inputs_collect(&inputs, "experiment file", source, terms, exp, s.dir, NULL,
+                                                        NULL, 0, &err)) &&
         !(rc = bk_output_open(&csv, "--csv", o.csv, inputs.items, inputs.n, &err)))
         bk_output_printf(&csv, "layer,stream,table,head,distance,value\n");
     const int csv_on_stdout = csv.kind == BK_OUTPUT_STDOUT; /* then nothing else goes there */

@@ -263,7 +263,7 @@ int bk_cmd_erf(int argc, char **argv)
     if (!rc)
         rc = trf_kernels(&r, &lm.terms, &err);
     bk_eval_inputs inputs = {0};
-    if (!rc && !(rc = bk_eval_inputs_collect(&inputs, "checkpoint", source, &lm.terms, &lm, NULL, 0, &err)))
+    if (!rc && !(rc = bk_eval_inputs_checkpoint(&inputs, source, &lm, NULL, 0, &err)))
         rc = bk_eval_check_outputs(csv_path, plot, inputs.items, inputs.n, &err);
     bk_output csv = {0};
     if (!rc && csv_path && !(rc = bk_output_open(&csv, "--csv", csv_path, inputs.items, inputs.n, &err))) {

@@ -243,8 +243,7 @@ int bk_cmd_eval(int argc, char **argv)
             lengths[n_lengths++] = (int32_t)(k * e->train.length);
 
     bk_eval_inputs inputs = {0};
-    if (!rc && !(rc = bk_eval_inputs_collect(&inputs, "checkpoint", args.positional[0], &lm.terms, &lm, data,
-                                             (int)n_data, &err)))
+    if (!rc && !(rc = bk_eval_inputs_checkpoint(&inputs, args.positional[0], &lm, data, (int)n_data, &err)))
         rc = check_outputs(outputs, inputs.items, inputs.n, &err);
     rc = bk_dist_agree(&dist, rc, &err); /* every process checked the same files */
     bk_tokens train = {0}, val = {0};

@@ -342,7 +342,7 @@ int bk_cmd_params(int argc, char **argv)
 
     bk_eval_inputs inputs = {0};
     if (!rc)
-        rc = bk_eval_inputs_collect(&inputs, "checkpoint", path, &lm.terms, NULL, NULL, 0, &err);
+        rc = bk_eval_inputs_checkpoint(&inputs, path, &lm, NULL, 0, &err);
     int on_stdout = 0;
     for (int k = 0; k < 2; k++)
         on_stdout |= outputs[k] && strcmp(outputs[k], "-") == 0;

@@ -14,11 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char help[] =
     "usage: biaskit passkey <checkpoint.safetensors> [--lengths L1,L2,...] [--depths D1,D2,...]\n"
     "                       [--trials N] [--seed S] [--csv FILE] [--json FILE] [--plot FILE.png]\n"
-    "       biaskit passkey --write-samples FILE --length T --samples N [--seed S]\n\n"
+    "       biaskit passkey --write-samples FILE --length T --samples N [--seed S] [--force]\n\n"
     "Passkey retrieval (Landmark Attention; Position Interpolation; YaRN): a random 5-digit key K is\n"
     "hidden at a relative depth in filler text (\"The grass is green. The sky is blue. The sun is yellow.\n"
     "Here we go. There and back again.\" repeated), as \"The pass key is K. Remember it. K is the pass\n"
@@ -50,7 +51,9 @@ static const char help[] =
     "                    bytes (--length T >= 102, --samples N), each the task's sequence with its key at\n"
     "                    a depth uniform in [0, 1], keys and depths from --seed (not the evaluation's\n"
     "                    keys); trained at [train] length = T each training window is one whole sample:\n"
-    "                    the sequence of --lengths T-1 (T-1 tokens read, the last digit predicted)\n";
+    "                    the sequence of --lengths T-1 (T-1 tokens read, the last digit predicted); an\n"
+    "                    existing FILE is refused (the samples carry no mark to know it by)\n"
+    "  --force           replace an existing FILE (never a checkpoint or a shared object)\n";
 
 #define MAX_GRID 64
 
@@ -167,7 +170,29 @@ static int write_plot(const char *png, const passkey_report *r, bk_error *err)
     return rc;
 }
 
-/* --write-samples FILE --length T --samples N [--seed S]: training text for fine-tuning on the task. */
+/* The samples are plain training text with no mark of their own, so an existing regular file (through a
+ * symbolic link too) is never taken for one: replaced only under --force, and a checkpoint or a shared object
+ * (a plugin) not even then. */
+static int samples_target_check(const char *path, int force, bk_error *err)
+{
+    struct stat st;
+    if (!strcmp(path, "-") || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return BK_OK; /* standard output, a new file, a device or a FIFO (bk_output_open judges the rest) */
+    if (!force)
+        return bk_fail(err, BK_ERR_USAGE, "--write-samples '%s': the file exists; samples are written to a new "
+                       "file (give --force to replace it)", path);
+    unsigned char head[4] = {0};
+    FILE *f = fopen(path, "rb");
+    const size_t got = f ? fread(head, 1, sizeof head, f) : 0;
+    if (f)
+        fclose(f);
+    if (bk_checkpoint_is_file(path) || (got == 4 && !memcmp(head, "\x7f" "ELF", 4)))
+        return bk_fail(err, BK_ERR_USAGE, "--write-samples '%s': the file is a %s; not replaced, even under --force",
+                       path, got == 4 && !memcmp(head, "\x7f" "ELF", 4) ? "shared object (a plugin?)" : "checkpoint");
+    return BK_OK;
+}
+
+/* --write-samples FILE --length T --samples N [--seed S] [--force]: training text for fine-tuning on the task. */
 static int write_samples(const bk_args *args)
 {
     bk_error err;
@@ -185,6 +210,8 @@ static int write_samples(const bk_args *args)
     if (bk_args_int("length", v, bk_passkey_min_length() + 1, 1L << 20, &length, &err) ||
         bk_args_int("samples", bk_args_get(args, "samples"), 1, (1L << 30) / length, &n, &err) ||
         ((v = bk_args_get(args, "seed")) && bk_args_int("seed", v, 0, 9007199254740991L, &seed, &err)))
+        return bk_report(&err);
+    if (samples_target_check(path, bk_args_get(args, "force") != NULL, &err))
         return bk_report(&err);
     bk_output o;
     if (bk_output_open(&o, "--write-samples", path, NULL, 0, &err))
@@ -206,7 +233,7 @@ int bk_cmd_passkey(int argc, char **argv)
     static const bk_arg_spec specs[] = {{"help", 0, 0}, {"lengths", 1, 0}, {"depths", 1, 0},  {"trials", 1, 0},
                                         {"seed", 1, 0}, {"csv", 1, 0},     {"json", 1, 0},    {"plot", 1, 0},
                                         {"set", 1, 1},  {"no-verify", 0, 0}, {"write-samples", 1, 0},
-                                        {"samples", 1, 0}, {"length", 1, 0}};
+                                        {"samples", 1, 0}, {"length", 1, 0}, {"force", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit passkey", &args, &err))
@@ -217,8 +244,8 @@ int bk_cmd_passkey(int argc, char **argv)
     }
     if (bk_args_get(&args, "write-samples"))
         return write_samples(&args);
-    if (bk_args_get(&args, "samples") || bk_args_get(&args, "length")) {
-        bk_fail(&err, BK_ERR_USAGE, "biaskit passkey: --samples and --length go with --write-samples FILE");
+    if (bk_args_get(&args, "samples") || bk_args_get(&args, "length") || bk_args_get(&args, "force")) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit passkey: --samples, --length and --force go with --write-samples FILE");
         return bk_report(&err);
     }
     if (args.n_positional != 1) {
@@ -272,8 +299,7 @@ int bk_cmd_passkey(int argc, char **argv)
                          (long long)lm.exp.train.length, (int)bk_passkey_min_length());
     }
     bk_eval_inputs inputs = {0};
-    if (!rc && !(rc = bk_eval_inputs_collect(&inputs, "checkpoint", args.positional[0], &lm.terms, NULL, NULL, 0,
-                                             &err)))
+    if (!rc && !(rc = bk_eval_inputs_checkpoint(&inputs, args.positional[0], &lm, NULL, 0, &err)))
         if (!(rc = bk_eval_check_outputs(csv, plot, inputs.items, inputs.n, &err)) && json)
             rc = bk_output_check("--json", json, inputs.items, inputs.n, &err);
     bk_passkey_cell *cells = rc ? NULL : calloc((size_t)n_lengths * n_depths, sizeof *cells);

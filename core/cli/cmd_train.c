@@ -14,7 +14,7 @@ static const char help[] =
     "Trains the model of the experiment file on its [data] with the [train] settings (see\n"
     "'biaskit config --keys'). Writes DIR/metrics.jsonl (one JSON object per step and per\n"
     "validation) and DIR/checkpoint.safetensors (every [train] checkpoint_every steps, at the end,\n"
-    "and on Ctrl-C), where DIR is [run] out_dir, by default runs/<experiment name>. The first lines\n"
+    "and on Ctrl-C, SIGTERM or SIGHUP), where DIR is [run] out_dir, by default runs/<experiment name>. The first lines\n"
     "printed say what trains: the model, the device, the memory the model keeps there (one forward's\n"
     "activations and their gradients; parameters, gradients and AdamW moments, and with [run]\n"
     "precision = \"bf16\" the weights' bf16 copies) and the data.\n\n"
@@ -28,8 +28,9 @@ static const char help[] =
     "                   a DIR that is a symbolic link to a directory holding another run (a checkpoint\n"
     "                   or metrics.jsonl this training does not resume) is refused: name the directory\n"
     "                   itself to replace that run\n"
-    "  --stop-after N   stop after N steps of this run, writing a checkpoint (as Ctrl-C does, which\n"
-    "                   exits with status 130)\n"
+    "  --stop-after N   stop after N steps of this run, writing a checkpoint (as Ctrl-C does; a\n"
+    "                   signal exits with status 128 + its number: 130 for SIGINT, 143 for SIGTERM,\n"
+    "                   129 for SIGHUP)\n"
     "  --plain          plain log lines even on a terminal (no redrawn progress line)\n\n"
     "Paths written in the experiment file (or --set) are read from the file's directory; paths on\n"
     "the command line (--out, --resume) from the working directory. Only one training at a time\n"
@@ -97,7 +98,7 @@ int bk_cmd_train(int argc, char **argv)
     bk_train_summary sum; /* the banner names the device that trains ([run] device) */
     int rc = bk_train(&o, &sum, &err);
     /* the others' errors reach rank 0 (bk_dist_agree), which reports them before anyone exits */
-    int status = rc ? (dist.rank == 0 ? bk_report(&err) : 1) : sum.signalled ? 130 : 0; /* 130: 128 + SIGINT */
+    int status = rc ? (dist.rank == 0 ? bk_report(&err) : 1) : sum.signalled ? 128 + sum.signalled : 0;
     bk_dist_finalize(&dist);
     return status;
 }

@@ -296,8 +296,9 @@ int bk_cmd_trf(int argc, char **argv)
     if (!r->b || !r->prefix)
         rc = bk_fail(&err, BK_ERR_NOMEM, "out of memory for %lld distances", (long long)D);
     bk_eval_inputs inputs = {0};
-    if (!rc && !(rc = bk_eval_inputs_collect(&inputs, from_checkpoint ? "checkpoint" : "experiment file", source,
-                                             terms, NULL, NULL, 0, &err)))
+    if (!rc && !(rc = from_checkpoint ? bk_eval_inputs_checkpoint(&inputs, source, &lm, NULL, 0, &err)
+                                      : bk_eval_inputs_collect(&inputs, "experiment file", source, terms, exp, s.dir,
+                                                               NULL, NULL, 0, &err)))
         rc = bk_eval_check_outputs(csv_path, plot, inputs.items, inputs.n, &err);
     bk_output csv = {0};
     if (!rc && csv_path && !(rc = bk_output_open(&csv, "--csv", csv_path, inputs.items, inputs.n, &err))) {

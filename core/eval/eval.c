@@ -1,9 +1,12 @@
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "eval/eval.h"
 
+#include "util/path.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Non-overlapping chunks (stride 0) or sliding windows of length L, in batches of B windows. Batch k is
  * computed by process k mod N; each batch's loss sum (and, for chunks, its per-position sums) is added
@@ -130,43 +133,67 @@ void bk_eval_results_free(bk_eval_result *results, int n)
 /* The data reader's names for shards (data/data.h). */
 static const char *const shard_extensions[] = {BK_SHARD_EXTENSION};
 
+/* One more path of the inputs, copied (in->owned keeps it). */
+static int add_owned(bk_eval_inputs *in, const char *what, const char *path, const char *const *ext, int n_ext,
+                     const char *source, bk_error *err)
+{
+    if (!(in->owned[in->n_owned] = strdup(path)))
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory listing the inputs of '%s'", source);
+    in->items[in->n++] = (bk_output_input){what, in->owned[in->n_owned++], ext, n_ext};
+    return BK_OK;
+}
+
 int bk_eval_inputs_collect(bk_eval_inputs *in, const char *what, const char *source, const bk_term_set *terms,
-                           const bk_lm *lm, const char *const *data, int n_data, bk_error *err)
+                           const bk_experiment *e, const char *config_dir, const char *experiment_file,
+                           const char *const *data, int n_data, bk_error *err)
 {
     memset(in, 0, sizeof *in);
-    const bk_experiment *e = lm ? &lm->exp : NULL;
     int n_exp_data = e && n_data == 0 ? e->data.paths.n + e->data.val_paths.n : 0;
-    int cap = 1 + (terms ? terms->n : 0) + (lm ? n_data + n_exp_data : 0);
+    int cap = 2 + (terms ? terms->n : 0) + (e ? n_data + n_exp_data : 0);
     in->items = calloc((size_t)cap, sizeof *in->items);
-    in->owned = calloc(n_exp_data ? (size_t)n_exp_data : 1, sizeof *in->owned);
+    in->owned = calloc((size_t)n_exp_data + 1, sizeof *in->owned);
     if (!in->items || !in->owned) {
         bk_eval_inputs_free(in);
         return bk_fail(err, BK_ERR_NOMEM, "out of memory listing the inputs of '%s'", source);
     }
     in->items[in->n++] = (bk_output_input){what, source, NULL, 0};
+    int rc = BK_OK;
+    /* a checkpoint's experiment file, where it still is: an input too (its text is in the checkpoint, but a
+     * user who names it as an output means another file) */
+    if (experiment_file && strcmp(experiment_file, source) != 0 && access(experiment_file, F_OK) == 0)
+        rc = add_owned(in, "experiment file", experiment_file, NULL, 0, source, err);
     for (int i = 0; terms && i < terms->n; i++)
         if (terms->terms[i].plugin && terms->terms[i].plugin->path)
             in->items[in->n++] = (bk_output_input){"plugin", terms->terms[i].plugin->path, NULL, 0};
-    if (!lm)
-        return BK_OK;
+    if (!e || rc) {
+        if (rc)
+            bk_eval_inputs_free(in);
+        return rc;
+    }
     const int text = e->data.format == BK_DATA_TEXT;
     const char *const *ext = text ? e->data.extensions.items : shard_extensions;
     const int n_ext = text ? e->data.extensions.n : 1;
     for (int i = 0; i < n_data; i++)
         in->items[in->n++] = (bk_output_input){"data path", data[i], ext, n_ext};
-    for (int i = 0; i < n_exp_data; i++) {
+    for (int i = 0; i < n_exp_data && !rc; i++) {
         const char *p = i < e->data.paths.n ? e->data.paths.items[i] : e->data.val_paths.items[i - e->data.paths.n];
         char buf[4096];
-        int rc = bk_lm_path(lm, p, buf, sizeof buf, err);
-        if (!rc && !(in->owned[in->n_owned] = strdup(buf)))
-            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory listing the inputs of '%s'", source);
-        if (rc) {
-            bk_eval_inputs_free(in);
-            return rc;
-        }
-        in->items[in->n++] = (bk_output_input){"data path", in->owned[in->n_owned++], ext, n_ext};
+        if (!(rc = bk_path_resolve(config_dir, p, buf, sizeof buf, err)))
+            rc = add_owned(in, "data path", buf, ext, n_ext, source, err);
     }
-    return BK_OK;
+    if (rc)
+        bk_eval_inputs_free(in);
+    return rc;
+}
+
+int bk_eval_inputs_checkpoint(bk_eval_inputs *in, const char *source, const bk_lm *lm, const char *const *data,
+                              int n_data, bk_error *err)
+{
+    char file[4096];
+    int rc = bk_lm_experiment_file(lm, file, sizeof file, err);
+    return rc ? rc
+              : bk_eval_inputs_collect(in, "checkpoint", source, &lm->terms, &lm->exp, lm->config_dir, file, data,
+                                       n_data, err);
 }
 
 void bk_eval_inputs_free(bk_eval_inputs *in)

@@ -42,12 +42,18 @@ typedef struct bk_eval_inputs {
 } bk_eval_inputs;
 
 /* Collects the inputs of a command on an experiment or a checkpoint: `source` (named `what`:
- * "checkpoint", "experiment file"), the shared object of every term's plugin, and, when `lm` is not
- * NULL, the data the command reads: data[n_data] as given (--data), else the experiment's [data]
- * paths and val_paths read from its directory, with the names the data reader takes in a directory
- * ([data] extensions for text, .bin for shards). Free with bk_eval_inputs_free. */
+ * "checkpoint", "experiment file"), the shared object of every term's plugin, and, when `e` is not NULL
+ * (the experiment of the source): the file experiment_file (not NULL: a checkpoint's, bk_lm_experiment_file)
+ * where it still exists, and the
+ * data the command reads or the experiment trains on: data[n_data] as given (--data), else e's [data]
+ * paths and val_paths read from config_dir, with the names the data reader takes in a directory ([data]
+ * extensions for text, .bin for shards). Free with bk_eval_inputs_free. */
 int bk_eval_inputs_collect(bk_eval_inputs *in, const char *what, const char *source, const bk_term_set *terms,
-                           const bk_lm *lm, const char *const *data, int n_data, bk_error *err);
+                           const bk_experiment *e, const char *config_dir, const char *experiment_file,
+                           const char *const *data, int n_data, bk_error *err);
+/* The same for the checkpoint `source` that lm was loaded from: its experiment file, terms and data. */
+int bk_eval_inputs_checkpoint(bk_eval_inputs *in, const char *source, const bk_lm *lm, const char *const *data,
+                              int n_data, bk_error *err);
 void bk_eval_inputs_free(bk_eval_inputs *in);
 
 /* The --csv FILE and --plot FILE.png of a command (NULL: not given), with the FILE.gp, FILE.dat and FILE.pdf that

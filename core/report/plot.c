@@ -594,17 +594,39 @@ static void describe_stderr(const char *text, char *out, size_t size)
         bk_copy_text(out, size, "(nothing on its standard error)");
 }
 
-/* 1 when `path` is a non-empty file that starts with the PNG signature. */
-static int is_png(const char *path)
+/* 1 when the file `path` starts with `head` (n_head bytes) and its last bytes, less any trailing
+ * white space when `trim`, are `tail` (n_tail bytes): a whole image, not one cut short by a full disk. */
+static int file_framed(const char *path, const unsigned char *head, size_t n_head, const unsigned char *tail,
+                       size_t n_tail, int trim)
 {
-    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    unsigned char head[8];
+    unsigned char buf[64];
     FILE *f = fopen(path, "rb");
     if (!f)
         return 0;
-    size_t got = fread(head, 1, sizeof head, f);
+    int ok = fread(buf, 1, n_head, f) == n_head && memcmp(buf, head, n_head) == 0 && fseek(f, 0, SEEK_END) == 0;
+    long size = ok ? ftell(f) : -1;
+    long back = size < (long)sizeof buf ? size : (long)sizeof buf;
+    ok = ok && size >= (long)(n_head + n_tail) && fseek(f, size - back, SEEK_SET) == 0 &&
+         fread(buf, 1, (size_t)back, f) == (size_t)back;
     fclose(f);
-    return got == sizeof head && memcmp(head, sig, sizeof sig) == 0;
+    size_t end = ok ? (size_t)back : 0;
+    while (trim && end > 0 && (buf[end - 1] == '\n' || buf[end - 1] == '\r' || buf[end - 1] == ' '))
+        end--;
+    return ok && end >= n_tail && memcmp(buf + end - n_tail, tail, n_tail) == 0;
+}
+
+/* 1 when `path` is a whole PNG image: its signature first, its IEND chunk (with its CRC) last. */
+static int is_png(const char *path)
+{
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    static const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82};
+    return file_framed(path, sig, sizeof sig, iend, sizeof iend, 0);
+}
+
+/* 1 when `path` is a whole PDF: "%PDF-" first, "%%EOF" last. */
+static int is_pdf(const char *path)
+{
+    return file_framed(path, (const unsigned char *)"%PDF-", 5, (const unsigned char *)"%%EOF", 5, 1);
 }
 
 /* Run gnuplot on the script `gp` (written) to draw `png`, and check that it did. */
@@ -616,8 +638,10 @@ static int draw_script(const char *png, const char *gp, bk_error *err)
                        "plot '%s': gnuplot was not found on PATH; the script '%s' and its data are written: "
                        "install gnuplot (Debian: apt-get install gnuplot-nox), then run 'gnuplot %s'",
                        png, gp, gp);
-    /* an image left from before must not pass for this one */
-    if (unlink(png) != 0 && errno != ENOENT)
+    /* an image left from before must not pass for this one (nor its PDF, drawn by the same script) */
+    char pdf[PLOT_PATH_MAX + 4];
+    snprintf(pdf, sizeof pdf, "%.*s.pdf", (int)(strlen(png) - 4), png);
+    if ((unlink(png) != 0 && errno != ENOENT) || (unlink(pdf) != 0 && errno != ENOENT))
         return bk_fail(err, BK_ERR_IO, "plot '%s': cannot replace the old image: %s", png, strerror(errno));
     char errtext[STDERR_KEEP], message[STDERR_KEEP + 512];
     int status;
@@ -635,8 +659,11 @@ static int draw_script(const char *png, const char *gp, bk_error *err)
         return bk_fail(err, BK_ERR_IO, "plot '%s': gnuplot %s on '%s': %s", png,
                        status < 0 ? "was stopped" : "failed", gp, message);
     if (!is_png(png))
-        return bk_fail(err, BK_ERR_IO, "plot '%s': gnuplot ran '%s' but wrote no PNG image there; it said: %s", png,
-                       gp, message);
+        return bk_fail(err, BK_ERR_IO, "plot '%s': gnuplot ran '%s' but wrote no PNG image there (or one cut short: "
+                       "a full disk?); it said: %s", png, gp, message);
+    if (access(pdf, F_OK) == 0 && !is_pdf(pdf)) /* written when this gnuplot has pdfcairo */
+        return bk_fail(err, BK_ERR_IO, "plot '%s': gnuplot ran '%s' but its PDF '%s' is not whole (a full disk cuts it "
+                       "short); it said: %s", png, gp, pdf, message);
     return BK_OK;
 }
 

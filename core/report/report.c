@@ -1,17 +1,25 @@
 /* The report of a sweep (report.h): read sweep.json and every run's status and evaluations (runs.c),
  * write report.md here, with its tables, results.csv and runs.csv (tables.c), and the figures drawn
  * through gnuplot (figures.c, plot.h); the pieces share report_internal.h. */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "report/report_internal.h"
 
+#include "util/file.h"
+#include "util/path.h"
+
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 char *rp_dup_text(const char *s)
 {
@@ -58,6 +66,145 @@ static int make_dirs(const char *dir, bk_error *err)
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return bk_fail(err, BK_ERR_IO, "the report directory '%s' is not a directory", dir);
+    return BK_OK;
+}
+
+/* ---- the report directory, written whole or not at all ---------------------------------------------
+ * Everything is written into a hidden directory beside out_dir (".NAME.tmp-PID-XXXXXX"), which is renamed
+ * over out_dir only when every file is written: an interrupted report or a full disk leaves the old report
+ * as it was. The old one is moved aside (".NAME.old-PID-XXXXXX") for the rename and then removed. */
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* rm -r, not following links */
+static void remove_tree(const char *dir)
+{
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* out_dir's parent (absolute) and base name */
+static int split_out(const char *out, char *parent, size_t psize, char *base, size_t bsize, bk_error *err)
+{
+    char clean[REPORT_PATH_MAX];
+    bk_copy_text(clean, sizeof clean, out);
+    bk_path_clean(clean);
+    const char *name = strrchr(clean, '/') ? strrchr(clean, '/') + 1 : clean;
+    if (!*name || !strcmp(name, "..") || !strcmp(name, "."))
+        return bk_fail(err, BK_ERR_USAGE, "the report directory '%s': expected a directory with a name of its own", out);
+    bk_copy_text(base, bsize, name);
+    return bk_path_dir_of(clean, parent, psize, err);
+}
+
+/* Staging directories left by a report that was killed (its process gone) are removed. */
+static void remove_stale(const char *parent, const char *base)
+{
+    char prefix[REPORT_PATH_MAX];
+    snprintf(prefix, sizeof prefix, ".%s.tmp-", base);
+    DIR *d = opendir(parent);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        long pid = 0;
+        if (strncmp(e->d_name, prefix, strlen(prefix)) || sscanf(e->d_name + strlen(prefix), "%ld-", &pid) != 1 ||
+            pid <= 0 || !(kill((pid_t)pid, 0) != 0 && errno == ESRCH))
+            continue; /* not a staging directory, or its report still runs */
+        char path[2 * REPORT_PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", parent, e->d_name);
+        remove_tree(path);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* May out_dir be replaced by a report? Not the sweep's directory or one above it, not inside a run's
+ * directory, and, when it exists and holds anything, a report directory already (its report.md). */
+static int out_dir_check(report_ctx *c, const char *out, bk_error *err)
+{
+    if (bk_path_within(c->sweep_dir, out))
+        return bk_fail(err, BK_ERR_USAGE, "the report directory '%s' holds the sweep directory '%s': a report "
+                       "replaces its directory whole; give a directory of its own", out, c->sweep_dir);
+    for (int i = 0; i < c->n_runs; i++)
+        if (bk_path_within(out, c->runs[i].path))
+            return bk_fail(err, BK_ERR_USAGE, "the report directory '%s' lies inside the directory of run '%s' "
+                           "('%s'); give a directory outside the runs", out, c->runs[i].name, c->runs[i].path);
+    struct stat st;
+    if (lstat(out, &st) != 0)
+        return errno == ENOENT ? BK_OK
+                               : bk_fail(err, BK_ERR_IO, "the report directory '%s': %s", out, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return bk_fail(err, BK_ERR_USAGE, "the report directory '%s' is %s, not a directory (a symbolic link is "
+                       "not replaced: name its target)", out, bk_file_kind(st.st_mode));
+    DIR *d = opendir(out);
+    if (!d)
+        return bk_fail(err, BK_ERR_IO, "the report directory '%s': cannot read it: %s", out, strerror(errno));
+    int empty = 1;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        empty &= !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    char md[REPORT_PATH_MAX + 16];
+    snprintf(md, sizeof md, "%s/report.md", out);
+    if (!empty && lstat(md, &st) != 0)
+        return bk_fail(err, BK_ERR_USAGE, "the report directory '%s' holds files and no report.md: it is not a "
+                       "report's directory, and a report replaces its directory whole; give a new or empty "
+                       "directory, or a report's", out);
+    return BK_OK;
+}
+
+static mode_t current_umask(void)
+{
+    const mode_t m = umask(0);
+    umask(m);
+    return m;
+}
+
+/* Makes the staging directory; c->out_dir becomes it. */
+static int stage_begin(report_ctx *c, const char *out, char *staged, size_t size, bk_error *err)
+{
+    char parent[REPORT_PATH_MAX], base[256];
+    int rc = out_dir_check(c, out, err);
+    if (!rc)
+        rc = split_out(out, parent, sizeof parent, base, sizeof base, err);
+    if (!rc)
+        rc = make_dirs(parent, err);
+    if (rc)
+        return rc;
+    remove_stale(parent, base);
+    if (snprintf(staged, size, "%s/.%s.tmp-%ld-XXXXXX", parent, base, (long)getpid()) >= (int)size)
+        return bk_fail(err, BK_ERR_INVALID, "the report directory '%s': its path is too long", out);
+    if (!mkdtemp(staged))
+        return bk_fail(err, BK_ERR_IO, "cannot create the report's staging directory '%s': %s", staged,
+                       strerror(errno));
+    chmod(staged, 0777 & ~current_umask()); /* as mkdir would make it */
+    bk_copy_text(c->out_dir, sizeof c->out_dir, staged);
+    return BK_OK;
+}
+
+/* The staged report renamed over `out`; on failure the old report is left where it was. */
+static int stage_commit(const char *staged, const char *out, bk_error *err)
+{
+    char parent[REPORT_PATH_MAX], base[256], old[REPORT_PATH_MAX + 300];
+    int rc = split_out(out, parent, sizeof parent, base, sizeof base, err);
+    if (rc)
+        return rc;
+    struct stat st;
+    int had_old = lstat(out, &st) == 0;
+    if (had_old) {
+        snprintf(old, sizeof old, "%s/.%s.old-%ld-XXXXXX", parent, base, (long)getpid());
+        if (!mkdtemp(old) || rmdir(old) != 0 || rename(out, old) != 0)
+            return bk_fail(err, BK_ERR_IO, "cannot move the old report '%s' aside: %s", out, strerror(errno));
+    }
+    if (rename(staged, out) != 0) {
+        const int e = errno;
+        if (had_old)
+            rename(old, out);
+        return bk_fail(err, BK_ERR_IO, "cannot rename the report '%s' to '%s': %s", staged, out, strerror(e));
+    }
+    if (had_old)
+        remove_tree(old);
     return BK_OK;
 }
 
@@ -288,12 +435,23 @@ int bk_sweep_report(const bk_sweep_report_options *o, bk_sweep_report_summary *s
             else
                 sum->done++;
         }
-        rc = make_dirs(c->out_dir, err);
     }
+    char out[REPORT_PATH_MAX], staged[REPORT_PATH_MAX + 300] = "";
+    bk_copy_text(out, sizeof out, c->out_dir);
+    if (!rc)
+        rc = stage_begin(c, out, staged, sizeof staged, err);
     if (!rc)
         rc = rp_write_csvs(c, err);
     if (!rc)
         rc = write_report(c, err);
+    if (!rc)
+        rc = stage_commit(staged, out, err);
+    else if (staged[0])
+        remove_tree(staged);
+    if (!rc) { /* the paths the summary gives are the report's, not the staging directory's */
+        snprintf(sum->report, sizeof sum->report, "%.*s/report.md", (int)sizeof sum->report - 16, out);
+        snprintf(sum->csv, sizeof sum->csv, "%.*s/results.csv", (int)sizeof sum->csv - 16, out);
+    }
     ctx_free(c);
     free(c);
     return rc;

@@ -7,6 +7,7 @@
 #include "io/safetensors.h"
 #include "train/rundir.h"
 #include "util/file.h"
+#include "util/path.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -239,6 +240,11 @@ void rp_read_run(report_ctx *c, run_rec *r)
         add_problem(r, "run directory '%s' does not exist", r->path);
         return;
     }
+    if (!bk_path_within(r->path, c->sweep_dir)) {
+        bk_copy_text(r->state, sizeof r->state, "outside");
+        add_problem(r, "run directory '%s' leads outside the sweep directory (a symbolic link?): not read", r->path);
+        return;
+    }
     snprintf(path, sizeof path, "%s/status.json", r->path);
     if (!path_exists(path)) {
         bk_copy_text(r->state, sizeof r->state, "pending");
@@ -315,6 +321,21 @@ int rp_read_index(report_ctx *c, bk_error *err)
 
 /* sweep.json parsed, from c->index_path: the runs (their directories under c->sweep_dir), lengths,
  * protocols; malformed: an error naming the file and the field. */
+/* 1 when a run's "dir" of sweep.json names a directory inside the sweep: relative, no ".." component
+ * (a sweep.json edited to name /etc or another sweep is not reported as this sweep's run). */
+static int run_dir_inside(const char *dir)
+{
+    if (dir[0] == '/')
+        return 0;
+    for (const char *p = dir; *p;) {
+        const size_t n = strcspn(p, "/");
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            return 0;
+        p += n + (p[n] == '/');
+    }
+    return 1;
+}
+
 int rp_parse_index(report_ctx *c, const cJSON *j, bk_error *err)
 {
     int rc = BK_OK;
@@ -455,6 +476,12 @@ int rp_parse_index(report_ctx *c, const cJSON *j, bk_error *err)
                 goto done;
             }
             r->n_eval_sets++;
+        }
+        if (!run_dir_inside(r->dir)) {
+            rc = bk_fail(err, BK_ERR_PARSE, "%s: run %d ('%s'): \"dir\" '%s': expected a directory inside the sweep "
+                         "directory (a relative path without '..'), as biaskit sweep writes it", path, k + 1, text[0],
+                         r->dir);
+            goto done;
         }
         if ((rc = rp_join_path(r->path, sizeof r->path, c->sweep_dir, r->dir, err)))
             goto done;

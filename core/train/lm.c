@@ -259,6 +259,13 @@ int bk_lm_path(const bk_lm *lm, const char *path, char *out, size_t size, bk_err
     return bk_path_resolve(lm->config_dir, path, out, size, err);
 }
 
+int bk_lm_experiment_file(const bk_lm *lm, char *out, size_t size, bk_error *err)
+{
+    const char *name = lm->config_source ? lm->config_source : "";
+    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    return bk_path_resolve(lm->config_dir, base, out, size, err);
+}
+
 int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
                     bk_tokens *train, bk_tokens *val, bk_error *err)
 {

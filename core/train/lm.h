@@ -78,4 +78,7 @@ int bk_experiment_data_plan(const bk_experiment *e, const char *config_dir, bk_d
  * experiment file's directory (util/path.h). */
 int bk_lm_path(const bk_lm *lm, const char *path, char *out, size_t size, bk_error *err);
 
+/* Where the experiment file of lm was: config_dir joined with the name first given (config_source). */
+int bk_lm_experiment_file(const bk_lm *lm, char *out, size_t size, bk_error *err);
+
 #endif

@@ -43,8 +43,7 @@ static int check_link(const char *what, const char *dir, const char *resume, bk_
     return BK_OK;
 }
 
-int bk_run_dir_choose(const bk_lm *lm, const char *out_dir, const char *resume, char *dir, size_t size,
-                      bk_error *err)
+static int choose(const bk_lm *lm, const char *out_dir, const char *resume, char *dir, size_t size, bk_error *err)
 {
     const bk_experiment *e = &lm->exp;
     int rc;
@@ -74,6 +73,33 @@ int bk_run_dir_choose(const bk_lm *lm, const char *out_dir, const char *resume, 
     if (snprintf(dir, size, "runs/%.*s", (int)len, base) >= (int)size)
         return bk_fail(err, BK_ERR_INVALID, "run directory name for '%s' is too long", e->path);
     return check_link("the run directory", dir, resume, err);
+}
+
+int bk_run_dir_choose(const bk_lm *lm, const char *out_dir, const char *resume, char *dir, size_t size,
+                      bk_error *err)
+{
+    int rc = choose(lm, out_dir, resume, dir, size, err);
+    /* a run directory inside a data directory of its experiment: the next training would read its
+     * checkpoint and logs as data */
+    const bk_experiment *e = &lm->exp;
+    for (int i = 0; !rc && i < e->data.paths.n + e->data.val_paths.n; i++) {
+        const int val = i >= e->data.paths.n;
+        const char *p = val ? e->data.val_paths.items[i - e->data.paths.n] : e->data.paths.items[i];
+        char data[PATH_MAX];
+        struct stat st;
+        if ((rc = bk_path_resolve(lm->config_dir, p, data, sizeof data, err)) || stat(data, &st) != 0 ||
+            !S_ISDIR(st.st_mode) || !bk_path_within(dir, data))
+            continue;
+        rc = bk_fail(err, BK_ERR_USAGE, "%s '%s' lies inside the data directory '%s' ([data] %s): a training "
+                     "there would read the run's checkpoint and logs as data; write the run elsewhere",
+                     out_dir                                ? "--out"
+                     : resume                               ? "the resumed run's directory"
+                     : e->run.out_dir && e->run.out_dir[0] ? "[run] out_dir"
+                                                            : "the run directory",
+                     dir, data,
+                     val ? "val_paths" : "paths");
+    }
+    return rc;
 }
 
 /* mkdir -p */

@@ -19,12 +19,17 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The signal that asked the training to stop (0: none): SIGINT, SIGTERM or SIGHUP, each handled as
+ * Ctrl-C is (a checkpoint, then the exit status 128 + the signal). Schedulers, kill, systemd and
+ * Slurm's time limit send SIGTERM; a closed terminal sends SIGHUP. */
 static volatile sig_atomic_t interrupted;
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+#define N_STOP_SIGNALS ((int)(sizeof stop_signals / sizeof stop_signals[0]))
 
 static void on_interrupt(int sig)
 {
-    (void)sig;
-    interrupted = 1;
+    if (!interrupted)
+        interrupted = sig;
 }
 
 static double now_seconds(void)
@@ -487,10 +492,11 @@ setup_done:
     fprintf(out, "writing %s\n", run.path);
 
     interrupted = 0;
-    struct sigaction sa, old;
+    struct sigaction sa, old[N_STOP_SIGNALS];
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;
-    sigaction(SIGINT, &sa, &old);
+    for (int k = 0; k < N_STOP_SIGNALS; k++)
+        sigaction(stop_signals[k], &sa, &old[k]);
 
     const double start = now_seconds();
     double window_start = start;
@@ -522,15 +528,15 @@ setup_done:
         if ((rc = bk_dist_agree(dist, rc, err)))
             break;
         if (dist->size > 1) { /* the mean gradient and loss of the processes; Ctrl-C on any stops all */
-            double mine[2] = {loss, (double)interrupted};
+            double mine[2] = {loss, (double)interrupted}; /* the signal's number, 0 for none */
             if ((rc = average_gradients(&opt, dist, &grad_pack, &grad_pack_n, err)) ||
                 (rc = bk_dist_allgather(dist, mine, 2, gathered, err)))
                 break;
             loss = 0.0;
             for (int r = 0; r < dist->size; r++) {
                 loss += gathered[2 * r];
-                if (gathered[2 * r + 1] != 0.0)
-                    interrupted = 1;
+                if (gathered[2 * r + 1] != 0.0 && !interrupted)
+                    interrupted = (int)gathered[2 * r + 1];
             }
             loss /= (double)dist->size;
         }
@@ -645,15 +651,17 @@ setup_done:
         if (stop && !last) {
             sum->interrupted = 1;
             sum->signalled = interrupted;
-            fprintf(out, "%sstopped at step %lld; checkpoint %s (continue with --resume)\n", o->progress ? "\n" : "",
-                    (long long)st.step, sum->checkpoint);
+            const char *by = interrupted ? bk_sigsafe_signal_name(interrupted) : NULL;
+            fprintf(out, "%sstopped at step %lld%s%s; checkpoint %s (continue with --resume)\n",
+                    o->progress ? "\n" : "", (long long)st.step, by ? " by " : "", by ? by : "", sum->checkpoint);
             break;
         }
     }
     crash_guard_remove();
     if (rc)
         note_checkpoint(err, sum->checkpoint, checkpoint_step);
-    sigaction(SIGINT, &old, NULL);
+    for (int k = 0; k < N_STOP_SIGNALS; k++)
+        sigaction(stop_signals[k], &old[k], NULL);
     sum->steps = st.step;
     sum->seconds = now_seconds() - start;
     sum->tokens_per_second = (double)(st.step - first_step) * B * T * e->train.accumulate /

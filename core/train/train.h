@@ -37,8 +37,8 @@ typedef struct bk_train_summary {
     double val_loss;         /* last validation loss (NAN if none) */
     double seconds;
     double tokens_per_second;
-    int interrupted;         /* stopped by Ctrl-C or stop_after, checkpoint written */
-    int signalled;           /* ... by Ctrl-C */
+    int interrupted;         /* stopped by a signal or stop_after, checkpoint written */
+    int signalled;           /* ... by this signal (SIGINT, SIGTERM, SIGHUP); 0: by stop_after */
     char checkpoint[4096];   /* the checkpoint written last */
 } bk_train_summary;
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void bk_path_clean(char *path)
@@ -68,6 +69,38 @@ int bk_path_dir_of(const char *file, char *out, size_t size, bk_error *err)
         return bk_fail(err, BK_ERR_IO, "cannot read the working directory (to anchor '%s'): %s", file,
                        strerror(errno));
     return bk_path_resolve(cwd, dir, out, size, err);
+}
+
+int bk_path_within(const char *path, const char *dir)
+{
+    char p[PATH_MAX], d[PATH_MAX], abs[PATH_MAX];
+    bk_error ignored;
+    if (!realpath(dir, d) || bk_path_resolve(NULL, path, abs, sizeof abs, &ignored))
+        return 0;
+    /* climb to the deepest directory that exists, then come back down by name */
+    char tail[PATH_MAX] = "";
+    for (;;) {
+        struct stat st;
+        if (stat(abs, &st) == 0) {
+            if (!realpath(abs, p))
+                return 0;
+            break;
+        }
+        char *slash = strrchr(abs, '/');
+        if (!slash || slash == abs)
+            return 0;
+        char t[PATH_MAX];
+        if (snprintf(t, sizeof t, "/%s%s", slash + 1, tail) >= (int)sizeof t)
+            return 0;
+        bk_copy_text(tail, sizeof tail, t);
+        *slash = '\0';
+    }
+    if (strlen(p) + strlen(tail) >= sizeof p)
+        return 0;
+    strcat(p, tail);
+    bk_path_clean(p);
+    const size_t n = strlen(d);
+    return strncmp(p, d, n) == 0 && (p[n] == '\0' || p[n] == '/' || (n == 1 && d[0] == '/'));
 }
 
 void bk_path_display(const char *path, char *out, size_t size)

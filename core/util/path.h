@@ -23,6 +23,11 @@ int bk_path_resolve(const char *base_dir, const char *path, char *out, size_t si
  * exists, else the working directory joined with it, cleaned. */
 int bk_path_dir_of(const char *file, char *out, size_t size, bk_error *err);
 
+/* 1 when `path` (which need not exist) is the directory `dir` or lies under it, by real paths: through
+ * symbolic links, and for a path not made yet by the real path of its deepest existing directory; 0 when
+ * not, or when `dir` does not exist. */
+int bk_path_within(const char *path, const char *dir);
+
 /* Lexical clean-up in place: repeated '/' and "." components go, as does a trailing '/';
  * "dir/.." pairs are kept (dir may be a symbolic link). "" becomes ".". */
 void bk_path_clean(char *path);

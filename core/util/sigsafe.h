@@ -47,6 +47,8 @@ static inline const char *bk_sigsafe_signal_name(int sig)
     case SIGABRT: return "SIGABRT, aborted";
     case SIGKILL: return "SIGKILL, killed";
     case SIGTERM: return "SIGTERM, terminated";
+    case SIGINT: return "SIGINT, interrupted";
+    case SIGHUP: return "SIGHUP, hangup";
     case SIGALRM: return "SIGALRM, alarm clock";
     case SIGPIPE: return "SIGPIPE, broken pipe";
     case SIGTRAP: return "SIGTRAP, trace trap";
