@@ -178,13 +178,18 @@ static void refusals(void **state)
     setenv("BIASKIT_PLUGIN_PATH", BK_TEST_PLUGIN_DIR ":" BK_TEST_PLUGINS_DIR, 1);
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nlr_scale = -1\n",
                       "exp.toml:10:12: [[term]] #1: expected a number for 'lr_scale' (or a table of numbers, one per "
-                      "tensor), a finite number >= 0, got -1", NULL);
+                      "tensor), a number in [0, 1000], got -1", NULL);
+    /* bounded as [train] bounds its rate and decay: 1e30 trained KERPLE's r1 to 2.9e27 */
+    expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nlr_scale = 1e30\n",
+                      "exp.toml:10:12: [[term]] #1: expected a number for 'lr_scale'", "in [0, 1000], got 1e+30");
+    expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nweight_decay.a = 11\n",
+                      "exp.toml:10:18: [[term]] #1: expected a number for 'weight_decay.a'", "in [0, 10], got 11");
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nlr_scale = nan\n", "exp.toml:10:12: [[term]] #1:",
                       "got nan");
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nweight_decay = inf\n", "exp.toml:10:16: [[term]] #1:",
                       "got inf");
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nlr_scale.a = -0.5\n",
-                      "exp.toml:10:14: [[term]] #1: expected a number for 'lr_scale.a', a finite number >= 0, got -0.5",
+                      "exp.toml:10:14: [[term]] #1: expected a number for 'lr_scale.a', a number in [0, 1000], got -0.5",
                       NULL);
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nweight_decay = \"none\"\n",
                       "exp.toml:10:16: [[term]] #1: expected a number for 'weight_decay'", "got string");
@@ -202,11 +207,11 @@ static void refusals(void **state)
                       "the plugin names no tensors)", NULL);
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nmisdeclare = \"negative\"\n",
                       "term 'testgroups' (plugin testgroups, ", "param_group() gives tensor 'a' lr_scale = -1; "
-                      "expected a finite number >= 0");
+                      "expected a number in [0, 1000]");
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nmisdeclare = \"nan\"\n",
                       "param_group() gives tensor 'a' lr_scale = nan", NULL);
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nmisdeclare = \"decay\"\n",
-                      "param_group() gives tensor 'a' weight_decay = -0.5; expected a finite number >= 0 or "
+                      "param_group() gives tensor 'a' weight_decay = -0.5; expected a number in [0, 10] or "
                       "BIASKIT_WEIGHT_DECAY_DEFAULT (-1)", NULL);
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nmisdeclare = \"fail\"\n",
                       "param_group() failed: asked to fail, as a test", NULL);

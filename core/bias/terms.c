@@ -145,15 +145,15 @@ static int resolve_weight_flags(bk_term *t, const bk_term_config *cfg, const bk_
     return BK_OK;
 }
 
-/* A group value of the plugin's param_group(): finite and >= 0, or (weight_decay) the default marker. */
-static int check_declared(const bk_term *t, const char *tensor, const char *field, double v, int may_default,
-                          bk_error *err)
+/* A group value of the plugin's param_group(): in [0, max], or (weight_decay) the default marker. */
+static int check_declared(const bk_term *t, const char *tensor, const char *field, double v, double max,
+                          int may_default, bk_error *err)
 {
-    if (isfinite(v) && (v >= 0.0 || (may_default && v == BIASKIT_WEIGHT_DECAY_DEFAULT)))
+    if (isfinite(v) && ((v >= 0.0 && v <= max) || (may_default && v == BIASKIT_WEIGHT_DECAY_DEFAULT)))
         return BK_OK;
     return bk_fail(err, BK_ERR_PLUGIN,
-                   "term '%s' (plugin %s, %s): param_group() gives tensor '%s' %s = %g; expected a finite number "
-                   ">= 0%s", t->label, t->plugin->desc->name, t->plugin->path, tensor, field, v,
+                   "term '%s' (plugin %s, %s): param_group() gives tensor '%s' %s = %g; expected a number in "
+                   "[0, %g]%s", t->label, t->plugin->desc->name, t->plugin->path, tensor, field, v, max,
                    may_default ? " or BIASKIT_WEIGHT_DECAY_DEFAULT (-1)" : "");
 }
 
@@ -231,9 +231,9 @@ static int resolve_groups(bk_term *t, const bk_term_config *cfg, const char *whe
             bk_plugin_call_leave();
             rc = prc != BIASKIT_OK ? term_fail(err, t, &pe, "param_group()") : BK_OK;
             if (!rc)
-                rc = check_declared(t, grp->name, "lr_scale", pg.lr_scale, 0, err);
+                rc = check_declared(t, grp->name, "lr_scale", pg.lr_scale, BK_LR_SCALE_MAX, 0, err);
             if (!rc)
-                rc = check_declared(t, grp->name, "weight_decay", pg.weight_decay, 1, err);
+                rc = check_declared(t, grp->name, "weight_decay", pg.weight_decay, BK_WEIGHT_DECAY_MAX, 1, err);
         }
         grp->lr_scale = pg.lr_scale;
         grp->weight_decay = pg.weight_decay;

@@ -5,6 +5,7 @@
 #include "dist/dist.h"
 #include "eval/eval.h"
 #include "train/checkpoint.h"
+#include "util/number.h"
 #include "util/output.h"
 
 #include <errno.h>
@@ -291,9 +292,10 @@ int bk_cmd_eval(int argc, char **argv)
             char change[32] = "";
             if (isfinite(base))
                 snprintf(change, sizeof change, "%+.1f%%", 100.0 * (r->ppl / base - 1.0));
-            printf("%8d %7.2f %7lld %9lld %9.4f %10.3f %9s\n", (int)r->length,
+            char ppl[32];
+            printf("%8d %7.2f %7lld %9lld %9.4f %10s %9s\n", (int)r->length,
                    (double)r->length / (double)e->train.length, (long long)r->chunks, (long long)r->tokens, r->loss,
-                   r->ppl, change);
+                   bk_number_text(r->ppl, 3, ppl, sizeof ppl), change);
         }
 
         int most = 0; /* the length whose forward needed the most memory */

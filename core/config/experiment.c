@@ -57,7 +57,7 @@ static const key_spec schema[] = {
     {"train", "final_lr", KEY_FLOAT, 0.1, 0, 1, NULL, "learning rate at the last step, as a fraction of lr (cosine decay)",
      FIELD(train.final_lr)},
     {"train", "warmup", KEY_INT, 100, 0, 1e12, NULL, "linear warm-up steps", FIELD(train.warmup)},
-    {"train", "weight_decay", KEY_FLOAT, 0.1, 0, 10, NULL, "AdamW decoupled weight decay (matrices and embeddings)",
+    {"train", "weight_decay", KEY_FLOAT, 0.1, 0, BK_WEIGHT_DECAY_MAX, NULL, "AdamW decoupled weight decay (matrices and embeddings)",
      FIELD(train.weight_decay)},
     {"train", "beta1", KEY_FLOAT, 0.9, 0, 0.999999, NULL, "AdamW first-moment decay", FIELD(train.beta1)},
     {"train", "beta2", KEY_FLOAT, 0.95, 0, 0.999999, NULL, "AdamW second-moment decay", FIELD(train.beta2)},
@@ -433,16 +433,16 @@ static int read_section(bk_experiment *exp, const bk_toml_node *root, const char
     return BK_OK;
 }
 
-/* One value of a term's lr_scale or weight_decay: a finite number >= 0 (`what` names it in messages). */
-static int group_number(const bk_toml_node *v, const char *where, const char *what, bk_error *err)
+/* One value of a term's lr_scale or weight_decay: a number in [0, max] (`what` names it in messages). */
+static int group_number(const bk_toml_node *v, const char *where, const char *what, double max, bk_error *err)
 {
     bk_toml_type t = bk_toml_type_of(v);
     if (t != BK_TOML_FLOAT && t != BK_TOML_INT)
         return wrong_type(err, v, where, what);
     double x = bk_toml_float(v);
-    if (!isfinite(x) || x < 0.0)
-        return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v), "%s: expected %s, a finite number >= 0, got %g",
-                          where, what, x);
+    if (!isfinite(x) || x < 0.0 || x > max)
+        return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v), "%s: expected %s, a number in [0, %g], got %g",
+                          where, what, max, x);
     return BK_OK;
 }
 
@@ -452,18 +452,19 @@ static int read_group_key(const bk_toml_node *table, const char *key, const char
                           bk_error *err)
 {
     const bk_toml_node *v = bk_toml_get(table, key);
+    const double max = strcmp(key, "lr_scale") == 0 ? BK_LR_SCALE_MAX : BK_WEIGHT_DECAY_MAX;
     *out = v;
     if (!v)
         return BK_OK;
     char what[96];
     if (bk_toml_type_of(v) != BK_TOML_TABLE) {
         snprintf(what, sizeof what, "a number for '%s' (or a table of numbers, one per tensor)", key);
-        return group_number(v, where, what, err);
+        return group_number(v, where, what, max, err);
     }
     bk_toml_entry e;
     for (size_t i = 0; bk_toml_entry_at(v, i, &e) == 0; i++) {
         snprintf(what, sizeof what, "a number for '%s.%s'", key, e.key);
-        int rc = group_number(e.value, where, what, err);
+        int rc = group_number(e.value, where, what, max, err);
         if (rc)
             return rc;
     }
@@ -751,12 +752,14 @@ void bk_experiment_print_keys(void *fp)
             "table terms: train this term's mixing weight (default: [attention] learn_weights)");
     fprintf(f, "  %-14s = %-10s  %s\n", "weight_per_head", "<attention>",
             "table terms with a learned weight: one weight per head (default: learn_weights = \"per_head\")");
-    fprintf(f, "  %-14s = %-10s  %s\n", "lr_scale", "<plugin>",
-            "terms with parameters: [train] lr x this; a number, or per tensor (lr_scale.NAME = ...); >= 0");
+    fprintf(f, "  %-14s = %-10s  %s%g]\n", "lr_scale", "<plugin>",
+            "terms with parameters: [train] lr x this; a number, or per tensor (lr_scale.NAME = ...); in [0, ",
+            BK_LR_SCALE_MAX);
     fprintf(f, "  %-14s = %-10s  %s\n", "weight_decay", "<plugin>",
             "terms with parameters: AdamW weight decay of their tensors (default: none, or [train] weight_decay");
-    fprintf(f, "  %-14s   %-10s  %s\n", "", "",
-            "with decay_all; a plugin may declare its own); a number, or per tensor");
+    fprintf(f, "  %-14s   %-10s  %s", "", "",
+            "with decay_all; a plugin may declare its own); a number, or per tensor; in [0, ");
+    fprintf(f, "%g]\n", BK_WEIGHT_DECAY_MAX);
     fprintf(f, "  ...                          the plugin's own options: see `biaskit plugins`\n");
 }
 

@@ -116,7 +116,10 @@ int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_leng
     int rc = bk_bias_forward(&lm->bias, longest, err);
     int64_t n = max_tokens > 0 && max_tokens < data->count ? max_tokens : data->count;
     for (int i = 0; i < n_lengths && !rc; i++)
-        rc = eval_length(lm, data, n, lengths[i], stride, dist, &results[i], err);
+        if (!(rc = eval_length(lm, data, n, lengths[i], stride, dist, &results[i], err)) && !isfinite(results[i].loss))
+            rc = bk_fail(err, BK_ERR_INVALID, "evaluation at length %d: the loss is %g: the model is not finite (its "
+                         "parameters? see biaskit params); no perplexity is made from it", (int)lengths[i],
+                         results[i].loss);
     if (rc)
         bk_eval_results_free(results, n_lengths);
     return rc;

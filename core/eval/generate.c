@@ -45,6 +45,13 @@ int bk_lm_logits_at(bk_lm *lm, const int32_t *inputs, int B, int T, const int32_
         for (int r = 0; r < n_rows; r++)
             memcpy(out + ((size_t)b * n_rows + r) * V, all + ((size_t)b * T + rows[r]) * V, (size_t)V * sizeof *out);
     free(all);
+    /* a NaN logit has no argmax: the text it would give (NUL bytes) or the score (0) would be made up */
+    for (size_t k = 0; !rc && k < (size_t)B * n_rows * V; k++)
+        if (!isfinite(out[k]))
+            rc = bk_fail(err, BK_ERR_INVALID, "the model's logit of token %d at position %d (sequence %d) is %g: "
+                         "the model is not finite (its parameters? see biaskit params); no result is made from it",
+                         (int)(k % (size_t)V), (int)rows[(k / (size_t)V) % (size_t)n_rows],
+                         (int)(k / ((size_t)V * n_rows)), (double)out[k]);
     return rc;
 }
 

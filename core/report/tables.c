@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "report/report_internal.h"
 
+#include "util/number.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -94,10 +96,14 @@ void rp_write_table(const report_ctx *c, FILE *md, int group, int proto)
             rp_cell_stats(c, group, v, proto, c->lengths[l], &s);
             if (s.n == 0)
                 fprintf(md, " — |");
-            else if (s.n == 1)
-                fprintf(md, " %.2f (n=1) |", s.ppl_mean);
-            else
-                fprintf(md, " %.2f ± %.2f (n=%d) |", s.ppl_mean, s.ppl_std, s.n);
+            else {
+                char mean[32], std[32];
+                bk_number_text(s.ppl_mean, 2, mean, sizeof mean);
+                if (s.n == 1)
+                    fprintf(md, " %s (n=1) |", mean);
+                else
+                    fprintf(md, " %s ± %s (n=%d) |", mean, bk_number_text(s.ppl_std, 2, std, sizeof std), s.n);
+            }
         }
         fprintf(md, "\n");
     }

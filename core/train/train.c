@@ -7,6 +7,7 @@
 #include "train/rundir.h"
 #include "cpu/gemm.h"
 #include "util/blas.h"
+#include "util/number.h"
 #include "util/sigsafe.h"
 
 #include <errno.h>
@@ -312,6 +313,73 @@ static void write_mix_weights(FILE *f, const bk_bias *b)
  * Only tensors of at most BK_TRAIN_LOG_TENSOR_MAX values per copy are logged: tables of learned values
  * (T5's buckets, a learned table) are in the checkpoint, not in every line. A value that is not finite
  * is written as null. Returns how many values the line would hold (0: nothing written). */
+/* A step loss above LOSS_RISE_FACTOR times the median of the last LOSS_WINDOW finite step losses (after
+ * LOSS_WINDOW_MIN of them: the first step's loss is a reference) is a warning naming the step: a divergence
+ * that stays finite. */
+#define LOSS_RISE_FACTOR 10.0
+#define LOSS_WINDOW 64
+#define LOSS_WINDOW_MIN 1
+
+typedef struct loss_watch {
+    double recent[LOSS_WINDOW];
+    int n, next;
+    int above;             /* the last loss was above the factor (one warning per rise) */
+    int64_t rises;         /* warnings given */
+    int64_t first_rise;    /* the step of the first, 0: none */
+} loss_watch;
+
+/* The median of the window (n >= 1). */
+static double loss_median(const loss_watch *w)
+{
+    double v[LOSS_WINDOW];
+    memcpy(v, w->recent, (size_t)w->n * sizeof *v);
+    for (int i = 1; i < w->n; i++) /* insertion sort: at most 64 values */
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            const double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return w->n % 2 ? v[w->n / 2] : 0.5 * (v[w->n / 2 - 1] + v[w->n / 2]);
+}
+
+/* Adds the finite loss of `step`; prints a warning when it rises above the factor. */
+static void loss_watch_add(loss_watch *w, double loss, int64_t step, FILE *out, int progress)
+{
+    if (w->n >= LOSS_WINDOW_MIN) {
+        const double median = loss_median(w);
+        const int above = median > 0 && loss > LOSS_RISE_FACTOR * median;
+        if (above && !w->above) {
+            fprintf(out, "%sstep %lld: warning: the loss %.4g is %.3g times its running median %.4g (of the last %d "
+                    "step%s): the training may be diverging (lower [train] lr?)\n", progress ? "\n" : "",
+                    (long long)step, loss, loss / median, median, w->n, w->n == 1 ? "" : "s");
+            if (!w->rises++)
+                w->first_rise = step;
+        }
+        w->above = above;
+    }
+    w->recent[w->next] = loss;
+    w->next = (w->next + 1) % LOSS_WINDOW;
+    w->n += w->n < LOSS_WINDOW;
+}
+
+/* After bk_adamw_to_host: how many parameters and AdamW moments are not finite, and the first (by the
+ * name the checkpoint gives it) in `first`. An update can make them so (eps = 0 with beta2 = 0 divides
+ * by zero) a step before any forward shows it: such a state is never checkpointed. */
+static size_t nonfinite_state(const bk_adamw *opt, char *first, size_t size)
+{
+    size_t count = 0;
+    first[0] = '\0';
+    for (int i = 0; i < opt->n_groups; i++) {
+        const bk_param_group *g = &opt->groups[i];
+        const float *arrays[3] = {g->param_host, g->m_host, g->v_host};
+        static const char *const prefix[3] = {"", "adam.m.", "adam.v."};
+        for (int a = 0; a < 3; a++)
+            for (size_t k = 0; arrays[a] && k < g->n; k++)
+                if (!isfinite(arrays[a][k]) && !count++)
+                    snprintf(first, size, "%s%s[%zu] = %g", prefix[a], g->name, k, (double)arrays[a][k]);
+    }
+    return count;
+}
+
 #define BK_TRAIN_LOG_TENSOR_MAX 64
 #define BK_TRAIN_LOG_PARAMS_EVERY_STEP 64
 static int64_t term_param_count(const bk_term_set *set)
@@ -507,6 +575,7 @@ setup_done:
     int64_t tables_for = -1;     /* the step whose tables the bias holds */
     int64_t skipped_in_row = 0;  /* [train] nonfinite = "skip" */
     double norm_ema = 0.0;       /* running mean of the gradient norm, for the warning about a huge one */
+    loss_watch watch = {0};      /* the step losses, for the warning about a rise */
     int64_t checkpoint_step = o->resume ? st.step : -1;
     crash_guard_install(sum->checkpoint, checkpoint_step);
     while (st.step < steps && !rc) {
@@ -576,6 +645,7 @@ setup_done:
                         e->train.grad_clip > 0 ? "; clipped to [train] grad_clip" : "");
             }
             norm_ema = st.step == first_step ? norm : 0.9 * norm_ema + 0.1 * norm;
+            loss_watch_add(&watch, loss, st.step + 1, out, o->progress);
             if (e->train.grad_clip > 0 && norm > e->train.grad_clip &&
                 (rc = bk_adamw_scale_grads(&opt, (float)(e->train.grad_clip / norm), err)))
                 break;
@@ -632,8 +702,9 @@ setup_done:
             sum->val_loss = st.val_loss;
             fprintf(metrics, "{\"step\": %lld, \"val_loss\": %.6f, \"val_ppl\": %.4f}\n", (long long)st.step,
                     st.val_loss, exp(st.val_loss));
-            fprintf(out, "%sstep %lld: validation loss %.4f (perplexity %.3f)\n", o->progress ? "\n" : "",
-                    (long long)st.step, st.val_loss, exp(st.val_loss));
+            char ppl[32];
+            fprintf(out, "%sstep %lld: validation loss %.4f (perplexity %s)\n", o->progress ? "\n" : "",
+                    (long long)st.step, st.val_loss, bk_number_text(exp(st.val_loss), 3, ppl, sizeof ppl));
         }
         if (fflush(metrics) != 0 || ferror(metrics)) { /* a full disk: say so rather than lose the log */
             rc = bk_fail(err, BK_ERR_IO, "cannot write '%s/" BK_RUN_METRICS_FILE "': %s", run.path, strerror(errno));
@@ -642,7 +713,14 @@ setup_done:
         int stop = interrupted || (o->stop_after > 0 && st.step - first_step >= o->stop_after);
         if (last || stop || (e->train.checkpoint_every > 0 && st.step % e->train.checkpoint_every == 0)) {
             /* the checkpoint reads the host copies: parameters and moments come back from the device */
-            if (!(rc = bk_adamw_to_host(&opt, err)) && lead)
+            char first[256];
+            size_t bad = 0;
+            if (!(rc = bk_adamw_to_host(&opt, err)) && (bad = nonfinite_state(&opt, first, sizeof first)))
+                rc = bk_fail(err, BK_ERR_INTERNAL, "step %lld: %zu parameter%s or AdamW moment%s not finite after the "
+                             "update (the first: %s), so it is not checkpointed; stopped (lower [train] lr, or raise "
+                             "[train] eps or beta2)", (long long)st.step, bad, bad == 1 ? "" : "s",
+                             bad == 1 ? " is" : "s are", first);
+            else if (!rc && lead)
                 rc = bk_checkpoint_save(sum->checkpoint, &lm, &opt, &st, err);
             if ((rc = bk_dist_agree(dist, rc, err)))
                 break;
@@ -666,6 +744,10 @@ setup_done:
     sum->seconds = now_seconds() - start;
     sum->tokens_per_second = (double)(st.step - first_step) * B * T * e->train.accumulate /
                              (sum->seconds > 1e-9 ? sum->seconds : 1e-9);
+    if (!rc && watch.rises)
+        fprintf(out, "%swarning: the loss rose above %g times its running median %lld time%s, first at step %lld: "
+                "see the warnings above\n", o->progress ? "\n" : "", LOSS_RISE_FACTOR, (long long)watch.rises,
+                watch.rises == 1 ? "" : "s", (long long)watch.first_rise);
     if (!rc && !sum->interrupted)
         fprintf(out, "%sdone: %lld steps in %.1f s (%.0f tokens/s); checkpoint %s\n", o->progress ? "\n" : "",
                 (long long)st.step, sum->seconds, sum->tokens_per_second, sum->checkpoint);

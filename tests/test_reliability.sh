@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Numerical faults (issue of the fourth reliability round): a state with NaN or inf is never checkpointed
+# and the message names the last finite checkpoint; eval, generate and passkey refuse a model whose loss or
+# logits are not finite (exit != 0, no number made up); a loss that rises far above its running median is a
+# warning naming the step; a diverged perplexity prints readably.
+# usage: test_reliability.sh <biaskit binary> <source dir>
+set -u
+bk=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/check.sh"
+export OMP_NUM_THREADS=1
+
+mkdir -p "$work/corpus"
+head -c 20000 "$src/README.md" >"$work/corpus/text.txt"
+printf '[model]\nlayers = 1\nheads = 2\ndim = 16\n[train]\nlength = 16\nbatch = 2\nsteps = 4\nwarmup = 1\nlog_every = 1\n[run]\nthreads = 1\n[data]\npaths = ["corpus"]\n[[term]]\nplugin = "t5"\n' \
+    >"$work/exp.toml"
+
+# ---- eps = 0 with beta2 = 0: 0/0 in the update (a tensor whose gradient is 0) makes NaN weights a step
+# before any forward reads them; that state is refused before the checkpoint, which keeps the last good one
+check "a non-finite update is not checkpointed" 1 \
+    "step 1: [0-9]+ parameters or AdamW moments are not finite after the update \(the first: term\.t5\.[a-z_]+\[[0-9]+\] = -?nan\), so it is not checkpointed; stopped .*; no checkpoint was written in this run" \
+    "$bk" train "$work/exp.toml" --out "$work/nan" --set train.eps=0 --set train.beta2=0 --set train.checkpoint_every=1 --plain
+check "... and no checkpoint file is there" 0 "^none$" bash -c "[ -e '$work/nan/checkpoint.safetensors' ] && echo there || echo none"
+"$bk" train "$work/exp.toml" --out "$work/good" --set train.checkpoint_every=1 --set train.steps=2 --plain >/dev/null 2>&1 ||
+    bad "fixture: a finite run"
+cp "$work/good/checkpoint.safetensors" "$work/good.orig"
+check "resumed into a non-finite update: the last checkpoint named holds finite step 2" 1 \
+    "step 3: .* not checkpointed; stopped .*; the last checkpoint, $work/good/checkpoint.safetensors, holds step 2" \
+    "$bk" train --resume "$work/good/checkpoint.safetensors" --set train.steps=4 --set train.eps=0 --set train.beta2=0 --plain
+check "... which is unchanged" 0 "" cmp "$work/good/checkpoint.safetensors" "$work/good.orig"
+
+# ---- a checkpoint whose weights hold a NaN (its checksums skipped with --no-verify): no result is made up
+python3 - "$work/good/checkpoint.safetensors" "$work/nan.safetensors" <<'PY'
+import json, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+head = json.loads(data[8:8 + n])
+start = 8 + n + head["model.wte"]["data_offsets"][0]
+data[start:start + 4 * 256] = struct.pack("<f", float("nan")) * 256  # the first rows of the embedding
+open(sys.argv[2], "wb").write(data)
+PY
+check "eval refuses a non-finite loss" 1 "evaluation at length 16: the loss is -?nan: the model is not finite" \
+    "$bk" eval "$work/nan.safetensors" --no-verify --lengths 16 --tokens 400
+check "generate refuses non-finite logits" 1 "the model's logit of token 0 at position [0-9]+ \(sequence 0\) is -?nan" \
+    "$bk" generate "$work/nan.safetensors" --no-verify --prompt "The " --tokens 4 --greedy
+check "passkey refuses non-finite logits" 1 "the model's logit of token 0 .* is -?nan: the model is not finite" \
+    "$bk" passkey "$work/nan.safetensors" --no-verify --lengths 128 --trials 1
+
+# ---- a finite divergence: lr = 10 (inside [train]'s range) takes the loss from 5.5 to thousands
+check "a loss 10x its running median is a warning naming the step" 0 \
+    "step [0-9]+: warning: the loss [0-9.e+]+ is [0-9.e+]+ times its running median [0-9.]+ .*diverging" \
+    "$bk" train "$work/exp.toml" --out "$work/div" --set term.0.plugin=alibi --set train.lr=10 --set train.steps=20 \
+    --set model.dim=64 --set train.batch=4 --set train.length=64 --plain
+check "... repeated above the done line" 0 "^warning: the loss rose above 10 times its running median" \
+    "$bk" train "$work/exp.toml" --out "$work/div" --set term.0.plugin=alibi --set train.lr=10 --set train.steps=20 \
+    --set model.dim=64 --set train.batch=4 --set train.length=64 --plain
+check "a huge perplexity prints in exponent form" 0 "validation loss [0-9.]+ \(perplexity [0-9.]+e\+[0-9]+\)" \
+    "$bk" train "$work/exp.toml" --out "$work/div" --set term.0.plugin=alibi --set train.lr=10 --set train.steps=20 \
+    --set model.dim=64 --set train.batch=4 --set train.length=64 --plain
+check "a healthy run gives no such warning" 0 "^0$" bash -c \
+    "'$bk' train '$work/exp.toml' --out '$work/ok' --set term.0.plugin=alibi --plain 2>&1 | grep -c 'warning: the loss' || true"
+
+echo "test_reliability: $passed passed, $failures failed"
+[ "$failures" -eq 0 ]
