@@ -197,6 +197,39 @@ static void hang_is_stopped_by_the_time_limit(void **state)
     static const char *const failing[] = {"option:init", NULL};
     expect_only_failures(r, failing);
     expect_item(r, "option:init", BK_CHECK_FAIL, "-1: did not finish within 3 s in create()");
+    /* a child that waits (no CPU) stops at the limit and says it was not computing, and which option raises it */
+    expect_item(r, "option:init", BK_CHECK_FAIL, "(blocked or waiting, not computing); raise the limit with --timeout S");
+    expect_item(r, "table-gradient", BK_CHECK_PASS, NULL);
+    free(r);
+}
+
+/* The limit counts CPU time: a child that computes for longer stops there, naming --timeout. */
+static void cpu_time_limit_names_the_option(void **state)
+{
+    (void)state;
+    report *r = malloc(sizeof *r);
+    bk_error err;
+    assert_int_equal(run_check("biaskit_checkbad_spin.so", NULL, 0, 1, r, &err), BK_OK);
+    static const char *const failing[] = {"option:init", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "option:init", BK_CHECK_FAIL, "-1: did not finish within 1 s of CPU time in create() (");
+    expect_item(r, "option:init", BK_CHECK_FAIL, "the limit counts the child's CPU time, not the machine's load); raise "
+                "the limit with --timeout S");
+    free(r);
+}
+
+/* A table that adds a value read from memory create() allocated and never wrote: finite, deterministic, right
+ * gradient, so only the two children with differently filled fresh memory see it. */
+static void uninitialised_read_fails_fresh_memory(void **state)
+{
+    (void)state;
+    report *r = checked("biaskit_checkbad_uninit.so");
+    static const char *const failing[] = {"fresh-memory", NULL};
+    expect_only_failures(r, failing);
+    expect_item(r, "fresh-memory", BK_CHECK_FAIL, "table() reads memory it never wrote: with the heap's fresh memory "
+                "filled with 0x5a it gives ");
+    expect_item(r, "fresh-memory", BK_CHECK_FAIL, "valgrind --track-origins=yes");
+    expect_item(r, "determinism", BK_CHECK_PASS, NULL);
     expect_item(r, "table-gradient", BK_CHECK_PASS, NULL);
     free(r);
 }
@@ -869,6 +902,8 @@ int main(void)
         cmocka_unit_test(nan_at_a_long_distance),
         cmocka_unit_test(bad_declarations),
         cmocka_unit_test(hang_is_stopped_by_the_time_limit),
+        cmocka_unit_test(cpu_time_limit_names_the_option),
+        cmocka_unit_test(uninitialised_read_fails_fresh_memory),
         cmocka_unit_test(exit_in_a_plugin_is_reported),
         cmocka_unit_test(load_failure_is_one_fail),
         cmocka_unit_test(unknown_capability_bits_fail_the_load),

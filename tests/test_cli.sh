@@ -456,7 +456,8 @@ check "eval --strict refuses a changed plugin" 1 "^biaskit: error: checkpoint '$
 check "train --resume --strict refuses it" 1 "error: checkpoint '$ck': $changed; refused" \
     "${ckc[@]}" "$bk" train --resume "$ck" --set train.steps=5 --strict --plain
 check "bias --strict refuses it" 1 "error: checkpoint '$ck': $changed; refused" "${ckc[@]}" "$bk" bias "$ck" --strict
-check "train --strict needs --resume" 2 "--strict applies to --resume CHECKPOINT" "$bk" train "$work/ck/exp.toml" --strict
+check "train --strict without --resume: plugins are checked for write permissions only" 0 "done:" \
+    env BIASKIT_PLUGIN_PATH="$work/ck/plugins" "$bk" train "$work/ck/exp.toml" --strict --out "$work/strict-fresh" --plain
 cp -r "$work/ck/run" "$work/ck/run2"
 check "train --resume: a changed plugin is a warning, and training goes on" 0 \
     "warning: checkpoint '$work/ck/run2/checkpoint\.safetensors': $changed.*done: 5 steps" \

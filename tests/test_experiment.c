@@ -125,6 +125,15 @@ static void term_errors(void **state)
                  "exp.toml:3:10: [[term]] #1: expected a number for 'weight', got string", NULL);
     expect_error("[[term]]\nplugin = \"a\"\nname = \"x\"\n[[term]]\nplugin = \"b\"\nname = \"x\"\n", NULL, 0,
                  "exp.toml:6:8: [[term]] #2: name 'x' is already used by [[term]] #1", NULL);
+    /* names are keys of checkpoints, CSV cells and table cells: commas, new lines, '=' and '<' refused */
+    static const char *const bad_names[] = {"a,b", "a\\nb", "=HYPERLINK(1)", "<script>", "-x", ".hidden",
+                                            "x23456789012345678901234567890123456789012345678901"};
+    for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "[[term]]\nplugin = \"alibi\"\nname = \"%s\"\n", bad_names[i]);
+        expect_error(text, NULL, 0, "exp.toml:3:8: [[term]] #1 name '",
+                     "': expected 1-48 characters of A-Z a-z 0-9 _ - . + (not starting with '.', '-' or '+')");
+    }
     expect_error("term = 3\n", NULL, 0, "'term': expected an array of tables ([[term]]), got integer", NULL);
 }
 

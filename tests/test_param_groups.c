@@ -184,6 +184,12 @@ static void refusals(void **state)
                       "exp.toml:10:12: [[term]] #1: expected a number for 'lr_scale'", "in [0, 1000], got 1e+30");
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nweight_decay.a = 11\n",
                       "exp.toml:10:18: [[term]] #1: expected a number for 'weight_decay.a'", "in [0, 10], got 11");
+    /* a name that is another term's default name: their tensors (term.NAME.*) would be ambiguous */
+    expect_term_error(MODEL "[[term]]\nplugin = \"alibi\"\n[[term]]\nplugin = \"testgroups\"\nname = \"alibi\"\n",
+                      "[[term]] #2: name 'alibi' is the default name of [[term]] #1 (plugin alibi, not named): name "
+                      "that term too, or choose another name", NULL);
+    expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nname = \"alibi\"\n[[term]]\nplugin = \"alibi\"\n",
+                      "[[term]] #1: name 'alibi' is the default name of [[term]] #2 (plugin alibi", NULL);
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nlr_scale = nan\n", "exp.toml:10:12: [[term]] #1:",
                       "got nan");
     expect_term_error(MODEL "[[term]]\nplugin = \"testgroups\"\nweight_decay = inf\n", "exp.toml:10:16: [[term]] #1:",

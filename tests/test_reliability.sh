@@ -2,7 +2,9 @@
 # Numerical faults (issue of the fourth reliability round): a state with NaN or inf is never checkpointed
 # and the message names the last finite checkpoint; eval, generate and passkey refuse a model whose loss or
 # logits are not finite (exit != 0, no number made up); a loss that rises far above its running median is a
-# warning naming the step; a diverged perplexity prints readably.
+# warning naming the step; a diverged perplexity prints readably. And what loads plugins: a world-writable
+# plugin file or directory is warned about by every command and refused under --strict; biaskit check's
+# limits count CPU time, so that a loaded machine does not fail a correct plugin.
 # usage: test_reliability.sh <biaskit binary> <source dir>
 set -u
 bk=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") src=$2
@@ -60,6 +62,44 @@ check "a huge perplexity prints in exponent form" 0 "validation loss [0-9.]+ \(p
     --set model.dim=64 --set train.batch=4 --set train.length=64 --plain
 check "a healthy run gives no such warning" 0 "^0$" bash -c \
     "'$bk' train '$work/exp.toml' --out '$work/ok' --set term.0.plugin=alibi --plain 2>&1 | grep -c 'warning: the loss' || true"
+
+# ---- a plugin file or directory that other users may write: every command that loads it warns, and
+# --strict refuses it (before, only biaskit plugins said so)
+so=$(dirname "$bk")/plugins/biaskit_alibi.so
+if [ -f "$so" ]; then
+    mkdir -p "$work/ww" && cp "$so" "$work/ww/" && chmod 0777 "$work/ww"
+    sed 's|plugin = "t5"|plugin = "'"$work"'/ww/biaskit_alibi.so"|' "$work/exp.toml" >"$work/ww.toml"
+    warn="warning: plugin file '$work/ww/biaskit_alibi.so': the directory '$work/ww' is writable by users other than its owner and group \(mode 0777\)"
+    check "config warns of a world-writable plugin directory" 0 "$warn" "$bk" config "$work/ww.toml"
+    check "train warns" 0 "$warn" "$bk" train "$work/ww.toml" --out "$work/wwrun" --set train.steps=1 --plain
+    check "eval warns" 0 "$warn" "$bk" eval "$work/wwrun/checkpoint.safetensors" --lengths 16 --tokens 400
+    check "bias warns" 0 "$warn" "$bk" bias "$work/ww.toml"
+    check "... once per file" 0 "^1$" bash -c "'$bk' bias '$work/ww.toml' 2>&1 | grep -c 'is writable by users other'"
+    refused="plugin file '$work/ww/biaskit_alibi.so': the directory '$work/ww' is writable by users other than its owner and group \(mode 0777\).*refused under --strict"
+    check "config --strict refuses it" 1 "$refused" "$bk" config "$work/ww.toml" --strict
+    check "train --strict refuses it" 1 "$refused" "$bk" train "$work/ww.toml" --out "$work/wwrun2" --strict --plain
+    check "eval --strict refuses it" 1 "$refused" "$bk" eval "$work/wwrun/checkpoint.safetensors" --lengths 16 --strict
+    check "passkey --strict refuses it" 1 "$refused" "$bk" passkey "$work/wwrun/checkpoint.safetensors" --lengths 128 --strict
+    chmod 0755 "$work/ww" && chmod 0666 "$work/ww/biaskit_alibi.so"
+    check "a world-writable plugin file is named too" 0 "the file '$work/ww/biaskit_alibi.so' is writable by users other" \
+        "$bk" config "$work/ww.toml"
+    chmod 0644 "$work/ww/biaskit_alibi.so"
+    check "no warning once the permission is gone" 0 "^0$" bash -c "'$bk' config '$work/ww.toml' 2>&1 | grep -c 'writable by users' || true"
+else
+    bad "the built-in plugin $so is missing"
+fi
+
+# ---- biaskit check on a loaded machine: six busy loops share its one core, so each child gets a sixth or
+# less of it on the clock; the limit counts CPU time, so a correct plugin still passes with --timeout 5
+# (its long-range child computes 1-3 s, which takes 8-20 s on the clock so)
+if command -v taskset >/dev/null && taskset -c 0 true 2>/dev/null; then
+    loops=()
+    for _ in 1 2 3 4 5 6; do taskset -c 0 sh -c 'while :; do :; done' & loops+=($!); done
+    check "check under load: a correct plugin passes with --timeout 5" 0 "^[0-9]+ passed, 0 failed" \
+        taskset -c 0 "$bk" check kerple --timeout 5
+    kill "${loops[@]}" 2>/dev/null
+    wait "${loops[@]}" 2>/dev/null
+fi
 
 echo "test_reliability: $passed passed, $failures failed"
 [ "$failures" -eq 0 ]

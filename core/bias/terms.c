@@ -458,10 +458,24 @@ int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg
         set->n = i + 1;
     }
     for (int i = 0; i < set->n && !rc; i++)
-        for (int j = 0; j < i; j++)
-            if (strcmp(set->terms[i].label, set->terms[j].label) == 0)
-                snprintf(set->terms[i].label, sizeof set->terms[i].label, "%s#%d", set->terms[i].plugin->desc->name,
-                         set->terms[i].index);
+        for (int j = 0; j < i && !rc; j++) {
+            if (strcmp(set->terms[i].label, set->terms[j].label) != 0)
+                continue;
+            /* two unnamed terms of one plugin: the later one is PLUGIN#k; a name that is another term's default
+             * name would make the tensors and rows of the two ambiguous */
+            const int named = exp->terms[i].name ? i : exp->terms[j].name ? j : -1;
+            if (named >= 0) {
+                const int other = named == i ? j : i;
+                rc = bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(bk_toml_get(exp->terms[named].table, "name")),
+                                "[[term]] #%d: name '%s' is the default name of [[term]] #%d (plugin %s, not named): "
+                                "name that term too, or choose another name",
+                                exp->terms[named].index, set->terms[named].label, exp->terms[other].index,
+                                set->terms[other].plugin->desc->name);
+                break;
+            }
+            snprintf(set->terms[i].label, sizeof set->terms[i].label, "%s#%d", set->terms[i].plugin->desc->name,
+                     set->terms[i].index);
+        }
     if (!rc)
         rc = check_roles(set, exp, err);
     for (int s = 0; s < BK_STREAM_COUNT && !rc; s++) {

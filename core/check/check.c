@@ -165,7 +165,7 @@ static int run_checks(checker *c, bk_error *err)
     for (size_t i = 0; i < sizeof units / sizeof units[0] && !rc; i++)
         if (!units[i].needs || (c->d->capabilities & units[i].needs))
             rc = ck_run_unit(c, units[i].id, units[i].what, units[i].fn, NULL, NULL, err);
-    return rc;
+    return rc ? rc : ck_check_fresh_memory(c, err);
 }
 
 /* In a child: param_count() of the default configuration, as an R line (nothing when create() fails:

@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/types.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,6 +128,39 @@ void ck_stage(const checker *c, const char *fmt, ...)
     ck_child_line(c, '@', "", text);
 }
 
+/* The time limit counts the child's CPU time, so that a loaded machine (other processes taking the cores)
+ * does not make a correct plugin fail: each time the clock reaches the limit, a child that has computed
+ * in that time (at least BLOCKED_SHARE of it on a core) but used less CPU than the limit gets the rest;
+ * a child that has not (blocked: waiting, sleeping, a deadlock) stops then, as does any child after
+ * WALL_FACTOR times the limit on the clock. */
+#define BLOCKED_SHARE 0.01
+#define WALL_FACTOR 20.0
+
+static unsigned limit_s;
+static double started_wall, last_wall, last_cpu;
+
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* async-signal-safe: clock_gettime, alarm, signal, raise */
+static void on_alarm(int sig)
+{
+    const double wall = clock_s(CLOCK_MONOTONIC), cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    const int blocked = cpu - last_cpu < BLOCKED_SHARE * (wall - last_wall);
+    if (cpu >= (double)limit_s || blocked || wall - started_wall >= WALL_FACTOR * (double)limit_s) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    last_wall = wall, last_cpu = cpu;
+    const double left = (double)limit_s - cpu;
+    alarm(left >= 1.0 ? (unsigned)left : 1u);
+}
+
 /* The child: default signal actions (a test harness may have installed its own handlers, which
  * must not run inside the child), a time limit, the work, an end line, _exit (not exit: the parent's
  * stdio buffers and atexit handlers are the parent's). */
@@ -132,6 +168,13 @@ static _Noreturn void child_main(checker *c, int fd, child_fn fn, const void *ar
 {
     bk_child_default_signals();
     c->out_fd = fd;
+    limit_s = c->opt->timeout_s;
+    started_wall = last_wall = clock_s(CLOCK_MONOTONIC);
+    last_cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
     alarm(c->opt->timeout_s);
     fn(c, arg);
     ck_child_line(c, 'E', "", "");
@@ -162,6 +205,7 @@ int ck_run_child(checker *c, child_fn fn, const void *arg, child_result *r, bk_e
     if (pipe(fds) != 0)
         return bk_fail(err, BK_ERR_INTERNAL, "biaskit check: cannot create a pipe: %s", strerror(errno));
     fflush(NULL); /* nothing buffered is written twice */
+    const double started = clock_s(CLOCK_MONOTONIC);
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
@@ -185,8 +229,13 @@ int ck_run_child(checker *c, child_fn fn, const void *arg, child_result *r, bk_e
     }
     close(fds[0]);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
     }
+    r->cpu_s = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+               1e-6 * (double)ru.ru_stime.tv_usec;
+    r->wall_s = clock_s(CLOCK_MONOTONIC) - started;
     if (WIFSIGNALED(status))
         r->signal = WTERMSIG(status);
     else if (WIFEXITED(status))
@@ -201,8 +250,13 @@ void ck_describe_abort(const checker *c, const child_result *r, char *buf, size_
     char where[300] = "";
     if (r->stage[0])
         snprintf(where, sizeof where, " in %s", r->stage);
-    if (r->signal == SIGALRM)
-        snprintf(buf, size, "did not finish within %u s%s", c->opt->timeout_s, where);
+    if (r->signal == SIGALRM && r->cpu_s >= 0.9 * c->opt->timeout_s)
+        snprintf(buf, size, "did not finish within %u s of CPU time%s (%.0f s on the clock: the limit counts the "
+                 "child's CPU time, not the machine's load); raise the limit with --timeout S", c->opt->timeout_s,
+                 where, r->wall_s);
+    else if (r->signal == SIGALRM)
+        snprintf(buf, size, "did not finish within %u s%s, using %.2f s of CPU in %.0f s (blocked or waiting, not "
+                 "computing); raise the limit with --timeout S", c->opt->timeout_s, where, r->cpu_s, r->wall_s);
     else if (r->signal)
         snprintf(buf, size, "crashed with signal %d (%s)%s", r->signal, strsignal(r->signal), where);
     else

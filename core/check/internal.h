@@ -65,6 +65,8 @@ typedef struct child_result {
     int signal;      /* killed by this signal, or 0 */
     int exit_status; /* when it exited */
     char stage[256]; /* the last stage it announced */
+    double cpu_s;    /* the CPU time it used (user + system, all its threads) */
+    double wall_s;   /* and the time it took on the clock */
 } child_result;
 
 /* fn(c, arg) in a child process; what it wrote and how it ended into *r. */
@@ -209,6 +211,8 @@ void ck_unit_table_gradient(checker *c, const void *arg);
 void ck_unit_embed_gradient(checker *c, const void *arg);
 void ck_unit_project(checker *c, const void *arg);
 void ck_unit_determinism(checker *c, const void *arg);
+/* Two children with the heap's fresh memory filled differently give the same results (fresh.c). */
+int ck_check_fresh_memory(checker *c, bk_error *err);
 /* contracts.c: the "param-info" item (the declared bounds and initialisation of each tensor). */
 void ck_unit_param_info(checker *c, const void *arg);
 void ck_unit_segment(checker *c, const void *arg);

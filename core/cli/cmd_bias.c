@@ -40,7 +40,8 @@ static const char help[] =
     "                is rebuilt on the CPU, whatever device trained it: only its terms are used)\n"
     "  --set K=V     override a value of the experiment file (repeatable)\n"
     "  --strict      checkpoint: refuse it when its plugins differ from the ones it was trained with,\n"
-    "                a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
+    "                a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum);\n"
+    "                any source: a plugin file or directory writable by other users (else a warning)\n"
     "  --no-verify   checkpoint: skip the checksums of the tensors' data (the metadata's is verified)\n";
 
 /* The rows shown without --all: every distance up to 16, then powers of two, then the last. */
@@ -182,6 +183,7 @@ int bk_cmd_bias(int argc, char **argv)
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit bias", &args, &err))
         return bk_report(&err);
+    bk_cli_plugin_strictness(bk_args_get(&args, "strict") != NULL);
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;

@@ -17,7 +17,8 @@ static const char help[] =
     "The plugins are loaded and their terms created in a child process: a plugin that crashes, calls\n"
     "exit() or does not return (in its constructors, its entry point or create()) is an error naming\n"
     "the plugin, its file, the call and what happened.\n"
-    "  --timeout S   time limit of that child in seconds (default 60)\n\n"
+    "  --timeout S   time limit of that child in seconds (default 60)\n"
+    "  --strict      refuse a plugin file or directory writable by other users (by default a warning)\n\n"
     "exit status: 0 the file is valid, 1 it is not (or a plugin failed), 2 bad usage.\n";
 
 typedef struct config_job {
@@ -55,11 +56,12 @@ static int check_in_child(void *ctx, FILE *out, bk_error *err)
 
 int bk_cmd_config(int argc, char **argv)
 {
-    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"keys", 0, 0}, {"set", 1, 1}, {"timeout", 1, 0}};
+    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"keys", 0, 0}, {"set", 1, 1}, {"timeout", 1, 0}, {"strict", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit config", &args, &err))
         return bk_report(&err);
+    bk_cli_plugin_strictness(bk_args_get(&args, "strict") != NULL);
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;

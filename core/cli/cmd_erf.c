@@ -47,7 +47,8 @@ static const char help[] =
     "  --set K=V        override a value of the stored experiment (repeatable); run.device=cpu is set\n"
     "                   first, as the attention probabilities are read from the CPU backend\n"
     "  --strict         refuse a checkpoint whose plugins differ from the ones it was trained with,\n"
-    "                   a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
+    "                   a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum);\n"
+    "                   a plugin file or directory writable by other users (by default a warning)\n"
     "  --no-verify      skip the checksums of the tensors' data (the metadata's is still verified)\n\n"
     "The CSV file is written atomically (a temporary file renamed over it once complete: a failed\n"
     "write is an error and leaves the old file as it was) and refused when it names an input (the\n"
@@ -197,6 +198,7 @@ int bk_cmd_erf(int argc, char **argv)
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit erf", &args, &err))
         return bk_report(&err);
+    bk_cli_plugin_strictness(bk_args_get(&args, "strict") != NULL);
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;

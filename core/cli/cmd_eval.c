@@ -43,7 +43,8 @@ static const char help[] =
     "                    a plugin's option (a warning); not the model's shape nor how it was trained\n"
     "  --strict          refuse a checkpoint whose plugins differ from the ones it was trained with\n"
     "                    (version, declarations or file bytes; by default a warning names the change),\n"
-    "                    a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
+    "                    a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum);\n"
+    "                    a plugin file or directory writable by other users (by default a warning)\n"
     "  --no-verify       skip the checksums of the tensors' data (faster on a large checkpoint); the\n"
     "                    checksum of the metadata (experiment, step, plugin records) is still verified\n\n"
     "With an MPI launcher (mpirun -np N biaskit eval ...; a biaskit built with MPI) the batches of\n"
@@ -96,20 +97,22 @@ static void json_number(bk_output *o, const char *format, double v)
         bk_output_printf(o, "null");
 }
 
-/* The --set strings joined by ';' as one CSV field (RFC 4180): quoted, with '"' doubled, when one holds a
- * comma, a quote or a line break; empty without --set. */
+/* The --set strings joined by ';' as one CSV field (bk_csv_field); empty without --set. */
 static void csv_overrides(bk_output *o, const eval_report *r)
 {
-    int quote = 0;
+    size_t n = 1;
     for (int i = 0; i < r->n_sets; i++)
-        quote |= strpbrk(r->sets[i], ",\"\r\n") != NULL;
-    bk_output_printf(o, "%s", quote ? "\"" : "");
-    for (int i = 0; i < r->n_sets; i++) {
-        bk_output_printf(o, "%s", i ? ";" : "");
-        for (const char *c = r->sets[i]; *c; c++)
-            bk_output_printf(o, "%s%c", *c == '"' ? "\"" : "", *c);
+        n += strlen(r->sets[i]) + 1;
+    char *joined = malloc(n);
+    if (!joined) {
+        bk_output_printf(o, "(out of memory)");
+        return;
     }
-    bk_output_printf(o, "%s", quote ? "\"" : "");
+    joined[0] = '\0';
+    for (int i = 0; i < r->n_sets; i++)
+        strcat(strcat(joined, i ? ";" : ""), r->sets[i]);
+    bk_csv_field(o->f, joined);
+    free(joined);
 }
 
 /* The overrides are the last column, so that a reader by position (length, ..., ppl) is unchanged. */
@@ -192,6 +195,7 @@ int bk_cmd_eval(int argc, char **argv)
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit eval", &args, &err))
         return bk_report(&err);
+    bk_cli_plugin_strictness(bk_args_get(&args, "strict") != NULL);
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;

@@ -34,18 +34,21 @@ static const char help[] =
     "  --max-length N      the longest forward allowed, in tokens: prompt + N - 1 (default 16 x the\n"
     "                      training length); beyond it the prompt is refused, with the limit in the message\n"
     "  --set K=V           override a value of the stored experiment (as biaskit eval), e.g. a RoPE scaling\n"
-    "  --no-verify         skip the checksums of the tensors' data\n";
+    "  --no-verify         skip the checksums of the tensors' data\n"
+    "  --strict            refuse a checkpoint whose plugins differ from the ones it was trained with, or a\n"
+    "                      plugin file or directory writable by other users (by default warnings)\n";
 
 int bk_cmd_generate(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0},        {"prompt", 1, 0}, {"prompt-file", 1, 0},
                                         {"tokens", 1, 0},      {"greedy", 0, 0}, {"top-k", 1, 0},
                                         {"temperature", 1, 0}, {"seed", 1, 0},   {"max-length", 1, 0},
-                                        {"set", 1, 1},         {"no-verify", 0, 0}};
+                                        {"set", 1, 1},         {"no-verify", 0, 0}, {"strict", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit generate", &args, &err))
         return bk_report(&err);
+    bk_cli_plugin_strictness(bk_args_get(&args, "strict") != NULL);
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;
@@ -117,7 +120,8 @@ int bk_cmd_generate(int argc, char **argv)
     size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
     bk_lm lm;
     bk_train_state st;
-    bk_checkpoint_options co = {sets, (int)n_sets, 0, NULL, NULL, bk_args_get(&args, "no-verify") != NULL};
+    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
+                                bk_args_get(&args, "no-verify") != NULL};
     if (bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err)) {
         free(text);
         return bk_report(&err);

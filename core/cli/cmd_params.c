@@ -41,7 +41,8 @@ static const char help[] =
     "                FILE '-' is standard output (then no table is printed); a file is written\n"
     "                atomically (a temporary file renamed over it once complete) and refused when it\n"
     "                names an input (the checkpoint, a plugin)\n"
-    "  --strict      refuse the checkpoint when its plugins differ from the ones it was trained with\n"
+    "  --strict      refuse the checkpoint when its plugins differ from the ones it was trained with,\n"
+    "                or a plugin file or directory writable by other users (by default a warning)\n"
     "  --no-verify   skip the checksums of the tensors' data (the metadata's is verified)\n";
 
 /* One element. layer, row and col are -1 where they do not apply. */
@@ -216,8 +217,12 @@ static void write_csv(bk_output *o, const entry_list *l)
         field(layer, sizeof layer, e->layer);
         field(row, sizeof row, e->row);
         field(col, sizeof col, e->col);
-        if (bk_output_printf(o, "%s,%s,%s,%s,%s,%s,%.9g,%.9g\n", e->name, e->term, e->tensor, layer, row, col,
-                             (double)e->value, (double)e->initial))
+        const char *text[3] = {e->name, e->term, e->tensor};
+        for (int k = 0; k < 3; k++) {
+            bk_csv_field(o->f, text[k]);
+            fputc(',', o->f);
+        }
+        if (bk_output_printf(o, "%s,%s,%s,%.9g,%.9g\n", layer, row, col, (double)e->value, (double)e->initial))
             return; /* the error is kept and reported when the file is closed */
     }
 }
@@ -274,6 +279,7 @@ int bk_cmd_params(int argc, char **argv)
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit params", &args, &err))
         return bk_report(&err);
+    bk_cli_plugin_strictness(bk_args_get(&args, "strict") != NULL);
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;

@@ -45,7 +45,9 @@ static const char help[] =
     "  --plot FILE.png   a heat map of the accuracy: length on x, depth on y, each cell labelled (gnuplot;\n"
     "                    FILE.pdf, FILE.gp and FILE.dat beside it)\n"
     "  --set K=V         override a value of the stored experiment (as biaskit eval), e.g. a RoPE scaling\n"
-    "  --no-verify       skip the checksums of the tensors' data\n\n"
+    "  --no-verify       skip the checksums of the tensors' data\n"
+    "  --strict          refuse a checkpoint whose plugins differ from the ones it was trained with, or a\n"
+    "                    plugin file or directory writable by other users (by default warnings)\n\n"
     "Standard output shows the accuracy grid (depth by length) and the digit accuracy grid.\n\n"
     "  --write-samples FILE  instead: training text for fine-tuning on the task, N samples of exactly T\n"
     "                    bytes (--length T >= 102, --samples N), each the task's sequence with its key at\n"
@@ -233,11 +235,12 @@ int bk_cmd_passkey(int argc, char **argv)
     static const bk_arg_spec specs[] = {{"help", 0, 0}, {"lengths", 1, 0}, {"depths", 1, 0},  {"trials", 1, 0},
                                         {"seed", 1, 0}, {"csv", 1, 0},     {"json", 1, 0},    {"plot", 1, 0},
                                         {"set", 1, 1},  {"no-verify", 0, 0}, {"write-samples", 1, 0},
-                                        {"samples", 1, 0}, {"length", 1, 0}, {"force", 0, 0}};
+                                        {"samples", 1, 0}, {"length", 1, 0}, {"force", 0, 0}, {"strict", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit passkey", &args, &err))
         return bk_report(&err);
+    bk_cli_plugin_strictness(bk_args_get(&args, "strict") != NULL);
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;
@@ -283,7 +286,8 @@ int bk_cmd_passkey(int argc, char **argv)
     size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
     bk_lm lm;
     bk_train_state st;
-    bk_checkpoint_options co = {sets, (int)n_sets, 0, NULL, NULL, bk_args_get(&args, "no-verify") != NULL};
+    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
+                                bk_args_get(&args, "no-verify") != NULL};
     if (bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err))
         return bk_report(&err);
     if (lm.exp.run.threads > 0)

@@ -405,6 +405,7 @@ int bk_cmd_plugins(int argc, char **argv)
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit plugins", &args, &err))
         return bk_report(&err);
+    bk_plugin_set_writable_policy(BK_WRITABLE_QUIET); /* it reports such paths itself, counted */
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;

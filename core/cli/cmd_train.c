@@ -21,8 +21,9 @@ static const char help[] =
     "  --set K=V        override a value of the experiment file (repeatable); with --resume, applied\n"
     "                   on top of the experiment stored in the checkpoint (e.g. train.steps=2000)\n"
     "  --resume CKPT    continue a run exactly where its checkpoint left it\n"
-    "  --strict         with --resume: refuse a checkpoint whose plugins differ from the ones it was\n"
-    "                   trained with (version, declarations or file bytes; by default a warning), a\n"
+    "  --strict         refuse a plugin file or directory writable by other users (by default a\n"
+    "                   warning); with --resume also a checkpoint whose plugins differ from the ones it\n"
+    "                   was trained with (version, declarations or file bytes; by default a warning), a\n"
     "                   plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
     "  --out DIR        write to DIR instead of [run] out_dir (on resume: the checkpoint's directory);\n"
     "                   a DIR that is a symbolic link to a directory holding another run (a checkpoint\n"
@@ -58,6 +59,7 @@ int bk_cmd_train(int argc, char **argv)
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit train", &args, &err))
         return bk_report(&err);
+    bk_cli_plugin_strictness(bk_args_get(&args, "strict") != NULL);
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;
@@ -87,10 +89,7 @@ int bk_cmd_train(int argc, char **argv)
     if (v && bk_args_int("stop-after", v, 1, 2147483647L, &stop, &err))
         return bk_report(&err);
     o.stop_after = stop;
-    if ((o.strict = bk_args_get(&args, "strict") != NULL) && !resume) {
-        bk_fail(&err, BK_ERR_USAGE, "biaskit train: --strict applies to --resume CHECKPOINT");
-        return bk_report(&err);
-    }
+    o.strict = bk_args_get(&args, "strict") != NULL;
     bk_dist dist; /* one process, or one of `mpirun -np N` */
     if (bk_dist_init(&dist, &err))
         return bk_report(&err);

@@ -55,7 +55,8 @@ static const char help[] =
     "                   written beside it (needs gnuplot for the PNG and PDF)\n"
     "  --set K=V        override a value of the experiment (repeatable)\n"
     "  --strict         checkpoint: refuse it when its plugins differ from the ones it was trained with,\n"
-    "                   a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum)\n"
+    "                   a plugin option changed by --set, or a format 2 checkpoint (no metadata checksum);\n"
+    "                   any source: a plugin file or directory writable by other users (else a warning)\n"
     "  --no-verify      checkpoint: skip the checksums of the tensors' data (the metadata's is verified)\n\n"
     "The CSV file is written atomically (a temporary file renamed over it once complete: a failed\n"
     "write is an error and leaves the old file as it was) and refused when it names an input (the\n"
@@ -236,6 +237,7 @@ int bk_cmd_trf(int argc, char **argv)
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit trf", &args, &err))
         return bk_report(&err);
+    bk_cli_plugin_strictness(bk_args_get(&args, "strict") != NULL);
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
         return 0;

@@ -38,6 +38,10 @@ int bk_session_open(bk_session *s, const char *path, const char *const *override
                     bk_error *err);
 void bk_session_close(bk_session *s);
 
+/* A command's --strict (given: `strict` is not 0): a plugin file or directory writable by others is
+ * refused when it loads, not only warned about (plugin/host.h). */
+void bk_cli_plugin_strictness(int strict);
+
 /* Print "biaskit: error: MESSAGE" and return the exit code for the error. */
 int bk_report(const bk_error *err);
 

@@ -21,6 +21,11 @@ int bk_session_open(bk_session *s, const char *path, const char *const *override
     return rc;
 }
 
+void bk_cli_plugin_strictness(int strict)
+{
+    bk_plugin_set_writable_policy(strict ? BK_WRITABLE_REFUSE : BK_WRITABLE_WARN);
+}
+
 void bk_session_close(bk_session *s)
 {
     bk_terms_free(&s->terms); /* instances go before the plugins' code is unloaded */

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "config/experiment.h"
 #include "model/backend.h" /* the enums of [run] matmul, attention, precision */
+#include "util/name.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -501,6 +502,12 @@ static int read_term(bk_term_config *term, const bk_toml_node *table, int index,
         if (bk_toml_type_of(v) != BK_TOML_STRING || !*bk_toml_string(v))
             return wrong_type(err, v, where, "a non-empty string for 'name'");
         term->name = bk_toml_string(v);
+        /* the name is a checkpoint key (term.NAME.tensor), a CSV cell, a table cell and a figure's file name */
+        if (!bk_name_valid(term->name, BK_TERM_NAME_MAX))
+            return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v),
+                              "%s name '%s': expected 1-%d characters of " BK_NAME_CHARS " (" BK_NAME_FIRST "): "
+                              "it names the term's tensors in checkpoints and its rows in tables",
+                              where, term->name, BK_TERM_NAME_MAX);
     }
     if ((v = bk_toml_get(table, "stream"))) {
         if (bk_toml_type_of(v) != BK_TOML_STRING)

@@ -56,6 +56,8 @@ typedef enum bk_device_choice {
     BK_DEVICE_EMULATED = 3
 } bk_device_choice;
 typedef enum bk_nonfinite { BK_NONFINITE_STOP = 0, BK_NONFINITE_SKIP = 1 } bk_nonfinite;
+/* The longest [[term]] name (the label keeps room for a "#k" suffix). */
+#define BK_TERM_NAME_MAX 48
 /* The largest AdamW weight decay: [train] weight_decay, a [[term]]'s weight_decay and a plugin's
  * param_group() alike; the largest lr_scale of a term's tensors (lr x lr_scale is their rate). */
 #define BK_WEIGHT_DECAY_MAX 10.0

@@ -160,6 +160,47 @@ const char *bk_plugin_path_writable_by_others(const char *path, char *buf, size_
     return buf;
 }
 
+static bk_writable_policy writable_policy = BK_WRITABLE_WARN;
+
+void bk_plugin_set_writable_policy(bk_writable_policy policy)
+{
+    writable_policy = policy;
+}
+
+/* The file `canon` (a real path) about to be loaded, and its directory, against the policy. */
+static int check_writable(const char *canon, bk_error *err)
+{
+    static char warned[8][PATH_MAX];
+    static int n_warned;
+    char dir[PATH_MAX], mode[128];
+    snprintf(dir, sizeof dir, "%s", canon);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir] = '\0';
+    const char *const paths[2] = {canon, dir};
+    for (int k = 0; k < 2 && writable_policy != BK_WRITABLE_QUIET; k++) {
+        if (!bk_plugin_path_writable_by_others(paths[k], mode, sizeof mode))
+            continue;
+        const char *kind = k ? "the directory" : "the file";
+        if (writable_policy == BK_WRITABLE_REFUSE)
+            return bk_fail(err, BK_ERR_PLUGIN, "plugin file '%s': %s '%s' is writable by users other than its owner "
+                           "and group (%s): a library placed there runs its code in whoever loads it; refused under "
+                           "--strict (chmod o-w %s)", canon, kind, paths[k], mode, paths[k]);
+        int seen = 0;
+        for (int i = 0; i < n_warned && !seen; i++)
+            seen = strcmp(warned[i], canon) == 0;
+        if (seen)
+            return BK_OK;
+        if (n_warned < 8)
+            snprintf(warned[n_warned++], sizeof warned[0], "%s", canon);
+        fprintf(stderr, "biaskit: warning: plugin file '%s': %s '%s' is writable by users other than its owner and "
+                "group (%s): a library placed there runs its code in whoever loads it; remove that permission (chmod "
+                "o-w %s); --strict refuses it\n", canon, kind, paths[k], mode, paths[k]);
+        return BK_OK;
+    }
+    return BK_OK;
+}
+
 /* dlclose() runs the library's destructors: plugin code too. */
 static void close_library(void *handle, const char *path)
 {
@@ -319,6 +360,9 @@ static int load_file(bk_registry *reg, const char *path, const bk_plugin **out, 
         err->code = BK_ERR_PLUGIN;
         return err->code;
     }
+    int rc = check_writable(canon, err);
+    if (rc)
+        return rc;
 
     dlerror();
     bk_plugin_stage("plugin file '%s', in dlopen() (mapping the library and running its constructors)", canon);
@@ -338,7 +382,7 @@ static int load_file(bk_registry *reg, const char *path, const bk_plugin **out, 
     bk_plugin_stage("plugin file '%s', in its entry point %s()", canon, BIASKIT_ENTRY_SYMBOL);
     const biaskit_plugin *desc = entry(BIASKIT_ABI_VERSION);
     bk_plugin_stage(NULL);
-    int rc = desc ? accept_descriptor(reg, desc, canon, handle, st.st_dev, st.st_ino, out, same_name, err)
+    rc = desc ? accept_descriptor(reg, desc, canon, handle, st.st_dev, st.st_ino, out, same_name, err)
                   : bk_fail(err, BK_ERR_PLUGIN, "plugin '%s': %s() returned no descriptor", canon, BIASKIT_ENTRY_SYMBOL);
     if (rc)
         close_library(handle, canon);

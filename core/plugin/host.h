@@ -118,6 +118,12 @@ void bk_plugin_stage(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
  * exist), else the mode in words for a warning, written into buf: "mode 0777". */
 const char *bk_plugin_path_writable_by_others(const char *path, char *buf, size_t size);
 
+/* What loading a plugin file does when the file or its directory is writable by others: a warning on
+ * standard error, once per file and process (the default); a refusal (BK_ERR_PLUGIN, naming the file and
+ * the mode: a command's --strict); or nothing (biaskit plugins, which reports such paths itself). */
+typedef enum bk_writable_policy { BK_WRITABLE_WARN = 0, BK_WRITABLE_REFUSE = 1, BK_WRITABLE_QUIET = 2 } bk_writable_policy;
+void bk_plugin_set_writable_policy(bk_writable_policy policy);
+
 /* After create() returned BIASKIT_OK: BK_OK when it gave an instance, else BK_ERR_PLUGIN naming the
  * plugin and its file. Every caller of create() asks, since every other function of the plugin gets
  * the instance, and the SDK promises create() "either returns an instance in *out or fails". */

@@ -763,7 +763,9 @@ int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, FILE *params, bk_
             snprintf(ckpt, sizeof ckpt, "%s/" BK_RUN_CHECKPOINT_FILE, r->path);
             bk_error ignored;
             if (bk_file_check_regular(ckpt, "checkpoint", &ignored) != BK_OK) {
-                fprintf(md, "**%s** (run `%s`): no checkpoint at `%s`.\n\n", r->variant, r->name, ckpt);
+                fprintf(md, "**%s** (run `%s`): no checkpoint at ", r->variant, r->name);
+                rp_md_code(md, ckpt);
+                fprintf(md, ".\n\n");
                 rp_note(c, "run '%s': no checkpoint at '%s'; its bias is not drawn", r->name, ckpt);
                 continue;
             }

@@ -221,7 +221,11 @@ static int write_report(report_ctx *c, bk_error *err)
 
     /* the summary */
     fprintf(md, "# Sweep report\n\n");
-    fprintf(md, "- sweep: `%s`, directory `%s`\n", *c->sweep_name ? c->sweep_name : "(not named)", c->sweep_dir);
+    fprintf(md, "- sweep: ");
+    rp_md_code(md, *c->sweep_name ? c->sweep_name : "(not named)");
+    fprintf(md, ", directory ");
+    rp_md_code(md, c->sweep_dir);
+    fprintf(md, "\n");
     fprintf(md, "- runs: %d; %d finished with every evaluation, %d failed, missing or incomplete%s\n", c->n_runs,
             c->sum->done, c->sum->problems, c->sum->problems ? " (listed below)" : "");
     fprintf(md, "- variants: ");
@@ -234,9 +238,9 @@ static int write_report(report_ctx *c, bk_error *err)
             if (c->runs[i].variant_index == v)
                 first = &c->runs[i];
         for (int k = 0; first && k < first->n_eval_sets; k++) {
-            fprintf(md, "%s`", k ? ", " : " (evaluated with ");
-            rp_md_cell(md, first->eval_sets[k]);
-            fprintf(md, "`%s", k + 1 == first->n_eval_sets ? ")" : "");
+            fprintf(md, "%s", k ? ", " : " (evaluated with ");
+            rp_md_code(md, first->eval_sets[k]);
+            fprintf(md, "%s", k + 1 == first->n_eval_sets ? ")" : "");
         }
     }
     fprintf(md, "\n- training length: %lld tokens; evaluation lengths:", c->train_length);

@@ -152,6 +152,8 @@ int rp_figures_checkpoints(report_ctx *c, FILE *md, FILE *mix, FILE *params, bk_
  * ---------------------------------------------------------------------------------------------- */
 
 void rp_md_cell(FILE *f, const char *s);
+/* `s` as a Markdown code span (HTML in it is inert): backticks as "'", '|' escaped, line breaks as spaces. */
+void rp_md_code(FILE *f, const char *s);
 
 /* figures.c: a figure's name from `base` (slugified, made unique in the report: base-2, ...); after a figure
  * NAME was drawn (rc, e: its result), its lines in the report (image, script, data, PDF) and the counts of

@@ -7,6 +7,7 @@
 #include "io/safetensors.h"
 #include "train/rundir.h"
 #include "util/file.h"
+#include "util/name.h"
 #include "util/path.h"
 
 #include <cjson/cJSON.h>
@@ -101,6 +102,9 @@ void rp_eval_file_free(eval_file *e)
 
 /* A run's eval.json / eval-sliding.json (`biaskit eval --json`) parsed, from file `path`: its points,
  * its step (-1 when it gives none); problems go to the run. */
+/* |log(ppl) - loss| of an eval.json result, both written to 6 decimals: a few units of the last place */
+#define EVAL_PPL_TOLERANCE 1e-5
+
 void rp_parse_eval(report_ctx *c, run_rec *r, int proto, const cJSON *j, const char *path)
 {
     eval_file *e = &r->ev[proto];
@@ -140,8 +144,24 @@ void rp_parse_eval(report_ctx *c, run_rec *r, int proto, const cJSON *j, const c
             rp_eval_file_free(e);
             return;
         }
+        /* what biaskit eval writes: a finite loss >= 0, its perplexity exp(loss) (both to 6 decimals), one
+         * result per length; anything else was edited or made elsewhere, and is not averaged */
+        const double lv = loss->valuedouble, pv = ppl->valuedouble;
+        const char *why = NULL;
+        if (!isfinite(lv) || lv < 0.0 || !isfinite(pv) || pv < 1.0)
+            why = "expected a finite \"loss\" >= 0 and \"ppl\" >= 1";
+        else if (fabs(log(pv) - lv) > EVAL_PPL_TOLERANCE)
+            why = "\"ppl\" is not exp(\"loss\")";
+        for (int p = 0; p < e->n && !why; p++)
+            if (e->pts[p].length == length)
+                why = "a second result at this length";
+        if (why) {
+            add_problem(r, "%s: result %d (length %lld, loss %g, ppl %g): %s", path, k + 1, length, lv, pv, why);
+            rp_eval_file_free(e);
+            return;
+        }
         eval_point *pt = &e->pts[e->n++];
-        pt->length = (int32_t)length, pt->loss = loss->valuedouble, pt->ppl = ppl->valuedouble;
+        pt->length = (int32_t)length, pt->loss = lv, pt->ppl = pv;
         const cJSON *pos = cJSON_GetObjectItemCaseSensitive(item, "position_loss");
         if (cJSON_IsArray(pos) && cJSON_GetArraySize(pos) == length && (pt->pos = malloc((size_t)length * sizeof(double)))) {
             int t = 0;
@@ -151,6 +171,14 @@ void rp_parse_eval(report_ctx *c, run_rec *r, int proto, const cJSON *j, const c
             rp_note(c, "run '%s': %s: position_loss at length %lld is not an array of %lld numbers; not drawn", r->name,
                  proto_file[proto], length, length);
         k++;
+    }
+    long long tl;
+    const cJSON *train_length = cJSON_GetObjectItemCaseSensitive(j, "train_length");
+    if (train_length && c->train_length > 0 &&
+        (!rp_json_int(train_length, 1, MAX_LENGTH, &tl) || tl != c->train_length)) {
+        add_problem(r, "%s: \"train_length\" is not the sweep's training length, %lld", path, c->train_length);
+        rp_eval_file_free(e);
+        return;
     }
     e->ok = 1;
     /* every length the sweep asked for */
@@ -321,6 +349,10 @@ int rp_read_index(report_ctx *c, bk_error *err)
 
 /* sweep.json parsed, from c->index_path: the runs (their directories under c->sweep_dir), lengths,
  * protocols; malformed: an error naming the file and the field. */
+/* The longest name of a run, a variant or a corpus in sweep.json (a run's joins its variant, corpus and grid
+ * point). */
+#define RUN_NAME_MAX 1000
+
 /* 1 when a run's "dir" of sweep.json names a directory inside the sweep: relative, no ".." component
  * (a sweep.json edited to name /etc or another sweep is not reported as this sweep's run). */
 static int run_dir_inside(const char *dir)
@@ -477,6 +509,13 @@ int rp_parse_index(report_ctx *c, const cJSON *j, bk_error *err)
             }
             r->n_eval_sets++;
         }
+        for (int f = 0; f < 4; f++)
+            if (f != 1 && *text[f] && !bk_name_valid(text[f], RUN_NAME_MAX)) {
+                rc = bk_fail(err, BK_ERR_PARSE, "%s: run %d: \"%s\" '%s': expected 1-%d characters of " BK_NAME_CHARS
+                             " (" BK_NAME_FIRST "), as biaskit sweep writes it", path, k + 1, names[f], text[f],
+                             RUN_NAME_MAX);
+                goto done;
+            }
         if (!run_dir_inside(r->dir)) {
             rc = bk_fail(err, BK_ERR_PARSE, "%s: run %d ('%s'): \"dir\" '%s': expected a directory inside the sweep "
                          "directory (a relative path without '..'), as biaskit sweep writes it", path, k + 1, text[0],

@@ -4,13 +4,15 @@
 #include "report/report_internal.h"
 
 #include "util/number.h"
+#include "util/output.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Text for a Markdown table cell: '|' escaped, line breaks as spaces. */
+/* Text for Markdown (a table cell or a line): '|' escaped, line breaks as spaces, and the characters that
+ * start HTML or an entity as entities, so that a file name like "<script>" shows as text. */
 void rp_md_cell(FILE *f, const char *s)
 {
     for (; s && *s; s++) {
@@ -18,27 +20,31 @@ void rp_md_cell(FILE *f, const char *s)
             fputs("\\|", f);
         else if (*s == '\n' || *s == '\r')
             fputc(' ', f);
+        else if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '&')
+            fputs("&amp;", f);
         else
             fputc(*s, f);
     }
 }
 
-/* A CSV field, quoted when it must be (RFC 4180). */
-static void csv_field(FILE *f, const char *s)
+void rp_md_code(FILE *f, const char *s)
 {
-    if (!s)
-        s = "";
-    if (!strpbrk(s, ",\"\n\r")) {
-        fputs(s, f);
-        return;
+    fputc('`', f);
+    for (; s && *s; s++) {
+        if (*s == '|')
+            fputs("\\|", f);
+        else if (*s == '\n' || *s == '\r')
+            fputc(' ', f);
+        else if (*s == '`') /* would end the span */
+            fputc('\'', f);
+        else
+            fputc(*s, f);
     }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
+    fputc('`', f);
 }
 
 static void csv_number(FILE *f, double v, const char *fmt)
@@ -133,11 +139,11 @@ int rp_write_csvs(report_ctx *c, bk_error *err)
                     ratio_text(c->lengths[l], c->train_length, ratio, sizeof ratio);
                     if (*ratio)
                         ratio[strlen(ratio) - 1] = '\0'; /* "4x" -> "4" */
-                    csv_field(f, c->groups[g].corpus);
+                    bk_csv_field(f, c->groups[g].corpus);
                     fputc(',', f);
-                    csv_field(f, c->groups[g].grid);
+                    bk_csv_field(f, c->groups[g].grid);
                     fputc(',', f);
-                    csv_field(f, c->variants[v]);
+                    bk_csv_field(f, c->variants[v]);
                     fprintf(f, ",%s,%d,%s,%d,", proto_name[p], (int)c->lengths[l], ratio, s.n);
                     csv_number(f, s.ppl_mean, "%.6f");
                     fputc(',', f);
@@ -147,7 +153,7 @@ int rp_write_csvs(report_ctx *c, bk_error *err)
                     fputc(',', f);
                     csv_number(f, s.loss_std, "%.6f");
                     fputc(',', f);
-                    csv_field(f, s.seeds);
+                    bk_csv_field(f, s.seeds);
                     fputc('\n', f);
                 }
             }
@@ -165,22 +171,22 @@ int rp_write_csvs(report_ctx *c, bk_error *err)
         for (int p = 0; p < N_PROTO; p++)
             for (int k = 0; r->ev[p].ok && k < r->ev[p].n; k++) {
                 const eval_point *pt = &r->ev[p].pts[k];
-                csv_field(f, r->name), fputc(',', f), csv_field(f, r->variant), fputc(',', f);
-                csv_field(f, r->corpus), fputc(',', f), csv_field(f, r->grid);
+                bk_csv_field(f, r->name), fputc(',', f), bk_csv_field(f, r->variant), fputc(',', f);
+                bk_csv_field(f, r->corpus), fputc(',', f), bk_csv_field(f, r->grid);
                 fprintf(f, ",%lld,", r->seed);
-                csv_field(f, r->state);
+                bk_csv_field(f, r->state);
                 fprintf(f, ",%s,%d,%.6f,%.6f,", proto_name[p], (int)pt->length, pt->loss, pt->ppl);
-                csv_field(f, r->problem);
+                bk_csv_field(f, r->problem);
                 fputc('\n', f);
                 rows++;
             }
         if (!rows) {
-            csv_field(f, r->name), fputc(',', f), csv_field(f, r->variant), fputc(',', f);
-            csv_field(f, r->corpus), fputc(',', f), csv_field(f, r->grid);
+            bk_csv_field(f, r->name), fputc(',', f), bk_csv_field(f, r->variant), fputc(',', f);
+            bk_csv_field(f, r->corpus), fputc(',', f), bk_csv_field(f, r->grid);
             fprintf(f, ",%lld,", r->seed);
-            csv_field(f, r->state);
+            bk_csv_field(f, r->state);
             fprintf(f, ",,,,,");
-            csv_field(f, r->problem);
+            bk_csv_field(f, r->problem);
             fputc('\n', f);
         }
     }

@@ -6,6 +6,7 @@
 
 #include "config/experiment.h"
 #include "eval/passkey.h"
+#include "util/name.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -131,16 +132,8 @@ int sw_flatten(assign_list *out, const bk_toml_node *table, const char *prefix, 
     return BK_OK;
 }
 
-static int valid_name(const char *s)
-{
-    if (!*s || *s == '.' || strlen(s) > 100)
-        return 0;
-    for (const char *c = s; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
-              *c == '-' || *c == '.' || *c == '+'))
-            return 0;
-    return 1;
-}
+/* a variant's or a corpus's name: part of directory names */
+#define SWEEP_NAME_MAX 100
 
 /* A "set" array of "key=value" strings, as --set reads them. */
 static int read_sets(assign_list *out, const bk_toml_node *v, const char *label, bk_error *err)
@@ -257,11 +250,11 @@ int sw_read_groups(const bk_toml_node *array, const char *what, int allow_term, 
             return sw_wrong(err, name, where, "a string for 'name'");
         g->name = bk_toml_string(name);
         g->name_pos = bk_toml_position(name);
-        if (!valid_name(g->name))
+        if (!bk_name_valid(g->name, SWEEP_NAME_MAX))
             return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(name),
-                              "%s name '%s': expected 1-100 characters of A-Z a-z 0-9 _ - . + (not starting with '.'): "
+                              "%s name '%s': expected 1-%d characters of " BK_NAME_CHARS " (" BK_NAME_FIRST "): "
                               "it is part of directory names",
-                              where, g->name);
+                              where, g->name, SWEEP_NAME_MAX);
         for (size_t k = 0; k < i; k++)
             if (strcmp((*out)[k].name, g->name) == 0)
                 return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(name), "%s name '%s' is already used by %s #%zu",

@@ -402,6 +402,25 @@ void bk_output_discard(bk_output *o)
     reset(o);
 }
 
+void bk_csv_field(FILE *f, const char *s)
+{
+    if (!s)
+        s = "";
+    const int formula = strchr("=+-@\t\r", s[0]) != NULL && s[0] != '\0';
+    const int quote = strpbrk(s, ",\"\n\r") != NULL;
+    if (quote)
+        fputc('"', f);
+    if (formula)
+        fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    if (quote)
+        fputc('"', f);
+}
+
 int bk_output_stdout_check(bk_error *err)
 {
     errno = 0;

@@ -89,6 +89,12 @@ int bk_output_close(bk_output *o, bk_error *err);
 /* Abandons the output: the temporary file is removed, the target untouched. Safe on a closed output. */
 void bk_output_discard(bk_output *o);
 
+/* A text cell of a CSV file (RFC 4180): quoted, with '"' doubled, when it holds a comma, a quote or a line
+ * break; a cell that begins with '=', '+', '-', '@', a tab or a carriage return is prefixed with "'", so that
+ * a spreadsheet shows it as text and never runs it as a formula. NULL is the empty cell. Numbers are not
+ * cells of this kind (they are printed as numbers). */
+void bk_csv_field(FILE *f, const char *s);
+
 /* Flushes standard output and reports a write to it that failed (a full disk, /dev/full):
  * "cannot write standard output: ...". A command calls it before it exits 0. */
 int bk_output_stdout_check(bk_error *err);

@@ -11,7 +11,10 @@
  *   6 decl     no parameters; an option whose default is not among its choices, a CUDA gradient
  *              without a CUDA table, and a rotary function without the rotary capability
  *   7 hang     create() never returns on a negative `init`
- *   8 exit     create() calls exit(3) on a negative `init` */
+ *   8 exit     create() calls exit(3) on a negative `init`
+ *   9 uninit   table() adds a tiny per-head offset read from memory create() allocated and never wrote:
+ *              finite whatever it holds, so only the fresh-memory check sees it
+ *  10 spin     create() computes for ever (a busy loop) on a negative `init` */
 #define _POSIX_C_SOURCE 200809L /* pause */
 #include <biaskit/plugin.h>
 
@@ -21,7 +24,7 @@
 #include <unistd.h>
 
 #ifndef CHECKBAD_KIND
-#error "compile with -DCHECKBAD_KIND=1..8"
+#error "compile with -DCHECKBAD_KIND=1..10"
 #endif
 
 #define LEARNABLE (CHECKBAD_KIND <= 4 || CHECKBAD_KIND >= 7)
@@ -31,6 +34,7 @@ typedef struct checkbad {
     const biaskit_services *svc;
     int32_t heads;
     double init;
+    uint32_t *offset; /* kind 9: allocated, never written */
 } checkbad;
 
 static const biaskit_option options[] = {
@@ -55,6 +59,9 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
             pause(); /* waits for a signal that never comes */
 #elif CHECKBAD_KIND == 8
         exit(3);
+#elif CHECKBAD_KIND == 10
+        for (volatile unsigned long spin = 0;; spin++) {
+        }
 #endif
         return svc->config_error(cfg, "init", err, "expected a slope >= 0, got %g", init);
     }
@@ -64,12 +71,20 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
     b->svc = svc;
     b->heads = geo->n_heads;
     b->init = init;
+    b->offset = NULL;
+#if CHECKBAD_KIND == 9
+    if (!(b->offset = malloc((size_t)b->heads * sizeof *b->offset))) {
+        free(b);
+        return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory");
+    }
+#endif
     *out = b;
     return BIASKIT_OK;
 }
 
 static void destroy(void *inst)
 {
+    free(((checkbad *)inst)->offset);
     free(inst);
 }
 
@@ -87,6 +102,11 @@ static int table(const void *inst, const float *theta, int32_t distances, float 
         for (int32_t d = 0; d < distances; d++)
             out[(size_t)h * (size_t)distances + (size_t)d] =
                 (CHECKBAD_KIND == 5 && d == NAN_DISTANCE) ? NAN : -slope(b, theta, h) * (float)d;
+#if CHECKBAD_KIND == 9
+    for (int32_t h = 0; h < b->heads; h++) /* the bug: a value nobody wrote, scaled to stay finite */
+        for (int32_t d = 1; d < distances; d++)
+            out[(size_t)h * (size_t)distances + (size_t)d] -= 0.001f * (float)((b->offset[h] >> 3) & 1u);
+#endif
 #if CHECKBAD_KIND == 4
     static unsigned calls;
     if (distances > 1 && b->heads > 0 && (calls++ & 1u))
