@@ -227,5 +227,30 @@ cp -r "$sw" "$work/sw4" && rm -rf "$work/sw4/alibi-s1" && ln -s "$sw/alibi-s1" "
 check "a run directory linked outside the sweep is not read" 0 "3 finished, 3 failed" "$bk" report "$work/sw4" --out "$work/out4"
 has "... the report says why" "$work/out4/report.md" "leads outside the sweep directory"
 
+# eval.json values biaskit eval cannot write are a run problem naming the file, not averaged
+edit_eval() { # DIR PYTHON-EXPRESSION-ON-r (the first result)
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); r=j["results"][0]; exec(sys.argv[2]); json.dump(j,open(sys.argv[1],"w"))' "$1/eval.json" "$2"
+}
+for case in 'r["loss"]=-0.5;r["ppl"]=0.6065:expected a finite "loss" >= 0 and "ppl" >= 1' \
+            'r["ppl"]=r["ppl"]*1.5:"ppl" is not exp("loss")' \
+            'j["results"].append(dict(r)):a second result at this length' \
+            'j["train_length"]=999:"train_length" is not the sweep'"'"'s training length'; do
+    rm -rf "$work/sw5" && cp -r "$sw" "$work/sw5"
+    edit_eval "$work/sw5/alibi-s1" "${case%%:*}"
+    check "eval.json: ${case#*:}" 0 "3 finished, 3 failed" "$bk" report "$work/sw5" --out "$work/out5"
+    has "... the report names the file" "$work/out5/report.md" "$work/sw5/alibi-s1/eval.json: "
+done
+# names and text that reach report.md and the CSV files: HTML escaped, formulas defused, names refused
+rm -rf "$work/sw6" && cp -r "$sw" "$work/sw6"
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["runs"][0]["grid"]={"=HYPERLINK(1)": "<script>"}; j["sweep"]="<script>x</script>.toml"; json.dump(j,open(sys.argv[1],"w"))' "$work/sw6/sweep.json"
+check "a report with odd text" 0 "report: " "$bk" report "$work/sw6" --out "$work/out6"
+check "report.md: HTML in text is escaped" 0 "^### Corpus src, =HYPERLINK\(1\)=&lt;script&gt;$" cat "$work/out6/report.md"
+check "report.md: ... and inert in a code span" 0 "^- sweep: \`<script>x</script>\.toml\`, directory" cat "$work/out6/report.md"
+check "report.md: no raw HTML outside code spans" 0 "^0$" bash -c "sed 's/\`[^\`]*\`//g' '$work/out6/report.md' | grep -c '<script>' || true"
+check "results.csv: a cell that begins with = is defused" 0 "^src,'=HYPERLINK\(1\)=<script>,alibi," cat "$work/out6/results.csv"
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["runs"][0]["variant"]="a,<b>"; json.dump(j,open(sys.argv[1],"w"))' "$work/sw6/sweep.json"
+check "sweep.json: a variant name a sweep cannot write is refused" 1 "\"variant\" 'a,<b>': expected 1-1000 characters of A-Z a-z 0-9 _ - . \+" \
+    "$bk" report "$work/sw6" --out "$work/out6"
+
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]
