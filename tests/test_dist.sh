@@ -88,6 +88,31 @@ check "the error is printed once" 0 "^1$" bash -c "'$mpirun' -np 3 --oversubscri
 check "a device backend" 1 "2 processes: data-parallel training runs on the CPU backend; set \[run\] device = \"cpu\"" \
     mpi 2 "$bk" train "$work/alibi.toml" --set run.device=emulated --out "$work/bad-dev" --plain
 
+# ranks that disagree stop within seconds, naming the rank and the first line that differs (before: a
+# different model.dim corrupted the heap, a different train.steps or plugin hung for ever, a different lr
+# trained silently). MPMD: rank 0 runs one command line, rank 1 another.
+mpmd() { timeout 60 "$mpirun" --oversubscribe -np 1 "${@:2:$1}" : -np 1 "${@:$(($1 + 2))}"; }
+ta=("$bk" train "$work/alibi.toml" --plain)
+for d in "model.dim=16:dim = 32" "train.steps=7:steps = 20" "train.lr=0.01:\[--set\] train.lr=0.01" "train.seed=5:\[--set\] train.seed=5"; do
+    set_=${d%%:*} line=${d#*:}
+    check "train: rank 1 with --set $set_ is stopped" 1 "rank 1: the experiment differs from rank 0's: .*'.*' \(rank 0: " \
+        mpmd 6 "${ta[@]}" --out "$work/dis" "${ta[@]}" --out "$work/dis" --set "$set_"
+done
+# another build of the plugin: the same name, other bytes (a byte appended to the ELF file)
+mkdir -p "$work/other-plugins" && cp "$(dirname "$bk")/plugins/biaskit_alibi.so" "$work/other-plugins/" &&
+    printf 'x' >>"$work/other-plugins/biaskit_alibi.so"
+check "train: rank 1 finds another plugin file on its own BIASKIT_PLUGIN_PATH" 1 \
+    "rank 1: the experiment differs from rank 0's: '\[plugin of term 'alibi'\] alibi" \
+    mpmd 6 "${ta[@]}" --out "$work/dis2" env BIASKIT_PLUGIN_PATH="$work/other-plugins" "${ta[@]}" --out "$work/dis2"
+cp -r "$work/corpus" "$work/corpus2" && printf 'more text\n' >>"$work/corpus2/text.txt"
+sed 's|"corpus"|"corpus2"|' "$work/alibi.toml" >"$work/alibi2.toml"
+check "train: rank 1 with other data is stopped" 1 "rank 1: the (experiment|data) differs from rank 0's" \
+    mpmd 6 "${ta[@]}" --out "$work/dis3" "$bk" train "$work/alibi2.toml" --plain --out "$work/dis3"
+check "eval: rank 1 with other lengths is stopped" 1 "rank 1: the experiment or command line differs from rank 0's: '\[command line\] .*--lengths 64' \(rank 0: '\[command line\] .*--lengths 32'" \
+    mpmd 5 "$bk" eval "$ck" --lengths 32 "$bk" eval "$ck" --lengths 64
+check "eval: rank 1 without the checkpoint is stopped" 1 "error" \
+    mpmd 5 "$bk" eval "$ck" --lengths 32 "$bk" eval "$work/none.safetensors" --lengths 32
+
 # a rank killed mid-run: the job stops with Open MPI's message naming it, the last checkpoint is whole
 mpi 2 "$bk" train "$work/alibi.toml" --set train.steps=100000 --out "$work/die" --plain >"$work/die.log" 2>&1 &
 job=$!

@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "dist/dist.h"
 #include "eval/eval.h"
+#include "io/safetensors.h" /* bk_xxh64 */
 #include "train/checkpoint.h"
 #include "util/number.h"
 #include "util/output.h"
@@ -228,8 +229,28 @@ int bk_cmd_eval(int argc, char **argv)
     bk_train_state st;
     bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
                                 bk_args_get(&args, "no-verify") != NULL};
-    if (bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err)) {
+    /* every rank loads, then they agree: one that failed (or runs another experiment, another command line)
+     * stops them all, rather than leaving the others waiting in a collective */
+    const int loaded = bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err) == BK_OK;
+    int start_rc = bk_dist_agree(&dist, loaded ? BK_OK : BK_ERR_IO, &err);
+    if (!start_rc && dist.size > 1) {
+        char *mine = bk_lm_agreement_text(&lm, st.step), *text = NULL;
+        size_t n = 32 + (mine ? strlen(mine) : 0);
+        for (int i = 0; i < argc; i++)
+            n += strlen(argv[i]) + 1;
+        if (mine && (text = malloc(n))) {
+            strcpy(text, "[command line]");
+            for (int i = 0; i < argc; i++)
+                strcat(strcat(text, " "), argv[i]);
+            strcat(strcat(text, "\n"), mine);
+        }
+        start_rc = bk_dist_same(&dist, "experiment or command line", text ? text : "(out of memory)", &err);
+        free(mine), free(text);
+    }
+    if (start_rc) {
         int status = lead ? bk_report(&err) : 1;
+        if (loaded)
+            bk_lm_close(&lm);
         bk_dist_finalize(&dist);
         return status;
     }
@@ -254,6 +275,13 @@ int bk_cmd_eval(int argc, char **argv)
     bk_tokens train = {0}, val = {0};
     if (!rc) /* the data: the experiment's validation split, or --data (paths from the working directory) */
         rc = bk_lm_load_data(&lm, data, (int)n_data, 2, "; or give --data PATH", &train, &val, &err);
+    rc = bk_dist_agree(&dist, rc, &err); /* a rank without its data stops them all */
+    if (!rc && dist.size > 1) { /* and the same data on every rank */
+        char text[160];
+        snprintf(text, sizeof text, "[data] %lld evaluation tokens (xxh64 %016llx)\n", (long long)val.count,
+                 (unsigned long long)bk_xxh64(val.tokens, (size_t)val.count * sizeof *val.tokens, 0));
+        rc = bk_dist_same(&dist, "evaluation data", text, &err);
+    }
     bk_eval_result results[MAX_LENGTHS];
     if (!rc)
         rc = bk_eval(&lm, &val, lengths, n_lengths, (int32_t)stride, max_tokens, &dist, results, &err);

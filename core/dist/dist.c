@@ -26,6 +26,35 @@ const char *bk_dist_launcher_var(const char **value)
     return NULL;
 }
 
+/* The line of `text` that starts at `at`, into out (cut to fit). */
+static void line_at(const char *text, size_t at, char *out, size_t size)
+{
+    const size_t n = strcspn(text + at, "\n");
+    snprintf(out, size, "%.*s", (int)(n < size ? n : size - 1), text + at);
+}
+
+int bk_dist_compare_text(const char *what, const char *mine, const char *rank0, bk_error *err)
+{
+    if (strcmp(mine, rank0) == 0)
+        return BK_OK;
+    size_t start = 0, section = (size_t)-1; /* the line where they first differ, and the [section] above it */
+    for (size_t i = 0; mine[i] == rank0[i]; i++)
+        if (mine[i] == '\n') {
+            start = i + 1;
+            if (mine[start] == '[')
+                section = start;
+        }
+    char a[200], b[200], s[120] = "";
+    line_at(mine, start, a, sizeof a);
+    line_at(rank0, start, b, sizeof b);
+    if (section != (size_t)-1 && section != start) {
+        line_at(mine, section, s, sizeof s - 4);
+        strcat(s, ": ");
+    }
+    return bk_fail(err, BK_ERR_CONFIG, "the %s differs from rank 0's: %s'%s' (rank 0: '%s'); every process of a job "
+                   "must run the same experiment, overrides, plugins and data", what, s, a, b);
+}
+
 /* The job size the launcher announced, or 0 when no launcher started this process. */
 static int launched_size(void)
 {
@@ -203,6 +232,32 @@ int bk_dist_allgather(bk_dist *d, const double *mine, size_t count, double *all,
     return BK_OK;
 }
 
+int bk_dist_same(bk_dist *d, const char *what, const char *text, bk_error *err)
+{
+    if (d->size == 1)
+        return BK_OK;
+    MPI_Comm comm = *(MPI_Comm *)d->comm;
+    long long n = d->rank == 0 ? (long long)strlen(text) + 1 : 0;
+    int code = MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+    if (code != MPI_SUCCESS)
+        return mpi_failed(err, "sharing rank 0's experiment (MPI_Bcast)", code);
+    if (n > 0x7fffffffLL) /* every rank knows n: every rank returns here */
+        return bk_fail(err, BK_ERR_INVALID, "rank 0's %s is %lld bytes; at most 2^31 can be compared", what, n);
+    char *rank0 = d->rank == 0 ? (char *)text : malloc((size_t)n);
+    if (!rank0) { /* a rank that cannot take part in the broadcast: the job cannot go on */
+        fprintf(stderr, "biaskit: error: rank %d: out of memory for rank 0's %s (%lld bytes)\n", d->rank, what, n);
+        MPI_Abort(comm, 1);
+    }
+    int rc = BK_OK;
+    if ((code = MPI_Bcast(rank0, (int)n, MPI_CHAR, 0, comm)) != MPI_SUCCESS)
+        rc = mpi_failed(err, "sharing rank 0's experiment (MPI_Bcast)", code);
+    else
+        rc = bk_dist_compare_text(what, text, rank0, err); /* bk_dist_agree names the rank */
+    if (d->rank != 0)
+        free(rank0);
+    return bk_dist_agree(d, rc, err);
+}
+
 #else /* one process */
 
 int bk_dist_init(bk_dist *d, bk_error *err)
@@ -221,6 +276,12 @@ int bk_dist_agree(bk_dist *d, int rc, bk_error *err)
 {
     (void)d, (void)err;
     return rc;
+}
+
+int bk_dist_same(bk_dist *d, const char *what, const char *text, bk_error *err)
+{
+    (void)d, (void)what, (void)text, (void)err;
+    return BK_OK;
 }
 
 int bk_dist_mean(bk_dist *d, float *buf, size_t n, bk_error *err)

@@ -48,6 +48,14 @@ void bk_dist_finalize(bk_dist *d);
  * others). Collective: every rank must call it at the same point. */
 int bk_dist_agree(bk_dist *d, int rc, bk_error *err);
 
+/* Every rank's `text` (lines) against rank 0's: a rank whose text differs fails (BK_ERR_CONFIG) with a
+ * message naming `what`, the first differing line with the [section] above it, and rank 0's line; then
+ * every rank gets that failure (bk_dist_agree), so that no rank goes on to a collective the others never
+ * reach. Collective. */
+int bk_dist_same(bk_dist *d, const char *what, const char *text, bk_error *err);
+/* Its comparison: BK_OK when `mine` is `rank0`, else the failure described above (without the rank). */
+int bk_dist_compare_text(const char *what, const char *mine, const char *rank0, bk_error *err);
+
 /* buf (n floats, the same n on every rank) := the mean over ranks: for each element, the values of
  * ranks 0, 1, ..., N-1 added in that order in double, divided by N, rounded once to float. Each rank
  * reduces 1/N of the elements (an all-to-all of chunks, then an all-gather of the reduced chunks), so

@@ -234,6 +234,34 @@ static cJSON *plugin_records(const bk_lm *lm)
     return list;
 }
 
+char *bk_lm_agreement_text(const bk_lm *lm, int64_t step)
+{
+    text_buf b = {0};
+    tb_printf(&b, "[step] %lld\n", (long long)step);
+    for (int i = 0; i < lm->n_overrides; i++)
+        tb_printf(&b, "[--set] %s\n", lm->overrides[i]);
+    for (int k = 0; k < lm->terms.n; k++) {
+        const bk_term *t = &lm->terms.terms[k];
+        const biaskit_plugin *d = t->plugin->desc;
+        char desc[17], file[17] = "unreadable";
+        int ok;
+        uint64_t h = file_checksum(t->plugin->path, &ok);
+        hex64(descriptor_checksum(d), desc);
+        if (ok)
+            hex64(h, file);
+        /* the file's path may differ between machines; its bytes and declarations may not */
+        tb_printf(&b, "[plugin of term '%s'] %s %s, declarations %s, file bytes %s (%s)\n", t->label, d->name,
+                  d->version ? d->version : "", desc, file, t->plugin->path ? t->plugin->path : "built in");
+    }
+    tb_printf(&b, "[experiment file %s]\n%s\n", lm->config_source ? lm->config_source : "",
+              lm->config_text ? lm->config_text : "");
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
 /* The stored name of a term's parameter group: its tensor's ("term.<label>.<tensor>"), or the whole
  * theta's ("term.<label>.theta"): the names build_slots gives them. */
 static void group_tensor_name(const bk_term *t, const bk_term_group *g, char *out, size_t size)

@@ -141,4 +141,10 @@ int bk_checkpoint_load(const char *path, const char *const *extra_overrides, int
  * experiment file). Never blocks: a FIFO without the extension is not opened for reading. */
 int bk_checkpoint_is_file(const char *path);
 
+/* What every process of a data-parallel job must share (dist/dist.h, bk_dist_same), as lines of text: the
+ * step it starts from, the --set overrides, each term's plugin (name, version, the checksums of its
+ * declarations and of its file's bytes, and the file, which is shown but may differ), and the experiment
+ * file's text. Free it; NULL when out of memory. */
+char *bk_lm_agreement_text(const bk_lm *lm, int64_t step);
+
 #endif

@@ -6,6 +6,7 @@
 #include "train/lm.h"
 #include "train/rundir.h"
 #include "cpu/gemm.h"
+#include "io/safetensors.h" /* bk_xxh64 */
 #include "util/blas.h"
 #include "util/number.h"
 #include "util/sigsafe.h"
@@ -470,7 +471,13 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
              (rc = bk_lm_register(&lm, &opt, err)))
         bk_lm_close(&lm);
     int opened = rc == BK_OK; /* another process may have failed where this one did not */
-    if ((rc = bk_dist_agree(dist, rc, err))) {
+    rc = bk_dist_agree(dist, rc, err);
+    if (!rc && dist->size > 1) { /* ranks agree or stop: a rank with another experiment would corrupt or hang */
+        char *mine = bk_lm_agreement_text(&lm, st.step);
+        rc = bk_dist_same(dist, "experiment", mine ? mine : "(out of memory)", err);
+        free(mine);
+    }
+    if (rc) {
         if (opened)
             bk_lm_close(&lm);
         bk_adamw_free(&opt);
@@ -532,6 +539,14 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
 setup_done:
     if ((rc = bk_dist_agree(dist, rc, err)))
         goto done;
+    if (dist->size > 1) { /* the same data on every rank: its size and bytes */
+        char data[256];
+        snprintf(data, sizeof data, "[data] %lld training tokens (xxh64 %016llx), %lld validation tokens (xxh64 %016llx)\n",
+                 (long long)train.count, (unsigned long long)bk_xxh64(train.tokens, (size_t)train.count * sizeof *train.tokens, 0),
+                 (long long)val.count, (unsigned long long)bk_xxh64(val.tokens, (size_t)val.count * sizeof *val.tokens, 0));
+        if ((rc = bk_dist_same(dist, "data", data, err)))
+            goto done;
+    }
 
     fprintf(out, "train: %s; %d layers, %d heads, dim %d, vocab %d; %zu model parameters, %d term%s\n", e->path,
             lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
