@@ -224,6 +224,14 @@ static void uninitialised_read_fails_fresh_memory(void **state)
 {
     (void)state;
     report *r = checked("biaskit_checkbad_uninit.so");
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer's allocator: the fillings cannot reach it, and the item says so */
+    static const char *const none[] = {NULL};
+    expect_only_failures(r, none);
+    expect_item(r, "fresh-memory", BK_CHECK_SKIP, "built with AddressSanitizer");
+    free(r);
+    return;
+#endif
     static const char *const failing[] = {"fresh-memory", NULL};
     expect_only_failures(r, failing);
     expect_item(r, "fresh-memory", BK_CHECK_FAIL, "table() reads memory it never wrote: with the heap's fresh memory "
