@@ -167,9 +167,7 @@ static void collect(checker *c, char tag, const char *id, const char *text, void
     prints *p = ctx;
     if (tag != 'R') {
         if (p->forward)
-            ck_item(c, tag == 'P' ? BK_CHECK_PASS : tag == 'F' ? BK_CHECK_FAIL : tag == 'W' ? BK_CHECK_WARN
-                                                                                          : BK_CHECK_SKIP,
-                    id, "%s", text);
+            ck_item(c, ck_tag_status(tag), id, "%s", text);
         return;
     }
     if (p->n >= 16)

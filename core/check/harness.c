@@ -75,6 +75,11 @@ void ck_child_line(const checker *c, char tag, const char *id, const char *text)
     free(b.s);
 }
 
+bk_check_status ck_tag_status(char tag)
+{
+    return tag == 'P' ? BK_CHECK_PASS : tag == 'F' ? BK_CHECK_FAIL : tag == 'W' ? BK_CHECK_WARN : BK_CHECK_SKIP;
+}
+
 static char status_tag(bk_check_status s)
 {
     return s == BK_CHECK_PASS ? 'P' : s == BK_CHECK_FAIL ? 'F' : s == BK_CHECK_WARN ? 'W' : 'S';
@@ -286,7 +291,7 @@ static void forward_line(checker *c, char tag, const char *id, const char *text,
     int *passed = ctx; /* set when the unit reported "create" as passed */
     if (tag == 'R')
         return;
-    bk_check_status s = tag == 'P' ? BK_CHECK_PASS : tag == 'F' ? BK_CHECK_FAIL : tag == 'W' ? BK_CHECK_WARN : BK_CHECK_SKIP;
+    bk_check_status s = ck_tag_status(tag);
     deliver(c, s, id, text);
     if (passed && s == BK_CHECK_PASS && strcmp(id, "create") == 0)
         *passed = 1;

@@ -76,6 +76,8 @@ void ck_describe_abort(const checker *c, const child_result *r, char *buf, size_
 
 /* Calls fn(line fields) for each item line (tags P, F, S, R) a child wrote. */
 typedef void (*line_fn)(checker *c, char tag, const char *id, const char *text, void *ctx);
+/* The status of a child's item line by its tag (P, F, W, else SKIP). */
+bk_check_status ck_tag_status(char tag);
 void ck_for_each_line(checker *c, const child_result *r, line_fn fn, void *ctx);
 
 /* Runs one unit of checks in a child and reports its items; a child that does not finish is a FAIL

@@ -188,9 +188,10 @@ static int samples_target_check(const char *path, int force, bk_error *err)
     const size_t got = f ? fread(head, 1, sizeof head, f) : 0;
     if (f)
         fclose(f);
-    if (bk_checkpoint_is_file(path) || (got == 4 && !memcmp(head, "\x7f" "ELF", 4)))
+    const int elf = got == 4 && !memcmp(head, "\x7f" "ELF", 4);
+    if (elf || bk_checkpoint_is_file(path))
         return bk_fail(err, BK_ERR_USAGE, "--write-samples '%s': the file is a %s; not replaced, even under --force",
-                       path, got == 4 && !memcmp(head, "\x7f" "ELF", 4) ? "shared object (a plugin?)" : "checkpoint");
+                       path, elf ? "shared object (a plugin?)" : "checkpoint");
     return BK_OK;
 }
 
