@@ -117,5 +117,32 @@ check_passes rational_fargrad --distances 300
 plant cauchy_grad cauchy 's/g->s = 2.0f \* d2/g->s = 2.04f * d2/'
 check_fails cauchy_grad 'gradient|s\[[0-9]+\]'
 
+# The parameter limit holds in a host-only build too (it used to be nvcc's static assertion only, so a
+# 25-parameter plugin built here and then failed on the GPU machine): 24 SCALAR parameters build, 25 do not.
+many_params() { # many_params NAME N: a table plugin with N scalar parameters, T(d) = -(p0 + ... ) d
+    local name=$1 n=$2 k params="" table="0.0f" grad=""
+    for ((k = 0; k < n; k++)); do
+        params+="    X(p$k, SCALAR, BIASKIT_TP_CONST(0.01), 0.0, INFINITY, \"slope part $k\") \\"$'\n'
+        table+=" + p.p$k"
+        grad+="g->p$k = -(float)d; "
+    done
+    mkdir -p "$work/$name"
+    printf '#include <biaskit/table_plugin.h>\n#define MANY_PARAMS(X) \\\n%s\n' "$params" >"$work/$name/$name.c"
+    printf 'BIASKIT_TP_TYPES(many, MANY_PARAMS, BIASKIT_TP_NO_CONSTANTS)\nBIASKIT_TP_TABLE(many) { return -(%s) * (float)d; }\n' \
+        "$table" >>"$work/$name/$name.c"
+    printf 'BIASKIT_TP_GRADIENT(many) { %s}\nBIASKIT_TABLE_PLUGIN(many, MANY_PARAMS, BIASKIT_TP_NO_CONSTANTS, .name = "%s", .version = "1.0.0", .summary = "many slopes")\n' \
+        "$grad" "$name" >>"$work/$name/$name.c"
+}
+many_params many24 24
+build_plugin many24
+many_params many25 25
+if out=$(cd "$work/many25" && eval "${line//mine/many25}" 2>&1); then
+    bad "25 parameters are refused at compile time in a host-only build" "it built"
+elif printf '%s' "$out" | grep -q "at most 24 parameters (BIASKIT_TP_MAX_PARAMS"; then
+    ok "25 parameters are refused at compile time in a host-only build"
+else
+    bad "25 parameters are refused at compile time in a host-only build (the message names the limit)" "$out"
+fi
+
 echo "test_authoring: $passed passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -109,9 +109,9 @@ layer = 1"
 done
 
 # --- options out of range and term rules, each with its file:line ---
-exp opt1 $'[[term]]\nplugin = "fox"\nt_min = 50.0\nt_max = 10.0'
+exp opt1 $'[[term]]\nplugin = "fox"\nbias_init = "timescales"\nt_min = 50.0\nt_max = 10.0'
 out=$("$bk" train "$work/opt1.toml" 2>&1)
-expect_fail "fox t_max < t_min" "$out" $? "opt1.toml:22" "t_max" "t_min = 50"
+expect_fail "fox t_max < t_min" "$out" $? "opt1.toml:23" "t_max" "t_min = 50"
 exp opt2 $'[[term]]\nplugin = "fox"\nw_std = -1.0'
 out=$("$bk" train "$work/opt2.toml" 2>&1)
 expect_fail "fox w_std < 0" "$out" $? "opt2.toml:21" "w_std" ">= 0"

@@ -194,6 +194,12 @@ cp "$out/report.md" "$work/report.before"
 check "a PNG cut short is a failed figure, not a drawn one" 1 "figures: 0 drawn, 8 failed" \
     env PATH="$work/fakebin:$PATH" "$bk" report "$sw" --out "$out"
 has "... the report names it" "$out/report.md" "cut short"
+msg=$(env PATH="$work/fakebin:$PATH" "$bk" report "$sw" --out "$out" 2>&1 | grep 'cut short' | head -1)
+if [ -n "$msg" ] && ! grep -q '\.tmp-' <<<"$msg" && grep -qF "$(basename "$out")/" <<<"$msg"; then
+    ok "... at the path the report lands at, not in its staging directory"
+else
+    bad "... at the path the report lands at, not in its staging directory" "$msg"
+fi
 check "no staging directory is left" 0 "^0$" bash -c "ls -A '$(dirname "$out")' | grep -c '^\.$(basename "$out")\.' || true"
 # a report killed while it works (a gnuplot that hangs) leaves the old report whole
 "$bk" report "$sw" --out "$out" >/dev/null 2>&1

@@ -328,15 +328,16 @@ static void file_order_is_data_order(void **state)
     assert_float_equal(bk_safetensors_at(st, 1)->data[0], 3.0f, 0);
     bk_safetensors_close(st);
 
-    /* a header listing tensors out of data order, with a hole and an unaligned offset */
+    /* a header listing tensors out of data order, its data at an unaligned place in the file (a 118-byte
+     * header: the data begins at file byte 126, not a multiple of 4) */
     path_in(state, "shuffled.safetensors", path, sizeof path);
-    unsigned char data[18] = {0};
+    unsigned char data[12] = {0};
     const float first = 1.5f, second[2] = {-2.0f, 8.0f};
     memcpy(data, &first, 4);
-    memcpy(data + 6, second, 8); /* starts at byte 6, not a multiple of 4 */
+    memcpy(data + 4, second, 8);
     write_crafted(path,
-                  "{\"second\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[6,14]},"
-                  "\"first\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}",
+                  "{\"second\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]},"
+                  "\"first\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}  ",
                   data, sizeof data);
     assert_int_equal(bk_safetensors_open(path, &st, &err), BK_OK);
     assert_int_equal(bk_safetensors_count(st), 2);
@@ -679,6 +680,34 @@ static void overlapping_tensors(void **state)
     bk_safetensors_close(st);
 }
 
+/* The data is entirely indexed: bytes appended after the last tensor, or a hole between two, are
+ * refused (both used to open without a word). */
+static void data_holes_and_trailing_bytes(void **state)
+{
+    char path[600];
+    path_in(state, "holes.safetensors", path, sizeof path);
+    const unsigned char data[20] = {0};
+    write_crafted(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data, 13);
+    expect_open_fails(path, BK_ERR_PARSE,
+                      "5 bytes after the last tensor's data (the tensors end at byte 8 of the data, the file holds "
+                      "13 data bytes)");
+    write_crafted(path,
+                  "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                  data, 16);
+    expect_open_fails(path, BK_ERR_PARSE,
+                      "tensor 'b' begins at byte 8 of the data, expected 4 (where the previous tensor ends)");
+    write_crafted(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", data, 8);
+    expect_open_fails(path, BK_ERR_PARSE, "tensor 'a' begins at byte 4 of the data, expected 0 (where the header ends)");
+    write_crafted(path, "{\"__metadata__\":{\"k\":\"v\"}}", data, 1);
+    expect_open_fails(path, BK_ERR_PARSE, "1 bytes after the last tensor's data");
+    write_crafted(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data, 8);
+    bk_safetensors *st = NULL;
+    bk_error err;
+    assert_int_equal(bk_safetensors_open(path, &st, &err), BK_OK);
+    bk_safetensors_close(st);
+}
+
 static void unreadable_files(void **state)
 {
     char path[600];
@@ -757,6 +786,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(wrong_dtype, setup, teardown),
         cmocka_unit_test_setup_teardown(shape_offset_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(malformed_entries, setup, teardown),
+        cmocka_unit_test_setup_teardown(data_holes_and_trailing_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(overlapping_tensors, setup, teardown),
         cmocka_unit_test_setup_teardown(unreadable_files, setup, teardown),
         cmocka_unit_test_setup_teardown(write_into_missing_directory, setup, teardown),

@@ -96,6 +96,14 @@ check "a depth outside [0, 1] is refused" 1 "s.toml:[0-9]+:[0-9]+: .*\[eval\] pa
 write_sweep 'passkey = [128]
 passkey_trials = 0'
 check "passkey_trials < 1 is refused" 1 "s.toml:[0-9]+:[0-9]+: .*\[eval\] passkey_trials" "$bk" sweep "$work/s.toml" --dry-run
+# depths and trials without the lengths mean nothing: refused, not ignored (they used to pass silently)
+write_sweep 'passkey_trials = 3'
+check "passkey_trials without passkey is refused" 1 \
+    "s.toml:[0-9]+:[0-9]+: \[eval\] passkey_trials applies with \[eval\] passkey \(the lengths to test\) only" \
+    "$bk" sweep "$work/s.toml" --dry-run
+write_sweep 'passkey_depths = [0, 1]'
+check "passkey_depths without passkey is refused" 1 "s.toml:[0-9]+:[0-9]+: \[eval\] passkey_depths applies with" \
+    "$bk" sweep "$work/s.toml" --dry-run
 
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

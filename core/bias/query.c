@@ -312,6 +312,9 @@ static int mask_forward(bk_query *q, const biaskit_context *ctx, int64_t step, b
                          "gave window %d, sinks %d, distance_cap %d: expected window >= 1 (a query always sees "
                          "itself, so no row is left without a key), sinks >= 0 and distance_cap >= 0",
                          (int)m.window, (int)m.sinks, (int)m.distance_cap);
+    /* the cap may first appear at another length than the training length checked at creation */
+    if ((rc = bk_terms_refuse_idle_cap(q->set, m.distance_cap, NULL, err)))
+        return rc;
     q->mask = m;
     return BK_OK;
 }

@@ -399,6 +399,43 @@ static int check_roles(bk_term_set *set, const bk_experiment *exp, bk_error *err
     return BK_OK;
 }
 
+int bk_terms_refuse_idle_cap(const bk_term_set *set, int32_t cap, const bk_toml_pos *pos, bk_error *err)
+{
+    for (int k = 0; k < set->n; k++)
+        if (bk_term_has_table(&set->terms[k]))
+            return BK_OK;
+    if (cap <= 0)
+        return BK_OK;
+    const bk_term *t = &set->terms[set->mask];
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "term '%s' (plugin %s): mask() gives distance_cap %d, but no term of the experiment has a distance "
+             "table for it to cap (the cap reads the distance tables at min(d, cap); rotary and coordinate terms "
+             "are not capped): set the cap to 0 or add a table term",
+             t->label, t->plugin->desc->name, (int)cap);
+    return pos ? bk_fail_at(err, BK_ERR_CONFIG, *pos, "%s", msg) : bk_fail(err, BK_ERR_CONFIG, "%s", msg);
+}
+
+/* A masking term's distance cap with nothing to cap, refused when the terms are made (at the training
+ * length, where the file sets the cap: its distance_cap key, else the [[term]] table). */
+static int check_cap_use(const bk_term_set *set, const bk_experiment *exp, bk_error *err)
+{
+    if (set->mask < 0)
+        return BK_OK;
+    const bk_term *t = &set->terms[set->mask];
+    biaskit_context ctx = bk_term_context(set, -1, set->geometry.train_length, 0);
+    biaskit_mask m = {.struct_size = sizeof m};
+    biaskit_error pe = {0, ""};
+    bk_plugin_call_enter(t, "mask()", -1, 0);
+    int rc = BK_DESCRIPTOR_FN(t->plugin->desc, mask)(t->instance, &ctx, &m, &pe);
+    bk_plugin_call_leave();
+    if (rc != BIASKIT_OK)
+        return bk_term_plugin_failed(err, t, "mask()", -1, 0, &pe);
+    const bk_toml_node *key = bk_toml_get(exp->terms[set->mask].table, "distance_cap");
+    bk_toml_pos pos = key ? bk_toml_position(key) : exp->terms[set->mask].pos;
+    return bk_terms_refuse_idle_cap(set, m.distance_cap, &pos, err);
+}
+
 /* Where the file sets a term's mixing weight: the value of its `weight` key, else its [[term]] table. */
 static bk_toml_pos weight_position(const bk_term_config *cfg)
 {
@@ -478,6 +515,8 @@ int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg
         }
     if (!rc)
         rc = check_roles(set, exp, err);
+    if (!rc)
+        rc = check_cap_use(set, exp, err);
     for (int s = 0; s < BK_STREAM_COUNT && !rc; s++) {
         double weights[256];
         const char *labels[256];

@@ -105,6 +105,10 @@ biaskit_context bk_term_context_of(const biaskit_geometry *geo, int layer, int32
  * initialise its parameters (seeded from [train] seed, the term and the layer), project them, and
  * complete the mixing weights per stream. Every error names the term and its position. */
 int bk_terms_create(bk_term_set *set, const bk_experiment *exp, bk_registry *reg, bk_error *err);
+
+/* BK_OK unless the set's masking term gives a distance cap > 0 while no term has a distance table to
+ * cap: then BK_ERR_CONFIG naming the term, at *pos when pos is not NULL. */
+int bk_terms_refuse_idle_cap(const bk_term_set *set, int32_t cap, const bk_toml_pos *pos, bk_error *err);
 void bk_terms_free(bk_term_set *set);
 
 /* The named tensors of `term` (its plugin's param_tensors()) into info[BK_TERM_MAX_TENSORS] when they

@@ -594,11 +594,8 @@ void ck_unit_longrange_coordinate(checker *c, const void *arg)
          * from the grid table as the engine reads it. */
         const float *phi = out, *rscale = out + N;
         for (int32_t h = 0; h < H; h++)
-            for (size_t j = 0; j < n; j++) {
-                float t;
-                int32_t g = bk_coord_cell(bk_coord_u(phi[dist[j]], rscale[N - 1]), P, &t);
-                vals[(size_t)h * n + j] = bk_coord_lerp(table + (size_t)h * (size_t)P, g, t);
-            }
+            for (size_t j = 0; j < n; j++)
+                vals[(size_t)h * n + j] = bk_coord_score(table + (size_t)h * (size_t)P, P, phi[dist[j]], rscale[N - 1]);
         shape_ok = 1;
         note_shapes(s, vals, n, NULL, n, H, shape, &increasing);
     }

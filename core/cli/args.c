@@ -23,7 +23,7 @@ int bk_args_parse(int argc, char **argv, const bk_arg_spec *specs, size_t n_spec
         const char *arg = argv[i];
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
             if (out->n_positional == BK_ARGS_MAX)
-                return bk_fail(err, BK_ERR_USAGE, "%s: too many arguments", command);
+                return bk_fail(err, BK_ERR_USAGE, "%s: too many arguments (at most %d)", command, BK_ARGS_MAX);
             out->positional[out->n_positional++] = arg;
             continue;
         }
@@ -55,7 +55,7 @@ int bk_args_parse(int argc, char **argv, const bk_arg_spec *specs, size_t n_spec
             return bk_fail(err, BK_ERR_USAGE, "%s: option '--%s' takes no value", command, spec->name);
         }
         if (out->n_given == BK_ARGS_MAX)
-            return bk_fail(err, BK_ERR_USAGE, "%s: too many options", command);
+            return bk_fail(err, BK_ERR_USAGE, "%s: too many options (at most %d)", command, BK_ARGS_MAX);
         out->given[out->n_given].spec = spec;
         out->given[out->n_given++].value = value;
     }

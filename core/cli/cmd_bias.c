@@ -1,11 +1,13 @@
 /* biaskit bias: each head's distance table for one layer of an experiment, or of a trained checkpoint
  * (with its learned parameters): the first thing a plugin author looks at. Prints the tables (a
  * readable subset of distances, or all of them) and can write every value as CSV. */
+#include "bias/bias.h"
 #include "bias/mix.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cuda/device.h"
 #include "eval/eval.h"
+#include "model/bias_math.h"
 #include "train/checkpoint.h"
 #include "util/output.h"
 
@@ -24,12 +26,21 @@ static const char help[] =
     "(a .safetensors file written by 'biaskit train'), the tables come from its learned plugin\n"
     "parameters and mixing weights, as 'biaskit eval' uses them; an experiment file gives the\n"
     "initial ones.\n\n"
+    "With a masking term (window) or a coordinate table (FIRE) the score's bias is not a function\n"
+    "of d alone; an attention view follows, per head: what the scores of query i get at distance d\n"
+    "= i - j, on the token index (the token stream's mixed table, read at min(d, distance_cap), plus\n"
+    "FIRE's F_h(u(i, d))), 'masked' where the mask hides key j. What depends on the text (the segment\n"
+    "stream, content and counted positions) or multiplies q.k (a logit scale) is named, not shown.\n\n"
     "  --layer N     layer to show (default 0; matters for per-layer parameters)\n"
     "  --length L    sequence length: distances 0 .. L-1 (default [train] length)\n"
-    "  --all         print every distance (default: 0..16, then powers of two, then L-1)\n"
+    "  --all         print every distance (default: 0..16, then powers of two, then L-1; the\n"
+    "                attention view's columns: 0..4, then powers of two, then L-1)\n"
     "  --terms       also print each term's own table before the mix\n"
     "  --csv FILE    write every value as CSV: layer,stream,table,head,distance,value\n"
-    "                (table is a term's name, or \"mixed\"); FILE '-' is standard output. FILE is\n"
+    "                (table is a term's name, or \"mixed\"); with the attention view a seventh column,\n"
+    "                query: empty on those rows, i on the view's rows (table \"attention\", every d <= i\n"
+    "                of the query rows shown, every row with --all; -inf where masked). FILE '-' is\n"
+    "                standard output. FILE is\n"
     "                written atomically (a temporary file renamed over it once complete; a failed write\n"
     "                is an error and leaves the old file as it was) and refused when it names an input\n"
     "                (the experiment file or checkpoint, a plugin; through a link too). A device or a\n"
@@ -81,21 +92,29 @@ static void print_table(FILE *out, const char *title, const float *table, int32_
     }
 }
 
-static void write_csv(bk_output *f, int layer, const char *stream, const char *name, const float *table, int32_t heads,
-                      int32_t distances)
-{
-    for (int32_t h = 0; h < heads; h++)
-        for (int32_t d = 0; d < distances; d++)
-            if (bk_output_printf(f, "%d,%s,%s,%d,%d,%.9g\n", layer, stream, name, h, d,
-                                 printed(table[(size_t)h * (size_t)distances + (size_t)d])))
-                return; /* the error is kept and reported when the file is closed */
-}
-
 typedef struct bias_options {
     long layer, length;
     int all, terms, use_cuda;
+    int view; /* the attention view follows the tables (a coordinate-table or masking term) */
     const char *csv;
 } bias_options;
+
+/* The CSV's columns; with the attention view a seventh, the query index of its rows (empty on the
+ * distance tables' rows, which hold for every query). */
+static const char *csv_header(const bias_options *o)
+{
+    return o->view ? "layer,stream,table,head,distance,value,query\n" : "layer,stream,table,head,distance,value\n";
+}
+
+static void write_csv(bk_output *f, const bias_options *o, const char *stream, const char *name, const float *table,
+                      int32_t heads, int32_t distances)
+{
+    for (int32_t h = 0; h < heads; h++)
+        for (int32_t d = 0; d < distances; d++)
+            if (bk_output_printf(f, "%d,%s,%s,%d,%d,%.9g%s\n", (int)o->layer, stream, name, h, d,
+                                 printed(table[(size_t)h * (size_t)distances + (size_t)d]), o->view ? "," : ""))
+                return; /* the error is kept and reported when the file is closed */
+}
 
 /* `out` gets the readable tables (NULL: none), `csv` the values (NULL: none). */
 static int run(const bk_term_set *set, const bias_options *o, FILE *out, bk_output *csv, bk_error *err)
@@ -152,7 +171,7 @@ static int run(const bk_term_set *set, const bias_options *o, FILE *out, bk_outp
                 print_table(out, title, tables[k], heads, D, o->all);
             }
             if (!rc && csv)
-                write_csv(csv, (int)o->layer, stream_name, t->label, tables[k], heads, D);
+                write_csv(csv, o, stream_name, t->label, tables[k], heads, D);
             k++;
         }
         if (!rc && k > 0) {
@@ -163,7 +182,7 @@ static int run(const bk_term_set *set, const bias_options *o, FILE *out, bk_outp
                      members);
             print_table(out, title, mixed, heads, D, o->all);
             if (csv)
-                write_csv(csv, (int)o->layer, stream_name, "mixed", mixed, heads, D);
+                write_csv(csv, o, stream_name, "mixed", mixed, heads, D);
         }
         for (int i = 0; i < k; i++) {
             free(tables[i]);
@@ -172,6 +191,105 @@ static int run(const bk_term_set *set, const bias_options *o, FILE *out, bk_outp
     }
     free(mixed), free(tables), free(weights);
     return rc;
+}
+
+/* The columns of the attention view without --all: d up to 4, powers of two, the last. */
+static int view_column(int32_t d, int32_t distances, int all)
+{
+    return all || d <= 4 || d == distances - 1 || (d & (d - 1)) == 0;
+}
+
+/* The attention view's entry (h, i, d): 0 when key j = i - d is masked, else 1 with *v what the score
+ * gets (tab: the token stream's mixed table, NULL when none). */
+static int view_at(const bk_attention_bias *ab, const float *tab, int32_t D, int32_t h, int32_t i, int32_t d, float *v)
+{
+    if (!bk_mask_keeps(i, i - d, ab->window, ab->sinks))
+        return 0;
+    *v = tab ? tab[(size_t)h * (size_t)D + (size_t)d] : 0.0f;
+    if (ab->grid)
+        *v += bk_coord_score(ab->grid + (size_t)h * (size_t)ab->points, ab->points, ab->phi[d], ab->rscale[i]);
+    return 1;
+}
+
+/* What the scores of query i get at distance d = i - j (key j) on the token index, as the attention reads
+ * it: the token stream's mixed table (capped at the mask's distance cap) plus the coordinate table's
+ * F_h(u(i, d)), or "masked" (-inf in the CSV) where the mask hides key j. What depends on the text (the
+ * segment stream, content and counted positions) or multiplies q . k (a logit scale) is named, not
+ * shown. The model's bias is computed on the host, as the CPU attention reads it. */
+static int attention_view(bk_term_set *set, int n_layers, const bias_options *o, FILE *out, bk_output *csv,
+                          bk_error *err)
+{
+    bk_bias b;
+    int rc = bk_bias_init(&b, set, n_layers, 0, err);
+    if (rc)
+        return rc;
+    const int32_t D = (int32_t)o->length, H = set->geometry.n_heads;
+    if ((rc = bk_bias_forward(&b, D, err))) {
+        bk_bias_free(&b);
+        return rc;
+    }
+    bk_attention_bias ab;
+    memset(&ab, 0, sizeof ab);
+    bk_bias_attention(&b, (int)o->layer, &ab);
+    const float *tab = bk_bias_table(&b, (int)o->layer, BK_STREAM_TOKEN);
+    char notes[512] = "";
+    size_t used = 0;
+    for (int i = 0; i < set->n && used < sizeof notes; i++) {
+        const bk_term *t = &set->terms[i];
+        const char *why = bk_term_has_table(t) && t->stream == BK_STREAM_SEGMENT ? "its segment positions come from the text"
+                          : i == set->scale                                     ? "a logit scale multiplies q.k"
+                          : i == set->content || i == set->count                ? "its positions come from the tokens"
+                                                                                : NULL;
+        if (why)
+            used += (size_t)snprintf(notes + used, sizeof notes - used, "; not shown: term %s (%s)", t->label, why);
+    }
+    if (out)
+        fprintf(out,
+                "\nattention view, layer %ld: what the scores of query i get at distance d = i - j (masked: key j "
+                "hidden)%s\n",
+                o->layer, notes);
+    for (int32_t h = 0; h < H && out; h++) {
+        fprintf(out, "head %d\n%8s", (int)h, "i \\ d");
+        for (int32_t d = 0; d < D; d++)
+            if (view_column(d, D, o->all))
+                fprintf(out, " %11d", (int)d);
+        fprintf(out, "\n");
+        for (int32_t i = 0; i < D; i++) {
+            if (!shown(i, D, o->all))
+                continue;
+            if (!o->all && i > 16 && !shown(i - 1, D, o->all))
+                fprintf(out, "%8s\n", "...");
+            fprintf(out, "%8d", (int)i);
+            for (int32_t d = 0; d < D; d++) {
+                if (!view_column(d, D, o->all))
+                    continue;
+                float v;
+                if (d > i)
+                    fprintf(out, " %11s", "");
+                else if (view_at(&ab, tab, D, h, i, d, &v))
+                    fprintf(out, " %11.6g", printed(v));
+                else
+                    fprintf(out, " %11s", "masked");
+            }
+            fprintf(out, "\n");
+        }
+    }
+    /* the CSV: every distance of the query rows shown (every row with --all) */
+    for (int32_t h = 0; h < H && csv; h++)
+        for (int32_t i = 0; i < D; i++) {
+            if (!shown(i, D, o->all))
+                continue;
+            for (int32_t d = 0; d <= i; d++) {
+                float v;
+                char value[32] = "-inf";
+                if (view_at(&ab, tab, D, h, i, d, &v))
+                    snprintf(value, sizeof value, "%.9g", printed(v));
+                if (bk_output_printf(csv, "%ld,token,attention,%d,%d,%s,%d\n", o->layer, (int)h, (int)d, value, (int)i))
+                    h = H, i = D, d = D; /* the error is kept and reported when the file is closed */
+            }
+        }
+    bk_bias_free(&b);
+    return BK_OK;
 }
 
 int bk_cmd_bias(int argc, char **argv)
@@ -212,13 +330,14 @@ int bk_cmd_bias(int argc, char **argv)
     } else if (bk_session_open(&s, source, sets + 1, n_sets, &err))
         return bk_report(&err);
     const bk_experiment *exp = from_checkpoint ? &lm.exp : &s.exp;
-    const bk_term_set *terms = from_checkpoint ? &lm.terms : &s.terms;
+    bk_term_set *terms = from_checkpoint ? &lm.terms : &s.terms;
 
     bias_options o = {0};
     o.all = bk_args_get(&args, "all") != NULL;
     o.terms = bk_args_get(&args, "terms") != NULL;
     o.length = exp->train.length;
     o.csv = bk_args_get(&args, "csv");
+    o.view = terms->coordinate >= 0 || terms->mask >= 0;
     const char *v;
     int rc = BK_OK;
     if ((v = bk_args_get(&args, "layer")))
@@ -248,7 +367,7 @@ int bk_cmd_bias(int argc, char **argv)
                                : bk_eval_inputs_collect(&inputs, "experiment file", source, terms, exp, s.dir, NULL,
                                                         NULL, 0, &err)) &&
         !(rc = bk_output_open(&csv, "--csv", o.csv, inputs.items, inputs.n, &err)))
-        bk_output_printf(&csv, "layer,stream,table,head,distance,value\n");
+        bk_output_printf(&csv, "%s", csv_header(&o));
     const int csv_on_stdout = csv.kind == BK_OUTPUT_STDOUT; /* then nothing else goes there */
     if (!rc) {
         if (!csv_on_stdout) {
@@ -263,6 +382,9 @@ int bk_cmd_bias(int argc, char **argv)
                    o.length - 1);
         }
         rc = run(terms, &o, csv_on_stdout ? NULL : stdout, o.csv ? &csv : NULL, &err);
+        if (!rc && o.view)
+            rc = attention_view(terms, (int)exp->model.layers, &o, csv_on_stdout ? NULL : stdout, o.csv ? &csv : NULL,
+                                &err);
     }
     if (!rc)
         rc = bk_output_close(&csv, &err);

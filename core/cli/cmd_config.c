@@ -27,6 +27,44 @@ typedef struct config_job {
     size_t n_sets;
 } config_job;
 
+/* The learning-rate scale and weight decay of a term's parameters as training applies them: one value,
+ * or an inline table per tensor when they differ; the engine's decay rule resolved ([train]
+ * weight_decay with decay_all, else none). */
+static void print_groups(FILE *out, const bk_term *t, const bk_experiment *e)
+{
+    if (t->n_groups == 0)
+        return;
+    static const char *const keys[2] = {"lr_scale", "weight_decay"};
+    for (int which = 0; which < 2; which++) {
+        double first = 0.0;
+        int same = 1, ruled = 0;
+        char values[1024];
+        size_t used = 0;
+        for (int g = 0; g < t->n_groups; g++) {
+            const bk_term_group *grp = &t->groups[g];
+            double v = which ? grp->weight_decay : grp->lr_scale;
+            if (which && v == BIASKIT_WEIGHT_DECAY_DEFAULT) {
+                v = e->train.decay_all ? e->train.weight_decay : 0.0;
+                ruled = 1;
+            }
+            if (g == 0)
+                first = v;
+            same &= v == first;
+            char num[40];
+            bk_double_text(v, num, sizeof num);
+            if (used < sizeof values)
+                used += (size_t)snprintf(values + used, sizeof values - used, "%s%s = %s", g ? ", " : "", grp->name,
+                                         num);
+        }
+        char num[40];
+        bk_double_text(first, num, sizeof num);
+        fprintf(out, "%s = %s%s%s%s\n", keys[which], same ? num : "{", same ? "" : values, same ? "" : "}",
+                !ruled ? ""
+                : e->train.decay_all ? "  # [train] weight_decay (decay_all = true)"
+                                     : "  # no decay: plugin parameters decay with decay_all = true only");
+    }
+}
+
 /* In the child: open the session (plugins loaded, terms created) and write the resolved values. */
 static int check_in_child(void *ctx, FILE *out, bk_error *err)
 {
@@ -47,6 +85,14 @@ static int check_in_child(void *ctx, FILE *out, bk_error *err)
                 bk_choice_name(BK_STREAM_CHOICES, t->stream, a, sizeof a));
         if (bk_term_has_table(t))
             fprintf(out, "weight = %g\nper_layer = %s\n", t->weight, t->per_layer ? "true" : "false");
+        print_groups(out, t, e);
+        const biaskit_plugin *d = t->plugin->desc;
+        for (uint32_t k = 0; k < d->n_options; k++) {
+            char text[1024];
+            int given;
+            bk_config_option_text(&t->view, &d->options[k], text, sizeof text, &given);
+            fprintf(out, "%s = %s%s\n", d->options[k].name, text, given ? "" : "  # default");
+        }
         fprintf(out, "# %lld learnable parameter%s x %d cop%s\n", (long long)t->n_params, t->n_params == 1 ? "" : "s",
                 t->n_copies, t->n_copies == 1 ? "y" : "ies");
     }

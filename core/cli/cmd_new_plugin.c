@@ -508,7 +508,8 @@ int bk_cmd_new_plugin(int argc, char **argv)
     const char *parent = bk_args_get(&args, "dir");
     char dir[4096];
     if (snprintf(dir, sizeof dir, "%s/%s", parent ? parent : ".", name) >= (int)sizeof dir) {
-        bk_fail(&err, BK_ERR_USAGE, "biaskit new-plugin: --dir '%s' is too long", parent);
+        bk_fail(&err, BK_ERR_USAGE, "biaskit new-plugin: --dir '%s' is too long (with the plugin's name at most %zu "
+                "bytes)", parent, sizeof dir - 1);
         return bk_report(&err);
     }
     struct stat st;

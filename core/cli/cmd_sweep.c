@@ -670,23 +670,6 @@ static int handle_stale(const bk_sweep *sw, bk_run_status *sts, const char *cons
     return BK_OK;
 }
 
-/* A sweep started by an MPI launcher: each process would run the whole sweep into one directory, and
- * every run (a child) would inherit the launcher's environment. */
-static int refuse_mpi_launcher(bk_error *err)
-{
-    const char *v = NULL;
-    const char *var = bk_dist_launcher_var(&v);
-    if (var)
-        return bk_fail(err, BK_ERR_USAGE,
-                       "biaskit sweep: started by an MPI launcher (%s=%s): each of its processes would run the "
-                       "whole sweep into the same directory, and every run would inherit the launcher's "
-                       "environment. Run 'biaskit sweep' without mpirun: each run is its own process "
-                       "(--jobs N runs N at a time); 'mpirun -np N biaskit train' trains one experiment "
-                       "data-parallel (docs/scaling.md)",
-                       var, v);
-    return BK_OK;
-}
-
 int bk_cmd_sweep(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0},   {"jobs", 1, 0},   {"dry-run", 0, 0},
@@ -705,8 +688,6 @@ int bk_cmd_sweep(int argc, char **argv)
         bk_fail(&err, BK_ERR_USAGE, "biaskit sweep: expected one sweep file; see 'biaskit sweep --help'");
         return bk_report(&err);
     }
-    if (refuse_mpi_launcher(&err))
-        return bk_report(&err);
     long jobs = 1, timeout = BK_SWEEP_PLUGIN_TIMEOUT_S;
     const char *v = bk_args_get(&args, "jobs");
     if (v && bk_args_int("jobs", v, 1, 256, &jobs, &err))

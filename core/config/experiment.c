@@ -917,6 +917,27 @@ static void node_text(const bk_toml_node *node, char *buf, size_t size, size_t *
     }
 }
 
+void bk_toml_value_text(const bk_toml_node *node, char *buf, size_t size)
+{
+    size_t used = 0;
+    if (size)
+        buf[0] = '\0';
+    node_text(node, buf, size, &used, 0);
+}
+
+void bk_double_text(double v, char *buf, size_t size)
+{
+    shortest_double(v, buf, size);
+}
+
+void bk_string_text(const char *text, char *buf, size_t size)
+{
+    size_t used = 0;
+    if (size)
+        buf[0] = '\0';
+    quoted_text(buf, size, &used, text);
+}
+
 /* 1 when two TOML values are the same value (an integer and a float of equal value are). */
 static int same_node(const bk_toml_node *a, const bk_toml_node *b, int depth)
 {

@@ -212,4 +212,12 @@ static inline int64_t bk_experiment_head_dim(const bk_experiment *exp)
     return exp->model.dim / exp->model.heads;
 }
 
+/* A TOML value as the file would write it (strings quoted, floats in their shortest exact form with
+ * ".0" on whole numbers, arrays and inline tables), truncated to buf[size]. */
+void bk_toml_value_text(const bk_toml_node *node, char *buf, size_t size);
+/* A double as TOML reads it back to the same bits (the shortest of 6 to 17 digits, ".0" on whole numbers). */
+void bk_double_text(double v, char *buf, size_t size);
+/* A TOML basic string: `text` in quotes, '"' and '\\' escaped. */
+void bk_string_text(const char *text, char *buf, size_t size);
+
 #endif

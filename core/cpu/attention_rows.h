@@ -221,11 +221,8 @@ static inline BK_HOST_INLINE void add_terms(float *row, int i, int c0, int c1, i
     }
     if (ht->F) {
         const float rs = ht->rscale[i];
-        for (int c = c0; c < c1; c++) {
-            float t;
-            const int32_t g = bk_coord_cell(bk_coord_u(ht->phi[di - c], rs), ht->points, &t);
-            row[c] += bk_coord_lerp(ht->F, g, t);
-        }
+        for (int c = c0; c < c1; c++)
+            row[c] += bk_coord_score(ht->F, ht->points, ht->phi[di - c], rs);
     }
     if (ht->cp) { /* -(P(i) - P(j)) */
         const float pi = ht->cp[i], *pj = ht->cp + j0 - c0;

@@ -1,6 +1,6 @@
 /* Training data: text files (one byte = one token) or llm.c uint16 shards, a train/validation split,
  * and a deterministic, resumable batch loader. */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* readlink, realpath */
 
 #include "data/data.h"
 #include "data/split.h"
@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define BK_SHARD_HEADER_BYTES (BK_SHARD_HEADER_INTS * 4)
 #define BK_READ_CHUNK (1 << 16)
@@ -98,12 +99,59 @@ static int compare_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* What a walk left out that the user should hear of: symlinks to directories outside the walked path
+ * (their files are not read; a link inside it, such as libpng -> libpng16, only names files read
+ * anyway) and dangling symlinks. The first few are kept by name. */
+enum { SKIPPED_NAMED = 3 };
+typedef struct skipped {
+    const char *root; /* the real path of the configured path walked */
+    int outside, dangling;
+    char names[2][SKIPPED_NAMED][600];
+} skipped;
+
+static void skipped_note(skipped *sk, int dangling, const char *path, const char *target)
+{
+    int *n = dangling ? &sk->dangling : &sk->outside;
+    if (*n < SKIPPED_NAMED)
+        snprintf(sk->names[dangling][*n], sizeof sk->names[dangling][*n], "'%.280s' -> '%.280s'", path, target);
+    (*n)++;
+}
+
+/* 1 when the real path `p` is `root` or lies under it. */
+static int path_under(const char *p, const char *root)
+{
+    size_t n = strlen(root);
+    return strncmp(p, root, n) == 0 && (p[n] == '\0' || p[n] == '/' || (n == 1 && root[0] == '/'));
+}
+
+/* One warning per configured path for what its walk left out. */
+static void skipped_warn(const skipped *sk, const char *path)
+{
+    static const char *const what[2][2] = {
+        {"symlink to a directory outside it", "symlinks to directories outside it"},
+        {"dangling symlink", "dangling symlinks"}};
+    static const char *const fate[2] = {"not followed, their files are not read", "skipped"};
+    const int counts[2] = {sk->outside, sk->dangling};
+    for (int k = 0; k < 2; k++) {
+        if (!counts[k])
+            continue;
+        fprintf(stderr, "biaskit: warning: data path '%s': %d %s (%s):", path, counts[k], what[k][counts[k] > 1],
+                fate[k]);
+        for (int i = 0; i < counts[k] && i < SKIPPED_NAMED; i++)
+            fprintf(stderr, "%s %s", i ? "," : "", sk->names[k][i]);
+        fprintf(stderr, "%s%s\n", counts[k] > SKIPPED_NAMED ? ", ..." : "",
+                k == 0 ? "; name a target in [data] paths to read it" : "");
+    }
+}
+
 /* Adds the matching regular files under directory `dir` (sorted by name, hidden entries skipped,
- * symlinked directories not followed, symlinked files read, dangling symlinks skipped). An entry that
- * the name filter would take but that is neither a regular file nor a directory (a FIFO, a socket, a
- * device, or a symlink to one) is refused, naming it: reading a FIFO would block and a device would
- * never end, and skipping it would train on less than the directory holds without a word. */
-static int walk_dir(const char *dir, const char *const *ext, int n_ext, file_list *fl, bk_error *err)
+ * symlinked files read). Symlinked directories are not followed (a loop, or a tree read twice), and a
+ * dangling symlink holds nothing: both are skipped, and noted in `sk` when they matter (a link out of
+ * the walked path; every dangling one). An entry that the name filter would take but that is neither a
+ * regular file nor a directory (a FIFO, a socket, a device, or a symlink to one) is refused, naming
+ * it: reading a FIFO would block and a device would never end, and skipping it would train on less
+ * than the directory holds without a word. */
+static int walk_dir(const char *dir, const char *const *ext, int n_ext, file_list *fl, skipped *sk, bk_error *err)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -142,15 +190,23 @@ static int walk_dir(const char *dir, const char *const *ext, int n_ext, file_lis
         memcpy(full + k, names.paths[i], nlen + 1);
         struct stat st;
         if (lstat(full, &st) == 0) {
-            if (S_ISDIR(st.st_mode)) {
-                rc = walk_dir(full, ext, n_ext, fl, err);
+            const int link = S_ISLNK(st.st_mode);
+            const int dangling = link && stat(full, &st) != 0; /* a symlink counts as what it points at */
+            if (dangling) {
+                char target[PATH_MAX];
+                ssize_t n = readlink(full, target, sizeof target - 1);
+                target[n > 0 ? n : 0] = '\0';
+                skipped_note(sk, 1, full, target);
+            } else if (link && S_ISDIR(st.st_mode)) {
+                char real[PATH_MAX];
+                if (realpath(full, real) && !path_under(real, sk->root))
+                    skipped_note(sk, 0, full, real);
+            } else if (S_ISDIR(st.st_mode)) {
+                rc = walk_dir(full, ext, n_ext, fl, sk, err);
             } else if (bk_name_has_suffix(names.paths[i], ext, n_ext)) {
-                /* a symlink counts as what it points at; symlinked directories would risk loops, and a
-                 * dangling symlink holds nothing */
-                int link = S_ISLNK(st.st_mode), dangling = link && stat(full, &st) != 0;
-                if (!dangling && S_ISREG(st.st_mode))
+                if (S_ISREG(st.st_mode))
                     rc = file_list_add(fl, full, err);
-                else if (!dangling && !S_ISDIR(st.st_mode))
+                else
                     rc = bk_fail(err, BK_ERR_IO, "'%s' (in data directory '%s') is %s%s; expected a regular file: "
                                  "a corpus directory may hold only regular files, directories and symlinks (remove "
                                  "it, or name the files to read with [data] extensions)", full, dir,
@@ -178,9 +234,12 @@ static int collect(const char *path, const char *const *ext, int n_ext, file_lis
         if (rc != BK_OK)
             return rc;
     } else if (S_ISDIR(st.st_mode)) {
-        int rc = walk_dir(path, ext, n_ext, fl, err);
+        char root[PATH_MAX];
+        skipped sk = {.root = realpath(path, root) ? root : path};
+        int rc = walk_dir(path, ext, n_ext, fl, &sk, err);
         if (rc != BK_OK)
             return rc;
+        skipped_warn(&sk, path);
     } else {
         return bk_fail(err, BK_ERR_IO, "data path '%s' is %s; expected a regular file or a directory", path,
                        bk_file_kind(st.st_mode));

@@ -223,7 +223,8 @@ static int validate_for_write(const char *path, const bk_st_tensor *tensors, int
         int ok;
         uint64_t bytes = shape_bytes(t->shape, t->ndim, &ok);
         if (!ok || bytes > UINT64_MAX - total || total + bytes > (uint64_t)SIZE_MAX)
-            return bk_fail(err, BK_ERR_INVALID, "cannot write '%s': tensor '%s' is too large", path, t->name);
+            return bk_fail(err, BK_ERR_INVALID, "cannot write '%s': tensor '%s' is too large (the file's data at most %zu "
+                             "bytes here)", path, t->name, (size_t)SIZE_MAX);
         if (bytes > 0 && !t->data)
             return bk_fail(err, BK_ERR_INVALID, "cannot write '%s': tensor '%s' has no data", path, t->name);
         total += bytes;
@@ -562,7 +563,8 @@ static int parse_tensor(const char *path, const cJSON *entry, uint64_t data_byte
     char dims[160];
     bk_st_format_shape(dims, sizeof dims, t->shape, ndim);
     if (!fits)
-        return bk_fail(err, BK_ERR_PARSE, "%s: tensor '%s': shape %s is too large", path, name, dims);
+        return bk_fail(err, BK_ERR_PARSE, "%s: tensor '%s': shape %s is too large (its bytes must fit in 64 bits)",
+                       path, name, dims);
     if (e - b != bytes)
         return bk_fail(err, BK_ERR_PARSE, "%s: tensor '%s': shape %s needs %" PRIu64 " bytes, data_offsets give %" PRIu64,
                        path, name, dims, bytes, e - b);
@@ -673,6 +675,24 @@ static int parse_header(const char *path, const char *header, size_t header_len,
                              ") overlap",
                              path, names[entries[i - 1].index], entries[i - 1].begin, entries[i - 1].end,
                              names[entries[i].index], entries[i].begin, entries[i].end);
+        /* the format's rule: the data is entirely indexed, without holes or trailing bytes (a file with
+         * bytes appended, or one tensor's data dropped, is damaged) */
+        uint64_t at = 0;
+        for (int i = 0; i < k && rc == BK_OK; i++) {
+            if (entries[i].begin != at)
+                rc = bk_fail(err, BK_ERR_PARSE,
+                             "%s: tensor '%s' begins at byte %" PRIu64 " of the data, expected %" PRIu64
+                             " (where %s ends): safetensors data holds no gaps",
+                             path, names[entries[i].index], entries[i].begin, at,
+                             i ? "the previous tensor" : "the header");
+            at = entries[i].end;
+        }
+        if (rc == BK_OK && at != data_bytes)
+            rc = bk_fail(err, BK_ERR_PARSE,
+                         "%s: %" PRIu64 " bytes after the last tensor's data (the tensors end at byte %" PRIu64
+                         " of the data, the file holds %" PRIu64 " data bytes): expected none, the file was "
+                         "appended to or damaged",
+                         path, data_bytes - at, at, data_bytes);
     }
     if (rc == BK_OK) {
         bk_st_tensor *sorted = calloc((size_t)k + 1, sizeof *sorted);
@@ -743,7 +763,8 @@ static int open_file(const char *path, int with_data, bk_safetensors **out, bk_e
     uint64_t data_bytes = size - 8 - header_len;
     if (header_len >= (uint64_t)SIZE_MAX || data_bytes >= (uint64_t)SIZE_MAX) {
         fclose(f);
-        return bk_fail(err, BK_ERR_NOMEM, "%s: the file is too large to read here", path);
+        return bk_fail(err, BK_ERR_NOMEM, "%s: the file is too large to read here (header and data each below %zu "
+                       "bytes)", path, (size_t)SIZE_MAX);
     }
 
     bk_safetensors *st = calloc(1, sizeof *st);

@@ -49,6 +49,16 @@ static inline BK_HOST_INLINE BIASKIT_HD float bk_coord_lerp(const float *grid, i
     return grid[g] + t * (grid[g + 1] - grid[g]);
 }
 
+/* What a coordinate table adds to the score of (i, d): F_h interpolated at u = phi[d] * rscale[i] on
+ * the grid of head h (points values). */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_coord_score(const float *grid_h, int32_t points, float phi_d,
+                                                             float rscale_i)
+{
+    float t;
+    const int32_t g = bk_coord_cell(bk_coord_u(phi_d, rscale_i), points, &t);
+    return bk_coord_lerp(grid_h, g, t);
+}
+
 /* dF/du inside cell g: the cell's slope. */
 static inline BK_HOST_INLINE BIASKIT_HD float bk_coord_slope(const float *grid, int32_t g, int32_t points)
 {

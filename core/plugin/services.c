@@ -158,6 +158,23 @@ int bk_config_view_init(biaskit_config *view, const biaskit_plugin *desc, const 
     return BK_OK;
 }
 
+void bk_config_option_text(const biaskit_config *view, const biaskit_option *o, char *buf, size_t size, int *is_set)
+{
+    const bk_toml_node *v = view->table ? bk_toml_get(view->table, o->name) : NULL;
+    *is_set = v != NULL;
+    if (v) {
+        bk_toml_value_text(v, buf, size);
+        return;
+    }
+    switch (o->type) {
+    case BIASKIT_OPT_BOOL: snprintf(buf, size, "%s", o->default_number != 0 ? "true" : "false"); break;
+    case BIASKIT_OPT_INT: snprintf(buf, size, "%lld", (long long)o->default_number); break;
+    case BIASKIT_OPT_DOUBLE: bk_double_text(o->default_number, buf, size); break;
+    case BIASKIT_OPT_STRING: bk_string_text(o->default_string ? o->default_string : "", buf, size); break;
+    default: snprintf(buf, size, "[]"); break;
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------
  * The services
  * ---------------------------------------------------------------------------------------------- */

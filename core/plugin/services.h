@@ -25,6 +25,10 @@ const biaskit_services *bk_services(void);
 int bk_config_view_init(biaskit_config *view, const biaskit_plugin *desc, const bk_toml_node *table,
                         bk_toml_pos pos, const char *label, bk_error *err);
 
+/* The value of option `o` as the view resolves it, as TOML text in buf[size]: the file's value
+ * (*is_set = 1), else the declared default (*is_set = 0; an array's is []). */
+void bk_config_option_text(const biaskit_config *view, const biaskit_option *o, char *buf, size_t size, int *is_set);
+
 /* Minimum level of log lines shown (BIASKIT_LOG_*); default BIASKIT_LOG_INFO. */
 void bk_set_log_level(int level);
 

@@ -86,7 +86,15 @@ void rp_figure_drawn(report_ctx *c, FILE *md, int rc, const bk_error *e, const c
     char pdf[REPORT_PATH_MAX + 160];
     if (snprintf(pdf, sizeof pdf, "%s/%s.pdf", c->out_dir, name) >= (int)sizeof pdf)
         pdf[0] = '\0'; /* too long to be there: no link */
-    const bk_error err = *e;
+    /* a message names the report's files where they will be, not in the staging directory */
+    bk_error err = *e;
+    const size_t staged = strlen(c->out_dir);
+    char *at = c->final_dir[0] && staged ? strstr(err.message, c->out_dir) : NULL;
+    for (int k = 0; at && k < 8; k++, at = strstr(at + strlen(c->final_dir), c->out_dir)) {
+        char rest[sizeof err.message];
+        bk_copy_text(rest, sizeof rest, at + staged);
+        snprintf(at, sizeof err.message - (size_t)(at - err.message), "%s%s", c->final_dir, rest);
+    }
     if (rc == BK_OK) {
         c->sum->figures++;
         fprintf(md, "![%s](%s.png)\n\n<sub>drawn by [%s.gp](%s.gp) from [%s.dat](%s.dat)", alt, name, name, name, name,

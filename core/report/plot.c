@@ -148,7 +148,8 @@ static int check_plot(const bk_plot *p, size_t *n_png, bk_error *err)
     if (n < 5 || strcmp(p->png + n - 4, ".png") != 0)
         return bk_fail(err, BK_ERR_INVALID, "plot '%s': the output path must end in .png", p->png);
     if (n + 1 > PLOT_PATH_MAX)
-        return bk_fail(err, BK_ERR_INVALID, "plot '%.200s...': path too long", p->png);
+        return bk_fail(err, BK_ERR_INVALID, "plot '%.200s...': path too long (%zu bytes; at most %d)", p->png, n,
+                       PLOT_PATH_MAX - 1);
     if (p->n_series < 0 || (p->n_series > 0 && !p->series))
         return bk_fail(err, BK_ERR_INVALID, "plot '%s': %d series but no series array", p->png, p->n_series);
     size_t total = 0;
@@ -700,7 +701,8 @@ int bk_heatmap_write(const bk_heatmap *h, bk_error *err)
     if (n < 5 || strcmp(h->png + n - 4, ".png") != 0)
         return bk_fail(err, BK_ERR_INVALID, "plot '%s': the output path must end in .png", h->png);
     if (n + 1 > PLOT_PATH_MAX)
-        return bk_fail(err, BK_ERR_INVALID, "plot '%.200s...': path too long", h->png);
+        return bk_fail(err, BK_ERR_INVALID, "plot '%.200s...': path too long (%zu bytes; at most %d)", h->png, n,
+                       PLOT_PATH_MAX - 1);
     if (h->nx < 1 || h->ny < 1 || !h->xs || !h->ys || !h->z)
         return bk_fail(err, BK_ERR_INVALID, "plot '%s': a heat map needs at least one row and one column", h->png);
     if (!(isfinite(h->zmin) && isfinite(h->zmax) && h->zmin < h->zmax))

@@ -174,11 +174,13 @@ static int stage_begin(report_ctx *c, const char *out, char *staged, size_t size
         return rc;
     remove_stale(parent, base);
     if (snprintf(staged, size, "%s/.%s.tmp-%ld-XXXXXX", parent, base, (long)getpid()) >= (int)size)
-        return bk_fail(err, BK_ERR_INVALID, "the report directory '%s': its path is too long", out);
+        return bk_fail(err, BK_ERR_INVALID, "the report directory '%s': its path is too long (at most %zu bytes with its staging "
+                       "name)", out, size - 1);
     if (!mkdtemp(staged))
         return bk_fail(err, BK_ERR_IO, "cannot create the report's staging directory '%s': %s", staged,
                        strerror(errno));
     chmod(staged, 0777 & ~current_umask()); /* as mkdir would make it */
+    bk_copy_text(c->final_dir, sizeof c->final_dir, out);
     bk_copy_text(c->out_dir, sizeof c->out_dir, staged);
     return BK_OK;
 }

@@ -65,6 +65,7 @@ typedef struct report_ctx {
     const bk_sweep_report_options *o;
     bk_sweep_report_summary *sum;
     char sweep_dir[REPORT_PATH_MAX], index_path[REPORT_PATH_MAX + 16], out_dir[REPORT_PATH_MAX];
+    char final_dir[REPORT_PATH_MAX]; /* where the report lands: out_dir is its staging directory until then */
     char *sweep_name;
     int32_t lengths[MAX_LENGTHS];
     int n_lengths;

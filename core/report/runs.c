@@ -38,7 +38,7 @@ int rp_join_path(char *out, size_t size, const char *dir, const char *name, bk_e
 {
     int n = name[0] == '/' ? snprintf(out, size, "%s", name) : snprintf(out, size, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= size)
-        return bk_fail(err, BK_ERR_INVALID, "path too long: '%s/%s'", dir, name);
+        return bk_fail(err, BK_ERR_INVALID, "path too long: '%s/%s' (at most %zu bytes)", dir, name, size - 1);
     return BK_OK;
 }
 

@@ -23,7 +23,7 @@ static int mkdir_p(const char *dir, bk_error *err)
 {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return bk_fail(err, BK_ERR_INVALID, "directory name too long: '%s'", dir);
+        return bk_fail(err, BK_ERR_INVALID, "directory name too long: '%s' (at most %zu bytes)", dir, sizeof buf - 1);
     for (char *p = buf + 1;; p++) {
         if (*p == '/' || !*p) {
             char c = *p;
@@ -225,7 +225,8 @@ static int copy_file(const char *from, const char *to, bk_error *err)
     char tmp[4300];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", to, (long)getpid()) >= (int)sizeof tmp) {
         fclose(in);
-        return bk_fail(err, BK_ERR_INVALID, "path too long: '%s'", to);
+        return bk_fail(err, BK_ERR_INVALID, "path too long: '%s' (at most %zu bytes with its temporary suffix)", to,
+                       sizeof tmp - 1);
     }
     unlink(tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);

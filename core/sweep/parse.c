@@ -101,7 +101,8 @@ int sw_flatten(assign_list *out, const bk_toml_node *table, const char *prefix, 
     for (size_t i = 0; bk_toml_entry_at(table, i, &e) == 0; i++) {
         char key[512];
         if (snprintf(key, sizeof key, "%s%s%s", prefix ? prefix : "", prefix ? "." : "", e.key) >= (int)sizeof key)
-            return bk_fail_at(err, BK_ERR_CONFIG, e.key_pos, "%s: key '%s' is too long", label, e.key);
+            return bk_fail_at(err, BK_ERR_CONFIG, e.key_pos, "%s: key '%s' is too long (at most %zu bytes with its table's prefix)",
+                              label, e.key, sizeof key - 1);
         if (strchr(e.key, '.') || strchr(e.key, '='))
             return bk_fail_at(err, BK_ERR_CONFIG, e.key_pos,
                               "%s: key '%s': an experiment key has no '.' or '=' (write nested tables)", label, e.key);
@@ -308,7 +309,8 @@ int sw_read_grid(sweep_priv *p, const bk_toml_node *table, const char *prefix, i
     for (size_t i = 0; bk_toml_entry_at(table, i, &e) == 0; i++) {
         char key[512];
         if (snprintf(key, sizeof key, "%s%s%s", prefix ? prefix : "", prefix ? "." : "", e.key) >= (int)sizeof key)
-            return bk_fail_at(err, BK_ERR_CONFIG, e.key_pos, "[grid] key '%s' is too long", e.key);
+            return bk_fail_at(err, BK_ERR_CONFIG, e.key_pos, "[grid] key '%s' is too long (at most %zu bytes with its table's prefix)",
+                              e.key, sizeof key - 1);
         if (bk_toml_type_of(e.value) == BK_TOML_TABLE && depth < 8) {
             int rc = sw_read_grid(p, e.value, key, depth + 1, err);
             if (rc)
@@ -472,5 +474,12 @@ int sw_read_eval_table(bk_sweep *sw, const bk_toml_node *t, int64_t *multiples, 
         if (rc)
             return rc;
     }
+    /* the passkey's depths and trials mean nothing without its lengths: refused rather than ignored */
+    static const char *const passkey_keys[] = {"passkey_depths", "passkey_trials"};
+    for (int k = 0; k < 2; k++)
+        if (bk_toml_get(t, passkey_keys[k]) && !bk_toml_get(t, "passkey"))
+            return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_key_position(t, passkey_keys[k]),
+                              "[eval] %s applies with [eval] passkey (the lengths to test) only; passkey is not set",
+                              passkey_keys[k]);
     return BK_OK;
 }

@@ -496,7 +496,8 @@ int sw_resolve_run(resolver *rs, const group *v, const group *c, const int *poin
     }
     if (snprintf(dir, sizeof dir, "%s/%s", rs->sw->out_dir, name) >= (int)sizeof dir - 64) {
         bk_experiment_free(&exp);
-        rc = bk_fail(err, BK_ERR_INVALID, "run '%s': its directory name is too long", name);
+        rc = bk_fail(err, BK_ERR_INVALID, "run '%s': its directory name is too long (out_dir/name at most %zu bytes)",
+                     name, sizeof dir - 65);
         goto out;
     }
     if (!(run->dir = strdup(dir))) {

@@ -117,7 +117,8 @@ static int load(const char *path, const bk_sweep_load_options *o, bk_sweep *sw, 
     const char *slash = strrchr(path, '/');
     const char *file = slash ? slash + 1 : path;
     if (snprintf(buf, sizeof buf, "%s/%s", sw->dir, file) >= (int)sizeof buf || !(sw->path = strdup(buf)))
-        return bk_fail(err, BK_ERR_INVALID, "sweep file path too long: '%s'", path);
+        return bk_fail(err, BK_ERR_INVALID, "sweep file path too long: '%s' (at most %zu bytes with its directory)", path,
+                                       sizeof buf - 1);
     if ((rc = bk_toml_parse_file(path, &p->doc, err)))
         return rc;
     const bk_toml_node *root = bk_toml_root(p->doc);

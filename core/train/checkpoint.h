@@ -137,7 +137,8 @@ int bk_checkpoint_load(const char *path, const char *const *extra_overrides, int
                        bk_train_state *st, bk_error *err);
 
 /* 1 when `path` looks like a safetensors file (ends in .safetensors, or is a regular file that begins
- * with a little-endian header length that fits the file followed by '{'), 0 otherwise (e.g. an
+ * with a little-endian header length that fits the file followed by '{', or with a header length below
+ * 4 GiB at all: a damaged checkpoint, whose reader then gives the reason), 0 otherwise (e.g. an
  * experiment file). Never blocks: a FIFO without the extension is not opened for reading. */
 int bk_checkpoint_is_file(const char *path);
 

@@ -209,7 +209,8 @@ int bk_lm_register(bk_lm *lm, bk_adamw *opt, bk_error *err)
         if (!term->n_params)
             continue;
         if (snprintf(name, sizeof name, "term.%s.theta", term->label) >= (int)sizeof name)
-            return bk_fail(err, BK_ERR_INVALID, "term name '%s' is too long", term->label);
+            return bk_fail(err, BK_ERR_INVALID, "term name '%s' is too long (at most %zu bytes)", term->label,
+                              sizeof name - 1 - strlen("term..theta"));
         if ((rc = bk_adamw_add(opt, name, term->theta, lm->bias.dtheta[t],
                                (size_t)term->n_copies * (size_t)term->n_params, decay_all, err)) ||
             (rc = term_segments(opt, opt->n_groups - 1, term, err)))

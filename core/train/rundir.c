@@ -56,7 +56,8 @@ static int choose(const bk_lm *lm, const char *out_dir, const char *resume, char
     if (resume) { /* a resumed run continues in its checkpoint's directory */
         char buf[PATH_MAX];
         if (snprintf(buf, sizeof buf, "%s", resume) >= (int)sizeof buf)
-            return bk_fail(err, BK_ERR_INVALID, "checkpoint path '%s' is too long", resume);
+            return bk_fail(err, BK_ERR_INVALID, "checkpoint path '%s' is too long (at most %zu bytes)", resume,
+                           sizeof buf - 1);
         char *slash = strrchr(buf, '/');
         if (slash)
             slash[slash == buf] = '\0'; /* "/ckpt" keeps "/" */
@@ -71,7 +72,8 @@ static int choose(const bk_lm *lm, const char *out_dir, const char *resume, char
     if (len > 5 && strcmp(base + len - 5, ".toml") == 0)
         len -= 5;
     if (snprintf(dir, size, "runs/%.*s", (int)len, base) >= (int)size)
-        return bk_fail(err, BK_ERR_INVALID, "run directory name for '%s' is too long", e->path);
+        return bk_fail(err, BK_ERR_INVALID, "run directory name for '%s' is too long (at most %zu bytes)", e->path,
+                       size - 1);
     return check_link("the run directory", dir, resume, err);
 }
 
@@ -107,7 +109,7 @@ static int make_dirs(const char *path, bk_error *err)
 {
     char buf[PATH_MAX];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return bk_fail(err, BK_ERR_INVALID, "run directory '%s' is too long", path);
+        return bk_fail(err, BK_ERR_INVALID, "run directory '%s' is too long (at most %zu bytes)", path, sizeof buf - 1);
     for (char *p = buf + 1;; p++) {
         if (*p == '/' || *p == '\0') {
             char c = *p;

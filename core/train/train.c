@@ -511,7 +511,8 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
         goto setup_done;
     if (lead && snprintf(sum->checkpoint, sizeof sum->checkpoint, "%s/" BK_RUN_CHECKPOINT_FILE, run.path) >=
                     (int)sizeof sum->checkpoint) {
-        rc = bk_fail(err, BK_ERR_INVALID, "run directory name too long: '%s'", run.path);
+        rc = bk_fail(err, BK_ERR_INVALID, "run directory name too long: '%s' (at most %zu bytes with '/%s')", run.path,
+                     sizeof sum->checkpoint - 1 - strlen("/" BK_RUN_CHECKPOINT_FILE), BK_RUN_CHECKPOINT_FILE);
         goto setup_done;
     }
     if ((rc = bk_lm_load_data_split(&lm, NULL, 0, e->train.length + 1, NULL, &train, &val, &split, err)) ||

@@ -50,7 +50,8 @@ static int output_target(const char *flag, const char *path, char *out, size_t s
         else if (slash == path)
             bk_copy_text(parent, sizeof parent, "/");
         else if ((size_t)(slash - path) >= sizeof parent)
-            return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': the path is too long", flag, path);
+            return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': the path is too long (resolved, at most %d bytes)", flag,
+                           path, PATH_MAX - 1);
         else
             memcpy(parent, path, (size_t)(slash - path)), parent[slash - path] = '\0';
         char real_parent[PATH_MAX];
@@ -60,10 +61,12 @@ static int output_target(const char *flag, const char *path, char *out, size_t s
         const char *base = slash ? slash + 1 : path;
         if (snprintf(buf, sizeof buf, "%s%s%s", real_parent, strcmp(real_parent, "/") == 0 ? "" : "/", base) >=
             (int)sizeof buf)
-            return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': the path is too long", flag, path);
+            return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': the path is too long (resolved, at most %d bytes)", flag,
+                           path, PATH_MAX - 1);
     }
     if (strlen(buf) >= size)
-        return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': the path is too long", flag, path);
+        return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': the path is too long (resolved, at most %d bytes)", flag,
+                           path, PATH_MAX - 1);
     bk_copy_text(out, size, buf);
     return BK_OK;
 }
@@ -295,7 +298,8 @@ int bk_output_open(bk_output *o, const char *flag, const char *path, const bk_ou
     if (rc)
         return rc;
     if (strlen(path) >= sizeof o->path)
-        return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': the path is too long", flag, path);
+        return bk_fail(err, BK_ERR_IO, "cannot write %s '%s': the path is too long (%zu bytes; at most %zu)", flag,
+                       path, strlen(path), sizeof o->path - 1);
     if (is_stdout(path)) {
         o->f = stdout;
         o->kind = BK_OUTPUT_STDOUT;

@@ -49,8 +49,11 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
     if (width < 1 || width > BK_FIRE_MAX_WIDTH)
         return svc->config_error(cfg, "width", err, "expected an integer in 1 .. %d (hidden units of the MLP), got %lld",
                                  BK_FIRE_MAX_WIDTH, (long long)width);
-    if (!isfinite(c_init))
-        return svc->config_error(cfg, "c_init", err, "expected a finite number, got %g", c_init);
+    if (!isfinite(c_init) || c_init == 0.0)
+        return svc->config_error(cfg, "c_init", err,
+                                 "expected a finite number other than 0 (c = 0 makes psi(x) = 0 for every distance "
+                                 "and its gradient sign(c x) = 0, so c never leaves 0), got %g",
+                                 c_init);
     if (!isfinite(threshold) || threshold < 0.0)
         return svc->config_error(cfg, "threshold", err,
                                  "expected a finite number >= 0 (0 = floor(train length / 2)), got %g", threshold);

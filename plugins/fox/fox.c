@@ -53,6 +53,17 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
         (rc = svc->get_string(cfg, "bias_init", &bias_init, err)) ||
         (rc = svc->get_double(cfg, "t_min", &t_min, err)) || (rc = svc->get_double(cfg, "t_max", &t_max, err)))
         return rc;
+    /* An option that means nothing under the chosen gate or initialisation, set explicitly, is refused
+     * rather than ignored. */
+    const int full = strcmp(gate, "bias_only") != 0, timescales = !strcmp(bias_init, "timescales");
+    if (!full && svc->is_set(cfg, "w_std"))
+        return svc->config_error(cfg, "w_std", err, "'w_std' applies with gate = \"full\" only; gate is \"%s\"", gate);
+    static const char *const timescale_keys[] = {"t_min", "t_max"};
+    for (int k = 0; k < 2; k++)
+        if (!timescales && svc->is_set(cfg, timescale_keys[k]))
+            return svc->config_error(cfg, timescale_keys[k], err,
+                                     "'%s' applies with bias_init = \"timescales\" only; bias_init is \"%s\"",
+                                     timescale_keys[k], bias_init);
     if (!isfinite(w_std) || w_std < 0.0)
         return svc->config_error(cfg, "w_std", err, "expected a finite standard deviation >= 0, got %g", w_std);
     if (!isfinite(t_min) || t_min <= 0.0)
@@ -66,8 +77,8 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
     f->svc = svc;
     f->heads = geo->n_heads;
     f->dim = geo->d_model;
-    f->gate = strcmp(gate, "bias_only") ? GATE_FULL : GATE_BIAS_ONLY;
-    f->timescales = !strcmp(bias_init, "timescales");
+    f->gate = full ? GATE_FULL : GATE_BIAS_ONLY;
+    f->timescales = timescales;
     f->w_std = w_std;
     f->t_min = t_min;
     f->t_max = t_max;

@@ -20,8 +20,9 @@
  *
  * Growing the ABI: fields are only ever appended to the structs below. Every struct starts with
  * `struct_size`, set to sizeof() as the side that filled it was compiled; the reader looks only at
- * fields that lie inside that size (BIASKIT_HAS_FIELD). A change that breaks old plugins bumps
- * BIASKIT_ABI_VERSION and the host refuses plugins built for another version.
+ * fields that lie inside that size (BIASKIT_HAS_FIELD). Appending fields raises BIASKIT_ABI_VERSION;
+ * the host loads plugins built for any version from BIASKIT_ABI_VERSION_MIN to its own and refuses a
+ * newer one. A change that breaks old plugins would raise BIASKIT_ABI_VERSION_MIN too.
  *
  * This header is plain C11 (also valid C++ and CUDA C++) and depends on nothing but the C library.
  */

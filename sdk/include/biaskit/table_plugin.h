@@ -148,9 +148,10 @@
  *               (reported at the option's file:line:column by the host), out of memory, CUDA failures.
  *
  * Parameter and constant names become option keys: [a-z0-9_]+, not "learnable" and not an engine term
- * key (plugin, name, stream, weight, per_layer); the host refuses the plugin at load otherwise. At most
- * 24 parameters (the CUDA block sums of every parameter share 48 KiB of shared memory; a static
- * assertion says so).
+ * key (the engine's: plugin, name, stream, weight, per_layer, learn_weight, weight_per_head, lr_scale,
+ * weight_decay); the host refuses the plugin at load otherwise. At most BIASKIT_TP_MAX_PARAMS = 24
+ * parameters (the CUDA block sums of every parameter share 48 KiB of shared memory; a static assertion
+ * says so in every build, with CUDA or without).
  *
  * The shapes of ABI 2 (coordinate tables such as FIRE, masks, logit scales, length-aware rotary frequencies)
  * and the array shapes (ARRAY(n), PER_HEAD_ARRAY(n)) are <biaskit/formula_plugin.h>'s, which builds on the
@@ -341,6 +342,11 @@ enum { BIASKIT_TP_KIND_REAL = 0, BIASKIT_TP_KIND_INT = 1, BIASKIT_TP_KIND_CHOICE
 /* Threads per block of the generated kernels. */
 #define BIASKIT_TP_THREADS 256
 
+/* The most parameters of one plugin: the backward's block sums of every parameter, BIASKIT_TP_THREADS
+ * doubles each, share 48 KiB of CUDA shared memory. Checked by a static assertion in every build, with
+ * CUDA or without, so that a plugin that builds on a host-only machine also builds with nvcc. */
+#define BIASKIT_TP_MAX_PARAMS 24
+
 /* The most elements of one parameter (an array shape's size is computed from the constants). */
 #define BIASKIT_TP_MAX_ARRAY (1 << 24)
 
@@ -523,6 +529,9 @@ static inline double biaskit_tp_alibi_slope(int32_t n, int32_t h)
                               "table_plugin.h: the parameters are all learnable or all FIXED");           \
     BIASKIT_TP_STATIC_ASSERT_(0 PARAMS(BIASKIT_TP_NARRAY_) == 0,                                          \
                               "table_plugin.h: ARRAY shapes are for <biaskit/formula_plugin.h> plugins"); \
+    BIASKIT_TP_STATIC_ASSERT_((int)P##_tp_np <= BIASKIT_TP_MAX_PARAMS,                                    \
+                              "table_plugin.h: at most 24 parameters (BIASKIT_TP_MAX_PARAMS: the CUDA "   \
+                              "block sums of every parameter fit in 48 KiB of shared memory)");          \
     /* The parameters of head h_ from values v_ laid out as theta. */                                     \
     static inline BIASKIT_HD P##_params P##_tp_load(const float *v_, P##_ctx c, int32_t h_)               \
     {                                                                                                     \
@@ -1451,8 +1460,9 @@ static_assert(BIASKIT_TP_MAX_BLOCKS == BIASKIT_CUDA_MAX_BLOCKS,
                                                  const float *dtable, double *partial)                     \
     {                                                                                                      \
         enum { NP = BIASKIT_TP_NPARAMS1_(P), T = BIASKIT_TP_THREADS };                                     \
-        static_assert(NP * T * sizeof(double) <= 48 * 1024,                                                \
-                      "table_plugin.h: at most 24 parameters (the block sums fit in 48 KiB of shared memory)"); \
+        static_assert(NP <= BIASKIT_TP_MAX_PARAMS && BIASKIT_TP_MAX_PARAMS * T * sizeof(double) <= 48 * 1024, \
+                      "table_plugin.h: at most BIASKIT_TP_MAX_PARAMS parameters (the block sums fit in 48 KiB of " \
+                      "shared memory)");                                                                 \
         __shared__ double sh[NP * T];                                                                      \
         unsigned t = threadIdx.x;                                                                          \
         double acc[NP];                                                                                    \
