@@ -449,7 +449,7 @@ static void engine_checks_the_plugin(void **state)
         {"amplitude = 0.0\n", "gave the amplitude 0, expected a finite number > 0"},
         {"amplitude = -1.0\n", "gave the amplitude -1, expected a finite number > 0"},
         {"inf_amplitude = true\n", "gave the amplitude inf, expected a finite number > 0"},
-        {"nan_pair = 2\n", "gave rotary frequency 2 = nan, expected a finite number"},
+        {"nan_pair = 2\n", "gave inverse frequency 2 = nan, expected a finite number"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char text[512];

@@ -1,5 +1,6 @@
 #include "bias/content.h"
 
+#include "plugin/contract.h"
 #include "plugin/descriptor.h"
 
 #include <math.h>
@@ -173,7 +174,7 @@ int bk_content_forward(bk_content *c, int layer, int slot, int slots, const floa
             float *row = P + ((size_t)b * H + h) * T;
             for (int i = 0; i < T; i++) {
                 const float a = c->steps_h[((size_t)b * T + i) * H + h];
-                if (check && !(isfinite(a) && a >= 0.0f)) {
+                if (check && !bk_contract_step_ok(a)) {
                     char where[64];
                     return bk_fail(err, BK_ERR_PLUGIN,
                                    "term '%s' (plugin %s, %s)%s: content() gave the step %g at batch row %d, token "

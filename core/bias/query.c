@@ -1,5 +1,7 @@
 #include "bias/query.h"
 
+#include "plugin/contract.h"
+
 #include "model/bias_math.h"
 #include "plugin/descriptor.h"
 #include "plugin/services.h"
@@ -53,7 +55,7 @@ __attribute__((format(printf, 6, 7))) static int bad_value(bk_error *err, const 
                    t->plugin->path, bk_term_where(layer, step, where, sizeof where), hook, what);
 }
 
-/* The counting term's layout: points >= 2 (at most BK_COORD_POINTS_MAX), a finite pos_scale. */
+/* The counting term's layout: points in 2 .. BK_CONTRACT_POINTS_MAX, a finite pos_scale (plugin/contract.h). */
 static int count_init(bk_query *q, bk_error *err)
 {
     const bk_term *t = count_term(q);
@@ -68,10 +70,9 @@ static int count_init(bk_query *q, bk_error *err)
     bk_plugin_call_leave();
     if (rc != BIASKIT_OK)
         return bk_term_plugin_failed(err, t, "count()", -1, 0, &pe);
-    if (out.points < 2 || out.points > BK_COORD_POINTS_MAX || !isfinite(out.pos_scale))
-        return bad_value(err, t, "count()", -1, 0,
-                         "gave %d position vectors and pos_scale %g: expected 2 .. %d vectors and a finite scale",
-                         (int)out.points, (double)out.pos_scale, BK_COORD_POINTS_MAX);
+    char why[320];
+    if (bk_contract_count(&out, why, sizeof why))
+        return bad_value(err, t, "count()", -1, 0, "gave %s", why);
     q->count = out;
     return BK_OK;
 }
@@ -89,10 +90,10 @@ int bk_query_init(bk_query *q, const bk_term_set *set, int n_layers, bk_error *e
     bk_plugin_call_enter(c, "coordinate_points()", -1, 0);
     int32_t points = BK_DESCRIPTOR_FN(c->plugin->desc, coordinate_points)(c->instance);
     bk_plugin_call_leave();
-    if (points < 2 || points > BK_COORD_POINTS_MAX)
-        return bk_fail(err, BK_ERR_PLUGIN,
-                       "term '%s' (plugin %s, %s): coordinate_points() returned %d, expected 2 .. %d grid points of u",
-                       c->label, c->plugin->desc->name, c->plugin->path, (int)points, BK_COORD_POINTS_MAX);
+    char why[160];
+    if (bk_contract_points(points, why, sizeof why))
+        return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s, %s): %s", c->label, c->plugin->desc->name,
+                       c->plugin->path, why);
     q->points = points;
     return BK_OK;
 }
@@ -201,14 +202,6 @@ static int reserve(bk_query *q, int32_t distances, bk_error *err)
     return BK_OK;
 }
 
-/* The first index of x[0 .. n) that is not finite, or -1. */
-static int64_t first_nonfinite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return (int64_t)i;
-    return -1;
-}
 
 static int coordinate_forward(bk_query *q, int copy, int32_t D, const biaskit_context *ctx, int64_t step, int check,
                               bk_error *err)
@@ -233,26 +226,15 @@ static int coordinate_forward(bk_query *q, int copy, int32_t D, const biaskit_co
         return bk_term_plugin_failed(err, c, "coordinate()", layer, step, &pe);
     if (!check)
         return BK_OK;
-    int64_t bad = first_nonfinite(grid, H * P);
+    int64_t bad = bk_contract_first_nonfinite(grid, H * P);
     if (bad >= 0)
         return bad_value(err, c, "table()", layer, step, "gave a non-finite value %g at head %d, grid point %d of %d",
                          (double)grid[bad], (int)(bad / (int64_t)P), (int)(bad % (int64_t)P), (int)P);
-    for (int32_t i = 0; i < D; i++) {
-        if (!isfinite(phi[i]) || phi[i] < 0.0f || (i > 0 && phi[i] < phi[i - 1]))
-            return bad_value(err, c, "coordinate()", layer, step,
-                             "gave phi[%d] = %g (phi[%d] = %g): expected finite values >= 0 that never decrease "
-                             "with the distance",
-                             (int)i, (double)phi[i], i > 0 ? (int)i - 1 : 0, (double)phi[i > 0 ? i - 1 : 0]);
-        if (!isfinite(rscale[i]) || rscale[i] < 0.0f)
-            return bad_value(err, c, "coordinate()", layer, step, "gave rscale[%d] = %g: expected a finite value >= 0",
-                             (int)i, (double)rscale[i]);
-        float u = phi[i] * rscale[i]; /* the largest u of row i (phi does not decrease) */
-        if (u > 1.0f + BK_COORD_SLACK)
-            return bad_value(err, c, "coordinate()", layer, step,
-                             "puts the coordinate outside [0, 1]: u(i = %d, d = %d) = phi[%d] * rscale[%d] = %g; the "
-                             "table is given over u in [0, 1] only",
-                             (int)i, (int)i, (int)i, (int)i, (double)u);
-    }
+    char why[320];
+    const int broken = bk_contract_coordinate(phi, D, rscale, D, NULL, NULL, why, sizeof why);
+    if (broken)
+        return bad_value(err, c, "coordinate()", layer, step, "%s%s",
+                         broken == BK_CONTRACT_OUT_OF_RANGE ? "puts the coordinate outside [0, 1]: " : "gave ", why);
     return BK_OK;
 }
 
@@ -267,7 +249,7 @@ static int scale_forward(bk_query *q, int copy, int32_t D, const biaskit_context
     bk_plugin_call_leave();
     if (rc != BIASKIT_OK)
         return bk_term_plugin_failed(err, s, "scale()", ctx->layer, step, &pe);
-    int64_t bad = check ? first_nonfinite(scale, (size_t)q->n_heads * (size_t)D) : -1;
+    int64_t bad = check ? bk_contract_first_nonfinite(scale, (size_t)q->n_heads * (size_t)D) : -1;
     if (bad >= 0)
         return bad_value(err, s, "scale()", ctx->layer, step,
                          "gave a logit scale that is not finite: %g at head %d, query %d", (double)scale[bad],
@@ -286,7 +268,7 @@ static int count_forward(bk_query *q, int copy, const biaskit_context *ctx, int6
     bk_plugin_call_leave();
     if (rc != BIASKIT_OK)
         return bk_term_plugin_failed(err, t, "count_vectors()", ctx->layer, step, &pe);
-    int64_t bad = check ? first_nonfinite(E, (size_t)P * (size_t)hd) : -1;
+    int64_t bad = check ? bk_contract_first_nonfinite(E, (size_t)P * (size_t)hd) : -1;
     if (bad >= 0)
         return bad_value(err, t, "count_vectors()", ctx->layer, step,
                          "gave a position vector that is not finite: %g at vector %d, component %d", (double)E[bad],
@@ -307,11 +289,9 @@ static int mask_forward(bk_query *q, const biaskit_context *ctx, int64_t step, b
     bk_plugin_call_leave();
     if (rc != BIASKIT_OK)
         return bk_term_plugin_failed(err, t, "mask()", -1, step, &pe);
-    if (m.window < 1 || m.sinks < 0 || m.distance_cap < 0)
-        return bad_value(err, t, "mask()", -1, step,
-                         "gave window %d, sinks %d, distance_cap %d: expected window >= 1 (a query always sees "
-                         "itself, so no row is left without a key), sinks >= 0 and distance_cap >= 0",
-                         (int)m.window, (int)m.sinks, (int)m.distance_cap);
+    char why[320];
+    if (bk_contract_mask(&m, why, sizeof why))
+        return bad_value(err, t, "mask()", -1, step, "gave %s", why);
     /* the cap may first appear at another length than the training length checked at creation */
     if ((rc = bk_terms_refuse_idle_cap(q->set, m.distance_cap, NULL, err)))
         return rc;

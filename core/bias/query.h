@@ -25,7 +25,6 @@
 #include "model/backend.h"
 
 /* The largest grid a coordinate term may ask for (coordinate_points()). */
-#define BK_COORD_POINTS_MAX 1048576
 
 typedef struct bk_query {
     const bk_term_set *set;

@@ -12,6 +12,7 @@
  * corners of the parameter region, and the length-independence of a mask, in check/longrange.c. */
 #include "check/internal.h"
 
+#include "plugin/contract.h"
 #include "plugin/descriptor.h"
 
 #include <math.h>
@@ -32,11 +33,8 @@ int ck_grid_points(const instance *in, int32_t *points, char *why, size_t size)
         snprintf(why, size, "coordinate_points() returned %d, then %d (the grid must not change)", a, b);
         return 1;
     }
-    if (a < 2 || a > CK_MAX_POINTS) {
-        snprintf(why, size, "coordinate_points() returned %d (expected 2 .. %d grid points of u in [0, 1])", a,
-                 CK_MAX_POINTS);
+    if (bk_contract_points(a, why, size))
         return 1;
-    }
     *points = a;
     return 0;
 }
@@ -59,9 +57,9 @@ int ck_count_layout(const instance *in, biaskit_count *out, char *why, size_t si
                  (int)c[0].points, (double)c[0].pos_scale, (int)c[1].points, (double)c[1].pos_scale);
         return 1;
     }
-    if (c[0].points < 2 || c[0].points > CK_MAX_POINTS || !isfinite(c[0].pos_scale)) {
-        snprintf(why, size, "count() said %d position vectors and pos_scale %g (expected 2 .. %d vectors and a "
-                 "finite scale)", (int)c[0].points, (double)c[0].pos_scale, CK_MAX_POINTS);
+    char what[256];
+    if (bk_contract_count(&c[0], what, sizeof what)) {
+        snprintf(why, size, "count() said %s", what);
         return 1;
     }
     *out = c[0];
@@ -71,45 +69,7 @@ int ck_count_layout(const instance *in, biaskit_count *out, char *why, size_t si
 int ck_coordinate_contract(const model_fn *m, const float *out, double *max_u, int32_t *max_at, char *why,
                            size_t size)
 {
-    const int32_t D = m->distances, R = m->rows;
-    const float *phi = out, *rscale = out + D;
-    for (int32_t d = 0; d < D; d++) {
-        if (!isfinite(phi[d]) || phi[d] < 0.0f) {
-            snprintf(why, size, "phi[%d] = %g (expected finite and >= 0)", d, (double)phi[d]);
-            return 1;
-        }
-        if (d > 0 && phi[d] < phi[d - 1]) {
-            snprintf(why, size, "phi decreases: phi[%d] = %.9g < phi[%d] = %.9g (phi must not decrease with the "
-                     "distance, so that u(i, i) is the largest u of row i)", d, (double)phi[d], d - 1,
-                     (double)phi[d - 1]);
-            return 1;
-        }
-    }
-    for (int32_t i = 0; i < R; i++)
-        if (!isfinite(rscale[i]) || rscale[i] < 0.0f) {
-            snprintf(why, size, "rscale[%d] = %g (expected finite and >= 0)", i, (double)rscale[i]);
-            return 1;
-        }
-    double top = 0.0;
-    int32_t at = 0;
-    for (int32_t i = 0; i < D && i < R; i++) {
-        float u = phi[i] * rscale[i]; /* in float, as the engine computes it */
-        if (u > 1.0f + CK_COORD_SLACK) {
-            snprintf(why, size, "u(i = %d, d = %d) = phi[%d] * rscale[%d] = %.9g * %.9g = %.9g > 1 + %g (the "
-                     "coordinate must stay in [0, 1]: the table is given over u in [0, 1] only)", i, i, i, i,
-                     (double)phi[i], (double)rscale[i], (double)u, (double)CK_COORD_SLACK);
-            return 1;
-        }
-        if ((double)u > top) {
-            top = u;
-            at = i;
-        }
-    }
-    if (max_u)
-        *max_u = top;
-    if (max_at)
-        *max_at = at;
-    return 0;
+    return bk_contract_coordinate(out, m->distances, out + m->distances, m->rows, max_u, max_at, why, size) != 0;
 }
 
 int ck_mask(const instance *in, int32_t length, int training, int values, biaskit_mask *out, char *why, size_t size)
@@ -142,10 +102,9 @@ int ck_mask(const instance *in, int32_t length, int training, int values, biaski
                  (unsigned)box.m.struct_size, sizeof box.m);
         return CALL_BROKEN;
     }
-    if (values && (box.m.window < 1 || box.m.sinks < 0 || box.m.distance_cap < 0)) {
-        snprintf(why, size, "%s gives window %d, sinks %d, distance_cap %d: expected window >= 1 (a query always "
-                 "sees itself, so no row is left without a key), sinks >= 0 and distance_cap >= 0", label,
-                 box.m.window, box.m.sinks, box.m.distance_cap);
+    char what[320];
+    if (values && bk_contract_mask(&box.m, what, sizeof what)) {
+        snprintf(why, size, "%s gives %s", label, what);
         return CALL_BROKEN;
     }
     *out = box.m;
@@ -181,19 +140,14 @@ int ck_rotary_ctx(const instance *in, int32_t length, int training, int values, 
             snprintf(why, size, "%s left inverse frequency %d unwritten", label, k);
             return CALL_BROKEN;
         }
-        if (values && !isfinite(inv_freq[k])) {
-            snprintf(why, size, "%s gives inverse frequency %d = %g (expected a finite number)", label, k,
-                     (double)inv_freq[k]);
-            return CALL_BROKEN;
-        }
     }
     if (ck_is_sentinel(amp)) {
         snprintf(why, size, "%s left the amplitude unwritten", label);
         return CALL_BROKEN;
     }
-    if (values && (!isfinite(amp) || !(amp > 0.0f))) {
-        snprintf(why, size, "%s gives the amplitude %g (expected finite and > 0: it multiplies q and k after the "
-                 "rotation)", label, (double)amp);
+    char what[320];
+    if (values && bk_contract_rotary(inv_freq, half, amp, what, sizeof what)) {
+        snprintf(why, size, "%s gives %s", label, what);
         return CALL_BROKEN;
     }
     *amplitude = amp;
@@ -334,7 +288,7 @@ void ck_unit_coordinate(checker *c, const void *arg)
         ck_item(c, BK_CHECK_FAIL, "coordinate-points", "%s; the grid table is not checked", why);
     } else {
         ck_item(c, BK_CHECK_PASS, "coordinate-points", "coordinate_points() = %d, in 2 .. %d and the same on every "
-                "call: the table is F_h(u) at u = g / %d", P, CK_MAX_POINTS, P - 1);
+                "call: the table is F_h(u) at u = g / %d", P, BK_CONTRACT_POINTS_MAX, P - 1);
         check_grid(c, &in, P);
     }
     check_coordinates(c, &in);
@@ -479,7 +433,7 @@ void ck_unit_content(checker *c, const void *arg)
                 size_t at = 0;
                 if ((bad = ck_forward_finite(&in, &m, in.theta, out, why, sizeof why)))
                     ck_item(c, BK_CHECK_FAIL, "content", "%s (%s, x in [-%g, %g])", why, label, amplitude[a], amplitude[a]);
-                while (!bad && at < n && out[at] >= 0.0f)
+                while (!bad && at < n && bk_contract_step_ok(out[at]))
                     lo = fmin(lo, out[at]), hi = fmax(hi, out[at]), at++;
                 char place[96];
                 if (!bad && at < n) {

@@ -4,6 +4,8 @@
  * embed and rotary contracts. The gradients are in check/gradient.c, CUDA in check/cuda.c. */
 #include "check/internal.h"
 
+#include "plugin/contract.h"
+
 #include "model/positions.h"
 #include "plugin/descriptor.h"
 #include "plugin/param_info.h"
@@ -542,7 +544,7 @@ static int twice_rotary(const instance *in, char *why, size_t size)
     return bad;
 }
 
-/* Two calls agree; *points 0 when the answer is outside 2 .. CK_MAX_POINTS (the grid is not called:
+/* Two calls agree; *points 0 when the answer is outside 2 .. BK_CONTRACT_POINTS_MAX (the grid is not called:
  * the "coordinate-points" item reports it). */
 static int twice_points(const instance *in, int32_t *points, char *why, size_t size)
 {
@@ -552,7 +554,7 @@ static int twice_points(const instance *in, int32_t *points, char *why, size_t s
         snprintf(why, size, "coordinate_points() differs between two identical calls: %d, then %d", a, b);
         return 1;
     }
-    *points = a >= 2 && a <= CK_MAX_POINTS ? a : 0;
+    *points = a >= 2 && a <= BK_CONTRACT_POINTS_MAX ? a : 0;
     return 0;
 }
 

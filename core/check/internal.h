@@ -243,13 +243,12 @@ void ck_unit_content(checker *c, const void *arg);
 void ck_unit_longrange_content(checker *c, const void *arg); /* longrange.c */
 void ck_unit_content_gradient(checker *c, const void *arg);
 
-#define CK_MAX_POINTS 1048576 /* coordinate_points() must lie in 2 .. this */
 #define CK_COORD_SLACK BK_COORD_SLACK /* u(i, i) <= 1 + this: the engine's slack (model/bias_math.h) */
 
-/* count()'s points (2 .. CK_MAX_POINTS) and pos_scale (finite), the same on two calls, into *out (the
+/* count()'s points (2 .. BK_CONTRACT_POINTS_MAX) and pos_scale (finite), the same on two calls, into *out (the
  * engine's defaults on entry: points 0, pos_scale 1/sqrt(d_head)); 0, or 1 with why. */
 int ck_count_layout(const instance *in, biaskit_count *out, char *why, size_t size);
-/* coordinate_points() in 2 .. CK_MAX_POINTS into *points; 0, or 1 with why. */
+/* coordinate_points() in 2 .. BK_CONTRACT_POINTS_MAX into *points; 0, or 1 with why. */
 int ck_grid_points(const instance *in, int32_t *points, char *why, size_t size);
 /* The contract of one coordinate() output (ck_forward of FN_COORD): phi finite, >= 0, non-decreasing;
  * rscale finite, >= 0; u(i, i) = phi[i] * rscale[i] <= 1 + CK_COORD_SLACK (in float, as the engine

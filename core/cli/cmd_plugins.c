@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "plugin/contract.h"
 #include "cuda/device.h"
 #include "plugin/descriptor.h"
 #include "plugin/host.h"
@@ -16,7 +17,8 @@
 #include <sys/stat.h>
 
 static const char help[] =
-    "usage: biaskit plugins [NAME|PATH ...] [--timeout S] [--strict]\n\n"
+    "usage: biaskit plugins [NAME|PATH ...] [--timeout S] [--strict]\n"
+    "       biaskit plugins --capabilities\n\n"
     "Lists every plugin found on the search path (or only the named ones; a PATH to a .so loads that\n"
     "file): name, version, file, capabilities, what it needs from the engine (distances, the query\n"
     "position, masks, a logit scale, the evaluation length), reference, learnable parameters (for an\n"
@@ -33,11 +35,52 @@ static const char help[] =
     "is skipped with a warning on stderr naming the file, the stage and what happened, and the listing\n"
     "goes on. A plugin directory or file that users other than its owner and group may write is named\n"
     "in a warning: a library placed there runs its code in whoever lists or loads plugins.\n\n"
+    "  --capabilities  print the capability contract as a Markdown table (the guide's table is this):\n"
+    "                each BIASKIT_CAP_* bit, what a term of it does, the hooks it requires, the hooks it\n"
+    "                needs to train, and what its terms read from the engine; loads no plugin\n"
     "  --timeout S   time limit for loading and describing one file, in seconds (default 60)\n"
     "  --strict      exit 1 when a file was skipped or a plugin directory or file is writable by others\n\n"
     "exit status: 0 the listing was printed (files skipped on the search path are warnings, unless\n"
     "--strict); 1 a plugin named on the command line could not be loaded, or --strict found a problem;\n"
     "2 bad usage.\n";
+
+/* "`a`, `b`" for a list of hooks (with required_or: "`a` or `b`"); "none" when empty. */
+static void hooks_text(const bk_hook *hooks, const bk_hook *alternative, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < BK_CAP_HOOKS && hooks[k].name && used < size; k++) {
+        used += (size_t)snprintf(buf + used, size - used, "%s`%s`", k ? ", " : "", hooks[k].name);
+        if (k == 0 && alternative && alternative->name && used < size)
+            used += (size_t)snprintf(buf + used, size - used, " or `%s`", alternative->name);
+    }
+    if (!used)
+        snprintf(buf, size, "none");
+}
+
+/* The capability contract as the guide's table (plugin/contract.h). */
+static void print_capabilities(FILE *out)
+{
+    size_t n;
+    const bk_capability *rows = bk_capabilities(&n);
+    fprintf(out, "| capability | a term of it | hooks it requires | to train, also | its terms read |\n"
+                 "|---|---|---|---|---|\n");
+    for (size_t r = 0; r < n; r++) {
+        char upper[24], req[160], par[160];
+        size_t k = 0;
+        for (; rows[r].name[k] && k + 1 < sizeof upper; k++)
+            upper[k] = (char)(rows[r].name[k] - 'a' + 'A');
+        upper[k] = '\0';
+        hooks_text(rows[r].required, &rows[r].required_or, req, sizeof req);
+        hooks_text(rows[r].with_params, NULL, par, sizeof par);
+        if (!rows[r].train_why && strcmp(par, "none") != 0)
+            strncat(par, " (with parameters)", sizeof par - strlen(par) - 1);
+        fprintf(out, "| `BIASKIT_CAP_%s` | %s | %s | %s | ", upper, rows[r].summary, req, par);
+        for (int j = 0; j < 2 && rows[r].reads[j]; j++)
+            fprintf(out, "%s%s", j ? "; " : "", rows[r].reads[j]);
+        fprintf(out, "%s |\n", rows[r].reads[0] ? "" : "nothing");
+    }
+}
 
 typedef struct scan_counts {
     int rejected, shadowed, writable;
@@ -152,32 +195,35 @@ static void print_parameters(FILE *out, const bk_plugin *p)
     bk_plugin_stage(NULL);
 }
 
-/* What the plugin's terms read from the engine, from its capabilities and hooks (plugin.h). */
+/* What the plugin's terms read from the engine: each capability's reads (plugin/contract.h), each once,
+ * and what its optional hooks ask for. */
 static void print_needs(FILE *out, const biaskit_plugin *d)
 {
-    const uint32_t caps = d->capabilities;
+    const char *said[32];
+    int n = 0;
+    size_t n_rows;
+    const bk_capability *rows = bk_capabilities(&n_rows);
+    fprintf(out, "  needs:        ");
+    for (size_t r = 0; r < n_rows; r++)
+        for (int k = 0; (d->capabilities & rows[r].bit) && k < 2 && rows[r].reads[k]; k++) {
+            int again = 0;
+            for (int m = 0; m < n; m++)
+                again |= strcmp(said[m], rows[r].reads[k]) == 0;
+            if (!again && n < 32) {
+                fprintf(out, "%s%s", n ? ", " : "", rows[r].reads[k]);
+                said[n++] = rows[r].reads[k];
+            }
+        }
     const struct {
         int present;
         const char *what;
-    } needs[] = {
-        {(caps & BIASKIT_CAP_TABLE) != 0, "distance p(i) - p(j) on its stream"},
-        {(caps & BIASKIT_CAP_SEGMENT) != 0, "token ids (to segment them)"},
-        {(caps & BIASKIT_CAP_EMBED) != 0, "absolute positions"},
-        {(caps & BIASKIT_CAP_ROTARY) != 0, "positions (rotating q and k)"},
-        {(caps & (BIASKIT_CAP_COORDINATE | BIASKIT_CAP_SCALE)) != 0, "query position i"},
-        {(caps & BIASKIT_CAP_COORDINATE) != 0, "a coordinate table over u(i, d) in [0, 1]"},
-        {(caps & BIASKIT_CAP_MASK) != 0, "masks (-inf: window, sinks)"},
-        {(caps & BIASKIT_CAP_SCALE) != 0, "a logit scale on q.k"},
-        {(caps & BIASKIT_CAP_CONTENT) != 0, "each layer's attention input x (a position stepped by the content)"},
-        {(caps & BIASKIT_CAP_COUNT) != 0, "q and k (positions counted by gates on q.k)"},
+    } hooks[] = {
         {BK_DESCRIPTOR_FN(d, rotary_ctx) != NULL, "the evaluation length (frequencies per length)"},
         {BK_DESCRIPTOR_FN(d, param_init_ctx) != NULL, "the layer index at initialisation"},
     };
-    int n = 0;
-    fprintf(out, "  needs:        ");
-    for (size_t i = 0; i < sizeof needs / sizeof needs[0]; i++)
-        if (needs[i].present)
-            fprintf(out, "%s%s", n++ ? ", " : "", needs[i].what);
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++)
+        if (hooks[i].present)
+            fprintf(out, "%s%s", n++ ? ", " : "", hooks[i].what);
     fprintf(out, "%s\n", n ? "" : "nothing");
 }
 
@@ -400,7 +446,7 @@ static void named(lister *l, const char *name_or_path)
 
 int bk_cmd_plugins(int argc, char **argv)
 {
-    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"timeout", 1, 0}, {"strict", 0, 0}};
+    static const bk_arg_spec specs[] = {{"help", 0, 0}, {"timeout", 1, 0}, {"strict", 0, 0}, {"capabilities", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit plugins", &args, &err))
@@ -408,6 +454,10 @@ int bk_cmd_plugins(int argc, char **argv)
     bk_plugin_set_writable_policy(BK_WRITABLE_QUIET); /* it reports such paths itself, counted */
     if (bk_args_get(&args, "help")) {
         fputs(help, stdout);
+        return 0;
+    }
+    if (bk_args_get(&args, "capabilities")) {
+        print_capabilities(stdout);
         return 0;
     }
     long timeout = BK_ISOLATE_TIMEOUT_S;

@@ -1,5 +1,7 @@
 #include "model/positions.h"
 
+#include "plugin/contract.h"
+
 #include "plugin/descriptor.h"
 #include "plugin/services.h"
 
@@ -22,24 +24,17 @@ static rotary_ctx_fn rotary_ctx_of(const biaskit_plugin *d)
     return BK_DESCRIPTOR_FN(d, rotary_ctx);
 }
 
-/* What the engine relies on from a rotary plugin: finite frequencies; an amplitude (rotary_ctx) finite and
- * > 0 (0 would erase q and k, a negative one flip them). */
+/* What the engine relies on from a rotary plugin (plugin/contract.h): finite frequencies; an amplitude
+ * (rotary_ctx) finite and > 0. */
 static int check_rotary(const bk_term *t, const float *inv_freq, int32_t pairs, float amplitude, const char *hook,
                         int32_t length, bk_error *err)
 {
-    char at[48] = "";
+    char at[48] = "", why[320];
     if (length > 0)
         snprintf(at, sizeof at, " for length %d", (int)length);
-    for (int32_t k = 0; k < pairs; k++)
-        if (!isfinite(inv_freq[k]))
-            return bk_fail(err, BK_ERR_PLUGIN,
-                           "term '%s' (plugin %s): %s%s gave rotary frequency %d = %g, expected a finite number",
-                           t->label, t->plugin->desc->name, hook, at, (int)k, (double)inv_freq[k]);
-    if (!isfinite(amplitude) || !(amplitude > 0.0f))
-        return bk_fail(err, BK_ERR_PLUGIN,
-                       "term '%s' (plugin %s): %s%s gave the amplitude %g, expected a finite number > 0 (it multiplies "
-                       "q and k)",
-                       t->label, t->plugin->desc->name, hook, at, (double)amplitude);
+    if (bk_contract_rotary(inv_freq, pairs, amplitude, why, sizeof why))
+        return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): %s%s gave %s", t->label, t->plugin->desc->name,
+                       hook, at, why);
     return BK_OK;
 }
 

@@ -3,6 +3,7 @@
 #include "plugin/descriptor.h"
 
 #include "config/experiment.h"
+#include "plugin/contract.h"
 #include "plugin/host.h"
 
 #include <math.h>
@@ -10,11 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The capability and flag bits this engine implements. Anything else is refused, not ignored (see
- * check_capabilities). */
-#define KNOWN_CAPABILITIES                                                                                     \
-    (BIASKIT_CAP_TABLE | BIASKIT_CAP_SEGMENT | BIASKIT_CAP_EMBED | BIASKIT_CAP_ROTARY | BIASKIT_CAP_COORDINATE | \
-     BIASKIT_CAP_MASK | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT | BIASKIT_CAP_COUNT)
+/* The flag bits this engine implements; its capability bits are the contract's rows (plugin/contract.h).
+ * Anything else is refused, not ignored (see check_capabilities). */
 #define KNOWN_FLAGS ((uint32_t)BIASKIT_FLAG_PER_LAYER)
 
 typedef struct sink {
@@ -91,94 +89,90 @@ static int check_fields(sink *s, const biaskit_plugin *d)
     return 1;
 }
 
+/* "TABLE" for "table". */
+static const char *upper(const char *name, char *buf, size_t size)
+{
+    size_t k = 0;
+    for (; name[k] && k + 1 < size; k++)
+        buf[k] = (char)(name[k] >= 'a' && name[k] <= 'z' ? name[k] - 'a' + 'A' : name[k]);
+    buf[k] = '\0';
+    return buf;
+}
+
 static void check_capabilities(sink *s, const biaskit_plugin *d)
 {
     const bk_descriptor_part part = BK_DESCRIPTOR_CAPABILITIES;
     uint32_t caps = d->capabilities;
+    size_t n_rows;
+    const bk_capability *rows = bk_capabilities(&n_rows);
     /* A bit this engine does not know comes from a newer SDK (the ABI lets the descriptor's meaning
      * grow) and asks the engine to do something: call a function it has no slot for, or treat the
      * parameters differently. Ignoring it would run a model other than the one the plugin describes,
      * and nothing would say so; refusing costs an upgrade of biaskit, and the message says which bits.
-     * BIASKIT_CAP_WEIGHT is declared by the SDK but not implemented in ABI 1: the same case. */
-    uint32_t unknown = caps & ~(uint32_t)(KNOWN_CAPABILITIES | BIASKIT_CAP_WEIGHT);
+     * A reserved bit (BIASKIT_CAP_WEIGHT: declared by the SDK, not implemented) is the same case. */
+    char known[160] = "", big[24];
+    size_t used = 0;
+    uint32_t reserved = 0;
+    for (size_t r = 0; r < n_rows; r++) {
+        if (rows[r].reserved)
+            reserved |= rows[r].bit;
+        else if (used < sizeof known)
+            used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", rows[r].name);
+    }
+    uint32_t unknown = caps & ~(bk_capabilities_known() | reserved);
     if (unknown)
         problem(s, part, BK_DESCRIPTOR_REFUSED,
-                "declares capability bits 0x%x that this biaskit does not know (ABI %u: table, segment, embed, "
-                "rotary, coordinate, mask, scale); it would ignore what they ask for and compute another model, so it refuses the plugin "
-                "(use a biaskit that knows them)", unknown, BIASKIT_ABI_VERSION);
-    if (caps & BIASKIT_CAP_WEIGHT)
-        problem(s, part, BK_DESCRIPTOR_REFUSED,
-                "declares BIASKIT_CAP_WEIGHT, which is reserved and not part of ABI %u: this biaskit cannot honour it",
-                BIASKIT_ABI_VERSION);
+                "declares capability bits 0x%x that this biaskit does not know (ABI %u: %s); it would ignore what they "
+                "ask for and compute another model, so it refuses the plugin (use a biaskit that knows them)",
+                unknown, BIASKIT_ABI_VERSION, known);
+    for (size_t r = 0; r < n_rows; r++)
+        if (rows[r].reserved && (caps & rows[r].bit))
+            problem(s, part, BK_DESCRIPTOR_REFUSED,
+                    "declares BIASKIT_CAP_%s, which is reserved and not part of ABI %u: this biaskit cannot honour it",
+                    upper(rows[r].name, big, sizeof big), BIASKIT_ABI_VERSION);
     if (d->flags & ~KNOWN_FLAGS)
         problem(s, part, BK_DESCRIPTOR_REFUSED,
                 "declares flag bits 0x%x that this biaskit does not know (ABI %u: per_layer); it would ignore what "
                 "they ask for, so it refuses the plugin (use a biaskit that knows them)", d->flags & ~KNOWN_FLAGS,
                 BIASKIT_ABI_VERSION);
     if (!caps)
-        problem(s, part, BK_DESCRIPTOR_FLAWED,
-                "declares no capability (TABLE, SEGMENT, EMBED, ROTARY, COORDINATE, MASK, SCALE, CONTENT or COUNT): the "
-                "engine has "
-                "nothing to call");
-    const struct {
-        uint32_t bit;
-        int present;
-        const char *cap, *function;
-    } needs[] = {
-        {BIASKIT_CAP_TABLE, d->table != NULL, "table", "table"},
-        {BIASKIT_CAP_SEGMENT, d->segment != NULL, "segment", "segment"},
-        {BIASKIT_CAP_EMBED, d->embed != NULL, "embed", "embed"},
-        {BIASKIT_CAP_ROTARY, d->rotary_frequencies || BK_DESCRIPTOR_FN(d, rotary_ctx), "rotary",
-         "rotary_frequencies or rotary_ctx"},
-        {BIASKIT_CAP_COORDINATE, d->table != NULL, "coordinate", "table (over the grid of u)"},
-        {BIASKIT_CAP_COORDINATE, BK_DESCRIPTOR_FN(d, coordinate_points) != NULL, "coordinate", "coordinate_points"},
-        {BIASKIT_CAP_COORDINATE, BK_DESCRIPTOR_FN(d, coordinate) != NULL, "coordinate", "coordinate"},
-        {BIASKIT_CAP_MASK, BK_DESCRIPTOR_FN(d, mask) != NULL, "mask", "mask"},
-        {BIASKIT_CAP_SCALE, BK_DESCRIPTOR_FN(d, scale) != NULL, "scale", "scale"},
-        {BIASKIT_CAP_CONTENT, BK_DESCRIPTOR_FN(d, content) != NULL, "content", "content"},
-        {BIASKIT_CAP_COUNT, BK_DESCRIPTOR_FN(d, count) != NULL, "count", "count"},
-        {BIASKIT_CAP_COUNT, BK_DESCRIPTOR_FN(d, count_vectors) != NULL, "count", "count_vectors"},
-    };
-    for (size_t i = 0; i < sizeof needs / sizeof needs[0]; i++)
-        if ((caps & needs[i].bit) && !needs[i].present)
-            problem(s, part, BK_DESCRIPTOR_REFUSED, "declares the %s capability but has no %s function", needs[i].cap,
-                    needs[i].function);
+        problem(s, part, BK_DESCRIPTOR_FLAWED, "declares no capability (%s): the engine has nothing to call", known);
+    for (size_t r = 0; r < n_rows; r++) {
+        const bk_capability *row = &rows[r];
+        const int declared = (caps & row->bit) != 0;
+        upper(row->name, big, sizeof big);
+        for (int k = 0; declared && k < BK_CAP_HOOKS && row->required[k].name; k++)
+            if (!bk_hook_present(d, &row->required[k]) && !(k == 0 && bk_hook_present(d, &row->required_or)))
+                problem(s, part, BK_DESCRIPTOR_REFUSED, "declares the %s capability but has no %s function", row->name,
+                        row->required_text[k]);
+        for (int k = 0; declared && (d->param_count || row->train_why) && k < BK_CAP_HOOKS && row->with_params[k].name;
+             k++)
+            if (!bk_hook_present(d, &row->with_params[k])) {
+                if (row->train_why)
+                    problem(s, part, BK_DESCRIPTOR_FLAWED, "%s needs %s(): %s", big, row->with_params[k].name,
+                            row->train_why);
+                else
+                    problem(s, part, BK_DESCRIPTOR_FLAWED, "%s with parameters (param_count) needs %s()", big,
+                            row->with_params[k].name);
+            }
+        int owned = 0;
+        for (int k = 0; !declared && k < BK_CAP_HOOKS && row->own[k].name; k++)
+            if (bk_hook_present(d, &row->own[k])) {
+                if (!row->own_text)
+                    problem(s, part, BK_DESCRIPTOR_FLAWED, "has %s() but does not declare BIASKIT_CAP_%s",
+                            row->own[k].name, big);
+                owned = 1;
+            }
+        if (owned && row->own_text)
+            problem(s, part, BK_DESCRIPTOR_FLAWED, "has %s but does not declare BIASKIT_CAP_%s", row->own_text, big);
+    }
     if (d->param_count && !d->param_init)
         problem(s, part, BK_DESCRIPTOR_REFUSED, "has param_count but no param_init");
-    int table = (caps & (BIASKIT_CAP_TABLE | BIASKIT_CAP_COORDINATE)) != 0, embed = (caps & BIASKIT_CAP_EMBED) != 0;
-    if (table && d->param_count && !d->table_backward)
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "%s with parameters (param_count) needs table_backward()",
-                caps & BIASKIT_CAP_TABLE ? "TABLE" : "COORDINATE");
-    if ((caps & BIASKIT_CAP_COORDINATE) && d->param_count && !BK_DESCRIPTOR_FN(d, coordinate_backward))
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "COORDINATE with parameters (param_count) needs coordinate_backward()");
-    if ((caps & BIASKIT_CAP_SCALE) && d->param_count && !BK_DESCRIPTOR_FN(d, scale_backward))
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "SCALE with parameters (param_count) needs scale_backward()");
-    if ((caps & BIASKIT_CAP_CONTENT) && !BK_DESCRIPTOR_FN(d, content_backward))
-        problem(s, part, BK_DESCRIPTOR_FLAWED,
-                "CONTENT needs content_backward(): the loss reaches the layer's input x through the steps");
     if ((caps & BIASKIT_CAP_TABLE) && (caps & BIASKIT_CAP_COORDINATE))
         problem(s, part, BK_DESCRIPTOR_REFUSED,
                 "declares both TABLE and COORDINATE: table() is over distances for one and over the grid of u for the "
                 "other; make two plugins");
-    if (!(caps & BIASKIT_CAP_COORDINATE) &&
-        (BK_DESCRIPTOR_FN(d, coordinate_points) || BK_DESCRIPTOR_FN(d, coordinate) ||
-         BK_DESCRIPTOR_FN(d, coordinate_backward)))
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "has coordinate functions but does not declare BIASKIT_CAP_COORDINATE");
-    if (!(caps & BIASKIT_CAP_MASK) && BK_DESCRIPTOR_FN(d, mask))
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "has mask() but does not declare BIASKIT_CAP_MASK");
-    if (!(caps & BIASKIT_CAP_SCALE) && (BK_DESCRIPTOR_FN(d, scale) || BK_DESCRIPTOR_FN(d, scale_backward)))
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "has scale functions but does not declare BIASKIT_CAP_SCALE");
-    if ((caps & BIASKIT_CAP_COUNT) && d->param_count && !BK_DESCRIPTOR_FN(d, count_vectors_backward))
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "COUNT with parameters (param_count) needs count_vectors_backward()");
-    if (!(caps & BIASKIT_CAP_COUNT) && (BK_DESCRIPTOR_FN(d, count) || BK_DESCRIPTOR_FN(d, count_vectors) ||
-                                        BK_DESCRIPTOR_FN(d, count_vectors_backward)))
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "has count functions but does not declare BIASKIT_CAP_COUNT");
-    if (!(caps & BIASKIT_CAP_CONTENT) && (BK_DESCRIPTOR_FN(d, content) || BK_DESCRIPTOR_FN(d, content_backward)))
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "has content functions but does not declare BIASKIT_CAP_CONTENT");
-    if (!(caps & BIASKIT_CAP_ROTARY) && BK_DESCRIPTOR_FN(d, rotary_ctx))
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "has rotary_ctx() but does not declare BIASKIT_CAP_ROTARY");
-    if (embed && d->param_count && !d->embed_backward)
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "EMBED with parameters (param_count) needs embed_backward()");
+    const int table = (caps & (BIASKIT_CAP_TABLE | BIASKIT_CAP_COORDINATE)) != 0;
     if (d->table_backward_cuda && !d->table_cuda)
         problem(s, part, BK_DESCRIPTOR_FLAWED,
                 "table_backward_cuda() without table_cuda() is suspicious: the forward table would come from the "
@@ -187,18 +181,12 @@ static void check_capabilities(sink *s, const biaskit_plugin *d)
         problem(s, part, BK_DESCRIPTOR_FLAWED,
                 "has table functions but declares neither BIASKIT_CAP_TABLE nor BIASKIT_CAP_COORDINATE (the engine "
                 "never calls them)");
-    if (!(caps & BIASKIT_CAP_SEGMENT) && d->segment)
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "has segment() but does not declare BIASKIT_CAP_SEGMENT");
     bk_embed_cuda_fn embed_cuda = bk_descriptor_embed_cuda(d); /* NULL past an older struct_size */
     bk_embed_backward_cuda_fn embed_backward_cuda = bk_descriptor_embed_backward_cuda(d);
-    if (!embed && (d->embed || d->embed_backward || embed_cuda || embed_backward_cuda))
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "has embed functions but does not declare BIASKIT_CAP_EMBED");
     if (embed_backward_cuda && !embed_cuda)
         problem(s, part, BK_DESCRIPTOR_FLAWED,
                 "embed_backward_cuda() without embed_cuda() is suspicious: the forward embedding would come from the "
                 "host and its gradient from the device");
-    if (!(caps & BIASKIT_CAP_ROTARY) && d->rotary_frequencies)
-        problem(s, part, BK_DESCRIPTOR_FLAWED, "has rotary_frequencies() but does not declare BIASKIT_CAP_ROTARY");
 }
 
 /* Problems of a choice list "a|b|c": empty alternatives, repeats. */

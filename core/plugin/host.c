@@ -1,6 +1,8 @@
 #define _GNU_SOURCE /* realpath, strdup, dladdr */
 #include "plugin/host.h"
 
+#include "plugin/contract.h"
+
 #include "plugin/descriptor.h"
 #include "util/file.h"
 #include "util/path.h"
@@ -530,24 +532,12 @@ size_t bk_registry_scan(bk_registry *reg, bk_scan_problem_fn on_problem, void *c
 
 const char *bk_capabilities_string(uint32_t caps, char *buf, size_t size)
 {
-    static const struct {
-        uint32_t bit;
-        const char *name;
-    } names[] = {{BIASKIT_CAP_TABLE, "table"},
-                 {BIASKIT_CAP_SEGMENT, "segment"},
-                 {BIASKIT_CAP_EMBED, "embed"},
-                 {BIASKIT_CAP_ROTARY, "rotary"},
-                 {BIASKIT_CAP_WEIGHT, "weight"},
-                 {BIASKIT_CAP_COORDINATE, "coordinate"},
-                 {BIASKIT_CAP_MASK, "mask"},
-                 {BIASKIT_CAP_SCALE, "scale"},
-                 {BIASKIT_CAP_CONTENT, "content"},
-                 {BIASKIT_CAP_COUNT, "count"}};
-    size_t used = 0;
+    size_t n, used = 0;
+    const bk_capability *rows = bk_capabilities(&n);
     buf[0] = '\0';
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if ((caps & names[i].bit) && used < size)
-            used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", names[i].name);
+    for (size_t i = 0; i < n; i++)
+        if ((caps & rows[i].bit) && used < size)
+            used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", rows[i].name);
     if (!used)
         snprintf(buf, size, "none");
     return buf;
