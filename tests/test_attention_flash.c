@@ -461,12 +461,12 @@ static void backend_modes(void **state)
         if (!memcmp(blocked, flash, n * sizeof(float)))
             fail_msg("T %d: the two kernels gave the same bits; this test cannot tell them apart", T);
         const int want_flash = T >= BK_CPU_FLASH_EVAL_FROM;
-        assert_int_equal(autob->attention_forward(autob, got, NULL, pb.qkv, &pb.bias, 1, T, sp.C, sp.H, &err), BK_OK);
+        assert_int_equal(autob->attention_forward(autob, BK_STORAGE_FP32, got, NULL, pb.qkv, &pb.bias, 1, T, sp.C, sp.H, &err), BK_OK);
         if (memcmp(got, want_flash ? flash : blocked, n * sizeof(float)))
             fail_msg("T %d: auto's forward-only pass did not run the %s kernel", T, want_flash ? "flash" : "blocked");
-        assert_int_equal(fused->attention_forward(fused, got, NULL, pb.qkv, &pb.bias, 1, T, sp.C, sp.H, &err), BK_OK);
+        assert_int_equal(fused->attention_forward(fused, BK_STORAGE_FP32, got, NULL, pb.qkv, &pb.bias, 1, T, sp.C, sp.H, &err), BK_OK);
         assert_memory_equal(got, flash, n * sizeof(float));
-        assert_int_equal(mat->attention_forward(mat, got, NULL, pb.qkv, &pb.bias, 1, T, sp.C, sp.H, &err), BK_OK);
+        assert_int_equal(mat->attention_forward(mat, BK_STORAGE_FP32, got, NULL, pb.qkv, &pb.bias, 1, T, sp.C, sp.H, &err), BK_OK);
         assert_memory_equal(got, blocked, n * sizeof(float));
         free(blocked), free(flash), free(got);
         free_problem(&pb);
@@ -482,8 +482,8 @@ static void backend_modes(void **state)
     assert_non_null(out);
     bk_error err;
     bk_error_clear(&err);
-    assert_int_equal(autob->attention_forward(autob, out, NULL, pb.qkv, &pb.bias, 1, sp.T, sp.C, sp.H, &err), BK_OK);
-    assert_int_equal(fused->attention_forward(fused, out, NULL, pb.qkv, &pb.bias, 1, sp.T, sp.C, sp.H, &err),
+    assert_int_equal(autob->attention_forward(autob, BK_STORAGE_FP32, out, NULL, pb.qkv, &pb.bias, 1, sp.T, sp.C, sp.H, &err), BK_OK);
+    assert_int_equal(fused->attention_forward(fused, BK_STORAGE_FP32, out, NULL, pb.qkv, &pb.bias, 1, sp.T, sp.C, sp.H, &err),
                      BK_ERR_INVALID);
     free(out);
     free_problem(&pb);

@@ -9,7 +9,7 @@
  * runs give the same bits (emulated, the second with each phase's threads in reverse order), and the
  * argument errors. The fused attention on bf16 tensor cores ([run] matmul = "bf16") against the CPU
  * with bf16 tolerances (below), and a forward-only pass at T = 4096 in both precisions. bf16 storage
- * (attention_forward_bf16 / attention_backward_bf16) against the same programs with fp32 storage of the
+ * (attention_forward / attention_backward with BK_STORAGE_BF16) against the same programs with fp32 storage of the
  * same values, bit for bit, and its refusals.
  *
  * Tolerances (|device - cpu| <= atol + rtol |cpu|): the device sums its GEMMs in other orders and
@@ -283,11 +283,11 @@ static result run_device(bk_backend *be, const problem *pb)
     }
 
     bk_error err = {0};
-    if (be->attention_forward(be, out, saved, qkv, &bias, pb->B, pb->T, pb->C, pb->H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_FP32, out, saved, qkv, &bias, pb->B, pb->T, pb->C, pb->H, &err) != BK_OK)
         fail_msg("%s attention forward (saved): %s", be->name, err.message);
-    if (be->attention_forward(be, out2, NULL, qkv, &bias, pb->B, pb->T, pb->C, pb->H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_FP32, out2, NULL, qkv, &bias, pb->B, pb->T, pb->C, pb->H, &err) != BK_OK)
         fail_msg("%s attention forward (forward-only): %s", be->name, err.message);
-    if (be->attention_backward(be, dqkv, dtable, dout, qkv, out, saved, &bias, pb->B, pb->T, pb->C, pb->H, &err) !=
+    if (be->attention_backward(be, BK_STORAGE_FP32, dqkv, dtable, dout, qkv, out, saved, &bias, pb->B, pb->T, pb->C, pb->H, &err) !=
         BK_OK)
         fail_msg("%s attention backward: %s", be->name, err.message);
 
@@ -458,13 +458,13 @@ static void check_errors(bk_backend *be)
     memset(&bias, 0, sizeof bias);
     bk_error err = {0};
 
-    assert_int_equal(be->attention_forward(be, out, saved, qkv, NULL, B, T, 15, H, &err), BK_ERR_INVALID);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, saved, qkv, NULL, B, T, 15, H, &err), BK_ERR_INVALID);
     assert_message_has(err.message, "C divisible by H");
     assert_message_has(err.message, "C=15");
 
     /* the token stream without positions reaches distance T - 1 = 19: a table of 10 is too short */
     bias.table[0] = table, bias.distances = 10;
-    assert_int_equal(be->attention_forward(be, out, saved, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, saved, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
     assert_message_has(err.message, "stream 'token'");
     assert_message_has(err.message, "outside the bias table");
     assert_message_has(err.message, "0 .. 9");
@@ -472,28 +472,28 @@ static void check_errors(bk_backend *be)
     /* a span beyond the table */
     memset(&bias, 0, sizeof bias);
     bias.table[1] = table, bias.positions[1] = pos, bias.distances = 32, bias.span[1] = 33;
-    assert_int_equal(be->attention_forward(be, out, NULL, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, NULL, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
     assert_message_has(err.message, "stream 'segment'");
     assert_message_has(err.message, "span 33");
     assert_message_has(err.message, "0 .. 31");
     float *dtable[BK_STREAM_COUNT] = {NULL, table};
-    assert_int_equal(be->attention_backward(be, dqkv, dtable, out, qkv, out, saved, &bias, B, T, C, H, &err),
+    assert_int_equal(be->attention_backward(be, BK_STORAGE_FP32, dqkv, dtable, out, qkv, out, saved, &bias, B, T, C, H, &err),
                      BK_ERR_INVALID);
     assert_message_has(err.message, "attention backward");
     assert_message_has(err.message, "span 33");
 
     bias.span[1] = 5;
-    assert_int_equal(be->attention_backward(be, dqkv, dtable, out, qkv, out, NULL, &bias, B, T, C, H, &err),
+    assert_int_equal(be->attention_backward(be, BK_STORAGE_FP32, dqkv, dtable, out, qkv, out, NULL, &bias, B, T, C, H, &err),
                      BK_ERR_INVALID);
     if (be->attention == BK_ATTENTION_MATERIALIZED) {
         assert_message_has(err.message, "saved by the forward pass");
     } else {
         assert_message_has(err.message, "row statistics it saved (saved is NULL)");
-        assert_int_equal(be->attention_backward(be, dqkv, dtable, out, qkv, NULL, saved, &bias, B, T, C, H, &err),
+        assert_int_equal(be->attention_backward(be, BK_STORAGE_FP32, dqkv, dtable, out, qkv, NULL, saved, &bias, B, T, C, H, &err),
                          BK_ERR_INVALID);
         assert_message_has(err.message, "(out is NULL)");
         /* a head of 512 floats: even tiles of 16 rows need more shared memory than a block may have */
-        assert_int_equal(be->attention_forward(be, out, saved, qkv, NULL, 1, T, 512, 1, &err), BK_ERR_UNSUPPORTED);
+        assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, saved, qkv, NULL, 1, T, 512, 1, &err), BK_ERR_UNSUPPORTED);
         assert_message_has(err.message, "head size 512");
         assert_message_has(err.message, "attention = \"materialized\"");
     }
@@ -529,7 +529,7 @@ static void check_long_forward(bk_backend *be)
     const bk_matmul_mode was = be->matmul;
     for (int bf16 = 0; bf16 < 2; bf16++) {
         be->matmul = bf16 ? BK_MATMUL_BF16 : BK_MATMUL_FP32;
-        if (be->attention_forward(be, out, NULL, qkv, &bias, B, T, C, H, &err) != BK_OK)
+        if (be->attention_forward(be, BK_STORAGE_FP32, out, NULL, qkv, &bias, B, T, C, H, &err) != BK_OK)
             fail_msg("%s forward-only attention at T = %d: %s", be->name, T, err.message);
         float *got = host_copy_of(be, out, nout);
         const tolerances *tol = bf16 ? &tol_bf16 : &tol_fp32;
@@ -572,7 +572,7 @@ static float *floats_of_bf16(bk_backend *be, const uint16_t *dev, size_t n)
     return f;
 }
 
-/* The attention with bf16 storage (attention_forward_bf16 / attention_backward_bf16) against the same
+/* The attention with bf16 storage (attention_forward / attention_backward with BK_STORAGE_BF16) against the same
  * tensor-core programs with fp32 storage of the same values: q, k, v and dO are made bf16 values first,
  * and the fp32 backward is given the bf16 output as O. Then the storage is the only difference, and
  * everything must come out in the same bits: the output (bf16, the rounded fp32 output), the row
@@ -608,13 +608,13 @@ static void check_bf16_storage(bk_backend *be, int B, int T, int C, int H, int f
     float *qkv = dev_copy_of(be, pb.qkv, nqkv * sizeof(float)), *dout = dev_copy_of(be, pb.dout, nout * sizeof(float));
     float *out = dev_alloc(be, nout * sizeof(float)), *lse = dev_alloc(be, nsaved * sizeof(float));
     float *dqkv = dev_copy_of(be, pb.dqkv0, nqkv * sizeof(float));
-    if (be->attention_forward(be, out, lse, qkv, &bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_FP32, out, lse, qkv, &bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: fp32 forward: %s", label, err.message);
     float *out32 = host_copy_of(be, out, nout);
     for (size_t k = 0; k < nout; k++)
         out32[k] = bk_bf16_value(bk_bf16_round(out32[k]));
     float *o_rounded = dev_copy_of(be, out32, nout * sizeof(float));
-    if (be->attention_backward(be, dqkv, dtab32, dout, qkv, o_rounded, lse, &bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_backward(be, BK_STORAGE_FP32, dqkv, dtab32, dout, qkv, o_rounded, lse, &bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: fp32 backward: %s", label, err.message);
 
     /* bf16 storage */
@@ -626,9 +626,9 @@ static void check_bf16_storage(bk_backend *be, int B, int T, int C, int H, int f
     free(h16);
     uint16_t *out16 = dev_alloc(be, nout * sizeof(uint16_t));
     float *lse16 = dev_alloc(be, nsaved * sizeof(float)), *dqkv16 = dev_copy_of(be, pb.dqkv0, nqkv * sizeof(float));
-    if (be->attention_forward_bf16(be, out16, lse16, qkv16, &bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_BF16, out16, lse16, qkv16, &bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: forward: %s", label, err.message);
-    if (be->attention_backward_bf16(be, dqkv16, dtab16, dout16, qkv16, out16, lse16, &bias, B, T, C, H, &err) !=
+    if (be->attention_backward(be, BK_STORAGE_BF16, dqkv16, dtab16, dout16, qkv16, out16, lse16, &bias, B, T, C, H, &err) !=
         BK_OK)
         fail_msg("%s: backward: %s", label, err.message);
 
@@ -671,22 +671,22 @@ static void check_bf16_storage_errors(bk_backend *be)
     uint16_t *x = dev_alloc(be, 64 * sizeof(uint16_t));
     float *lse = dev_alloc(be, 64 * sizeof(float));
     be->matmul = BK_MATMUL_FP32;
-    assert_int_equal(be->attention_forward_bf16(be, x, lse, x, NULL, 1, 2, 16, 2, &err), BK_ERR_UNSUPPORTED);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_BF16, x, lse, x, NULL, 1, 2, 16, 2, &err), BK_ERR_UNSUPPORTED);
     assert_message_has(err.message, "bf16 storage needs the fused attention on bf16 tensor cores");
     assert_message_has(err.message, "matmul = \"fp32\"");
     be->matmul = BK_MATMUL_BF16;
     be->attention = BK_ATTENTION_MATERIALIZED;
-    assert_int_equal(be->attention_backward_bf16(be, (float *)lse, NULL, x, x, x, lse, NULL, 1, 2, 16, 2, &err),
+    assert_int_equal(be->attention_backward(be, BK_STORAGE_BF16, (float *)lse, NULL, x, x, x, lse, NULL, 1, 2, 16, 2, &err),
                      BK_ERR_UNSUPPORTED);
     assert_message_has(err.message, "attention = \"materialized\"");
     be->attention = BK_ATTENTION_FUSED;
-    assert_int_equal(be->attention_forward_bf16(be, x, lse, NULL, NULL, 1, 2, 16, 2, &err), BK_ERR_INVALID);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_BF16, x, lse, NULL, NULL, 1, 2, 16, 2, &err), BK_ERR_INVALID);
     assert_message_has(err.message, "qkv is NULL");
-    assert_int_equal(be->attention_backward_bf16(be, (float *)lse, NULL, x, x, x, NULL, NULL, 1, 2, 16, 2, &err),
+    assert_int_equal(be->attention_backward(be, BK_STORAGE_BF16, (float *)lse, NULL, x, x, x, NULL, NULL, 1, 2, 16, 2, &err),
                      BK_ERR_INVALID);
     assert_message_has(err.message, "saved is NULL");
     /* a head too large for the fused programs (512 > 480 in bf16): the advice leaves bf16 storage */
-    assert_int_equal(be->attention_forward_bf16(be, x, lse, x, NULL, 1, 2, 1024, 2, &err), BK_ERR_UNSUPPORTED);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_BF16, x, lse, x, NULL, 1, 2, 1024, 2, &err), BK_ERR_UNSUPPORTED);
     assert_message_has(err.message, "head size 512 is too large for the fused attention");
     assert_message_has(err.message, "with precision = \"fp32\" (bf16 storage needs the fused attention)");
     be->release(be, x);
@@ -739,7 +739,7 @@ static void check_modes(bk_backend *be)
         be->matmul = was;
         bk_error err = {0};
         float *x = dev_alloc(be, 4);
-        assert_int_equal(be->attention_forward(be, x, x, x, NULL, 1, 4, 512, 2, &err), BK_ERR_UNSUPPORTED);
+        assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, x, x, x, NULL, 1, 4, 512, 2, &err), BK_ERR_UNSUPPORTED);
         assert_message_has(err.message, "head size 256");
         assert_message_has(err.message, "at most 49152 allowed on this GPU");
         be->release(be, x);
@@ -756,9 +756,15 @@ static void emulated_matches_cpu(void **state)
         fail_msg("bk_backend_emulated_create: %s", err.message);
     check_modes(be);
     bk_backend_destroy(be);
-    /* the CPU has no bf16 storage: the entries are NULL, for callers to test */
-    assert_null(bk_backend_cpu()->attention_forward_bf16);
-    assert_null(bk_backend_cpu()->attention_backward_bf16);
+    /* the CPU has no bf16 storage: the one entry per operation refuses the tag, naming it */
+    bk_backend *cpu = bk_backend_cpu();
+    float x[8] = {0}, y[8] = {0};
+    assert_int_equal(cpu->attention_forward(cpu, BK_STORAGE_BF16, y, NULL, x, NULL, 1, 1, 6, 1, &err),
+                     BK_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "the CPU backend's attention_forward stores fp32 only"));
+    assert_int_equal(cpu->matmul_forward(cpu, BK_STORAGE_BF16, y, x, x, NULL, 1, 1, 1, &err), BK_ERR_UNSUPPORTED);
+    assert_int_equal(cpu->gelu_forward(cpu, BK_STORAGE_BF16, y, x, 8, &err), BK_ERR_UNSUPPORTED);
+    assert_null(cpu->cast_bf16);
 }
 
 /* The fused backward's table-gradient partials on the token stream hold, for query tile qt, only the

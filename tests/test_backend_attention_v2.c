@@ -12,7 +12,7 @@
  *    160 (fp32 tiles of 64, 32 and 16 rows) and 24 (padded to 32 on tensor cores), a logit scale with
  *    zeros and negatives; fp32 and bf16 tensor-core products ([run] matmul = "bf16");
  *  - two runs give the same bits, the second (emulated) with every phase's threads in reverse order;
- *  - bf16 storage (attention_forward_bf16 / attention_backward_bf16) gives the bits of fp32 storage of
+ *  - bf16 storage (attention_forward / attention_backward with BK_STORAGE_BF16) gives the bits of fp32 storage of
  *    the same values on the same tensor-core programs, the ABI 2 gradients included;
  *  - tile skipping: the key tiles a query tile walks (k_flash_key_tiles / k_flash_kt_next) and the query
  *    tiles a key tile walks (k_flash_qt_end) are exactly those bk_mask_tile does not classify SKIP, with
@@ -402,11 +402,11 @@ static result run_device(bk_backend *be, const problem *pb)
     dev_bias db = dev_bias_of(be, pb);
 
     bk_error err = {0};
-    if (be->attention_forward(be, out, saved, qkv, &db.bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_FP32, out, saved, qkv, &db.bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s attention forward (saved): %s", be->name, err.message);
-    if (be->attention_forward(be, out2, NULL, qkv, &db.bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_FP32, out2, NULL, qkv, &db.bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s attention forward (forward-only): %s", be->name, err.message);
-    if (be->attention_backward(be, dqkv, db.dtable, dout, qkv, out, saved, &db.bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_backward(be, BK_STORAGE_FP32, dqkv, db.dtable, dout, qkv, out, saved, &db.bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s attention backward: %s", be->name, err.message);
 
     result r;
@@ -734,22 +734,22 @@ static void check_bf16_storage(bk_backend *be, const spec *sp, uint64_t seed)
     float *qkv = dev_copy_of(be, pb.qkv, nqkv * sizeof(float)), *dout = dev_copy_of(be, pb.dout, nout * sizeof(float));
     float *out = dev_alloc(be, nout * sizeof(float)), *lse = dev_alloc(be, nsaved * sizeof(float));
     float *dqkv = dev_copy_of(be, pb.dqkv0, nqkv * sizeof(float));
-    if (be->attention_forward(be, out, lse, qkv, &d32.bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_FP32, out, lse, qkv, &d32.bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: fp32 forward: %s", label, err.message);
     float *out32 = host_copy_of(be, out, nout);
     for (size_t k = 0; k < nout; k++)
         out32[k] = bk_bf16_value(bk_bf16_round(out32[k]));
     float *o_rounded = dev_copy_of(be, out32, nout * sizeof(float));
-    if (be->attention_backward(be, dqkv, d32.dtable, dout, qkv, o_rounded, lse, &d32.bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_backward(be, BK_STORAGE_FP32, dqkv, d32.dtable, dout, qkv, o_rounded, lse, &d32.bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: fp32 backward: %s", label, err.message);
 
     dev_bias d16 = dev_bias_of(be, &pb);
     uint16_t *qkv16 = dev_bf16_of(be, pb.qkv, nqkv), *dout16 = dev_bf16_of(be, pb.dout, nout);
     uint16_t *out16 = dev_alloc(be, nout * sizeof(uint16_t));
     float *lse16 = dev_alloc(be, nsaved * sizeof(float)), *dqkv16 = dev_copy_of(be, pb.dqkv0, nqkv * sizeof(float));
-    if (be->attention_forward_bf16(be, out16, lse16, qkv16, &d16.bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_BF16, out16, lse16, qkv16, &d16.bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: forward: %s", label, err.message);
-    if (be->attention_backward_bf16(be, dqkv16, d16.dtable, dout16, qkv16, out16, lse16, &d16.bias, B, T, C, H,
+    if (be->attention_backward(be, BK_STORAGE_BF16, dqkv16, d16.dtable, dout16, qkv16, out16, lse16, &d16.bias, B, T, C, H,
                                     &err) != BK_OK)
         fail_msg("%s: backward: %s", label, err.message);
 
@@ -834,11 +834,11 @@ static void check_errors(bk_backend *be)
             bias.scale = buf;
         else
             bias.cpos = buf;
-        assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_UNSUPPORTED);
+        assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_UNSUPPORTED);
         assert_message_has(err.message, "attention forward");
         assert_message_has(err.message, names[term]);
         assert_message_has(err.message, "attention = \"fused\"");
-        assert_int_equal(be->attention_backward(be, dqkv, NULL, out, qkv, out, buf, &bias, B, T, C, H, &err),
+        assert_int_equal(be->attention_backward(be, BK_STORAGE_FP32, dqkv, NULL, out, qkv, out, buf, &bias, B, T, C, H, &err),
                          BK_ERR_UNSUPPORTED);
         assert_message_has(err.message, "attention backward");
         assert_message_has(err.message, names[term]);
@@ -846,26 +846,26 @@ static void check_errors(bk_backend *be)
     /* sinks without a window mask nothing: no refusal */
     memset(&bias, 0, sizeof bias);
     bias.sinks = 3;
-    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_OK);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, buf, qkv, &bias, B, T, C, H, &err), BK_OK);
     be->attention = BK_ATTENTION_FUSED;
 
     memset(&bias, 0, sizeof bias);
     bias.window = -1;
-    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
     assert_message_has(err.message, "mask window -1");
     bias.window = 4, bias.sinks = -2;
-    assert_int_equal(be->attention_backward(be, dqkv, NULL, out, qkv, out, buf, &bias, B, T, C, H, &err),
+    assert_int_equal(be->attention_backward(be, BK_STORAGE_FP32, dqkv, NULL, out, qkv, out, buf, &bias, B, T, C, H, &err),
                      BK_ERR_INVALID);
     assert_message_has(err.message, "sinks -2");
     memset(&bias, 0, sizeof bias);
     bias.grid = buf, bias.rscale = buf, bias.points = 4, bias.distances = T;
-    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
     assert_message_has(err.message, "phi is NULL");
     bias.phi = buf, bias.points = 1;
-    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
     assert_message_has(err.message, "1 grid points");
     bias.points = 4, bias.distances = T - 1;
-    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
     assert_message_has(err.message, "phi holds 19");
 
     void *bufs[] = {qkv, dqkv, out, buf};
@@ -1053,11 +1053,11 @@ static void check_dcpos_rows(bk_backend *be, const spec *sp, int gen, double ato
     float *dout = dev_copy_of(be, pb.dout, nout * sizeof(float));
     float *dO = dev_copy_of(be, O, nout * sizeof(float)), *dqkv = dev_copy_of(be, pb.dqkv0, nqkv * sizeof(float));
     float *out = dev_alloc(be, nout * sizeof(float)), *lse = dev_alloc(be, nbht * sizeof(float));
-    if (be->attention_forward(be, out, lse, qkv, &db.bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_FP32, out, lse, qkv, &db.bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: forward: %s", label, err.message);
     bk_dev *d = (bk_dev *)be->impl;
     d->flash_gen = gen;
-    const int rc = be->attention_backward(be, dqkv, db.dtable, dout, qkv, dO, lse, &db.bias, B, T, C, H, &err);
+    const int rc = be->attention_backward(be, BK_STORAGE_FP32, dqkv, db.dtable, dout, qkv, dO, lse, &db.bias, B, T, C, H, &err);
     d->flash_gen = 0;
     if (rc != BK_OK)
         fail_msg("%s: backward: %s", label, err.message);
@@ -1169,17 +1169,17 @@ static void check_cope_case(bk_backend *be, const cope_case *cc, uint64_t seed)
     snprintf(label, sizeof label, "%s materialized cope B=%d T=%d C=%d H=%d points=%d tables=%d", be->name, B, T, C, H,
              P, cc->tables);
     be->attention = BK_ATTENTION_MATERIALIZED;
-    if (be->attention_forward(be, d_out, NULL, d_qkv, &db, B, T, C, H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_FP32, d_out, NULL, d_qkv, &db, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: forward-only: %s", label, err.message);
     float *got = host_copy_of(be, d_out, no);
     const double e_fwd = expect_close("out (forward only)", label, got, out, no, 1e-5, 1e-4);
     free(got);
-    if (be->attention_forward(be, d_out, d_saved, d_qkv, &db, B, T, C, H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_FP32, d_out, d_saved, d_qkv, &db, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: forward: %s", label, err.message);
     got = host_copy_of(be, d_out, no);
     expect_close("out", label, got, out, no, 1e-5, 1e-4);
     free(got);
-    if (be->attention_backward(be, d_dqkv, d_dtab, d_dout, d_qkv, d_out, d_saved, &db, B, T, C, H, &err) != BK_OK)
+    if (be->attention_backward(be, BK_STORAGE_FP32, d_dqkv, d_dtab, d_dout, d_qkv, d_out, d_saved, &db, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: backward: %s", label, err.message);
     float *g_dqkv = host_copy_of(be, d_dqkv, nq), *g_dcope = host_copy_of(be, db.dcope, ne);
     const double e_dqkv = expect_close("dqkv", label, g_dqkv, dqkv, nq, 1e-4, 1e-3);
@@ -1204,7 +1204,7 @@ static void check_cope_case(bk_backend *be, const cope_case *cc, uint64_t seed)
         if (tab[s])
             assert_int_equal(be->upload(be, d_dtab[s], dtab0[s], nt * sizeof(float), &e2), BK_OK);
     bk_emulated_thread_order = 1;
-    const int rc = be->attention_backward(be, d_dqkv, d_dtab, d_dout, d_qkv, d_out, d_saved, &db, B, T, C, H, &err);
+    const int rc = be->attention_backward(be, BK_STORAGE_FP32, d_dqkv, d_dtab, d_dout, d_qkv, d_out, d_saved, &db, B, T, C, H, &err);
     bk_emulated_thread_order = 0;
     if (rc != BK_OK)
         fail_msg("%s: second backward: %s", label, err.message);
@@ -1269,25 +1269,25 @@ static void check_cope_errors(bk_backend *be)
     bias.distances = T, bias.cope = buf, bias.cope_points = 4, bias.cope_scale = 1.0f;
 
     be->attention = BK_ATTENTION_FUSED;
-    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_UNSUPPORTED);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_UNSUPPORTED);
     assert_message_has(err.message, "attention forward");
     assert_message_has(err.message, "BIASKIT_CAP_COUNT");
     assert_message_has(err.message, "attention = \"materialized\"");
-    assert_int_equal(be->attention_backward(be, dqkv, NULL, out, qkv, out, buf, &bias, B, T, C, H, &err),
+    assert_int_equal(be->attention_backward(be, BK_STORAGE_FP32, dqkv, NULL, out, qkv, out, buf, &bias, B, T, C, H, &err),
                      BK_ERR_UNSUPPORTED);
     assert_message_has(err.message, "attention backward");
     assert_message_has(err.message, "attention = \"materialized\"");
 
     be->attention = BK_ATTENTION_MATERIALIZED;
     bias.window = 5;
-    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_UNSUPPORTED);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_UNSUPPORTED);
     assert_message_has(err.message, "counted positions (CoPE)");
     assert_message_has(err.message, "a window mask");
-    assert_int_equal(be->attention_backward(be, dqkv, NULL, out, qkv, out, buf, &bias, B, T, C, H, &err),
+    assert_int_equal(be->attention_backward(be, BK_STORAGE_FP32, dqkv, NULL, out, qkv, out, buf, &bias, B, T, C, H, &err),
                      BK_ERR_UNSUPPORTED);
     assert_message_has(err.message, "a window mask");
     bias.window = 0, bias.cope_points = 1;
-    assert_int_equal(be->attention_forward(be, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
+    assert_int_equal(be->attention_forward(be, BK_STORAGE_FP32, out, buf, qkv, &bias, B, T, C, H, &err), BK_ERR_INVALID);
     assert_message_has(err.message, "1 position vectors");
     be->attention = BK_ATTENTION_FUSED;
 

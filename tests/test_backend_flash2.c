@@ -301,7 +301,7 @@ static outputs dev_forward(bk_backend *be, const problem *pb, int gen)
         fail_msg("%s: alloc: %s", be->name, err.message);
     bk_dev *d = (bk_dev *)be->impl;
     d->flash_gen = gen;
-    const int rc = be->attention_forward(be, (float *)out, (float *)lse, qkv, &bias, B, T, C, H, &err);
+    const int rc = be->attention_forward(be, BK_STORAGE_FP32, (float *)out, (float *)lse, qkv, &bias, B, T, C, H, &err);
     d->flash_gen = 0;
     if (rc != BK_OK)
         fail_msg("%s: attention forward (flash_gen %d): %s", be->name, gen, err.message);
@@ -572,12 +572,12 @@ static grads dev_backward(bk_backend *be, const problem *pb, int gen, long long 
     void *out = NULL, *lse = NULL;
     if (be->alloc(be, &out, nout * sizeof(float), &err) != BK_OK || be->alloc(be, &lse, nlse * sizeof(float), &err))
         fail_msg("%s: alloc: %s", be->name, err.message);
-    if (be->attention_forward(be, (float *)out, (float *)lse, qkv, &bias, B, T, C, H, &err) != BK_OK)
+    if (be->attention_forward(be, BK_STORAGE_FP32, (float *)out, (float *)lse, qkv, &bias, B, T, C, H, &err) != BK_OK)
         fail_msg("%s: attention forward: %s", be->name, err.message);
     bk_dev *d = (bk_dev *)be->impl;
     const long long v0 = bk_emulated_tile_visits[K_FLASH_DKDV], q0 = bk_emulated_tile_visits[K_FLASH_DQ];
     d->flash_gen = gen;
-    const int rc = be->attention_backward(be, ddqkv, dtable, ddout, qkv, (const float *)out, (const float *)lse, &bias,
+    const int rc = be->attention_backward(be, BK_STORAGE_FP32, ddqkv, dtable, ddout, qkv, (const float *)out, (const float *)lse, &bias,
                                           B, T, C, H, &err);
     d->flash_gen = 0;
     if (rc != BK_OK)

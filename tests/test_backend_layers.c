@@ -311,7 +311,7 @@ static void layernorm_matches_cpu(void **state)
     const double fwd_tol = be->kind == BK_BACKEND_EMULATED ? 0.0 : 1e-6;
     for (int order = 0; order < (be->kind == BK_BACKEND_EMULATED ? 2 : 1); order++) {
         set_thread_order(order);
-        OK(be->layernorm_forward(be, out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
+        OK(be->layernorm_forward(be, BK_STORAGE_FP32, out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
         float *h = get(be, out_d, (size_t)N * C);
         check_floats("layernorm forward out", h, out, (size_t)N * C, fwd_tol);
         free(h);
@@ -361,7 +361,7 @@ static void matmul_case(bk_backend *be, int N, int Cin, int OC, int with_bias, u
     /* forward: sums of Cin products in cuBLAS's order instead of OpenBLAS's: 1e-5 */
     pair out = pair_of(be, dy, (size_t)N * OC); /* garbage in out: the forward overwrites */
     bk_matmul_forward(out.host, x, w, with_bias ? bias : NULL, N, Cin, OC);
-    OK(be->matmul_forward(be, out.dev, x_d, w_d, with_bias ? bias_d : NULL, N, Cin, OC, &err_));
+    OK(be->matmul_forward(be, BK_STORAGE_FP32, out.dev, x_d, w_d, with_bias ? bias_d : NULL, N, Cin, OC, &err_));
     snprintf(what, sizeof what, "matmul forward (N %d, C %d, OC %d, bias %d)", N, Cin, OC, with_bias);
     pair_check(be, what, &out, 1e-5);
 
@@ -369,7 +369,7 @@ static void matmul_case(bk_backend *be, int N, int Cin, int OC, int with_bias, u
      * dbias: double column sums in chunks of 32 rows: 1e-6 */
     pair dx = pair_of(be, dx0, (size_t)N * Cin), dw = pair_of(be, dw0, (size_t)OC * Cin), db = pair_of(be, db0, OC);
     bk_matmul_backward(dx.host, dw.host, with_bias ? db.host : NULL, dy, x, w, N, Cin, OC);
-    OK(be->matmul_backward(be, dx.dev, dw.dev, with_bias ? db.dev : NULL, dy_d, x_d, w_d, N, Cin, OC, &err_));
+    OK(be->matmul_backward(be, BK_STORAGE_FP32, dx.dev, dw.dev, with_bias ? db.dev : NULL, dy_d, x_d, w_d, N, Cin, OC, &err_));
     snprintf(what, sizeof what, "matmul backward dinp (N %d, C %d, OC %d)", N, Cin, OC);
     pair_check(be, what, &dx, 1e-5);
     snprintf(what, sizeof what, "matmul backward dweight (N %d, C %d, OC %d)", N, Cin, OC);
@@ -501,8 +501,8 @@ static void tf32_matmul_rounds_its_inputs(void **state)
         float *dy_d = (float *)put(b, ins[k][2], ny * sizeof(float)), *b_d = (float *)put(b, bias, OC * sizeof(float));
         float *o_d = (float *)put(b, NULL, ny * sizeof(float)), *dx_d = (float *)put(b, NULL, nx * sizeof(float));
         float *dw_d = (float *)put(b, NULL, nw * sizeof(float));
-        OK(b->matmul_forward(b, o_d, x_d, w_d, b_d, N, C, OC, &err_));
-        OK(b->matmul_backward(b, dx_d, dw_d, NULL, dy_d, x_d, w_d, N, C, OC, &err_));
+        OK(b->matmul_forward(b, BK_STORAGE_FP32, o_d, x_d, w_d, b_d, N, C, OC, &err_));
+        OK(b->matmul_backward(b, BK_STORAGE_FP32, dx_d, dw_d, NULL, dy_d, x_d, w_d, N, C, OC, &err_));
         outs[k][0] = get(b, o_d, ny), outs[k][1] = get(b, dx_d, nx), outs[k][2] = get(b, dw_d, nw);
         void *bufs[] = {x_d, w_d, dy_d, b_d, o_d, dx_d, dw_d};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -578,22 +578,22 @@ static void bf16_storage_matches_fp32(void **state)
     expect_same("cast_bf16", got, want, nx);
     free(got), free(want);
     /* GELU */
-    OK(be->gelu_forward(be, y_d, x_d, nx, &err_));
-    OK(be->gelu_forward_bf16(be, y16_d, x_d, nx, &err_));
+    OK(be->gelu_forward(be, BK_STORAGE_FP32, y_d, x_d, nx, &err_));
+    OK(be->gelu_forward(be, BK_STORAGE_BF16, y16_d, x_d, nx, &err_));
     got = get_bf16(be, y16_d, nx), want = get(be, y_d, nx);
     round_bf16(want, nx);
-    check_floats("gelu_forward_bf16", got, want, nx, emu ? 0.0 : 1.0 / 256);
+    check_floats("gelu_forward (bf16 storage)", got, want, nx, emu ? 0.0 : 1.0 / 256);
     free(got), free(want);
     /* LayerNorm forward (the statistics are the fp32 call's) */
-    OK(be->layernorm_forward(be, y_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
+    OK(be->layernorm_forward(be, BK_STORAGE_FP32, y_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
     float *mean = get(be, mean_d, N), *rstd = get(be, rstd_d, N);
-    OK(be->layernorm_forward_bf16(be, y16_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
+    OK(be->layernorm_forward(be, BK_STORAGE_BF16, y16_d, mean_d, rstd_d, x_d, w_d, b_d, N, C, &err_));
     got = get_bf16(be, y16_d, nx), want = get(be, y_d, nx);
     round_bf16(want, nx);
-    check_floats("layernorm_forward_bf16", got, want, nx, emu ? 0.0 : 1.0 / 256);
+    check_floats("layernorm_forward (bf16 storage)", got, want, nx, emu ? 0.0 : 1.0 / 256);
     float *mean2 = get(be, mean_d, N), *rstd2 = get(be, rstd_d, N);
-    expect_same("layernorm_forward_bf16 mean", mean2, mean, N);
-    expect_same("layernorm_forward_bf16 rstd", rstd2, rstd, N);
+    expect_same("layernorm_forward (bf16 storage) mean", mean2, mean, N);
+    expect_same("layernorm_forward (bf16 storage) rstd", rstd2, rstd, N);
     free(got), free(want), free(mean), free(rstd), free(mean2), free(rstd2);
 
     /* matmuls: the inputs (the LayerNorm's bf16 output) and the weights in bf16, against fp32 storage of
@@ -611,13 +611,13 @@ static void bf16_storage_matches_fp32(void **state)
     bk_dev *d = (bk_dev *)be->impl;
     const int was = d->bf16;
     d->bf16 = 1; /* the fp32-storage GEMMs with bf16 products */
-    OK(be->matmul_forward(be, o32, xin_d, mw_d, mb_d, N, C, OC, &err_));
-    OK(be->matmul_backward(be, g32[0], g32[1], g32[2], dy_d, xin_d, mw_d, N, C, OC, &err_));
+    OK(be->matmul_forward(be, BK_STORAGE_FP32, o32, xin_d, mw_d, mb_d, N, C, OC, &err_));
+    OK(be->matmul_backward(be, BK_STORAGE_FP32, g32[0], g32[1], g32[2], dy_d, xin_d, mw_d, N, C, OC, &err_));
     d->bf16 = was;
-    OK(be->matmul_forward_bf16(be, o16, y16_d, mw16_d, mb_d, N, C, OC, &err_));
-    OK(be->matmul_backward_bf16(be, g16[0], g16[1], g16[2], dy_d, y16_d, mw16_d, N, C, OC, &err_));
-    const char *names[4] = {"matmul_forward_bf16", "matmul_backward_bf16 dinp", "matmul_backward_bf16 dweight",
-                            "matmul_backward_bf16 dbias"};
+    OK(be->matmul_forward(be, BK_STORAGE_BF16, o16, y16_d, mw16_d, mb_d, N, C, OC, &err_));
+    OK(be->matmul_backward(be, BK_STORAGE_BF16, g16[0], g16[1], g16[2], dy_d, y16_d, mw16_d, N, C, OC, &err_));
+    const char *names[4] = {"matmul_forward (bf16)", "matmul_backward (bf16) dinp", "matmul_backward (bf16) dweight",
+                            "matmul_backward (bf16) dbias"};
     float *outs32[4] = {o32, g32[0], g32[1], g32[2]}, *outs16[4] = {o16, g16[0], g16[1], g16[2]};
     const size_t counts[4] = {ny, nx, nw, OC};
     for (int k = 0; k < 4; k++) {
@@ -649,7 +649,7 @@ static void gelu_residual_scale_match_cpu(void **state)
     /* GELU: the same formula (model/gelu_math.h); device expf is within 2 ulp of glibc's: 1e-6 */
     pair out = pair_of(be, dy, n);
     bk_gelu_forward(out.host, x, n);
-    OK(be->gelu_forward(be, out.dev, x_d, n, &err_));
+    OK(be->gelu_forward(be, BK_STORAGE_FP32, out.dev, x_d, n, &err_));
     pair_check(be, "gelu forward", &out, 1e-6);
     pair dx = pair_of(be, d0, n);
     bk_gelu_backward(dx.host, x, dy, n);
@@ -991,8 +991,8 @@ static void run_sequence(bk_backend *be, float **out_host, size_t *n_out, double
     /* g_d: dx (N, C), dw (C, C), db, dlnw, dlnb (C each), mean, rstd (N each) */
     float *dx = g_d, *dw = dx + (size_t)N * C, *db = dw + C * C, *dlnw = db + C, *dlnb = dlnw + C;
     float *mean = dlnb + C, *rstd = mean + N;
-    OK(be->matmul_backward(be, dx, dw, db, dy_d, x_d, w_d, N, C, C, &err_));
-    OK(be->layernorm_forward(be, dy_d, mean, rstd, x_d, w_d, w_d + C, N, C, &err_));
+    OK(be->matmul_backward(be, BK_STORAGE_FP32, dx, dw, db, dy_d, x_d, w_d, N, C, C, &err_));
+    OK(be->layernorm_forward(be, BK_STORAGE_FP32, dy_d, mean, rstd, x_d, w_d, w_d + C, N, C, &err_));
     OK(be->layernorm_backward(be, dx, dlnw, dlnb, dy_d, x_d, w_d, mean, rstd, N, C, &err_));
     OK(be->sumsq(be, g_d, n, sq, &err_));
     *out_host = get(be, g_d, n);

@@ -465,5 +465,16 @@ check "train --resume: a changed plugin is a warning, and training goes on" 0 \
 check "train --resume --strict with the same plugin trains" 0 "done: 5 steps" \
     "${ckp[@]}" "$bk" train --resume "$ck" --set train.steps=5 --strict --plain
 
+# docs/design.md's "Where things live": every file it names exists (NAME stands for a new thing's name)
+missing=$(awk '/^### Where things live/{on=1; next} on && /^## /{exit} on' "$src/docs/design.md" |
+    grep -o '`[^`]*`' | tr -d '`' | grep -E '^(core|sdk|tests|docs|plugins|fuzz|scripts|examples)/|^[A-Za-z_]+\.(md|txt)$' |
+    grep -v NAME | sort -u | while read -r f; do [ -e "$src/$f" ] || echo "$f"; done)
+named=$(awk '/^### Where things live/{on=1; next} on && /^## /{exit} on' "$src/docs/design.md" | grep -o '`[^`]*/[^`]*`' | wc -l)
+if [ -z "$missing" ] && [ "$named" -ge 30 ]; then
+    ok "docs/design.md's map names $named paths, each of which exists"
+else
+    bad "docs/design.md's map: files named that do not exist (or fewer than 30 paths: $named)" "$missing"
+fi
+
 echo "test_cli: $passed passed, $failures failed"
 [ "$failures" -eq 0 ]

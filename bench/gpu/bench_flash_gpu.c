@@ -106,24 +106,19 @@ static int upload_values(bk_backend *be, void *dst, const float *host, uint16_t 
     return be->upload(be, dst, host16, n * sizeof *host16, err);
 }
 
-/* One forward / backward of the storage the run asked for (bf16: the _bf16 entries of the backend). */
+/* One forward / backward of the storage the run asked for (model/backend.h, bk_storage). */
 static int call_forward(bk_backend *be, int b16, void *out, float *saved, const void *qkv,
                         const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
 {
-    if (b16)
-        return be->attention_forward_bf16(be, (uint16_t *)out, saved, (const uint16_t *)qkv, bias, B, T, C, H, err);
-    return be->attention_forward(be, (float *)out, saved, (const float *)qkv, bias, B, T, C, H, err);
+    return be->attention_forward(be, b16 ? BK_STORAGE_BF16 : BK_STORAGE_FP32, out, saved, qkv, bias, B, T, C, H, err);
 }
 
 static int call_backward(bk_backend *be, int b16, float *dqkv, float *const dtables[BK_STREAM_COUNT],
                          const void *dout, const void *qkv, const void *out, const float *saved,
                          const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
 {
-    if (b16)
-        return be->attention_backward_bf16(be, dqkv, dtables, (const uint16_t *)dout, (const uint16_t *)qkv,
-                                           (const uint16_t *)out, saved, bias, B, T, C, H, err);
-    return be->attention_backward(be, dqkv, dtables, (const float *)dout, (const float *)qkv, (const float *)out,
-                                  saved, bias, B, T, C, H, err);
+    return be->attention_backward(be, b16 ? BK_STORAGE_BF16 : BK_STORAGE_FP32, dqkv, dtables, dout, qkv, out, saved,
+                                  bias, B, T, C, H, err);
 }
 
 static int usage(void)

@@ -88,12 +88,24 @@ static int cpu_encoder_backward(bk_backend *be, float *dwte, const float *dout, 
     return BK_OK;
 }
 
-static int cpu_layernorm_forward(bk_backend *be, float *out, float *mean, float *rstd, const float *inp,
+/* The CPU computes and stores fp32 only: bf16 storage is the device backends' ([run] precision). */
+static int cpu_fp32_only(bk_storage s, const char *op, bk_error *err)
+{
+    if (s == BK_STORAGE_FP32)
+        return BK_OK;
+    return bk_fail(err, BK_ERR_UNSUPPORTED,
+                   "the CPU backend's %s stores fp32 only; bf16 storage ([run] precision = \"bf16\") is for a GPU",
+                   op);
+}
+
+static int cpu_layernorm_forward(bk_backend *be, bk_storage s, void *out, float *mean, float *rstd, const float *inp,
                                  const float *weight, const float *bias, int N, int C, bk_error *err)
 {
-    (void)be, (void)err;
-    bk_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-    return BK_OK;
+    (void)be;
+    int rc = cpu_fp32_only(s, "layernorm_forward", err);
+    if (!rc)
+        bk_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    return rc;
 }
 
 static int cpu_layernorm_backward(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -105,27 +117,34 @@ static int cpu_layernorm_backward(bk_backend *be, float *dinp, float *dweight, f
     return BK_OK;
 }
 
-static int cpu_matmul_forward(bk_backend *be, float *out, const float *inp, const float *weight, const float *bias,
-                              int N, int C, int OC, bk_error *err)
+static int cpu_matmul_forward(bk_backend *be, bk_storage s, float *out, const void *inp, const void *weight,
+                              const float *bias, int N, int C, int OC, bk_error *err)
 {
-    (void)be, (void)err;
-    bk_matmul_forward(out, inp, weight, bias, N, C, OC);
-    return BK_OK;
+    (void)be;
+    int rc = cpu_fp32_only(s, "matmul_forward", err);
+    if (!rc)
+        bk_matmul_forward(out, inp, weight, bias, N, C, OC);
+    return rc;
 }
 
-static int cpu_matmul_backward(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, int N, int C, int OC, bk_error *err)
+static int cpu_matmul_backward(bk_backend *be, bk_storage s, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const void *inp, const void *weight, int N, int C, int OC,
+                               bk_error *err)
 {
-    (void)be, (void)err;
-    bk_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-    return BK_OK;
+    (void)be;
+    int rc = cpu_fp32_only(s, "matmul_backward", err);
+    if (!rc)
+        bk_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    return rc;
 }
 
-static int cpu_gelu_forward(bk_backend *be, float *out, const float *inp, size_t n, bk_error *err)
+static int cpu_gelu_forward(bk_backend *be, bk_storage s, void *out, const float *inp, size_t n, bk_error *err)
 {
-    (void)be, (void)err;
-    bk_gelu_forward(out, inp, n);
-    return BK_OK;
+    (void)be;
+    int rc = cpu_fp32_only(s, "gelu_forward", err);
+    if (!rc)
+        bk_gelu_forward(out, inp, n);
+    return rc;
 }
 
 static int cpu_gelu_backward(bk_backend *be, float *dinp, const float *inp, const float *dout, size_t n, bk_error *err)
@@ -198,9 +217,12 @@ static size_t cpu_attention_saved(bk_backend *be, int B, int T, int H)
     return cpu_flash_saves(be) ? (size_t)B * H * T : (size_t)B * H * T * T;
 }
 
-static int cpu_attention_forward(bk_backend *be, float *out, float *saved, const float *qkv,
+static int cpu_attention_forward(bk_backend *be, bk_storage s, void *out, float *saved, const void *qkv,
                                  const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
 {
+    int rc = cpu_fp32_only(s, "attention_forward", err);
+    if (rc)
+        return rc;
     const int flash = cpu_flash_saves(be) || (be->attention == BK_ATTENTION_AUTO && !saved &&
                                               T >= BK_CPU_FLASH_EVAL_FROM && !(bias && bias->cope));
     if (flash)
@@ -208,10 +230,13 @@ static int cpu_attention_forward(bk_backend *be, float *out, float *saved, const
     return bk_attention_forward(out, saved, qkv, bias, B, T, C, H, err);
 }
 
-static int cpu_attention_backward(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
-                                  const float *qkv, const float *out, const float *saved, const bk_attention_bias *bias,
-                                  int B, int T, int C, int H, bk_error *err)
+static int cpu_attention_backward(bk_backend *be, bk_storage s, float *dqkv, float *const dtable[BK_STREAM_COUNT],
+                                  const void *dout, const void *qkv, const void *out, const float *saved,
+                                  const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
 {
+    int rc = cpu_fp32_only(s, "attention_backward", err);
+    if (rc)
+        return rc;
     if (cpu_flash_saves(be))
         return bk_attention_flash_backward(dqkv, dtable, dout, qkv, out, saved, bias, B, T, C, H, err);
     return bk_attention_backward(dqkv, dtable, dout, qkv, saved, bias, B, T, C, H, err);

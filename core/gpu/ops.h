@@ -29,6 +29,61 @@ static void *dev_table_stream(bk_backend *be)
     return ((bk_dev *)be->impl)->stream;
 }
 
+/* One table entry per operation, its storage a tag (model/backend.h): the fp32 and the bf16 program
+ * behind it, chosen here once. */
+static int dev_layernorm_forward_as(bk_backend *be, bk_storage s, void *out, float *mean, float *rstd,
+                                    const float *inp, const float *weight, const float *bias, int N, int C,
+                                    bk_error *err)
+{
+    return s == BK_STORAGE_BF16
+               ? dev_layernorm_forward_bf16(be, (uint16_t *)out, mean, rstd, inp, weight, bias, N, C, err)
+               : dev_layernorm_forward(be, (float *)out, mean, rstd, inp, weight, bias, N, C, err);
+}
+
+static int dev_matmul_forward_as(bk_backend *be, bk_storage s, float *out, const void *inp, const void *weight,
+                                 const float *bias, int N, int C, int OC, bk_error *err)
+{
+    return s == BK_STORAGE_BF16 ? dev_matmul_forward_bf16(be, out, (const uint16_t *)inp, (const uint16_t *)weight,
+                                                          bias, N, C, OC, err)
+                                : dev_matmul_forward(be, out, (const float *)inp, (const float *)weight, bias, N, C,
+                                                     OC, err);
+}
+
+static int dev_matmul_backward_as(bk_backend *be, bk_storage s, float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const void *inp, const void *weight, int N, int C, int OC,
+                                  bk_error *err)
+{
+    return s == BK_STORAGE_BF16 ? dev_matmul_backward_bf16(be, dinp, dweight, dbias, dout, (const uint16_t *)inp,
+                                                           (const uint16_t *)weight, N, C, OC, err)
+                                : dev_matmul_backward(be, dinp, dweight, dbias, dout, (const float *)inp,
+                                                      (const float *)weight, N, C, OC, err);
+}
+
+static int dev_gelu_forward_as(bk_backend *be, bk_storage s, void *out, const float *inp, size_t n, bk_error *err)
+{
+    return s == BK_STORAGE_BF16 ? dev_gelu_forward_bf16(be, (uint16_t *)out, inp, n, err)
+                                : dev_gelu_forward(be, (float *)out, inp, n, err);
+}
+
+static int dev_attention_forward_as(bk_backend *be, bk_storage s, void *out, float *saved, const void *qkv,
+                                    const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+{
+    return s == BK_STORAGE_BF16
+               ? dev_attention_forward_bf16(be, (uint16_t *)out, saved, (const uint16_t *)qkv, bias, B, T, C, H, err)
+               : dev_attention_forward(be, (float *)out, saved, (const float *)qkv, bias, B, T, C, H, err);
+}
+
+static int dev_attention_backward_as(bk_backend *be, bk_storage s, float *dqkv, float *const dtable[BK_STREAM_COUNT],
+                                     const void *dout, const void *qkv, const void *out, const float *saved,
+                                     const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+{
+    return s == BK_STORAGE_BF16
+               ? dev_attention_backward_bf16(be, dqkv, dtable, (const uint16_t *)dout, (const uint16_t *)qkv,
+                                             (const uint16_t *)out, saved, bias, B, T, C, H, err)
+               : dev_attention_backward(be, dqkv, dtable, (const float *)dout, (const float *)qkv, (const float *)out,
+                                        saved, bias, B, T, C, H, err);
+}
+
 static void dev_set_ops(bk_backend *be)
 {
     be->upload = dev_table_upload;
@@ -37,16 +92,12 @@ static void dev_set_ops(bk_backend *be)
     be->stream = dev_table_stream;
     be->encoder_forward = dev_encoder_forward;
     be->encoder_backward = dev_encoder_backward;
-    be->layernorm_forward = dev_layernorm_forward;
+    be->layernorm_forward = dev_layernorm_forward_as;
     be->layernorm_backward = dev_layernorm_backward;
-    be->matmul_forward = dev_matmul_forward;
-    be->matmul_backward = dev_matmul_backward;
+    be->matmul_forward = dev_matmul_forward_as;
+    be->matmul_backward = dev_matmul_backward_as;
     be->cast_bf16 = dev_cast_bf16;
-    be->gelu_forward_bf16 = dev_gelu_forward_bf16;
-    be->layernorm_forward_bf16 = dev_layernorm_forward_bf16;
-    be->matmul_forward_bf16 = dev_matmul_forward_bf16;
-    be->matmul_backward_bf16 = dev_matmul_backward_bf16;
-    be->gelu_forward = dev_gelu_forward;
+    be->gelu_forward = dev_gelu_forward_as;
     be->gelu_backward = dev_gelu_backward;
     be->residual_forward = dev_residual_forward;
     be->residual_backward = dev_residual_backward;
@@ -54,10 +105,8 @@ static void dev_set_ops(bk_backend *be)
     be->crossentropy_backward = dev_crossentropy_backward;
     be->rotary = dev_rotary;
     be->attention_saved = dev_attention_saved;
-    be->attention_forward = dev_attention_forward;
-    be->attention_backward = dev_attention_backward;
-    be->attention_forward_bf16 = dev_attention_forward_bf16;
-    be->attention_backward_bf16 = dev_attention_backward_bf16;
+    be->attention_forward = dev_attention_forward_as;
+    be->attention_backward = dev_attention_backward_as;
     be->mix_forward = dev_mix_forward;
     be->mix_backward = dev_mix_backward;
     be->first_nonfinite = dev_first_nonfinite;

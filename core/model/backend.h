@@ -106,6 +106,17 @@ typedef struct bk_batch_view {
 
 typedef struct bk_backend bk_backend;
 
+/* How an operation's storage-typed tensors hold their values: fp32, or bf16 bits (uint16_t, rounded to
+ * nearest even; [run] precision = "bf16", device backends only: the CPU refuses it with
+ * BK_ERR_UNSUPPORTED). One entry per operation takes the tag; which tensors it types is said at each. */
+typedef enum bk_storage { BK_STORAGE_FP32 = 0, BK_STORAGE_BF16 = 1 } bk_storage;
+
+/* Bytes per value of storage `s`. */
+static inline size_t bk_storage_bytes(bk_storage s)
+{
+    return s == BK_STORAGE_BF16 ? 2 : 4;
+}
+
 struct bk_backend {
     bk_backend_kind kind;
     const char *name;    /* "cpu", "cuda", "emulated" */
@@ -136,30 +147,22 @@ struct bk_backend {
                            int C, bk_error *err);
     int (*encoder_backward)(bk_backend *be, float *dwte, const float *dout, const bk_batch_view *batch, int B, int T,
                             int C, bk_error *err);
-    int (*layernorm_forward)(bk_backend *be, float *out, float *mean, float *rstd, const float *inp,
+    /* out in storage s (mean, rstd, inp, weight, bias fp32) */
+    int (*layernorm_forward)(bk_backend *be, bk_storage s, void *out, float *mean, float *rstd, const float *inp,
                              const float *weight, const float *bias, int N, int C, bk_error *err);
     int (*layernorm_backward)(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
                               const float *inp, const float *weight, const float *mean, const float *rstd, int N,
                               int C, bk_error *err);
-    int (*matmul_forward)(bk_backend *be, float *out, const float *inp, const float *weight, const float *bias, int N,
-                          int C, int OC, bk_error *err);
-    int (*matmul_backward)(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
-                           const float *inp, const float *weight, int N, int C, int OC, bk_error *err);
-    int (*gelu_forward)(bk_backend *be, float *out, const float *inp, size_t n, bk_error *err);
-    /* bf16 storage ([run] precision = "bf16"; device backends, NULL on the CPU): values stored as bf16
-     * bits (uint16_t), rounded to nearest even. cast_bf16: out = bf16(x); gelu_forward_bf16: out =
-     * bf16(GELU(inp)); layernorm_forward_bf16: layernorm_forward with out in bf16; matmul_forward_bf16 /
-     * matmul_backward_bf16: matmul_forward / backward with inp and weight in bf16, fp32 accumulation, out,
-     * dinp, dweight, dbias and dout fp32 (backward rounds dout to bf16 for its products; dbias sums the
-     * fp32 dout). */
+    /* inp and weight in storage s, fp32 accumulation; out, dinp, dweight, dbias and dout fp32 (with bf16
+     * storage the backward rounds dout to bf16 for its products; dbias sums the fp32 dout) */
+    int (*matmul_forward)(bk_backend *be, bk_storage s, float *out, const void *inp, const void *weight,
+                          const float *bias, int N, int C, int OC, bk_error *err);
+    int (*matmul_backward)(bk_backend *be, bk_storage s, float *dinp, float *dweight, float *dbias, const float *dout,
+                           const void *inp, const void *weight, int N, int C, int OC, bk_error *err);
+    /* out = GELU(inp) in storage s (inp fp32) */
+    int (*gelu_forward)(bk_backend *be, bk_storage s, void *out, const float *inp, size_t n, bk_error *err);
+    /* out = bf16(x) (device backends; NULL on the CPU) */
     int (*cast_bf16)(bk_backend *be, uint16_t *out, const float *x, size_t n, bk_error *err);
-    int (*gelu_forward_bf16)(bk_backend *be, uint16_t *out, const float *inp, size_t n, bk_error *err);
-    int (*layernorm_forward_bf16)(bk_backend *be, uint16_t *out, float *mean, float *rstd, const float *inp,
-                                  const float *weight, const float *bias, int N, int C, bk_error *err);
-    int (*matmul_forward_bf16)(bk_backend *be, float *out, const uint16_t *inp, const uint16_t *weight,
-                               const float *bias, int N, int C, int OC, bk_error *err);
-    int (*matmul_backward_bf16)(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
-                                const uint16_t *inp, const uint16_t *weight, int N, int C, int OC, bk_error *err);
     int (*gelu_backward)(bk_backend *be, float *dinp, const float *inp, const float *dout, size_t n, bk_error *err);
     int (*residual_forward)(bk_backend *be, float *out, const float *a, const float *b, size_t n, bk_error *err);
     int (*residual_backward)(bk_backend *be, float *da, float *db, const float *dout, size_t n, bk_error *err);
@@ -178,22 +181,16 @@ struct bk_backend {
      * for a flash-style kernel); with saved == NULL it is forward-only and needs no T x T buffer.
      * The bias's tables and positions are in backend memory. */
     size_t (*attention_saved)(bk_backend *be, int B, int T, int H);
-    int (*attention_forward)(bk_backend *be, float *out, float *saved, const float *qkv,
+    /* q, k, v (qkv), dO (dout) and the output (out) in storage s (bf16: the output written rounded to
+     * nearest even; device backends with the fused attention and matmul BK_MATMUL_BF16 only, another
+     * configuration refused with BK_ERR_UNSUPPORTED naming what it needs); saved, dqkv and dtable fp32. */
+    int (*attention_forward)(bk_backend *be, bk_storage s, void *out, float *saved, const void *qkv,
                              const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err);
     /* dtable[s] (H x distances), when not NULL, += the diagonal-reduced score gradient. `out` is the
      * forward's output (the fused kernel's backward reads it; the CPU's does not). */
-    int (*attention_backward)(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout,
-                              const float *qkv, const float *out, const float *saved, const bk_attention_bias *bias,
-                              int B, int T, int C, int H, bk_error *err);
-    /* The same attention with bf16 storage: q, k, v (qkv), dO (dout) and the output (out) are bf16
-     * values (their bits as uint16_t), the output written rounded to nearest even; saved, dqkv and
-     * dtable stay fp32. Device backends with the fused attention and matmul BK_MATMUL_BF16 only (another
-     * configuration is refused with BK_ERR_UNSUPPORTED, naming what it needs); NULL on the CPU. */
-    int (*attention_forward_bf16)(bk_backend *be, uint16_t *out, float *saved, const uint16_t *qkv,
-                                  const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err);
-    int (*attention_backward_bf16)(bk_backend *be, float *dqkv, float *const dtable[BK_STREAM_COUNT],
-                                   const uint16_t *dout, const uint16_t *qkv, const uint16_t *out, const float *saved,
-                                   const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err);
+    int (*attention_backward)(bk_backend *be, bk_storage s, float *dqkv, float *const dtable[BK_STREAM_COUNT],
+                              const void *dout, const void *qkv, const void *out, const float *saved,
+                              const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err);
 
     /* --- bias tables (bias/mix.h) ---------------------------------------------------------------- */
     /* out[k] = mix of tables[t][k], k < n (tables: n_terms pointers in backend memory, the array itself

@@ -423,44 +423,46 @@ static const uint16_t *w16(const bk_gpt *m, const float *w)
     return m->wparams16 + (w - m->wparams);
 }
 
-static int linear_forward(bk_gpt *m, float *out, const float *inp, const uint16_t *inp16, const float *w,
-                          const float *bias, int N, int C, int OC, bk_error *err)
+/* The storage of the saved activations and of the weights the products read (model/backend.h). */
+static bk_storage storage_of(const bk_backend *be)
 {
-    bk_backend *be = m->be;
-    if (inp16)
-        return be->matmul_forward_bf16(be, out, inp16, w16(m, w), bias, N, C, OC, err);
-    return be->matmul_forward(be, out, inp, w, bias, N, C, OC, err);
+    return bf16_storage(be) ? BK_STORAGE_BF16 : BK_STORAGE_FP32;
 }
 
-static int linear_backward(bk_gpt *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                           const uint16_t *inp16, const float *w, int N, int C, int OC, bk_error *err)
+/* The weights of a product in storage s: the fp32 master weights, or their bf16 copies. */
+static const void *weights_in(const bk_gpt *m, bk_storage s, const float *w)
 {
-    bk_backend *be = m->be;
-    if (inp16)
-        return be->matmul_backward_bf16(be, dinp, dw, db, dout, inp16, w16(m, w), N, C, OC, err);
-    return be->matmul_backward(be, dinp, dw, db, dout, inp, w, N, C, OC, err);
+    return s == BK_STORAGE_BF16 ? (const void *)w16(m, w) : (const void *)w;
 }
 
-/* Layer la's saved inputs of the products and the attention, in their storage: the fp32 pointers, or with
- * bf16 storage the bf16 ones (*16), the others NULL. */
+static int linear_forward(bk_gpt *m, bk_storage s, float *out, const void *inp, const float *w, const float *bias,
+                          int N, int C, int OC, bk_error *err)
+{
+    return m->be->matmul_forward(m->be, s, out, inp, weights_in(m, s, w), bias, N, C, OC, err);
+}
+
+static int linear_backward(bk_gpt *m, bk_storage s, float *dinp, float *dw, float *db, const float *dout,
+                           const void *inp, const float *w, int N, int C, int OC, bk_error *err)
+{
+    return m->be->matmul_backward(m->be, s, dinp, dw, db, dout, inp, weights_in(m, s, w), N, C, OC, err);
+}
+
+/* Layer la's saved inputs of the products and the attention, in storage s (their buffers are sized for
+ * fp32; bf16 values take the front half). */
 typedef struct stored {
-    float *ln1, *qkv, *atty, *ln2, *fch_gelu;
-    uint16_t *ln1_16, *qkv16, *atty16, *ln2_16, *gelu16;
+    void *ln1, *qkv, *atty, *ln2, *fch_gelu;
 } stored;
 
-static stored stored_of(const acts *a, int b16, size_t la, size_t BT, size_t C)
+static void *at_value(void *base, bk_storage s, size_t index)
 {
-    stored s;
-    memset(&s, 0, sizeof s);
-    if (b16) {
-        s.ln1_16 = (uint16_t *)a->ln1 + la * BT * C, s.qkv16 = (uint16_t *)a->qkv + la * BT * 3 * C;
-        s.atty16 = (uint16_t *)a->atty + la * BT * C, s.ln2_16 = (uint16_t *)a->ln2 + la * BT * C;
-        s.gelu16 = (uint16_t *)a->fch_gelu + la * BT * 4 * C;
-    } else {
-        s.ln1 = a->ln1 + la * BT * C, s.qkv = a->qkv + la * BT * 3 * C, s.atty = a->atty + la * BT * C;
-        s.ln2 = a->ln2 + la * BT * C, s.fch_gelu = a->fch_gelu + la * BT * 4 * C;
-    }
-    return s;
+    return (char *)base + index * bk_storage_bytes(s);
+}
+
+static stored stored_of(const acts *a, bk_storage s, size_t la, size_t BT, size_t C)
+{
+    stored st = {at_value(a->ln1, s, la * BT * C), at_value(a->qkv, s, la * BT * 3 * C), at_value(a->atty, s, la * BT * C),
+                 at_value(a->ln2, s, la * BT * C), at_value(a->fch_gelu, s, la * BT * 4 * C)};
+    return st;
 }
 
 /* Every backend call below returns BK_OK or fails with err set: stop at the first failure. */
@@ -490,7 +492,8 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
     const bk_gpt_params *p = &m->wp;
     bk_backend *be = m->be;
     const int32_t *tg = m->batch.targets;
-    const int b16 = bf16_storage(be);
+    const bk_storage sg = storage_of(be);
+    const int b16 = sg == BK_STORAGE_BF16;
     const int content = m->bias && bk_content_active(&m->bias->content);
     if (content && b16)
         return bk_fail(err, BK_ERR_UNSUPPORTED,
@@ -521,63 +524,49 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
         float *ln2_mean = a.ln2_mean + la * BT, *ln2_rstd = a.ln2_rstd + la * BT;
         float *fch = a.fch + la * BT * 4 * C;
         float *fcproj = a.fcproj + la * BT * C, *res3 = a.res3 + la * BT * C;
-        const stored st = stored_of(&a, b16, la, (size_t)BT, (size_t)C);
-        float *ln1 = st.ln1, *atty = st.atty, *ln2 = st.ln2, *fch_gelu = st.fch_gelu;
-        float *qkv = b16 ? a.stage : st.qkv; /* with bf16 storage computed in the fp32 stage, then kept */
-        uint16_t *ln1_16 = st.ln1_16, *qkv16 = st.qkv16, *atty16 = st.atty16, *ln2_16 = st.ln2_16;
-        uint16_t *gelu16 = st.gelu16;
+        const stored st = stored_of(&a, sg, la, (size_t)BT, (size_t)C);
+        float *qkv = b16 ? a.stage : (float *)st.qkv; /* with bf16 storage computed in the fp32 stage, then kept */
 
-        TRY(b16 ? be->layernorm_forward_bf16(be, ln1_16, ln1_mean, ln1_rstd, residual, p->ln1w + l * C,
-                                             p->ln1b + l * C, BT, C, err)
-                : be->layernorm_forward(be, ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT,
-                                        C, err));
-        TRY(linear_forward(m, qkv, ln1, ln1_16, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C,
-                           err));
+        TRY(be->layernorm_forward(be, sg, st.ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT, C,
+                                  err));
+        TRY(linear_forward(m, sg, qkv, st.ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C, err));
         if (rotary) /* qkv keeps the rotated q, k: attention backward reads them */
             TRY(be->rotary(be, qkv, &rot, B, T, C, H, 1.0f, err));
         if (b16) /* q, k, v kept in bf16 from the fp32 stage (bias and rotation applied) */
-            TRY(be->cast_bf16(be, qkv16, qkv, (size_t)BT * 3 * C, err));
+            TRY(be->cast_bf16(be, (uint16_t *)st.qkv, qkv, (size_t)BT * 3 * C, err));
         bk_attention_bias ab;
         attention_bias(m, l, &ab);
-        if (content) {
-            TRY(bk_content_forward(&m->bias->content, l, (int)la, train ? m->L : 1, ln1, B, T, m->bias->training,
-                                   m->bias->step, m->bias->check_finite, err));
+        if (content) { /* fp32 storage only (refused above) */
+            TRY(bk_content_forward(&m->bias->content, l, (int)la, train ? m->L : 1, (const float *)st.ln1, B, T,
+                                   m->bias->training, m->bias->step, m->bias->check_finite, err));
             bk_content_attention(&m->bias->content, (int)la, &ab);
         }
-        if ((rc = b16 ? be->attention_forward_bf16(be, atty16, att, qkv16, &ab, B, T, C, H, err)
-                      : be->attention_forward(be, atty, att, qkv, &ab, B, T, C, H, err)))
+        if ((rc = be->attention_forward(be, sg, st.atty, att, st.qkv, &ab, B, T, C, H, err)))
             return bk_error_prefix(err, "layer %d attention: ", l);
-        TRY(linear_forward(m, attproj, atty, atty16, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, BT, C, C,
+        TRY(linear_forward(m, sg, attproj, st.atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, BT, C, C,
                            err));
         /* eval: reads res3 before it is rewritten */
         TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
-        TRY(b16 ? be->layernorm_forward_bf16(be, ln2_16, ln2_mean, ln2_rstd, res2, p->ln2w + l * C,
-                                             p->ln2b + l * C, BT, C, err)
-                : be->layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2, p->ln2w + l * C, p->ln2b + l * C, BT, C,
-                                        err));
-        TRY(linear_forward(m, fch, ln2, ln2_16, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C, BT, C, 4 * C,
-                           err));
-        TRY(b16 ? be->gelu_forward_bf16(be, gelu16, fch, (size_t)BT * 4 * C, err)
-                : be->gelu_forward(be, fch_gelu, fch, (size_t)BT * 4 * C, err));
-        TRY(linear_forward(m, fcproj, fch_gelu, gelu16, p->fcprojw + (size_t)l * C * 4 * C, p->fcprojb + l * C, BT,
+        TRY(be->layernorm_forward(be, sg, st.ln2, ln2_mean, ln2_rstd, res2, p->ln2w + l * C, p->ln2b + l * C, BT, C,
+                                  err));
+        TRY(linear_forward(m, sg, fch, st.ln2, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C, BT, C, 4 * C, err));
+        TRY(be->gelu_forward(be, sg, st.fch_gelu, fch, (size_t)BT * 4 * C, err));
+        TRY(linear_forward(m, sg, fcproj, st.fch_gelu, p->fcprojw + (size_t)l * C * 4 * C, p->fcprojb + l * C, BT,
                            4 * C, C, err));
         TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
     }
     const float *last = a.res3 + (train ? (size_t)(m->L - 1) : 0) * BT * C;
-    float *lnf = b16 ? NULL : a.lnf;
-    uint16_t *lnf16 = b16 ? (uint16_t *)a.lnf : NULL;
-    TRY(b16 ? be->layernorm_forward_bf16(be, lnf16, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err)
-            : be->layernorm_forward(be, lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err));
+    TRY(be->layernorm_forward(be, sg, a.lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err));
 
     if (train) {
-        TRY(linear_forward(m, a.logits, lnf, lnf16, p->wte, NULL, BT, C, m->V, err));
+        TRY(linear_forward(m, sg, a.logits, a.lnf, p->wte, NULL, BT, C, m->V, err));
         if (targets)
             TRY(be->crossentropy_forward(be, m->wlosses, a.probs, a.logits, tg, BT, m->V, err));
     } else if (targets) {
         for (int row = 0; row < BT; row += EVAL_LOGIT_ROWS) {
             int rows = BT - row < EVAL_LOGIT_ROWS ? BT - row : EVAL_LOGIT_ROWS;
-            TRY(linear_forward(m, a.logits, b16 ? NULL : lnf + (size_t)row * C, b16 ? lnf16 + (size_t)row * C : NULL,
-                               p->wte, NULL, rows, C, m->V, err));
+            TRY(linear_forward(m, sg, a.logits, at_value(a.lnf, sg, (size_t)row * C), p->wte, NULL, rows, C, m->V,
+                               err));
             TRY(be->crossentropy_forward(be, m->wlosses + row, NULL, a.logits, tg + row, rows, m->V, err));
         }
     }
@@ -612,7 +601,7 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     carve(m->acts, sizes, &a);
     act_sizes(m, B, T, 1, 1, sizes);
     carve(m->dacts, sizes, &d);
-    const int b16 = bf16_storage(be); /* a's ln1, qkv, atty, ln2, fch_gelu and lnf are bf16 (forward) */
+    const bk_storage sg = storage_of(be); /* of a's ln1, qkv, atty, ln2, fch_gelu and lnf (the forward's) */
     const int content = m->bias && bk_content_active(&m->bias->content);
     /* The gradients the layers accumulate into start at zero. Not zeroed: d.logits (crossentropy_backward
      * writes all of it); d.att and d.probs are empty (shape_sizes). */
@@ -641,8 +630,7 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     }
 
     TRY(be->crossentropy_backward(be, d.logits, a.probs, m->batch.targets, loss_scale / (float)BT, BT, m->V, err));
-    TRY(linear_backward(m, d.lnf, g->wte, NULL, d.logits, b16 ? NULL : a.lnf, b16 ? (const uint16_t *)a.lnf : NULL,
-                        p->wte, BT, C, m->V, err));
+    TRY(linear_backward(m, sg, d.lnf, g->wte, NULL, d.logits, a.lnf, p->wte, BT, C, m->V, err));
     size_t last = (size_t)(L - 1) * BT * C;
     TRY(be->layernorm_backward(be, d.res3 + last, g->lnfw, g->lnfb, d.lnf, a.res3 + last, p->lnfw, a.lnf_mean,
                                a.lnf_rstd, BT, C, err));
@@ -650,22 +638,19 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
         size_t o1 = (size_t)l * BT, oC = o1 * C, o3 = oC * 3, o4 = oC * 4;
         const float *residual = l == 0 ? a.encoded : a.res3 + (size_t)(l - 1) * BT * C;
         float *dresidual = l == 0 ? d.encoded : d.res3 + (size_t)(l - 1) * BT * C;
-        const stored st = stored_of(&a, b16, (size_t)l, (size_t)BT, (size_t)C);
-        const float *ln1 = st.ln1, *qkv = st.qkv, *atty = st.atty, *ln2 = st.ln2, *fch_gelu = st.fch_gelu;
-        const uint16_t *ln1_16 = st.ln1_16, *qkv16 = st.qkv16, *atty16 = st.atty16, *ln2_16 = st.ln2_16;
-        const uint16_t *gelu16 = st.gelu16;
+        const stored st = stored_of(&a, sg, (size_t)l, (size_t)BT, (size_t)C);
 
         TRY(be->residual_backward(be, d.res2 + oC, d.fcproj + oC, d.res3 + oC, (size_t)BT * C, err));
-        TRY(linear_backward(m, d.fch_gelu + o4, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C,
-                            d.fcproj + oC, fch_gelu, gelu16, p->fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, err));
+        TRY(linear_backward(m, sg, d.fch_gelu + o4, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C,
+                            d.fcproj + oC, st.fch_gelu, p->fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, err));
         TRY(be->gelu_backward(be, d.fch + o4, a.fch + o4, d.fch_gelu + o4, (size_t)BT * 4 * C, err));
-        TRY(linear_backward(m, d.ln2 + oC, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, d.fch + o4, ln2,
-                            ln2_16, p->fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, err));
+        TRY(linear_backward(m, sg, d.ln2 + oC, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, d.fch + o4, st.ln2,
+                            p->fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, err));
         TRY(be->layernorm_backward(be, d.res2 + oC, g->ln2w + l * C, g->ln2b + l * C, d.ln2 + oC, a.res2 + oC,
                                    p->ln2w + l * C, a.ln2_mean + o1, a.ln2_rstd + o1, BT, C, err));
         TRY(be->residual_backward(be, dresidual, d.attproj + oC, d.res2 + oC, (size_t)BT * C, err));
-        TRY(linear_backward(m, d.atty + oC, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, d.attproj + oC,
-                            atty, atty16, p->attprojw + (size_t)l * C * C, BT, C, C, err));
+        TRY(linear_backward(m, sg, d.atty + oC, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, d.attproj + oC,
+                            st.atty, p->attprojw + (size_t)l * C * C, BT, C, C, err));
         bk_attention_bias ab;
         attention_bias(m, l, &ab);
         if (m->dtable_mem)
@@ -676,27 +661,25 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
             bk_content_attention(&m->bias->content, l, &ab);
             TRY(bk_content_backward_begin(&m->bias->content, &ab, err));
         }
-        if (b16) { /* dO in bf16, in the stage */
+        const void *dout = d.atty + oC;
+        if (sg == BK_STORAGE_BF16) { /* dO in bf16, in the stage */
             TRY(be->cast_bf16(be, (uint16_t *)a.stage, d.atty + oC, (size_t)BT * C, err));
-            rc = be->attention_backward_bf16(be, d.qkv + o3, dtable, (const uint16_t *)a.stage, qkv16, atty16,
-                                             a.att + (size_t)l * saved, &ab, B, T, C, H, err);
-        } else {
-            rc = be->attention_backward(be, d.qkv + o3, dtable, d.atty + oC, qkv, atty, a.att + (size_t)l * saved,
-                                        &ab, B, T, C, H, err);
+            dout = a.stage;
         }
-        if (rc)
+        if ((rc = be->attention_backward(be, sg, d.qkv + o3, dtable, dout, st.qkv, st.atty, a.att + (size_t)l * saved,
+                                         &ab, B, T, C, H, err)))
             return bk_error_prefix(err, "layer %d attention backward: ", l);
         if (m->dtable_mem)
             TRY(bk_bias_backward(m->bias, l, (const float *const *)dtable, err));
         if (m->bias)
             TRY(bk_bias_query_backward(m->bias, l, err));
         if (content) /* before the q/k/v product's backward: both add into d.ln1 */
-            TRY(bk_content_backward(&m->bias->content, l, ln1, d.ln1 + oC, m->bias->dtheta, m->bias->training,
-                                    m->bias->step, err));
+            TRY(bk_content_backward(&m->bias->content, l, (const float *)st.ln1, d.ln1 + oC, m->bias->dtheta,
+                                    m->bias->training, m->bias->step, err));
         if (rotary)
             TRY(be->rotary(be, d.qkv + o3, &rot, B, T, C, H, -1.0f, err));
-        TRY(linear_backward(m, d.ln1 + oC, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, d.qkv + o3, ln1,
-                            ln1_16, p->qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, err));
+        TRY(linear_backward(m, sg, d.ln1 + oC, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, d.qkv + o3,
+                            st.ln1, p->qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, err));
         TRY(be->layernorm_backward(be, dresidual, g->ln1w + l * C, g->ln1b + l * C, d.ln1 + oC, residual,
                                    p->ln1w + l * C, a.ln1_mean + o1, a.ln1_rstd + o1, BT, C, err));
     }
