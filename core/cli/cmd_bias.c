@@ -316,18 +316,15 @@ int bk_cmd_bias(int argc, char **argv)
     int from_checkpoint = bk_checkpoint_is_file(source);
     /* A checkpoint's model is rebuilt but never run here: on the CPU, whatever device trained it (a
      * checkpoint of a GPU run then reads on a machine without one); --set can still say otherwise. */
-    const char *sets[BK_ARGS_MAX + 1];
-    sets[0] = "run.device=cpu";
-    size_t n_sets = bk_args_all(&args, "set", sets + 1, BK_ARGS_MAX);
+    const char *sets[BK_ARGS_MAX];
+    const bk_reopen_request reopen = bk_cli_reopen_request(&args, BK_REOPEN_INSPECT, sets, BK_ARGS_MAX);
     bk_session s = {0};
     bk_lm lm = {0};
     bk_train_state ckpt_state = {0};
     if (from_checkpoint) {
-        bk_checkpoint_options co = {sets, (int)n_sets + 1, bk_args_get(&args, "strict") != NULL, NULL, NULL,
-                                    bk_args_get(&args, "no-verify") != NULL};
-        if (bk_checkpoint_load_ex(source, &co, &lm, NULL, &ckpt_state, &err))
+        if (bk_reopen(source, &reopen, &lm, NULL, &ckpt_state, &err))
             return bk_report(&err);
-    } else if (bk_session_open(&s, source, sets + 1, n_sets, &err))
+    } else if (bk_session_open(&s, source, reopen.sets, (size_t)reopen.n_sets, &err))
         return bk_report(&err);
     const bk_experiment *exp = from_checkpoint ? &lm.exp : &s.exp;
     bk_term_set *terms = from_checkpoint ? &lm.terms : &s.terms;

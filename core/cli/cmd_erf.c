@@ -230,14 +230,11 @@ int bk_cmd_erf(int argc, char **argv)
     if (rc)
         return bk_report(&err);
 
-    const char *sets[BK_ARGS_MAX + 1];
-    sets[0] = "run.device=cpu";
-    size_t n_sets = 1 + bk_args_all(&args, "set", sets + 1, BK_ARGS_MAX);
+    const char *sets[BK_ARGS_MAX];
+    const bk_reopen_request reopen = bk_cli_reopen_request(&args, BK_REOPEN_INSPECT, sets, BK_ARGS_MAX);
     bk_lm lm;
     bk_train_state st;
-    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
-                                bk_args_get(&args, "no-verify") != NULL};
-    if (bk_checkpoint_load_ex(source, &co, &lm, NULL, &st, &err))
+    if (bk_reopen(source, &reopen, &lm, NULL, &st, &err))
         return bk_report(&err);
     const bk_experiment *e = &lm.exp;
     if (e->run.threads > 0)

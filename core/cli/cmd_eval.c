@@ -212,7 +212,8 @@ int bk_cmd_eval(int argc, char **argv)
     if ((v = bk_args_get(&args, "tokens")) && bk_args_int("tokens", v, 0, 9007199254740991L, &max_tokens, &err))
         return bk_report(&err);
     const char *sets[BK_ARGS_MAX], *data[BK_ARGS_MAX];
-    size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
+    const bk_reopen_request reopen = bk_cli_reopen_request(&args, BK_REOPEN_EVALUATE, sets, BK_ARGS_MAX);
+    size_t n_sets = (size_t)reopen.n_sets;
     size_t n_data = bk_args_all(&args, "data", data, BK_ARGS_MAX);
     const char *outputs[N_OUTPUTS] = {bk_args_get(&args, "csv"), bk_args_get(&args, "json"),
                                       bk_args_get(&args, "positions")};
@@ -227,11 +228,9 @@ int bk_cmd_eval(int argc, char **argv)
     const int lead = dist.rank == 0; /* rank 0 prints and writes; every rank computes */
     bk_lm lm;
     bk_train_state st;
-    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
-                                bk_args_get(&args, "no-verify") != NULL};
     /* every rank loads, then they agree: one that failed (or runs another experiment, another command line)
      * stops them all, rather than leaving the others waiting in a collective */
-    const int loaded = bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err) == BK_OK;
+    const int loaded = bk_reopen(args.positional[0], &reopen, &lm, NULL, &st, &err) == BK_OK;
     int start_rc = bk_dist_agree(&dist, loaded ? BK_OK : BK_ERR_IO, &err);
     if (!start_rc && dist.size > 1) {
         char *mine = bk_lm_agreement_text(&lm, st.step), *text = NULL;

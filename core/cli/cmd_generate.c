@@ -117,12 +117,10 @@ int bk_cmd_generate(int argc, char **argv)
     }
 
     const char *sets[BK_ARGS_MAX];
-    size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
+    const bk_reopen_request reopen = bk_cli_reopen_request(&args, BK_REOPEN_EVALUATE, sets, BK_ARGS_MAX);
     bk_lm lm;
     bk_train_state st;
-    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
-                                bk_args_get(&args, "no-verify") != NULL};
-    if (bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err)) {
+    if (bk_reopen(args.positional[0], &reopen, &lm, NULL, &st, &err)) {
         free(text);
         return bk_report(&err);
     }

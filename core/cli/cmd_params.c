@@ -310,12 +310,11 @@ int bk_cmd_params(int argc, char **argv)
         return bk_report(&err);
     }
     /* Only the terms are read: the model is rebuilt on the CPU, whatever device trained it. */
-    const char *sets[1] = {"run.device=cpu"};
-    bk_checkpoint_options co = {sets, 1, bk_args_get(&args, "strict") != NULL, NULL, NULL,
-                                bk_args_get(&args, "no-verify") != NULL};
+    const char *sets[BK_ARGS_MAX];
+    const bk_reopen_request reopen = bk_cli_reopen_request(&args, BK_REOPEN_INSPECT, sets, BK_ARGS_MAX);
     bk_lm lm, lm0;
     bk_train_state st;
-    if (bk_checkpoint_load_ex(path, &co, &lm, NULL, &st, &err))
+    if (bk_reopen(path, &reopen, &lm, NULL, &st, &err))
         return bk_report(&err);
     /* The initial values: the same stored experiment and overrides built again, as training began (terms
      * created and initialised with its seed, mixing weights from the configured weights), nothing loaded. */

@@ -284,12 +284,11 @@ int bk_cmd_passkey(int argc, char **argv)
         return bk_report(&err);
 
     const char *sets[BK_ARGS_MAX];
-    size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
+    const bk_reopen_request reopen = bk_cli_reopen_request(&args, BK_REOPEN_EVALUATE, sets, BK_ARGS_MAX);
+    size_t n_sets = (size_t)reopen.n_sets;
     bk_lm lm;
     bk_train_state st;
-    bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
-                                bk_args_get(&args, "no-verify") != NULL};
-    if (bk_checkpoint_load_ex(args.positional[0], &co, &lm, NULL, &st, &err))
+    if (bk_reopen(args.positional[0], &reopen, &lm, NULL, &st, &err))
         return bk_report(&err);
     if (lm.exp.run.threads > 0)
         omp_set_num_threads((int)lm.exp.run.threads);

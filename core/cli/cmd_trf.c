@@ -272,16 +272,15 @@ int bk_cmd_trf(int argc, char **argv)
     }
 
     /* the tables are host computations: the model's device is never used (a later --set wins) */
-    const char *sets[BK_ARGS_MAX + 1];
-    sets[0] = "run.device=cpu";
-    size_t n_sets = 1 + bk_args_all(&args, "set", sets + 1, BK_ARGS_MAX);
+    const char *user_sets[BK_ARGS_MAX], *sets[BK_ARGS_MAX + 1];
+    const bk_reopen_request reopen = bk_cli_reopen_request(&args, BK_REOPEN_INSPECT, user_sets, BK_ARGS_MAX);
+    /* an experiment file's model is rebuilt on the CPU too */
+    const size_t n_sets = (size_t)bk_reopen_overrides(&reopen, sets, BK_ARGS_MAX + 1);
     bk_session s = {0};
     bk_lm lm = {0};
     bk_train_state st = {0};
     if (from_checkpoint) {
-        bk_checkpoint_options co = {sets, (int)n_sets, bk_args_get(&args, "strict") != NULL, NULL, NULL,
-                                    bk_args_get(&args, "no-verify") != NULL};
-        rc = bk_checkpoint_load_ex(source, &co, &lm, NULL, &st, &err);
+        rc = bk_reopen(source, &reopen, &lm, NULL, &st, &err);
     } else {
         rc = bk_session_open(&s, source, sets, n_sets, &err);
     }

@@ -4,8 +4,10 @@
 #define BK_COMMANDS_H
 
 #include "bias/terms.h"
+#include "cli/args.h"
 #include "config/experiment.h"
 #include "plugin/host.h"
+#include "train/reopen.h"
 #include "util/error.h"
 
 int bk_cmd_plugins(int argc, char **argv);
@@ -41,6 +43,12 @@ void bk_session_close(bk_session *s);
 /* A command's --strict (given: `strict` is not 0): a plugin file or directory writable by others is
  * refused when it loads, not only warned about (plugin/host.h). */
 void bk_cli_plugin_strictness(int strict);
+
+/* The reopening request of a command that opens a checkpoint (train/reopen.h), from its flags: every
+ * --set (into sets_buf[cap]), --strict and --no-verify (each 0 when the command does not take it); the
+ * plugins' strictness set as --strict says. */
+bk_reopen_request bk_cli_reopen_request(const bk_args *args, bk_reopen_purpose purpose, const char **sets_buf,
+                                        size_t cap);
 
 /* Print "biaskit: error: MESSAGE" and return the exit code for the error. */
 int bk_report(const bk_error *err);

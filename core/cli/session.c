@@ -26,6 +26,16 @@ void bk_cli_plugin_strictness(int strict)
     bk_plugin_set_writable_policy(strict ? BK_WRITABLE_REFUSE : BK_WRITABLE_WARN);
 }
 
+bk_reopen_request bk_cli_reopen_request(const bk_args *args, bk_reopen_purpose purpose, const char **sets_buf,
+                                        size_t cap)
+{
+    _Static_assert(BK_ARGS_MAX <= BK_REOPEN_MAX_SETS, "every --set of a command line fits a reopening request");
+    bk_reopen_request r = {purpose, sets_buf, (int)bk_args_all(args, "set", sets_buf, cap),
+                           bk_args_get(args, "strict") != NULL, bk_args_get(args, "no-verify") != NULL};
+    bk_cli_plugin_strictness(r.strict);
+    return r;
+}
+
 void bk_session_close(bk_session *s)
 {
     bk_terms_free(&s->terms); /* instances go before the plugins' code is unloaded */

@@ -3,6 +3,7 @@
 
 #include "data/data.h"
 #include "train/checkpoint.h"
+#include "train/reopen.h"
 #include "train/lm.h"
 #include "train/rundir.h"
 #include "cpu/gemm.h"
@@ -463,10 +464,10 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
     int rc;
 
     if (o->resume)
-        rc = bk_checkpoint_load_ex(o->resume,
-                                   &(bk_checkpoint_options){.overrides = o->overrides, .n_overrides = o->n_overrides,
-                                                            .strict = o->strict},
-                                   &lm, &opt, &st, err);
+        rc = bk_reopen(o->resume,
+                       &(bk_reopen_request){.purpose = BK_REOPEN_RESUME, .sets = o->overrides,
+                                            .n_sets = o->n_overrides, .strict = o->strict},
+                       &lm, &opt, &st, err);
     else if (!(rc = bk_lm_open_file(&lm, o->config, o->overrides, o->n_overrides, err)) &&
              (rc = bk_lm_register(&lm, &opt, err)))
         bk_lm_close(&lm);
