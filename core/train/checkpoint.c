@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "train/checkpoint.h"
+#include "train/checkpoint_internal.h"
 
 #include "bias/mix.h"
 #include "io/safetensors.h"
@@ -17,461 +18,8 @@
 
 #define META_KEY "biaskit"
 #define SEAL_KEY "biaskit_xxh64" /* format 3: the XXH64 of the META_KEY text (bk_checkpoint_seal) */
-#define CHECKSUM_NAME "xxh64"
 #define SEAL_COVERS "experiment text, overrides, step, data cursor, plugin records and tensor checksums"
 #define MAX_COUNT 9007199254740991.0 /* 2^53 - 1: the largest integer a JSON number holds exactly */
-
-/* ----------------------------------------------------------------------------- stored tensors */
-
-/* One stored tensor (its adam.m. / adam.v. twins have the same layout): for each of `copies` copies,
- * `count` floats of optimizer group `group` starting at c * stride + offset. */
-typedef struct slot {
-    char name[192];
-    int ndim;
-    int64_t shape[BK_ST_MAX_DIMS];
-    int group;
-    int64_t copies, stride, offset, count;
-} slot;
-
-/* Every stored tensor of the model registered in `opt`, in optimizer order. */
-static int build_slots(const bk_lm *lm, const bk_adamw *opt, slot **out, int *n_out, bk_error *err)
-{
-    *out = NULL;
-    *n_out = 0;
-    int cap = opt->n_groups + 8, n = 0;
-    slot *s = calloc((size_t)cap, sizeof *s);
-    biaskit_tensor_info *info = calloc(BK_TERM_MAX_TENSORS, sizeof *info);
-    if (!s || !info) {
-        free(s), free(info);
-        return bk_fail(err, BK_ERR_NOMEM, "out of memory listing the checkpoint's tensors");
-    }
-    for (int g = 0; g < opt->n_groups; g++) {
-        const bk_param_group *pg = &opt->groups[g];
-        const bk_term *term = NULL;
-        for (int k = 0; k < lm->terms.n && !term; k++)
-            if (lm->terms.terms[k].theta == pg->param && lm->terms.terms[k].n_params > 0)
-                term = &lm->terms.terms[k];
-        int32_t named = term ? bk_term_tensors(term, info) : 0;
-        int need = named > 0 ? named : 1;
-        if (n + need > cap) {
-            cap = (n + need) * 2;
-            slot *bigger = realloc(s, (size_t)cap * sizeof *s);
-            if (!bigger) {
-                free(s), free(info);
-                return bk_fail(err, BK_ERR_NOMEM, "out of memory listing the checkpoint's tensors");
-            }
-            s = bigger;
-        }
-        if (named > 0) {
-            for (int32_t k = 0; k < named; k++) {
-                slot *t = &s[n++];
-                memset(t, 0, sizeof *t);
-                snprintf(t->name, sizeof t->name, "term.%s.%s", term->label, info[k].name);
-                t->group = g;
-                t->copies = term->n_copies;
-                t->stride = term->n_params;
-                t->offset = info[k].offset;
-                t->count = (int64_t)info[k].rows * info[k].cols;
-                if (term->per_layer)
-                    t->shape[t->ndim++] = term->n_copies;
-                t->shape[t->ndim++] = info[k].rows;
-                if (info[k].cols != 1)
-                    t->shape[t->ndim++] = info[k].cols;
-            }
-            continue;
-        }
-        slot *t = &s[n++];
-        memset(t, 0, sizeof *t);
-        bk_copy_text(t->name, sizeof t->name, pg->name);
-        t->group = g;
-        t->copies = 1;
-        t->count = (int64_t)pg->n;
-        t->ndim = 1;
-        t->shape[0] = (int64_t)pg->n;
-        if (term) { /* a term's whole theta: (copies, n_params) */
-            t->ndim = 2;
-            t->shape[0] = term->n_copies;
-            t->shape[1] = term->n_params;
-        } else if (strncmp(pg->name, "mix.", 4) == 0) { /* (learned terms, heads) when each has a weight per head */
-            for (int st = 0; st < BK_STREAM_COUNT; st++) {
-                const bk_bias *b = &lm->bias;
-                int per_head = b->n_mix[st] > 0 && b->mix_params[st] == pg->param && b->groups[st] > 1;
-                for (int k = 0; per_head && k < b->n_on[st]; k++)
-                    per_head = b->kind[st][k] != BK_MIX_LEARNED;
-                if (per_head) {
-                    t->ndim = 2;
-                    t->shape[0] = (int64_t)pg->n / b->groups[st];
-                    t->shape[1] = b->groups[st];
-                }
-            }
-        } else if (strncmp(pg->name, "model.", 6) == 0) {
-            for (int i = 0; i < lm->gpt.n_tensors; i++)
-                if (strcmp(lm->gpt.tensors[i].name, pg->name + 6) == 0) {
-                    t->ndim = lm->gpt.tensors[i].ndim;
-                    memcpy(t->shape, lm->gpt.tensors[i].shape, sizeof t->shape);
-                }
-        }
-    }
-    free(info);
-    *out = s;
-    *n_out = n;
-    return BK_OK;
-}
-
-/* The host copies checkpoints read and write (adamw.h: the arrays themselves for host memory; for a
- * device group the mirrors bk_adamw_to_host / bk_adamw_to_device synchronise). */
-static float *group_array(const bk_param_group *g, int which)
-{
-    return which == 0 ? g->param_host : which == 1 ? g->m_host : g->v_host;
-}
-
-static const char *const array_prefix[3] = {"", "adam.m.", "adam.v."};
-
-static void hex64(uint64_t v, char out[17])
-{
-    snprintf(out, 17, "%016" PRIx64, v);
-}
-
-/* ----------------------------------------------------------------------------- plugin records */
-
-/* A growing text buffer for the descriptor's canonical form. */
-typedef struct text_buf {
-    char *p;
-    size_t len, cap;
-    int failed;
-} text_buf;
-
-static void tb_printf(text_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tb_printf(text_buf *b, const char *fmt, ...)
-{
-    if (b->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->failed = 1;
-            return;
-        }
-        if (b->p && b->len + (size_t)k < b->cap) {
-            b->len += (size_t)k;
-            return;
-        }
-        size_t cap = (b->cap + (size_t)k + 1) * 2;
-        char *bigger = realloc(b->p, cap);
-        if (!bigger) {
-            b->failed = 1;
-            return;
-        }
-        b->p = bigger;
-        b->cap = cap;
-    }
-}
-
-/* XXH64 of the descriptor's declarations that change what a term computes or accepts: the ABI
- * version, name, capabilities, flags, and each option's name, type, default and choices, one line each
- * in a fixed text form. The version is compared on its own; summaries and doc strings are not math.
- * 0 when out of memory. */
-static uint64_t descriptor_checksum(const biaskit_plugin *d)
-{
-    text_buf b = {0};
-    tb_printf(&b, "abi %u\nname %s\ncapabilities %u\nflags %u\n", (unsigned)d->abi_version, d->name ? d->name : "",
-              (unsigned)d->capabilities, (unsigned)d->flags);
-    for (uint32_t i = 0; d->options && i < d->n_options; i++) {
-        const biaskit_option *o = &d->options[i];
-        tb_printf(&b, "option %s type %d default %.17g '%s' choices '%s'\n", o->name ? o->name : "", (int)o->type,
-                  o->default_number, o->default_string ? o->default_string : "", o->choices ? o->choices : "");
-    }
-    uint64_t h = b.failed || !b.p ? 0 : bk_xxh64(b.p, b.len, 0);
-    free(b.p);
-    return h;
-}
-
-/* XXH64 of a whole file's bytes; 0 with *ok = 0 when it cannot be read (or is no regular file). */
-static uint64_t file_checksum(const char *path, int *ok)
-{
-    *ok = 0;
-    FILE *f = NULL;
-    uint64_t size = 0;
-    bk_error ignored;
-    if (!path || bk_file_open_regular(path, "plugin file", 0, &f, &size, &ignored) != BK_OK)
-        return 0;
-    unsigned char *bytes = size < (uint64_t)SIZE_MAX ? malloc((size_t)size + 1) : NULL;
-    uint64_t h = 0;
-    if (bytes && fread(bytes, 1, (size_t)size, f) == (size_t)size) {
-        h = bk_xxh64(bytes, (size_t)size, 0);
-        *ok = 1;
-    }
-    free(bytes);
-    fclose(f);
-    return h;
-}
-
-static cJSON *plugin_records(const bk_lm *lm)
-{
-    cJSON *list = cJSON_CreateArray();
-    for (int k = 0; list && k < lm->terms.n; k++) {
-        const bk_term *t = &lm->terms.terms[k];
-        const biaskit_plugin *d = t->plugin->desc;
-        char desc[17], file[17] = "";
-        hex64(descriptor_checksum(d), desc);
-        int ok;
-        uint64_t h = file_checksum(t->plugin->path, &ok);
-        if (ok) /* an unreadable file is recorded as "" and never compared */
-            hex64(h, file);
-        cJSON *r = cJSON_CreateObject();
-        if (!r || !cJSON_AddItemToArray(list, r) || !cJSON_AddStringToObject(r, "term", t->label) ||
-            !cJSON_AddStringToObject(r, "plugin", d->name) ||
-            !cJSON_AddStringToObject(r, "file", t->plugin->path ? t->plugin->path : "") ||
-            !cJSON_AddStringToObject(r, "version", d->version ? d->version : "") ||
-            !cJSON_AddStringToObject(r, "descriptor", desc) || !cJSON_AddStringToObject(r, "file_xxh64", file)) {
-            cJSON_Delete(list);
-            return NULL;
-        }
-    }
-    return list;
-}
-
-char *bk_lm_agreement_text(const bk_lm *lm, int64_t step)
-{
-    text_buf b = {0};
-    tb_printf(&b, "[step] %lld\n", (long long)step);
-    for (int i = 0; i < lm->n_overrides; i++)
-        tb_printf(&b, "[--set] %s\n", lm->overrides[i]);
-    for (int k = 0; k < lm->terms.n; k++) {
-        const bk_term *t = &lm->terms.terms[k];
-        const biaskit_plugin *d = t->plugin->desc;
-        char desc[17], file[17] = "unreadable";
-        int ok;
-        uint64_t h = file_checksum(t->plugin->path, &ok);
-        hex64(descriptor_checksum(d), desc);
-        if (ok)
-            hex64(h, file);
-        /* the file's path may differ between machines; its bytes and declarations may not */
-        tb_printf(&b, "[plugin of term '%s'] %s %s, declarations %s, file bytes %s (%s)\n", t->label, d->name,
-                  d->version ? d->version : "", desc, file, t->plugin->path ? t->plugin->path : "built in");
-    }
-    tb_printf(&b, "[experiment file %s]\n%s\n", lm->config_source ? lm->config_source : "",
-              lm->config_text ? lm->config_text : "");
-    if (b.failed) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
-}
-
-/* The stored name of a term's parameter group: its tensor's ("term.<label>.<tensor>"), or the whole
- * theta's ("term.<label>.theta"): the names build_slots gives them. */
-static void group_tensor_name(const bk_term *t, const bk_term_group *g, char *out, size_t size)
-{
-    snprintf(out, size, "term.%s.%s", t->label, g->name);
-}
-
-/* "param_groups": {tensor: {"lr_scale": x, "weight_decay": y or null (the engine's rule)}} for every
- * term tensor that does not train at lr x 1 with the engine's rule; NULL (no key) when none, so that a
- * model without parameter groups writes the metadata it always did. *nomem is set on failure. */
-static cJSON *group_records(const bk_lm *lm, int *nomem)
-{
-    cJSON *groups = NULL;
-    *nomem = 0;
-    for (int k = 0; k < lm->terms.n; k++) {
-        const bk_term *t = &lm->terms.terms[k];
-        for (int g = 0; g < t->n_groups; g++) {
-            const bk_term_group *grp = &t->groups[g];
-            if (grp->lr_scale == 1.0 && grp->weight_decay < 0.0)
-                continue;
-            char name[200];
-            group_tensor_name(t, grp, name, sizeof name);
-            cJSON *r = cJSON_CreateObject();
-            if (!groups)
-                groups = cJSON_CreateObject();
-            if (!r || !groups || !cJSON_AddItemToObject(groups, name, r) ||
-                !cJSON_AddNumberToObject(r, "lr_scale", grp->lr_scale) ||
-                !(grp->weight_decay >= 0.0 ? cJSON_AddNumberToObject(r, "weight_decay", grp->weight_decay)
-                                           : cJSON_AddNullToObject(r, "weight_decay"))) {
-                if (r && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(groups, name)))
-                    cJSON_Delete(r);
-                cJSON_Delete(groups);
-                *nomem = 1;
-                return NULL;
-            }
-        }
-    }
-    return groups;
-}
-
-static const char *record_text(const cJSON *r, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-/* Appends to line[size] (at *used), after "; " when something follows `start`; stops when full. */
-static void append(char *line, size_t size, size_t *used, size_t start, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static void append(char *line, size_t size, size_t *used, size_t start, const char *fmt, ...)
-{
-    if (*used + 1 >= size)
-        return;
-    if (*used > start) {
-        int k = snprintf(line + *used, size - *used, "; ");
-        *used += k > 0 ? (size_t)k : 0;
-        if (*used + 1 >= size) {
-            *used = size - 1;
-            return;
-        }
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(line + *used, size - *used, fmt, ap);
-    va_end(ap);
-    *used += k > 0 ? (size_t)k : 0;
-    if (*used >= size)
-        *used = size - 1;
-}
-
-static void warn_stderr(void *ctx, const char *message)
-{
-    (void)ctx;
-    fprintf(stderr, "biaskit: warning: %s\n", message);
-}
-
-/* What only --strict refuses: with strict, the error `code` "LINE; refused (--strict)"; else the
- * warning "LINE (HINT)" through the options' warn function. */
-static int warn_unless_strict(const bk_checkpoint_options *o, int code, const char *line, const char *hint,
-                              bk_error *err)
-{
-    if (o && o->strict)
-        return bk_fail(err, code, "%s; refused (--strict)", line);
-    char full[BK_ERROR_MESSAGE_MAX + 128];
-    snprintf(full, sizeof full, "%s (%s)", line, hint);
-    if (o && o->warn)
-        o->warn(o->warn_ctx, full);
-    else
-        warn_stderr(NULL, full);
-    return BK_OK;
-}
-
-/* Each term's plugin against its record: a warning per changed term, or with strict the first one as
- * an error. */
-static int compare_plugins(const char *path, const cJSON *records, const bk_lm *lm, const bk_checkpoint_options *o,
-                           bk_error *err)
-{
-    bk_checkpoint_warn_fn warn = o && o->warn ? o->warn : warn_stderr;
-    void *ctx = o && o->warn ? o->warn_ctx : NULL;
-    int strict = o && o->strict;
-    if (!cJSON_IsArray(records))
-        return bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata has no 'plugins' list (one record per term)", path);
-    char line[BK_ERROR_MESSAGE_MAX];
-    for (int k = 0; k < lm->terms.n; k++) {
-        const bk_term *t = &lm->terms.terms[k];
-        const biaskit_plugin *d = t->plugin->desc;
-        const cJSON *r = cJSON_GetArrayItem(records, k); /* the records are written in term order */
-        size_t used = 0;
-        append(line, sizeof line, &used, 0, "checkpoint '%s': term '%s' (plugin %s, %s): ", path, t->label, d->name,
-               t->plugin->path ? t->plugin->path : "?");
-        size_t start = used;
-#define ADD(...) append(line, sizeof line, &used, start, __VA_ARGS__)
-        if (!r) {
-            ADD("the checkpoint has no record of the plugin this term was trained with (it records %d term%s)",
-                cJSON_GetArraySize(records), cJSON_GetArraySize(records) == 1 ? "" : "s");
-        } else {
-            const char *name = record_text(r, "plugin"), *version = record_text(r, "version");
-            const char *label = record_text(r, "term");
-            const char *desc = record_text(r, "descriptor"), *file = record_text(r, "file");
-            const char *file_sum = record_text(r, "file_xxh64");
-            char now_desc[17], now_file[17] = "";
-            hex64(descriptor_checksum(d), now_desc);
-            int ok;
-            uint64_t h = file_checksum(t->plugin->path, &ok);
-            if (ok)
-                hex64(h, now_file);
-            const char *now_version = d->version ? d->version : "";
-            if (!name || strcmp(name, d->name) != 0 || !label || strcmp(label, t->label) != 0)
-                ADD("[[term]] #%d was trained with plugin '%s' (term '%s'), now plugin '%s'", k + 1, name ? name : "?",
-                    label ? label : "?", d->name);
-            if (!version || strcmp(version, now_version) != 0)
-                ADD("version %s at save, %s now", version ? version : "?", now_version);
-            if (!desc || strcmp(desc, now_desc) != 0)
-                ADD("its declarations (capabilities, flags, options) changed: descriptor checksum %s at save, %s now",
-                    desc ? desc : "?", now_desc);
-            if (file_sum && *file_sum && *now_file && strcmp(file_sum, now_file) != 0)
-                ADD("the plugin file's bytes changed: xxh64 %s of %s at save, %s of %s now", file_sum,
-                    file ? file : "?", now_file, t->plugin->path ? t->plugin->path : "?");
-            else if (file_sum && *file_sum && !*now_file)
-                ADD("the plugin file %s cannot be read to compare it with the one trained (%s)",
-                    t->plugin->path ? t->plugin->path : "?", file ? file : "?");
-        }
-#undef ADD
-        if (used == start)
-            continue;
-        if (strict)
-            return bk_fail(err, BK_ERR_PLUGIN,
-                           "%s; refused (--strict): the model may compute differently than when trained", line);
-        append(line, sizeof line, &used, 0, "the model may compute differently than when trained (--strict refuses)");
-        warn(ctx, line);
-    }
-    return BK_OK;
-}
-
-/* A weight decay as messages say it: the coefficient, or the engine's rule. */
-static const char *decay_text(double wd, char *buf, size_t size)
-{
-    if (wd >= 0.0)
-        snprintf(buf, size, "%g", wd);
-    else
-        snprintf(buf, size, "the engine's rule");
-    return buf;
-}
-
-/* On resume: each term tensor's learning-rate scale and weight decay against those the checkpoint
- * recorded ("param_groups"; a tensor it does not name trained at lr x 1 with the engine's rule, as every
- * tensor did before parameter groups existed). A difference is a warning naming the tensor and both
- * settings, or with strict an error: the training goes on differently than it began (a [[term]]
- * lr_scale / weight_decay set by --set, or the plugin's param_group() declaration, changed). */
-static int compare_groups(const char *path, const cJSON *records, const bk_lm *lm, const bk_checkpoint_options *o,
-                          bk_error *err)
-{
-    if (records && !cJSON_IsObject(records))
-        return bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata 'param_groups' must be an object", path);
-    for (int k = 0; k < lm->terms.n; k++) {
-        const bk_term *t = &lm->terms.terms[k];
-        for (int g = 0; g < t->n_groups; g++) {
-            const bk_term_group *grp = &t->groups[g];
-            char name[200];
-            group_tensor_name(t, grp, name, sizeof name);
-            double lr = 1.0, wd = -1.0;
-            const cJSON *r = records ? cJSON_GetObjectItemCaseSensitive(records, name) : NULL;
-            if (r) {
-                const cJSON *l = cJSON_GetObjectItemCaseSensitive(r, "lr_scale");
-                const cJSON *w = cJSON_GetObjectItemCaseSensitive(r, "weight_decay");
-                if (!cJSON_IsObject(r) || !cJSON_IsNumber(l) || !isfinite(l->valuedouble) || l->valuedouble < 0.0 ||
-                    !(cJSON_IsNull(w) || (cJSON_IsNumber(w) && isfinite(w->valuedouble) && w->valuedouble >= 0.0)))
-                    return bk_fail(err, BK_ERR_PARSE,
-                                   "%s: checkpoint metadata 'param_groups' entry '%s': expected {\"lr_scale\": a "
-                                   "number >= 0, \"weight_decay\": a number >= 0 or null}", path, name);
-                lr = l->valuedouble;
-                wd = cJSON_IsNull(w) ? -1.0 : w->valuedouble;
-            }
-            double now_wd = grp->weight_decay < 0.0 ? -1.0 : grp->weight_decay;
-            if (lr == grp->lr_scale && wd == now_wd)
-                continue;
-            char line[BK_ERROR_MESSAGE_MAX], before[48], after[48];
-            snprintf(line, sizeof line,
-                     "checkpoint '%s': tensor '%s' trained with lr_scale %g and weight_decay %s, now lr_scale %g and "
-                     "weight_decay %s ([[term]] #%d lr_scale / weight_decay, or plugin %s's param_group() declaration, "
-                     "changed): the rest of the training differs from a run that never stopped",
-                     path, name, lr, decay_text(wd, before, sizeof before), grp->lr_scale,
-                     decay_text(now_wd, after, sizeof after), t->index, t->plugin->desc->name);
-            int rc = warn_unless_strict(o, BK_ERR_CONFIG, line, "--strict refuses", err);
-            if (rc)
-                return rc;
-        }
-    }
-    return BK_OK;
-}
 
 /* ----------------------------------------------------------------------------------------- save */
 
@@ -490,9 +38,9 @@ static void add_count(cJSON *meta, const char *key, int64_t v)
 int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, const bk_train_state *st,
                        bk_error *err)
 {
-    slot *slots = NULL;
+    bk_ckpt_slot *slots = NULL;
     int n_slots = 0;
-    int rc = build_slots(lm, opt, &slots, &n_slots, err);
+    int rc = bk_ckpt_build_slots(lm, opt, &slots, &n_slots, err);
     if (rc)
         return rc;
     int n = 3 * n_slots;
@@ -509,11 +57,11 @@ int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, c
     /* parameters first, then the first moments, then the second: the weights lead the file */
     for (int which = 0; which < 3; which++)
         for (int i = 0; i < n_slots; i++) {
-            const slot *s = &slots[i];
+            const bk_ckpt_slot *s = &slots[i];
             int k = which * n_slots + i;
             bk_st_tensor *t = &tensors[k];
-            const float *base = group_array(&opt->groups[s->group], which);
-            snprintf(names[k], sizeof names[0], "%s%s", array_prefix[which], s->name);
+            const float *base = bk_ckpt_group_array(&opt->groups[s->group], which);
+            snprintf(names[k], sizeof names[0], "%s%s", bk_ckpt_array_prefix[which], s->name);
             t->name = names[k];
             t->ndim = s->ndim;
             memcpy(t->shape, s->shape, sizeof t->shape);
@@ -531,20 +79,20 @@ int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, c
                 t->data = gathered[k];
             }
             char sum[17];
-            hex64(bk_xxh64(t->data, count * sizeof(float), 0), sum);
+            bk_ckpt_hex64(bk_xxh64(t->data, count * sizeof(float), 0), sum);
             if (!cJSON_AddStringToObject(sums, t->name, sum)) {
                 rc = bk_fail(err, BK_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
                 goto done;
             }
         }
-    cJSON *plugins = plugin_records(lm);
+    cJSON *plugins = bk_ckpt_plugin_records(lm);
     if (!plugins || !cJSON_AddItemToObject(meta, "plugins", plugins)) {
         cJSON_Delete(plugins);
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
         goto done;
     }
     int nomem = 0;
-    cJSON *param_groups = group_records(lm, &nomem);
+    cJSON *param_groups = bk_ckpt_group_records(lm, &nomem);
     if (nomem || (param_groups && !cJSON_AddItemToObject(meta, "param_groups", param_groups))) {
         cJSON_Delete(param_groups);
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
@@ -561,7 +109,7 @@ int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, c
     cJSON_AddStringToObject(meta, "config_source", lm->config_source ? lm->config_source : lm->exp.path);
     cJSON_AddStringToObject(meta, "config_dir", lm->config_dir);
     cJSON_AddStringToObject(meta, "config", lm->config_text);
-    cJSON_AddStringToObject(meta, "checksum", CHECKSUM_NAME);
+    cJSON_AddStringToObject(meta, "checksum", BK_CKPT_CHECKSUM_NAME);
     /* counts that a run of this experiment cannot reach are kept as they are, marked unchecked: a format 2
      * checkpoint whose batch, length or accumulation changed on a resume (allowed then) goes on */
     bk_error unreachable;
@@ -607,51 +155,7 @@ static int count_field(const cJSON *meta, const char *key, double max, const cha
     return BK_OK;
 }
 
-/* Every tensor of the file against its recorded checksum (unless `hash` is 0: --no-verify), and every
- * recorded checksum against a tensor. */
-static int verify_checksums(const char *path, const bk_safetensors *st, const cJSON *meta, int hash, bk_error *err)
-{
-    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(meta, "checksum");
-    const cJSON *sums = cJSON_GetObjectItemCaseSensitive(meta, "tensors");
-    if (!cJSON_IsString(kind) || strcmp(kind->valuestring, CHECKSUM_NAME) != 0)
-        return bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata 'checksum' is %s%s%s; expected \"%s\"", path,
-                       cJSON_IsString(kind) ? "\"" : "", cJSON_IsString(kind) ? kind->valuestring : "missing",
-                       cJSON_IsString(kind) ? "\"" : "", CHECKSUM_NAME);
-    if (!cJSON_IsObject(sums))
-        return bk_fail(err, BK_ERR_PARSE, "%s: checkpoint metadata has no 'tensors' object of checksums", path);
-    for (int i = 0; i < bk_safetensors_count(st); i++) {
-        const bk_st_tensor *t = bk_safetensors_at(st, i);
-        const cJSON *want = cJSON_GetObjectItemCaseSensitive(sums, t->name);
-        if (!cJSON_IsString(want))
-            return bk_fail(err, BK_ERR_PARSE, "%s: tensor '%s' has no checksum in the metadata", path, t->name);
-        if (!hash)
-            continue;
-        size_t count = 1;
-        for (int d = 0; d < t->ndim; d++)
-            count *= (size_t)t->shape[d];
-        char got[17];
-        hex64(bk_xxh64(t->data, count * sizeof(float), 0), got);
-        if (strcmp(got, want->valuestring) != 0)
-            return bk_fail(err, BK_ERR_PARSE,
-                           "%s: tensor '%s' is corrupt: its data's xxh64 is %s, the checkpoint recorded %s", path,
-                           t->name, got, want->valuestring);
-    }
-    const cJSON *item;
-    cJSON_ArrayForEach(item, sums)
-    {
-        if (!bk_safetensors_find(st, item->string))
-            return bk_fail(err, BK_ERR_PARSE, "%s: the metadata has a checksum for tensor '%s', which the file lacks",
-                           path, item->string);
-    }
-    return BK_OK;
-}
-
 /* ------------------------------------------------------------------------------------ metadata */
-
-void bk_checkpoint_seal(const char *json, char out[17])
-{
-    hex64(bk_xxh64(json, strlen(json), 0), out);
-}
 
 /* The format: BK_CHECKPOINT_FORMAT_OLDEST .. BK_CHECKPOINT_FORMAT; format 3's seal verified; format 2
  * a warning, or with strict an error. */
@@ -692,7 +196,7 @@ static int check_format(const char *path, const cJSON *meta, const char *json, c
              path, *format, BK_CHECKPOINT_FORMAT);
     char hint[96];
     snprintf(hint, sizeof hint, "--strict refuses it; a resumed run writes format %d", BK_CHECKPOINT_FORMAT);
-    return warn_unless_strict(o, BK_ERR_PARSE, line, hint, err);
+    return bk_ckpt_warn_unless_strict(o, BK_ERR_PARSE, line, hint, err);
 }
 
 /* a * b into *out, or 0 when it does not fit in [0, 2^53) (both non-negative). */
@@ -791,7 +295,7 @@ static int judge_change(const char *path, const char *set, const bk_experiment_c
                  "checkpoint '%s': --set %s changes %s (%s in the checkpoint, now %s): a plugin's option may change "
                  "what the model computes",
                  path, set, c->where, c->before, c->after);
-        return warn_unless_strict(o, BK_ERR_CONFIG, line, "--strict refuses", err);
+        return bk_ckpt_warn_unless_strict(o, BK_ERR_CONFIG, line, "--strict refuses", err);
     }
     }
     return BK_OK;
@@ -909,45 +413,6 @@ fail:
 
 /* ----------------------------------------------------------------------------------------- load */
 
-/* Copies stored tensor `name` (of slot s's layout) into array `which` of its optimizer group. */
-static int read_slot(const bk_safetensors *st, const char *path, const slot *s, int which, bk_adamw *opt,
-                     bk_error *err)
-{
-    char name[220];
-    snprintf(name, sizeof name, "%s%s", array_prefix[which], s->name);
-    const bk_st_tensor *t = bk_safetensors_find(st, name);
-    if (!t)
-        return bk_fail(err, BK_ERR_PARSE, "%s: checkpoint has no tensor '%s' (the model has it)", path, name);
-    int same = t->ndim == s->ndim;
-    for (int d = 0; same && d < s->ndim; d++)
-        same = t->shape[d] == s->shape[d];
-    if (!same) {
-        char have[160], want[160];
-        bk_st_format_shape(have, sizeof have, t->shape, t->ndim);
-        bk_st_format_shape(want, sizeof want, s->shape, s->ndim);
-        return bk_fail(err, BK_ERR_PARSE, "%s: tensor '%s' has shape %s, the model expects %s", path, name, have,
-                       want);
-    }
-    float *base = group_array(&opt->groups[s->group], which);
-    for (int64_t c = 0; c < s->copies; c++)
-        memcpy(base + c * s->stride + s->offset, t->data + c * s->count, (size_t)s->count * sizeof(float));
-    return BK_OK;
-}
-
-/* 1 when file tensor `name` is one of the model's stored tensors (or a moment of one). */
-static int known_tensor(const char *name, const slot *slots, int n)
-{
-    for (int which = 0; which < 3; which++) {
-        size_t len = strlen(array_prefix[which]);
-        if (strncmp(name, array_prefix[which], len) != 0)
-            continue;
-        for (int i = 0; i < n; i++)
-            if (strcmp(name + len, slots[i].name) == 0)
-                return 1;
-    }
-    return 0;
-}
-
 int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_lm *lm, bk_adamw *opt,
                           bk_train_state *state, bk_error *err)
 {
@@ -957,7 +422,7 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
     if (rc)
         return rc;
     bk_checkpoint_meta meta;
-    slot *slots = NULL;
+    bk_ckpt_slot *slots = NULL;
     int n_slots = 0, lm_open = 0;
     bk_adamw local = {0};
     if ((rc = bk_checkpoint_meta_read(path, bk_safetensors_meta(st, META_KEY), bk_safetensors_meta(st, SEAL_KEY), o,
@@ -965,7 +430,7 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
         bk_safetensors_close(st);
         return rc;
     }
-    if ((rc = verify_checksums(path, st, meta.json, !(o && o->no_verify), err)))
+    if ((rc = bk_ckpt_verify_checksums(path, st, meta.json, !(o && o->no_verify), err)))
         goto done;
     char name[4096]; /* names the stored experiment in messages only: the checkpoint keeps the plain source */
     snprintf(name, sizeof name, "%s (experiment saved in %s)", meta.config_source, path);
@@ -979,19 +444,19 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
     }
     free(lm->config_source);
     lm->config_source = plain;
-    if ((rc = compare_plugins(path, cJSON_GetObjectItemCaseSensitive(meta.json, "plugins"), lm, o, err)) ||
-        (opt && (rc = compare_groups(path, cJSON_GetObjectItemCaseSensitive(meta.json, "param_groups"), lm, o, err))))
+    if ((rc = bk_ckpt_compare_plugins(path, cJSON_GetObjectItemCaseSensitive(meta.json, "plugins"), lm, o, err)) ||
+        (opt && (rc = bk_ckpt_compare_groups(path, cJSON_GetObjectItemCaseSensitive(meta.json, "param_groups"), lm, o, err))))
         goto done;
 
     bk_adamw *use = opt ? opt : &local;
-    if ((rc = bk_lm_register(lm, use, err)) || (rc = build_slots(lm, use, &slots, &n_slots, err)))
+    if ((rc = bk_lm_register(lm, use, err)) || (rc = bk_ckpt_build_slots(lm, use, &slots, &n_slots, err)))
         goto done;
     for (int i = 0; i < n_slots && !rc; i++)
         for (int which = 0; which < (opt ? 3 : 1) && !rc; which++)
-            rc = read_slot(st, path, &slots[i], which, use, err);
+            rc = bk_ckpt_read_slot(st, path, &slots[i], which, use, err);
     for (int i = 0; i < bk_safetensors_count(st) && !rc; i++) {
         const char *t = bk_safetensors_at(st, i)->name;
-        if (!known_tensor(t, slots, n_slots))
+        if (!bk_ckpt_known_tensor(t, slots, n_slots))
             rc = bk_fail(err, BK_ERR_PARSE, "%s: tensor '%s' is not part of the model the stored experiment builds",
                          path, t);
     }
@@ -1020,31 +485,4 @@ int bk_checkpoint_load(const char *path, const char *const *extra_overrides, int
 {
     bk_checkpoint_options o = {extra_overrides, n_extra, 0, NULL, NULL, 0};
     return bk_checkpoint_load_ex(path, &o, lm, opt, st, err);
-}
-
-int bk_checkpoint_is_file(const char *path)
-{
-    size_t n = strlen(path), ext = strlen(".safetensors");
-    if (n >= ext && strcmp(path + n - ext, ".safetensors") == 0)
-        return 1;
-    FILE *f = NULL;
-    uint64_t size = 0;
-    bk_error ignored;
-    if (bk_file_open_regular(path, "checkpoint", 0, &f, &size, &ignored) != BK_OK)
-        return 0; /* missing, or no regular file: whoever reads it next says so */
-    unsigned char head[9];
-    int yes = 0;
-    size_t got = size >= 8 ? fread(head, 1, sizeof head, f) : 0;
-    if (got == sizeof head && head[8] == '{') {
-        uint64_t len = 0;
-        for (int i = 0; i < 8; i++)
-            len |= (uint64_t)head[i] << (8 * i);
-        yes = len <= size - 8;
-    }
-    /* a damaged one (a header cut short or overwritten): a header length below 4 GiB has four NUL
-     * bytes, which no experiment file (TOML text) holds; the checkpoint reader then says what is wrong */
-    if (got >= 8 && !head[4] && !head[5] && !head[6] && !head[7])
-        yes = 1;
-    fclose(f);
-    return yes;
 }
