@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(toml safetensors shard text bipe descriptor ckpt_experiment sweep report)
+[ ${#targets[@]} -gt 0 ] || targets=(toml safetensors shard text bipe descriptor ckpt_experiment sweep report gguf)
 build=${BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-1}
 

@@ -17,6 +17,7 @@
 #define BK_GPU_MMA_H
 
 #include "gpu/dev.h"
+#include "util/half.h" /* bk_bf16_value */
 
 #include <stdint.h>
 #include <string.h>
@@ -45,13 +46,6 @@ static inline BK_DEV_HD uint16_t bk_bf16_round(float x)
 #endif
 }
 
-static inline BK_DEV_HD float bk_bf16_value(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
 
 /* x rounded to TF32 (10 explicit mantissa bits, fp32's 8-bit exponent), kept in a float: what
  * [run] matmul = "tf32" multiplies. Round to nearest, ties away from zero, as PTX's cvt.rna.tf32.f32
