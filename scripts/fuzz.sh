@@ -24,7 +24,7 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -DBIASKIT_FUZZ=ON -DBIASKIT_CUDA=OFF
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 
 # The largest input each target is given (bytes): room for a real file of its kind.
-declare -A max_len=([toml]=8192 [safetensors]=4096 [shard]=8192 [text]=4096 [bipe]=2048 [descriptor]=4096 [ckpt_experiment]=8192 [sweep]=8192 [report]=8192)
+declare -A max_len=([toml]=8192 [safetensors]=4096 [shard]=8192 [text]=4096 [bipe]=2048 [descriptor]=4096 [ckpt_experiment]=8192 [sweep]=8192 [report]=8192 [gguf]=4096)
 
 run_one() {
     local name=$1 log="$build/fuzz-$1.log"
