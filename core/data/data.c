@@ -6,6 +6,7 @@
 #include "data/split.h"
 
 #include "util/file.h"
+#include "util/path.h"
 #include "util/rng.h"
 
 #include <dirent.h>
@@ -117,13 +118,6 @@ static void skipped_note(skipped *sk, int dangling, const char *path, const char
     (*n)++;
 }
 
-/* 1 when the real path `p` is `root` or lies under it. */
-static int path_under(const char *p, const char *root)
-{
-    size_t n = strlen(root);
-    return strncmp(p, root, n) == 0 && (p[n] == '\0' || p[n] == '/' || (n == 1 && root[0] == '/'));
-}
-
 /* One warning per configured path for what its walk left out. */
 static void skipped_warn(const skipped *sk, const char *path)
 {
@@ -199,7 +193,7 @@ static int walk_dir(const char *dir, const char *const *ext, int n_ext, file_lis
                 skipped_note(sk, 1, full, target);
             } else if (link && S_ISDIR(st.st_mode)) {
                 char real[PATH_MAX];
-                if (realpath(full, real) && !path_under(real, sk->root))
+                if (realpath(full, real) && !bk_path_within(real, sk->root))
                     skipped_note(sk, 0, full, real);
             } else if (S_ISDIR(st.st_mode)) {
                 rc = walk_dir(full, ext, n_ext, fl, sk, err);
