@@ -141,11 +141,11 @@ static k_flash_args args_of(const problem *pb, int tile, float *out, float *lse)
     k_flash_args a;
     memset(&a, 0, sizeof a);
     a.qkv = pb->qkv, a.out = out, a.lse = lse;
-    a.bias.distances = pb->D;
+    a.terms.distances = pb->D;
     for (int s = 0; s < BK_STREAM_COUNT; s++)
-        a.bias.table[s] = pb->table[s], a.bias.positions[s] = pb->table[s] ? pb->pos[s] : NULL;
-    a.v2.grid = pb->grid, a.v2.phi = pb->phi, a.v2.rscale = pb->rscale, a.v2.points = pb->points;
-    a.v2.window = pb->window, a.v2.sinks = pb->sinks, a.v2.lscale = pb->scale, a.v2.cpos = pb->cpos;
+        a.terms.table[s] = pb->table[s], a.terms.positions[s] = pb->table[s] ? pb->pos[s] : NULL;
+    a.terms.grid = pb->grid, a.terms.phi = pb->phi, a.terms.rscale = pb->rscale, a.terms.points = pb->points;
+    a.terms.window = pb->window, a.terms.sinks = pb->sinks, a.terms.lscale = pb->scale, a.terms.cpos = pb->cpos;
     a.B = pb->B, a.T = pb->T, a.C = pb->C, a.H = pb->H, a.tile = tile;
     a.scale = 1.0f / sqrtf((float)(pb->C / pb->H));
     return a;
@@ -434,7 +434,7 @@ static void model_row(const k_flash_args *a, int64_t b, int h, int i, int descen
     for (int d = 0; d < hd; d++)
         O[d] = 0.0f;
     int seq[1024], n = 0, sink_end, first;
-    for (int kt = k_flash_key_tiles(qt, tile, a->v2.window, a->v2.sinks, &sink_end, &first); kt <= qt;
+    for (int kt = k_flash_key_tiles(qt, tile, a->terms.window, a->terms.sinks, &sink_end, &first); kt <= qt;
          kt = k_flash_kt_next(kt, sink_end, first))
         seq[n++] = kt;
     const float *q = a->qkv + k_flash_qkv_at(a, 0, b, h, i);

@@ -80,12 +80,12 @@ int bk_attention_check_args(const bk_attention_bias *bias, int B, int T, int C, 
                            !bias->phi ? "phi" : "rscale");
     }
     const terms tm = terms_of(bias, T);
-    if (tm.grid && bias->distances < visible_span(&tm, T))
+    if (tm.st.grid && bias->distances < visible_span(&tm, T))
         return bk_fail(err, BK_ERR_INVALID,
                        "attention: coordinate table: phi holds %d distances, but visible keys lie up to d = %lld "
                        "away (need distances >= %lld)",
                        bias->distances, (long long)visible_span(&tm, T) - 1, (long long)visible_span(&tm, T));
-    const int window_only = tm.window > 0 && tm.sinks == 0;
+    const int window_only = tm.st.window > 0 && tm.st.sinks == 0;
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
         span[s] = 0;
         if (!bias || !bias->table[s])
@@ -221,12 +221,12 @@ static inline BK_HOST_INLINE void counted_row_backward(const float *ds, const fl
  * then softmax in place over the columns up to the diagonal (max subtracted so exp cannot overflow;
  * a masked column's exp is exactly 0) and zeros in the columns after it. */
 static inline BK_HOST_INLINE void softmax_row(float *row, int i, int width, const block_keys *kb, const terms *tm,
-                                              const row_bias *rb, const head_terms *ht, const float *counted)
+                                              const bk_score_head *hv, const float *counted)
 {
     const row_keys rk = row_of(i, kb, tm);
-    add_terms(row, i, 0, kb->ns, 0, rb, ht);
-    add_terms(row, i, kb->ns, rk.m0, kb->first, rb, ht);
-    add_terms(row, i, rk.m1, rk.live, kb->first - kb->ns + rk.m1, rb, ht);
+    bk_score_run(hv, i, 0, kb->ns, row);
+    bk_score_run(hv, i, kb->first, rk.m0 - kb->ns, row + kb->ns);
+    bk_score_run(hv, i, kb->first - kb->ns + rk.m1, rk.live - rk.m1, row + rk.m1);
     if (counted) /* masked columns hold 0 and become -inf below */
         for (int c = 0; c < rk.live; c++)
             row[c] += counted[c];
@@ -249,7 +249,7 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
     /* Without a mask, probs rows serve as the score block (keys at their own columns); with one, the
      * scores are compact (ld columns) whether or not probs is kept, so that both compute the same bits,
      * and the rows are spread into probs afterwards. */
-    const int masked = tm.window > 0;
+    const int masked = tm.st.window > 0;
     const int64_t ld = block_width(&tm, T);
 
     /* Each thread keeps one block of scores; the team is at most max_threads wide. */
@@ -278,8 +278,7 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
     for (int bh = 0; bh < B * H; bh++) {
         const int b = bh / H, h = bh % H;
         const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hd, *k = q + C, *v = q + 2 * C;
-        const row_bias rb = bias_for(bias, b, h, T);
-        const head_terms ht = head_of(&tm, b, h, H, T);
+        const bk_score_head hv = bk_score_head_of(&tm.st, b, h, H, T);
         float *mine = scratch ? scratch + (size_t)omp_get_thread_num() * BK_ATT_BLOCK * (size_t)ld : NULL;
         float *cl = cope_scratch ? cope_scratch + (size_t)omp_get_thread_num() * cope_per_thread : NULL;
         float *counted = cl ? cl + (size_t)BK_ATT_BLOCK * (size_t)tm.cope_points : NULL;
@@ -302,7 +301,7 @@ int bk_attention_forward(float *out, float *probs, const float *qkv, const bk_at
             for (int r = 0; r < rows; r++) {
                 if (cl)
                     counted_row(S + (size_t)r * ld, i0 + r, &kb, &tm, cl + (size_t)r * tm.cope_points, counted);
-                softmax_row(S + (size_t)r * ld, i0 + r, width, &kb, &tm, &rb, &ht, counted);
+                softmax_row(S + (size_t)r * ld, i0 + r, width, &kb, &tm, &hv, counted);
             }
             float *o = out + ((size_t)b * T + i0) * C + (size_t)h * hd;
             if (kb.ns)
@@ -339,12 +338,12 @@ void bk_att_grads_plan(att_grads *g, const bk_attention_bias *bias, float *const
             g->width = (size_t)span[s] > g->width ? (size_t)span[s] : g->width;
         }
     }
-    g->want_grid = tm->grid && (bias->dgrid || bias->dphi || bias->drscale);
-    g->want_scale = tm->scale && bias->dscale;
-    g->want_cpos = tm->cpos && bias->dcpos;
+    g->want_grid = tm->st.grid && (bias->dgrid || bias->dphi || bias->drscale);
+    g->want_scale = tm->st.lscale && bias->dscale;
+    g->want_cpos = tm->st.cpos && bias->dcpos;
     g->n_phi = g->want_grid ? (size_t)visible_span(tm, T) : 0;
     g->off_grid = (size_t)g->n_grad * g->width;
-    g->off_phi = g->off_grid + (g->want_grid ? (size_t)tm->points : 0);
+    g->off_phi = g->off_grid + (g->want_grid ? (size_t)tm->st.points : 0);
     g->off_rs = g->off_phi + g->n_phi;
     g->off_scale = g->off_rs + (g->want_grid ? (size_t)T : 0);
     g->off_cpos = g->off_scale + (g->want_scale ? (size_t)T : 0);
@@ -373,7 +372,7 @@ void bk_att_grads_reduce(const att_grads *g, const double *acc, float *const dta
         }
     }
     if (g->want_grid && bias->dgrid) {
-        const int np = tm->points;
+        const int np = tm->st.points;
 #pragma omp parallel for schedule(static)
         for (int hg = 0; hg < H * np; hg++) {
             const int h = hg / np, k = hg % np;
@@ -427,7 +426,7 @@ void bk_att_grads_reduce(const att_grads *g, const double *acc, float *const dta
  *     dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)  (softmax Jacobian: dL/ds; 0 where P is, set to exactly 0
  *                                              on masked keys; the sum by bk_dot_lanes, in double)
  *     G_s[h][p_s(i) - p_s(j)] += dS_ij          (the tables enter s unscaled)
- *     dF, dphi, drscale                         (grid_grads)
+ *     dF, dphi, drscale                         (bk_score_grid_grad)
  *     dscale_h(i) += sum_j dS_ij a_ij           (a = Q K^T / sqrt(hd) recomputed for the block: P alone
  *                                              cannot give it where scale_h(i) = 0)
  *     dV[parts] += P^T dO,  dQ[i0:i1] += dS' K[parts] / sqrt(hd),  dK[parts] += dS'^T Q[i0:i1] / sqrt(hd)
@@ -496,7 +495,7 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
         float *cl = cope ? dS + (size_t)BK_ATT_BLOCK * ld * 2 : NULL, *dcl = cl ? cl + BK_ATT_BLOCK * np : NULL;
         float *gates = dcl ? dcl + BK_ATT_BLOCK * np : NULL;
         float *my_dE = dE ? dE + (size_t)bh * np * (size_t)hd : NULL;
-        const head_terms ht = head_of(&tm, b, h, H, T);
+        const bk_score_head hv = bk_score_head_of(&tm.st, b, h, H, T);
         const int32_t *gpos[BK_STREAM_COUNT];
         for (int g = 0; g < n_grad; g++)
             gpos[g] = bias->positions[grad[g]] ? bias->positions[grad[g]] + (size_t)b * T : NULL;
@@ -551,12 +550,13 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                 const int j0[3] = {0, first, first - ns + rk.m1};
                 for (int g = 0; g < n_grad; g++)
                     for (int part = 0; part < 3; part++)
-                        table_grads(my_acc + (size_t)g * width, gpos[g], row, i, c0[part], c1[part], j0[part]);
+                        bk_score_table_grad(my_acc + (size_t)g * width, gpos[g], row + c0[part], i, j0[part],
+                                            c1[part] - c0[part]);
                 if (want_grid) {
                     double *drs = my_acc + off_rs + i;
                     for (int part = 0; part < 3; part++)
-                        grid_grads(my_acc + off_grid, my_acc + off_phi, drs, &ht, row, i, c0[part], c1[part],
-                                   j0[part]);
+                        bk_score_grid_grad(my_acc + off_grid, my_acc + off_phi, drs, &hv, row + c0[part], i, j0[part],
+                                           c1[part] - c0[part]);
                 }
                 if (want_scale) /* masked columns hold dS = 0 */
                     my_acc[off_scale + i] += bk_dot_lanes(row, A + (size_t)r * ld, rk.live);
@@ -571,8 +571,8 @@ int bk_attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], con
                 if (cl)
                     counted_row_backward(row, A + (size_t)r * ld, i, &kb, &tm, cl + (size_t)r * np, dcl + (size_t)r * np,
                                          gates);
-                if (ht.lam) {
-                    const float lam = ht.lam[i];
+                if (hv.lam) {
+                    const float lam = hv.lam[i];
                     BK_OMP_SIMD
                     for (int c = 0; c < rk.live; c++)
                         row[c] *= lam;

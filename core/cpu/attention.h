@@ -29,9 +29,11 @@
 #define BK_CPU_ATTENTION_H
 
 #include "config/experiment.h"
+#include "model/score_terms.h"
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct bk_attention_bias {
     /* table[s]: H x distances floats for stream s, or NULL when no term uses stream s. */
@@ -83,6 +85,37 @@ typedef struct bk_attention_bias {
      * gates' and q . e's gradients reach q and k in dqkv. */
     float *dcope;
 } bk_attention_bias;
+
+/* The per-score terms of a call (model/score_terms.h), for every attention program, host and device: the
+ * tables and their positions, the coordinate table, the logit scale, the content position and the mask,
+ * normalised: window = sinks = 0 when it hides no causal pair, i.e. when sinks + window >= T (every key
+ * j <= T - 1 - window is then a sink; window >= T is the case sinks = 0), so that such a call runs the
+ * unmasked code and gives its bits. Counted positions are a row term, not in them. All absent for NULL. */
+static inline bk_score_terms bk_attention_score_terms(const bk_attention_bias *bias, int T)
+{
+    bk_score_terms st;
+    memset(&st, 0, sizeof st);
+    if (!bias)
+        return st;
+    for (int s = 0; s < BK_STREAM_COUNT; s++) {
+        st.table[s] = bias->table[s];
+        st.positions[s] = bias->table[s] ? bias->positions[s] : (const int32_t *)0;
+    }
+    st.distances = bias->distances;
+    if (bias->window > 0 && (int64_t)bias->window + bias->sinks < T) {
+        st.window = bias->window;
+        st.sinks = bias->sinks;
+    }
+    if (bias->grid) {
+        st.grid = bias->grid;
+        st.points = bias->points;
+        st.phi = bias->phi;
+        st.rscale = bias->rscale;
+    }
+    st.lscale = bias->scale;
+    st.cpos = bias->cpos;
+    return st;
+}
 
 /* Forward. `probs` (B, H, T, T), when not NULL, receives the attention probabilities for the
  * backward pass (entries j > i and masked entries are 0). Returns BK_ERR_NOMEM (message set) if scratch

@@ -7,7 +7,7 @@
  * keys transposed and its values with their rows together (copy_head), backward its keys and values
  * transposed and its keys together; the tiles above the diagonal are never visited. For a tile [j0, j1):
  *     A = Q[i0:i1] K[j0:j1]^T / sqrt(hd)                       (one tile product)
- *     s = scale_h(i) A + the terms (add_terms), -inf on the keys row i does not see
+ *     s = scale_h(i) A + the terms (bk_score_run), -inf on the keys row i does not see
  *     online softmax (bk_online_softmax_row): m, l, and the tile's exps against the new max;
  *     O[i0:i1] = alpha O + exps V[j0:j1]                       (the rows' rescale, one tile product)
  * and at the end out = O / l and lse = m + log l (B x H x T floats, when backward will want them).
@@ -53,8 +53,8 @@
  * window [f_i, i] (f_i = 0 without a mask). Returns their number; lo/hi are key indices. */
 static inline BK_HOST_INLINE int visible_ranges(int i, int j0, int j1, const terms *tm, int lo[2], int hi[2])
 {
-    const int fi = (int)bk_mask_first_key(i, tm->window);
-    const int sink_end = tm->sinks < fi ? tm->sinks : fi;
+    const int fi = (int)bk_mask_first_key(i, tm->st.window);
+    const int sink_end = tm->st.sinks < fi ? tm->st.sinks : fi;
     int n = 0;
     int a = j0, b = j1 < sink_end ? j1 : sink_end;
     if (a < b)
@@ -68,8 +68,8 @@ static inline BK_HOST_INLINE int visible_ranges(int i, int j0, int j1, const ter
 
 /* Row i of a tile of keys [j0, j0 + n): row[c] holds a_ij (key j0 + c) and becomes s_ij on the keys the
  * row sees, -inf elsewhere. Returns the number of visible keys. */
-static inline BK_HOST_INLINE int score_row(float *row, int i, int j0, int n, const terms *tm, const row_bias *rb,
-                                           const head_terms *ht)
+static inline BK_HOST_INLINE int score_row(float *row, int i, int j0, int n, const terms *tm,
+                                           const bk_score_head *hv)
 {
     int lo[2], hi[2];
     const int parts = visible_ranges(i, j0, j0 + n, tm, lo, hi);
@@ -77,7 +77,7 @@ static inline BK_HOST_INLINE int score_row(float *row, int i, int j0, int n, con
     for (int p = 0; p < parts; p++) {
         for (; c < lo[p] - j0; c++)
             row[c] = -INFINITY;
-        add_terms(row, i, lo[p] - j0, hi[p] - j0, lo[p], rb, ht);
+        bk_score_run(hv, i, lo[p], hi[p] - lo[p], row + lo[p] - j0);
         c = hi[p] - j0;
         seen += hi[p] - lo[p];
     }
@@ -140,8 +140,7 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
     for (int bh = 0; bh < B * H; bh++) {
         const int b = bh / H, h = bh % H;
         const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hd, *k = q + C, *v = q + 2 * C;
-        const row_bias rb = bias_for(bias, b, h, T);
-        const head_terms ht = head_of(&tm, b, h, H, T);
+        const bk_score_head hv = bk_score_head_of(&tm.st, b, h, H, T);
         float *S = scratch + (size_t)omp_get_thread_num() * per_thread;
         float *m = S + (size_t)FLASH_ROWS * FLASH_LD, *l = m + FLASH_ROWS, *alpha = l + FLASH_ROWS;
         float *kt = alpha + FLASH_ROWS, *vc = kt + (size_t)hd * ldt;
@@ -161,7 +160,7 @@ int bk_attention_flash_forward(float *out, float *lse, const float *qkv, const b
                 bk_tile_gemm(rows, n, hd, scale, q + (size_t)i0 * C3, C3, 1, kt + j0, (ptrdiff_t)ldt, 0, S, FLASH_LD);
                 for (int r = 0; r < rows; r++) {
                     float *row = S + (size_t)r * FLASH_LD;
-                    score_row(row, i0 + r, j0, n, &tm, &rb, &ht);
+                    score_row(row, i0 + r, j0, n, &tm, &hv);
                     bk_online_softmax_row(row, n, &m[r], &l[r], &alpha[r]);
                     if (alpha[r] != 1.0f) {
                         float *orow = o + (size_t)r * C;
@@ -236,8 +235,7 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
         transpose_head(kt, ldt, k, T, hd, C3);
         transpose_head(vt, ldt, v, T, hd, C3);
         copy_head(kc, k, T, hd, C3);
-        const row_bias rb = bias_for(bias, b, h, T);
-        const head_terms ht = head_of(&tm, b, h, H, T);
+        const bk_score_head hv = bk_score_head_of(&tm.st, b, h, H, T);
         const int32_t *gpos[BK_STREAM_COUNT];
         for (int s = 0; s < g.n_grad; s++)
             gpos[s] = bias->positions[g.grad[s]] ? bias->positions[g.grad[s]] + (size_t)b * T : NULL;
@@ -261,7 +259,7 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
                     const float *a = A + (size_t)r * FLASH_LD;
                     float *p = P + (size_t)r * FLASH_LD, *ds = dS + (size_t)r * FLASH_LD;
                     memcpy(p, a, (size_t)n * sizeof *p);
-                    score_row(p, i, j0, n, &tm, &rb, &ht);
+                    score_row(p, i, j0, n, &tm, &hv);
                     const float li = L[i], Di = D[r];
                     BK_OMP_SIMD
                     for (int c = 0; c < n; c++) {
@@ -273,10 +271,10 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
                     for (int part = 0; part < parts; part++) {
                         const int c0 = lo[part] - j0, c1 = hi[part] - j0;
                         for (int s = 0; s < g.n_grad; s++)
-                            table_grads(my + (size_t)s * g.width, gpos[s], ds, i, c0, c1, lo[part]);
+                            bk_score_table_grad(my + (size_t)s * g.width, gpos[s], ds + c0, i, lo[part], c1 - c0);
                         if (g.want_grid)
-                            grid_grads(my + g.off_grid, my + g.off_phi, my + g.off_rs + i, &ht, ds, i, c0, c1,
-                                       lo[part]);
+                            bk_score_grid_grad(my + g.off_grid, my + g.off_phi, my + g.off_rs + i, &hv, ds + c0, i,
+                                               lo[part], c1 - c0);
                         if (g.want_scale)
                             my[g.off_scale + i] += bk_dot_lanes(ds + c0, a + c0, c1 - c0);
                         if (g.want_cpos) { /* each key's column sum, each query's row sum of dS */
@@ -286,8 +284,8 @@ int bk_attention_flash_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT
                             my[g.off_cpos + (size_t)T + (size_t)i] += sum;
                         }
                     }
-                    if (ht.lam) {
-                        const float lam = ht.lam[i];
+                    if (hv.lam) {
+                        const float lam = hv.lam[i];
                         BK_OMP_SIMD
                         for (int c = 0; c < n; c++)
                             ds[c] *= lam;

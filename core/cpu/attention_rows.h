@@ -1,13 +1,16 @@
 /* What the two CPU attention kernels share (internal to core/cpu): the blocked kernel of attention.c
  * (the probabilities saved for backward) and the flash-style one of attention_flash.c (row statistics
- * only). The terms of a call and of one (b, h), the key parts of a block of query rows, the scores'
- * terms on a range of a row, and the per-row gradients of the tables and the coordinate table. */
+ * only). The terms of a call, the key parts of a block of query rows and the layout of the gradients' slices;
+ * the scores' terms on a run of a row and where their gradients go are the per-score interface's
+ * (model/score_terms.h: bk_score_run, bk_score_table_grad, bk_score_grid_grad), which the device programs
+ * call too. */
 #ifndef BK_CPU_ATTENTION_ROWS_H
 #define BK_CPU_ATTENTION_ROWS_H
 
 #include "cpu/attention.h"
 #include "model/bias_math.h"
 #include "model/host_simd.h"
+#include "model/score_terms.h"
 #include "util/error.h"
 
 #include <stddef.h>
@@ -20,38 +23,10 @@
 #define BK_ATT_BLOCK 64
 
 
-/* The tables and position rows that bias one (b, h): s[i][j] += tab[k][pos[k][i] - pos[k][j]], with
- * pos[k] == NULL meaning the token index. */
-typedef struct row_bias {
-    const float *tab[BK_STREAM_COUNT];
-    const int32_t *pos[BK_STREAM_COUNT];
-    int stream[BK_STREAM_COUNT];
-    int n;
-} row_bias;
-
-static inline row_bias bias_for(const bk_attention_bias *bias, int b, int h, int T)
-{
-    row_bias rb = {.n = 0};
-    if (!bias)
-        return rb;
-    for (int s = 0; s < BK_STREAM_COUNT; s++) {
-        if (!bias->table[s])
-            continue;
-        rb.tab[rb.n] = bias->table[s] + (size_t)h * bias->distances;
-        rb.pos[rb.n] = bias->positions[s] ? bias->positions[s] + (size_t)b * T : NULL;
-        rb.stream[rb.n] = s;
-        rb.n++;
-    }
-    return rb;
-}
-
-/* The ABI 2 terms of a call. The mask is normalised: window = sinks = 0 when it hides no causal pair,
- * i.e. when sinks + window >= T (every key j <= T - 1 - window is then a sink; window >= T is the
- * case sinks = 0), so that such a call runs the unmasked code and gives its bits. */
+/* The terms of a call: the per-score ones (bk_attention_score_terms, the mask normalised) and counted
+ * positions (a row term: attention.c's counted_row). */
 typedef struct terms {
-    int32_t window, sinks; /* window > 0: a mask that hides something */
-    const float *grid, *phi, *rscale, *scale, *cpos;
-    int32_t points;
+    bk_score_terms st;
     const float *cope; /* counted positions: cope_points x hd */
     int32_t cope_points;
     float cope_scale;
@@ -59,22 +34,14 @@ typedef struct terms {
 
 static inline terms terms_of(const bk_attention_bias *bias, int T)
 {
-    terms tm = {.window = 0};
-    if (!bias)
-        return tm;
-    if (bias->window > 0 && (int64_t)bias->window + bias->sinks < T) {
-        tm.window = bias->window;
-        tm.sinks = bias->sinks;
+    terms tm;
+    memset(&tm, 0, sizeof tm);
+    tm.st = bk_attention_score_terms(bias, T);
+    if (bias) {
+        tm.cope = bias->cope;
+        tm.cope_points = bias->cope_points;
+        tm.cope_scale = bias->cope_scale;
     }
-    tm.grid = bias->grid;
-    tm.points = bias->points;
-    tm.phi = bias->phi;
-    tm.rscale = bias->rscale;
-    tm.scale = bias->scale;
-    tm.cpos = bias->cpos;
-    tm.cope = bias->cope;
-    tm.cope_points = bias->cope_points;
-    tm.cope_scale = bias->cope_scale;
     return tm;
 }
 
@@ -82,22 +49,22 @@ static inline terms terms_of(const bk_attention_bias *bias, int T)
  * without a mask) query T - 1 sees key 0. */
 static inline int64_t visible_span(const terms *tm, int T)
 {
-    return tm->window > 0 && tm->sinks == 0 ? tm->window : T;
+    return tm->st.window > 0 && tm->st.sinks == 0 ? tm->st.window : T;
 }
 
 /* The smallest key query i sees (the farthest one: positions are non-decreasing). */
 static inline int lowest_key(const terms *tm, int i)
 {
-    return tm->window > 0 && tm->sinks == 0 ? (int)bk_mask_first_key(i, tm->window) : 0;
+    return tm->st.window > 0 && tm->st.sinks == 0 ? (int)bk_mask_first_key(i, tm->st.window) : 0;
 }
 
 /* Columns of a block of scores: ns + (i1 - first) <= min(sinks, first) + window + BK_ATT_BLOCK - 1, and
  * <= i1 <= T (ns <= first). */
 static inline int64_t block_width(const terms *tm, int T)
 {
-    if (tm->window <= 0)
+    if (tm->st.window <= 0)
         return T;
-    int64_t w = (int64_t)tm->sinks + tm->window + BK_ATT_BLOCK - 1;
+    int64_t w = (int64_t)tm->st.sinks + tm->st.window + BK_ATT_BLOCK - 1;
     return w < T ? w : T;
 }
 
@@ -141,26 +108,6 @@ static inline void transpose_head(float *t, size_t ld, const float *x, int T, in
 int bk_attention_check_args(const bk_attention_bias *bias, int B, int T, int C, int H,
                             int32_t span[BK_STREAM_COUNT], bk_error *err);
 
-/* The ABI 2 terms of head h (each NULL when absent). */
-typedef struct head_terms {
-    const float *lam; /* scale_h(i), i < T */
-    const float *F;   /* the grid of head h: points values */
-    const float *phi, *rscale;
-    const float *cp; /* the content position of (b, h), T floats */
-    int32_t points;
-} head_terms;
-
-static inline head_terms head_of(const terms *tm, int b, int h, int H, int T)
-{
-    head_terms ht = {.lam = tm->scale ? tm->scale + (size_t)h * T : NULL,
-                     .F = tm->grid ? tm->grid + (size_t)h * tm->points : NULL,
-                     .phi = tm->phi,
-                     .rscale = tm->rscale,
-                     .cp = tm->cpos ? tm->cpos + ((size_t)b * H + h) * T : NULL,
-                     .points = tm->points};
-    return ht;
-}
-
 /* The keys of the block [i0, i1): sinks [0, ns) in columns [0, ns), then [first, i1) in columns
  * [ns, ns + nw). Column c holds key c (c < ns) or first - ns + c. */
 typedef struct block_keys {
@@ -170,8 +117,8 @@ typedef struct block_keys {
 static inline BK_HOST_INLINE block_keys keys_of(int i0, int i1, const terms *tm)
 {
     block_keys kb;
-    kb.first = (int)bk_mask_first_key(i0, tm->window);
-    kb.ns = tm->sinks < kb.first ? tm->sinks : kb.first;
+    kb.first = (int)bk_mask_first_key(i0, tm->st.window);
+    kb.ns = tm->st.sinks < kb.first ? tm->st.sinks : kb.first;
     kb.nw = i1 - kb.first;
     return kb;
 }
@@ -185,93 +132,11 @@ typedef struct row_keys {
 
 static inline BK_HOST_INLINE row_keys row_of(int i, const block_keys *kb, const terms *tm)
 {
-    const int fi = (int)bk_mask_first_key(i, tm->window);
-    int lo = tm->sinks < fi ? tm->sinks : fi;
+    const int fi = (int)bk_mask_first_key(i, tm->st.window);
+    int lo = tm->st.sinks < fi ? tm->st.sinks : fi;
     lo = lo > kb->first ? lo : kb->first;
     row_keys rk = {.live = kb->ns + i + 1 - kb->first, .m0 = kb->ns + lo - kb->first, .m1 = kb->ns + fi - kb->first};
     return rk;
-}
-
-/* Columns [c0, c1) of row i, holding the visible keys j = j0 + (c - c0), d = i - j: the scores of
- * attention.h, s = scale_h(i) a + sum_s table_s[p_s(i) - p_s(j)] + F_h(u(i, d)), from a. */
-static inline BK_HOST_INLINE void add_terms(float *row, int i, int c0, int c1, int j0, const row_bias *rb,
-                                            const head_terms *ht)
-{
-    if (c0 >= c1)
-        return;
-    if (ht->lam) {
-        const float lam = ht->lam[i];
-        BK_OMP_SIMD
-        for (int c = c0; c < c1; c++)
-            row[c] *= lam;
-    }
-    const int di = i - j0 + c0; /* d = di - c */
-    for (int k = 0; k < rb->n; k++) {
-        const float *tab = rb->tab[k];
-        const int32_t *p = rb->pos[k];
-        if (p) {
-            const int32_t pi = p[i];
-            for (int c = c0; c < c1; c++)
-                row[c] += tab[pi - p[j0 - c0 + c]];
-        } else {
-            BK_OMP_SIMD
-            for (int c = c0; c < c1; c++)
-                row[c] += tab[di - c];
-        }
-    }
-    if (ht->F) {
-        const float rs = ht->rscale[i];
-        for (int c = c0; c < c1; c++)
-            row[c] += bk_coord_score(ht->F, ht->points, ht->phi[di - c], rs);
-    }
-    if (ht->cp) { /* -(P(i) - P(j)) */
-        const float pi = ht->cp[i], *pj = ht->cp + j0 - c0;
-        BK_OMP_SIMD
-        for (int c = c0; c < c1; c++)
-            row[c] += bk_content_term(pi, pj[c]);
-    }
-}
-
-/* G[p(i) - p(j)] += dS_ij over columns [c0, c1) of row i (keys j = j0 + (c - c0)). */
-static inline BK_HOST_INLINE void table_grads(double *G, const int32_t *p, const float *row, int i, int c0, int c1,
-                                              int j0)
-{
-    if (p) {
-        const int32_t pi = p[i];
-        for (int c = c0; c < c1; c++)
-            G[pi - p[j0 - c0 + c]] += row[c];
-    } else if (c0 < c1) { /* G[d] for d = i - j, from the last column back: G read forwards (vectorises) */
-        double *g = G + (i - j0 + c0) - (c1 - 1);
-        const float *r = row + c1 - 1;
-        const int n = c1 - c0;
-        BK_OMP_SIMD
-        for (int t = 0; t < n; t++)
-            g[t] += (double)r[-t];
-    }
-}
-
-/* The coordinate table's gradients over columns [c0, c1) of row i (keys j = j0 + (c - c0), d = i - j),
- * with u = phi[d] rscale[i] in cell g at t: s = F[g] + t (F[g+1] - F[g]), so
- *     dF[g] += dS (1 - t),  dF[g+1] += dS t,  du = dS slope_g,
- *     dphi[d] += du rscale[i],  drscale[i] += du phi[d]   (*drs: this row's sum). */
-static inline BK_HOST_INLINE void grid_grads(double *dF, double *dphi, double *drs, const head_terms *ht,
-                                             const float *row, int i, int c0, int c1, int j0)
-{
-    const float rs = ht->rscale[i];
-    const int di = i - j0 + c0;
-    double sum = 0.0;
-    for (int c = c0; c < c1; c++) {
-        const int d = di - c;
-        float t;
-        const int32_t g = bk_coord_cell(bk_coord_u(ht->phi[d], rs), ht->points, &t);
-        const double ds = row[c];
-        dF[g] += ds * (1.0 - (double)t);
-        dF[g + 1] += ds * (double)t;
-        const double du = ds * (double)bk_coord_slope(ht->F, g, ht->points);
-        dphi[d] += du * (double)rs;
-        sum += du * (double)ht->phi[d];
-    }
-    *drs += sum;
 }
 
 /* Where the bias gradients of one (b, h) task sit in its slice of doubles: the table gradients of the

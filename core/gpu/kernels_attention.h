@@ -19,6 +19,7 @@
 #include "gpu/dev.h"
 #include "gpu/rows.h"
 #include "model/cope_math.h"
+#include "model/score_terms.h"
 #include "model/softmax_math.h"
 
 #include <math.h>
@@ -100,33 +101,6 @@ static inline BK_DEV_HD void k_att_merge_grad(int64_t i, const void *args)
 
 /* ---- softmax ----------------------------------------------------------------------------------- */
 
-/* The bias of a row: for every stream s with a table, tab_s[h][p_s(i) - p_s(j)] (positions NULL:
- * the token index). The device trusts that every distance is inside [0, distances) (the model checks
- * the host positions, see ops_attention.h); a distance outside turns the score into NaN instead of
- * reading outside the table, so that a broken promise shows as a non-finite loss, not as silently
- * wrong numbers. */
-typedef struct k_att_bias {
-    const float *table[BK_STREAM_COUNT];       /* H x distances, or NULL */
-    const int32_t *positions[BK_STREAM_COUNT]; /* B x T, or NULL (token index) */
-    int32_t distances;
-} k_att_bias;
-
-/* score + the bias of (i, j) for batch row b and head h: the streams' table entries added in stream
- * order, one at a time (the CPU's order). */
-static inline BK_DEV_HD float k_att_add_bias(const k_att_bias *kb, int64_t b, int h, int T, int i, int j, float score)
-{
-    const int64_t D = kb->distances;
-    for (int s = 0; s < BK_STREAM_COUNT; s++) {
-        const float *tab = kb->table[s];
-        if (!tab)
-            continue;
-        const int32_t *p = kb->positions[s] ? kb->positions[s] + b * T : (const int32_t *)0;
-        const int64_t dist = p ? (int64_t)p[i] - (int64_t)p[j] : (int64_t)i - (int64_t)j;
-        score += (dist >= 0 && dist < D) ? tab[(int64_t)h * D + dist] : (float)NAN;
-    }
-    return score;
-}
-
 /* The softmax rows of one query block, B*H*rows of them in (bh, r) order, are row programs (gpu/rows.h): a
  * thread per lane of the CPU's row function (model/softmax_math.h), K_ROWS_PER_CTA rows per block. */
 #define K_ATT_ROWS_SMEM_BYTES (BK_CTA_THREADS * sizeof(double))
@@ -142,7 +116,7 @@ typedef struct k_att_softmax_args {
     int64_t bh_stride;
     int ld, rows, q0, zero_to, T, H;
     int64_t n; /* B*H*rows */
-    k_att_bias bias;
+    bk_score_terms terms; /* the tables only: the other per-score terms are the fused programs' */
 } k_att_softmax_args;
 
 static inline BK_DEV_HD float *k_att_softmax_row(const k_att_softmax_args *a, int64_t idx, int *i)
@@ -164,8 +138,9 @@ static inline BK_DEV_HD void k_att_softmax(int64_t cta, const void *args, float 
             const int64_t idx = first + rr, bh = idx / a->rows;
             int i;
             float *row = k_att_softmax_row(a, idx, &i);
+            const bk_score_head hv = bk_score_head_of(&a->terms, bh / a->H, (int)(bh % a->H), a->H, a->T);
             for (int j = t; j <= i; j += BK_CTA_THREADS)
-                row[j] = k_att_add_bias(&a->bias, bh / a->H, (int)(bh % a->H), a->T, i, j, row[j]);
+                row[j] = bk_score_one(&hv, i, j, row[j]);
         }
     }
     BK_CTA_PHASE(t) /* the lanes' maxima */
@@ -364,7 +339,7 @@ static inline BK_DEV_HD void k_att_table_reduce(int64_t idx, const void *args)
  * softmax (which then adds no bias): row r (query i = q0 + r) of S holds a_ij = scale * q_i . k_j (the
  * GEMM's), L's row the points logits l = q_i . E^T. The count is scanned from the diagonal down in double
  * (cpu/attention.c, counted_row); each visible column becomes
- *     the streams' bias added to a_ij (k_att_add_bias, stream order), then + cope_scale * lerp(l, p_ij),
+ *     the streams' bias added to a_ij (bk_score_one, stream order), then + cope_scale * lerp(l, p_ij),
  * the CPU's order (its terms first, then the counted term). */
 typedef struct k_att_cope_args {
     float *S;
@@ -372,7 +347,7 @@ typedef struct k_att_cope_args {
     const float *L; /* (bh, r) rows of `points` floats */
     int ld, rows, q0, T, H, points;
     float cope_scale;
-    k_att_bias bias;
+    bk_score_terms terms; /* the tables only: the other per-score terms are the fused programs' */
 } k_att_cope_args;
 
 static inline BK_DEV_HD void k_att_cope(int64_t idx, const void *args)
@@ -382,13 +357,14 @@ static inline BK_DEV_HD void k_att_cope(int64_t idx, const void *args)
     const int64_t bh = idx / a->rows;
     float *row = a->S + bh * a->bh_stride + (int64_t)r * a->ld;
     const float *l = a->L + idx * a->points;
+    const bk_score_head hv = bk_score_head_of(&a->terms, bh / a->H, (int)(bh % a->H), a->H, a->T);
     double sum = 0.0;
     for (int j = i; j >= 0; j--) { /* bk_cope_row's scan, each score replaced once its gate is read */
         float w = 0.0f;
         int clamped = 0;
         const int32_t k = bk_cope_step(&sum, row, j, 0, 0, a->points, &w, &clamped);
         const float counted = a->cope_scale * bk_cope_lerp(l, k, w);
-        row[j] = k_att_add_bias(&a->bias, bh / a->H, (int)(bh % a->H), a->T, i, j, row[j]) + counted;
+        row[j] = bk_score_one(&hv, i, j, row[j]) + counted;
     }
 }
 

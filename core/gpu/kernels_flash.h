@@ -54,7 +54,7 @@
  *   is non-decreasing). k_flash_v2_reduce then sums the partials over (b, query tile) and, for dphi and
  *   drscale, the heads, in ascending order, in double.
  * - Content position (cpos, B x H x T): s[i][j] += bk_content_term(P(i), P(j)) = P(j) - P(i) after the other
- *   terms (k_flash_biased_a). dcpos(t) = (sum of dS over t's column) - (sum over its row),
+ *   terms (bk_score_one). dcpos(t) = (sum of dS over t's column) - (sum over its row),
  *   bk_content_grad: the column sums by the program that owns the key tile (k_flash_dkdv, which then keeps
  *   dS raw and applies the logit scale in dK's chain), the row sums by the one that owns the query tile
  *   (k_flash_dq), each a chain of doubles in a (B, H, T) partial only its owner writes (k_flash_cpos_keys,
@@ -66,20 +66,16 @@
 #include "gpu/kernels_attention.h"
 #include "gpu/mma.h"
 #include "model/bias_math.h"
+#include "model/score_terms.h"
 #include "model/softmax_math.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-/* The ABI 2 terms of a call (see the header), pointers in backend memory; all NULL / 0 in an ABI 1 call. */
+/* The gradient partials of the ABI 2 terms of a call (see the header; the terms themselves are the args'
+ * bk_score_terms), pointers in backend memory; all NULL / 0 in an ABI 1 call. */
 typedef struct k_flash_v2 {
-    const float *grid;   /* H x points: the coordinate table F_h at u = g / (points - 1) */
-    const float *phi;    /* distances floats */
-    const float *rscale; /* T floats */
-    const float *lscale; /* H x T: the logit scale s_h(i) (bk_attention_bias.scale) */
-    const float *cpos;   /* (B, H, T): the content position P (bk_attention_bias.cpos) */
-    int32_t points, window, sinks;
     int32_t wphi; /* distances with a dphi partial: min(distances, T) */
     /* backward partials, each NULL when its gradient is not wanted */
     double *dscale_part;  /* (B, H, T): sum_j dS a of the row (written) */
@@ -105,7 +101,7 @@ typedef struct k_flash_args {
     const uint16_t *qkv16, *dout16, *o16;
     uint16_t *out16;
     int32_t width[BK_STREAM_COUNT];  /* distances with a partial: 1 + the largest distance of stream s */
-    k_att_bias bias;
+    bk_score_terms terms; /* the per-score terms (model/score_terms.h), in backend memory */
     k_flash_v2 v2;
     int B, T, C, H, tile;
     float scale;
@@ -276,14 +272,14 @@ static inline BK_DEV_HD int k_flash_qt_end(int kt, int cols, int tile, int nq, i
  * the causal mask included. */
 static inline BK_DEV_HD int k_flash_tile_class(const k_flash_args *a, int i0, int rows, int j0, int cols)
 {
-    return bk_mask_tile(i0, i0 + rows, j0, j0 + cols, a->v2.window, a->v2.sinks);
+    return bk_score_tile(&a->terms, i0, i0 + rows, j0, j0 + cols);
 }
 
 /* Whether (i, j) of a tile of class cls has a score: every pair of a full tile, per element in a
  * partial one. */
 static inline BK_DEV_HD int k_flash_keeps(const k_flash_args *a, int cls, int i, int j)
 {
-    return cls == BK_TILE_FULL || bk_mask_keeps(i, j, a->v2.window, a->v2.sinks);
+    return bk_score_tile_keeps(&a->terms, cls, i, j);
 }
 
 /* The visible keys of row i inside the tile from j0 with j <= i: columns 0 .. k_flash_causal_cols - 1
@@ -294,31 +290,10 @@ static inline BK_DEV_HD int k_flash_causal_cols(int i, int j0, int cols)
     return n < cols ? n : cols;
 }
 
-/* The grid cell of (i, j), j <= i, and its t (model/bias_math.h). */
-static inline BK_DEV_HD int32_t k_flash_cell(const k_flash_v2 *v, int i, int j, float *t)
+/* The per-score terms of (b, h) (model/score_terms.h): a program builds them once per block. */
+static inline BK_DEV_HD bk_score_head k_flash_head(const k_flash_args *a, int64_t b, int h)
 {
-    return bk_coord_cell(bk_coord_u(v->phi[i - j], v->rscale[i]), v->points, t);
-}
-
-/* The biased score of (i, j), j <= i visible, from x = scale (q_i . k_j): the logit scale, the tables'
- * entries in stream order (k_att_add_bias), then the coordinate table, then the content position
- * (bk_content_term, read per element as the tables are). With no ABI 2 term, exactly k_att_add_bias(x). */
-static inline BK_DEV_HD float k_flash_biased_a(const k_flash_args *a, int64_t b, int h, int i, int j, float x)
-{
-    const k_flash_v2 *v = &a->v2;
-    if (v->lscale)
-        x *= v->lscale[(int64_t)h * a->T + i];
-    float s = k_att_add_bias(&a->bias, b, h, a->T, i, j, x);
-    if (v->grid) {
-        float t;
-        const int32_t g = k_flash_cell(v, i, j, &t);
-        s += bk_coord_lerp(v->grid + (int64_t)h * v->points, g, t);
-    }
-    if (v->cpos) {
-        const float *P = v->cpos + (b * a->H + h) * (int64_t)a->T;
-        s += bk_content_term(P[i], P[j]);
-    }
-    return s;
+    return bk_score_head_of(&a->terms, b, h, a->H, a->T);
 }
 
 /* The forward's start, thread t's share: the output accumulator (n floats) zeroed, the running max and
@@ -362,17 +337,18 @@ static inline BK_DEV_HD float k_flash_dot(const float *x, const float *y, int n)
     return acc;
 }
 
-/* The biased score of (i, j), j <= i visible, from the dot product q_i . k_j. */
-static inline BK_DEV_HD float k_flash_biased(const k_flash_args *a, int64_t b, int h, int i, int j, float dot)
+/* The biased score of (i, j), j <= i visible, from the dot product q_i . k_j, with (b, h)'s terms hv. */
+static inline BK_DEV_HD float k_flash_biased(const k_flash_args *a, const bk_score_head *hv, int i, int j, float dot)
 {
-    return k_flash_biased_a(a, b, h, i, j, a->scale * dot);
+    return bk_score_one(hv, i, j, a->scale * dot);
 }
 
 /* ... from rows of q and k in shared memory. */
 static inline BK_DEV_HD float k_flash_score(const k_flash_args *a, int64_t b, int h, int i, int j, const float *q,
                                             const float *k)
 {
-    return k_flash_biased(a, b, h, i, j, k_flash_dot(q, k, a->C / a->H));
+    const bk_score_head hv = k_flash_head(a, b, h);
+    return k_flash_biased(a, &hv, i, j, k_flash_dot(q, k, a->C / a->H));
 }
 
 /* The forward's end, thread t's share: out = O / l for the tile's rows (O's row stride ld), and the row
@@ -408,6 +384,7 @@ static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *s
     const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
     float *Qs = smem + L.q, *Ks = smem + L.k, *Vs = smem + L.v, *Os = smem + L.acc, *Ss = smem + L.s;
     float *m = smem + L.m, *l = smem + L.l, *alpha = smem + L.alpha;
+    const bk_score_head hv = k_flash_head(a, b, h);
 
     BK_CTA_PHASE(t)
     {
@@ -415,7 +392,7 @@ static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *s
         k_flash_fwd_start(Os, (int64_t)tile * ld, m, l, alpha, tile, t);
     }
     int sink_end, first;
-    for (int kt = k_flash_key_tiles(qt, tile, a->v2.window, a->v2.sinks, &sink_end, &first); kt <= qt;
+    for (int kt = k_flash_key_tiles(qt, tile, a->terms.window, a->terms.sinks, &sink_end, &first); kt <= qt;
          kt = k_flash_kt_next(kt, sink_end, first)) {
         const int j0 = kt * tile, cols = k_flash_rows(a, j0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
         BK_DEV_COUNT_TILE(K_FLASH_FWD);
@@ -429,7 +406,7 @@ static inline BK_DEV_HD void k_flash_fwd(int64_t cta, const void *args, float *s
             for (int e = t; e < tile * tile; e += BK_CTA_THREADS) {
                 const int r = e / tile, c = e % tile, i = i0 + r, j = j0 + c;
                 Ss[r * lds + c] = r < rows && c < cols && k_flash_keeps(a, cls, i, j)
-                                      ? k_flash_score(a, b, h, i, j, Qs + r * ld, Ks + c * ld)
+                                      ? k_flash_biased(a, &hv, i, j, k_flash_dot(Qs + r * ld, Ks + c * ld, hd))
                                       : -INFINITY;
             }
         }
@@ -504,13 +481,14 @@ static inline BK_DEV_HD void k_flash_ds_tile(const k_flash_args *a, const k_flas
                                              const float *dsum, float *Ps, float *dSs, float *Sa, int t)
 {
     const int hd = a->C / a->H, ld = L->ldh, tile = a->tile, lds = L->ldp;
-    const float *lscale = for_dk ? a->v2.lscale : (const float *)0;
+    const float *lscale = for_dk ? a->terms.lscale : (const float *)0;
+    const bk_score_head hv = k_flash_head(a, b, h);
     for (int e = t; e < tile * tile; e += BK_CTA_THREADS) {
         const int r = e / tile, c = e % tile, i = i0 + r, j = j0 + c;
         float p = 0.0f, ds = 0.0f, sa = 0.0f;
         if (r < rows && c < cols && k_flash_keeps(a, cls, i, j)) {
             const float x = a->scale * k_flash_dot(Qs + r * ld, Ks + c * ld, hd);
-            p = bk_flash_prob(k_flash_biased_a(a, b, h, i, j, x), lse[r]);
+            p = bk_flash_prob(bk_score_one(&hv, i, j, x), lse[r]);
             ds = p * (k_flash_dot(dOs + r * ld, Vs + c * ld, hd) - dsum[r]);
             sa = ds * x;
             if (lscale)
@@ -576,7 +554,7 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
     /* the content position's key sums take dS raw: then dS is kept so and the dK chain applies the row's
      * logit scale (the same float product ds lscale as k_flash_ds_tile's for_dk) */
     const int raw = a->v2.dcpos_key != 0;
-    const float *lscale = raw && a->v2.lscale ? a->v2.lscale + (int64_t)h * a->T : (const float *)0;
+    const float *lscale = raw && a->terms.lscale ? a->terms.lscale + (int64_t)h * a->T : (const float *)0;
 
     BK_CTA_PHASE(t)
     {
@@ -585,7 +563,7 @@ static inline BK_DEV_HD void k_flash_dkdv(int64_t cta, const void *args, float *
         for (int e = t; e < tile * ld; e += BK_CTA_THREADS)
             dKs[e] = 0.0f, dVs[e] = 0.0f;
     }
-    const int qt_end = k_flash_qt_end(kt, cols, tile, nq, a->v2.window, a->v2.sinks);
+    const int qt_end = k_flash_qt_end(kt, cols, tile, nq, a->terms.window, a->terms.sinks);
     for (int qt = kt; qt < qt_end; qt++) {
         const int i0 = qt * tile, rows = k_flash_rows(a, i0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
         BK_DEV_COUNT_TILE(K_FLASH_DKDV);
@@ -648,13 +626,13 @@ static inline BK_DEV_HD int64_t k_flash_row_prefix(int64_t w, int positioned, in
  * (b, qt) order; k_flash_g_at is where they start. */
 static inline BK_DEV_HD int64_t k_flash_g_len(const k_flash_args *a, int s, int qt)
 {
-    return k_flash_row_len(a->width[s], a->bias.positions[s] != 0, a->tile, qt);
+    return k_flash_row_len(a->width[s], a->terms.positions[s] != 0, a->tile, qt);
 }
 
 /* the sum of k_flash_g_len over query tiles 0 .. q-1 */
 static inline BK_DEV_HD int64_t k_flash_g_prefix(const k_flash_args *a, int s, int64_t q)
 {
-    return k_flash_row_prefix(a->width[s], a->bias.positions[s] != 0, a->tile, q);
+    return k_flash_row_prefix(a->width[s], a->terms.positions[s] != 0, a->tile, q);
 }
 
 static inline BK_DEV_HD int64_t k_flash_g_at(const k_flash_args *a, int s, int64_t b, int qt)
@@ -695,7 +673,7 @@ static inline BK_DEV_HD void k_flash_table_reduce(int64_t idx, const void *args)
 static inline BK_DEV_HD void k_flash_table_partial(const k_flash_args *a, int s, int64_t b, int h, int qt, int i0,
                                                    int rows, int j0, int cols, const float *dSs, int lds, int t)
 {
-    const int32_t *p = a->bias.positions[s] ? a->bias.positions[s] + b * a->T : (const int32_t *)0;
+    const int32_t *p = a->terms.positions[s] ? a->terms.positions[s] + b * a->T : (const int32_t *)0;
     const int64_t first_i = p ? p[i0] : i0, last_i = p ? p[i0 + rows - 1] : i0 + rows - 1;
     const int64_t first_j = p ? p[j0] : j0, last_j = p ? p[j0 + cols - 1] : j0 + cols - 1;
     const int64_t len = k_flash_g_len(a, s, qt);
@@ -740,17 +718,17 @@ static inline BK_DEV_HD int64_t k_flash_phi_at(const k_flash_args *a, int64_t b,
 /* dgrid's partial row of (b, qt, h): `points` doubles. */
 static inline BK_DEV_HD int64_t k_flash_grid_at(const k_flash_args *a, int64_t b, int qt, int h)
 {
-    return ((b * k_flash_tiles(a) + qt) * a->H + h) * (int64_t)a->v2.points;
+    return ((b * k_flash_tiles(a) + qt) * a->H + h) * (int64_t)a->terms.points;
 }
 
 /* The first column c in [lo, hi) of row i (keys from j0, all j <= i) whose grid cell is <= target (hi when
  * none): cells do not increase with c (u grows with the distance i - j, phi being non-decreasing). */
-static inline BK_DEV_HD int k_flash_cell_search(const k_flash_v2 *v, int i, int j0, int lo, int hi, int32_t target)
+static inline BK_DEV_HD int k_flash_cell_search(const bk_score_terms *st, int i, int j0, int lo, int hi, int32_t target)
 {
     while (lo < hi) {
         const int mid = lo + (hi - lo) / 2;
         float t;
-        if (k_flash_cell(v, i, j0 + mid, &t) <= target)
+        if (bk_score_cell(st, i, j0 + mid, &t) <= target)
             hi = mid;
         else
             lo = mid + 1;
@@ -779,8 +757,8 @@ static inline BK_DEV_HD void k_flash_v2_cells(const k_flash_args *a, const k_fla
     for (int r = t; r < a->tile; r += BK_CTA_THREADS) {
         const int i = i0 + r, n = r < rows ? k_flash_causal_cols(i, j0, cols) : 0;
         float tt;
-        rng[2 * r] = n > 0 ? k_flash_cell(&a->v2, i, j0 + n - 1, &tt) : a->v2.points;
-        rng[2 * r + 1] = n > 0 ? k_flash_cell(&a->v2, i, j0, &tt) + 1 : -1;
+        rng[2 * r] = n > 0 ? bk_score_cell(&a->terms, i, j0 + n - 1, &tt) : a->terms.points;
+        rng[2 * r + 1] = n > 0 ? bk_score_cell(&a->terms, i, j0, &tt) + 1 : -1;
     }
 }
 
@@ -799,7 +777,8 @@ static inline BK_DEV_HD void k_flash_v2_partial(const k_flash_args *a, const k_f
                                                 int ld_ds, const float *Sa, int ld_sa, int t)
 {
     const k_flash_v2 *v = &a->v2;
-    const float *F = v->grid ? v->grid + (int64_t)h * v->points : (const float *)0;
+    const bk_score_terms *st = &a->terms;
+    const float *F = bk_score_head_of(st, b, h, a->H, a->T).F;
     if (L->racc) {
         double *racc = (double *)(smem + L->racc);
         for (int r = t; r < rows; r += BK_CTA_THREADS) {
@@ -810,9 +789,9 @@ static inline BK_DEV_HD void k_flash_v2_partial(const k_flash_args *a, const k_f
                     as += (double)Sa[r * ld_sa + c];
                 if (v->drscale_part) {
                     float tt;
-                    const int32_t g = k_flash_cell(v, i, j0 + c, &tt);
-                    const float du = dS[r * ld_ds + c] * bk_coord_slope(F, g, v->points);
-                    ar += (double)du * (double)v->phi[i - j0 - c];
+                    const int32_t g = bk_score_cell(st, i, j0 + c, &tt);
+                    const float du = dS[r * ld_ds + c] * bk_coord_slope(F, g, st->points);
+                    ar += (double)du * (double)st->phi[i - j0 - c];
                 }
             }
             racc[2 * r] = as, racc[2 * r + 1] = ar;
@@ -831,16 +810,16 @@ static inline BK_DEV_HD void k_flash_v2_partial(const k_flash_args *a, const k_f
                 if (j < j0 || j >= j0 + cols)
                     continue;
                 float tt;
-                const int32_t g = k_flash_cell(v, i, (int)j, &tt);
-                const float du = dS[r * ld_ds + (int)(j - j0)] * bk_coord_slope(F, g, v->points);
-                acc += (double)du * (double)v->rscale[i];
+                const int32_t g = bk_score_cell(st, i, (int)j, &tt);
+                const float du = dS[r * ld_ds + (int)(j - j0)] * bk_coord_slope(F, g, st->points);
+                acc += (double)du * (double)st->rscale[i];
             }
             G[delta] += acc;
         }
     }
     if (v->dgrid_part) {
         const int32_t *rng = (const int32_t *)(smem + L->rng);
-        int32_t glo = v->points, ghi = -1;
+        int32_t glo = st->points, ghi = -1;
         for (int r = 0; r < rows; r++) {
             glo = rng[2 * r] < glo ? rng[2 * r] : glo;
             ghi = rng[2 * r + 1] > ghi ? rng[2 * r + 1] : ghi;
@@ -852,11 +831,11 @@ static inline BK_DEV_HD void k_flash_v2_partial(const k_flash_args *a, const k_f
                 if (g < rng[2 * r] || g > rng[2 * r + 1])
                     continue;
                 const int i = i0 + r, n = k_flash_causal_cols(i, j0, cols);
-                const int ca = k_flash_cell_search(v, i, j0, 0, n, g);      /* cells <= g from here */
-                const int cb = k_flash_cell_search(v, i, j0, ca, n, g - 2); /* cells <= g - 2 from here */
+                const int ca = k_flash_cell_search(st, i, j0, 0, n, g);      /* cells <= g from here */
+                const int cb = k_flash_cell_search(st, i, j0, ca, n, g - 2); /* cells <= g - 2 from here */
                 for (int c = ca; c < cb; c++) {
                     float tt;
-                    const int32_t gc = k_flash_cell(v, i, j0 + c, &tt);
+                    const int32_t gc = bk_score_cell(st, i, j0 + c, &tt);
                     const double ds = (double)dS[r * ld_ds + c];
                     acc += gc == g ? ds * (1.0 - (double)tt) : ds * (double)tt;
                 }
@@ -925,7 +904,7 @@ static inline BK_DEV_HD void k_flash_v2_reduce(int64_t idx, const void *args)
     } else if (r->which == K_FLASH_R_DCPOS) {
         sum = bk_content_grad(v->dcpos_key[idx], v->dcpos_query[idx]);
     } else {
-        const int64_t h = idx / v->points, g = idx % v->points;
+        const int64_t h = idx / a->terms.points, g = idx % a->terms.points;
         for (int64_t b = 0; b < a->B; b++)
             for (int qt = 0; qt < nq; qt++)
                 sum += v->dgrid_part[k_flash_grid_at(a, b, qt, (int)h) + g];
@@ -945,7 +924,7 @@ static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *sm
     float *Qs = smem + L.q, *dOs = smem + L.dout, *dQs = smem + L.acc, *Ks = smem + L.k, *Vs = smem + L.v;
     float *dSs = smem + L.ds, *lse = smem + L.m, *dsum = smem + L.l;
     float *Sa = L.sa ? smem + L.sa : (float *)0;
-    const float *lscale = a->v2.lscale ? a->v2.lscale + (int64_t)h * a->T + i0 : (const float *)0;
+    const float *lscale = a->terms.lscale ? a->terms.lscale + (int64_t)h * a->T + i0 : (const float *)0;
 
     BK_CTA_PHASE(t)
     {
@@ -957,7 +936,7 @@ static inline BK_DEV_HD void k_flash_dq(int64_t cta, const void *args, float *sm
         k_flash_v2_start(&L, smem, tile, t);
     }
     int sink_end, first;
-    for (int kt = k_flash_key_tiles(qt, tile, a->v2.window, a->v2.sinks, &sink_end, &first); kt <= qt;
+    for (int kt = k_flash_key_tiles(qt, tile, a->terms.window, a->terms.sinks, &sink_end, &first); kt <= qt;
          kt = k_flash_kt_next(kt, sink_end, first)) {
         const int j0 = kt * tile, cols = k_flash_rows(a, j0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
         BK_DEV_COUNT_TILE(K_FLASH_DQ);

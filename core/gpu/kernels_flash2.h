@@ -204,6 +204,7 @@ static inline BK_DEV_HD void k_flash2_fwd_impl(int64_t cta, const void *args, fl
     const int nqb = (a->T + BR - 1) / BR;
     const int64_t bh = cta / nqb, b = bh / a->H, C3 = 3 * (int64_t)a->C;
     const int h = (int)(bh % a->H), qb = nqb - 1 - (int)(cta % nqb), row0 = qb * BR;
+    const bk_score_head hv = k_flash_head(a, b, h);
     const int brows = a->T - row0 < BR ? a->T - row0 : BR;
     float *Qs = smem + L.q;
 
@@ -217,7 +218,7 @@ static inline BK_DEV_HD void k_flash2_fwd_impl(int64_t cta, const void *args, fl
             continue;
         }
         const int qt1 = wr0 / BC;
-        k_flash_key_tiles(qt1, BC, a->v2.window, a->v2.sinks, &seq[w].sink_end, &seq[w].first);
+        k_flash_key_tiles(qt1, BC, a->terms.window, a->terms.sinks, &seq[w].sink_end, &seq[w].first);
         seq[w].last = qt1;
         const int f = k_flash2_seq_after(&seq[w], -1);
         kt = f < kt ? f : kt;
@@ -271,7 +272,7 @@ static inline BK_DEV_HD void k_flash2_fwd_impl(int64_t cta, const void *args, fl
             if (!k_flash2_seq_has(&seq[w], kt))
                 continue;
             const int wr0 = row0 + w * RW, wrows = a->T - wr0 < RW ? a->T - wr0 : RW;
-            const int cls = bk_mask_tile(wr0, wr0 + wrows, j0, j0 + cols, a->v2.window, a->v2.sinks);
+            const int cls = bk_score_tile(&a->terms, wr0, wr0 + wrows, j0, j0 + cols);
             float *Pw = smem + L.p + w * k_flash_floats((int64_t)RW * ldp, 4);
             K_FLASH2_FOR_LANES(lane) /* S: the lane's elements, each a dot product over d ascending */
             {
@@ -304,7 +305,7 @@ static inline BK_DEV_HD void k_flash2_fwd_impl(int64_t cta, const void *args, fl
                             const int i = wr0 + rr, j = j0 + c;
                             float *s = &r->s[(mf * NB + nb) * 4 + k];
                             *s = rr < wrows && c < cols && k_flash_keeps(a, cls, i, j)
-                                     ? k_flash_biased(a, b, h, i, j, *s)
+                                     ? k_flash_biased(a, &hv, i, j, *s)
                                      : -INFINITY;
                         }
             }

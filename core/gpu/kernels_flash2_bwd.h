@@ -111,7 +111,7 @@ static inline BK_DEV_HD void k_flash2_turn_init(int64_t idx, const void *args)
     const k_flash_args *a = &g->fa;
     const int qt = (int)(idx % k_flash_tiles(a));
     int sink_end, first;
-    g->turn[idx] = k_flash_key_tiles(qt, a->tile, a->v2.window, a->v2.sinks, &sink_end, &first);
+    g->turn[idx] = k_flash_key_tiles(qt, a->tile, a->terms.window, a->terms.sinks, &sink_end, &first);
     if (idx == 0)
         *g->ticket = 0;
 }
@@ -177,10 +177,10 @@ static inline BK_DEV_HD void k_flash2_bwd(int64_t cta, const void *args, float *
     const k_flash_block blk = k_flash_block_of(a, ticket[0], 0);
     const int64_t bh = blk.bh, b = blk.b, C3 = 3 * (int64_t)a->C;
     const int h = blk.h, kt = blk.tile, j0 = blk.t0, cols = blk.n;
-    const int qt_end = k_flash_qt_end(kt, cols, tile, nq, a->v2.window, a->v2.sinks);
+    const int qt_end = k_flash_qt_end(kt, cols, tile, nq, a->terms.window, a->terms.sinks);
     float *Ks = smem + L.f.k, *Vs = smem + L.f.v, *dKs = smem + L.f.acc, *dVs = smem + L.f.acc2;
     float *Ps = smem + L.f.p, *dSs = smem + L.f.ds, *Sa = L.f.sa ? smem + L.f.sa : (float *)0;
-    const float *lscale = a->v2.lscale ? a->v2.lscale + (int64_t)h * a->T : (const float *)0;
+    const float *lscale = a->terms.lscale ? a->terms.lscale + (int64_t)h * a->T : (const float *)0;
 
     BK_CTA_PHASE(t) /* K, V; dK = dV = 0; the first query tile's copies issued */
     {
@@ -252,7 +252,7 @@ static inline BK_DEV_HD void k_flash2_bwd(int64_t cta, const void *args, float *
         {
             if (t == 0) {
                 int sink_end, first;
-                k_flash_key_tiles(qt, tile, a->v2.window, a->v2.sinks, &sink_end, &first);
+                k_flash_key_tiles(qt, tile, a->terms.window, a->terms.sinks, &sink_end, &first);
                 bk_dev_pass_turn(g->turn + bh * nq + qt, k_flash_kt_next(kt, sink_end, first));
             }
         }

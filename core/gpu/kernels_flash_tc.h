@@ -75,6 +75,7 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
     const k_flash_block blk = k_flash_block_of(a, cta, 1);
     const int64_t bh = blk.bh, b = blk.b;
     const int h = blk.h, qt = blk.tile, i0 = blk.t0, rows = blk.n;
+    const bk_score_head hv = k_flash_head(a, b, h);
     uint16_t *Qb = (uint16_t *)(smem + L.q), *Kb = (uint16_t *)(smem + L.k), *Vb = (uint16_t *)(smem + L.v);
     uint16_t *Pb = (uint16_t *)(smem + L.p);
     float *Os = smem + L.acc, *Ss = smem + L.s, *m = smem + L.m, *l = smem + L.l, *alpha = smem + L.alpha;
@@ -85,7 +86,7 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
         k_flash_fwd_start(Os, (int64_t)tile * L.ldf, m, l, alpha, tile, t);
     }
     int sink_end, first;
-    for (int kt = k_flash_key_tiles(qt, tile, a->v2.window, a->v2.sinks, &sink_end, &first); kt <= qt;
+    for (int kt = k_flash_key_tiles(qt, tile, a->terms.window, a->terms.sinks, &sink_end, &first); kt <= qt;
          kt = k_flash_kt_next(kt, sink_end, first)) {
         const int j0 = kt * tile, cols = k_flash_rows(a, j0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
         BK_DEV_COUNT_TILE(K_FLASH_FWD);
@@ -110,7 +111,7 @@ static inline BK_DEV_HD void k_flash_tc_fwd(int64_t cta, const void *args, float
                 }
                 const int i = i0 + r;
                 for (int c = 0; c < tile; c++)
-                    row[c] = c < cols && k_flash_keeps(a, cls, i, j0 + c) ? k_flash_biased(a, b, h, i, j0 + c, row[c])
+                    row[c] = c < cols && k_flash_keeps(a, cls, i, j0 + c) ? k_flash_biased(a, &hv, i, j0 + c, row[c])
                                                                            : -INFINITY;
                 bk_online_softmax_row(row, tile, &m[r], &l[r], &alpha[r]);
                 for (int c = 0; c < tile; c++)
@@ -142,13 +143,14 @@ static inline BK_DEV_HD void k_flash_tc_ds(const k_flash_args *a, const k_flash_
                                            const float *dsum, uint16_t *Pb, uint16_t *dSb, float *dSf, float *Sa, int t)
 {
     const int tile = a->tile;
-    const float *lscale = a->v2.lscale;
+    const float *lscale = a->terms.lscale;
+    const bk_score_head hv = k_flash_head(a, b, h);
     for (int e = t; e < tile * tile; e += BK_CTA_THREADS) {
         const int r = e / tile, c = e % tile, i = i0 + r, j = j0 + c;
         float p = 0.0f, ds = 0.0f, sa = 0.0f, dsl = 0.0f;
         if (r < rows && c < cols && k_flash_keeps(a, cls, i, j)) {
             const float x = a->scale * S[r * L->lds + c];
-            p = bk_flash_prob(k_flash_biased_a(a, b, h, i, j, x), lse[r]);
+            p = bk_flash_prob(bk_score_one(&hv, i, j, x), lse[r]);
             ds = p * (dP[r * L->lds + c] - dsum[r]);
             sa = ds * x;
             dsl = lscale ? ds * lscale[(int64_t)h * a->T + i] : ds;
@@ -183,7 +185,7 @@ static inline BK_DEV_HD void k_flash_tc_dkdv(int64_t cta, const void *args, floa
         for (int e = t; e < tile * L.ldf; e += BK_CTA_THREADS)
             dKs[e] = 0.0f, dVs[e] = 0.0f;
     }
-    const int qt_end = k_flash_qt_end(kt, cols, tile, nq, a->v2.window, a->v2.sinks);
+    const int qt_end = k_flash_qt_end(kt, cols, tile, nq, a->terms.window, a->terms.sinks);
     for (int qt = kt; qt < qt_end; qt++) {
         const int i0 = qt * tile, rows = k_flash_rows(a, i0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
         BK_DEV_COUNT_TILE(K_FLASH_DKDV);
@@ -248,7 +250,7 @@ static inline BK_DEV_HD void k_flash_tc_dq(int64_t cta, const void *args, float 
         partials |= a->G[s] != 0;
     float *Sa = a->v2.dscale_part ? dPs : (float *)0;
     int sink_end, first;
-    for (int kt = k_flash_key_tiles(qt, tile, a->v2.window, a->v2.sinks, &sink_end, &first); kt <= qt;
+    for (int kt = k_flash_key_tiles(qt, tile, a->terms.window, a->terms.sinks, &sink_end, &first); kt <= qt;
          kt = k_flash_kt_next(kt, sink_end, first)) {
         const int j0 = kt * tile, cols = k_flash_rows(a, j0), cls = k_flash_tile_class(a, i0, rows, j0, cols);
         BK_DEV_COUNT_TILE(K_FLASH_DQ);

@@ -136,17 +136,6 @@ static int dev_att_refuse_v2(const char *what, const bk_attention_bias *bias, bk
                    what, term);
 }
 
-static k_att_bias dev_att_bias_of(const bk_attention_bias *bias)
-{
-    k_att_bias kb;
-    kb.distances = bias ? bias->distances : 0;
-    for (int s = 0; s < BK_STREAM_COUNT; s++) {
-        kb.table[s] = bias ? bias->table[s] : (const float *)0;
-        kb.positions[s] = bias && bias->table[s] ? bias->positions[s] : (const int32_t *)0;
-    }
-    return kb;
-}
-
 /* q, k, v of qkv into the scratch slots BK_DEV_SCRATCH_ATT_Q/K/V, (B, H, T, hd) each. */
 static int dev_att_split(bk_dev *d, const float *qkv, int B, int T, int C, int H, float *part[3], bk_error *err)
 {
@@ -217,7 +206,7 @@ static int dev_att_materialized_forward(bk_backend *be, float *out, float *saved
 
     k_att_softmax_args sm;
     /* with counted positions k_att_cope adds the streams' bias (before its own term, the CPU's order) */
-    sm.bias = dev_att_bias_of(np ? (const bk_attention_bias *)0 : bias);
+    sm.terms = bk_attention_score_terms(np ? (const bk_attention_bias *)0 : bias, T);
     sm.T = T, sm.H = H;
     for (int q0 = 0; q0 < T; q0 += DEV_ATT_QBLOCK) {
         const int q1 = q0 + DEV_ATT_QBLOCK < T ? q0 + DEV_ATT_QBLOCK : T, rows = q1 - q0;
@@ -243,7 +232,7 @@ static int dev_att_materialized_forward(bk_backend *be, float *out, float *saved
                 return rc;
             k_att_cope_args ca;
             ca.S = S, ca.bh_stride = stride, ca.L = Lc, ca.ld = ld, ca.rows = rows, ca.q0 = q0, ca.T = T, ca.H = H;
-            ca.points = np, ca.cope_scale = bias->cope_scale, ca.bias = dev_att_bias_of(bias);
+            ca.points = np, ca.cope_scale = bias->cope_scale, ca.terms = bk_attention_score_terms(bias, T);
             if ((rc = BK_LAUNCH(d, k_att_cope, k_att_cope_args, (int64_t)BH * rows, ca, err)) != BK_OK)
                 return rc;
         }

@@ -75,23 +75,15 @@ static int dev_flash_plan_for(const bk_dev *d, const char *what, int hd, int ten
 }
 
 /* The arguments of one call: the storage pointers of `io` (qkv, out, o, dout, dqkv and their bf16
- * forms, lse) with the shape, the tables and the tile. */
+ * forms, lse) with the shape, the per-score terms and the tile. */
 static void dev_flash_args_of(k_flash_args *a, const k_flash_args *io, const bk_attention_bias *bias, int B, int T,
                               int C, int H, int tile)
 {
     *a = *io;
-    a->bias = dev_att_bias_of(bias);
+    a->terms = bk_attention_score_terms(bias, T);
     a->B = B, a->T = T, a->C = C, a->H = H, a->tile = tile;
     a->scale = 1.0f / sqrtf((float)(C / H));
-    memset(&a->v2, 0, sizeof a->v2); /* the ABI 2 terms: only what the bias has */
-    if (bias && bias->grid) {
-        a->v2.grid = bias->grid, a->v2.phi = bias->phi, a->v2.rscale = bias->rscale;
-        a->v2.points = bias->points;
-    }
-    if (bias && bias->window > 0)
-        a->v2.window = bias->window, a->v2.sinks = bias->sinks;
-    a->v2.lscale = bias ? bias->scale : (const float *)0;
-    a->v2.cpos = bias ? bias->cpos : (const float *)0;
+    memset(&a->v2, 0, sizeof a->v2); /* the ABI 2 gradients' partials: set by the backward */
 }
 
 /* What of the ABI 2 terms the host can check (the values in backend memory are the engine's to check:
@@ -166,7 +158,7 @@ static int dev_flash_v2_partials(bk_dev *d, k_flash_args *a, const bk_attention_
         return BK_OK;
     a->v2.wphi = bias->distances < a->T ? bias->distances : a->T;
     const size_t rows = (size_t)a->B * a->H * a->T;
-    const size_t n_grid = want_grid ? (size_t)a->B * k_flash_tiles(a) * a->H * a->v2.points : 0;
+    const size_t n_grid = want_grid ? (size_t)a->B * k_flash_tiles(a) * a->H * a->terms.points : 0;
     const size_t n_phi = want_phi ? (size_t)k_flash_phi_at(a, a->B, 0) : 0; /* past the last (b, qt) */
     const size_t n_scale = want_scale ? rows : 0, n_rs = want_rs ? rows : 0, n_cpos = want_cpos ? rows : 0;
     const size_t zeroed = n_grid + n_phi + 2 * n_cpos;
@@ -213,7 +205,7 @@ static int dev_flash_v2_reduce(bk_dev *d, const k_flash_args *a, const bk_attent
     }
     if (a->v2.dgrid_part) {
         r.out = bias->dgrid, r.which = K_FLASH_R_DGRID;
-        if ((rc = BK_LAUNCH(d, k_flash_v2_reduce, k_flash_v2_reduce_args, (int64_t)a->H * a->v2.points, r, err)) !=
+        if ((rc = BK_LAUNCH(d, k_flash_v2_reduce, k_flash_v2_reduce_args, (int64_t)a->H * a->terms.points, r, err)) !=
             BK_OK)
             return rc;
     }
