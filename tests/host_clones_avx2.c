@@ -15,4 +15,10 @@
 #define bk_crossentropy_backward avx2_crossentropy_backward
 #define bk_encoder_forward avx2_encoder_forward
 #define bk_encoder_backward avx2_encoder_backward
+#define bk_rmsnorm_forward avx2_rmsnorm_forward
+#define bk_rmsnorm_backward avx2_rmsnorm_backward
+#define bk_swiglu_forward avx2_swiglu_forward
+#define bk_swiglu_backward avx2_swiglu_backward
+#define bk_gqa_expand avx2_gqa_expand
+#define bk_gqa_reduce avx2_gqa_reduce
 #include "../core/model/layers.c"

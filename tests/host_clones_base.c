@@ -14,4 +14,10 @@
 #define bk_crossentropy_backward base_crossentropy_backward
 #define bk_encoder_forward base_encoder_forward
 #define bk_encoder_backward base_encoder_backward
+#define bk_rmsnorm_forward base_rmsnorm_forward
+#define bk_rmsnorm_backward base_rmsnorm_backward
+#define bk_swiglu_forward base_swiglu_forward
+#define bk_swiglu_backward base_swiglu_backward
+#define bk_gqa_expand base_gqa_expand
+#define bk_gqa_reduce base_gqa_reduce
 #include "../core/model/layers.c"

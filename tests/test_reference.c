@@ -201,6 +201,11 @@ static void describe(text *j, const ref_case *c, int T, const bk_lm *lm, const b
                "\"train_length\": %d, ",
             c->name, (int)e->model.layers, (int)e->model.heads, (int)e->model.dim, (int)e->model.vocab, BATCH, T,
             (int)e->train.length);
+    const bk_gpt *m = &lm->gpt;
+    appendf(j, "\"family\": \"%s\", \"kv_heads\": %d, \"head_dim\": %d, \"ffn_dim\": %d, \"norm_eps\": %.17g, "
+               "\"tied\": %s, ",
+            m->family == BK_FAMILY_LLAMA ? "llama" : "gpt2", m->KV, m->hd, m->F, (double)m->eps,
+            m->tied ? "true" : "false");
     appendf(j, "\"mixing\": \"%s\", \"learn_weights\": %s, \"terms\": [",
             bk_choice_name(BK_MIXING_CHOICES, lm->terms.mixing, mixing, sizeof mixing),
             e->attention.learn_weights ? "true" : "false");
@@ -304,7 +309,8 @@ static void large_weights(bk_gpt *m)
     for (int i = 0; i < m->n_tensors; i++) {
         const bk_gpt_tensor *t = &m->tensors[i];
         float *x = m->params + t->offset;
-        int norm_weight = !strcmp(t->name, "ln1w") || !strcmp(t->name, "ln2w") || !strcmp(t->name, "lnfw");
+        int norm_weight = !strcmp(t->name, "ln1w") || !strcmp(t->name, "ln2w") || !strcmp(t->name, "lnfw") ||
+                          !strcmp(t->name, "rms1w") || !strcmp(t->name, "rms2w") || !strcmp(t->name, "rmsfw");
         double std = t->ndim == 3 ? 1.5 / sqrt((double)t->shape[2]) : 0.2;
         for (size_t k = 0; k < t->count; k++)
             x[k] = (float)((norm_weight ? 1.0 : 0.0) + std * bk_rng_normal(&rng));
@@ -855,6 +861,56 @@ static void cope_window_long(void **state)
                 130);
 }
 
+/* ---- the LLaMA family ([model] family = "llama": RMSNorm, SwiGLU, grouped-query attention, no biases) ---- */
+
+#define LLAMA(heads, kv, head_dim, dim, ffn, extra)                                                                \
+    "[model]\nfamily = \"llama\"\nlayers = 2\nheads = " #heads "\nkv_heads = " #kv "\nhead_dim = " #head_dim        \
+    "\ndim = " #dim "\nffn_dim = " #ffn "\nvocab = 256\n" extra "[train]\nseed = 7\n"
+
+/* RoPE (base 100: every pair turns within 12 tokens) on 4 query heads sharing 2 key/value heads, tied. */
+static void llama_rope_gqa(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"llama_rope_gqa", LLAMA(4, 2, 8, 32, 48, "") "[[term]]\nplugin = \"rope\"\nbase = 100.0\n",
+                         "[{\"base\": 100.0}]", 1, NULL});
+}
+
+/* One key/value head for 4 query heads of 12 (attention width 48 beside dim 32), an untied output head and
+ * RMSNorm's eps 1e-6; ALiBi and a window of 20 with 3 sinks at T = 130, past the attention's 64-row blocks. */
+static void llama_untied_alibi_window_long(void **state)
+{
+    (void)state;
+    run_case_at(&(ref_case){"llama_untied_alibi_window_long",
+                            LLAMA(4, 1, 12, 32, 40, "tied = false\nnorm_eps = 1e-6\n")
+                            "[[term]]\nplugin = \"alibi\"\n[[term]]\nplugin = \"window\"\nwindow = 20\nsinks = 3\n",
+                            "[{}, {\"window\": 20, \"sinks\": 3}]", 1, NULL},
+                130);
+}
+
+/* FIRE's coordinate table under Scalable-Softmax's logit scale, without GQA. */
+static void llama_fire_ssmax(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"llama_fire_ssmax",
+                         LLAMA(4, 4, 8, 32, 48, "") "[[term]]\nplugin = \"fire\"\nwidth = 8\nthreshold = 6\n"
+                                                    "[[term]]\nplugin = \"ssmax\"\n",
+                         "[{\"width\": 8, \"threshold\": 6}, {}]", 1, NULL});
+}
+
+/* CoPE after YaRN-scaled RoPE on heads of 12 with 2 key/value heads, and FoX's forget gate reading the
+ * RMSNorm output (the content terms). */
+static void llama_cope_fox_yarn(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"llama_cope_fox_yarn",
+                         LLAMA(4, 2, 12, 32, 40, "") "[[term]]\nplugin = \"rope\"\nbase = 100.0\nscaling = \"yarn\"\n"
+                                                      "factor = 2.0\n[[term]]\nplugin = \"cope\"\npoints = 6\n"
+                                                      "init_std = 0.5\n[[term]]\nplugin = \"fox\"\n",
+                         "[{\"base\": 100.0, \"scaling\": \"yarn\", \"factor\": 2.0}, {\"points\": 6, \"init_std\": 0.5}, "
+                         "{}]",
+                         1, NULL});
+}
+
 /* RoPE scaled as the options say, base 100 so that the ramp of YaRN falls inside the 4 pairs of a head of 8. */
 static void rope_scaled(const char *name, const char *options_toml, const char *options_json)
 {
@@ -937,6 +993,10 @@ int main(void)
         cmocka_unit_test(cope_clamped),
         cmocka_unit_test(cope_rope_ssmax),
         cmocka_unit_test(cope_window_long),
+        cmocka_unit_test(llama_rope_gqa),
+        cmocka_unit_test(llama_untied_alibi_window_long),
+        cmocka_unit_test(llama_fire_ssmax),
+        cmocka_unit_test(llama_cope_fox_yarn),
         cmocka_unit_test(fire_per_layer),
         cmocka_unit_test(fire_coarse_grid),
         cmocka_unit_test(fire_alibi_long),

@@ -42,6 +42,18 @@ static const key_spec schema[] = {
     {"model", "heads", KEY_INT, 8, 1, 1024, NULL, "attention heads per block", FIELD(model.heads)},
     {"model", "dim", KEY_INT, 256, 1, 65536, NULL, "model width (a multiple of heads)", FIELD(model.dim)},
     {"model", "vocab", KEY_INT, 256, 2, 1 << 20, NULL, "vocabulary size (256 for byte-level text)", FIELD(model.vocab)},
+    {"model", "family", KEY_CHOICE, BK_FAMILY_GPT2, 0, 0, BK_MODEL_FAMILY_CHOICES,
+     "the block: gpt2 = LayerNorm, GELU MLP of 4 dim, biases, tied output; llama = RMSNorm, SwiGLU MLP of "
+     "ffn_dim, no biases, grouped-query attention (kv_heads), head_dim, tied or untied output",
+     FIELD(model.family)},
+    {"model", "kv_heads", KEY_INT, 0, 0, 1024, NULL,
+     "llama: key/value heads, dividing heads (grouped-query attention; 0 = heads)", FIELD(model.kv_heads)},
+    {"model", "head_dim", KEY_INT, 0, 0, 4096, NULL, "llama: width of a head (0 = dim / heads)", FIELD(model.head_dim)},
+    {"model", "ffn_dim", KEY_INT, 0, 0, 1 << 20, NULL, "llama: the SwiGLU MLP's hidden width (required)",
+     FIELD(model.ffn_dim)},
+    {"model", "norm_eps", KEY_FLOAT, 1e-5, 1e-12, 1, NULL, "llama: RMSNorm's epsilon", FIELD(model.norm_eps)},
+    {"model", "tied", KEY_BOOL, 1, 0, 1, NULL, "llama: the output head is the token embedding (false: its own matrix)",
+     FIELD(model.tied)},
     {"attention", "mixing", KEY_CHOICE, BK_MIX_SUM, 0, 0, BK_MIXING_CHOICES,
      "how terms on one stream combine: sum = sum_t w_t T_t; kernel = log sum_t w_t exp(T_t)", FIELD(attention.mixing)},
     {"attention", "learn_weights", KEY_BOOL_OR_CHOICE, 0, 0, 2, BK_LEARN_WEIGHTS_CHOICES,
@@ -567,6 +579,48 @@ static int label_terms(bk_experiment *exp, bk_error *err)
     return BK_OK;
 }
 
+/* The family's keys: llama needs ffn_dim, and kv_heads dividing heads; gpt2 has its fixed block, so a key
+ * only llama reads is an error at that key when it is set. */
+static int check_family(const bk_experiment *exp, const bk_toml_node *root, bk_error *err)
+{
+    const bk_toml_node *model = bk_toml_get(root, "model");
+    if (exp->model.family == BK_FAMILY_GPT2) {
+        static const char *const llama_only[] = {"kv_heads", "head_dim", "ffn_dim", "norm_eps", "tied"};
+        for (size_t i = 0; i < sizeof llama_only / sizeof llama_only[0]; i++) {
+            const bk_toml_node *v = bk_toml_get(model, llama_only[i]);
+            if (v)
+                return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v),
+                                  "[model] %s: read by family = \"llama\" only; the gpt2 block has LayerNorm, a GELU "
+                                  "MLP of 4 dim, dim / heads per head and a tied output (expected no %s, or "
+                                  "family = \"llama\")",
+                                  llama_only[i], llama_only[i]);
+        }
+        return BK_OK;
+    }
+    const bk_toml_node *at = bk_toml_get(model, "family");
+    bk_toml_pos pos = at ? bk_toml_position(at) : (bk_toml_pos){exp->path, 0, 0};
+    if (!exp->model.ffn_dim)
+        return bk_fail_at(err, BK_ERR_CONFIG, pos,
+                          "[model] family = \"llama\" needs ffn_dim, the SwiGLU MLP's hidden width (e.g. %lld for "
+                          "dim = %lld)",
+                          (long long)((exp->model.dim * 8 / 3 + 63) / 64 * 64), (long long)exp->model.dim);
+    const int64_t kv = bk_experiment_kv_heads(exp);
+    if (exp->model.heads % kv != 0) {
+        const bk_toml_node *k = bk_toml_get(model, "kv_heads");
+        return bk_fail_at(err, BK_ERR_CONFIG, k ? bk_toml_position(k) : pos,
+                          "[model] kv_heads: %lld does not divide heads = %lld (each key/value head serves a whole "
+                          "group of query heads)",
+                          (long long)kv, (long long)exp->model.heads);
+    }
+    if (bk_experiment_head_dim(exp) % 2 != 0) {
+        const bk_toml_node *k = bk_toml_get(model, "head_dim");
+        return bk_fail_at(err, BK_ERR_CONFIG, k ? bk_toml_position(k) : pos,
+                          "[model] head_dim: %lld is odd; expected an even width (rotary pairs)",
+                          (long long)bk_experiment_head_dim(exp));
+    }
+    return BK_OK;
+}
+
 /* [run] precision = "bf16" multiplies on bf16 tensor cores and reads q, k, v through the fused attention:
  * matmul becomes "bf16" unless set, and another matmul or attention is an error at that key. */
 static int check_precision(bk_experiment *exp, const bk_toml_node *root, bk_error *err)
@@ -619,13 +673,16 @@ static int validate(bk_experiment *exp, bk_error *err)
         if ((rc = read_section(exp, root, e.key, e.value, err)))
             return rc;
     }
-    if (exp->model.dim % exp->model.heads != 0) {
+    if (!exp->model.head_dim && exp->model.dim % exp->model.heads != 0) {
         const bk_toml_node *dim = bk_toml_get(bk_toml_get(root, "model"), "dim");
         bk_toml_pos pos = dim ? bk_toml_position(dim) : (bk_toml_pos){exp->path, 0, 0};
         return bk_fail_at(err, BK_ERR_CONFIG, pos, "[model] dim: %lld is not a multiple of heads = %lld",
                           (long long)exp->model.dim, (long long)exp->model.heads);
     }
-    const int rc = check_precision(exp, root, err);
+    int rc = check_family(exp, root, err);
+    if (rc)
+        return rc;
+    rc = check_precision(exp, root, err);
     return rc ? rc : label_terms(exp, err);
 }
 

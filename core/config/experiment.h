@@ -32,6 +32,9 @@
 #define BK_DEVICE_CHOICES "auto|cpu|cuda|emulated"
 #define BK_MATMUL_CHOICES "fp32|tf32|bf16" /* the order of bk_matmul_mode (model/backend.h) */
 #define BK_ATTENTION_CHOICES "fused|materialized|auto" /* the order of bk_attention_mode (model/backend.h) */
+/* [model] family: the block (model/gpt.h) */
+typedef enum bk_model_family { BK_FAMILY_GPT2 = 0, BK_FAMILY_LLAMA = 1 } bk_model_family;
+#define BK_MODEL_FAMILY_CHOICES "gpt2|llama" /* the order of bk_model_family */
 #define BK_PRECISION_CHOICES "fp32|bf16" /* the order of bk_precision (model/backend.h) */
 #define BK_DATA_FORMAT_CHOICES "text|shards"
 #define BK_DATA_SPLIT_CHOICES "documents|tail" /* bk_split_mode's first two (data/split.h) */
@@ -101,6 +104,12 @@ typedef struct bk_experiment {
     char *path;
     struct {
         int64_t layers, heads, dim, vocab;
+        int64_t family;   /* bk_model_family: BK_MODEL_FAMILY_CHOICES */
+        int64_t kv_heads; /* key/value heads (llama; 0: heads) */
+        int64_t head_dim; /* width of a head (llama; 0: dim / heads) */
+        int64_t ffn_dim;  /* the MLP's hidden width (0: 4 dim for gpt2; llama: required) */
+        double norm_eps;  /* RMSNorm's epsilon (llama) */
+        int64_t tied;     /* the output head is the token embedding (llama; gpt2 always) */
     } model;
     struct {
         int64_t mixing; /* bk_mixing */
@@ -206,10 +215,16 @@ typedef struct bk_experiment_change {
  * there are. */
 int bk_experiment_diff(const bk_experiment *a, const bk_experiment *b, bk_experiment_change *out, int cap);
 
-/* Width of one attention head: dim / heads (validated to divide exactly). */
+/* Width of one attention head: [model] head_dim, else dim / heads (validated to divide exactly). */
 static inline int64_t bk_experiment_head_dim(const bk_experiment *exp)
 {
-    return exp->model.dim / exp->model.heads;
+    return exp->model.head_dim ? exp->model.head_dim : exp->model.dim / exp->model.heads;
+}
+
+/* Key/value heads: [model] kv_heads, else heads. */
+static inline int64_t bk_experiment_kv_heads(const bk_experiment *exp)
+{
+    return exp->model.kv_heads ? exp->model.kv_heads : exp->model.heads;
 }
 
 /* A TOML value as the file would write it (strings quoted, floats in their shortest exact form with

@@ -117,6 +117,52 @@ static int cpu_layernorm_backward(bk_backend *be, float *dinp, float *dweight, f
     return BK_OK;
 }
 
+static int cpu_rmsnorm_forward(bk_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N,
+                               int C, float eps, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+    return BK_OK;
+}
+
+static int cpu_rmsnorm_backward(bk_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                                const float *weight, const float *rstd, int N, int C, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+    return BK_OK;
+}
+
+static int cpu_swiglu_forward(bk_backend *be, float *out, const float *inp, int N, int F, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_swiglu_forward(out, inp, N, F);
+    return BK_OK;
+}
+
+static int cpu_swiglu_backward(bk_backend *be, float *dinp, const float *inp, const float *dout, int N, int F,
+                               bk_error *err)
+{
+    (void)be, (void)err;
+    bk_swiglu_backward(dinp, inp, dout, N, F);
+    return BK_OK;
+}
+
+static int cpu_gqa_expand(bk_backend *be, float *qkv, const float *qkvr, int N, int H, int KV, int hd, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_gqa_expand(qkv, qkvr, N, H, KV, hd);
+    return BK_OK;
+}
+
+static int cpu_gqa_reduce(bk_backend *be, float *dqkvr, const float *dqkv, int N, int H, int KV, int hd,
+                          bk_error *err)
+{
+    (void)be, (void)err;
+    bk_gqa_reduce(dqkvr, dqkv, N, H, KV, hd);
+    return BK_OK;
+}
+
 static int cpu_matmul_forward(bk_backend *be, bk_storage s, float *out, const void *inp, const void *weight,
                               const float *bias, int N, int C, int OC, bk_error *err)
 {
@@ -352,6 +398,12 @@ static void cpu_destroy(bk_backend *be)
     .matmul_backward = cpu_matmul_backward,                   \
     .gelu_forward = cpu_gelu_forward,                         \
     .gelu_backward = cpu_gelu_backward,                       \
+    .rmsnorm_forward = cpu_rmsnorm_forward,                   \
+    .rmsnorm_backward = cpu_rmsnorm_backward,                 \
+    .swiglu_forward = cpu_swiglu_forward,                     \
+    .swiglu_backward = cpu_swiglu_backward,                   \
+    .gqa_expand = cpu_gqa_expand,                             \
+    .gqa_reduce = cpu_gqa_reduce,                             \
     .residual_forward = cpu_residual_forward,                 \
     .residual_backward = cpu_residual_backward,               \
     .crossentropy_forward = cpu_crossentropy_forward,         \

@@ -29,7 +29,7 @@ static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32
     int64_t n_batches = (n_windows + B - 1) / B;
     const bk_gpt *m = &lm->gpt;
     r->batch = B;
-    r->activation_bytes = bk_gpt_activation_bytes(m->be, m->L, m->H, m->C, m->V, B, L, 0);
+    r->activation_bytes = bk_gpt_model_activation_bytes(m, B, L, 0);
     /* per batch: its loss sum, then (chunks) its sum at each position */
     size_t rec = 1 + (stride ? 0 : (size_t)L), per_rank = (size_t)n_batches * rec;
     int32_t *in = malloc((size_t)B * L * sizeof *in), *tg = malloc((size_t)B * L * sizeof *tg);

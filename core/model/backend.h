@@ -164,6 +164,18 @@ struct bk_backend {
     /* out = bf16(x) (device backends; NULL on the CPU) */
     int (*cast_bf16)(bk_backend *be, uint16_t *out, const float *x, size_t n, bk_error *err);
     int (*gelu_backward)(bk_backend *be, float *dinp, const float *inp, const float *dout, size_t n, bk_error *err);
+    /* The LLaMA family's layers (model/layers.h: RMSNorm, SwiGLU, grouped-query heads), fp32. The CPU backend
+     * has them; the device backends do not yet (NULL): the model refuses [model] family = "llama" there
+     * (bk_gpt_set_backend). */
+    int (*rmsnorm_forward)(bk_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N,
+                           int C, float eps, bk_error *err);
+    int (*rmsnorm_backward)(bk_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                            const float *weight, const float *rstd, int N, int C, bk_error *err);
+    int (*swiglu_forward)(bk_backend *be, float *out, const float *inp, int N, int F, bk_error *err);
+    int (*swiglu_backward)(bk_backend *be, float *dinp, const float *inp, const float *dout, int N, int F,
+                           bk_error *err);
+    int (*gqa_expand)(bk_backend *be, float *qkv, const float *qkvr, int N, int H, int KV, int hd, bk_error *err);
+    int (*gqa_reduce)(bk_backend *be, float *dqkvr, const float *dqkv, int N, int H, int KV, int hd, bk_error *err);
     int (*residual_forward)(bk_backend *be, float *out, const float *a, const float *b, size_t n, bk_error *err);
     int (*residual_backward)(bk_backend *be, float *da, float *db, const float *dout, size_t n, bk_error *err);
     /* Fused softmax + cross-entropy over N rows of V logits: losses[n]; probs kept when not NULL. */

@@ -15,8 +15,12 @@
  * qkv product (bias, RoPE) is computed in before it is rounded; their gradients stay fp32. */
 typedef struct acts {
     float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd,
-        *fch, *fch_gelu, *fcproj, *res3, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *stage;
+        *fch, *fch_gelu, *fcproj, *res3, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *stage, *qkvr;
 } acts;
+/* Family llama (empty slots for gpt2, so that its layout is the same): ln1, ln2 and lnf hold the RMSNorm
+ * outputs and their rstd (no mean); qkv the q, k, v of every query head (the key/value heads expanded,
+ * rotated: what the attention reads); fch the gate and up products (2F), fch_gelu silu(gate) up (F); qkvr
+ * the q/k/v product of one layer before the expansion ((H + 2 KV) hd per token; its gradient too). */
 
 #define N_ACTS (sizeof(acts) / sizeof(float *))
 
@@ -36,30 +40,49 @@ static size_t room(int b16, size_t n)
  * the gradient of the saved attention (backward reads a.att and keeps dS in its own scratch) or of the
  * probabilities (crossentropy_backward writes d.logits from a.probs): those two gradient slots are
  * empty. */
-static void shape_sizes(bk_backend *be, int L, int H, int C_, int V_, int B, int T, int train, int grads,
+static void shape_sizes(bk_backend *be, const bk_gpt_shape *sh, int B, int T, int train, int grads,
                         size_t sizes[N_ACTS])
 {
-    size_t BT = (size_t)B * T, C = (size_t)C_, La = train ? (size_t)L : 1, V = (size_t)V_;
+    size_t BT = (size_t)B * T, C = (size_t)sh->dim, La = train ? (size_t)sh->layers : 1, V = (size_t)sh->vocab;
     size_t rows = train ? BT : (BT < EVAL_LOGIT_ROWS ? BT : EVAL_LOGIT_ROWS);
     const int h = bf16_storage(be) && !grads; /* bf16 slots */
+    const int llama = sh->family == BK_FAMILY_LLAMA;
+    const size_t A = (size_t)sh->heads * sh->head_dim, F = (size_t)sh->ffn_dim;
+    const size_t R = llama ? (size_t)(sh->heads + 2 * sh->kv_heads) * sh->head_dim : 0;
+    const size_t means = llama ? 0 : 1; /* RMSNorm keeps no mean */
     size_t s[N_ACTS] = {
         BT * C,                                                     /* encoded */
-        room(h, La * BT * C), La * BT, La * BT,                     /* ln1, mean, rstd */
-        room(h, La * BT * 3 * C), room(h, La * BT * C),             /* qkv, atty */
-        train && !grads ? La * be->attention_saved(be, B, T, H) : 0, /* att: what attention backward reads */
+        room(h, La * BT * C), means * La * BT, La * BT,             /* ln1, mean, rstd */
+        room(h, La * BT * 3 * A), room(h, La * BT * A),             /* qkv, atty */
+        train && !grads ? La * be->attention_saved(be, B, T, sh->heads) : 0, /* att: what attention backward reads */
         La * BT * C, La * BT * C,                                   /* attproj, res2 */
-        room(h, La * BT * C), La * BT, La * BT,                     /* ln2, mean, rstd */
-        La * BT * 4 * C, room(h, La * BT * 4 * C), La * BT * C, La * BT * C, /* fch, fch_gelu, fcproj, res3 */
-        room(h, BT * C), BT, BT,                                    /* lnf, mean, rstd */
+        room(h, La * BT * C), means * La * BT, La * BT,             /* ln2, mean, rstd */
+        La * BT * (llama ? 2 : 1) * F, room(h, La * BT * F), La * BT * C, La * BT * C, /* fch, fch_gelu, fcproj, res3 */
+        room(h, BT * C), means * BT, BT,                            /* lnf, mean, rstd */
         rows * V, train && !grads ? BT * V : 0,                     /* logits, probs */
         h ? BT * 3 * C : 0,                                         /* stage */
+        BT * R,                                                     /* qkvr */
     };
     memcpy(sizes, s, sizeof s);
 }
 
+/* The shape of the gpt2 model of these sizes. */
+static bk_gpt_shape gpt2_shape(int layers, int heads, int dim, int vocab)
+{
+    bk_gpt_shape sh = {BK_FAMILY_GPT2, layers, heads, heads, dim / heads, dim, 4 * dim, vocab, 1, 1e-5f};
+    return sh;
+}
+
+static bk_gpt_shape model_shape(const bk_gpt *m)
+{
+    bk_gpt_shape sh = {m->family, m->L, m->H, m->KV, m->hd, m->C, m->F, m->V, m->tied, m->eps};
+    return sh;
+}
+
 static void act_sizes(const bk_gpt *m, int B, int T, int train, int grads, size_t sizes[N_ACTS])
 {
-    shape_sizes(m->be, m->L, m->H, m->C, m->V, B, T, train, grads, sizes);
+    const bk_gpt_shape sh = model_shape(m);
+    shape_sizes(m->be, &sh, B, T, train, grads, sizes);
 }
 
 static size_t total_of(const size_t sizes[N_ACTS])
@@ -70,16 +93,28 @@ static size_t total_of(const size_t sizes[N_ACTS])
     return total;
 }
 
-size_t bk_gpt_activation_bytes(bk_backend *be, int layers, int heads, int dim, int vocab, int B, int T, int train)
+static size_t activation_bytes(bk_backend *be, const bk_gpt_shape *sh, int B, int T, int train)
 {
     size_t sizes[N_ACTS], total;
-    shape_sizes(be, layers, heads, dim, vocab, B, T, train, 0, sizes);
+    shape_sizes(be, sh, B, T, train, 0, sizes);
     total = total_of(sizes);
     if (train) { /* training allocates their gradients too */
-        shape_sizes(be, layers, heads, dim, vocab, B, T, train, 1, sizes);
+        shape_sizes(be, sh, B, T, train, 1, sizes);
         total += total_of(sizes);
     }
     return total * sizeof(float);
+}
+
+size_t bk_gpt_activation_bytes(bk_backend *be, int layers, int heads, int dim, int vocab, int B, int T, int train)
+{
+    const bk_gpt_shape sh = gpt2_shape(layers, heads, dim, vocab);
+    return activation_bytes(be, &sh, B, T, train);
+}
+
+size_t bk_gpt_model_activation_bytes(const bk_gpt *m, int B, int T, int train)
+{
+    const bk_gpt_shape sh = model_shape(m);
+    return activation_bytes(m->be, &sh, B, T, train);
 }
 
 size_t bk_gpt_parameter_bytes(const bk_gpt *m)
@@ -118,7 +153,7 @@ static int reserve_acts(bk_gpt *m, int B, int T, int train, bk_error *err)
 {
     if (m->acts && B == m->B && T == m->T && train == m->train)
         return BK_OK;
-    const size_t bytes = bk_gpt_activation_bytes(m->be, m->L, m->H, m->C, m->V, B, T, train);
+    const size_t bytes = bk_gpt_model_activation_bytes(m, B, T, train);
     size_t sizes[N_ACTS];
     act_sizes(m, B, T, train, 0, sizes);
     const size_t total = total_of(sizes); /* floats of acts */
@@ -207,44 +242,111 @@ static void set_tensor(bk_gpt *m, const char *name, int ndim, int64_t d0, int64_
     *offset += t->count;
 }
 
-static void point(const bk_gpt *m, float *base, bk_gpt_params *p)
+/* The views of one copy of the parameters (or their gradients) at base: the family's struct. */
+static void point(const bk_gpt *m, float *base, bk_gpt_params *p, bk_llama_params *lp)
 {
-    float **ptr = (float **)p;
+    float **ptr = m->family == BK_FAMILY_LLAMA ? (float **)lp : (float **)p;
     for (int i = 0; i < m->n_tensors; i++)
         ptr[i] = base + m->tensors[i].offset;
 }
 
+bk_gpt_shape bk_gpt_shape_of(const bk_experiment *exp)
+{
+    bk_gpt_shape sh = gpt2_shape((int)exp->model.layers, (int)exp->model.heads, (int)exp->model.dim,
+                                 (int)exp->model.vocab);
+    if (exp->model.family == BK_FAMILY_LLAMA) {
+        sh.family = BK_FAMILY_LLAMA;
+        sh.kv_heads = (int)bk_experiment_kv_heads(exp);
+        sh.head_dim = (int)bk_experiment_head_dim(exp);
+        sh.ffn_dim = (int)exp->model.ffn_dim;
+        sh.tied = exp->model.tied != 0;
+        sh.norm_eps = (float)exp->model.norm_eps;
+    }
+    return sh;
+}
+
 int bk_gpt_init(bk_gpt *m, int layers, int heads, int dim, int vocab, bk_bias *bias, uint64_t seed, bk_error *err)
 {
-    memset(m, 0, sizeof *m);
-    if (layers < 1 || heads < 1 || dim < 1 || vocab < 2 || dim % heads)
+    if (layers < 1 || heads < 1 || dim < 1 || vocab < 2 || dim % heads) {
+        memset(m, 0, sizeof *m);
         return bk_fail(err, BK_ERR_INVALID, "model shape: layers %d, heads %d, dim %d, vocab %d is not valid", layers,
                        heads, dim, vocab);
-    m->L = layers, m->H = heads, m->C = dim, m->V = vocab;
+    }
+    const bk_gpt_shape sh = gpt2_shape(layers, heads, dim, vocab);
+    return bk_gpt_init_shape(m, &sh, bias, seed, err);
+}
+
+/* The tensors of the shape's family, in the order of its params struct. */
+static void set_tensors(bk_gpt *m, size_t *off)
+{
+    const int64_t L = m->L, C = m->C, V = m->V, A = m->A, F = m->F, R = (int64_t)(m->H + 2 * m->KV) * m->hd;
+    if (m->family == BK_FAMILY_LLAMA) { /* the order of bk_llama_params */
+        set_tensor(m, "wte", 2, V, C, 0, 1, off);
+        set_tensor(m, "rms1w", 2, L, C, 0, 0, off);
+        set_tensor(m, "qkvw", 3, L, R, C, 1, off);
+        set_tensor(m, "attprojw", 3, L, C, A, 1, off);
+        set_tensor(m, "rms2w", 2, L, C, 0, 0, off);
+        set_tensor(m, "fcw", 3, L, 2 * F, C, 1, off);
+        set_tensor(m, "fcprojw", 3, L, C, F, 1, off);
+        set_tensor(m, "rmsfw", 1, C, 0, 0, 0, off);
+        if (!m->tied)
+            set_tensor(m, "lmhead", 2, V, C, 0, 1, off);
+        return;
+    }
+    /* the order of bk_gpt_params */
+    set_tensor(m, "wte", 2, V, C, 0, 1, off);
+    set_tensor(m, "ln1w", 2, L, C, 0, 0, off);
+    set_tensor(m, "ln1b", 2, L, C, 0, 0, off);
+    set_tensor(m, "qkvw", 3, L, 3 * C, C, 1, off);
+    set_tensor(m, "qkvb", 2, L, 3 * C, 0, 0, off);
+    set_tensor(m, "attprojw", 3, L, C, C, 1, off);
+    set_tensor(m, "attprojb", 2, L, C, 0, 0, off);
+    set_tensor(m, "ln2w", 2, L, C, 0, 0, off);
+    set_tensor(m, "ln2b", 2, L, C, 0, 0, off);
+    set_tensor(m, "fcw", 3, L, 4 * C, C, 1, off);
+    set_tensor(m, "fcb", 2, L, 4 * C, 0, 0, off);
+    set_tensor(m, "fcprojw", 3, L, C, 4 * C, 1, off);
+    set_tensor(m, "fcprojb", 2, L, C, 0, 0, off);
+    set_tensor(m, "lnfw", 1, C, 0, 0, 0, off);
+    set_tensor(m, "lnfb", 1, C, 0, 0, 0, off);
+}
+
+/* The tensors a block's residual branch ends with (initialised smaller, GPT-2's scheme) and the norms'
+ * weights (initialised to 1), in both families. */
+static int is_residual_projection(const char *name)
+{
+    return !strcmp(name, "attprojw") || !strcmp(name, "fcprojw");
+}
+
+static int is_norm_weight(const char *name)
+{
+    return !strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw") || !strcmp(name, "rms1w") ||
+           !strcmp(name, "rms2w") || !strcmp(name, "rmsfw");
+}
+
+int bk_gpt_init_shape(bk_gpt *m, const bk_gpt_shape *sh, bk_bias *bias, uint64_t seed, bk_error *err)
+{
+    memset(m, 0, sizeof *m);
+    const int llama = sh->family == BK_FAMILY_LLAMA;
+    if (sh->layers < 1 || sh->heads < 1 || sh->dim < 1 || sh->vocab < 2 || sh->head_dim < 1 || sh->kv_heads < 1 ||
+        sh->heads % sh->kv_heads || sh->ffn_dim < 1 || (!llama && sh->heads * sh->head_dim != sh->dim) ||
+        (llama && !(sh->norm_eps > 0.0f)))
+        return bk_fail(err, BK_ERR_INVALID,
+                       "model shape: family %s, layers %d, heads %d, kv_heads %d, head_dim %d, dim %d, ffn_dim %d, "
+                       "vocab %d is not valid",
+                       llama ? "llama" : "gpt2", sh->layers, sh->heads, sh->kv_heads, sh->head_dim, sh->dim,
+                       sh->ffn_dim, sh->vocab);
+    m->L = sh->layers, m->H = sh->heads, m->C = sh->dim, m->V = sh->vocab;
+    m->family = sh->family, m->KV = sh->kv_heads, m->hd = sh->head_dim, m->A = sh->heads * sh->head_dim;
+    m->F = sh->ffn_dim, m->tied = llama ? sh->tied : 1, m->eps = sh->norm_eps;
     m->bias = bias;
     int rc = bk_positions_init(&m->pos, bias ? bias->set : NULL, err);
     if (rc) {
         bk_positions_free(&m->pos);
         return rc;
     }
-    int64_t L = layers, C = dim, V = vocab;
     size_t off = 0;
-    /* the order of bk_gpt_params */
-    set_tensor(m, "wte", 2, V, C, 0, 1, &off);
-    set_tensor(m, "ln1w", 2, L, C, 0, 0, &off);
-    set_tensor(m, "ln1b", 2, L, C, 0, 0, &off);
-    set_tensor(m, "qkvw", 3, L, 3 * C, C, 1, &off);
-    set_tensor(m, "qkvb", 2, L, 3 * C, 0, 0, &off);
-    set_tensor(m, "attprojw", 3, L, C, C, 1, &off);
-    set_tensor(m, "attprojb", 2, L, C, 0, 0, &off);
-    set_tensor(m, "ln2w", 2, L, C, 0, 0, &off);
-    set_tensor(m, "ln2b", 2, L, C, 0, 0, &off);
-    set_tensor(m, "fcw", 3, L, 4 * C, C, 1, &off);
-    set_tensor(m, "fcb", 2, L, 4 * C, 0, 0, &off);
-    set_tensor(m, "fcprojw", 3, L, C, 4 * C, 1, &off);
-    set_tensor(m, "fcprojb", 2, L, C, 0, 0, &off);
-    set_tensor(m, "lnfw", 1, C, 0, 0, 0, &off);
-    set_tensor(m, "lnfb", 1, C, 0, 0, 0, &off);
+    set_tensors(m, &off);
     m->n_params = off;
     m->be = bk_backend_cpu();
     if (!(m->params = malloc(off * sizeof(float)))) {
@@ -252,18 +354,18 @@ int bk_gpt_init(bk_gpt *m, int layers, int heads, int dim, int vocab, bk_bias *b
         return bk_fail(err, BK_ERR_NOMEM, "out of memory for %zu parameters", off);
     }
     m->wparams = m->params;
-    point(m, m->params, &m->wp);
-    point(m, m->params, &m->p);
+    point(m, m->params, &m->wp, &m->lwp);
+    point(m, m->params, &m->p, &m->lp);
 
     bk_rng rng = {bk_derive_seed(seed, 0x6d6f64656c, 0)}; /* "model" */
-    double residual_std = INIT_STD / sqrt(2.0 * layers);
+    double residual_std = INIT_STD / sqrt(2.0 * sh->layers);
     for (int i = 0; i < m->n_tensors; i++) {
         const bk_gpt_tensor *t = &m->tensors[i];
         float *x = m->params + t->offset;
-        int is_norm_weight = !strcmp(t->name, "ln1w") || !strcmp(t->name, "ln2w") || !strcmp(t->name, "lnfw");
-        double std = !strcmp(t->name, "attprojw") || !strcmp(t->name, "fcprojw") ? residual_std : INIT_STD;
+        const int norm = is_norm_weight(t->name);
+        double std = is_residual_projection(t->name) ? residual_std : INIT_STD;
         for (size_t k = 0; k < t->count; k++)
-            x[k] = t->decay ? (float)(std * bk_rng_normal(&rng)) : is_norm_weight ? 1.0f : 0.0f;
+            x[k] = t->decay ? (float)(std * bk_rng_normal(&rng)) : norm ? 1.0f : 0.0f;
     }
     return BK_OK;
 }
@@ -306,8 +408,8 @@ int bk_gpt_alloc_grads(bk_gpt *m, bk_error *err)
             return bk_error_prefix(err, "%zu gradients: ", m->n_params);
         }
     }
-    point(m, m->grads, &m->g);
-    point(m, m->wgrads, &m->wg);
+    point(m, m->grads, &m->g, &m->lg);
+    point(m, m->wgrads, &m->wg, &m->lwg);
     return BK_OK;
 }
 
@@ -325,6 +427,11 @@ int bk_gpt_set_backend(bk_gpt *m, bk_backend *be, bk_error *err)
     if (m->be->on_device || m->acts)
         return bk_fail(err, BK_ERR_INVALID, "the model can move to another backend only once, before its first forward "
                        "(it is on %s)", m->be->name);
+    if (be->on_device && m->family == BK_FAMILY_LLAMA)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "[model] family = \"llama\" runs on the CPU in this build: the %s backend has no RMSNorm, "
+                       "SwiGLU or grouped-query layers yet; use [run] device = \"cpu\"",
+                       be->name);
     int rc = bk_positions_set_backend(&m->pos, be, err);
     if (rc)
         return rc;
@@ -342,9 +449,9 @@ int bk_gpt_set_backend(bk_gpt *m, bk_backend *be, bk_error *err)
         m->be = bk_backend_cpu();
         return bk_error_prefix(err, "moving %zu model parameters to %s: ", m->n_params, be->name);
     }
-    point(m, m->wparams, &m->wp);
+    point(m, m->wparams, &m->wp, &m->lwp);
     if (m->wgrads)
-        point(m, m->wgrads, &m->wg);
+        point(m, m->wgrads, &m->wg, &m->lwg);
     return BK_OK;
 }
 
@@ -472,6 +579,117 @@ static stored stored_of(const acts *a, bk_storage s, size_t la, size_t BT, size_
             goto fail;              \
     } while (0)
 
+/* The llama family's blocks (forward): from a.encoded to a.res3 of the last layer. fp32 storage only (the
+ * device backends, where bf16 storage is, refuse the family). */
+static int llama_forward_layers(bk_gpt *m, const acts *a, int B, int T, int train, const bk_rotary_view *rot,
+                                int content, bk_error *err)
+{
+    int rc;
+    bk_backend *be = m->be;
+    const bk_llama_params *p = &m->lwp;
+    const int C = m->C, H = m->H, KV = m->KV, hd = m->hd, A = m->A, F = m->F, BT = B * T;
+    const int R = (H + 2 * KV) * hd;
+    const bk_storage s = BK_STORAGE_FP32;
+    for (int l = 0; l < m->L; l++) {
+        const size_t la = train ? (size_t)l : 0; /* activation slot of this layer */
+        const float *residual = l == 0 ? a->encoded : a->res3 + (train ? la - 1 : 0) * BT * C;
+        float *ln1 = a->ln1 + la * BT * C, *ln1_rstd = a->ln1_rstd + la * BT;
+        float *qkv = a->qkv + la * BT * 3 * A, *atty = a->atty + la * BT * A;
+        float *att = train ? a->att + la * be->attention_saved(be, B, T, H) : NULL;
+        float *attproj = a->attproj + la * BT * C, *res2 = a->res2 + la * BT * C;
+        float *ln2 = a->ln2 + la * BT * C, *ln2_rstd = a->ln2_rstd + la * BT;
+        float *fch = a->fch + la * BT * 2 * F, *swi = a->fch_gelu + la * BT * F;
+        float *fcproj = a->fcproj + la * BT * C, *res3 = a->res3 + la * BT * C;
+
+        TRY(be->rmsnorm_forward(be, ln1, ln1_rstd, residual, p->rms1w + (size_t)l * C, BT, C, m->eps, err));
+        TRY(linear_forward(m, s, a->qkvr, ln1, p->qkvw + (size_t)l * R * C, NULL, BT, C, R, err));
+        TRY(be->gqa_expand(be, qkv, a->qkvr, BT, H, KV, hd, err));
+        if (rot) /* qkv keeps the rotated q, k: attention backward reads them */
+            TRY(be->rotary(be, qkv, rot, B, T, A, H, 1.0f, err));
+        bk_attention_bias ab;
+        attention_bias(m, l, &ab);
+        if (content) {
+            TRY(bk_content_forward(&m->bias->content, l, (int)la, train ? m->L : 1, ln1, B, T, m->bias->training,
+                                   m->bias->step, m->bias->check_finite, err));
+            bk_content_attention(&m->bias->content, (int)la, &ab);
+        }
+        if ((rc = be->attention_forward(be, s, atty, att, qkv, &ab, B, T, A, H, err)))
+            return bk_error_prefix(err, "layer %d attention: ", l);
+        TRY(linear_forward(m, s, attproj, atty, p->attprojw + (size_t)l * C * A, NULL, BT, A, C, err));
+        TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
+        TRY(be->rmsnorm_forward(be, ln2, ln2_rstd, res2, p->rms2w + (size_t)l * C, BT, C, m->eps, err));
+        TRY(linear_forward(m, s, fch, ln2, p->fcw + (size_t)l * 2 * F * C, NULL, BT, C, 2 * F, err));
+        TRY(be->swiglu_forward(be, swi, fch, BT, F, err));
+        TRY(linear_forward(m, s, fcproj, swi, p->fcprojw + (size_t)l * C * F, NULL, BT, F, C, err));
+        TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
+    }
+    return BK_OK;
+fail:
+    return rc;
+}
+
+/* The llama family's blocks (backward), from d.res3 of the last layer to d.encoded; dtable and the bias as
+ * bk_gpt_backward sets them up. */
+static int llama_backward_layers(bk_gpt *m, const acts *a, const acts *d, float *const dtable[BK_STREAM_COUNT],
+                                 size_t dtable_floats, const bk_rotary_view *rot, int content, bk_error *err)
+{
+    int rc;
+    bk_backend *be = m->be;
+    const bk_llama_params *p = &m->lwp, *g = &m->lwg;
+    const int B = m->B, T = m->T, C = m->C, H = m->H, KV = m->KV, hd = m->hd, A = m->A, F = m->F, BT = B * T;
+    const int R = (H + 2 * KV) * hd;
+    const bk_storage s = BK_STORAGE_FP32;
+    const size_t saved = be->attention_saved(be, B, T, H);
+    for (int l = m->L - 1; l >= 0; l--) {
+        const size_t o1 = (size_t)l * BT, oC = o1 * C, oA = o1 * A, oF = o1 * F;
+        const float *residual = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C;
+        float *dresidual = l == 0 ? d->encoded : d->res3 + (size_t)(l - 1) * BT * C;
+
+        TRY(be->residual_backward(be, d->res2 + oC, d->fcproj + oC, d->res3 + oC, (size_t)BT * C, err));
+        TRY(linear_backward(m, s, d->fch_gelu + oF, g->fcprojw + (size_t)l * C * F, NULL, d->fcproj + oC,
+                            a->fch_gelu + oF, p->fcprojw + (size_t)l * C * F, BT, F, C, err));
+        TRY(be->swiglu_backward(be, d->fch + 2 * oF, a->fch + 2 * oF, d->fch_gelu + oF, BT, F, err));
+        TRY(linear_backward(m, s, d->ln2 + oC, g->fcw + (size_t)l * 2 * F * C, NULL, d->fch + 2 * oF, a->ln2 + oC,
+                            p->fcw + (size_t)l * 2 * F * C, BT, C, 2 * F, err));
+        TRY(be->rmsnorm_backward(be, d->res2 + oC, g->rms2w + (size_t)l * C, d->ln2 + oC, a->res2 + oC,
+                                 p->rms2w + (size_t)l * C, a->ln2_rstd + o1, BT, C, err));
+        TRY(be->residual_backward(be, dresidual, d->attproj + oC, d->res2 + oC, (size_t)BT * C, err));
+        TRY(linear_backward(m, s, d->atty + oA, g->attprojw + (size_t)l * C * A, NULL, d->attproj + oC,
+                            a->atty + oA, p->attprojw + (size_t)l * C * A, BT, A, C, err));
+        bk_attention_bias ab;
+        attention_bias(m, l, &ab);
+        if (m->dtable_mem)
+            TRY(be->zero(be, m->dtable_mem, dtable_floats * sizeof(float), err));
+        if (m->bias)
+            TRY(bk_bias_backward_begin(m->bias, l, &ab, err));
+        if (content) {
+            bk_content_attention(&m->bias->content, l, &ab);
+            TRY(bk_content_backward_begin(&m->bias->content, &ab, err));
+        }
+        if ((rc = be->attention_backward(be, s, d->qkv + 3 * oA, dtable, d->atty + oA, a->qkv + 3 * oA,
+                                         a->atty + oA, a->att + (size_t)l * saved, &ab, B, T, A, H, err)))
+            return bk_error_prefix(err, "layer %d attention backward: ", l);
+        if (m->dtable_mem)
+            TRY(bk_bias_backward(m->bias, l, (const float *const *)dtable, err));
+        if (m->bias)
+            TRY(bk_bias_query_backward(m->bias, l, err));
+        if (content) /* before the q/k/v product's backward: both add into d.ln1 */
+            TRY(bk_content_backward(&m->bias->content, l, a->ln1 + oC, d->ln1 + oC, m->bias->dtheta,
+                                    m->bias->training, m->bias->step, err));
+        if (rot)
+            TRY(be->rotary(be, d->qkv + 3 * oA, rot, B, T, A, H, -1.0f, err));
+        TRY(be->zero(be, d->qkvr, (size_t)BT * R * sizeof(float), err));
+        TRY(be->gqa_reduce(be, d->qkvr, d->qkv + 3 * oA, BT, H, KV, hd, err));
+        TRY(linear_backward(m, s, d->ln1 + oC, g->qkvw + (size_t)l * R * C, NULL, d->qkvr, a->ln1 + oC,
+                            p->qkvw + (size_t)l * R * C, BT, C, R, err));
+        TRY(be->rmsnorm_backward(be, dresidual, g->rms1w + (size_t)l * C, d->ln1 + oC, residual,
+                                 p->rms1w + (size_t)l * C, a->ln1_rstd + o1, BT, C, err));
+    }
+    return BK_OK;
+fail:
+    return rc;
+}
+
 int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int B, int T, int train, bk_error *err)
 {
     int rc;
@@ -513,9 +731,13 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
         return rc;
     bk_rotary_view rot; /* valid after prepare: angles for positions < T, on the backend */
     const int rotary = bk_positions_rotary(&m->pos, &rot);
-    TRY(be->encoder_forward(be, a.encoded, &m->batch, p->wte, B, T, C, err));
+    const int llama = m->family == BK_FAMILY_LLAMA;
+    const float *wte = llama ? m->lwp.wte : p->wte, *head = llama && !m->tied ? m->lwp.lmhead : wte;
+    TRY(be->encoder_forward(be, a.encoded, &m->batch, wte, B, T, C, err));
     TRY(bk_embed_forward(&m->pos, a.encoded, err));
-    for (int l = 0; l < m->L; l++) {
+    if (llama)
+        TRY(llama_forward_layers(m, &a, B, T, train, rotary ? &rot : NULL, content, err));
+    for (int l = 0; l < (llama ? 0 : m->L); l++) { /* the gpt2 blocks */
         size_t la = train ? (size_t)l : 0; /* activation slot of this layer */
         const float *residual = l == 0 ? a.encoded : a.res3 + (train ? la - 1 : 0) * BT * C;
         float *ln1_mean = a.ln1_mean + la * BT, *ln1_rstd = a.ln1_rstd + la * BT;
@@ -556,16 +778,19 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
         TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
     }
     const float *last = a.res3 + (train ? (size_t)(m->L - 1) : 0) * BT * C;
-    TRY(be->layernorm_forward(be, sg, a.lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err));
+    if (llama)
+        TRY(be->rmsnorm_forward(be, a.lnf, a.lnf_rstd, last, m->lwp.rmsfw, BT, C, m->eps, err));
+    else
+        TRY(be->layernorm_forward(be, sg, a.lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err));
 
     if (train) {
-        TRY(linear_forward(m, sg, a.logits, a.lnf, p->wte, NULL, BT, C, m->V, err));
+        TRY(linear_forward(m, sg, a.logits, a.lnf, head, NULL, BT, C, m->V, err));
         if (targets)
             TRY(be->crossentropy_forward(be, m->wlosses, a.probs, a.logits, tg, BT, m->V, err));
     } else if (targets) {
         for (int row = 0; row < BT; row += EVAL_LOGIT_ROWS) {
             int rows = BT - row < EVAL_LOGIT_ROWS ? BT - row : EVAL_LOGIT_ROWS;
-            TRY(linear_forward(m, sg, a.logits, at_value(a.lnf, sg, (size_t)row * C), p->wte, NULL, rows, C, m->V,
+            TRY(linear_forward(m, sg, a.logits, at_value(a.lnf, sg, (size_t)row * C), head, NULL, rows, C, m->V,
                                err));
             TRY(be->crossentropy_forward(be, m->wlosses + row, NULL, a.logits, tg + row, rows, m->V, err));
         }
@@ -630,11 +855,22 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     }
 
     TRY(be->crossentropy_backward(be, d.logits, a.probs, m->batch.targets, loss_scale / (float)BT, BT, m->V, err));
-    TRY(linear_backward(m, sg, d.lnf, g->wte, NULL, d.logits, a.lnf, p->wte, BT, C, m->V, err));
+    const int llama = m->family == BK_FAMILY_LLAMA;
+    float *dwte = llama ? m->lwg.wte : g->wte;
     size_t last = (size_t)(L - 1) * BT * C;
-    TRY(be->layernorm_backward(be, d.res3 + last, g->lnfw, g->lnfb, d.lnf, a.res3 + last, p->lnfw, a.lnf_mean,
-                               a.lnf_rstd, BT, C, err));
-    for (int l = L - 1; l >= 0; l--) {
+    if (llama) {
+        const int untied = !m->tied;
+        TRY(linear_backward(m, sg, d.lnf, untied ? m->lwg.lmhead : dwte, NULL, d.logits, a.lnf,
+                            untied ? m->lwp.lmhead : m->lwp.wte, BT, C, m->V, err));
+        TRY(be->rmsnorm_backward(be, d.res3 + last, m->lwg.rmsfw, d.lnf, a.res3 + last, m->lwp.rmsfw, a.lnf_rstd, BT,
+                                 C, err));
+        TRY(llama_backward_layers(m, &a, &d, dtable, dtable_floats, rotary ? &rot : NULL, content, err));
+    } else {
+        TRY(linear_backward(m, sg, d.lnf, g->wte, NULL, d.logits, a.lnf, p->wte, BT, C, m->V, err));
+        TRY(be->layernorm_backward(be, d.res3 + last, g->lnfw, g->lnfb, d.lnf, a.res3 + last, p->lnfw, a.lnf_mean,
+                                   a.lnf_rstd, BT, C, err));
+    }
+    for (int l = (llama ? -1 : L - 1); l >= 0; l--) { /* the gpt2 blocks */
         size_t o1 = (size_t)l * BT, oC = o1 * C, o3 = oC * 3, o4 = oC * 4;
         const float *residual = l == 0 ? a.encoded : a.res3 + (size_t)(l - 1) * BT * C;
         float *dresidual = l == 0 ? d.encoded : d.res3 + (size_t)(l - 1) * BT * C;
@@ -683,7 +919,7 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
         TRY(be->layernorm_backward(be, dresidual, g->ln1w + l * C, g->ln1b + l * C, d.ln1 + oC, residual,
                                    p->ln1w + l * C, a.ln1_mean + o1, a.ln1_rstd + o1, BT, C, err));
     }
-    TRY(be->encoder_backward(be, g->wte, d.encoded, &m->batch, B, T, C, err));
+    TRY(be->encoder_backward(be, dwte, d.encoded, &m->batch, B, T, C, err));
     if (m->bias)
         TRY(bk_embed_backward(&m->pos, d.encoded, m->bias->dtheta, err));
     return BK_OK;

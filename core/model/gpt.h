@@ -1,10 +1,17 @@
-/* The model (docs/design.md §6): a GPT-style decoder with no positional embedding of its own.
+/* The model (docs/design.md §6): a decoder with no positional embedding of its own, in one of two block
+ * families ([model] family). gpt2, the default:
  *
  *   x = wte[token] + the embedding terms' A[p]           (none by default)
  *   per block l:  x += attn_proj(attention(ln1(x)) with the bias tables of layer l and, when a
  *                      rotary term is configured, q and k rotated by their positions)
  *                 x += mlp_proj(gelu(mlp_fc(ln2(x))))
  *   logits = lnf(x) . wte^T            (tied output head)
+ * llama (bk_llama_params): RMSNorm in place of LayerNorm, no biases, q of H heads and k, v of KV heads
+ * (grouped-query attention: each key/value head serves H / KV query heads, expanded to full heads for the
+ * attention, model/layers.h), heads of head_dim, the MLP x += down(silu(gate(x)) * up(x)) of ffn_dim, and
+ * the output head wte or its own matrix (tied or not):
+ *   per block l:  x += o(attention(rms1(x)));  x += down(swiglu(fc(rms2(x))))   (fc = [gate; up])
+ *   logits = rmsf(x) . head^T
  *
  * Every layer is a forward/backward pair run through a backend (backend.h: the CPU reference, CUDA, or
  * the CUDA code emulated on the CPU), llm.c style; the model logic below is the same for all of them.
@@ -45,6 +52,28 @@ typedef struct bk_gpt_params {
     float *lnfb;     /* (C) */
 } bk_gpt_params;
 
+/* The llama family's tensors, in their order in memory. A = H hd (the attention's width), R = (H + 2 KV) hd,
+ * F = ffn_dim. */
+typedef struct bk_llama_params {
+    float *wte;      /* (V, C) token embedding (and the output head when tied) */
+    float *rms1w;    /* (L, C) */
+    float *qkvw;     /* (L, R, C): q, then k, then v, each head's rows together */
+    float *attprojw; /* (L, C, A) */
+    float *rms2w;    /* (L, C) */
+    float *fcw;      /* (L, 2F, C): gate, then up */
+    float *fcprojw;  /* (L, C, F): down */
+    float *rmsfw;    /* (C) */
+    float *lmhead;   /* (V, C), untied only */
+} bk_llama_params;
+
+/* A model's shape: the experiment's [model] (bk_gpt_shape_of) with its defaults applied. */
+typedef struct bk_gpt_shape {
+    int family; /* bk_model_family */
+    int layers, heads, kv_heads, head_dim, dim, ffn_dim, vocab;
+    int tied;
+    float norm_eps;
+} bk_gpt_shape;
+
 /* Name, shape and place of one parameter tensor (checkpoints, the reference test, the optimizer). */
 typedef struct bk_gpt_tensor {
     const char *name; /* "wte", "ln1w", ... as in bk_gpt_params */
@@ -57,6 +86,10 @@ typedef struct bk_gpt_tensor {
 
 typedef struct bk_gpt {
     int L, H, C, V;
+    int family;          /* bk_model_family */
+    int KV, hd, A, F;    /* key/value heads, head width, attention width H hd, MLP width (4 C for gpt2) */
+    int tied;
+    float eps;           /* llama: RMSNorm's epsilon */
     bk_gpt_tensor tensors[BK_GPT_N_TENSORS];
     int n_tensors;
     size_t n_params;
@@ -67,6 +100,7 @@ typedef struct bk_gpt {
     float *wparams, *wgrads; /* the working copies in be's memory; the same arrays as params, grads on the CPU */
     uint16_t *wparams16;     /* [run] precision = "bf16": wparams rounded to bf16, refreshed by every forward */
     bk_gpt_params wp, wg;
+    bk_llama_params lp, lg, lwp, lwg; /* the same four views, family llama */
     /* the batch of the last forward in be's memory (aliases of the caller's arrays on the CPU), and
      * the encoder backward's buckets of its token ids */
     int32_t *d_inputs, *d_targets, *d_buckets, *h_buckets;
@@ -91,6 +125,10 @@ typedef struct bk_gpt {
 /* Shapes and parameters (GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
  * LayerNorm weights 1, biases 0), deterministic for `seed`. */
 int bk_gpt_init(bk_gpt *m, int layers, int heads, int dim, int vocab, bk_bias *bias, uint64_t seed, bk_error *err);
+/* Any family: the shape's tensors (llama: N(0, 0.02), the output projections of attention and MLP
+ * N(0, 0.02/sqrt(2L)), RMSNorm weights 1), deterministic for `seed`. */
+int bk_gpt_init_shape(bk_gpt *m, const bk_gpt_shape *shape, bk_bias *bias, uint64_t seed, bk_error *err);
+bk_gpt_shape bk_gpt_shape_of(const bk_experiment *exp);
 void bk_gpt_free(bk_gpt *m);
 
 /* Forward over inputs (B, T); with targets, the per-token losses and their mean. `train` keeps what
@@ -108,6 +146,8 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
  * optimizer state, the weights' bf16 copies (bk_gpt_parameter_bytes) and backend scratch are not
  * included. */
 size_t bk_gpt_activation_bytes(bk_backend *be, int layers, int heads, int dim, int vocab, int B, int T, int train);
+/* The same for a model of any family. */
+size_t bk_gpt_model_activation_bytes(const bk_gpt *m, int B, int T, int train);
 
 /* Bytes the model keeps per parameter on its backend while training: value, gradient and AdamW's two
  * moments (4 floats), and with bf16 storage the weights' bf16 copies (2 bytes more). */

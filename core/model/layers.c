@@ -2,6 +2,7 @@
 #include "model/gelu_math.h"
 #include "model/host_simd.h"
 #include "model/layernorm_math.h"
+#include "model/llama_math.h"
 #include "model/softmax_math.h"
 
 #include "cpu/gemm.h"
@@ -60,6 +61,101 @@ void bk_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
         for (int c = 0; c < nc; c++) {
             dweight[c0 + c] += (float)dw[c];
             dbias[c0 + c] += (float)db[c];
+        }
+    }
+}
+
+BK_HOST_CLONES
+void bk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        bk_rmsnorm_row(out + (size_t)n * C, &rstd[n], inp + (size_t)n * C, weight, C, eps);
+}
+
+BK_HOST_CLONES
+void bk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                         const float *rstd, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        bk_rmsnorm_row_backward(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight, rstd[n], C);
+    /* dw_c = sum_n dy x rstd: blocks of channels in parallel, rows in order inside each (deterministic) */
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += COLUMN_BLOCK) {
+        int nc = C - c0 < COLUMN_BLOCK ? C - c0 : COLUMN_BLOCK;
+        double dw[COLUMN_BLOCK] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *dy = dout + (size_t)n * C + c0, *x = inp + (size_t)n * C + c0;
+            for (int c = 0; c < nc; c++)
+                dw[c] += (double)(x[c] * rstd[n]) * dy[c];
+        }
+        for (int c = 0; c < nc; c++)
+            dweight[c0 + c] += (float)dw[c];
+    }
+}
+
+BK_HOST_CLONES
+void bk_swiglu_forward(float *out, const float *inp, int N, int F)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F;
+        float *h = out + (size_t)n * F;
+        BK_OMP_SIMD
+        for (int f = 0; f < F; f++)
+            h[f] = bk_swiglu(g[f], u[f]);
+    }
+}
+
+BK_HOST_CLONES
+void bk_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *u = g + F, *dh = dout + (size_t)n * F;
+        float *dg = dinp + (size_t)n * 2 * F, *du = dg + F;
+        BK_OMP_SIMD
+        for (int f = 0; f < F; f++) {
+            float a, b;
+            bk_swiglu_grad(g[f], u[f], dh[f], &a, &b);
+            dg[f] += a;
+            du[f] += b;
+        }
+    }
+}
+
+void bk_gqa_expand(float *qkv, const float *qkvr, int N, int H, int KV, int hd)
+{
+    const size_t A = (size_t)H * hd, R = (size_t)(H + 2 * KV) * hd;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *src = qkvr + (size_t)n * R;
+        float *dst = qkv + (size_t)n * 3 * A;
+        memcpy(dst, src, A * sizeof *dst); /* q */
+        for (int h = 0; h < H; h++) {
+            const size_t g = (size_t)bk_gqa_kv_head(h, H, KV) * hd;
+            memcpy(dst + A + (size_t)h * hd, src + A + g, (size_t)hd * sizeof *dst);                         /* k */
+            memcpy(dst + 2 * A + (size_t)h * hd, src + A + (size_t)KV * hd + g, (size_t)hd * sizeof *dst); /* v */
+        }
+    }
+}
+
+void bk_gqa_reduce(float *dqkvr, const float *dqkv, int N, int H, int KV, int hd)
+{
+    const size_t A = (size_t)H * hd, R = (size_t)(H + 2 * KV) * hd;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *src = dqkv + (size_t)n * 3 * A;
+        float *dst = dqkvr + (size_t)n * R;
+        for (size_t c = 0; c < A; c++)
+            dst[c] += src[c];
+        for (int h = 0; h < H; h++) { /* the query heads of a group in ascending order */
+            const size_t g = (size_t)bk_gqa_kv_head(h, H, KV) * hd;
+            for (int d = 0; d < hd; d++) {
+                dst[A + g + d] += src[A + (size_t)h * hd + d];
+                dst[A + (size_t)KV * hd + g + d] += src[2 * A + (size_t)h * hd + d];
+            }
         }
     }
 }

@@ -17,6 +17,22 @@ void bk_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 void bk_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                            const float *weight, const float *mean, const float *rstd, int N, int C);
 
+/* RMSNorm (the LLaMA family; model/llama_math.h): y = x / sqrt(mean(x^2) + eps) * w over the last
+ * dimension; rstd saved. Backward: dinp += ..., dweight += ... */
+void bk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps);
+void bk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                         const float *rstd, int N, int C);
+
+/* SwiGLU: inp rows of 2F = [gate | up], out rows of F = silu(gate) * up; backward dinp += ... */
+void bk_swiglu_forward(float *out, const float *inp, int N, int F);
+void bk_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+
+/* Grouped-query attention as full heads: qkvr rows ((H + 2 KV) hd: q of H heads, k and v of KV) to qkv rows
+ * (3 H hd, the attention's layout) with key/value head bk_gqa_kv_head(h) copied to head h; reduce is its
+ * transpose, dqkvr += (the group's heads summed in ascending order). */
+void bk_gqa_expand(float *qkv, const float *qkvr, int N, int H, int KV, int hd);
+void bk_gqa_reduce(float *dqkvr, const float *dqkv, int N, int H, int KV, int hd);
+
 /* out (N, OC) = inp (N, C) . weight^T (OC, C) + bias (OC, or NULL), through OpenBLAS. */
 void bk_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
 void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,

@@ -146,9 +146,9 @@ void sw_resolver_free(resolver *rs)
 static char *check_key(const bk_experiment *exp)
 {
     sbuf b = {0};
-    sw_sb_printf(&b, "%lld %lld %lld %lld %lld %lld|", (long long)exp->model.layers, (long long)exp->model.heads,
+    sw_sb_printf(&b, "%lld %lld %lld %lld %lld %lld %lld|", (long long)exp->model.layers, (long long)exp->model.heads,
               (long long)exp->model.dim, (long long)exp->model.vocab, (long long)exp->train.length,
-              (long long)exp->attention.mixing);
+              (long long)exp->attention.mixing, (long long)bk_experiment_head_dim(exp));
     const bk_toml_node *root = bk_toml_root(exp->doc), *v;
     if ((v = bk_toml_get(root, "attention")))
         sw_put_value(&b, v, NOT_PATH, NULL);

@@ -115,10 +115,10 @@ int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const 
     }
     lm->reg.relative_to = lm->config_dir; /* a [[term]] plugin path is read from the file's directory */
     const bk_experiment *e = &lm->exp;
+    const bk_gpt_shape shape = bk_gpt_shape_of(e);
     if ((rc = bk_terms_create(&lm->terms, e, &lm->reg, err)) ||
         (rc = bk_bias_init(&lm->bias, &lm->terms, (int)e->model.layers, 1, err)) || /* terms say which weights train */
-        (rc = bk_gpt_init(&lm->gpt, (int)e->model.layers, (int)e->model.heads, (int)e->model.dim, (int)e->model.vocab,
-                          &lm->bias, (uint64_t)e->train.seed, err)) ||
+        (rc = bk_gpt_init_shape(&lm->gpt, &shape, &lm->bias, (uint64_t)e->train.seed, err)) ||
         (rc = create_backend(e, &lm->be, lm->device_note, sizeof lm->device_note, err)) || (rc = bk_gpt_set_backend(&lm->gpt, lm->be, err)) ||
         (rc = bk_bias_set_backend(&lm->bias, lm->be, err))) {
         bk_lm_close(lm);

@@ -550,8 +550,14 @@ setup_done:
             goto done;
     }
 
-    fprintf(out, "train: %s; %d layers, %d heads, dim %d, vocab %d; %zu model parameters, %d term%s\n", e->path,
-            lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
+    if (lm.gpt.family == BK_FAMILY_LLAMA)
+        fprintf(out, "train: %s; llama, %d layers, %d heads (%d key/value) of %d, dim %d, ffn %d, vocab %d%s; %zu model "
+                     "parameters, %d term%s\n",
+                e->path, lm.gpt.L, lm.gpt.H, lm.gpt.KV, lm.gpt.hd, lm.gpt.C, lm.gpt.F, lm.gpt.V,
+                lm.gpt.tied ? ", tied output" : "", lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
+    else
+        fprintf(out, "train: %s; %d layers, %d heads, dim %d, vocab %d; %zu model parameters, %d term%s\n", e->path,
+                lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, lm.gpt.n_params, lm.terms.n, lm.terms.n == 1 ? "" : "s");
     fprintf(out, "device: %s%s%s\n", lm.be ? lm.be->description : "cpu", lm.device_note[0] ? "; " : "",
             lm.device_note);
     if (!lm.be || !lm.be->on_device) /* the CPU's products: which library and kernels */
@@ -562,7 +568,7 @@ setup_done:
     const int copies = bk_gpt_parameter_bytes(&lm.gpt) > lm.gpt.n_params * 4 * sizeof(float);
     fprintf(out, "memory: %.1f MiB of activations and their gradients (%d x %d tokens per forward), %.1f MiB of "
                  "parameters, gradients and AdamW moments%s\n",
-            (double)bk_gpt_activation_bytes(lm.gpt.be, lm.gpt.L, lm.gpt.H, lm.gpt.C, lm.gpt.V, Bl, T, 1) / 1048576.0,
+            (double)bk_gpt_model_activation_bytes(&lm.gpt, Bl, T, 1) / 1048576.0,
             Bl, T, (double)bk_gpt_parameter_bytes(&lm.gpt) / 1048576.0, copies ? " and the weights' bf16 copies" : "");
     if (dist->size > 1)
         fprintf(out, "processes: %d (MPI), each %d of the %d rows of every batch, %d thread%s each\n", dist->size, Bl,

@@ -89,6 +89,9 @@ LN_EPS = 1e-5
 MODEL_TENSORS = ["wte", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
                  "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
 DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw"}
+# [model] family = "llama": RMSNorm, no biases, grouped-query q/k/v, SwiGLU (fcw = [gate; up]), untied lmhead
+LLAMA_TENSORS = ["wte", "rms1w", "qkvw", "attprojw", "rms2w", "fcw", "fcprojw", "rmsfw"]
+LLAMA_DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead"}
 
 
 class Malformed(Exception):
@@ -195,6 +198,12 @@ class Reference:
     def __init__(self, case, params):
         self.case = case
         self.L, self.H, self.C, self.V = case["layers"], case["heads"], case["dim"], case["vocab"]
+        self.family = case.get("family", "gpt2")
+        self.KV = case.get("kv_heads", self.H)
+        self.hd = case.get("head_dim", self.C // self.H)
+        self.F = case.get("ffn_dim", 4 * self.C)
+        self.eps = case.get("norm_eps", LN_EPS)
+        self.tied = case.get("tied", True)
         self.B, self.T = case["B"], case["T"]
         self.mixing = case["mixing"]
         self.learn = bool(case["learn_weights"])
@@ -237,7 +246,7 @@ class Reference:
         if t["plugin"] == "fox":
             return H if o.get("gate") == "bias_only" else H * C + H
         if t["plugin"] == "cope":
-            return self.cope_points(o) * (C // H)
+            return self.cope_points(o) * self.hd
         return 0
 
     def cope_points(self, o):
@@ -251,6 +260,12 @@ class Reference:
                   "fcw": [L, 4 * C, C], "fcb": [L, 4 * C], "fcprojw": [L, C, 4 * C], "fcprojb": [L, C],
                   "lnfw": [C], "lnfb": [C]}
         groups = {f"model.{n}": (shapes[n], n in DECAYED) for n in MODEL_TENSORS}
+        if self.family == "llama":
+            A, R, F = self.H * self.hd, (self.H + 2 * self.KV) * self.hd, self.F
+            shapes = {"wte": [V, C], "rms1w": [L, C], "qkvw": [L, R, C], "attprojw": [L, C, A], "rms2w": [L, C],
+                      "fcw": [L, 2 * F, C], "fcprojw": [L, C, F], "rmsfw": [C], "lmhead": [V, C]}
+            names = LLAMA_TENSORS + ([] if self.tied else ["lmhead"])
+            groups = {f"model.{n}": (shapes[n], n in LLAMA_DECAYED) for n in names}
         for k, t in enumerate(self.terms):
             if self.n_params(k):
                 copies = self.L if t["per_layer"] else 1
@@ -480,7 +495,7 @@ class Reference:
         k, o = self.term_of("cope")
         if k is None:
             return None
-        npos, hd = self.cope_points(o), self.C // self.H
+        npos, hd = self.cope_points(o), self.hd
         E = self.theta(k, layer).reshape(npos, hd)
         gates = torch.sigmoid(a) * keep
         p = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=npos - 1)
@@ -579,8 +594,42 @@ class Reference:
     def gelu(x):
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
+    @staticmethod
+    def rms_norm(x, w, eps):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+    def attend(self, l, q, k, v, h, pos, causal):
+        """Attention of layer l over q, k, v (B, H, T, hd), with every term's part of the scores; h is the
+        block's normed input (what a content term reads). Returns (B, T, H hd)."""
+        B, T = self.B, self.T
+        q, k = self.rotate(q, pos), self.rotate(k, pos)
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        counted = self.counted_bias(l, s, q, causal)
+        lam = self.logit_scale(l)
+        if lam is not None:
+            s = s * lam[None, :, :, None]
+        bias = self.bias(l, pos)
+        if bias is not None:
+            s = s + bias
+        fire = self.fire_bias(l)
+        if fire is not None:
+            s = s + fire
+        forget = self.forget_bias(l, h)
+        if forget is not None:
+            s = s + forget
+        if counted is not None:
+            s = s + counted
+        s = s.masked_fill(~causal, float("-inf"))
+        return (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, -1)
+
+    def logits_loss(self, logits, targets):
+        logp = torch.log_softmax(logits.reshape(-1, self.V), dim=-1)
+        return logits, -logp.gather(1, targets.reshape(-1, 1)).mean()
+
     def forward(self, inputs, targets):
-        p, B, T, C, H, V = self.p, self.B, self.T, self.C, self.H, self.V
+        if self.family == "llama":
+            return self.forward_llama(inputs, targets)
+        p, B, T, C, H = self.p, self.B, self.T, self.C, self.H
         hd = C // H
         causal = self.keep()
         pos = self.positions(inputs)
@@ -589,34 +638,34 @@ class Reference:
             h = self.layer_norm(x, p["model.ln1w"][l], p["model.ln1b"][l])
             qkv = h @ p["model.qkvw"][l].T + p["model.qkvb"][l]
             q, k, v = (z.reshape(B, T, H, hd).transpose(1, 2) for z in qkv.split(C, dim=-1))
-            q, k = self.rotate(q, pos), self.rotate(k, pos)
-            s = q @ k.transpose(-1, -2) / math.sqrt(hd)
-            counted = self.counted_bias(l, s, q, causal)
-            lam = self.logit_scale(l)
-            if lam is not None:
-                s = s * lam[None, :, :, None]
-            bias = self.bias(l, pos)
-            if bias is not None:
-                s = s + bias
-            fire = self.fire_bias(l)
-            if fire is not None:
-                s = s + fire
-            forget = self.forget_bias(l, h)
-            if forget is not None:
-                s = s + forget
-            if counted is not None:
-                s = s + counted
-            s = s.masked_fill(~causal, float("-inf"))
-            y = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+            y = self.attend(l, q, k, v, h, pos, causal)
             x = x + y @ p["model.attprojw"][l].T + p["model.attprojb"][l]
             h = self.layer_norm(x, p["model.ln2w"][l], p["model.ln2b"][l])
             f = self.gelu(h @ p["model.fcw"][l].T + p["model.fcb"][l])
             x = x + f @ p["model.fcprojw"][l].T + p["model.fcprojb"][l]
         x = self.layer_norm(x, p["model.lnfw"], p["model.lnfb"])
-        logits = x @ p["model.wte"].T
-        logp = torch.log_softmax(logits.reshape(-1, V), dim=-1)
-        loss = -logp.gather(1, targets.reshape(-1, 1)).mean()
-        return logits, loss
+        return self.logits_loss(x @ p["model.wte"].T, targets)
+
+    def forward_llama(self, inputs, targets):
+        """The LLaMA block as HF transformers' LlamaForCausalLM computes it: RMSNorm, q of H heads and k, v of
+        KV heads repeated to H (repeat_kv), SwiGLU down(silu(gate) * up), no biases."""
+        p, B, T, H, KV, hd, F, eps = self.p, self.B, self.T, self.H, self.KV, self.hd, self.F, self.eps
+        causal = self.keep()
+        pos = self.positions(inputs)
+        x = p["model.wte"][inputs] + self.embeddings(pos)
+        for l in range(self.L):
+            h = self.rms_norm(x, p["model.rms1w"][l], eps)
+            q, k, v = (h @ p["model.qkvw"][l].T).split([H * hd, KV * hd, KV * hd], dim=-1)
+            q = q.reshape(B, T, H, hd).transpose(1, 2)
+            k, v = (z.reshape(B, T, KV, hd).transpose(1, 2).repeat_interleave(H // KV, dim=1) for z in (k, v))
+            y = self.attend(l, q, k, v, h, pos, causal)
+            x = x + y @ p["model.attprojw"][l].T
+            h = self.rms_norm(x, p["model.rms2w"][l], eps)
+            g, u = (h @ p["model.fcw"][l].T).split(F, dim=-1)
+            x = x + (torch.nn.functional.silu(g) * u) @ p["model.fcprojw"][l].T
+        x = self.rms_norm(x, p["model.rmsfw"], eps)
+        head = p["model.wte"] if self.tied else p["model.lmhead"]
+        return self.logits_loss(x @ head.T, targets)
 
     def project(self):
         """The plugins' param_project after an optimizer step; returns how many values it changed."""
