@@ -34,6 +34,11 @@
     int p##attention_backward(float *dqkv, float *const dtable[BK_STREAM_COUNT], const float *dout, const float *qkv, \
                               const float *probs, const bk_attention_bias *bias, int B, int T, int C, int H,         \
                               bk_error *err);                                                                        \
+    void p##rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps); \
+    void p##rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,  \
+                             const float *rstd, int N, int C);                                                       \
+    void p##swiglu_forward(float *out, const float *inp, int N, int F);                                              \
+    void p##swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);                         \
     bk_backend *p##backend_cpu(void);
 
 #endif

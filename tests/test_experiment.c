@@ -322,10 +322,51 @@ static void closest_word(void **state)
     assert_null(bk_closest_word("x", words, 4));
 }
 
+/* [model] family: llama's keys and their defaults, and the errors of each rule, at the key */
+static void model_families(void **state)
+{
+    (void)state;
+    bk_experiment exp;
+    bk_error err;
+    assert_int_equal(bk_experiment_parse("", "exp.toml", NULL, 0, &exp, &err), BK_OK);
+    assert_int_equal(exp.model.family, BK_FAMILY_GPT2);
+    assert_int_equal(bk_experiment_kv_heads(&exp), 8);
+    bk_experiment_free(&exp);
+    const char *llama = "[model]\nfamily = \"llama\"\nheads = 9\nkv_heads = 3\ndim = 576\nhead_dim = 64\n"
+                        "ffn_dim = 1536\ntied = false\nnorm_eps = 1e-6\n";
+    assert_int_equal(bk_experiment_parse(llama, "exp.toml", NULL, 0, &exp, &err), BK_OK);
+    assert_int_equal(exp.model.family, BK_FAMILY_LLAMA);
+    assert_int_equal(bk_experiment_kv_heads(&exp), 3);
+    assert_int_equal(bk_experiment_head_dim(&exp), 64);
+    assert_int_equal(exp.model.ffn_dim, 1536);
+    assert_int_equal(exp.model.tied, 0);
+    assert_true(exp.model.norm_eps == 1e-6);
+    bk_experiment_free(&exp);
+    /* head_dim frees dim from being a multiple of heads */
+    assert_int_equal(bk_experiment_parse("[model]\nfamily = \"llama\"\nheads = 3\ndim = 32\nhead_dim = 8\n"
+                                         "ffn_dim = 64\n",
+                                         "exp.toml", NULL, 0, &exp, &err),
+                     BK_OK);
+    bk_experiment_free(&exp);
+    expect_error("[model]\nkv_heads = 2\n", NULL, 0, "exp.toml:2:12: [model] kv_heads: read by family = \"llama\" only",
+                 NULL);
+    expect_error("[model]\ntied = false\n", NULL, 0, "exp.toml:2:8: [model] tied: read by family = \"llama\" only", NULL);
+    expect_error("[model]\nfamily = \"llama\"\n", NULL, 0, "[model] family = \"llama\" needs ffn_dim",
+                 "e.g. 704 for dim = 256");
+    expect_error("[model]\nfamily = \"llama\"\nheads = 8\nkv_heads = 3\nffn_dim = 64\n", NULL, 0,
+                 "exp.toml:4:12: [model] kv_heads: 3 does not divide heads = 8", NULL);
+    expect_error("[model]\nfamily = \"llama\"\nhead_dim = 7\nffn_dim = 64\n", NULL, 0,
+                 "exp.toml:3:12: [model] head_dim: 7 is odd", NULL);
+    expect_error("[model]\nfamily = \"falcon\"\n", NULL, 0, "exp.toml:2:10: [model] family", "gpt2");
+    const char *sets[] = {"model.family=\"llama\""};
+    expect_error("", sets, 1, "needs ffn_dim", NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(defaults),
+        cmocka_unit_test(model_families),
         cmocka_unit_test(reads_values_and_terms),
         cmocka_unit_test(unknown_section),
         cmocka_unit_test(unknown_key_with_position),

@@ -42,6 +42,10 @@ typedef struct {
     int (*attention_backward)(float *, float *const[BK_STREAM_COUNT], const float *, const float *, const float *,
                               const bk_attention_bias *, int, int, int, int, bk_error *);
     bk_backend *(*backend)(void);
+    void (*rmsnorm_forward)(float *, float *, const float *, const float *, int, int, float);
+    void (*rmsnorm_backward)(float *, float *, const float *, const float *, const float *, const float *, int, int);
+    void (*swiglu_forward)(float *, const float *, int, int);
+    void (*swiglu_backward)(float *, const float *, const float *, int, int);
 } build;
 
 #define BUILD(prefix, label)                                                                                         \
@@ -49,7 +53,8 @@ typedef struct {
         label, prefix##layernorm_forward, prefix##layernorm_backward, prefix##matmul_forward,                        \
             prefix##matmul_backward, prefix##gelu_forward, prefix##gelu_backward, prefix##residual_forward,          \
             prefix##residual_backward, prefix##crossentropy_forward, prefix##crossentropy_backward,                  \
-            prefix##attention_forward, prefix##attention_backward, prefix##backend_cpu                               \
+            prefix##attention_forward, prefix##attention_backward, prefix##backend_cpu, prefix##rmsnorm_forward,     \
+            prefix##rmsnorm_backward, prefix##swiglu_forward, prefix##swiglu_backward                                \
     }
 static const build LIBRARY = BUILD(bk_, "the library's copy"), AVX2 = BUILD(avx2_, "the AVX2 build");
 
@@ -159,6 +164,47 @@ static void matmul_same_bits_in(const build *it)
 }
 
 COMPARED_WITH_BASELINE(matmul_same_bits)
+
+/* The llama family's layers: RMSNorm (forward, backward, its weight gradient) at widths off the 8 lanes, and
+ * SwiGLU with saturated gates. */
+static void llama_layers_same_bits_in(const build *it)
+{
+    const int N = 17, Cs[] = {1, 13, 64, 579};
+    for (size_t s = 0; s < sizeof Cs / sizeof Cs[0]; s++) {
+        const int C = Cs[s];
+        const size_t n = (size_t)N * C;
+        bk_rng r = {51u + (uint64_t)C};
+        float *x = normal_floats(&r, n, 2.0), *w = normal_floats(&r, (size_t)C, 1.0), *dy = normal_floats(&r, n, 1.0);
+        float *y1 = calloc(n, sizeof(float)), *y2 = calloc(n, sizeof(float));
+        float *s1 = calloc((size_t)N, sizeof(float)), *s2 = calloc((size_t)N, sizeof(float));
+        float *dx1 = normal_floats(&r, n, 1.0), *dx2 = copy_floats(dx1, n);
+        float *dw1 = normal_floats(&r, (size_t)C, 1.0), *dw2 = copy_floats(dw1, (size_t)C);
+        it->rmsnorm_forward(y1, s1, x, w, N, C, 1e-5f);
+        base_rmsnorm_forward(y2, s2, x, w, N, C, 1e-5f);
+        expect_same_bits("rmsnorm forward out", C, y1, y2, n);
+        expect_same_bits("rmsnorm forward rstd", C, s1, s2, (size_t)N);
+        it->rmsnorm_backward(dx1, dw1, dy, x, w, s1, N, C);
+        base_rmsnorm_backward(dx2, dw2, dy, x, w, s1, N, C);
+        expect_same_bits("rmsnorm backward dinp", C, dx1, dx2, n);
+        expect_same_bits("rmsnorm backward dweight", C, dw1, dw2, (size_t)C);
+        free(x), free(w), free(dy), free(y1), free(y2), free(s1), free(s2), free(dx1), free(dx2), free(dw1), free(dw2);
+    }
+    const int F = 37;
+    bk_rng r = {61u};
+    float *gu = normal_floats(&r, (size_t)N * 2 * F, 5.0), *dh = normal_floats(&r, (size_t)N * F, 1.0);
+    gu[0] = 100.0f, gu[1] = -100.0f, gu[2] = 0.0f, gu[3] = -0.0f; /* saturated and signed-zero gates */
+    float *h1 = calloc((size_t)N * F, sizeof(float)), *h2 = calloc((size_t)N * F, sizeof(float));
+    float *d1 = normal_floats(&r, (size_t)N * 2 * F, 1.0), *d2 = copy_floats(d1, (size_t)N * 2 * F);
+    it->swiglu_forward(h1, gu, N, F);
+    base_swiglu_forward(h2, gu, N, F);
+    expect_same_bits("swiglu forward", F, h1, h2, (size_t)N * F);
+    it->swiglu_backward(d1, gu, dh, N, F);
+    base_swiglu_backward(d2, gu, dh, N, F);
+    expect_same_bits("swiglu backward", F, d1, d2, (size_t)N * 2 * F);
+    free(gu), free(dh), free(h1), free(h2), free(d1), free(d2);
+}
+
+COMPARED_WITH_BASELINE(llama_layers_same_bits)
 
 static void elementwise_same_bits_in(const build *it)
 {
@@ -292,6 +338,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(layernorm_same_bits),     cmocka_unit_test(matmul_same_bits),
+        cmocka_unit_test(llama_layers_same_bits),
         cmocka_unit_test(elementwise_same_bits),   cmocka_unit_test(crossentropy_same_bits),
         cmocka_unit_test(attention_same_bits),     cmocka_unit_test(adamw_and_scale_same_bits),
     };

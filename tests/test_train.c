@@ -53,6 +53,14 @@ static int setup(void **state)
                "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
                "[[term]]\nplugin = \"alibi\"\n[[term]]\nplugin = \"testlin\"\ninit = 0.1\n");
     fclose(f);
+    snprintf(path, sizeof path, "%s/exp_llama.toml", dir);
+    f = fopen(path, "w");
+    fprintf(f, "[model]\nfamily = \"llama\"\nlayers = 2\nheads = 4\nkv_heads = 2\ndim = 32\nffn_dim = 64\ntied = false\n"
+               "[train]\nlength = 32\nbatch = 4\nsteps = 8\nlr = 3e-3\nwarmup = 2\neval_every = 4\neval_batches = 2\n"
+               "log_every = 100\naccumulate = 2\n"
+               "[data]\npaths = [\"corpus.txt\"]\nval_fraction = 0.1\n"
+               "[[term]]\nplugin = \"rope\"\n[[term]]\nplugin = \"testlin\"\ninit = 0.1\n");
+    fclose(f);
     setenv("BIASKIT_PLUGIN_PATH", BK_TEST_PLUGIN_DIR ":" BK_TEST_PLUGINS_DIR, 1);
     omp_set_num_threads(2);
     return 0;
@@ -82,11 +90,13 @@ static int read_losses(const char *path, double *loss, int cap)
     return n;
 }
 
+static const char *experiment = "exp.toml"; /* the experiment file run() trains */
+
 static int run(const char *out, const char *resume, int64_t stop_after, const char *set, bk_train_summary *sum,
                bk_error *err)
 {
     char config[512];
-    snprintf(config, sizeof config, "%s/exp.toml", dir);
+    snprintf(config, sizeof config, "%s/%s", dir, experiment);
     const char *sets[1] = {set};
     bk_train_options o = {0};
     o.config = config;
@@ -186,6 +196,59 @@ static void loss_goes_down_and_resume_is_exact(void **state)
     size_t floats = assert_same_tensors(ca, cb);
     assert_true(floats > 3 * 256 * 32); /* at least the embedding and its two moments */
     print_message("resume: %zu floats of the final checkpoints identical\n", floats);
+}
+
+/* The same for a LLaMA-style model ([model] family = "llama": RMSNorm, SwiGLU, 4 query heads on 2 key/value
+ * heads, an untied output head) with RoPE and a learned table: it learns, and an interrupted and resumed
+ * run ends bit-identical to an uninterrupted one, its lmhead and the moments included. */
+static void llama_learns_and_resume_is_exact(void **state)
+{
+    (void)state;
+    experiment = "exp_llama.toml";
+    char a[512], b[512], ma[600], ckpt[600], ca[600];
+    snprintf(a, sizeof a, "%s/llama_full", dir);
+    snprintf(b, sizeof b, "%s/llama_split", dir);
+    bk_train_summary sum;
+    bk_error err;
+    if (run(a, NULL, 0, NULL, &sum, &err) || run(b, NULL, 3, NULL, &sum, &err))
+        fail_msg("%s", err.message);
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", b);
+    if (run(b, ckpt, 0, NULL, &sum, &err))
+        fail_msg("%s", err.message);
+    experiment = "exp.toml";
+    assert_int_equal(sum.steps, 8);
+    double la[16];
+    snprintf(ma, sizeof ma, "%s/metrics.jsonl", a);
+    assert_int_equal(read_losses(ma, la, 16), 8);
+    assert_true(la[7] < la[0] - 0.3); /* it learns */
+    snprintf(ca, sizeof ca, "%s/checkpoint.safetensors", a);
+    bk_safetensors *st = NULL;
+    if (bk_safetensors_open(ca, &st, &err))
+        fail_msg("%s", err.message);
+    const bk_st_tensor *head = bk_safetensors_find(st, "model.lmhead"), *qkv = bk_safetensors_find(st, "model.qkvw");
+    assert_non_null(head);
+    assert_non_null(qkv);
+    assert_int_equal(qkv->shape[1], (4 + 2 * 2) * 8); /* q of 4 heads, k and v of 2, heads of 8 */
+    assert_null(bk_safetensors_find(st, "model.ln1b")); /* no biases */
+    bk_safetensors_close(st);
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", b);
+    print_message("llama resume: %zu floats of the final checkpoints identical\n", assert_same_tensors(ca, ckpt));
+}
+
+/* The device backends have no llama layers yet: the family is refused there, naming what to use. */
+static void llama_is_refused_on_the_device(void **state)
+{
+    (void)state;
+    experiment = "exp_llama.toml";
+    char out[512];
+    snprintf(out, sizeof out, "%s/llama_emulated", dir);
+    bk_train_summary sum;
+    bk_error err;
+    const int rc = run(out, NULL, 0, "run.device=\"emulated\"", &sum, &err);
+    experiment = "exp.toml";
+    assert_int_equal(rc, BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "[model] family = \"llama\" runs on the CPU in this build");
+    assert_message_has(err.message, "use [run] device = \"cpu\"");
 }
 
 /* [run] device = "emulated" (the CUDA backend's code run on the host, model/backend.h): an interrupted
@@ -484,6 +547,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(loss_goes_down_and_resume_is_exact),
+        cmocka_unit_test(llama_learns_and_resume_is_exact),
+        cmocka_unit_test(llama_is_refused_on_the_device),
         cmocka_unit_test(emulated_resume_is_exact_and_matches_the_cpu),
         cmocka_unit_test(checkpoint_round_trip_eval_and_truncation),
         cmocka_unit_test(bad_data_is_reported),
