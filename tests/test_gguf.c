@@ -14,48 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- a little writer ---- */
-
-typedef struct buf {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *x, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        assert_non_null(b->p);
-    }
-    memcpy(b->p + b->n, x, n);
-    b->n += n;
-}
-
-static void u32(buf *b, uint32_t v)
-{
-    uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-    put(b, x, 4);
-}
-
-static void u64(buf *b, uint64_t v)
-{
-    u32(b, (uint32_t)v);
-    u32(b, (uint32_t)(v >> 32));
-}
-
-static void str(buf *b, const char *s)
-{
-    u64(b, strlen(s));
-    put(b, s, strlen(s));
-}
-
-static void pad_to(buf *b, size_t align)
-{
-    static const uint8_t zero[64] = {0};
-    while (b->n % align)
-        put(b, zero, 1);
-}
+#include "gguf_writer.h"
 
 static char path[256];
 

@@ -25,6 +25,7 @@ int bk_cmd_sweep(int argc, char **argv);
 int bk_cmd_trf(int argc, char **argv);
 int bk_cmd_erf(int argc, char **argv);
 int bk_cmd_params(int argc, char **argv);
+int bk_cmd_import(int argc, char **argv);
 int bk_cmd_new_plugin(int argc, char **argv);
 
 /* An experiment opened for a command: the validated file, the plugin registry and the created terms. */
