@@ -465,6 +465,16 @@ check "train --resume: a changed plugin is a warning, and training goes on" 0 \
 check "train --resume --strict with the same plugin trains" 0 "done: 5 steps" \
     "${ckp[@]}" "$bk" train --resume "$ck" --set train.steps=5 --strict --plain
 
+# import: usage, the output rule, and a file that is not a model refused with nothing written
+check "import help" 0 "usage: biaskit import <model.gguf> --out" "$bk" import --help
+check "import without a file" 2 "expected one model file" "$bk" import
+check "import without --out" 2 "expected --out" "$bk" import "$src/fuzz/corpus/gguf/seed_types"
+check "import onto its input" 2 "--out '.*seed_types' is the model file" \
+    "$bk" import "$src/fuzz/corpus/gguf/seed_types" --out "$src/fuzz/corpus/gguf/seed_types"
+check "import of a GGUF without the model's metadata" 1 "seed_types: no metadata 'llama.embedding_length'" \
+    "$bk" import "$src/fuzz/corpus/gguf/seed_types" --out "$work/imported.safetensors"
+check "import wrote nothing" 1 "" test -e "$work/imported.safetensors"
+
 # docs/design.md's "Where things live": every file it names exists (NAME stands for a new thing's name)
 missing=$(awk '/^### Where things live/{on=1; next} on && /^## /{exit} on' "$src/docs/design.md" |
     grep -o '`[^`]*`' | tr -d '`' | grep -E '^(core|sdk|tests|docs|plugins|fuzz|scripts|examples)/|^[A-Za-z_]+\.(md|txt)$' |

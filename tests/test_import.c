@@ -311,7 +311,8 @@ static void bad_files_are_refused(void **state)
 {
     (void)state;
     refused(&(variant){.arch = "gpt2"}, "architecture 'gpt2'", "'llama'");
-    refused(&(variant){.bad_k = 1}, "tensor 'blk.0.attn_k.weight' has 2 dimensions, ne = (8, 8)", "expected ne = (8, 4)");
+    refused(&(variant){.bad_k = 1}, "tensor 'blk.0.attn_k.weight' has 2 dimensions, ne = (8, 8)",
+            "expected ne = (8, 4)");
     refused(&(variant){.drop_up = 1}, "no tensor 'blk.1.ffn_up.weight'", NULL);
     refused(&(variant){.extra = 1}, "tensor 'rope_freqs.weight' has no place", NULL);
     refused(&(variant){.tokens = 15}, "the tokenizer has 15 tokens", "the embedding 16 rows");

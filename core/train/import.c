@@ -12,8 +12,8 @@
 #include <string.h>
 
 /* A metadata number of the architecture ("llama.block_count"), or `def` when absent (def < 0: required). */
-static int arch_uint(const bk_gguf *g, const char *arch, const char *key, int64_t def, int64_t max, int *out,
-                     bk_error *err)
+static int arch_uint(const bk_gguf *g, const char *path, const char *arch, const char *key, int64_t def, int64_t max,
+                     int *out, bk_error *err)
 {
     char full[128];
     snprintf(full, sizeof full, "%s.%s", arch, key);
@@ -26,13 +26,14 @@ static int arch_uint(const bk_gguf *g, const char *arch, const char *key, int64_
     if (rc)
         return rc;
     if (v < 1 || v > (uint64_t)max)
-        return bk_fail(err, BK_ERR_PARSE, "metadata %s = %llu: expected an integer in [1, %lld]", full,
+        return bk_fail(err, BK_ERR_PARSE, "%s: metadata %s = %llu: expected an integer in [1, %lld]", path, full,
                        (unsigned long long)v, (long long)max);
     *out = (int)v;
     return BK_OK;
 }
 
-static int arch_float(const bk_gguf *g, const char *arch, const char *key, double def, double *out, bk_error *err)
+static int arch_float(const bk_gguf *g, const char *path, const char *arch, const char *key, double def, double *out,
+                      bk_error *err)
 {
     char full[128];
     snprintf(full, sizeof full, "%s.%s", arch, key);
@@ -42,7 +43,7 @@ static int arch_float(const bk_gguf *g, const char *arch, const char *key, doubl
     }
     int rc = bk_gguf_get_float(g, full, out, err);
     if (!rc && !(*out > 0.0 && isfinite(*out)))
-        return bk_fail(err, BK_ERR_PARSE, "metadata %s = %g: expected a positive number", full, *out);
+        return bk_fail(err, BK_ERR_PARSE, "%s: metadata %s = %g: expected a positive number", path, full, *out);
     return rc;
 }
 
@@ -65,9 +66,9 @@ static int read_shape(const bk_gguf *g, const char *path, bk_import_summary *s, 
 {
     memset(s, 0, sizeof *s);
     const char *arch = NULL;
-    int rc = bk_gguf_get_string(g, "general.architecture", &arch, err);
+    int rc = bk_gguf_get_string(g, "general.architecture", &arch, err); /* its messages name the file */
     if (rc)
-        return bk_error_prefix(err, "%s: ", path);
+        return rc;
     snprintf(s->architecture, sizeof s->architecture, "%s", arch);
     if (strcmp(arch, "llama") != 0)
         return bk_fail(err, BK_ERR_UNSUPPORTED,
@@ -77,22 +78,23 @@ static int read_shape(const bk_gguf *g, const char *path, bk_import_summary *s, 
     const char *name = NULL;
     if (bk_gguf_find(g, "general.name") && bk_gguf_get_string(g, "general.name", &name, err) == BK_OK)
         snprintf(s->name, sizeof s->name, "%s", name);
-    if ((rc = arch_uint(g, arch, "block_count", -1, 1024, &s->layers, err)) ||
-        (rc = arch_uint(g, arch, "embedding_length", -1, 65536, &s->dim, err)) ||
-        (rc = arch_uint(g, arch, "feed_forward_length", -1, 1 << 20, &s->ffn_dim, err)) ||
-        (rc = arch_uint(g, arch, "attention.head_count", -1, 1024, &s->heads, err)) ||
-        (rc = arch_uint(g, arch, "attention.head_count_kv", s->heads, 1024, &s->kv_heads, err)) ||
-        (rc = arch_uint(g, arch, "context_length", -1, 1 << 24, &s->context, err)) ||
-        (rc = arch_float(g, arch, "attention.layer_norm_rms_epsilon", -1.0, &s->norm_eps, err)) ||
-        (rc = arch_float(g, arch, "rope.freq_base", 10000.0, &s->rope_base, err)))
-        return bk_error_prefix(err, "%s: ", path);
+    if ((rc = arch_uint(g, path, arch, "block_count", -1, 1024, &s->layers, err)) ||
+        (rc = arch_uint(g, path, arch, "embedding_length", -1, 65536, &s->dim, err)) ||
+        (rc = arch_uint(g, path, arch, "feed_forward_length", -1, 1 << 20, &s->ffn_dim, err)) ||
+        (rc = arch_uint(g, path, arch, "attention.head_count", -1, 1024, &s->heads, err)) ||
+        (rc = arch_uint(g, path, arch, "attention.head_count_kv", s->heads, 1024, &s->kv_heads, err)) ||
+        (rc = arch_uint(g, path, arch, "context_length", -1, 1 << 24, &s->context, err)) ||
+        (rc = arch_float(g, path, arch, "attention.layer_norm_rms_epsilon", -1.0, &s->norm_eps, err)) ||
+        (rc = arch_float(g, path, arch, "rope.freq_base", 10000.0, &s->rope_base, err)))
+        return rc;
     const int hd_default = s->dim % s->heads == 0 ? s->dim / s->heads : 0;
-    if ((rc = arch_uint(g, arch, "attention.key_length", hd_default ? hd_default : -1, 4096, &s->head_dim, err)))
-        return bk_error_prefix(err, "%s: ", path);
+    if ((rc = arch_uint(g, path, arch, "attention.key_length", hd_default ? hd_default : -1, 4096, &s->head_dim,
+                        err)))
+        return rc;
     int rot = 0, vlen = 0;
-    if ((rc = arch_uint(g, arch, "rope.dimension_count", s->head_dim, 4096, &rot, err)) ||
-        (rc = arch_uint(g, arch, "attention.value_length", s->head_dim, 4096, &vlen, err)))
-        return bk_error_prefix(err, "%s: ", path);
+    if ((rc = arch_uint(g, path, arch, "rope.dimension_count", s->head_dim, 4096, &rot, err)) ||
+        (rc = arch_uint(g, path, arch, "attention.value_length", s->head_dim, 4096, &vlen, err)))
+        return rc;
     if (rot != s->head_dim)
         return bk_fail(err, BK_ERR_UNSUPPORTED,
                        "%s: %s.rope.dimension_count = %d rotates part of each head of %d; the rope term rotates "
@@ -110,7 +112,7 @@ static int read_shape(const bk_gguf *g, const char *path, bk_import_summary *s, 
                        "the scaling on the imported checkpoint's rope term instead)",
                        path, key, scaling);
     if (rc)
-        return bk_error_prefix(err, "%s: ", path);
+        return rc;
     if (s->heads % s->kv_heads || s->head_dim % 2)
         return bk_fail(err, BK_ERR_PARSE,
                        "%s: %d heads with %d key/value heads of %d: expected key/value heads dividing the heads and "
@@ -172,9 +174,9 @@ static int place(const bk_gguf *g, const char *path, const char *name, int64_t r
         return bk_fail(err, BK_ERR_PARSE, "%s: tensor '%s' has %u dimensions, ne = (%lld, %lld); expected ne = %s",
                        path, name, t->n_dims, (long long)t->ne[0], (long long)t->ne[1], want);
     }
-    int rc = bk_gguf_dequantize(g, t, permute_heads ? scratch : dst, err);
+    int rc = bk_gguf_dequantize(g, t, permute_heads ? scratch : dst, err); /* its messages name the file */
     if (rc)
-        return bk_error_prefix(err, "%s: ", path);
+        return rc;
     s->quantized += t->type != BK_GGML_F32 && t->type != BK_GGML_F16 && t->type != BK_GGML_BF16;
     if (permute_heads) { /* per head: row 2k + i of the file is row i hd/2 + k of the model */
         const int64_t hd = rows / permute_heads, half = hd / 2;
