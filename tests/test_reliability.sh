@@ -9,7 +9,8 @@
 set -u
 bk=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") src=$2
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+loops=() # the busy loops of "check under load" below: killed on any exit, so that none outlives the test
+trap 'kill "${loops[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 export OMP_NUM_THREADS=1
 
@@ -99,6 +100,7 @@ if command -v taskset >/dev/null && taskset -c 0 true 2>/dev/null; then
         taskset -c 0 "$bk" check kerple --timeout 5
     kill "${loops[@]}" 2>/dev/null
     wait "${loops[@]}" 2>/dev/null
+    loops=()
 fi
 
 # ---- options that mean nothing as set are refused with the file's line (they were ignored)
