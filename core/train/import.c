@@ -195,10 +195,10 @@ static int place_all(const bk_gguf *g, const char *path, bk_gpt *m, bk_import_su
     const int64_t C = m->C, A = m->A, F = m->F, V = m->V, KVd = (int64_t)m->KV * m->hd;
     const int64_t R = A + 2 * KVd;
     const bk_llama_params *p = &m->lp;
-    int64_t biggest = V * C > F * C ? V * C : F * C;
-    float *scratch = malloc((size_t)biggest * sizeof *scratch);
+    /* the rows of q (the larger of q and k, H >= KV) before they are reordered; the rest goes straight in */
+    float *scratch = malloc((size_t)(A * C) * sizeof *scratch);
     if (!scratch)
-        return bk_fail(err, BK_ERR_NOMEM, "out of memory for a tensor of %lld values", (long long)biggest);
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for a tensor of %lld values", (long long)(A * C));
     int rc = place(g, path, "token_embd.weight", V, C, 0, p->wte, scratch, s, err);
     if (!rc)
         rc = place(g, path, "output_norm.weight", 0, C, 0, p->rmsfw, scratch, s, err);
