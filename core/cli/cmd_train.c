@@ -10,6 +10,7 @@
 
 static const char help[] =
     "usage: biaskit train <experiment.toml> [--set section.key=value]... [--out DIR]\n"
+    "       biaskit train <experiment.toml> --init <checkpoint.safetensors> [--set ...] [--out DIR]\n"
     "       biaskit train --resume <checkpoint.safetensors> [--set ...] [--out DIR]\n\n"
     "Trains the model of the experiment file on its [data] with the [train] settings (see\n"
     "'biaskit config --keys'). Writes DIR/metrics.jsonl (one JSON object per step and per\n"
@@ -21,6 +22,16 @@ static const char help[] =
     "  --set K=V        override a value of the experiment file (repeatable); with --resume, applied\n"
     "                   on top of the experiment stored in the checkpoint (e.g. train.steps=2000)\n"
     "  --resume CKPT    continue a run exactly where its checkpoint left it\n"
+    "  --init CKPT      start from the weights of CKPT (a trained or imported checkpoint) instead of a\n"
+    "                   fresh initialisation; everything else (length, data, steps, schedule, terms)\n"
+    "                   comes from the experiment, and AdamW starts afresh. Every model tensor must be\n"
+    "                   in CKPT with the shape the experiment's [model] gives it (else an error naming\n"
+    "                   the tensor and both shapes); a term's tensors carry over when CKPT has a term of\n"
+    "                   the same name made by the same plugin, else the term starts from its plugin's\n"
+    "                   initialisation; what is initialised afresh and what of CKPT is left out is\n"
+    "                   printed. Overrides [train] init; CKPT's seal is recorded in every checkpoint of\n"
+    "                   the run. [train] trainable = [\"term.*\", ...] trains only the tensors it\n"
+    "                   names (shell globs over checkpoint names; the others stay frozen)\n"
     "  --strict         refuse a plugin file or directory writable by other users (by default a\n"
     "                   warning); with --resume also a checkpoint whose plugins differ from the ones it\n"
     "                   was trained with (version, declarations or file bytes; by default a warning), a\n"
@@ -56,7 +67,7 @@ int bk_cmd_train(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0}, {"set", 1, 1},       {"resume", 1, 0},
                                         {"out", 1, 0},  {"stop-after", 1, 0}, {"plain", 0, 0},
-                                        {"strict", 0, 0}};
+                                        {"strict", 0, 0}, {"init", 1, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit train", &args, &err))
@@ -72,6 +83,16 @@ int bk_cmd_train(int argc, char **argv)
                                     "'biaskit train --help'");
         return bk_report(&err);
     }
+    const char *init = bk_args_get(&args, "init");
+    if (resume && init) {
+        bk_fail(&err, BK_ERR_USAGE, "biaskit train: --init starts a new run from a checkpoint's weights and --resume "
+                                    "continues one; give one of them");
+        return bk_report(&err);
+    }
+    if (init && !*init) {
+        bk_fail(&err, BK_ERR_USAGE, "--init: expected a checkpoint file, got an empty string");
+        return bk_report(&err);
+    }
     const char *sets[BK_ARGS_MAX];
     size_t n_sets = bk_args_all(&args, "set", sets, BK_ARGS_MAX);
     bk_train_options o = {0};
@@ -79,6 +100,7 @@ int bk_cmd_train(int argc, char **argv)
     o.overrides = sets;
     o.n_overrides = (int)n_sets;
     o.resume = resume;
+    o.init = init;
     o.out_dir = bk_args_get(&args, "out");
     if (o.out_dir && !*o.out_dir) { /* not the working directory */
         bk_fail(&err, BK_ERR_USAGE, "--out: expected a directory, got an empty string");

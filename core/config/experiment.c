@@ -89,6 +89,15 @@ static const key_spec schema[] = {
     {"train", "nonfinite", KEY_CHOICE, BK_NONFINITE_STOP, 0, 0, BK_NONFINITE_CHOICES,
      "a step whose loss or gradient norm is NaN/inf: stop (the last checkpoint stays), or skip its update "
      "(logged; stops after " BK_NONFINITE_MAX_SKIPS_TEXT " skips in a row)", FIELD(train.nonfinite)},
+    {"train", "init", KEY_STRING, 0, 0, 0, "",
+     "a checkpoint whose weights start this training, relative to the experiment file (\"\" = a fresh "
+     "initialisation from seed); train --init overrides it. Every model tensor must be there with its shape; a "
+     "term's tensors carry over when the term of the same name uses the same plugin, else they start fresh",
+     FIELD(train.init)},
+    {"train", "trainable", KEY_STRINGS, 0, 0, 0, NULL,
+     "shell globs (fnmatch) over the checkpoint's tensor names that train, e.g. [\"term.*\", \"model.rms*\"]; "
+     "every other tensor stays frozen (none given: every tensor trains); each pattern must match a tensor",
+     FIELD(train.trainable)},
     {"data", "format", KEY_CHOICE, 0, 0, 0, BK_DATA_FORMAT_CHOICES,
      "text = bytes of text files (vocab 256); shards = llm.c uint16 .bin token shards", FIELD(data.format)},
     {"data", "paths", KEY_STRINGS, 0, 0, 0, NULL, "training files or directories (relative to the experiment file)",
@@ -904,7 +913,7 @@ void bk_experiment_print_values(const bk_experiment *exp, void *fp)
 
 bk_key_role bk_experiment_key_role(const char *section, const char *key)
 {
-    static const char *const facts[] = {"length", "batch", "accumulate", "seed"};
+    static const char *const facts[] = {"length", "batch", "accumulate", "seed", "init"};
     if (strcmp(section, "model") == 0 || strcmp(section, "attention") == 0 || strcmp(section, "term") == 0)
         return BK_KEY_MODEL;
     if (strcmp(section, "train") == 0) {

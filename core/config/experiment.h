@@ -133,6 +133,8 @@ typedef struct bk_experiment {
         int64_t checkpoint_every; /* steps between checkpoints; 0 = only at the end */
         int64_t log_every;      /* steps between log lines */
         int64_t nonfinite;      /* bk_nonfinite: a non-finite loss or gradient norm stops the run or skips the step */
+        const char *init;       /* a checkpoint whose weights start the training (train/init.h); "" = none */
+        bk_string_list trainable; /* shell globs of the tensors that train (none: every tensor) */
     } train;
     struct {
         int64_t format;         /* bk_data_format: BK_DATA_FORMAT_CHOICES */
@@ -192,7 +194,7 @@ const char *bk_closest_word(const char *word, const char *const *candidates, siz
  * erf, train --resume; train/checkpoint.h says what each command lets change). One rule, here:
  *   [data], [run]                      what the model reads and where it runs          BK_KEY_RUN
  *   [train] length, batch, accumulate, how the stored model was trained (they also      BK_KEY_FACT
- *           seed                       place a resumed run's data cursor)
+ *           seed, init                 place a resumed run's data cursor)
  *   [train] every other key            the training still to come (steps, lr, ...)     BK_KEY_SCHEDULE
  *   [model], [attention], the [[term]]  the model's shape and function                 BK_KEY_MODEL
  *           list and its engine keys

@@ -162,6 +162,8 @@ int bk_adamw_grad_norm(const bk_adamw *opt, double *norm, bk_error *err)
     *norm = NAN;
     for (int i = 0; i < opt->n_groups; i++) {
         const bk_param_group *g = &opt->groups[i];
+        if (g->frozen)
+            continue;
         bk_backend *be = ops_of(g);
         double sum = 0.0;
         int rc = be->sumsq(be, g->grad, g->n, &sum, err);
@@ -177,6 +179,8 @@ int bk_adamw_scale_grads(bk_adamw *opt, float s, bk_error *err)
 {
     for (int i = 0; i < opt->n_groups; i++) {
         bk_param_group *g = &opt->groups[i];
+        if (g->frozen)
+            continue;
         bk_backend *be = ops_of(g);
         int rc = be->scale(be, g->grad, g->n, s, err);
         if (rc)
@@ -194,6 +198,8 @@ int bk_adamw_step(bk_adamw *opt, double lr, double beta1, double beta2, double e
     const float c1 = (float)(1.0 - pow(beta1, (double)opt->t)), c2 = (float)(1.0 - pow(beta2, (double)opt->t));
     for (int i = 0; i < opt->n_groups; i++) {
         bk_param_group *g = &opt->groups[i];
+        if (g->frozen)
+            continue;
         bk_backend *be = ops_of(g);
         const float wd = g->decay ? (float)weight_decay : 0.0f;
         if (!g->n_segments) {

@@ -39,6 +39,8 @@ typedef struct bk_param_group {
     float *grad;         /* in be's memory */
     size_t n;
     int decay;           /* weight decay applies */
+    int frozen;          /* does not train ([train] trainable): left out of the gradient norm, the scaling
+                          * and the step, so its values and moments stay as they are */
     bk_adamw_segment *segments; /* n_segments runs tiling [0, n) in order, owned; none (the usual case):
                                  * every value at lr, decayed by the `decay` rule */
     int n_segments;
@@ -70,14 +72,15 @@ void bk_adamw_free(bk_adamw *opt);
  * is then exactly the plain one). Errors name the group and the run. */
 int bk_adamw_set_segments(bk_adamw *opt, int group, const bk_adamw_segment *segments, int n, bk_error *err);
 
-/* Global L2 norm of every gradient into *norm (double accumulation, fixed order; see above). */
+/* Global L2 norm of every gradient but the frozen groups' into *norm (double accumulation, fixed order;
+ * see above). */
 int bk_adamw_grad_norm(const bk_adamw *opt, double *norm, bk_error *err);
-/* grad *= s for every group. */
+/* grad *= s for every group that is not frozen. */
 int bk_adamw_scale_grads(bk_adamw *opt, float s, bk_error *err);
 /* One step:  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
  *            p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p)   (wd only where decay)
  * with m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t), t counting this step. In a group's segments lr is
- * (float)(lr x lr_scale) and wd the segment's coefficient when it has one. */
+ * (float)(lr x lr_scale) and wd the segment's coefficient when it has one. A frozen group does not move. */
 int bk_adamw_step(bk_adamw *opt, double lr, double beta1, double beta2, double eps, double weight_decay,
                   bk_error *err);
 

@@ -16,8 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define META_KEY "biaskit"
-#define SEAL_KEY "biaskit_xxh64" /* format 3: the XXH64 of the META_KEY text (bk_checkpoint_seal) */
 #define SEAL_COVERS "experiment text, overrides, step, data cursor, plugin records and tensor checksums"
 #define MAX_COUNT 9007199254740991.0 /* 2^53 - 1: the largest integer a JSON number holds exactly */
 
@@ -115,6 +113,12 @@ int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, c
     bk_error unreachable;
     if (check_progress(path, 1, st, &lm->exp, &unreachable) != BK_OK)
         cJSON_AddFalseToObject(meta, "counts_checked");
+    cJSON *parent = lm->init_record ? cJSON_Parse(lm->init_record) : NULL;
+    if (lm->init_record && (!parent || !cJSON_AddItemToObject(meta, BK_CKPT_INIT_KEY, parent))) {
+        cJSON_Delete(parent);
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
+        goto done;
+    }
     cJSON *overrides = cJSON_AddArrayToObject(meta, "overrides");
     for (int i = 0; overrides && i < lm->n_overrides; i++)
         cJSON_AddItemToArray(overrides, cJSON_CreateString(lm->overrides[i]));
@@ -124,7 +128,7 @@ int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, c
     }
     char seal[17];
     bk_checkpoint_seal(json, seal);
-    bk_st_meta entries[3] = {{"format", "pt"}, {META_KEY, json}, {SEAL_KEY, seal}};
+    bk_st_meta entries[3] = {{"format", "pt"}, {BK_CKPT_META_KEY, json}, {BK_CKPT_SEAL_KEY, seal}};
     rc = bk_safetensors_write(path, tensors, n, entries, 3, err);
 done:
     free(json);
@@ -178,7 +182,7 @@ static int check_format(const char *path, const cJSON *meta, const char *json, c
             return bk_fail(err, BK_ERR_PARSE,
                            "%s: checkpoint format %d without its metadata checksum '%s' (over the %s): it was edited "
                            "or damaged after it was written; refused",
-                           path, *format, SEAL_KEY, SEAL_COVERS);
+                           path, *format, BK_CKPT_SEAL_KEY, SEAL_COVERS);
         char got[17];
         bk_checkpoint_seal(json, got);
         if (strcmp(got, seal) != 0)
@@ -186,7 +190,7 @@ static int check_format(const char *path, const cJSON *meta, const char *json, c
                            "%s: the checkpoint's metadata does not match its checksum: %s %.16s%s recorded, %s "
                            "computed over the metadata (%s): it was edited or damaged after it was written; refused "
                            "(train again, or resume from an earlier checkpoint)",
-                           path, SEAL_KEY, seal, strlen(seal) > 16 ? "..." : "", got, SEAL_COVERS);
+                           path, BK_CKPT_SEAL_KEY, seal, strlen(seal) > 16 ? "..." : "", got, SEAL_COVERS);
         return BK_OK;
     }
     char line[BK_ERROR_MESSAGE_MAX];
@@ -320,7 +324,7 @@ int bk_checkpoint_meta_read(const char *path, const char *json, const char *seal
     cJSON *meta = json ? cJSON_Parse(json) : NULL;
     if (!meta || !cJSON_IsObject(meta)) {
         cJSON_Delete(meta);
-        return bk_fail(err, BK_ERR_PARSE, "%s: not a biaskit checkpoint (no valid '%s' metadata)", path, META_KEY);
+        return bk_fail(err, BK_ERR_PARSE, "%s: not a biaskit checkpoint (no valid '%s' metadata)", path, BK_CKPT_META_KEY);
     }
     m->json = meta;
     bk_train_state *s = &m->state;
@@ -425,8 +429,8 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
     bk_ckpt_slot *slots = NULL;
     int n_slots = 0, lm_open = 0;
     bk_adamw local = {0};
-    if ((rc = bk_checkpoint_meta_read(path, bk_safetensors_meta(st, META_KEY), bk_safetensors_meta(st, SEAL_KEY), o,
-                                      opt != NULL, &meta, err))) {
+    if ((rc = bk_checkpoint_meta_read(path, bk_safetensors_meta(st, BK_CKPT_META_KEY),
+                                      bk_safetensors_meta(st, BK_CKPT_SEAL_KEY), o, opt != NULL, &meta, err))) {
         bk_safetensors_close(st);
         return rc;
     }
@@ -462,6 +466,11 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
     }
     if (rc)
         goto done;
+    const cJSON *parent = cJSON_GetObjectItemCaseSensitive(meta.json, BK_CKPT_INIT_KEY);
+    if (cJSON_IsObject(parent) && !(lm->init_record = cJSON_PrintUnformatted(parent))) {
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory reading checkpoint '%s'", path);
+        goto done;
+    }
     use->t = meta.adam_t;
     /* what was read went into the host copies: the working copies in the backend's memory follow */
     if ((rc = opt ? bk_adamw_to_device(opt, err) : bk_gpt_to_device(&lm->gpt, err)))

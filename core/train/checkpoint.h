@@ -37,7 +37,7 @@
  * --set on a checkpoint (the options' overrides), by the role of each key it changes
  * (config/experiment.h, bk_experiment_key_role): [data] and [run] keys are free; [model], [attention],
  * the [[term]] list and a term's engine keys are refused everywhere (the weights were trained for that
- * model); [train] length, batch, accumulate and seed are refused everywhere (facts of the training);
+ * model); [train] length, batch, accumulate, seed and init are refused everywhere (facts of the training);
  * the other [train] keys (steps, lr, ...) change on resume only (eval, bias and erf do not train), and
  * steps not below the checkpoint's step; a plugin's own option is a warning naming it, or with `strict`
  * an error (the engine cannot tell whether it changes the math). Setting a key to its stored value is

@@ -11,6 +11,10 @@
 #include <stdint.h>
 
 #define BK_CKPT_CHECKSUM_NAME "xxh64"
+#define BK_CKPT_META_KEY "biaskit"
+#define BK_CKPT_SEAL_KEY "biaskit_xxh64" /* format 3: the XXH64 of the BK_CKPT_META_KEY text (bk_checkpoint_seal) */
+/* The metadata's record of the checkpoint a training started from (train --init, train/init.h). */
+#define BK_CKPT_INIT_KEY "init"
 
 /* One stored tensor (its adam.m. / adam.v. twins have the same layout): for each of `copies` copies,
  * `count` floats of optimizer group `group` starting at c * stride + offset. */

@@ -162,6 +162,7 @@ void bk_lm_close(bk_lm *lm)
     free(lm->config_text);
     free(lm->config_source);
     free(lm->config_dir);
+    free(lm->init_record);
     memset(lm, 0, sizeof *lm);
 }
 

@@ -26,6 +26,8 @@ typedef struct bk_lm {
     char **overrides;    /* the --set assignments applied on top */
     int n_overrides;
     char device_note[320]; /* why [run] device = "auto" computes on the CPU (what the GPU probe said); "" else */
+    char *init_record;   /* JSON: the checkpoint the training started from (train/init.h), kept in every
+                            checkpoint of the run; NULL for a run from a fresh initialisation */
 } bk_lm;
 
 /* Build from an experiment file and --set overrides, on the backend [run] device names: auto = the

@@ -3,6 +3,7 @@
 
 #include "data/data.h"
 #include "train/checkpoint.h"
+#include "train/init.h"
 #include "train/reopen.h"
 #include "train/lm.h"
 #include "train/rundir.h"
@@ -199,9 +200,9 @@ static const char *largest_gradient(const bk_adamw *opt, double *out_norm)
     size_t cap = 0;
     for (int i = 0; i < opt->n_groups; i++) {
         bk_error derr;
-        const float *grad = host_gradient(opt, i, &scratch, &cap, &derr);
+        const float *grad = opt->groups[i].frozen ? NULL : host_gradient(opt, i, &scratch, &cap, &derr);
         if (!grad)
-            continue; /* a warning's detail: a tensor that cannot be read is left out */
+            continue; /* a frozen tensor, or one that cannot be read (a warning's detail), is left out */
         double sq = 0.0;
         for (size_t k = 0; k < opt->groups[i].n; k++)
             sq += (double)grad[k] * grad[k];
@@ -472,6 +473,21 @@ int bk_train(const bk_train_options *o, bk_train_summary *sum, bk_error *err)
              (rc = bk_lm_register(&lm, &opt, err)))
         bk_lm_close(&lm);
     int opened = rc == BK_OK; /* another process may have failed where this one did not */
+    /* a fine-tuning: the weights of --init (from the working directory) or [train] init (from the
+     * experiment's), then which tensors train (a resumed run keeps its record and its frozen tensors) */
+    bk_init_report init = {0};
+    char init_path[4096] = "";
+    size_t n_trainable = 0;
+    if (opened && !o->resume && (o->init || lm.exp.train.init[0])) {
+        if (o->init)
+            bk_copy_text(init_path, sizeof init_path, o->init);
+        else
+            rc = bk_lm_path(&lm, lm.exp.train.init, init_path, sizeof init_path, err);
+        if (!rc)
+            rc = bk_init_from(init_path, &lm, &opt, &init, err);
+    }
+    if (opened && !rc)
+        rc = bk_init_trainable(&lm, &opt, &n_trainable, err);
     rc = bk_dist_agree(dist, rc, err);
     if (!rc && dist->size > 1) { /* ranks agree or stop: a rank with another experiment would corrupt or hang */
         char *mine = bk_lm_agreement_text(&lm, st.step);
@@ -580,6 +596,19 @@ setup_done:
     fprintf(out, "%s\n", held);
     if (o->resume)
         fprintf(out, "resuming from %s at step %lld\n", o->resume, (long long)st.step);
+    if (init_path[0])
+        fprintf(out, "init: %s (step %lld, seal %s): %d tensor%s carried over; %d initialised afresh%s%s; %d of "
+                     "the checkpoint left out%s%s\n",
+                init_path, (long long)init.step, init.seal[0] ? init.seal : "none", init.carried,
+                init.carried == 1 ? "" : "s", init.fresh, init.fresh ? ": " : "", init.fresh_names, init.dropped,
+                init.dropped ? ": " : "", init.dropped_names);
+    if (lm.exp.train.trainable.n) {
+        size_t all = 0;
+        for (int i = 0; i < opt.n_groups; i++)
+            all += opt.groups[i].n;
+        fprintf(out, "trainable: %zu of %zu parameters ([train] trainable); the others are frozen\n", n_trainable,
+                all);
+    }
     fprintf(out, "writing %s\n", run.path);
 
     interrupted = 0;

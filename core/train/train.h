@@ -23,6 +23,8 @@ typedef struct bk_train_options {
     const char *const *overrides;  /* --set assignments */
     int n_overrides;
     const char *resume;            /* checkpoint to continue from, or NULL */
+    const char *init;              /* checkpoint whose weights start the training (train/init.h; overrides
+                                      [train] init; not with resume), or NULL */
     int strict;                    /* with resume: plugins that differ from the checkpoint's records are an error */
     const char *out_dir;           /* overrides [run] out_dir (and, on resume, the checkpoint's directory) */
     int64_t stop_after;            /* stop with a checkpoint after this many steps of this run (0 = never) */
