@@ -70,15 +70,17 @@ check "1 -> 2 matches the straight N = 1 run within $bound" 0 "max" \
     losses "$work/alibi-1/metrics.jsonl" "$work/r12/metrics.jsonl"
 
 # evaluation: the batches of chunks shared out, the sums added in order -- the same bits as one process
-# with the same threads per process
+# with the same threads per process (all but the wall times and the memory high-water mark: timed())
 ck=$work/mix-2/checkpoint.safetensors
+timed() { sed -E -e '/^(speed|peak memory): /d' -e 's/"(seconds|tokens_per_second|peak_rss_bytes)": [0-9.e+-]+/"\1": T/g' "$1"; }
+export -f timed
 check "eval, one process" 0 "" "$bk" eval "$ck" --lengths 32,64,128 --sliding 16 --set run.threads=1 --json "$work/e1s.json"
 check "eval, two processes" 0 "" mpi 2 "$bk" eval "$ck" --lengths 32,64,128 --sliding 16 --set run.threads=1 --json "$work/e2s.json"
-check "eval: sliding windows, N = 2 equals N = 1 to the bit" 0 "" cmp "$work/e1s.json" "$work/e2s.json"
+check "eval: sliding windows, N = 2 equals N = 1 to the bit" 0 "" diff <(timed "$work/e1s.json") <(timed "$work/e2s.json")
 "$bk" eval "$ck" --lengths 32,64,128 --set run.threads=1 --json "$work/e1.json" --positions "$work/p1.csv" >"$work/e1.txt" 2>&1
 mpi 2 "$bk" eval "$ck" --lengths 32,64,128 --set run.threads=1 --json "$work/e2.json" --positions "$work/p2.csv" >"$work/e2.txt" 2>&1
 check "eval: chunks and position losses, N = 2 equals N = 1 to the bit" 0 "" \
-    bash -c "cmp '$work/e1.json' '$work/e2.json' && cmp '$work/p1.csv' '$work/p2.csv' && diff '$work/e1.txt' '$work/e2.txt'"
+    bash -c "diff <(timed '$work/e1.json') <(timed '$work/e2.json') && cmp '$work/p1.csv' '$work/p2.csv' && diff <(timed '$work/e1.txt') <(timed '$work/e2.txt')"
 check "eval: rank 0 alone prints the table" 0 "^1$" grep -c "^  length" "$work/e2.txt"
 
 # refused set-ups, named

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define BK_EVAL_TEXT_(x) #x
 #define BK_EVAL_TEXT(x) BK_EVAL_TEXT_(x)
@@ -29,7 +30,9 @@ static const char help[] =
     "with --sliding S, windows of each length advance by S tokens and only their last S tokens are\n"
     "scored. Lengths beyond the training length just work: memory holds one layer of activations\n"
     "for the chunks of one forward (up to " BK_EVAL_BATCH_TEXT " tokens, or one chunk of a longer length) and grows\n"
-    "linearly with the length; the last line says how much the largest forward needed.\n\n"
+    "linearly with the length. Below the table, a line says how much the largest forward needed,\n"
+    "one line per length its speed (tokens through the model per second of wall time), and the\n"
+    "last the process's peak resident memory.\n\n"
     "  --lengths L,...   lengths to evaluate (default: 1x, 2x, 4x, 8x the training length)\n"
     "  --sliding S       sliding-window evaluation with stride S\n"
     "  --data PATH       evaluate these files or directories instead (repeatable; same format)\n"
@@ -37,7 +40,8 @@ static const char help[] =
     "  --csv FILE        write length,train_length,chunks,tokens,loss,ppl,overrides as CSV ('-' =\n"
     "                    stdout); overrides: the --set strings joined by ';'\n"
     "  --json FILE       write the same as JSON, with the position-wise loss, chunks per forward\n"
-    "                    (batch), activation memory in bytes and the --set overrides ('-' = stdout)\n"
+    "                    (batch), activation memory in bytes, seconds and tokens_per_second, the\n"
+    "                    --set overrides and peak_rss_bytes ('-' = stdout)\n"
     "  --positions FILE  write length,position,loss (loss at each position, averaged over chunks)\n"
     "                    ('-' = stdout)\n"
     "  --set K=V         override a value of the stored experiment (repeatable): [data] and [run] keys,\n"
@@ -90,6 +94,19 @@ typedef struct eval_report {
 } eval_report;
 
 /* A JSON number, or null for a value JSON cannot hold (a diverged model's infinite perplexity). */
+/* Tokens run through the model per second of a length's forwards (0 when it took no measurable time). */
+static double eval_tokens_per_second(const bk_eval_result *r)
+{
+    return r->seconds > 0 ? (double)r->forwarded / r->seconds : 0.0;
+}
+
+/* The process's resident high-water mark in bytes (getrusage: Linux counts ru_maxrss in KiB). */
+static uint64_t peak_rss_bytes(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? (uint64_t)u.ru_maxrss * 1024u : 0;
+}
+
 static void json_number(bk_output *o, const char *format, double v)
 {
     if (isfinite(v))
@@ -148,6 +165,8 @@ static void write_json(bk_output *o, const eval_report *r)
         bk_output_printf(o, ", \"ppl\": ");
         json_number(o, "%.6f", x->ppl);
         bk_output_printf(o, ", \"batch\": %d, \"activation_bytes\": %zu", (int)x->batch, x->activation_bytes);
+        bk_output_printf(o, ", \"seconds\": %.3f, \"tokens_per_second\": %.1f", x->seconds,
+                         eval_tokens_per_second(x));
         if (x->position_loss) {
             bk_output_printf(o, ", \"position_loss\": [");
             for (int32_t t = 0; t < x->length; t++) {
@@ -158,7 +177,7 @@ static void write_json(bk_output *o, const eval_report *r)
         }
         bk_output_printf(o, "}");
     }
-    bk_output_printf(o, "\n]}\n");
+    bk_output_printf(o, "\n], \"peak_rss_bytes\": %llu}\n", (unsigned long long)peak_rss_bytes());
 }
 
 static void write_positions(bk_output *o, const eval_report *r)
@@ -336,6 +355,11 @@ int bk_cmd_eval(int argc, char **argv)
         printf("\nmemory: %.1f MiB of activations at most (length %d, %d chunk%s per forward), on %s\n",
                (double)results[most].activation_bytes / (1024.0 * 1024.0), (int)results[most].length,
                (int)results[most].batch, results[most].batch == 1 ? "" : "s", lm.be ? lm.be->name : "cpu");
+        for (int i = 0; i < n_lengths; i++) /* wall times vary from run to run: lines of their own */
+            printf("speed: length %d: %lld tokens through the model in %.2f s, %.0f tokens/s\n", (int)results[i].length,
+                   (long long)results[i].forwarded, results[i].seconds, eval_tokens_per_second(&results[i]));
+        printf("peak memory: %.1f MiB resident (the process's high-water mark, weights and data included)\n",
+               (double)peak_rss_bytes() / (1024.0 * 1024.0));
     }
 
     const eval_report report = {results,           n_lengths, e->train.length, st.step, args.positional[0],

@@ -5,6 +5,7 @@
  * child sets its own thread count, and what a run prints goes to its own log. */
 #define _GNU_SOURCE /* prctl, setenv, dprintf */
 #include "cli/args.h"
+#include "util/clock.h"
 #include "cli/commands.h"
 #include "dist/dist.h"
 #include "sweep/sweep.h"
@@ -73,13 +74,6 @@ static void on_stop(int sig)
 static void on_child(int sig)
 {
     (void)sig;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -265,7 +259,7 @@ static int spawn(sweep_ctx *c, job *j, bk_error *err)
     setpgid(pid, pid); /* also here: no race with a signal passed on before the child ran */
     close(fd);
     j->pid = pid;
-    j->started = now();
+    j->started = bk_now_seconds();
     j->signalled = 0;
     return BK_OK;
 }
@@ -377,7 +371,7 @@ static void interrupt_run(sweep_ctx *c, job *j, bk_run_state state, const char *
 /* A child of `j` ended with `status`: the next phase, or the run's end. Returns 1 when a child runs. */
 static int child_ended(sweep_ctx *c, job *j, int status)
 {
-    double seconds = now() - j->started;
+    double seconds = bk_now_seconds() - j->started;
     j->pid = 0;
     int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (j->phase == PHASE_TRAIN)

@@ -1,11 +1,13 @@
 #define _POSIX_C_SOURCE 200809L /* strdup */
 #include "eval/eval.h"
+#include "util/clock.h"
 
 #include "util/path.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Non-overlapping chunks (stride 0) or sliding windows of length L, in batches of B windows. Batch k is
@@ -38,6 +40,7 @@ static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32
     if (!in || !tg || !mine || !all)
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory evaluating length %d", (int)L);
     int64_t scored = 0;
+    const double start = bk_now_seconds();
     for (int64_t k = 0; k < n_batches && !rc; k++) {
         int64_t w0 = k * B;
         int nb = n_windows - w0 < B ? (int)(n_windows - w0) : B;
@@ -64,6 +67,8 @@ static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32
         }
         sums[0] = total;
     }
+    r->seconds = bk_now_seconds() - start;
+    r->forwarded = n_windows * (int64_t)L;
     free(in), free(tg);
     if (!(rc = bk_dist_agree(dist, rc, err)) && dist->size > 1)
         rc = bk_dist_allgather(dist, mine, per_rank, all, err);

@@ -23,6 +23,8 @@ typedef struct bk_eval_result {
     double *position_loss; /* length values: mean loss at each position (non-overlapping only), or NULL */
     int32_t batch;       /* windows per forward */
     size_t activation_bytes; /* what one forward of `batch` windows allocated (bk_gpt_activation_bytes) */
+    double seconds;      /* wall time of this length's forwards (this process's share with N processes) */
+    int64_t forwarded;   /* tokens run through the model: windows x length (sliding windows overlap) */
 } bk_eval_result;
 
 /* Evaluate `data` (at most max_tokens of it; 0 = all) at each length. stride = 0: non-overlapping

@@ -7,6 +7,7 @@
  * process (fork + execvp, no shell), its standard error captured for the message when it fails. */
 #define _POSIX_C_SOURCE 200809L
 #include "report/plot.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -481,13 +482,6 @@ static int gnuplot_on_path(void)
     return 0;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Run gnuplot with `argv` (argv[0] = "gnuplot"), standard input from /dev/null, standard output
  * discarded, standard error kept (the last STDERR_KEEP bytes, terminated) in `errtext`. *status is
  * the exit status, or -1 (killed by a signal, or by the time limit). Fails only when it could not run. */
@@ -522,11 +516,11 @@ static int run_gnuplot(char *const argv[], int *status, char *errtext, size_t er
     close(pipefd[1]);
     size_t used = 0;
     char buf[512];
-    double deadline = now_seconds() + GNUPLOT_TIMEOUT_S;
+    double deadline = bk_now_seconds() + GNUPLOT_TIMEOUT_S;
     int timed_out = 0;
     for (;;) {
         struct pollfd pfd = {pipefd[0], POLLIN, 0};
-        int left_ms = (int)((deadline - now_seconds()) * 1000.0);
+        int left_ms = (int)((deadline - bk_now_seconds()) * 1000.0);
         if (left_ms <= 0) {
             timed_out = 1;
             kill(pid, SIGKILL);

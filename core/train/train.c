@@ -1,5 +1,6 @@
 #define _XOPEN_SOURCE 700 /* POSIX 2008 with sigaltstack and SA_ONSTACK (the crash report) */
 #include "train/train.h"
+#include "util/clock.h"
 
 #include "data/data.h"
 #include "train/checkpoint.h"
@@ -34,13 +35,6 @@ static void on_interrupt(int sig)
 {
     if (!interrupted)
         interrupted = sig;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -618,7 +612,7 @@ setup_done:
     for (int k = 0; k < N_STOP_SIGNALS; k++)
         sigaction(stop_signals[k], &sa, &old[k]);
 
-    const double start = now_seconds();
+    const double start = bk_now_seconds();
     double window_start = start;
     int64_t window_tokens = 0, first_step = st.step;
     const int64_t n_param_values = term_param_count(lm.bias.set);
@@ -713,7 +707,7 @@ setup_done:
         st.data_epoch = ld.epoch, st.data_index = ld.index;
         sum->train_loss = loss;
 
-        double t = now_seconds();
+        double t = bk_now_seconds();
         double rate = window_tokens / (t - window_start > 1e-9 ? t - window_start : 1e-9);
         if (skipped) { /* JSON has no NaN: a value that is not finite is written as null */
             char loss_text[32] = "null", norm_text[32] = "null";
@@ -793,7 +787,7 @@ setup_done:
     for (int k = 0; k < N_STOP_SIGNALS; k++)
         sigaction(stop_signals[k], &old[k], NULL);
     sum->steps = st.step;
-    sum->seconds = now_seconds() - start;
+    sum->seconds = bk_now_seconds() - start;
     sum->tokens_per_second = (double)(st.step - first_step) * B * T * e->train.accumulate /
                              (sum->seconds > 1e-9 ? sum->seconds : 1e-9);
     if (!rc && watch.rises)

@@ -6,6 +6,7 @@
  * child's process group (the child and anything it started) when the deadline passes. */
 #define _GNU_SOURCE /* open_memstream, strsignal */
 #include "util/isolate.h"
+#include "util/clock.h"
 #include "util/file.h"
 #include "util/sigsafe.h"
 
@@ -57,13 +58,6 @@ static _Noreturn void child_main(int fd, bk_isolated_fn fn, void *ctx, unsigned 
     int bad = bk_write_all(fd, head, (size_t)n) || bk_write_all(fd, err.message, msg_len) ||
               (text_len && bk_write_all(fd, text, text_len));
     _exit(bad ? 125 : 0);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 typedef struct {
@@ -150,10 +144,10 @@ int bk_isolate(bk_isolated_fn fn, void *ctx, unsigned timeout_s, const char *wha
     close(fds[1]);
 
     buffer b = {0};
-    double deadline = now_s() + (double)timeout_s;
+    double deadline = bk_now_seconds() + (double)timeout_s;
     int status = 0, reaped = 0;
     for (;;) {
-        double left = deadline - now_s();
+        double left = deadline - bk_now_seconds();
         if (left <= 0) {
             res->timed_out = 1;
             break;
@@ -199,7 +193,7 @@ int bk_isolate(bk_isolated_fn fn, void *ctx, unsigned timeout_s, const char *wha
             reaped = 1;
             break;
         }
-        if (now_s() >= deadline) {
+        if (bk_now_seconds() >= deadline) {
             res->timed_out = 1;
             break;
         }
