@@ -474,6 +474,14 @@ check "import onto its input" 2 "--out '.*seed_types' is the model file" \
 check "import of a GGUF without the model's metadata" 1 "seed_types: no metadata 'llama.embedding_length'" \
     "$bk" import "$src/fuzz/corpus/gguf/seed_types" --out "$work/imported.safetensors"
 check "import wrote nothing" 1 "" test -e "$work/imported.safetensors"
+# ... an HF transformers directory: its help, a directory without config.json, an output inside it
+check "import help: HF directories" 0 "biaskit import <hf_dir> --out" "$bk" import --help
+mkdir -p "$work/hf_empty"
+check "import of a directory without config.json" 1 "hf_empty: no config.json" \
+    "$bk" import "$work/hf_empty" --out "$work/imported.safetensors"
+check "import of a directory wrote nothing" 1 "" test -e "$work/imported.safetensors"
+check "import into its own directory" 2 "--out '.*hf_empty/model.safetensors'" \
+    "$bk" import "$work/hf_empty" --out "$work/hf_empty/model.safetensors"
 
 # docs/design.md's "Where things live": every file it names exists (NAME stands for a new thing's name)
 missing=$(awk '/^### Where things live/{on=1; next} on && /^## /{exit} on' "$src/docs/design.md" |
