@@ -14,6 +14,9 @@ bf16 or f16 value widens exactly). Compared per model:
   - every parameter's gradient, HF names mapped onto the checkpoint's (q|k|v rows concatenated, gate|up
     stacked, GPT-2's Conv1D weights transposed, wpe as the ape term's table);
   - `biaskit eval` on a token shard of the same ids: its mean loss against transformers'.
+Then (check_export) `biaskit export CKPT --hf DIR` of each imported checkpoint, loaded by transformers: no missing
+or unexpected tensor, every parameter equal to the original's, and the logits against the original model's, both
+in float32 (the limit: LIMIT_LOGITS).
 Differences are max |engine - reference| / max |reference| over a tensor (for the loss |d| / |loss|). The engine
 computes in float32 (unit roundoff 6e-8), so each difference is float32 rounding carried through two layers, a
 few ulp of the largest value; the limits, 5e-6 for the logits and the losses and 2e-5 for a gradient (a sum over
@@ -204,6 +207,43 @@ def check_case(name, d, gpt2, dump_bin, biaskit, work, seed):
     return ok
 
 
+def check_export(name, d, biaskit, work, seed):
+    """biaskit export of the imported checkpoint: the directory transformers loads (no missing or unexpected
+    tensor), every parameter equal to the original's in float32, and its logits against the original model's,
+    both in float32 (a stored bf16 or f16 value widens exactly; max |difference| / max |reference|)."""
+    ckpt = os.path.join(work, name + ".ckpt.safetensors")
+    out = os.path.join(work, name + ".export")
+    r = subprocess.run([biaskit, "export", ckpt, "--hf", out], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"{name}: biaskit export failed:\n{r.stdout}{r.stderr}")
+        return False
+    ref = transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32,
+                                                            attn_implementation="eager").eval()
+    exp, info = transformers.AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager",
+                                                                  output_loading_info=True)
+    exp = exp.eval()
+    ok = True
+    if info["missing_keys"] or info["unexpected_keys"] or exp.dtype != torch.float32:
+        print(f"{name}: the export loads with missing {info['missing_keys']}, unexpected {info['unexpected_keys']}, "
+              f"dtype {exp.dtype}")
+        ok = False
+    ref_sd, exp_sd = ref.state_dict(), exp.state_dict()
+    differ = [k for k, v in ref_sd.items() if k in exp_sd and not torch.equal(exp_sd[k], v)]
+    if differ:
+        print(f"{name}: exported tensors differ from the original: {differ[:4]}")
+        ok = False
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, ref.config.vocab_size, (B, T), generator=g)
+    with torch.no_grad():
+        d_logits = rel(exp(ids).logits, ref(ids).logits)
+    print(f"{name}: export: {type(exp).__name__} loads, {len(exp_sd)} tensors equal; logits against the original "
+          f"in float32 {d_logits:.2e}")
+    if not d_logits <= LIMIT_LOGITS:
+        print(f"{name}: export logits: {d_logits:.3g} above the limit {LIMIT_LOGITS:g}")
+        ok = False
+    return ok
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__)
@@ -239,6 +279,7 @@ def main():
                 print(f"{name}: save_pretrained did not shard")
                 ok = False
             ok = check_case(name, d, gpt2, dump_bin, biaskit, work, 100 + i) and ok
+            ok = check_export(name, d, biaskit, work, 200 + i) and ok
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -26,6 +26,8 @@ int bk_cmd_trf(int argc, char **argv);
 int bk_cmd_erf(int argc, char **argv);
 int bk_cmd_params(int argc, char **argv);
 int bk_cmd_import(int argc, char **argv);
+int bk_cmd_export(int argc, char **argv);
+int bk_cmd_tokenize(int argc, char **argv);
 int bk_cmd_new_plugin(int argc, char **argv);
 
 /* An experiment opened for a command: the validated file, the plugin registry and the created terms. */

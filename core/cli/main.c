@@ -35,6 +35,8 @@ static const struct {
     {"erf", bk_cmd_erf, "empirical receptive field of a checkpoint's attention, against its TRF", LAUNCH_ONE},
     {"plugins", bk_cmd_plugins, "list the plugins found, with capabilities and options", LAUNCH_ONE},
     {"import", bk_cmd_import, "a pretrained model's GGUF file (llama architecture) into a checkpoint", LAUNCH_ONE},
+    {"export", bk_cmd_export, "a checkpoint into an HF transformers directory (--hf: llama with rope, gpt2 with learned positions)", LAUNCH_ONE},
+    {"tokenize", bk_cmd_tokenize, "a text through a byte-level BPE tokenizer (tokenizer.json or GGUF), as HF tokenizers does", LAUNCH_ONE},
     {"params", bk_cmd_params, "every plugin parameter and mixing weight of a checkpoint, with its initial value", LAUNCH_ONE},
     {"bias", bk_cmd_bias, "each head's distance table of an experiment or checkpoint (and, with a mask or FIRE, "
                           "what the attention adds at each query and distance), printed or as CSV", LAUNCH_ONE},

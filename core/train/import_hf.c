@@ -5,6 +5,7 @@
 #include "io/safetensors.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
+#include "train/hf_map.h"
 #include "train/lm.h"
 #include "util/file.h"
 #include "util/half.h"
@@ -423,10 +424,10 @@ static int read_rope_scaling(const char *path, const cJSON *c, int context, hf_r
     snprintf(r->scaling, sizeof r->scaling, "yarn");
     /* transformers' yarn: L = max_position_embeddings; the plugin multiplies q and k by
      * (0.1 ln s + 1) attn_factor where transformers multiplies them by attention_factor (default 0.1 ln s + 1) */
-    const double mscale = r->factor > 1.0 ? 0.1 * log(r->factor) + 1.0 : 1.0;
+    const double mscale = bk_hf_yarn_mscale(r->factor);
     double af;
-    if ((rc = cfg_num(path, rs, "beta_fast", 32.0, &r->beta_fast, err)) ||
-        (rc = cfg_num(path, rs, "beta_slow", 1.0, &r->beta_slow, err)) ||
+    if ((rc = cfg_num(path, rs, "beta_fast", BK_HF_YARN_BETA_FAST, &r->beta_fast, err)) ||
+        (rc = cfg_num(path, rs, "beta_slow", BK_HF_YARN_BETA_SLOW, &r->beta_slow, err)) ||
         (rc = cfg_num(path, rs, "attention_factor", 0.1 * log(r->factor) + 1.0, &af, err)))
         return rc;
     r->attn_factor = af / mscale;
