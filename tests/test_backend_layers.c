@@ -5,10 +5,11 @@
  * H = 12, V = 67, so that no row count is a multiple of a chunk, block or tile.
  *
  * Tolerances. Where the device does exactly the CPU's float operations in the CPU's order (copies,
- * single additions or products, the encoder's per-id sums, the gradient norm) the results must be
- * equal bit for bit on both backends; so must the LayerNorm rows (forward, backward dinp) and the
- * cross-entropy rows when emulated (one thread per lane of the CPU's sums; a GPU's expf and fused
- * multiply-adds differ), checked in both thread orders of the block programs. Elsewhere the error of element i is measured relative to its
+ * single additions or products, the encoder's per-id sums, the grouped-query heads' copies and sums, the
+ * gradient norm) the results must be equal bit for bit on both backends; so must, when emulated, the
+ * LayerNorm and RMSNorm rows (forward, backward dinp), the cross-entropy rows (one thread per lane of the
+ * CPU's sums) and SwiGLU (the same expf; a GPU's expf and fused multiply-adds differ), the block programs
+ * checked in both thread orders. Elsewhere the error of element i is measured relative to its
  * magnitude, |got - want| / (|want| + rms(want)) (the rms term is a floor for entries that cancel to
  * near 0); the bounds, stated at each check, allow what a GPU may legitimately change: fused
  * multiply-adds (one rounding instead of two, ~6e-8), device expf (2 ulp), cuBLAS's summation order
@@ -341,6 +342,146 @@ static void layernorm_matches_cpu(void **state)
     be->release(be, x_d), be->release(be, w_d), be->release(be, b_d), be->release(be, dy_d);
     be->release(be, out_d), be->release(be, mean_d), be->release(be, rstd_d);
     free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(out);
+}
+
+/* --- the llama family: RMSNorm, SwiGLU, grouped-query heads -------------------------------------- */
+
+/* N rows of Cn channels (x with a mean that is not 0, as a residual stream has) */
+static void rmsnorm_case(bk_backend *be, int N, int Cn, uint64_t seed)
+{
+    const float eps = 1e-6f;
+    const size_t NC = (size_t)N * Cn;
+    bk_rng r = biaskit_rng_seeded(seed);
+    float *x = normal_floats(&r, NC, 2.0), *w = normal_floats(&r, Cn, 1.0), *dy = normal_floats(&r, NC, 1.0);
+    float *dx0 = normal_floats(&r, NC, 0.5), *dw0 = normal_floats(&r, Cn, 0.5), *garbage = normal_floats(&r, NC, 1.0);
+    for (size_t i = 0; i < NC; i++)
+        x[i] += 0.5f;
+    x[0] = 0.0f, x[1] = -0.0f; /* row 0 keeps a few exact zeros */
+    float *out = malloc(NC * sizeof *out), *rstd = malloc((size_t)N * sizeof *rstd);
+    assert_non_null(out);
+    assert_non_null(rstd);
+    bk_rmsnorm_forward(out, rstd, x, w, N, Cn, eps);
+
+    float *x_d = (float *)put(be, x, NC * sizeof(float)), *w_d = (float *)put(be, w, (size_t)Cn * sizeof(float));
+    float *dy_d = (float *)put(be, dy, NC * sizeof(float)), *out_d = (float *)put(be, garbage, NC * sizeof(float));
+    float *rstd_d = (float *)put(be, garbage, (size_t)N * sizeof(float));
+    /* forward: the CPU's lane sums of squares in double, one thread per lane, then x rstd w (two products,
+     * nothing to fuse): the CPU's bits when emulated (in either thread order); on a GPU: 1e-6 */
+    const double fwd_tol = be->kind == BK_BACKEND_EMULATED ? 0.0 : 1e-6;
+    for (int order = 0; order < (be->kind == BK_BACKEND_EMULATED ? 2 : 1); order++) {
+        set_thread_order(order);
+        OK(be->rmsnorm_forward(be, out_d, rstd_d, x_d, w_d, N, Cn, eps, &err_));
+        float *h = get(be, out_d, NC);
+        check_floats("rmsnorm forward out", h, out, NC, fwd_tol);
+        free(h);
+        h = get(be, rstd_d, (size_t)N);
+        check_floats("rmsnorm forward rstd", h, rstd, (size_t)N, fwd_tol);
+        free(h);
+    }
+
+    /* backward from the CPU's rstd, so that only the backward is compared; accumulating into dinp and
+     * dweight (the pairs start from non-zero values) */
+    OK(be->upload(be, rstd_d, rstd, (size_t)N * sizeof(float), &err_));
+    pair dx = pair_of(be, dx0, NC), dw = pair_of(be, dw0, (size_t)Cn);
+    bk_rmsnorm_backward(dx.host, dw.host, dy, x, w, rstd, N, Cn);
+    for (int order = 0; order < (be->kind == BK_BACKEND_EMULATED ? 2 : 1); order++) {
+        set_thread_order(order);
+        OK(be->upload(be, dx.dev, dx0, NC * sizeof(float), &err_));
+        OK(be->upload(be, dw.dev, dw0, (size_t)Cn * sizeof(float), &err_));
+        OK(be->rmsnorm_backward(be, dx.dev, dw.dev, dy_d, x_d, w_d, rstd_d, N, Cn, &err_));
+        /* dinp: the CPU's per-row double mean by lanes (its bits when emulated); rstd (w dy) - x k, which a
+         * GPU may fuse: 1e-5 */
+        pair_check(be, "rmsnorm backward dinp", &dx, be->kind == BK_BACKEND_EMULATED ? 0.0 : 1e-5);
+        /* dweight: double sums over the rows grouped by chunks of 32 instead of in one run: 1e-6 */
+        pair_check(be, "rmsnorm backward dweight", &dw, 1e-6);
+    }
+    float *h = get(be, dw.dev, (size_t)Cn);
+    size_t at;
+    print_message("rmsnorm %d x %d: dweight's largest relative error %.3g\n", N, Cn,
+                  max_rel_error(h, dw.host, (size_t)Cn, &at));
+    free(h);
+    set_thread_order(0);
+
+    pair_free(be, &dx), pair_free(be, &dw);
+    be->release(be, x_d), be->release(be, w_d), be->release(be, dy_d), be->release(be, out_d);
+    be->release(be, rstd_d);
+    free(x), free(w), free(dy), free(dx0), free(dw0), free(garbage), free(out), free(rstd);
+}
+
+static void rmsnorm_matches_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    rmsnorm_case(be, B * T_LONG, C, 19);    /* 390 rows: 12 full chunks of 32 and one of 6 */
+    rmsnorm_case(be, B * T_SHORT, 300, 20); /* 111 rows of 300 channels: lanes with a tail, rows wider than a block */
+    rmsnorm_case(be, 5, 3, 21);             /* fewer channels than lanes */
+}
+
+static void swiglu_matches_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    enum { N = B * T_SHORT, F = 100 };
+    const size_t n2 = (size_t)N * 2 * F, n1 = (size_t)N * F;
+    bk_rng r = biaskit_rng_seeded(22);
+    float *inp = normal_floats(&r, n2, 3.0), *dh = normal_floats(&r, n1, 1.0), *d0 = normal_floats(&r, n2, 0.5);
+    float *garbage = normal_floats(&r, n1, 1.0);
+    const float extremes[] = {0.0f, -0.0f, 20.0f, -20.0f, 100.0f, -100.0f, 1e-20f, -1.2784645f, -90.0f};
+    memcpy(inp, extremes, sizeof extremes); /* gates of row 0 (silu' is 0 near -1.278) */
+    float *inp_d = (float *)put(be, inp, n2 * sizeof(float)), *dh_d = (float *)put(be, dh, n1 * sizeof(float));
+
+    /* the formulas of model/llama_math.h: the CPU's bits when emulated (the same expf); a GPU's expf is
+     * within 2 ulp of glibc's and it may fuse 1 + g (1 - s): 1e-6 */
+    const double tol = be->kind == BK_BACKEND_EMULATED ? 0.0 : 1e-6;
+    pair out = pair_of(be, garbage, n1);
+    bk_swiglu_forward(out.host, inp, N, F);
+    OK(be->swiglu_forward(be, out.dev, inp_d, N, F, &err_));
+    pair_check(be, "swiglu forward", &out, tol);
+    pair dinp = pair_of(be, d0, n2); /* accumulates */
+    bk_swiglu_backward(dinp.host, inp, dh, N, F);
+    OK(be->swiglu_backward(be, dinp.dev, inp_d, dh_d, N, F, &err_));
+    pair_check(be, "swiglu backward", &dinp, tol);
+
+    pair_free(be, &out), pair_free(be, &dinp);
+    be->release(be, inp_d), be->release(be, dh_d);
+    free(inp), free(dh), free(d0), free(garbage);
+}
+
+/* copies and single float additions in the CPU's order (the query heads of a group ascending): equal bits
+ * on both backends */
+static void gqa_case(bk_backend *be, int N, int Hq, int KV, int hd, uint64_t seed)
+{
+    const size_t A = (size_t)Hq * hd, R = (size_t)(Hq + 2 * KV) * hd;
+    bk_rng r = biaskit_rng_seeded(seed);
+    float *qkvr = normal_floats(&r, (size_t)N * R, 1.0), *dqkv = normal_floats(&r, (size_t)N * 3 * A, 1.0);
+    float *garbage = normal_floats(&r, (size_t)N * 3 * A, 1.0), *d0 = normal_floats(&r, (size_t)N * R, 0.5);
+    float *qkvr_d = (float *)put(be, qkvr, (size_t)N * R * sizeof(float));
+    float *dqkv_d = (float *)put(be, dqkv, (size_t)N * 3 * A * sizeof(float));
+    pair qkv = pair_of(be, garbage, (size_t)N * 3 * A);
+    bk_gqa_expand(qkv.host, qkvr, N, Hq, KV, hd);
+    OK(be->gqa_expand(be, qkv.dev, qkvr_d, N, Hq, KV, hd, &err_));
+    pair_check(be, "gqa expand", &qkv, 0.0);
+    pair dqkvr = pair_of(be, d0, (size_t)N * R); /* accumulates */
+    bk_gqa_reduce(dqkvr.host, dqkv, N, Hq, KV, hd);
+    OK(be->gqa_reduce(be, dqkvr.dev, dqkv_d, N, Hq, KV, hd, &err_));
+    pair_check(be, "gqa reduce", &dqkvr, 0.0);
+    pair_free(be, &qkv), pair_free(be, &dqkvr);
+    be->release(be, qkvr_d), be->release(be, dqkv_d);
+    free(qkvr), free(dqkv), free(garbage), free(d0);
+}
+
+static void gqa_matches_cpu(void **state)
+{
+    bk_backend *be = backend_of(state);
+    gqa_case(be, B * T_SHORT, H, 4, 8, 23);  /* groups of 3 query heads */
+    gqa_case(be, B * T_SHORT, H, H, 8, 24);  /* one key/value head per query head */
+    gqa_case(be, B * T_SHORT, H, 1, 6, 25);  /* one key/value head for all */
+    gqa_case(be, 7, 6, 2, 24, 26);           /* heads wider than the others */
+    /* key/value heads that do not divide the query heads: refused, naming the sizes */
+    float *buf = (float *)put(be, NULL, 64 * sizeof(float));
+    bk_error err;
+    bk_error_clear(&err);
+    assert_int_equal(be->gqa_expand(be, buf, buf, 1, 6, 4, 2, &err), BK_ERR_INVALID);
+    assert_message_has(err.message, "6 query heads on 4 key/value heads");
+    be->release(be, buf);
 }
 
 /* --- matmul -------------------------------------------------------------------------------------- */
@@ -994,6 +1135,9 @@ static void run_sequence(bk_backend *be, float **out_host, size_t *n_out, double
     OK(be->matmul_backward(be, BK_STORAGE_FP32, dx, dw, db, dy_d, x_d, w_d, N, C, C, &err_));
     OK(be->layernorm_forward(be, BK_STORAGE_FP32, dy_d, mean, rstd, x_d, w_d, w_d + C, N, C, &err_));
     OK(be->layernorm_backward(be, dx, dlnw, dlnb, dy_d, x_d, w_d, mean, rstd, N, C, &err_));
+    /* RMSNorm's weight gradient, another chunked column sum, into the same dx and dlnw (rstd rewritten) */
+    OK(be->rmsnorm_forward(be, dy_d, rstd, x_d, w_d, N, C, 1e-5f, &err_));
+    OK(be->rmsnorm_backward(be, dx, dlnw, dy_d, x_d, w_d, rstd, N, C, &err_));
     OK(be->sumsq(be, g_d, n, sq, &err_));
     *out_host = get(be, g_d, n);
     *n_out = n;
@@ -1075,7 +1219,9 @@ static int teardown(void **state)
         cmocka_unit_test(rotary_matches_cpu), cmocka_unit_test(sumsq_equals_cpu_bits),                         \
         cmocka_unit_test(adamw_matches_cpu), cmocka_unit_test(first_nonfinite_finds_the_first),                \
         cmocka_unit_test(mix_matches_cpu), cmocka_unit_test(two_runs_are_identical),                           \
-        cmocka_unit_test(bf16_storage_matches_fp32), cmocka_unit_test(tf32_matmul_rounds_its_inputs)
+        cmocka_unit_test(bf16_storage_matches_fp32), cmocka_unit_test(tf32_matmul_rounds_its_inputs),          \
+        cmocka_unit_test(rmsnorm_matches_cpu), cmocka_unit_test(swiglu_matches_cpu),                           \
+        cmocka_unit_test(gqa_matches_cpu)
 
 int main(void)
 {

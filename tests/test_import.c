@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* memmem */
 /* biaskit import (core/train/import.h) on a small llama GGUF written here byte by byte (2 layers, dim 8,
  * 2 heads of 4 on 1 key/value head, MLP 12, vocabulary 16; every value t + e / 1024 for the t-th tensor's
  * element e, exact in float):
@@ -18,6 +19,7 @@
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/import.h"
+#include "train/init.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +36,8 @@ typedef struct variant {
     int drop_up;    /* no blk.1.ffn_up.weight */
     int extra;      /* a rope_freqs.weight tensor */
     int tokens;     /* tokenizer.ggml.tokens of this many entries (0: none) */
+    const char *tok_model; /* with tokens = V: tokenizer.ggml.model, BPE_TOKENS, and unless no_merges BPE_MERGES */
+    int no_merges;
     const char *scaling;
 } variant;
 
@@ -43,6 +47,14 @@ typedef struct info {
 } info;
 
 static char gguf[256], out[256];
+
+/* A byte-level BPE vocabulary of V tokens ("\xc4\xa0" is the space of the byte-level alphabet) and its
+ * merges. */
+#define SP "\xc4\xa0"
+static const char *const BPE_TOKENS[V] = {"a",      "b",       "c",        "d", "e", SP,  "ab", "abc",
+                                          SP "a",   SP "ab",   SP "abc",   "f", "g", "h", "i",  "j"};
+static const char *const BPE_MERGES[] = {"a b", "ab c", SP " a", SP "a b", SP "ab c"};
+#define N_BPE_MERGES 5
 
 /* The tensors of a variant, in file order. */
 static int tensors_of(const variant *v, info *t)
@@ -87,7 +99,7 @@ static void write_gguf(const variant *v)
     put(&b, "GGUF", 4);
     u32(&b, 3);
     u64(&b, (uint64_t)n);
-    u64(&b, 11 + (v->tokens ? 1 : 0) + (v->scaling ? 1 : 0));
+    u64(&b, 11 + (v->tokens ? 1 : 0) + (v->scaling ? 1 : 0) + (v->tok_model ? 2 - v->no_merges : 0));
     str(&b, "general.architecture"), u32(&b, 8), str(&b, v->arch ? v->arch : "llama");
     str(&b, "general.name"), u32(&b, 8), str(&b, "tiny test model");
     static const struct {
@@ -115,7 +127,15 @@ static void write_gguf(const variant *v)
         for (int k = 0; k < v->tokens; k++) {
             char tok[16];
             snprintf(tok, sizeof tok, "t%d", k);
-            str(&b, tok);
+            str(&b, v->tok_model ? BPE_TOKENS[k] : tok);
+        }
+    }
+    if (v->tok_model) {
+        str(&b, "tokenizer.ggml.model"), u32(&b, 8), str(&b, v->tok_model);
+        if (!v->no_merges) {
+            str(&b, "tokenizer.ggml.merges"), u32(&b, 9), u32(&b, 8), u64(&b, N_BPE_MERGES);
+            for (int k = 0; k < N_BPE_MERGES; k++)
+                str(&b, BPE_MERGES[k]);
         }
     }
     uint64_t offset = 0;
@@ -294,6 +314,114 @@ static void untied_model_with_tokenizer(void **state)
     places_every_tensor(&(variant){.untied = 1, .tokens = V});
 }
 
+/* The GGUF's tokenizer travels with the checkpoint: tokenize reads it back, a reopened model reads text
+ * through it, and a changed byte of it is refused by its checksum. */
+static void tokenizer_is_carried(void **state)
+{
+    (void)state;
+    const variant v = {.tokens = V, .tok_model = "gpt2"};
+    bk_import_summary s;
+    run_import(&v, &s);
+    assert_non_null(strstr(s.tokenizer, "ByteLevel"));
+    static const char text[] = "abc abcd ab";
+    bk_error err;
+    bk_gguf *g = NULL;
+    bk_bpe *direct = NULL, *stored_t = NULL;
+    int32_t *want = NULL, *got = NULL;
+    size_t n_want = 0, n_got = 0;
+    if (bk_gguf_open(gguf, &g, &err) || bk_bpe_from_gguf(g, gguf, &direct, &err) ||
+        bk_bpe_encode(direct, text, strlen(text), &want, &n_want, &err))
+        fail_msg("the GGUF's tokenizer: %s", err.message);
+    bk_gguf_close(g);
+    if (bk_checkpoint_read_tokenizer(out, &stored_t, &err) ||
+        bk_bpe_encode(stored_t, text, strlen(text), &got, &n_got, &err))
+        fail_msg("the checkpoint's tokenizer: %s", err.message);
+    assert_int_equal(n_got, n_want);
+    assert_true(n_want > 0 && n_want < strlen(text)); /* merged: fewer tokens than bytes */
+    assert_memory_equal(got, want, n_want * sizeof *want);
+    free(got);
+
+    /* a reopened model encodes its text data with it ([data] format = "text", the default) */
+    char data[300];
+    snprintf(data, sizeof data, "%s.txt", out);
+    FILE *f = fopen(data, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    bk_lm lm;
+    if (bk_checkpoint_load(out, NULL, 0, &lm, NULL, NULL, &err))
+        fail_msg("reopening: %s", err.message);
+    assert_non_null(lm.tokenizer);
+    bk_tokens train = {0}, val = {0};
+    const char *paths[] = {data};
+    if (bk_lm_load_data(&lm, paths, 1, 2, NULL, &train, &val, &err))
+        fail_msg("loading text: %s", err.message);
+    assert_int_equal(val.count, (int64_t)n_want);
+    for (size_t k = 0; k < n_want; k++)
+        assert_int_equal(val.tokens[k], want[k]);
+    bk_tokens_free(&train), bk_tokens_free(&val);
+    lm.add_bos = 1; /* this tokenizer has no BOS: --bos says so */
+    assert_int_not_equal(bk_lm_load_data(&lm, paths, 1, 2, NULL, &train, &val, &err), BK_OK);
+    assert_non_null(strstr(err.message, "no BOS token"));
+    bk_lm_close(&lm);
+    unlink(data);
+    free(want);
+    bk_bpe_free(direct), bk_bpe_free(stored_t);
+
+    /* a fine-tuning from it (train --init) takes the tokenizer with the weights */
+    char exp_text[4096], described[sizeof s.tokenizer];
+    bk_adamw opt = {0};
+    bk_init_report rep;
+    snprintf(described, sizeof described, "%s", s.tokenizer);
+    assert_int_equal(bk_import_gguf_experiment(gguf, exp_text, sizeof exp_text, &s, &err), BK_OK);
+    if (bk_lm_open_text(&lm, exp_text, "child", ".", NULL, 0, &err) || bk_lm_register(&lm, &opt, &err) ||
+        bk_init_from(out, &lm, &opt, &rep, &err))
+        fail_msg("--init from the import: %s", err.message);
+    assert_non_null(lm.tokenizer);
+    assert_string_equal(bk_bpe_describe(lm.tokenizer), described);
+    bk_adamw_free(&opt);
+    bk_lm_close(&lm);
+
+    /* one byte of the stored tokenizer changed: its checksum refuses it, by name */
+    size_t len = 0;
+    f = fopen(out, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    len = (size_t)ftell(f);
+    rewind(f);
+    char *bytes = malloc(len);
+    assert_int_equal(fread(bytes, 1, len, f), len);
+    fclose(f);
+    char *at = memmem(bytes, len, "ByteLevel", 9);
+    assert_non_null(at);
+    at[4] = 'a'; /* BytaLevel */
+    f = fopen(out, "wb");
+    fwrite(bytes, 1, len, f);
+    fclose(f);
+    free(bytes);
+    assert_int_not_equal(bk_checkpoint_read_tokenizer(out, &stored_t, &err), BK_OK);
+    assert_non_null(strstr(err.message, "the tokenizer is corrupt"));
+    assert_int_not_equal(bk_checkpoint_load(out, NULL, 0, &lm, NULL, NULL, &err), BK_OK);
+    assert_non_null(strstr(err.message, "the tokenizer is corrupt"));
+}
+
+/* A tokenizer the C tokenizer does not read (SentencePiece: tokenizer.ggml.model "llama") leaves the
+ * checkpoint without one, saying why; a BPE tokenizer without its merges refuses the import. */
+static void unsupported_and_broken_tokenizers(void **state)
+{
+    (void)state;
+    bk_import_summary s;
+    run_import(&(variant){.tokens = V, .tok_model = "llama"}, &s);
+    if (strncmp(s.tokenizer, "none: ", 6) != 0 || !strstr(s.tokenizer, "llama"))
+        fail_msg("the summary says '%s'", s.tokenizer);
+    bk_bpe *t = NULL;
+    bk_error err;
+    assert_int_equal(bk_checkpoint_read_tokenizer(out, &t, &err), BK_ERR_CONFIG);
+    assert_non_null(strstr(err.message, "stores no tokenizer"));
+    run_import(&(variant){0}, &s);
+    assert_non_null(strstr(s.tokenizer, "no tokenizer.ggml.model"));
+}
+
 static void refused(const variant *v, const char *needle1, const char *needle2)
 {
     write_gguf(v);
@@ -317,6 +445,7 @@ static void bad_files_are_refused(void **state)
     refused(&(variant){.extra = 1}, "tensor 'rope_freqs.weight' has no place", NULL);
     refused(&(variant){.tokens = 15}, "the tokenizer has 15 tokens", "the embedding 16 rows");
     refused(&(variant){.scaling = "linear"}, "rope.scaling.type = 'linear'", NULL);
+    refused(&(variant){.tokens = V, .tok_model = "gpt2", .no_merges = 1}, "tokenizer.ggml.merges", NULL);
     bk_import_summary s;
     bk_error err;
     assert_int_not_equal(bk_import_gguf("/nonexistent/model.gguf", out, &s, &err), BK_OK);
@@ -329,6 +458,8 @@ int main(void)
         cmocka_unit_test(tied_model),
         cmocka_unit_test(untied_model_with_tokenizer),
         cmocka_unit_test(bad_files_are_refused),
+        cmocka_unit_test(tokenizer_is_carried),
+        cmocka_unit_test(unsupported_and_broken_tokenizers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

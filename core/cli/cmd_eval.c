@@ -35,8 +35,13 @@ static const char help[] =
     "last the process's peak resident memory.\n\n"
     "  --lengths L,...   lengths to evaluate (default: 1x, 2x, 4x, 8x the training length)\n"
     "  --sliding S       sliding-window evaluation with stride S\n"
-    "  --data PATH       evaluate these files or directories instead (repeatable; same format)\n"
+    "  --data PATH       evaluate these files or directories instead (repeatable; same format). A\n"
+    "                    checkpoint that carries a tokenizer (an imported model) with [data] format =\n"
+    "                    \"text\" reads them through it; else text is read as bytes\n"
     "  --tokens N        use at most the first N tokens of the data (default 65536; 0 = all)\n"
+    "  --bos             a checkpoint with a tokenizer: its BOS token before the text's tokens (by\n"
+    "                    default no special token is added: the text is encoded as HF tokenizers does\n"
+    "                    with add_special_tokens=False)\n"
     "  --csv FILE        write length,train_length,chunks,tokens,loss,ppl,overrides as CSV ('-' =\n"
     "                    stdout); overrides: the --set strings joined by ';'\n"
     "  --json FILE       write the same as JSON, with the position-wise loss, chunks per forward\n"
@@ -210,7 +215,7 @@ int bk_cmd_eval(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0},  {"lengths", 1, 0}, {"sliding", 1, 0}, {"data", 1, 1},
                                         {"tokens", 1, 0}, {"csv", 1, 0},     {"json", 1, 0},    {"positions", 1, 0},
-                                        {"set", 1, 1},   {"strict", 0, 0}, {"no-verify", 0, 0}};
+                                        {"set", 1, 1},   {"strict", 0, 0}, {"no-verify", 0, 0}, {"bos", 0, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit eval", &args, &err))
@@ -291,7 +296,10 @@ int bk_cmd_eval(int argc, char **argv)
         rc = check_outputs(outputs, inputs.items, inputs.n, &err);
     rc = bk_dist_agree(&dist, rc, &err); /* every process checked the same files */
     bk_tokens train = {0}, val = {0};
-    if (!rc) /* the data: the experiment's validation split, or --data (paths from the working directory) */
+    lm.add_bos = bk_args_get(&args, "bos") != NULL;
+    if (!rc && lm.add_bos && !lm.tokenizer)
+        rc = bk_fail(&err, BK_ERR_USAGE, "--bos: the checkpoint carries no tokenizer (a BOS token is its tokenizer's)");
+    else if (!rc) /* the data: the experiment's validation split, or --data (paths from the working directory) */
         rc = bk_lm_load_data(&lm, data, (int)n_data, 2, "; or give --data PATH", &train, &val, &err);
     rc = bk_dist_agree(&dist, rc, &err); /* a rank without its data stops them all */
     if (!rc && dist.size > 1) { /* and the same data on every rank */

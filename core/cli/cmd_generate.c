@@ -20,10 +20,11 @@ static const char help[] =
     "Rebuilds the model stored in the checkpoint and continues the prompt, one token at a time, printing\n"
     "the new text (not the prompt) on standard output. Each new token runs the forward over the whole\n"
     "sequence so far (no KV cache: simple and exact, quadratic in the length; fine for a quick look at\n"
-    "a small model). Byte-level models only (vocab 256): a BPE model is refused, as the engine has no\n"
-    "tokenizer for it. The same checkpoint, prompt and options give the same text: greedy decoding has\n"
-    "no randomness, and sampling draws from --seed alone.\n\n"
-    "  --prompt TEXT       the text to continue (its bytes are the tokens)\n"
+    "a small model). A byte-level model reads and writes bytes; a model whose checkpoint carries its\n"
+    "tokenizer (an imported one) reads the prompt through it (no BOS added) and its tokens are decoded;\n"
+    "a BPE model without one is refused. The same checkpoint, prompt and options give the same text:\n"
+    "greedy decoding has no randomness, and sampling draws from --seed alone.\n\n"
+    "  --prompt TEXT       the text to continue (its bytes, or its tokens with the model's tokenizer)\n"
     "  --prompt-file FILE  read the prompt from FILE instead (its bytes, as is)\n"
     "  --tokens N          how many tokens to generate (default 200)\n"
     "  --greedy            take the most likely token each time (the default; the lower token id on a tie)\n"
@@ -126,7 +127,7 @@ int bk_cmd_generate(int argc, char **argv)
     }
     if (lm.exp.run.threads > 0)
         omp_set_num_threads((int)lm.exp.run.threads);
-    int rc = bk_text_model_check(&lm, "generate", &err);
+    int rc = bk_text_model_check(&lm, "generate", 1, &err);
     const int32_t V = lm.gpt.V;
     bk_sampler s = {top_k > 0 ? (int32_t)top_k : (!isnan(temperature) ? V : 0),
                     isnan(temperature) ? 1.0 : temperature, (uint64_t)seed};
@@ -134,7 +135,14 @@ int bk_cmd_generate(int argc, char **argv)
         rc = bk_sampler_check(&s, V, &err);
     if (!max_length)
         max_length = (long)(BK_GENERATE_MAX_FACTOR * lm.exp.train.length);
-    int32_t *tokens = malloc(len * sizeof *tokens), *out = malloc((size_t)n_new * sizeof *out);
+    int32_t *tokens = NULL, *out = malloc((size_t)n_new * sizeof *out);
+    if (!rc && lm.tokenizer) { /* the prompt's tokens: the model's tokenizer's, else its bytes */
+        size_t n = 0;
+        if (!(rc = bk_bpe_encode(lm.tokenizer, text, len, &tokens, &n, &err)) && n == 0)
+            rc = bk_fail(&err, BK_ERR_USAGE, "the prompt encodes to no token");
+        len = n;
+    } else if (!rc && (tokens = malloc(len * sizeof *tokens)))
+        bk_text_encode(text, len, tokens);
     if (!rc && (!tokens || !out))
         rc = bk_fail(&err, BK_ERR_NOMEM, "out of memory for a prompt of %zu bytes", len);
     const char *why =
@@ -147,16 +155,23 @@ int bk_cmd_generate(int argc, char **argv)
                      "the prompt (%zu tokens) and --tokens %ld need a forward of %ld tokens, beyond the limit of %ld "
                      "tokens (%s)",
                      len, n_new, (long)len + n_new - 1, max_length, why);
-    if (!rc) {
-        bk_text_encode(text, len, tokens);
+    if (!rc)
         rc = bk_generate(&lm, tokens, (int32_t)len, (int32_t)n_new, (int32_t)max_length, &s, out, &err);
-    }
-    if (!rc) {
+    if (!rc && lm.tokenizer) {
+        char *bytes = NULL;
+        size_t n = 0;
+        if (!(rc = bk_bpe_decode(lm.tokenizer, out, (size_t)n_new, &bytes, &n, &err))) {
+            fwrite(bytes, 1, n, stdout);
+            putchar('\n');
+        }
+        free(bytes);
+    } else if (!rc) {
         for (long t = 0; t < n_new; t++)
             putchar(out[t]);
         putchar('\n');
-        rc = bk_output_stdout_check(&err);
     }
+    if (!rc)
+        rc = bk_output_stdout_check(&err);
     free(tokens), free(out), free(text);
     bk_lm_close(&lm);
     return rc ? bk_report(&err) : 0;

@@ -87,6 +87,7 @@ int bk_cmd_import(int argc, char **argv)
                "base %g; context %d\n",
                s.layers, s.heads, s.kv_heads, s.head_dim, s.dim, s.ffn_dim, s.vocab, s.tied ? "tied" : "untied",
                s.rope_base, s.context);
+    printf("tokenizer: %s\n", s.tokenizer);
     printf("wrote %s\n", out);
     return 0;
 }

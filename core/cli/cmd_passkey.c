@@ -292,7 +292,7 @@ int bk_cmd_passkey(int argc, char **argv)
         return bk_report(&err);
     if (lm.exp.run.threads > 0)
         omp_set_num_threads((int)lm.exp.run.threads);
-    int rc = bk_text_model_check(&lm, "passkey", &err);
+    int rc = bk_text_model_check(&lm, "passkey", 0, &err);
     if (!rc && !n_lengths) {
         for (int64_t k = 1; k <= 16; k *= 2)
             if (k * lm.exp.train.length >= bk_passkey_min_length() && k * lm.exp.train.length <= (1 << 24))

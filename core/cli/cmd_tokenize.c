@@ -2,6 +2,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "data/bpe.h"
+#include "train/checkpoint.h"
 #include "util/file.h"
 #include "util/output.h"
 
@@ -16,9 +17,11 @@ static const char help[] =
     "       biaskit tokenize <tokenizer> --dump-json [--out OUT]\n\n"
     "Encodes a text file with a byte-level BPE tokenizer exactly as HF tokenizers does (with\n"
     "add_special_tokens=False: no BOS or EOS is added; special and added tokens written in the text\n"
-    "are matched). <tokenizer> is an HF tokenizer.json, a GGUF file (its tokenizer.ggml.* metadata,\n"
-    "tokenizer.ggml.model \"gpt2\"), or a directory holding a tokenizer.json. <file> \"-\" is standard\n"
-    "input. The text must be valid UTF-8; the first invalid byte is reported by its offset.\n\n"
+    "are matched). <tokenizer> is a checkpoint that carries one (an imported model's: biaskit import\n"
+    "stores it, and fine-tunings keep it; its checksum is verified), an HF tokenizer.json, a GGUF file\n"
+    "(its tokenizer.ggml.* metadata, tokenizer.ggml.model \"gpt2\"), or a directory holding a\n"
+    "tokenizer.json. <file> \"-\" is standard input. The text must be valid UTF-8; the first invalid\n"
+    "byte is reported by its offset.\n\n"
     "Without --ids: one line per token, its id, a tab and its text (\\n, \\t, \\r, \\\\ and other\n"
     "control or invalid bytes escaped as \\xNN; a token that is part of a character shows its bytes\n"
     "as \\xNN). Standard error gets one summary line: bytes, tokens, bytes per token.\n\n"
@@ -176,7 +179,8 @@ int bk_cmd_tokenize(int argc, char **argv)
     char *text = NULL, *result = NULL;
     size_t len = 0, rlen = 0, n = 0;
     int32_t *ids = NULL;
-    int rc = bk_bpe_open(tok_path, &t, &err);
+    int rc = bk_checkpoint_is_file(tok_path) ? bk_checkpoint_read_tokenizer(tok_path, &t, &err)
+                                             : bk_bpe_open(tok_path, &t, &err);
     if (rc == BK_OK && dump)
         rc = bk_bpe_to_hf_json(t, &result, &rlen, &err);
     if (rc == BK_OK && !dump)

@@ -6,14 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-int bk_text_model_check(const bk_lm *lm, const char *command, bk_error *err)
+int bk_text_model_check(const bk_lm *lm, const char *command, int tokenizes, bk_error *err)
 {
-    if (lm->gpt.V == 256)
+    if (lm->tokenizer && !tokenizes)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "%s: the model reads text through its BPE tokenizer (%s); %s builds byte-level sequences and "
+                       "does not tokenize them yet", command, bk_bpe_describe(lm->tokenizer), command);
+    if (lm->tokenizer || lm->gpt.V == 256)
         return BK_OK;
     return bk_fail(err, BK_ERR_UNSUPPORTED,
-                   "%s: the model has a vocabulary of %d tokens (a BPE model); %s reads and writes text for "
-                   "byte-level models only (vocab 256: [data] format = \"text\", or shards of scripts/tokenize.py "
-                   "--bytes), as the engine has no BPE tokenizer",
+                   "%s: the model has a vocabulary of %d tokens and its checkpoint carries no tokenizer; %s reads "
+                   "and writes text for byte-level models (vocab 256: [data] format = \"text\", or shards of "
+                   "scripts/tokenize.py --bytes) and for checkpoints with a tokenizer (biaskit import stores it)",
                    command, lm->gpt.V, command);
 }
 

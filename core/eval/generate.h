@@ -23,8 +23,10 @@
  * (eval's default lengths go to 8x; passkey grids to 16x). */
 #define BK_GENERATE_MAX_FACTOR 16
 
-/* BK_OK when `lm` reads bytes (vocab 256); else BK_ERR_UNSUPPORTED naming `command` and the vocab. */
-int bk_text_model_check(const bk_lm *lm, const char *command, bk_error *err);
+/* BK_OK when `command` can read and write `lm`'s text: a byte-level model (vocab 256 and no tokenizer),
+ * or, where the command tokenizes (`tokenizes`), a model with its tokenizer; else BK_ERR_UNSUPPORTED naming
+ * the command and why. */
+int bk_text_model_check(const bk_lm *lm, const char *command, int tokenizes, bk_error *err);
 
 /* The byte tokens of text[0..len) into out (len int32). */
 void bk_text_encode(const char *text, size_t len, int32_t *out);

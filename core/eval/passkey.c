@@ -189,7 +189,7 @@ int bk_passkey_run(bk_lm *lm, const int32_t *lengths, int n_lengths, const doubl
                    int32_t trials, uint64_t seed, bk_passkey_cell *cells,
                    void (*progress)(const bk_passkey_cell *cell, void *ctx), void *ctx, bk_error *err)
 {
-    int rc = bk_text_model_check(lm, "passkey", err);
+    int rc = bk_text_model_check(lm, "passkey", 0, err);
     for (int i = 0; i < n_lengths && !rc; i++)
         for (int j = 0; j < n_depths && !rc; j++) {
             bk_passkey_cell *c = &cells[(size_t)i * n_depths + j];

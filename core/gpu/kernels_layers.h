@@ -7,7 +7,8 @@
  * sums (in double) a second kernel — or the host — adds up in chunk order, so the result depends only
  * on the data and the chunk size, never on thread counts or scheduling:
  *
- *   column sums over rows (LayerNorm dweight/dbias, matmul dbias): chunks of BK_DEV_ROW_CHUNK rows,
+ *   column sums over rows (LayerNorm dweight/dbias, RMSNorm dweight, matmul dbias): chunks of
+ *       BK_DEV_ROW_CHUNK rows,
  *       partial[chunk][c] summed over the chunk's rows in order, then over chunks in order
  *       (k_column_sum), then added to the float gradient. The CPU sums all rows of a column in one
  *       double: the two differ only in the rounding of double additions (~1e-16 relative), which the
@@ -25,6 +26,7 @@
 #include "gpu/rows.h"
 #include "model/gelu_math.h"
 #include "model/layernorm_math.h"
+#include "model/llama_math.h"
 #include "model/rotary_math.h"
 #include "model/softmax_math.h"
 #include "train/adamw_math.h"
@@ -220,6 +222,165 @@ static inline BK_DEV_HD void k_layernorm_backward_params(int64_t i, const void *
     }
     a->part_w[i] = dw;
     a->part_b[i] = db;
+}
+
+/* --- RMSNorm, SwiGLU, grouped-query heads (the llama family) ------------------------------------ */
+
+/* bk_rmsnorm_row (model/llama_math.h, the CPU layer's code) as a row program (gpu/rows.h),
+ * K_ROWS_PER_CTA rows per block: shared memory BK_CTA_THREADS doubles (the lane sums of the squares).
+ * Backward, the same form for dinp (the lane sums of bk_rmsnorm_dterm), then the weight gradient as
+ * LayerNorm's: per-chunk partials (k_rmsnorm_backward_params), summed over chunks by k_column_sum. */
+typedef struct k_rmsnorm_args {
+    float *out, *rstd, *dinp;
+    double *part_w; /* (chunks, C) partials of dweight */
+    const float *inp, *weight, *dout, *rstd_in;
+    float eps;
+    int64_t N, C;
+} k_rmsnorm_args;
+
+#define K_RMSNORM_SMEM_BYTES (BK_CTA_THREADS * sizeof(double))
+
+static inline BK_DEV_HD void k_rmsnorm_forward(int64_t cta, const void *args, float *smem)
+{
+    const k_rmsnorm_args *a = (const k_rmsnorm_args *)args;
+    const int64_t C = a->C, n0 = cta * K_ROWS_PER_CTA;
+    const int rows = k_rows_of(cta, a->N);
+    double *lane = (double *)smem;
+    BK_CTA_PHASE(t)
+    {
+        const int r = t / BK_SUM_LANES;
+        if (r >= rows)
+            continue;
+        const float *x = a->inp + (n0 + r) * C;
+        double acc = 0.0;
+        for (int64_t c = t % BK_SUM_LANES; c < C; c += BK_SUM_LANES)
+            acc += bk_rmsnorm_square(x[c]);
+        lane[t] = acc;
+    }
+    BK_CTA_PHASE(t)
+    {
+        for (int r = 0; r < rows; r++) {
+            const int64_t n = n0 + r;
+            const float *x = a->inp + n * C;
+            const float s = bk_rmsnorm_lanes_rstd(lane + r * BK_SUM_LANES, C, a->eps);
+            for (int64_t c = t; c < C; c += BK_CTA_THREADS)
+                a->out[n * C + c] = bk_rmsnorm_y(x[c], s, a->weight[c]);
+            if (t == 0)
+                a->rstd[n] = s;
+        }
+    }
+}
+
+/* dinp += bk_rmsnorm_row_backward (model/llama_math.h) */
+static inline BK_DEV_HD void k_rmsnorm_backward_dinp(int64_t cta, const void *args, float *smem)
+{
+    const k_rmsnorm_args *a = (const k_rmsnorm_args *)args;
+    const int64_t C = a->C, n0 = cta * K_ROWS_PER_CTA;
+    const int rows = k_rows_of(cta, a->N);
+    double *lane = (double *)smem;
+    BK_CTA_PHASE(t)
+    {
+        const int r = t / BK_SUM_LANES;
+        if (r >= rows)
+            continue;
+        const int64_t n = n0 + r;
+        const float *x = a->inp + n * C, *dy = a->dout + n * C;
+        double acc = 0.0;
+        for (int64_t c = t % BK_SUM_LANES; c < C; c += BK_SUM_LANES)
+            acc += bk_rmsnorm_dterm(x[c], dy[c], a->weight[c]);
+        lane[t] = acc;
+    }
+    BK_CTA_PHASE(t)
+    {
+        for (int r = 0; r < rows; r++) {
+            const int64_t n = n0 + r;
+            const float *x = a->inp + n * C, *dy = a->dout + n * C, rstd = a->rstd_in[n];
+            const float k = bk_rmsnorm_lanes_k(lane + r * BK_SUM_LANES, C, rstd);
+            for (int64_t c = t; c < C; c += BK_CTA_THREADS)
+                a->dinp[n * C + c] += bk_rmsnorm_dx(x[c], dy[c], a->weight[c], rstd, k);
+        }
+    }
+}
+
+/* index (chunk, c) of (ceil(N / BK_DEV_ROW_CHUNK), C): part_w = the chunk's rows' bk_rmsnorm_dweight_term
+ * in order, in double (first stage of dweight; k_column_sum is the second) */
+static inline BK_DEV_HD void k_rmsnorm_backward_params(int64_t i, const void *args)
+{
+    const k_rmsnorm_args *a = (const k_rmsnorm_args *)args;
+    const int64_t C = a->C, chunk = i / C, c = i % C;
+    const int64_t lo = chunk * BK_DEV_ROW_CHUNK, hi = lo + BK_DEV_ROW_CHUNK < a->N ? lo + BK_DEV_ROW_CHUNK : a->N;
+    double dw = 0.0;
+    for (int64_t n = lo; n < hi; n++)
+        dw += bk_rmsnorm_dweight_term(a->inp[n * C + c], a->rstd_in[n], a->dout[n * C + c]);
+    a->part_w[i] = dw;
+}
+
+/* index (n, f) of (N, F): rows of inp are (gate | up), 2F wide (model/layers.h) */
+typedef struct k_swiglu_args {
+    float *out;        /* forward: h (N, F); backward: dinp (N, 2F), accumulated */
+    const float *inp;  /* (N, 2F) */
+    const float *dout; /* backward: dh (N, F) */
+    int64_t F;
+} k_swiglu_args;
+
+/* h = bk_swiglu(gate, up) */
+static inline BK_DEV_HD void k_swiglu_forward(int64_t i, const void *args)
+{
+    const k_swiglu_args *a = (const k_swiglu_args *)args;
+    const int64_t n = i / a->F, f = i % a->F;
+    const float *g = a->inp + n * 2 * a->F;
+    a->out[i] = bk_swiglu(g[f], g[a->F + f]);
+}
+
+/* dgate, dup += bk_swiglu_grad: index (n, f) writes dinp[n, f] and dinp[n, F + f] only */
+static inline BK_DEV_HD void k_swiglu_backward(int64_t i, const void *args)
+{
+    const k_swiglu_args *a = (const k_swiglu_args *)args;
+    const int64_t n = i / a->F, f = i % a->F;
+    const float *g = a->inp + n * 2 * a->F;
+    float *d = a->out + n * 2 * a->F;
+    float dg, du;
+    bk_swiglu_grad(g[f], g[a->F + f], a->dout[i], &dg, &du);
+    d[f] += dg;
+    d[a->F + f] += du;
+}
+
+/* The q/k/v product's rows hold R = (H + 2 KV) hd values (q of H heads, k and v of KV); the attention reads
+ * 3 A, A = H hd, with key/value head bk_gqa_kv_head(h) in head h's place (model/layers.h, bk_gqa_expand). */
+typedef struct k_gqa_args {
+    float *out;       /* expand: qkv (N, 3A); reduce: dqkvr (N, R), accumulated */
+    const float *inp; /* expand: qkvr (N, R); reduce: dqkv (N, 3A) */
+    int64_t H, KV, hd;
+} k_gqa_args;
+
+/* index (n, j) of (N, 3A): a copy */
+static inline BK_DEV_HD void k_gqa_expand(int64_t i, const void *args)
+{
+    const k_gqa_args *a = (const k_gqa_args *)args;
+    const int64_t A = a->H * a->hd, R = (a->H + 2 * a->KV) * a->hd, n = i / (3 * A), j = i % (3 * A);
+    const int64_t part = j / A, h = (j % A) / a->hd, d = j % a->hd;
+    const float *src = a->inp + n * R;
+    const int64_t g = (int64_t)bk_gqa_kv_head((int)h, (int)a->H, (int)a->KV) * a->hd;
+    a->out[i] = part == 0 ? src[j] : src[A + (part - 1) * a->KV * a->hd + g + d];
+}
+
+/* index (n, j) of (N, R): a q entry adds its one gradient; a k or v entry of key/value head g those of the
+ * query heads that read it, in ascending order of h, one float addition at a time (the CPU's order) */
+static inline BK_DEV_HD void k_gqa_reduce(int64_t i, const void *args)
+{
+    const k_gqa_args *a = (const k_gqa_args *)args;
+    const int64_t A = a->H * a->hd, R = (a->H + 2 * a->KV) * a->hd, n = i / R, j = i % R;
+    const float *src = a->inp + n * 3 * A;
+    if (j < A) {
+        a->out[i] += src[j];
+        return;
+    }
+    const int64_t part = (j - A) / (a->KV * a->hd), g = ((j - A) % (a->KV * a->hd)) / a->hd, d = j % a->hd;
+    float acc = a->out[i];
+    for (int64_t h = 0; h < a->H; h++)
+        if (bk_gqa_kv_head((int)h, (int)a->H, (int)a->KV) == g)
+            acc += src[(1 + part) * A + h * a->hd + d];
+    a->out[i] = acc;
 }
 
 /* --- column reductions (matmul dbias; second stage of every column sum) ------------------------- */

@@ -99,6 +99,12 @@ static void dev_set_ops(bk_backend *be)
     be->cast_bf16 = dev_cast_bf16;
     be->gelu_forward = dev_gelu_forward_as;
     be->gelu_backward = dev_gelu_backward;
+    be->rmsnorm_forward = dev_rmsnorm_forward;
+    be->rmsnorm_backward = dev_rmsnorm_backward;
+    be->swiglu_forward = dev_swiglu_forward;
+    be->swiglu_backward = dev_swiglu_backward;
+    be->gqa_expand = dev_gqa_expand;
+    be->gqa_reduce = dev_gqa_reduce;
     be->residual_forward = dev_residual_forward;
     be->residual_backward = dev_residual_backward;
     be->crossentropy_forward = dev_crossentropy_forward;

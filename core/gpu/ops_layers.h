@@ -10,6 +10,8 @@
 #include "gpu/kernels_layers.h"
 #include "model/backend.h"
 
+#include <string.h>
+
 static inline bk_dev *layers_dev(bk_backend *be)
 {
     return (bk_dev *)be->impl;
@@ -110,6 +112,90 @@ static int dev_layernorm_backward(bk_backend *be, float *dinp, float *dweight, f
         (rc = dev_column_sum(d, dweight, a.part_w, chunks, C, err)) != BK_OK)
         return rc;
     return dev_column_sum(d, dbias, a.part_b, chunks, C, err);
+}
+
+/* --- the llama family: RMSNorm, SwiGLU, grouped-query heads (fp32) ------------------------------- */
+
+static int dev_rmsnorm_forward(bk_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N,
+                               int C, float eps, bk_error *err)
+{
+    bk_dev *d = layers_dev(be);
+    if (N == 0)
+        return BK_OK;
+    k_rmsnorm_args a;
+    memset(&a, 0, sizeof a);
+    a.out = out, a.rstd = rstd, a.inp = inp, a.weight = weight, a.eps = eps, a.N = N, a.C = C;
+    return BK_LAUNCH_CTA(d, k_rmsnorm_forward, k_rmsnorm_args, k_row_blocks(N), K_RMSNORM_SMEM_BYTES, a, err);
+}
+
+/* dinp += the rows' gradients; dweight += the column sums of x rstd dy in chunks of BK_DEV_ROW_CHUNK rows,
+ * then over chunks in order (as LayerNorm's) */
+static int dev_rmsnorm_backward(bk_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                                const float *weight, const float *rstd, int N, int C, bk_error *err)
+{
+    bk_dev *d = layers_dev(be);
+    if (N == 0)
+        return BK_OK;
+    const int64_t chunks = layers_chunks(N, BK_DEV_ROW_CHUNK);
+    void *pw = NULL;
+    int rc;
+    if ((rc = dev_scratch(d, BK_DEV_SCRATCH_PARTIAL, (size_t)(chunks * C) * sizeof(double), &pw, err)) != BK_OK)
+        return rc;
+    k_rmsnorm_args a;
+    memset(&a, 0, sizeof a);
+    a.dinp = dinp, a.part_w = (double *)pw, a.inp = inp, a.weight = weight, a.dout = dout, a.rstd_in = rstd;
+    a.N = N, a.C = C;
+    if ((rc = BK_LAUNCH_CTA(d, k_rmsnorm_backward_dinp, k_rmsnorm_args, k_row_blocks(N), K_RMSNORM_SMEM_BYTES, a,
+                            err)) != BK_OK ||
+        (rc = BK_LAUNCH(d, k_rmsnorm_backward_params, k_rmsnorm_args, chunks * C, a, err)) != BK_OK)
+        return rc;
+    return dev_column_sum(d, dweight, a.part_w, chunks, C, err);
+}
+
+static int dev_swiglu_forward(bk_backend *be, float *out, const float *inp, int N, int F, bk_error *err)
+{
+    k_swiglu_args a;
+    a.out = out, a.inp = inp, a.dout = NULL, a.F = F;
+    return BK_LAUNCH(layers_dev(be), k_swiglu_forward, k_swiglu_args, (int64_t)N * F, a, err);
+}
+
+static int dev_swiglu_backward(bk_backend *be, float *dinp, const float *inp, const float *dout, int N, int F,
+                               bk_error *err)
+{
+    k_swiglu_args a;
+    a.out = dinp, a.inp = inp, a.dout = dout, a.F = F;
+    return BK_LAUNCH(layers_dev(be), k_swiglu_backward, k_swiglu_args, (int64_t)N * F, a, err);
+}
+
+static int dev_gqa_check(const char *what, int H, int KV, int hd, bk_error *err)
+{
+    if (H < 1 || KV < 1 || hd < 1 || H % KV != 0)
+        return bk_fail(err, BK_ERR_INVALID,
+                       "device %s: %d query heads on %d key/value heads of %d channels; expected positive sizes "
+                       "and key/value heads that divide the query heads",
+                       what, H, KV, hd);
+    return BK_OK;
+}
+
+static int dev_gqa_expand(bk_backend *be, float *qkv, const float *qkvr, int N, int H, int KV, int hd, bk_error *err)
+{
+    int rc = dev_gqa_check("grouped-query expand", H, KV, hd, err);
+    if (rc != BK_OK)
+        return rc;
+    k_gqa_args a;
+    a.out = qkv, a.inp = qkvr, a.H = H, a.KV = KV, a.hd = hd;
+    return BK_LAUNCH(layers_dev(be), k_gqa_expand, k_gqa_args, (int64_t)N * 3 * H * hd, a, err);
+}
+
+static int dev_gqa_reduce(bk_backend *be, float *dqkvr, const float *dqkv, int N, int H, int KV, int hd,
+                          bk_error *err)
+{
+    int rc = dev_gqa_check("grouped-query reduce", H, KV, hd, err);
+    if (rc != BK_OK)
+        return rc;
+    k_gqa_args a;
+    a.out = dqkvr, a.inp = dqkv, a.H = H, a.KV = KV, a.hd = hd;
+    return BK_LAUNCH(layers_dev(be), k_gqa_reduce, k_gqa_args, (int64_t)N * (H + 2 * KV) * hd, a, err);
 }
 
 /* --- matmul -------------------------------------------------------------------------------------

@@ -164,9 +164,9 @@ struct bk_backend {
     /* out = bf16(x) (device backends; NULL on the CPU) */
     int (*cast_bf16)(bk_backend *be, uint16_t *out, const float *x, size_t n, bk_error *err);
     int (*gelu_backward)(bk_backend *be, float *dinp, const float *inp, const float *dout, size_t n, bk_error *err);
-    /* The LLaMA family's layers (model/layers.h: RMSNorm, SwiGLU, grouped-query heads), fp32. The CPU backend
-     * has them; the device backends do not yet (NULL): the model refuses [model] family = "llama" there
-     * (bk_gpt_set_backend). */
+    /* The LLaMA family's layers (model/layers.h: RMSNorm, SwiGLU, grouped-query heads), fp32 only: every
+     * backend has them (the device ones: gpu/kernels_layers.h, over model/llama_math.h's formulas); the model
+     * refuses [model] family = "llama" with bf16 storage (bk_gpt_set_backend). */
     int (*rmsnorm_forward)(bk_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N,
                            int C, float eps, bk_error *err);
     int (*rmsnorm_backward)(bk_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,

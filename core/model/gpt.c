@@ -427,10 +427,12 @@ int bk_gpt_set_backend(bk_gpt *m, bk_backend *be, bk_error *err)
     if (m->be->on_device || m->acts)
         return bk_fail(err, BK_ERR_INVALID, "the model can move to another backend only once, before its first forward "
                        "(it is on %s)", m->be->name);
-    if (be->on_device && m->family == BK_FAMILY_LLAMA)
+    if (be->on_device && m->family == BK_FAMILY_LLAMA && be->precision == BK_PRECISION_BF16)
         return bk_fail(err, BK_ERR_UNSUPPORTED,
-                       "[model] family = \"llama\" runs on the CPU in this build: the %s backend has no RMSNorm, "
-                       "SwiGLU or grouped-query layers yet; use [run] device = \"cpu\"",
+                       "[model] family = \"llama\" with [run] precision = \"bf16\": the llama blocks keep their "
+                       "activations in fp32 (the %s backend's RMSNorm, SwiGLU and grouped-query layers have no bf16 "
+                       "storage); use precision = \"fp32\" (with matmul = \"bf16\" or \"tf32\" if the products "
+                       "should round their inputs)",
                        be->name);
     int rc = bk_positions_set_backend(&m->pos, be, err);
     if (rc)
@@ -579,8 +581,8 @@ static stored stored_of(const acts *a, bk_storage s, size_t la, size_t BT, size_
             goto fail;              \
     } while (0)
 
-/* The llama family's blocks (forward): from a.encoded to a.res3 of the last layer. fp32 storage only (the
- * device backends, where bf16 storage is, refuse the family). */
+/* The llama family's blocks (forward): from a.encoded to a.res3 of the last layer, on any backend. fp32
+ * storage only: bk_gpt_set_backend refuses the family with [run] precision = "bf16". */
 static int llama_forward_layers(bk_gpt *m, const acts *a, int B, int T, int train, const bk_rotary_view *rot,
                                 int content, bk_error *err)
 {
@@ -719,6 +721,10 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
                        "them in bf16; use precision = \"fp32\"",
                        m->bias->set->terms[m->bias->set->content].label,
                        m->bias->set->terms[m->bias->set->content].plugin->desc->name);
+    if (b16 && m->family == BK_FAMILY_LLAMA) /* bk_gpt_set_backend refuses it; a precision set later too */
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "[model] family = \"llama\" with [run] precision = \"bf16\": the llama blocks keep their "
+                       "activations in fp32; use precision = \"fp32\"");
     if (b16) { /* the weights' bf16 copies, from the master weights as they are now */
         if (!m->wparams16 && (rc = be->alloc(be, (void **)&m->wparams16, m->n_params * sizeof(uint16_t), err)))
             return bk_error_prefix(err, "bf16 copies of %zu parameters: ", m->n_params);

@@ -88,7 +88,7 @@ void bk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const f
         for (int n = 0; n < N; n++) {
             const float *dy = dout + (size_t)n * C + c0, *x = inp + (size_t)n * C + c0;
             for (int c = 0; c < nc; c++)
-                dw[c] += (double)(x[c] * rstd[n]) * dy[c];
+                dw[c] += bk_rmsnorm_dweight_term(x[c], rstd[n], dy[c]);
         }
         for (int c = 0; c < nc; c++)
             dweight[c0 + c] += (float)dw[c];

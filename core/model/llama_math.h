@@ -1,5 +1,5 @@
 /* The per-row pieces of the LLaMA family's blocks ([model] family = "llama"), written once for the host
- * layers (model/layers.c) and, later, the device kernels:
+ * layers (model/layers.c) and the device kernels (gpu/kernels_layers.h):
  *
  *   bk_rmsnorm_row           y = x * rstd * w,  rstd = 1 / sqrt(mean(x^2) + eps): the mean of squares in
  *                            double, in BK_SUM_LANES interleaved lanes, rstd in float;
@@ -8,7 +8,9 @@
  *                            2020), and its two partial derivatives;
  *   GQA                      query head h reads key and value head h / (H / KV) (Ainslie et al., 2023).
  *
- * The parameter gradients (sums over rows) are the callers'. */
+ * The row functions are built of the pieces below, which the device's lane-parallel row programs
+ * (gpu/kernels_layers.h: one thread per lane) call too, so that both compute the same operations in the
+ * same order; the weight gradient's per-row term is here as well. The sums over rows are the callers'. */
 #ifndef BK_LLAMA_MATH_H
 #define BK_LLAMA_MATH_H
 
@@ -31,6 +33,46 @@ static inline BK_HOST_INLINE BIASKIT_HD float bk_rmsnorm_rstd(double mean_square
     return 1.0f / sqrtf((float)mean_square + eps);
 }
 
+/* forward: one channel's term of the sum of squares, in double (exact) */
+static inline BK_HOST_INLINE BIASKIT_HD double bk_rmsnorm_square(float x)
+{
+    return (double)x * (double)x;
+}
+
+/* rstd from the BK_SUM_LANES lane sums of the squares of a row of C channels */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_rmsnorm_lanes_rstd(const double *lane, int64_t C, float eps)
+{
+    return bk_rmsnorm_rstd(BK_LANES_TOTAL(lane) / (double)C, eps);
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD float bk_rmsnorm_y(float x, float rstd, float w)
+{
+    return x * rstd * w;
+}
+
+/* backward: one channel's term of the sum of (w dy) x, in double (exact) */
+static inline BK_HOST_INLINE BIASKIT_HD double bk_rmsnorm_dterm(float x, float dy, float w)
+{
+    return (double)(w * dy) * (double)x;
+}
+
+/* k = mean((w dy) x) rstd^3 from the lane sums of bk_rmsnorm_dterm */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_rmsnorm_lanes_k(const double *lane, int64_t C, float rstd)
+{
+    return (float)(BK_LANES_TOTAL(lane) / (double)C) * rstd * rstd * rstd;
+}
+
+static inline BK_HOST_INLINE BIASKIT_HD float bk_rmsnorm_dx(float x, float dy, float w, float rstd, float k)
+{
+    return rstd * (w * dy) - x * k;
+}
+
+/* one row's term of dw_c = sum over rows of (x rstd) dy, in double */
+static inline BK_HOST_INLINE BIASKIT_HD double bk_rmsnorm_dweight_term(float x, float rstd, float dy)
+{
+    return (double)(x * rstd) * dy;
+}
+
 static inline BK_HOST_INLINE BIASKIT_HD void bk_rmsnorm_row(float *y, float *rstd_out, const float *x, const float *w,
                                                             int64_t C, float eps)
 {
@@ -39,14 +81,14 @@ static inline BK_HOST_INLINE BIASKIT_HD void bk_rmsnorm_row(float *y, float *rst
     for (; j + BK_SUM_LANES <= C; j += BK_SUM_LANES) {
         BK_OMP_SIMD
         for (int l = 0; l < BK_SUM_LANES; l++)
-            lane[l] += (double)x[j + l] * (double)x[j + l];
+            lane[l] += bk_rmsnorm_square(x[j + l]);
     }
     for (int l = 0; j + l < C; l++)
-        lane[l] += (double)x[j + l] * (double)x[j + l];
-    const float r = bk_rmsnorm_rstd(BK_LANES_TOTAL(lane) / (double)C, eps);
+        lane[l] += bk_rmsnorm_square(x[j + l]);
+    const float r = bk_rmsnorm_lanes_rstd(lane, C, eps);
     BK_OMP_SIMD
     for (int64_t c = 0; c < C; c++)
-        y[c] = x[c] * r * w[c];
+        y[c] = bk_rmsnorm_y(x[c], r, w[c]);
     *rstd_out = r;
 }
 
@@ -58,14 +100,14 @@ static inline BK_HOST_INLINE BIASKIT_HD void bk_rmsnorm_row_backward(float *dx, 
     for (; j + BK_SUM_LANES <= C; j += BK_SUM_LANES) {
         BK_OMP_SIMD
         for (int l = 0; l < BK_SUM_LANES; l++)
-            lane[l] += (double)(w[j + l] * dy[j + l]) * (double)x[j + l];
+            lane[l] += bk_rmsnorm_dterm(x[j + l], dy[j + l], w[j + l]);
     }
     for (int l = 0; j + l < C; l++)
-        lane[l] += (double)(w[j + l] * dy[j + l]) * (double)x[j + l];
-    const float k = (float)(BK_LANES_TOTAL(lane) / (double)C) * rstd * rstd * rstd;
+        lane[l] += bk_rmsnorm_dterm(x[j + l], dy[j + l], w[j + l]);
+    const float k = bk_rmsnorm_lanes_k(lane, C, rstd);
     BK_OMP_SIMD
     for (int64_t c = 0; c < C; c++)
-        dx[c] += rstd * (w[c] * dy[c]) - x[c] * k;
+        dx[c] += bk_rmsnorm_dx(x[c], dy[c], w[c], rstd, k);
 }
 
 /* sigmoid(g) */

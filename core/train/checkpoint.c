@@ -119,6 +119,14 @@ int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, c
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
         goto done;
     }
+    if (lm->tokenizer_json) {
+        char sum[17];
+        bk_ckpt_hex64(bk_xxh64(lm->tokenizer_json, strlen(lm->tokenizer_json), 0), sum);
+        if (!cJSON_AddStringToObject(meta, BK_CKPT_TOKENIZER_KEY "_xxh64", sum)) {
+            rc = bk_fail(err, BK_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
+            goto done;
+        }
+    }
     cJSON *overrides = cJSON_AddArrayToObject(meta, "overrides");
     for (int i = 0; overrides && i < lm->n_overrides; i++)
         cJSON_AddItemToArray(overrides, cJSON_CreateString(lm->overrides[i]));
@@ -128,8 +136,9 @@ int bk_checkpoint_save(const char *path, const bk_lm *lm, const bk_adamw *opt, c
     }
     char seal[17];
     bk_checkpoint_seal(json, seal);
-    bk_st_meta entries[3] = {{"format", "pt"}, {BK_CKPT_META_KEY, json}, {BK_CKPT_SEAL_KEY, seal}};
-    rc = bk_safetensors_write(path, tensors, n, entries, 3, err);
+    bk_st_meta entries[4] = {{"format", "pt"}, {BK_CKPT_META_KEY, json}, {BK_CKPT_SEAL_KEY, seal},
+                             {BK_CKPT_TOKENIZER_KEY, lm->tokenizer_json}};
+    rc = bk_safetensors_write(path, tensors, n, entries, lm->tokenizer_json ? 4 : 3, err);
 done:
     free(json);
     cJSON_Delete(meta);
@@ -417,6 +426,49 @@ fail:
 
 /* ----------------------------------------------------------------------------------------- load */
 
+int bk_ckpt_stored_tokenizer(const char *path, const bk_safetensors *st, const cJSON *meta, bk_bpe **out,
+                             bk_error *err)
+{
+    *out = NULL;
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(meta, BK_CKPT_TOKENIZER_KEY "_xxh64");
+    const char *text = bk_safetensors_meta(st, BK_CKPT_TOKENIZER_KEY);
+    if (!want && !text)
+        return BK_OK;
+    if (!cJSON_IsString(want) || !text)
+        return bk_fail(err, BK_ERR_PARSE, "%s: the checkpoint's tokenizer is %s", path,
+                       text ? "not recorded in its metadata ('" BK_CKPT_TOKENIZER_KEY "_xxh64')"
+                            : "missing (its metadata records one)");
+    char got[17];
+    bk_ckpt_hex64(bk_xxh64(text, strlen(text), 0), got);
+    if (strcmp(got, want->valuestring) != 0)
+        return bk_fail(err, BK_ERR_PARSE, "%s: the tokenizer is corrupt: its text's xxh64 is %s, the checkpoint "
+                       "recorded %s", path, got, want->valuestring);
+    char name[4200];
+    snprintf(name, sizeof name, "%s (its tokenizer)", path);
+    return bk_bpe_from_hf_json(text, strlen(text), name, out, err);
+}
+
+int bk_checkpoint_read_tokenizer(const char *path, bk_bpe **out, bk_error *err)
+{
+    *out = NULL;
+    bk_safetensors *st = NULL;
+    int rc = bk_safetensors_open_header(path, &st, err);
+    if (rc)
+        return rc;
+    bk_checkpoint_meta meta;
+    const bk_checkpoint_options plain = {0};
+    if (!(rc = bk_checkpoint_meta_read(path, bk_safetensors_meta(st, BK_CKPT_META_KEY),
+                                       bk_safetensors_meta(st, BK_CKPT_SEAL_KEY), &plain, 0, &meta, err))) {
+        rc = bk_ckpt_stored_tokenizer(path, st, meta.json, out, err);
+        if (!rc && !*out)
+            rc = bk_fail(err, BK_ERR_CONFIG, "%s: the checkpoint stores no tokenizer (its model reads bytes, or it "
+                         "was imported without one)", path);
+        bk_checkpoint_meta_free(&meta);
+    }
+    bk_safetensors_close(st);
+    return rc;
+}
+
 int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_lm *lm, bk_adamw *opt,
                           bk_train_state *state, bk_error *err)
 {
@@ -465,6 +517,10 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
                          path, t);
     }
     if (rc)
+        goto done;
+    bk_bpe *tokenizer = NULL;
+    if ((rc = bk_ckpt_stored_tokenizer(path, st, meta.json, &tokenizer, err)) ||
+        (tokenizer && (rc = bk_lm_set_tokenizer(lm, tokenizer, err))))
         goto done;
     const cJSON *parent = cJSON_GetObjectItemCaseSensitive(meta.json, BK_CKPT_INIT_KEY);
     if (cJSON_IsObject(parent) && !(lm->init_record = cJSON_PrintUnformatted(parent))) {

@@ -17,7 +17,11 @@
  * unless `no_verify`; "plugins": one record per term, in term order: term, plugin (name), file (the
  * resolved .so path), version, descriptor (XXH64 of the declarations that shape the math: ABI version,
  * name, capabilities, flags, and every option's name, type, default and choices; not the version, not
- * the doc strings) and file_xxh64 (XXH64 of the .so file's bytes on disk when the checkpoint is written).
+ * the doc strings) and file_xxh64 (XXH64 of the .so file's bytes on disk when the checkpoint is written);
+ * "init": the checkpoint a fine-tuning started from (train/init.h: its path, seal, step and experiment
+ * source), when it did; "tokenizer_xxh64": the XXH64 of the model's tokenizer, when it has one, whose
+ * canonical tokenizer.json text (data/bpe.h) is the "tokenizer" key beside "biaskit" (an imported
+ * model's; a fine-tuning carries its parent's).
  *
  * The metadata's seal (format 3): the "biaskit_xxh64" key holds the XXH64 (seed 0, 16 hex digits) of the
  * "biaskit" text exactly as stored, so one checksum covers the experiment text, the overrides, the step
@@ -135,6 +139,11 @@ int bk_checkpoint_load_ex(const char *path, const bk_checkpoint_options *o, bk_l
 /* bk_checkpoint_load_ex with these overrides, not strict, warnings on stderr. */
 int bk_checkpoint_load(const char *path, const char *const *extra_overrides, int n_extra, bk_lm *lm, bk_adamw *opt,
                        bk_train_state *st, bk_error *err);
+
+/* The tokenizer checkpoint `path` stores (an imported model's; fine-tunings carry it), its metadata's seal
+ * and the tokenizer's recorded checksum verified, the tensors not read. A checkpoint without one is
+ * BK_ERR_CONFIG naming it. */
+int bk_checkpoint_read_tokenizer(const char *path, bk_bpe **out, bk_error *err);
 
 /* 1 when `path` looks like a safetensors file (ends in .safetensors, or is a regular file that begins
  * with a little-endian header length that fits the file followed by '{', or with a header length below

@@ -15,6 +15,9 @@
 #define BK_CKPT_SEAL_KEY "biaskit_xxh64" /* format 3: the XXH64 of the BK_CKPT_META_KEY text (bk_checkpoint_seal) */
 /* The metadata's record of the checkpoint a training started from (train --init, train/init.h). */
 #define BK_CKPT_INIT_KEY "init"
+/* The model's tokenizer: its canonical tokenizer.json text under this __metadata__ key, and its XXH64 under
+ * this key + "_xxh64" in the BK_CKPT_META_KEY object (so the seal covers it). */
+#define BK_CKPT_TOKENIZER_KEY "tokenizer"
 
 /* One stored tensor (its adam.m. / adam.v. twins have the same layout): for each of `copies` copies,
  * `count` floats of optimizer group `group` starting at c * stride + offset. */
@@ -44,6 +47,13 @@ int bk_ckpt_read_slot(const bk_safetensors *st, const char *path, const bk_ckpt_
                       bk_error *err);
 /* 1 when file tensor `name` is one of the model's stored tensors (or a moment of one). */
 int bk_ckpt_known_tensor(const char *name, const bk_ckpt_slot *slots, int n);
+
+/* ---- checkpoint.c ---- */
+
+/* The tokenizer stored in st (the file at `path`, whose verified metadata is `meta`), its text checked
+ * against the recorded checksum; *out NULL when there is none. */
+int bk_ckpt_stored_tokenizer(const char *path, const bk_safetensors *st, const cJSON *meta, bk_bpe **out,
+                             bk_error *err);
 
 /* ---- checkpoint_records.c ---- */
 

@@ -135,6 +135,18 @@ static int read_shape(const bk_gguf *g, const char *path, bk_import_summary *s, 
     return BK_OK;
 }
 
+int bk_import_tokenizer(int rc, bk_bpe *t, bk_lm *lm, bk_import_summary *s, bk_error *err)
+{
+    if (rc == BK_ERR_UNSUPPORTED) { /* a kind the C tokenizer does not read: the weights still import */
+        snprintf(s->tokenizer, sizeof s->tokenizer, "none: %.180s", err->message);
+        bk_error_clear(err);
+        return BK_OK;
+    }
+    if (!rc)
+        snprintf(s->tokenizer, sizeof s->tokenizer, "%s", bk_bpe_describe(t));
+    return rc ? rc : bk_lm_set_tokenizer(lm, t, err);
+}
+
 int bk_import_gguf_experiment(const char *path, char *text, size_t size, bk_import_summary *s, bk_error *err)
 {
     bk_gguf *g = NULL;
@@ -250,6 +262,19 @@ static int place_all(const bk_gguf *g, const char *path, bk_gpt *m, bk_import_su
     return BK_OK;
 }
 
+/* The file's tokenizer into the model (and so its checkpoint): with tokenizer.ggml.model, read whole
+ * (bk_import_tokenizer); without it, none (the checkpoint reads token ids). */
+static int carry_tokenizer(const bk_gguf *g, const char *path, bk_lm *lm, bk_import_summary *s, bk_error *err)
+{
+    if (!bk_gguf_find(g, "tokenizer.ggml.model")) {
+        snprintf(s->tokenizer, sizeof s->tokenizer, "none (the file has no tokenizer.ggml.model)");
+        return BK_OK;
+    }
+    bk_bpe *t = NULL;
+    const int rc = bk_bpe_from_gguf(g, path, &t, err);
+    return bk_import_tokenizer(rc, t, lm, s, err);
+}
+
 int bk_import_gguf(const char *path, const char *out, bk_import_summary *s, bk_error *err)
 {
     char text[4096];
@@ -270,7 +295,8 @@ int bk_import_gguf(const char *path, const char *out, bk_import_summary *s, bk_e
         bk_gguf_close(g);
         return bk_error_prefix(err, "%s: the imported experiment: ", path);
     }
-    if (!(rc = bk_lm_register(&lm, &opt, err)) && !(rc = place_all(g, path, &lm.gpt, s, err))) {
+    if (!(rc = bk_lm_register(&lm, &opt, err)) && !(rc = place_all(g, path, &lm.gpt, s, err)) &&
+        !(rc = carry_tokenizer(g, path, &lm, s, err))) {
         s->parameters = lm.gpt.n_params;
         const bk_train_state st = {0, 0, 0, 0, NAN};
         rc = bk_checkpoint_save(out, &lm, &opt, &st, err);

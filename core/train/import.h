@@ -15,8 +15,9 @@
  *   qkvw[l] is q's rows, then k's, then v's; fcw[l] ffn_gate's rows, then ffn_up's.
  * Refused, naming what: another architecture, rope scaling in the metadata, a rotary dimension other than
  * the head's, a tensor missing, of another shape or unknown (every tensor of the file must be placed), a
- * tokenizer whose vocabulary is not the embedding's rows. The tokenizer itself is not carried yet: the
- * checkpoint evaluates token ids (shards), not text. Nothing is written unless the whole import works.
+ * tokenizer whose vocabulary is not the embedding's rows. The tokenizer (tokenizer.ggml.*; an HF
+ * directory's tokenizer.json) is carried in the checkpoint (bk_import_tokenizer), so that eval, train and
+ * tokenize read text with it. Nothing is written unless the whole import works.
  *
  * HF transformers directories (train/import_hf.c): config.json, and model.safetensors or the shards that
  * model.safetensors.index.json's weight_map names (each tensor must be in the shard the map says); tensors
@@ -48,6 +49,7 @@
 #ifndef BK_TRAIN_IMPORT_H
 #define BK_TRAIN_IMPORT_H
 
+#include "train/lm.h"
 #include "util/error.h"
 
 #include <stdio.h>
@@ -62,7 +64,14 @@ typedef struct bk_import_summary {
     size_t quantized;  /* of them, stored in a block type (Q8_0, Q4_0, Q4_1) */
     size_t half;       /* HF: of them, stored in F16 or BF16 */
     size_t parameters; /* of the model */
+    char tokenizer[200]; /* what the checkpoint carries: the tokenizer's description (data/bpe.h), or why none */
 } bk_import_summary;
+
+/* The tokenizer an import read (rc: what its reader returned; t: the tokenizer when rc is BK_OK) into lm,
+ * described in s->tokenizer: a kind the C tokenizer does not read (BK_ERR_UNSUPPORTED: SentencePiece, a
+ * normalizer, ...) leaves the checkpoint without one, saying why; a malformed one (tokens or merges
+ * missing, a vocabulary larger than the embedding) refuses the import. */
+int bk_import_tokenizer(int rc, bk_bpe *t, bk_lm *lm, bk_import_summary *s, bk_error *err);
 
 /* The experiment's TOML text the GGUF file at `path` gives (into text, of `size` bytes). */
 int bk_import_gguf_experiment(const char *path, char *text, size_t size, bk_import_summary *sum, bk_error *err);

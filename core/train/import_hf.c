@@ -861,6 +861,28 @@ static int place_all(const hf_files *h, const plan *p, int vocab, const float *e
     return rc;
 }
 
+/* DIR/tokenizer.json, when there is one, into the model (bk_import_tokenizer). */
+static int carry_tokenizer(const char *dir, bk_lm *lm, bk_import_summary *s, bk_error *err)
+{
+    char path[PATH_MAX_HF];
+    struct stat sb;
+    int rc = join(path, dir, "tokenizer.json", err);
+    if (rc)
+        return rc;
+    if (stat(path, &sb) != 0) {
+        snprintf(s->tokenizer, sizeof s->tokenizer, "none (no tokenizer.json)");
+        return BK_OK;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if ((rc = bk_file_read_all(path, "tokenizer", (uint64_t)1 << 30, &text, &len, err)))
+        return rc;
+    bk_bpe *t = NULL;
+    rc = bk_bpe_from_hf_json(text, len, path, &t, err);
+    free(text);
+    return bk_import_tokenizer(rc, t, lm, s, err);
+}
+
 int bk_import_hf(const char *dir, const char *out, bk_import_summary *s, bk_error *err)
 {
     char text[4096], path[PATH_MAX_HF];
@@ -901,7 +923,8 @@ int bk_import_hf(const char *dir, const char *out, bk_import_summary *s, bk_erro
     } else
         llama_plan(g, &p);
     if (!rc && !(rc = bk_lm_register(&lm, &opt, err)) &&
-        !(rc = place_all(&h, &p, s->vocab, m.gpt2 ? g->p.wte : g->lp.wte, s, err))) {
+        !(rc = place_all(&h, &p, s->vocab, m.gpt2 ? g->p.wte : g->lp.wte, s, err)) &&
+        !(rc = carry_tokenizer(dir, &lm, s, err))) {
         s->parameters = g->n_params + (wpe ? (size_t)s->context * (size_t)g->C : 0);
         const bk_train_state st = {0, 0, 0, 0, NAN};
         rc = bk_checkpoint_save(out, &lm, &opt, &st, err);

@@ -95,6 +95,12 @@ int bk_init_from(const char *path, bk_lm *lm, bk_adamw *opt, bk_init_report *rep
         bk_error_prefix(err, "--init: ");
         goto done;
     }
+    bk_bpe *tokenizer = NULL; /* the weights' tokenizer comes with them */
+    if ((rc = bk_ckpt_stored_tokenizer(path, st, meta.json, &tokenizer, err)) ||
+        (tokenizer && (rc = bk_lm_set_tokenizer(lm, tokenizer, err)))) {
+        bk_error_prefix(err, "--init: ");
+        goto done;
+    }
     bk_copy_text(rep->seal, sizeof rep->seal, seal ? seal : "");
     rep->step = meta.state.step;
     for (int i = 0; i < n_slots && !rc; i++) {

@@ -13,6 +13,7 @@
  *   mix.<stream>       carried over when it has the same shape, else initialised afresh.
  * A tensor of the checkpoint the new model does not take (a dropped or replaced term, a mixing
  * weight of another shape) is named in the report; the AdamW moments are not read. The checkpoint's
+ * tokenizer, when it stores one, becomes the new model's (its text data is encoded with it). The checkpoint's
  * metadata seal and every tensor's checksum are verified first; its experiment is not rebuilt, so its
  * plugins need not be installed.
  *

@@ -163,6 +163,8 @@ void bk_lm_close(bk_lm *lm)
     free(lm->config_source);
     free(lm->config_dir);
     free(lm->init_record);
+    bk_bpe_free(lm->tokenizer);
+    free(lm->tokenizer_json);
     memset(lm, 0, sizeof *lm);
 }
 
@@ -268,6 +270,66 @@ int bk_lm_experiment_file(const bk_lm *lm, char *out, size_t size, bk_error *err
     return bk_path_resolve(lm->config_dir, base, out, size, err);
 }
 
+int bk_lm_set_tokenizer(bk_lm *lm, bk_bpe *t, bk_error *err)
+{
+    const int n = bk_bpe_vocab_size(t);
+    char *json = NULL;
+    size_t len = 0;
+    int rc = BK_OK;
+    if (n > lm->gpt.V || n > 65536)
+        rc = bk_fail(err, BK_ERR_CONFIG,
+                     "the tokenizer (%s) has %d tokens: the model's vocabulary holds %d%s", bk_bpe_describe(t), n,
+                     lm->gpt.V, n > 65536 ? " and token streams hold at most 65536 (uint16 ids)" : "");
+    else
+        rc = bk_bpe_to_hf_json(t, &json, &len, err);
+    if (rc) {
+        bk_bpe_free(t);
+        return rc;
+    }
+    bk_bpe_free(lm->tokenizer);
+    free(lm->tokenizer_json);
+    lm->tokenizer = t;
+    lm->tokenizer_json = json;
+    return BK_OK;
+}
+
+/* A text stream (bytes as tokens) encoded with the model's tokenizer in place. */
+static int encode_stream(const bk_lm *lm, bk_tokens *t, int64_t min_tokens, bk_error *err)
+{
+    char *text = malloc((size_t)t->count + 1);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (!text)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for the text of %s", t->name);
+    for (int64_t i = 0; i < t->count; i++)
+        text[i] = (char)t->tokens[i];
+    int rc = bk_bpe_encode(lm->tokenizer, text, (size_t)t->count, &ids, &n, err);
+    free(text);
+    if (rc)
+        return bk_error_prefix(err, "%s: ", t->name);
+    const int bos = lm->add_bos ? bk_bpe_bos(lm->tokenizer) : -1;
+    if (lm->add_bos && bos < 0)
+        rc = bk_fail(err, BK_ERR_CONFIG, "--bos: the tokenizer (%s) has no BOS token", bk_bpe_describe(lm->tokenizer));
+    else if ((int64_t)n + (bos >= 0) < min_tokens)
+        rc = bk_fail(err, BK_ERR_INVALID, "%s: %lld tokens once encoded by the model's tokenizer, fewer than the %lld "
+                     "needed", t->name, (long long)n + (bos >= 0), (long long)min_tokens);
+    uint16_t *out = rc ? NULL : malloc((n + 1) * sizeof *out);
+    if (!rc && !out)
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the tokens of %s", t->name);
+    if (!rc) {
+        size_t k = 0;
+        if (bos >= 0)
+            out[k++] = (uint16_t)bos;
+        for (size_t i = 0; i < n; i++)
+            out[k++] = (uint16_t)ids[i]; /* below 65536: bk_lm_set_tokenizer */
+        free(t->tokens);
+        t->tokens = out;
+        t->count = (int64_t)k;
+    }
+    free(ids);
+    return rc;
+}
+
 int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
                     bk_tokens *train, bk_tokens *val, bk_error *err)
 {
@@ -276,9 +338,9 @@ int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_
 
 /* The data configuration of experiment e (paths read from config_dir), or of the command line's `data`
  * (n_data > 0: every token evaluation data), with its path strings in *buf / *ptr (free both); then
- * either loaded (train, val) or only planned (train NULL). */
+ * either loaded (train, val; every token below `vocab`) or only planned (train NULL). */
 static int with_data_config(const bk_experiment *e, const char *config_dir, const char *const *data, int n_data,
-                            int64_t min_tokens, const char *hint, bk_tokens *train, bk_tokens *val,
+                            int64_t min_tokens, const char *hint, int32_t vocab, bk_tokens *train, bk_tokens *val,
                             bk_data_split *split, bk_error *err)
 {
     if (n_data == 0 && e->data.paths.n == 0)
@@ -313,7 +375,7 @@ static int with_data_config(const bk_experiment *e, const char *config_dir, cons
             .split_seed = (uint64_t)e->data.split_seed,
             .split_out = split,
         };
-        rc = train ? bk_data_load(&dc, (int32_t)e->model.vocab, min_tokens, train, val, err)
+        rc = train ? bk_data_load(&dc, vocab, min_tokens, train, val, err)
                    : bk_data_plan(&dc, split, err);
     }
     free(buf), free(ptr);
@@ -323,10 +385,21 @@ static int with_data_config(const bk_experiment *e, const char *config_dir, cons
 int bk_lm_load_data_split(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
                           bk_tokens *train, bk_tokens *val, bk_data_split *split, bk_error *err)
 {
-    return with_data_config(&lm->exp, lm->config_dir, data, n_data, min_tokens, hint, train, val, split, err);
+    const int bpe = lm->tokenizer && lm->exp.data.format == BK_DATA_TEXT;
+    /* the byte streams are split first; the token counts are checked once encoded */
+    int rc = with_data_config(&lm->exp, lm->config_dir, data, n_data, bpe ? 0 : min_tokens, hint,
+                              bpe ? 256 : (int32_t)lm->exp.model.vocab, train, val, split, err);
+    if (rc || !bpe)
+        return rc;
+    if ((rc = encode_stream(lm, val, min_tokens, err)) ||
+        (train->tokens && (rc = encode_stream(lm, train, n_data ? 0 : min_tokens, err)))) {
+        bk_tokens_free(train);
+        bk_tokens_free(val);
+    }
+    return rc;
 }
 
 int bk_experiment_data_plan(const bk_experiment *e, const char *config_dir, bk_data_split *out, bk_error *err)
 {
-    return with_data_config(e, config_dir, NULL, 0, 0, NULL, NULL, NULL, out, err);
+    return with_data_config(e, config_dir, NULL, 0, 0, NULL, (int32_t)e->model.vocab, NULL, NULL, out, err);
 }

@@ -8,6 +8,7 @@
 #include "bias/bias.h"
 #include "bias/terms.h"
 #include "config/experiment.h"
+#include "data/bpe.h"
 #include "data/data.h"
 #include "model/gpt.h"
 #include "plugin/host.h"
@@ -28,6 +29,10 @@ typedef struct bk_lm {
     char device_note[320]; /* why [run] device = "auto" computes on the CPU (what the GPU probe said); "" else */
     char *init_record;   /* JSON: the checkpoint the training started from (train/init.h), kept in every
                             checkpoint of the run; NULL for a run from a fresh initialisation */
+    bk_bpe *tokenizer;   /* the model's own tokenizer (an imported model's, carried by its checkpoints), or
+                            NULL: text is read as bytes */
+    char *tokenizer_json; /* its canonical tokenizer.json text (bk_bpe_to_hf_json), what checkpoints store */
+    int add_bos;         /* text read through the tokenizer starts with its BOS token (eval --bos) */
 } bk_lm;
 
 /* Build from an experiment file and --set overrides, on the backend [run] device names: auto = the
@@ -38,6 +43,11 @@ int bk_lm_open_file(bk_lm *lm, const char *path, const char *const *overrides, i
 int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const char *config_dir,
                     const char *const *overrides, int n_overrides, bk_error *err);
 void bk_lm_close(bk_lm *lm);
+
+/* Gives the model tokenizer t (owned from here on, also on failure): text data is encoded with it. Its
+ * vocabulary must fit the model's (at most [model] vocab tokens, and at most 65536: the token streams
+ * hold uint16 ids). */
+int bk_lm_set_tokenizer(bk_lm *lm, bk_bpe *t, bk_error *err);
 
 /* Register every trainable tensor with the optimizer under its checkpoint name:
  *   model.<tensor>               transformer tensors (decay: matrices and embedding), as groups in the
@@ -65,7 +75,9 @@ int bk_lm_after_update(bk_lm *lm, bk_error *err);
 /* The experiment's data: [data] paths (and val_paths) read from the experiment file's directory, cut
  * into a training and a validation stream as [data] says; or, when n_data > 0, the files and folders
  * `data` (paths from the working directory: the command line's), every token of them evaluation data
- * (val). Each stream must hold at least min_tokens tokens. With no data at all the message names
+ * (val). With a tokenizer and [data] format = "text", each stream's text (the split is made on its
+ * bytes) is encoded with the tokenizer, no special token added (lm->add_bos: its BOS first). Each
+ * stream must hold at least min_tokens tokens. With no data at all the message names
  * [data] paths, and ends with `hint` (e.g. "; or give --data PATH"; may be NULL). */
 int bk_lm_load_data(const bk_lm *lm, const char *const *data, int n_data, int64_t min_tokens, const char *hint,
                     bk_tokens *train, bk_tokens *val, bk_error *err);
