@@ -8,8 +8,10 @@ HF transformers loads the GGUF file (from_pretrained(dir, gguf_file=...), float3
 tokenizes FILE with the model's own tokenizer (no special tokens added). The ids are written as an llm.c
 token shard; `biaskit eval CKPT --data SHARD --set data.format="shards" --lengths L` scores the same
 non-overlapping chunks of L tokens. For each length the script prints both mean losses (every token of
-every chunk scored, as biaskit eval does) and their relative difference, and exits 1 when it is above
---rel (default 1e-4).
+every chunk scored, as biaskit eval does), their relative difference, and the top-1 agreement: the share
+of positions where both engines' most likely next token is the same (biaskit eval --predictions against
+transformers' argmax); it exits 1 when the difference is above --rel (default 1e-4) or the agreement below
+--agree (default 0.999).
 
 Needs torch, transformers (with gguf) and tokenizers; the checkpoint comes from `biaskit import MODEL.gguf`.
 """
@@ -34,8 +36,9 @@ def write_shard(path, ids):
 
 def hf_losses(model, ids, length, torch):
     """Mean next-token loss over the non-overlapping chunks of `length` tokens (each chunk's first token
-    predicted from nothing is not scored: as biaskit, a chunk of L + 1 ids gives L targets)."""
-    total, count = 0.0, 0
+    predicted from nothing is not scored: as biaskit, a chunk of L + 1 ids gives L targets), and the most
+    likely next token at every position of every chunk."""
+    total, count, top1 = 0.0, 0, []
     step = length
     n_chunks = (len(ids) - 1) // step
     with torch.no_grad():
@@ -45,7 +48,15 @@ def hf_losses(model, ids, length, torch):
             loss = torch.nn.functional.cross_entropy(logits[0], chunk[0, 1:], reduction="sum")
             total += loss.item()
             count += length
-    return total / count, n_chunks
+            top1 += logits[0].argmax(dim=-1).tolist()
+    return total / count, n_chunks, top1
+
+
+def biaskit_top1(path):
+    """The predicted column of `biaskit eval --predictions` (chunk by chunk, position by position)."""
+    with open(path) as f:
+        next(f)
+        return [int(line.rsplit(",", 1)[1]) for line in f]
 
 
 def main():
@@ -57,6 +68,7 @@ def main():
     ap.add_argument("--biaskit", default=os.path.join(os.path.dirname(__file__), "..", "build", "biaskit"))
     ap.add_argument("--tokens", type=int, default=8 * 1024 + 1)
     ap.add_argument("--rel", type=float, default=1e-4)
+    ap.add_argument("--agree", type=float, default=0.999, help="the least top-1 agreement (default 0.999)")
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
     import torch
@@ -78,21 +90,28 @@ def main():
     write_shard(shard, ids)
     print(f"parity: transformers {transformers.__version__}, torch {torch.__version__}; {len(ids)} ids of "
           f"{a.text} ({os.path.basename(a.gguf)})")
-    worst = 0.0
+    worst, worst_agree = 0.0, 1.0
     for length in (int(x) for x in a.lengths.split(",")):
-        ref, chunks = hf_losses(model, ids, length, torch)
+        ref, chunks, hf_top1 = hf_losses(model, ids, length, torch)
         out = os.path.join(work, f"eval_{length}.json")
+        pred = os.path.join(work, f"predictions_{length}.csv")
         subprocess.run([a.biaskit, "eval", a.checkpoint, "--data", shard, "--set", 'data.format="shards"',
-                        "--lengths", str(length), "--tokens", str(len(ids)), "--json", out, "--no-verify"],
-                       check=True, stdout=subprocess.DEVNULL)
+                        "--lengths", str(length), "--tokens", str(len(ids)), "--json", out, "--predictions", pred,
+                        "--no-verify"], check=True, stdout=subprocess.DEVNULL)
         with open(out) as f:
             row = json.load(f)["results"][0]
+        bk_top1 = biaskit_top1(pred)
+        same = sum(x == y for x, y in zip(hf_top1, bk_top1))
+        agree = same / len(hf_top1) if len(bk_top1) == len(hf_top1) else 0.0
+        worst_agree = min(worst_agree, agree)
         rel = abs(row["loss"] - ref) / abs(ref)
         worst = max(worst, rel)
         print(f"  length {length:6d}: {chunks} chunks; transformers loss {ref:.6f}, biaskit {row['loss']:.6f} "
-              f"({row['chunks']} chunks); relative difference {rel:.2e}")
-    print(f"parity: largest relative difference {worst:.2e} (limit {a.rel:g})")
-    return 0 if worst <= a.rel else 1
+              f"({row['chunks']} chunks); relative difference {rel:.2e}; top-1 agreement {same}/{len(hf_top1)} "
+              f"= {100 * agree:.3f}%")
+    print(f"parity: largest relative difference {worst:.2e} (limit {a.rel:g}); lowest top-1 agreement "
+          f"{100 * worst_agree:.3f}% (limit {100 * a.agree:g}%)")
+    return 0 if worst <= a.rel and worst_agree >= a.agree else 1
 
 
 if __name__ == "__main__":

@@ -214,6 +214,18 @@ static void test_model_paths(void **state)
         assert_float_equal(loss, m + log(s) - all[(T - 1) * V + v], 1e-4);
     }
     assert_int_equal(best, bk_argmax(all + (T - 1) * V, V));
+    /* an evaluation forward that keeps its predictions (eval --predictions): the argmax of the kept logits
+     * at every position */
+    int32_t pred[T], tg1[T];
+    for (int t = 0; t < T; t++)
+        tg1[t] = t + 1 < T ? in[t + 1] : 0;
+    lm.gpt.argmax = pred;
+    assert_int_equal(bk_gpt_forward(&lm.gpt, in, tg1, 1, T, 0, &err), BK_OK);
+    for (int t = 0; t < T; t++)
+        assert_int_equal(pred[t], bk_argmax(all + (size_t)t * V, V));
+    assert_int_equal(bk_gpt_forward(&lm.gpt, in, tg1, 1, T, 1, &err), BK_ERR_UNSUPPORTED); /* training keeps none */
+    assert_message_has(err.message, "the most likely tokens are kept by an evaluation forward");
+    lm.gpt.argmax = NULL;
     /* generate's first greedy token is that argmax; 6 greedy tokens twice are the same */
     bk_sampler g = {0, 1.0, 0};
     int32_t out[6], again[6];

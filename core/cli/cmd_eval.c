@@ -23,7 +23,8 @@
 
 static const char help[] =
     "usage: biaskit eval <checkpoint.safetensors> [--lengths L1,L2,...] [--sliding STRIDE]\n"
-    "                    [--data PATH]... [--tokens N] [--csv FILE] [--json FILE] [--positions FILE]\n\n"
+    "                    [--data PATH]... [--tokens N] [--bos] [--csv FILE] [--json FILE]\n"
+    "                    [--positions FILE] [--predictions FILE]\n\n"
     "Rebuilds the model stored in the checkpoint and measures its perplexity on the validation\n"
     "data of its experiment (or --data) at each length. Without --sliding the text is cut into\n"
     "non-overlapping chunks of each length and every token is scored (the ALiBi / KERPLE protocol);\n"
@@ -49,6 +50,10 @@ static const char help[] =
     "                    --set overrides and peak_rss_bytes ('-' = stdout)\n"
     "  --positions FILE  write length,position,loss (loss at each position, averaged over chunks)\n"
     "                    ('-' = stdout)\n"
+    "  --predictions FILE  write length,chunk,position,target,predicted: the most likely next token at\n"
+    "                    every position of every chunk (the lowest id on a tie), e.g. to compare top-1\n"
+    "                    agreement with another engine ('-' = stdout; non-overlapping chunks, one\n"
+    "                    process, on the CPU)\n"
     "  --set K=V         override a value of the stored experiment (repeatable): [data] and [run] keys,\n"
     "                    a plugin's option (a warning); not the model's shape nor how it was trained\n"
     "  --strict          refuse a checkpoint whose plugins differ from the ones it was trained with\n"
@@ -96,6 +101,7 @@ typedef struct eval_report {
     int32_t stride;
     const char *const *sets; /* the --set strings, in order (e.g. a RoPE scaling chosen at evaluation) */
     int n_sets;
+    const bk_tokens *data;   /* what was evaluated (the targets of --predictions) */
 } eval_report;
 
 /* A JSON number, or null for a value JSON cannot hold (a diverged model's infinite perplexity). */
@@ -193,11 +199,24 @@ static void write_positions(bk_output *o, const eval_report *r)
             bk_output_printf(o, "%d,%d,%.6f\n", (int)r->results[i].length, (int)t, r->results[i].position_loss[t]);
 }
 
-/* The output files: --csv, --json, --positions. */
-#define N_OUTPUTS 3
-static const char *const output_flags[N_OUTPUTS] = {"--csv", "--json", "--positions"};
-static void (*const output_writers[N_OUTPUTS])(bk_output *, const eval_report *) = {write_csv, write_json,
-                                                                                     write_positions};
+static void write_predictions(bk_output *o, const eval_report *r)
+{
+    bk_output_printf(o, "length,chunk,position,target,predicted\n");
+    for (int i = 0; i < r->n; i++) {
+        const bk_eval_result *x = &r->results[i];
+        for (int64_t c = 0; x->predictions && c < x->chunks; c++)
+            for (int32_t t = 0; t < x->length; t++)
+                bk_output_printf(o, "%d,%lld,%d,%d,%d\n", (int)x->length, (long long)c, (int)t,
+                                 (int)r->data->tokens[c * x->length + t + 1],
+                                 (int)x->predictions[c * x->length + t]);
+    }
+}
+
+/* The output files: --csv, --json, --positions, --predictions. */
+#define N_OUTPUTS 4
+static const char *const output_flags[N_OUTPUTS] = {"--csv", "--json", "--positions", "--predictions"};
+static void (*const output_writers[N_OUTPUTS])(bk_output *, const eval_report *) = {
+    write_csv, write_json, write_positions, write_predictions};
 
 /* Each output given: refused when it names an input or another output (util/output.h). */
 static int check_outputs(const char *const *paths, const bk_output_input *inputs, int n_inputs, bk_error *err)
@@ -215,7 +234,7 @@ int bk_cmd_eval(int argc, char **argv)
 {
     static const bk_arg_spec specs[] = {{"help", 0, 0},  {"lengths", 1, 0}, {"sliding", 1, 0}, {"data", 1, 1},
                                         {"tokens", 1, 0}, {"csv", 1, 0},     {"json", 1, 0},    {"positions", 1, 0},
-                                        {"set", 1, 1},   {"strict", 0, 0}, {"no-verify", 0, 0}, {"bos", 0, 0}};
+                                        {"set", 1, 1},   {"strict", 0, 0}, {"no-verify", 0, 0}, {"bos", 0, 0}, {"predictions", 1, 0}};
     bk_args args;
     bk_error err;
     if (bk_args_parse(argc, argv, specs, sizeof specs / sizeof specs[0], "biaskit eval", &args, &err))
@@ -240,7 +259,7 @@ int bk_cmd_eval(int argc, char **argv)
     size_t n_sets = (size_t)reopen.n_sets;
     size_t n_data = bk_args_all(&args, "data", data, BK_ARGS_MAX);
     const char *outputs[N_OUTPUTS] = {bk_args_get(&args, "csv"), bk_args_get(&args, "json"),
-                                      bk_args_get(&args, "positions")};
+                                      bk_args_get(&args, "positions"), bk_args_get(&args, "predictions")};
     /* the outputs against the checkpoint now, before it loads; against every input once they are known */
     const bk_output_input ckpt_input = {"checkpoint", args.positional[0], NULL, 0};
     if (check_outputs(outputs, &ckpt_input, 1, &err))
@@ -310,7 +329,8 @@ int bk_cmd_eval(int argc, char **argv)
     }
     bk_eval_result results[MAX_LENGTHS];
     if (!rc)
-        rc = bk_eval(&lm, &val, lengths, n_lengths, (int32_t)stride, max_tokens, &dist, results, &err);
+        rc = bk_eval_ex(&lm, &val, lengths, n_lengths, (int32_t)stride, max_tokens, outputs[3] != NULL, &dist,
+                        results, &err);
     if (rc || !lead) {
         if (!rc)
             bk_eval_results_free(results, n_lengths);
@@ -370,8 +390,8 @@ int bk_cmd_eval(int argc, char **argv)
                (double)peak_rss_bytes() / (1024.0 * 1024.0));
     }
 
-    const eval_report report = {results,           n_lengths, e->train.length, st.step, args.positional[0],
-                                (int32_t)stride,   sets,      (int)n_sets};
+    const eval_report report = {results, n_lengths, e->train.length, st.step, args.positional[0],
+                                (int32_t)stride, sets, (int)n_sets, &val};
     for (int k = 0; k < N_OUTPUTS && !rc; k++) {
         bk_output out;
         if (outputs[k] && !(rc = bk_output_open(&out, output_flags[k], outputs[k], inputs.items, inputs.n, &err))) {

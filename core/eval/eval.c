@@ -14,8 +14,8 @@
  * computed by process k mod N; each batch's loss sum (and, for chunks, its per-position sums) is added
  * in order within the batch, and the batches' sums are added in batch order on every process, so the
  * totals are the same bits whatever N. */
-static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32_t L, int32_t stride, bk_dist *dist,
-                       bk_eval_result *r, bk_error *err)
+static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32_t L, int32_t stride,
+                       int predictions, bk_dist *dist, bk_eval_result *r, bk_error *err)
 {
     memset(r, 0, sizeof *r);
     r->length = L;
@@ -40,6 +40,8 @@ static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32
     if (!in || !tg || !mine || !all)
         rc = bk_fail(err, BK_ERR_NOMEM, "out of memory evaluating length %d", (int)L);
     int64_t scored = 0;
+    if (!rc && predictions && !(r->predictions = malloc((size_t)n_windows * L * sizeof *r->predictions)))
+        rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the predictions at length %d", (int)L);
     const double start = bk_now_seconds();
     for (int64_t k = 0; k < n_batches && !rc; k++) {
         int64_t w0 = k * B;
@@ -53,7 +55,10 @@ static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32
             for (int32_t t = 0; t < L; t++)
                 in[(size_t)b * L + t] = src[t], tg[(size_t)b * L + t] = src[t + 1];
         }
-        if ((rc = bk_gpt_forward(&lm->gpt, in, tg, nb, L, 0, err)))
+        lm->gpt.argmax = r->predictions ? r->predictions + (size_t)w0 * L : NULL;
+        rc = bk_gpt_forward(&lm->gpt, in, tg, nb, L, 0, err);
+        lm->gpt.argmax = NULL;
+        if (rc)
             break;
         double *sums = mine + (size_t)k * rec, total = 0.0;
         for (int b = 0; b < nb; b++) {
@@ -103,11 +108,21 @@ static int eval_length(bk_lm *lm, const bk_tokens *data, int64_t n_tokens, int32
 int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_lengths, int32_t stride,
             int64_t max_tokens, bk_dist *dist, bk_eval_result *results, bk_error *err)
 {
+    return bk_eval_ex(lm, data, lengths, n_lengths, stride, max_tokens, 0, dist, results, err);
+}
+
+int bk_eval_ex(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_lengths, int32_t stride,
+               int64_t max_tokens, int predictions, bk_dist *dist, bk_eval_result *results, bk_error *err)
+{
     bk_dist one;
     bk_dist_single(&one);
     if (!dist)
         dist = &one;
     memset(results, 0, (size_t)n_lengths * sizeof *results);
+    if (predictions && (stride || dist->size > 1 || (lm->be && lm->be->on_device)))
+        return bk_fail(err, BK_ERR_UNSUPPORTED, "the predictions are kept for non-overlapping chunks, by one "
+                       "process, on the CPU (%s)", stride ? "not with --sliding" : dist->size > 1 ? "not under mpirun"
+                                                                                            : "not on a device");
     int32_t longest = 0;
     for (int i = 0; i < n_lengths; i++) {
         if (lengths[i] < 1)
@@ -121,7 +136,8 @@ int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_leng
     int rc = bk_bias_forward(&lm->bias, longest, err);
     int64_t n = max_tokens > 0 && max_tokens < data->count ? max_tokens : data->count;
     for (int i = 0; i < n_lengths && !rc; i++)
-        if (!(rc = eval_length(lm, data, n, lengths[i], stride, dist, &results[i], err)) && !isfinite(results[i].loss))
+        if (!(rc = eval_length(lm, data, n, lengths[i], stride, predictions, dist, &results[i], err)) &&
+            !isfinite(results[i].loss))
             rc = bk_fail(err, BK_ERR_INVALID, "evaluation at length %d: the loss is %g: the model is not finite (its "
                          "parameters? see biaskit params); no perplexity is made from it", (int)lengths[i],
                          results[i].loss);
@@ -135,6 +151,8 @@ void bk_eval_results_free(bk_eval_result *results, int n)
     for (int i = 0; i < n; i++) {
         free(results[i].position_loss);
         results[i].position_loss = NULL;
+        free(results[i].predictions);
+        results[i].predictions = NULL;
     }
 }
 

@@ -23,6 +23,8 @@ typedef struct bk_eval_result {
     double *position_loss; /* length values: mean loss at each position (non-overlapping only), or NULL */
     int32_t batch;       /* windows per forward */
     size_t activation_bytes; /* what one forward of `batch` windows allocated (bk_gpt_activation_bytes) */
+    int32_t *predictions; /* bk_eval_ex with predictions: windows x length ids, the most likely next token at
+                            each position of each chunk (the lowest id on a tie); else NULL */
     double seconds;      /* wall time of this length's forwards (this process's share with N processes) */
     int64_t forwarded;   /* tokens run through the model: windows x length (sliding windows overlap) */
 } bk_eval_result;
@@ -34,6 +36,10 @@ typedef struct bk_eval_result {
  * are the same bits whatever their number (batch sums added in batch order). */
 int bk_eval(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_lengths, int32_t stride,
             int64_t max_tokens, bk_dist *dist, bk_eval_result *results, bk_error *err);
+/* bk_eval, also keeping each scored position's most likely next token when `predictions` (non-overlapping
+ * chunks, one process, a backend whose memory is the host's: else BK_ERR_UNSUPPORTED). */
+int bk_eval_ex(bk_lm *lm, const bk_tokens *data, const int32_t *lengths, int n_lengths, int32_t stride,
+               int64_t max_tokens, int predictions, bk_dist *dist, bk_eval_result *results, bk_error *err);
 void bk_eval_results_free(bk_eval_result *results, int n);
 
 /* The files a command reads, which none of its outputs may replace (util/output.h). */

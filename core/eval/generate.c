@@ -59,15 +59,6 @@ int bk_lm_logits_at(bk_lm *lm, const int32_t *inputs, int B, int T, const int32_
     return rc;
 }
 
-int32_t bk_argmax(const float *v, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (v[i] > v[best])
-            best = i;
-    return best;
-}
-
 int bk_sampler_check(const bk_sampler *s, int32_t V, bk_error *err)
 {
     if (s->top_k < 0 || s->top_k > V)

@@ -14,6 +14,7 @@
 #ifndef BK_GENERATE_H
 #define BK_GENERATE_H
 
+#include "model/layers.h" /* bk_argmax */
 #include "train/lm.h"
 #include "util/error.h"
 
@@ -37,8 +38,6 @@ void bk_text_encode(const char *text, size_t len, int32_t *out);
 int bk_lm_logits_at(bk_lm *lm, const int32_t *inputs, int B, int T, const int32_t *rows, int n_rows, float *out,
                     bk_error *err);
 
-/* The index of the largest of v[0..n): the first one on a tie (so the choice is deterministic). */
-int32_t bk_argmax(const float *v, int32_t n);
 
 /* How the next token is chosen: greedy (top_k = 0): the argmax; else sampled from the softmax of
  * logits / temperature restricted to the top_k largest logits (ties at the k-th value: the lower

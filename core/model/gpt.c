@@ -1,4 +1,5 @@
 #include "model/gpt.h"
+#include "model/layers.h"
 
 #include "util/rng.h"
 
@@ -698,6 +699,9 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
     if (m->bias && m->bias->set->n && m->bias->distances < T)
         return bk_fail(err, BK_ERR_INVALID, "the bias tables hold %d distances, the sequence needs %d",
                        (int)m->bias->distances, T);
+    if (m->argmax && (train || !targets || m->be->on_device))
+        return bk_fail(err, BK_ERR_UNSUPPORTED, "the most likely tokens are kept by an evaluation forward with "
+                       "targets on a backend whose memory is the host's (this one: %s)", m->be->name);
     for (int64_t n = 0; n < (int64_t)B * T; n++)
         if (inputs[n] < 0 || inputs[n] >= m->V || (targets && (targets[n] < 0 || targets[n] >= m->V)))
             return bk_fail(err, BK_ERR_INVALID, "token %lld is outside the vocabulary of %d",
@@ -799,6 +803,8 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
             TRY(linear_forward(m, sg, a.logits, at_value(a.lnf, sg, (size_t)row * C), head, NULL, rows, C, m->V,
                                err));
             TRY(be->crossentropy_forward(be, m->wlosses + row, NULL, a.logits, tg + row, rows, m->V, err));
+            for (int r = 0; m->argmax && r < rows; r++) /* host memory: checked on entry */
+                m->argmax[row + r] = bk_argmax(a.logits + (size_t)r * m->V, m->V);
         }
     }
     if (targets) {

@@ -119,6 +119,9 @@ typedef struct bk_gpt {
     size_t acts_size, dacts_size; /* floats of acts and of dacts (their gradients, training only) */
     float *dacts;
     float *losses;   /* (B, T) loss of every token of the last forward */
+    int32_t *argmax; /* NULL, or host memory for (B, T) ids the caller owns: an evaluation forward (train = 0)
+                        with targets writes each position's most likely next token there (the lowest id on
+                        a tie); backends whose memory is the host's only */
     float loss;      /* their mean */
 } bk_gpt;
 

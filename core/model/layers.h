@@ -53,4 +53,14 @@ void bk_crossentropy_forward(float *losses, float *probs, const float *logits, c
 /* dlogits = (probs - onehot(target)) * dloss, overwritten (not accumulated: the logits have one use). */
 void bk_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N, int V);
 
+/* The index of the largest of v[0..n): the first one on a tie (so the choice is deterministic). */
+static inline int32_t bk_argmax(const float *v, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return best;
+}
+
 #endif

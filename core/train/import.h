@@ -6,8 +6,8 @@
  * embedding_length, feed_forward_length, attention.head_count(_kv), attention.key_length (else
  * embedding_length / head_count), attention.layer_norm_rms_epsilon, the vocabulary from token_embd's rows,
  * tied when there is no output.weight; one [[term]] rope with rope.freq_base (10000 when absent); [train]
- * length = context_length; [run] device = "cpu" (the llama family's backend) -- and the weights are
- * dequantized to fp32 (io/gguf.h: F32, F16, BF16, Q8_0, Q4_0, Q4_1). Layouts:
+ * length = context_length; [run] device = "cpu" (where its parity with HF transformers is measured;
+ * --set run.device moves it) -- and the weights are dequantized to fp32 (io/gguf.h: F32, F16, BF16, Q8_0, Q4_0, Q4_1). Layouts:
  *   a GGUF matrix of ne = (in, out) is `out` rows of `in` values: the engine's (out, in);
  *   q and k: llama.cpp's converter reorders each head's rows from the rotate-half pairs (k, k + hd/2)
  *   of HF transformers to adjacent pairs (2k, 2k + 1) for ggml's rope; the engine rotates in the
