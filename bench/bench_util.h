@@ -2,16 +2,16 @@
 #ifndef BK_BENCH_UTIL_H
 #define BK_BENCH_UTIL_H
 
+#include "util/clock.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
-/* seconds on CLOCK_MONOTONIC */
+/* seconds on CLOCK_MONOTONIC (the engine's clock) */
 static inline double now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return bk_now_seconds();
 }
 
 /* x[k] uniform in [-1, 1) from a xorshift64 stream of `seed` */

@@ -40,7 +40,8 @@ except Exception as e:  # noqa: BLE001 - any failure to import means the peer is
     print(f"hf_peer: skipped: cannot import transformers / torch / safetensors ({e})")
     sys.exit(77)
 
-SHARD_MAGIC = 20240520  # llm.c's token shard (bench/pretrained_parity.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from pretrained_parity import write_shard  # noqa: E402  (the one writer of llm.c token shards)
 LIMIT_LOGITS, LIMIT_LOSS, LIMIT_GRAD = 5e-6, 5e-6, 2e-5
 B, T = 2, 12
 
@@ -127,14 +128,6 @@ def rel(a, b):
     a, b = a.double(), b.double()
     scale = b.abs().max().item()
     return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
-
-
-def write_shard(path, ids):
-    header = [0] * 256
-    header[0], header[1], header[2] = SHARD_MAGIC, 1, len(ids)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{len(ids)}H", *ids))
 
 
 def check_case(name, d, gpt2, dump_bin, biaskit, work, seed):

@@ -34,19 +34,6 @@ typedef struct hf_positions {
     const float *table;          /* ape: rows x C */
 } hf_positions;
 
-static int append(char *text, size_t size, size_t *at, bk_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int append(char *text, size_t size, size_t *at, bk_error *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    const int n = vsnprintf(text + *at, *at < size ? size - *at : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || *at + (size_t)n >= size)
-        return bk_fail(err, BK_ERR_INVALID, "the exported config.json is longer than %zu bytes", size);
-    *at += (size_t)n;
-    return BK_OK;
-}
 
 /* A JSON number Python reads back as a float (transformers checks that rope_scaling's values are floats):
  * the shortest text that reads back to the same double, with ".0" on whole numbers. */
@@ -198,36 +185,37 @@ int bk_export_hf_config(const bk_lm *lm, const char *source, char *text, size_t 
     if (!llama) {
         s->context = (int)p.rows;
         snprintf(s->positions, sizeof s->positions, "learned absolute positions (wpe), n_positions %d", s->context);
-        return append(text, size, &at, err,
-                      "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                      "  \"n_layer\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
-                      "  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n"
-                      "  \"layer_norm_epsilon\": 1e-05,\n  \"activation_function\": \"gelu_new\",\n"
-                      "  \"scale_attn_weights\": true,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
-                      "  \"reorder_and_upcast_attn\": false,\n  \"add_cross_attention\": false,\n"
-                      "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-                      "  \"tie_word_embeddings\": true,\n  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n"
-                      "  \"torch_dtype\": \"float32\"\n}\n",
-                      g->L, g->C, g->H, s->context, s->context, g->V);
+        return bk_append(text, size, &at, err, "the exported config.json",
+                         "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                         "  \"n_layer\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+                         "  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n"
+                         "  \"layer_norm_epsilon\": 1e-05,\n  \"activation_function\": \"gelu_new\",\n"
+                         "  \"scale_attn_weights\": true,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
+                         "  \"reorder_and_upcast_attn\": false,\n  \"add_cross_attention\": false,\n"
+                         "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+                         "  \"tie_word_embeddings\": true,\n  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n"
+                         "  \"torch_dtype\": \"float32\"\n}\n",
+                         g->L, g->C, g->H, s->context, s->context, g->V);
     }
     const int yarn = !strcmp(p.scaling, "yarn");
     s->context = (int)(yarn ? p.original_length : lm->exp.train.length);
-    rc = append(text, size, &at, err,
-                "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
-                "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
-                "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
-                "  \"rms_norm_eps\": %s,\n  \"vocab_size\": %d,\n  \"tie_word_embeddings\": %s,\n"
-                "  \"max_position_embeddings\": %d,\n  \"rope_theta\": %s,\n",
-                g->C, g->F, g->L, g->H, g->KV, g->hd, json_float(lm->exp.model.norm_eps, a, sizeof a), g->V,
-                g->tied ? "true" : "false", s->context, json_float(p.base, b, sizeof b));
+    rc = bk_append(text, size, &at, err, "the exported config.json",
+                   "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                   "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+                   "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+                   "  \"rms_norm_eps\": %s,\n  \"vocab_size\": %d,\n  \"tie_word_embeddings\": %s,\n"
+                   "  \"max_position_embeddings\": %d,\n  \"rope_theta\": %s,\n",
+                   g->C, g->F, g->L, g->H, g->KV, g->hd, json_float(lm->exp.model.norm_eps, a, sizeof a), g->V,
+                   g->tied ? "true" : "false", s->context, json_float(p.base, b, sizeof b));
     if (rc)
         return rc;
     if (!strcmp(p.scaling, "none")) {
-        rc = append(text, size, &at, err, "  \"rope_scaling\": null,\n");
+        rc = bk_append(text, size, &at, err, "the exported config.json", "  \"rope_scaling\": null,\n");
         snprintf(s->positions, sizeof s->positions, "rope_theta %s, no rope_scaling", b);
     } else if (!yarn) {
-        rc = append(text, size, &at, err, "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": %s},\n",
-                    json_float(p.factor, c, sizeof c));
+        rc = bk_append(text, size, &at, err, "the exported config.json",
+                       "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": %s},\n",
+                       json_float(p.factor, c, sizeof c));
         snprintf(s->positions, sizeof s->positions, "rope_theta %s, rope_scaling linear (factor %s)", b, c);
     } else {
         json_float(p.factor, a, sizeof a);
@@ -235,20 +223,20 @@ int bk_export_hf_config(const bk_lm *lm, const char *source, char *text, size_t 
         json_float(p.beta_slow, d, sizeof d);
         char e[40];
         json_float(p.attn_factor * bk_hf_yarn_mscale(p.factor), e, sizeof e);
-        rc = append(text, size, &at, err,
-                    "  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %s, \"beta_fast\": %s, "
-                    "\"beta_slow\": %s, \"attention_factor\": %s},\n",
-                    a, c, d, e);
+        rc = bk_append(text, size, &at, err, "the exported config.json",
+                       "  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %s, \"beta_fast\": %s, "
+                       "\"beta_slow\": %s, \"attention_factor\": %s},\n",
+                       a, c, d, e);
         snprintf(s->positions, sizeof s->positions,
                  "rope_theta %s, rope_scaling yarn (factor %s, beta_fast %s, beta_slow %s, attention_factor %s; "
                  "original context %d)",
                  b, a, c, d, e, s->context);
     }
     if (!rc)
-        rc = append(text, size, &at, err,
-                    "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
-                    "  \"attention_dropout\": 0.0,\n  \"pretraining_tp\": 1,\n  \"bos_token_id\": null,\n"
-                    "  \"eos_token_id\": null,\n  \"torch_dtype\": \"float32\"\n}\n");
+        rc = bk_append(text, size, &at, err, "the exported config.json",
+                       "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+                       "  \"attention_dropout\": 0.0,\n  \"pretraining_tp\": 1,\n  \"bos_token_id\": null,\n"
+                       "  \"eos_token_id\": null,\n  \"torch_dtype\": \"float32\"\n}\n");
     return rc;
 }
 

@@ -47,19 +47,6 @@ static int arch_float(const bk_gguf *g, const char *path, const char *arch, cons
     return rc;
 }
 
-static int append(char *text, size_t size, size_t *at, bk_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int append(char *text, size_t size, size_t *at, bk_error *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    const int n = vsnprintf(text + *at, *at < size ? size - *at : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || *at + (size_t)n >= size)
-        return bk_fail(err, BK_ERR_INVALID, "the imported experiment is longer than %zu bytes", size);
-    *at += (size_t)n;
-    return BK_OK;
-}
 
 /* The shape from the metadata, and the experiment text. */
 static int read_shape(const bk_gguf *g, const char *path, bk_import_summary *s, bk_error *err)
@@ -158,14 +145,14 @@ int bk_import_gguf_experiment(const char *path, char *text, size_t size, bk_impo
         return rc;
     size_t at = 0;
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    rc = append(text, size, &at, err,
-                "# imported by biaskit import from %s (GGUF, architecture %s%s%s)\n"
-                "[model]\nfamily = \"llama\"\nlayers = %d\nheads = %d\nkv_heads = %d\nhead_dim = %d\ndim = %d\n"
-                "ffn_dim = %d\nvocab = %d\nnorm_eps = %.17g\ntied = %s\n\n[train]\nlength = %d\n\n[run]\n"
-                "device = \"cpu\"\n\n[[term]]\nplugin = \"rope\"\nbase = %.17g\n",
-                base, s->architecture, s->name[0] ? ": " : "", s->name, s->layers, s->heads, s->kv_heads,
-                s->head_dim, s->dim, s->ffn_dim, s->vocab, s->norm_eps, s->tied ? "true" : "false", s->context,
-                s->rope_base);
+    rc = bk_append(text, size, &at, err, "the imported experiment",
+                   "# imported by biaskit import from %s (GGUF, architecture %s%s%s)\n"
+                   "[model]\nfamily = \"llama\"\nlayers = %d\nheads = %d\nkv_heads = %d\nhead_dim = %d\ndim = %d\n"
+                   "ffn_dim = %d\nvocab = %d\nnorm_eps = %.17g\ntied = %s\n\n[train]\nlength = %d\n\n[run]\n"
+                   "device = \"cpu\"\n\n[[term]]\nplugin = \"rope\"\nbase = %.17g\n",
+                   base, s->architecture, s->name[0] ? ": " : "", s->name, s->layers, s->heads, s->kv_heads,
+                   s->head_dim, s->dim, s->ffn_dim, s->vocab, s->norm_eps, s->tied ? "true" : "false", s->context,
+                   s->rope_base);
     return rc;
 }
 

@@ -562,19 +562,6 @@ static int read_config(const char *path, const cJSON *c, bk_import_summary *s, h
     return read_rope_scaling(path, c, s->context, &m->rope, err);
 }
 
-static int append(char *text, size_t size, size_t *at, bk_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int append(char *text, size_t size, size_t *at, bk_error *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    const int n = vsnprintf(text + *at, *at < size ? size - *at : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || *at + (size_t)n >= size)
-        return bk_fail(err, BK_ERR_INVALID, "the imported experiment is longer than %zu bytes", size);
-    *at += (size_t)n;
-    return BK_OK;
-}
 
 static int experiment_text(const char *dir, const bk_import_summary *s, const hf_model *m, char *text, size_t size,
                            bk_error *err)
@@ -585,28 +572,31 @@ static int experiment_text(const char *dir, const bk_import_summary *s, const hf
     size_t b = dl;
     while (b > 0 && dir[b - 1] != '/')
         b--;
-    int rc = append(text, size, &at, err, "# imported by biaskit import from %.*s (HF transformers, %s%s%s)\n",
-                    (int)(dl - b), dir + b, s->architecture, s->name[0] ? ": " : "", s->name);
+    int rc = bk_append(text, size, &at, err, "the imported experiment",
+                       "# imported by biaskit import from %.*s (HF transformers, %s%s%s)\n",
+                       (int)(dl - b), dir + b, s->architecture, s->name[0] ? ": " : "", s->name);
     if (rc)
         return rc;
     if (m->gpt2)
-        return append(text, size, &at, err,
-                      "[model]\nfamily = \"gpt2\"\nlayers = %d\nheads = %d\ndim = %d\nvocab = %d\n\n[train]\nlength = "
-                      "%d\n\n[run]\ndevice = \"cpu\"\n\n[[term]]\nplugin = \"ape\"\nvariant = \"learned\"\n"
-                      "max_positions = %d\n",
-                      s->layers, s->heads, s->dim, s->vocab, s->context, s->context);
-    rc = append(text, size, &at, err,
-                "[model]\nfamily = \"llama\"\nlayers = %d\nheads = %d\nkv_heads = %d\nhead_dim = %d\ndim = %d\n"
-                "ffn_dim = %d\nvocab = %d\nnorm_eps = %.17g\ntied = %s\n\n[train]\nlength = %d\n\n[run]\n"
-                "device = \"cpu\"\n\n[[term]]\nplugin = \"rope\"\nbase = %.17g\n",
-                s->layers, s->heads, s->kv_heads, s->head_dim, s->dim, s->ffn_dim, s->vocab, s->norm_eps,
-                s->tied ? "true" : "false", s->context, s->rope_base);
+        return bk_append(text, size, &at, err, "the imported experiment",
+                         "[model]\nfamily = \"gpt2\"\nlayers = %d\nheads = %d\ndim = %d\nvocab = %d\n\n"
+                         "[train]\nlength = %d\n\n[run]\ndevice = \"cpu\"\n\n[[term]]\nplugin = \"ape\"\n"
+                         "variant = \"learned\"\n"
+                         "max_positions = %d\n",
+                         s->layers, s->heads, s->dim, s->vocab, s->context, s->context);
+    rc = bk_append(text, size, &at, err, "the imported experiment",
+                   "[model]\nfamily = \"llama\"\nlayers = %d\nheads = %d\nkv_heads = %d\nhead_dim = %d\ndim = %d\n"
+                   "ffn_dim = %d\nvocab = %d\nnorm_eps = %.17g\ntied = %s\n\n[train]\nlength = %d\n\n[run]\n"
+                   "device = \"cpu\"\n\n[[term]]\nplugin = \"rope\"\nbase = %.17g\n",
+                   s->layers, s->heads, s->kv_heads, s->head_dim, s->dim, s->ffn_dim, s->vocab, s->norm_eps,
+                   s->tied ? "true" : "false", s->context, s->rope_base);
     if (!rc && strcmp(m->rope.scaling, "none"))
-        rc = append(text, size, &at, err, "scaling = \"%s\"\nfactor = %.17g\n", m->rope.scaling, m->rope.factor);
+        rc = bk_append(text, size, &at, err, "the imported experiment",
+                       "scaling = \"%s\"\nfactor = %.17g\n", m->rope.scaling, m->rope.factor);
     if (!rc && !strcmp(m->rope.scaling, "yarn"))
-        rc = append(text, size, &at, err,
-                    "original_length = %d\nbeta_fast = %.17g\nbeta_slow = %.17g\nattn_factor = %.17g\n",
-                    m->rope.original_length, m->rope.beta_fast, m->rope.beta_slow, m->rope.attn_factor);
+        rc = bk_append(text, size, &at, err, "the imported experiment",
+                       "original_length = %d\nbeta_fast = %.17g\nbeta_slow = %.17g\nattn_factor = %.17g\n",
+                       m->rope.original_length, m->rope.beta_fast, m->rope.beta_slow, m->rope.attn_factor);
     return rc;
 }
 

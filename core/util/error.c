@@ -62,3 +62,15 @@ void bk_error_clear(bk_error *err)
         err->message[0] = '\0';
     }
 }
+
+int bk_append(char *text, size_t size, size_t *at, bk_error *err, const char *what, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(text + *at, *at < size ? size - *at : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || *at + (size_t)n >= size)
+        return bk_fail(err, BK_ERR_INVALID, "%s is longer than %zu bytes", what, size);
+    *at += (size_t)n;
+    return BK_OK;
+}

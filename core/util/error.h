@@ -40,6 +40,11 @@ int bk_vfail(bk_error *err, int code, const char *fmt, va_list ap);
 /* Prepends context to an existing message ("while loading X: " + message); returns err->code. */
 int bk_error_prefix(bk_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Appends the formatted text at text + *at (text holds `size` bytes in all) and advances *at; when it does
+ * not fit, BK_ERR_INVALID saying that `what` is longer than size bytes (text then holds a truncated copy). */
+int bk_append(char *text, size_t size, size_t *at, bk_error *err, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
 /* Copies `src` into dst[size], truncating; always terminates (size > 0). */
 void bk_copy_text(char *dst, size_t size, const char *src);
 
