@@ -103,13 +103,13 @@ def main():
         hf_worker(a)
         return 0
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    work = a.workdir or tempfile.mkdtemp(prefix="bk_speed_")
+    work = os.path.abspath(a.workdir or tempfile.mkdtemp(prefix="bk_speed_"))
     shard = os.path.join(work, "ids.bin")
     base = [a.hf_python, os.path.abspath(__file__), "--worker", "--gguf", a.gguf, "--checkpoint", a.checkpoint,
             "--text", a.text, "--threads", str(a.threads)]
     info = run_json(base + ["--mode", "ids", "--shard", shard], env)
     lengths = [int(x) for x in a.lengths.split(",")]
-    need = max(lengths + [a.train_length]) + 1
+    need = max(lengths + [2 * a.train_length]) + 1
     if info["ids"] < need:
         sys.exit(f"pretrained_speed: {a.text} has {info['ids']} tokens, fewer than {need}")
     print(f"speed: torch {info['torch']}, transformers {info['transformers']}; {a.threads} threads; "
@@ -119,8 +119,8 @@ def main():
                           text=True).stdout
     text = text.replace("[train]\n", f"[train]\nbatch = 1\nsteps = {a.train_steps}\nwarmup = 1\nlr = 1e-5\n"
                                      "eval_every = 0\neval_batches = 1\nlog_every = 1\n", 1)
-    text = text.replace("[run]\n", f"[run]\nthreads = {a.threads}\nattention = \"fused\"\n", 1)
-    text += f'\n[data]\nformat = "shards"\npaths = ["{shard}"]\nval_paths = ["{shard}"]\n'
+    text = text.replace("[run]\n", f"[run]\nthreads = {a.threads}\n", 1)
+    text += f'\n[data]\nformat = "shards"\npaths = ["{shard}"]\nval_fraction = 0.2\n'
     with open(exp, "w") as f:
         f.write(text)
     best = {}

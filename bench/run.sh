@@ -9,7 +9,12 @@
 #      mask) and SDPA (the bias as a float mask; and without a bias, as a floor), ALiBi and KERPLE-log
 #      (learnable r1, r2) tables, forward only and forward + backward (bench/long_context.py);
 #   3. evaluation: forward passes (no backward) of the size (a) model (4 x 256 x 8 heads) at batch 1 and
-#      EVAL_LENGTHS tokens: bench_train --eval against bench_torch.py --mode eval-flex / eval-sdpa.
+#      EVAL_LENGTHS tokens: bench_train --eval against bench_torch.py --mode eval-flex / eval-sdpa;
+#   4. a pretrained model (only when PRETRAINED_GGUF and PRETRAINED_CKPT name SmolLM2's GGUF file and its
+#      imported checkpoint, scripts/models.py smollm2): evaluation at PRETRAINED_LENGTHS tokens and a training
+#      step at PRETRAINED_TRAIN_LENGTH, biaskit against HF transformers (SDPA, float32) under $VENV, interleaved
+#      (bench/pretrained_speed.py; transformers, gguf, tokenizers and accelerate are installed into $VENV when
+#      missing), on PRETRAINED_TEXT (default docs/design.md).
 #
 #   bash bench/run.sh                          # everything (hours on 2 cores with 65536 tokens, see below)
 #   SIZES="a c" REPEATS=1 bash bench/run.sh    # quicker
@@ -119,6 +124,11 @@ EVAL_STEPS=${EVAL_STEPS:-1}
 EVAL_WARMUP=${EVAL_WARMUP:-1}
 EVAL_CORES=${EVAL_CORES:-Haswell}
 EXTRA_BUILDS=${EXTRA_BUILDS:-}
+PRETRAINED_GGUF=${PRETRAINED_GGUF:-}
+PRETRAINED_CKPT=${PRETRAINED_CKPT:-}
+PRETRAINED_TEXT=${PRETRAINED_TEXT:-$ROOT/docs/design.md}
+PRETRAINED_LENGTHS=${PRETRAINED_LENGTHS:-1024,8192}
+PRETRAINED_TRAIN_LENGTH=${PRETRAINED_TRAIN_LENGTH:-1024}
 [[ $SKIP_TRAIN != 1 ]] || SIZES=""
 mkdir -p "$LOGS"
 PY2=$VENV/bin/python
@@ -693,6 +703,22 @@ if [[ $SKIP_EVAL != 1 ]]; then
         [[ -z $f ]] || echo "BLAS: biaskit ($(core_label "$c")): $(field "$(grep '^RESULT ' "$f" | tail -1)" blas)" \
             "core $(field "$(grep '^RESULT ' "$f" | tail -1)" core)."
     done
+fi
+if [[ -n $PRETRAINED_GGUF && -n $PRETRAINED_CKPT ]]; then
+    echo
+    echo "### A pretrained model: $(basename "$PRETRAINED_GGUF"), biaskit against HF transformers"
+    echo
+    if ! "$PY2" -c 'import transformers, gguf, tokenizers, accelerate' 2>/dev/null; then
+        echo "run.sh: installing transformers, gguf, tokenizers, accelerate into $VENV (log: $LOGS/venv.log)" >&2
+        "$PY2" -m pip install transformers gguf tokenizers accelerate >>"$LOGS/venv.log" 2>&1 ||
+            NOTES+=("pretrained: pip install into $VENV failed ($LOGS/venv.log)")
+    fi
+    if ! "$PY2" "$ROOT/bench/pretrained_speed.py" --gguf "$PRETRAINED_GGUF" --checkpoint "$PRETRAINED_CKPT" \
+        --text "$PRETRAINED_TEXT" --lengths "$PRETRAINED_LENGTHS" --train-length "$PRETRAINED_TRAIN_LENGTH" \
+        --threads "$THREADS" --repeats "$REPEATS" --hf-python "$PY2" --biaskit "$BUILD/biaskit" \
+        --workdir "$LOGS" 2>"$LOGS/pretrained.log"; then
+        NOTES+=("pretrained: $(tail -1 "$LOGS/pretrained.log")")
+    fi
 fi
 if ((${#NOTES[@]})); then
     echo
