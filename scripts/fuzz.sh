@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzing with libFuzzer (Debian's clang; scripts/setup.sh --fuzz installs it): builds the targets of
 # fuzz/ into ${BUILD_DIR:-build-fuzz} (-DBIASKIT_FUZZ=ON: ASan + UBSan + coverage, CPU-only), then runs
-# each named target (default: all nine) for SECONDS (default 30), one after the other, starting from
+# each named target (default: all eleven) for SECONDS (default 30), one after the other, starting from
 # its seed corpus fuzz/corpus/<name>/ plus what earlier runs found (<build>/corpus/<name>/, not in
 # the repository). A crash stops that target, leaves the input in <build>/artifacts/<name>/ and fails
 # the script; copy it into fuzz/corpus/<name>/ once fixed, where ctest replays it in every build.
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(toml safetensors shard text bipe descriptor ckpt_experiment sweep report gguf)
+[ ${#targets[@]} -gt 0 ] || targets=(toml safetensors shard text bipe descriptor ckpt_experiment sweep report gguf bpe)
 build=${BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-1}
 
@@ -24,7 +24,7 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -DBIASKIT_FUZZ=ON -DBIASKIT_CUDA=OFF
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 
 # The largest input each target is given (bytes): room for a real file of its kind.
-declare -A max_len=([toml]=8192 [safetensors]=4096 [shard]=8192 [text]=4096 [bipe]=2048 [descriptor]=4096 [ckpt_experiment]=8192 [sweep]=8192 [report]=8192 [gguf]=4096)
+declare -A max_len=([toml]=8192 [safetensors]=4096 [shard]=8192 [text]=4096 [bipe]=2048 [descriptor]=4096 [ckpt_experiment]=8192 [sweep]=8192 [report]=8192 [gguf]=4096 [bpe]=8192)
 
 run_one() {
     local name=$1 log="$build/fuzz-$1.log"

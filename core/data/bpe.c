@@ -1427,7 +1427,7 @@ static int bpe_word(enc *e, const char *w, size_t n)
     for (size_t i = 0; i < m; i++)
         if (e->slen[i] && push_id(e, e->sid[i]))
             return e->err->code;
-    if (n <= CACHE_KEY_MAX)
+    if (n <= CACHE_KEY_MAX && e->n > first) /* a word of no tokens (every byte unknown) is not kept */
         cache_put(e, w, n, h, e->ids + first, e->n - first);
     return BK_OK;
 }
