@@ -31,7 +31,10 @@ evaluate() {
         >"$work/$name.out" 2>"$work/$name.err"
 }
 # result NAME LENGTH: the JSON's line for that length (loss, ppl, batch, position-wise losses)
-result() { grep -E "\"length\": $2," "$work/$1.json" | sed 's/"activation_bytes": [0-9]*//'; }
+result() { # a length's row without what varies from run to run (memory allotted, wall time)
+    grep -E "\"length\": $2," "$work/$1.json" |
+        sed -E 's/"activation_bytes": [0-9]*//; s/"seconds": [0-9.e+-]*, "tokens_per_second": [0-9.e+-]*//'
+}
 loss() { result "$1" "$2" | sed -E 's/.*"loss": ([0-9.]+),.*/\1/'; }
 
 if evaluate none; then ok "eval: plain RoPE"; else bad "eval: plain RoPE" "$(cat "$work/none.err")"; fi
