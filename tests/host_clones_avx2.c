@@ -17,6 +17,8 @@
 #define bk_encoder_backward avx2_encoder_backward
 #define bk_rmsnorm_forward avx2_rmsnorm_forward
 #define bk_rmsnorm_backward avx2_rmsnorm_backward
+#define bk_headnorm_forward avx2_headnorm_forward
+#define bk_headnorm_backward avx2_headnorm_backward
 #define bk_swiglu_forward avx2_swiglu_forward
 #define bk_swiglu_backward avx2_swiglu_backward
 #define bk_gqa_expand avx2_gqa_expand

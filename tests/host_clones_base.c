@@ -16,6 +16,8 @@
 #define bk_encoder_backward base_encoder_backward
 #define bk_rmsnorm_forward base_rmsnorm_forward
 #define bk_rmsnorm_backward base_rmsnorm_backward
+#define bk_headnorm_forward base_headnorm_forward
+#define bk_headnorm_backward base_headnorm_backward
 #define bk_swiglu_forward base_swiglu_forward
 #define bk_swiglu_backward base_swiglu_backward
 #define bk_gqa_expand base_gqa_expand

@@ -15,10 +15,10 @@
  * multiply-adds (one rounding instead of two, ~6e-8), device expf (2 ulp), cuBLAS's summation order
  * (~sqrt(k) ulp of the largest partial sums) and a different grouping of double sums (~1e-16). */
 #include "test_util.h"
+#include "test_backend.h"
 #include "test_floats.h"
 
 #include "bias/mix.h"
-#include "cuda/device.h"
 #include "gpu/dev.h" /* bk_emulated_thread_order */
 #include "gpu/mma.h" /* bk_bf16_round, bk_bf16_value, bk_tf32_round */
 #include "model/backend.h"
@@ -32,62 +32,7 @@
 
 enum { B = 3, T_SHORT = 37, T_LONG = 130, C = 96, H = 12, V = 67 };
 
-typedef struct fixture {
-    int kind; /* bk_backend_kind */
-    bk_backend *be;
-    char why[512]; /* why the backend is missing */
-} fixture;
-
 /* --- helpers ------------------------------------------------------------------------------------- */
-
-#define OK(expr)                                                                                                \
-    do {                                                                                                        \
-        bk_error err_;                                                                                          \
-        bk_error_clear(&err_);                                                                                  \
-        int rc_ = (expr);                                                                                       \
-        if (rc_ != BK_OK)                                                                                       \
-            fail_msg("%s returned %d: %s", #expr, rc_, err_.message);                                          \
-    } while (0)
-
-/* the backend of the case, or skip with the reason */
-static bk_backend *backend_of(void **state)
-{
-    fixture *f = (fixture *)*state;
-    if (!f->be) {
-        printf("skipped: %s\n", f->why);
-        skip();
-    }
-    return f->be;
-}
-
-/* a device buffer holding `bytes` of host data */
-static void *put(bk_backend *be, const void *host, size_t bytes)
-{
-    void *p = NULL;
-    OK(be->alloc(be, &p, bytes, &err_));
-    assert_non_null(p);
-    if (host)
-        OK(be->upload(be, p, host, bytes, &err_));
-    return p;
-}
-
-/* a new host array with `count` floats of device buffer p */
-static float *get(bk_backend *be, const float *p, size_t count)
-{
-    float *h = malloc((count ? count : 1) * sizeof *h);
-    assert_non_null(h);
-    OK(be->download(be, h, p, count * sizeof *h, &err_));
-    return h;
-}
-
-/* equal bit for bit (what the device must reproduce exactly) */
-static void expect_same(const char *what, const float *got, const float *want, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
-            fail_msg("%s: element %zu is %.9g (bits differ), expected exactly %.9g (of %zu)", what, i, got[i],
-                     want[i], n);
-}
 
 /* max_i |got - want| / (|want| + rms(want)), and its i in *at (NaN counts as the worst) */
 static double max_rel_error(const float *got, const float *want, size_t n, size_t *at)
@@ -1161,56 +1106,6 @@ static void two_runs_are_identical(void **state)
 }
 
 /* --- groups -------------------------------------------------------------------------------------- */
-
-static int emulated_setup(void **state)
-{
-    static fixture f;
-    bk_error err;
-    f.kind = BK_BACKEND_EMULATED;
-    if (bk_backend_emulated_create(&f.be, BK_MATMUL_FP32, &err) != BK_OK) {
-        printf("bk_backend_emulated_create failed: %s\n", err.message);
-        return -1;
-    }
-    if (strcmp(f.be->name, "emulated") != 0 || !f.be->on_device || f.be->stream(f.be) != NULL) {
-        printf("emulated backend: name '%s', on_device %d; expected 'emulated', 1 and a NULL stream\n", f.be->name,
-               f.be->on_device);
-        return -1;
-    }
-    *state = &f;
-    return 0;
-}
-
-static int cuda_setup(void **state)
-{
-    static fixture f;
-    char desc[256];
-    bk_error err;
-    f.kind = BK_BACKEND_CUDA;
-    *state = &f;
-    if (!bk_device_probe(desc, sizeof desc)) {
-        snprintf(f.why, sizeof f.why, "the CUDA cases need a GPU: %s", desc);
-        bk_backend *be = NULL;
-        if (bk_backend_cuda_create(&be, BK_MATMUL_FP32, &err) == BK_OK || be) {
-            printf("bk_backend_cuda_create succeeded where no GPU answers\n");
-            return -1;
-        }
-        return 0;
-    }
-    if (bk_backend_cuda_create(&f.be, BK_MATMUL_FP32, &err) != BK_OK) {
-        printf("a GPU answers (%s) but bk_backend_cuda_create failed: %s\n", desc, err.message);
-        return -1;
-    }
-    printf("CUDA backend: %s\n", f.be->description);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = (fixture *)*state;
-    bk_backend_destroy(f->be);
-    f->be = NULL;
-    return 0;
-}
 
 #define CASES                                                                                                  \
     cmocka_unit_test(memory_functions), cmocka_unit_test(encoder_matches_cpu),                                 \

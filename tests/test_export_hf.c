@@ -132,8 +132,9 @@ static void write_hf(const hf_model *m, const char *config)
         fail_msg("%s", err.message);
 }
 
-/* A llama model of L layers, width C, H heads of HD on KV key/value heads, MLP F. */
-static void llama_dir(hf_model *m, int H, int KV, int HD, int F, int tied, const char *rope_scaling)
+/* A llama model of L layers, width C, H heads of HD on KV key/value heads, MLP F; with qk, Qwen3's (the
+ * same with q_norm and k_norm). */
+static void llama_dir(hf_model *m, int H, int KV, int HD, int F, int tied, const char *rope_scaling, int qk)
 {
     memset(m, 0, sizeof *m);
     char nm[96];
@@ -145,6 +146,10 @@ static void llama_dir(hf_model *m, int H, int KV, int HD, int F, int tied, const
         LAYER("self_attn.k_proj.weight", KV * HD, C);
         LAYER("self_attn.v_proj.weight", KV * HD, C);
         LAYER("self_attn.o_proj.weight", C, H * HD);
+        if (qk) {
+            LAYER("self_attn.q_norm.weight", 0, HD);
+            LAYER("self_attn.k_norm.weight", 0, HD);
+        }
         LAYER("post_attention_layernorm.weight", 0, C);
         LAYER("mlp.gate_proj.weight", F, C);
         LAYER("mlp.up_proj.weight", F, C);
@@ -156,12 +161,13 @@ static void llama_dir(hf_model *m, int H, int KV, int HD, int F, int tied, const
         add(m, "lm_head.weight", V, C);
     char cfg[2048];
     snprintf(cfg, sizeof cfg,
-             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": %d, "
+             "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, "
              "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
              "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 64, "
              "\"rms_norm_eps\": 1e-06, \"rope_theta\": 500.0, \"rope_scaling\": %s, \"tie_word_embeddings\": %s, "
-             "\"attention_bias\": false, \"mlp_bias\": false, \"hidden_act\": \"silu\"}\n",
-             C, F, L, H, KV, HD, V, rope_scaling, tied ? "true" : "false");
+             "%s\"attention_bias\": false, \"mlp_bias\": false, \"hidden_act\": \"silu\"}\n",
+             qk ? "Qwen3ForCausalLM" : "LlamaForCausalLM", qk ? "qwen3" : "llama", C, F, L, H, KV, HD, V,
+             rope_scaling, tied ? "true" : "false", qk ? "\"use_sliding_window\": false, " : "");
     write_hf(m, cfg);
 }
 
@@ -294,14 +300,14 @@ static const char *const llama_keys[] = {"architectures", "model_type", "hidden_
                                          "max_position_embeddings", "rope_theta", "attention_bias", "mlp_bias",
                                          "hidden_act"};
 
-static void llama_round_trip(int H, int KV, int HD, int F, int tied, const char *rope_scaling)
+static void llama_round_trip(int H, int KV, int HD, int F, int tied, const char *rope_scaling, int qk)
 {
     clean();
     hf_model m;
-    llama_dir(&m, H, KV, HD, F, tied, rope_scaling);
+    llama_dir(&m, H, KV, HD, F, tied, rope_scaling, qk);
     bk_export_summary s;
     import_export(&s);
-    assert_string_equal(s.architecture, "LlamaForCausalLM");
+    assert_string_equal(s.architecture, qk ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
     assert_int_equal(s.tensors, m.n);
     same_tensors(&m);
     same_config(llama_keys, sizeof llama_keys / sizeof *llama_keys, 0.0);
@@ -317,7 +323,7 @@ static void llama_round_trip(int H, int KV, int HD, int F, int tied, const char 
 static void llama_gqa_untied(void **state)
 {
     (void)state;
-    llama_round_trip(4, 2, 6, 20, 0, "null");
+    llama_round_trip(4, 2, 6, 20, 0, "null", 0);
 }
 
 static void llama_tied_yarn(void **state)
@@ -325,13 +331,21 @@ static void llama_tied_yarn(void **state)
     (void)state;
     llama_round_trip(2, 1, 8, 24, 1,
                      "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"attention_factor\": 1.2, \"beta_fast\": 16.0, "
-                     "\"beta_slow\": 1.0}");
+                     "\"beta_slow\": 1.0}", 0);
+}
+
+static void qwen3_qk_norm(void **state)
+{
+    (void)state;
+    llama_round_trip(4, 2, 6, 20, 1, "null", 1);
+    const char *sw[] = {"use_sliding_window"};
+    same_config(sw, 1, 0.0);
 }
 
 static void llama_linear(void **state)
 {
     (void)state;
-    llama_round_trip(2, 2, 8, 24, 0, "{\"rope_type\": \"linear\", \"factor\": 2.0}");
+    llama_round_trip(2, 2, 8, 24, 0, "{\"rope_type\": \"linear\", \"factor\": 2.0}", 0);
 }
 
 static void gpt2_round_trip(void **state)
@@ -523,6 +537,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(llama_gqa_untied),
         cmocka_unit_test(llama_tied_yarn),
+        cmocka_unit_test(qwen3_qk_norm),
         cmocka_unit_test(llama_linear),
         cmocka_unit_test(gpt2_round_trip),
         cmocka_unit_test(yarn_past_parent_length),

@@ -49,6 +49,7 @@ typedef struct variant {
     const char *extra;        /* a tensor of shape [C] more */
     const char *f64;          /* this tensor in F64 */
     int head_differs;         /* a tied model's lm_head.weight, not equal to the embedding */
+    int qwen3;                /* Qwen3ForCausalLM: q_norm and k_norm weights (QK-norm) */
 } variant;
 
 typedef struct tensor {
@@ -135,6 +136,10 @@ static int tensors_of(const variant *v, tensor *t)
             LAYER("self_attn.k_proj.weight", F32, KV * HD, C);
             LAYER("self_attn.v_proj.weight", F32, KV * HD, C);
             LAYER("self_attn.o_proj.weight", v->half ? F16 : F32, C, H * HD);
+            if (v->qwen3) {
+                LAYER("self_attn.q_norm.weight", F32, HD, 0);
+                LAYER("self_attn.k_norm.weight", F32, HD, 0);
+            }
             LAYER("post_attention_layernorm.weight", F32, C, 0);
             LAYER("mlp.gate_proj.weight", F32, F, C);
             LAYER("mlp.up_proj.weight", F32, F, C);
@@ -245,7 +250,8 @@ static int write_model(const variant *v, tensor *t)
                  "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 64, "
                  "\"rms_norm_eps\": 1e-06, \"rope_theta\": 500.0, \"rope_scaling\": null, \"tie_word_embeddings\": %s, "
                  "\"attention_bias\": false, \"hidden_act\": \"silu\", \"model_type\": \"llama\"}\n",
-                 v->arch ? v->arch : "LlamaForCausalLM", v->extra_config ? v->extra_config : "", C, F, L, H, KV, HD,
+                 v->arch ? v->arch : v->qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM",
+                 v->extra_config ? v->extra_config : "", C, F, L, H, KV, HD,
                  v->config_vocab ? v->config_vocab : V, v->tied ? "true" : "false");
     if (!v->no_config)
         write_text("config.json", cfg);
@@ -351,7 +357,8 @@ static void llama_places_every_tensor(const variant *v)
     if (bk_import_hf(dir, out, &s, &err))
         fail_msg("import: %s", err.message);
     assert_string_equal(s.family, "llama");
-    assert_string_equal(s.architecture, "LlamaForCausalLM");
+    assert_string_equal(s.architecture, v->qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+    assert_int_equal(s.qk_norm, v->qwen3);
     assert_string_equal(s.name, "tiny-llama");
     assert_int_equal(s.tensors, n);
     assert_int_equal(s.half, v->half ? 2 * L : 0);
@@ -381,8 +388,14 @@ static void llama_places_every_tensor(const variant *v)
         expect(fc + (size_t)l * 2 * F * C, t, n, NAME("mlp.gate_proj.weight"), F, C, 0);
         expect(fc + (size_t)l * 2 * F * C + F * C, t, n, NAME("mlp.up_proj.weight"), F, C, 0);
         expect(down + (size_t)l * C * F, t, n, NAME("mlp.down_proj.weight"), C, F, 0);
+        if (v->qwen3) {
+            expect(stored(st, "model.qnormw", L * HD) + l * HD, t, n, NAME("self_attn.q_norm.weight"), 1, HD, 0);
+            expect(stored(st, "model.knormw", L * HD) + l * HD, t, n, NAME("self_attn.k_norm.weight"), 1, HD, 0);
+        }
 #undef NAME
     }
+    if (!v->qwen3)
+        assert_null(bk_safetensors_find(st, "model.qnormw"));
     bk_safetensors_close(st);
     reopens(BK_FAMILY_LLAMA, 64);
 }
@@ -409,6 +422,19 @@ static void llama_tied_sharded_half(void **state)
 {
     (void)state;
     llama_places_every_tensor(&(variant){.tied = 1, .shards = 1, .half = 1});
+}
+
+/* Qwen3: the LLaMA blocks with QK-norm, its q_norm / k_norm weights in qnormw / knormw */
+static void qwen3_qk_norm(void **state)
+{
+    (void)state;
+    llama_places_every_tensor(&(variant){.qwen3 = 1, .tied = 1});
+    char text[4096];
+    bk_import_summary s;
+    bk_error err;
+    assert_int_equal(bk_import_hf_experiment(dir, text, sizeof text, &s, &err), BK_OK);
+    if (!strstr(text, "qk_norm = true") || !strstr(text, "(HF transformers, Qwen3ForCausalLM: tiny-llama)"))
+        fail_msg("the imported experiment lacks QK-norm or its class:\n%s", text);
 }
 
 static void llama_rope_scalings(void **state)
@@ -499,6 +525,10 @@ static void bad_directories_are_refused(void **state)
     refused(&(variant){.arch = "BertForMaskedLM"}, "architecture 'BertForMaskedLM'", "LlamaForCausalLM");
     refused(&(variant){.arch = "Qwen2ForCausalLM"}, "architecture 'Qwen2ForCausalLM'", "biases");
     refused(&(variant){.arch = "MistralForCausalLM"}, "sliding_window", "absent");
+    refused(&(variant){.qwen3 = 1, .extra_config = "\"use_sliding_window\": true,"}, "use_sliding_window = true",
+            "Qwen3ForCausalLM");
+    refused(&(variant){.qwen3 = 1, .arch = "LlamaForCausalLM"}, "tensor 'model.layers.0.self_attn.q_norm.weight'",
+            "no place");
     refused(&(variant){.extra_config = "\"attention_bias\": true,"}, "attention_bias = true", "no biases");
     refused(&(variant){.extra_config = "\"mlp_bias\": true,"}, "mlp_bias = true", NULL);
     refused(&(variant){.extra_config = "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0},"},
@@ -538,6 +568,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(llama_untied),
         cmocka_unit_test(llama_tied_sharded_half),
+        cmocka_unit_test(qwen3_qk_norm),
         cmocka_unit_test(llama_rope_scalings),
         cmocka_unit_test(gpt2_places_every_tensor),
         cmocka_unit_test(bad_directories_are_refused),

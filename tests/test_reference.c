@@ -203,9 +203,9 @@ static void describe(text *j, const ref_case *c, int T, const bk_lm *lm, const b
             (int)e->train.length);
     const bk_gpt *m = &lm->gpt;
     appendf(j, "\"family\": \"%s\", \"kv_heads\": %d, \"head_dim\": %d, \"ffn_dim\": %d, \"norm_eps\": %.17g, "
-               "\"tied\": %s, ",
+               "\"tied\": %s, \"qk_norm\": %s, ",
             m->family == BK_FAMILY_LLAMA ? "llama" : "gpt2", m->KV, m->hd, m->F, (double)m->eps,
-            m->tied ? "true" : "false");
+            m->tied ? "true" : "false", m->qk_norm ? "true" : "false");
     appendf(j, "\"mixing\": \"%s\", \"learn_weights\": %s, \"terms\": [",
             bk_choice_name(BK_MIXING_CHOICES, lm->terms.mixing, mixing, sizeof mixing),
             e->attention.learn_weights ? "true" : "false");
@@ -887,6 +887,17 @@ static void llama_untied_alibi_window_long(void **state)
                 130);
 }
 
+/* QK-norm (each query and key head RMS-normalised with its layer's weights, then rotated) on 4 query heads
+ * sharing 2 key/value heads, untied, RoPE with YaRN. */
+static void llama_qk_norm_rope(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"llama_qk_norm_rope",
+                         LLAMA(4, 2, 8, 32, 48, "qk_norm = true\ntied = false\n")
+                         "[[term]]\nplugin = \"rope\"\nbase = 100.0\nscaling = \"yarn\"\nfactor = 2.0\n",
+                         "[{\"base\": 100.0, \"scaling\": \"yarn\", \"factor\": 2.0}]", 1, NULL});
+}
+
 /* FIRE's coordinate table under Scalable-Softmax's logit scale, without GQA. */
 static void llama_fire_ssmax(void **state)
 {
@@ -994,6 +1005,7 @@ int main(void)
         cmocka_unit_test(cope_rope_ssmax),
         cmocka_unit_test(cope_window_long),
         cmocka_unit_test(llama_rope_gqa),
+        cmocka_unit_test(llama_qk_norm_rope),
         cmocka_unit_test(llama_untied_alibi_window_long),
         cmocka_unit_test(llama_fire_ssmax),
         cmocka_unit_test(llama_cope_fox_yarn),

@@ -26,14 +26,18 @@ static const char help[] =
     "  LlamaForCausalLM, MistralForCausalLM with sliding_window null: family \"llama\" from config.json's\n"
     "    shape, one rope term with rope_theta (rope_scaling linear: scaling \"pi\"; yarn: \"yarn\"); q and\n"
     "    k are already in the rotate-half layout; [train] length = max_position_embeddings.\n"
+    "  Qwen3ForCausalLM with use_sliding_window false: the same, with qk_norm = true (its q_norm and\n"
+    "    k_norm weights).\n"
     "  GPT2LMHeadModel: family \"gpt2\", its learned positions wpe as an ape term (variant \"learned\",\n"
-    "    max_positions = n_positions); the Conv1D weights, stored (in, out), are transposed.\n"
-    "  The tokenizer is not read.\n\n"
+    "    max_positions = n_positions); the Conv1D weights, stored (in, out), are transposed.\n\n"
+    "The tokenizer goes into the checkpoint when the C tokenizer reads it: a GGUF file's byte-level BPE\n"
+    "(tokenizer.ggml.model = \"gpt2\"), a directory's tokenizer.json (a BPE model); then eval, train,\n"
+    "generate and tokenize read text through it. Another kind imports without one, saying why (evaluate\n"
+    "that checkpoint on token ids: [data] format = \"shards\"); a malformed one is refused.\n\n"
     "Refused, naming what: another architecture (Qwen2: q/k/v biases), a scaled rope in the GGUF\n"
     "metadata, rope_scaling other than linear or yarn, attention or MLP biases in a llama model, an untied\n"
     "GPT-2 head, a rotary dimension other than the head's, a missing, misshapen or unknown tensor, a\n"
-    "missing or truncated shard, a vocabulary that is not the embedding's rows. The tokenizer is not\n"
-    "carried yet: evaluate the checkpoint on token ids ([data] format = \"shards\"), not on text.\n\n"
+    "missing or truncated shard, a vocabulary that is not the embedding's rows.\n\n"
     "  --out FILE     the checkpoint to write (atomically; refused when it names the input, or a\n"
     "                 .safetensors or .json file inside the input directory)\n"
     "  --experiment   print the experiment the model gives and write nothing (no --out needed)\n";
@@ -83,10 +87,10 @@ int bk_cmd_import(int argc, char **argv)
         printf("model: gpt2, %d layers, %d heads of %d, dim %d, vocab %d, tied output; learned positions (ape) %d\n",
                s.layers, s.heads, s.head_dim, s.dim, s.vocab, s.context);
     else
-        printf("model: llama, %d layers, %d heads (%d key/value) of %d, dim %d, ffn %d, vocab %d, %s output; rope "
-               "base %g; context %d\n",
+        printf("model: llama, %d layers, %d heads (%d key/value) of %d, dim %d, ffn %d, vocab %d, %s output%s; "
+               "rope base %g; context %d\n",
                s.layers, s.heads, s.kv_heads, s.head_dim, s.dim, s.ffn_dim, s.vocab, s.tied ? "tied" : "untied",
-               s.rope_base, s.context);
+               s.qk_norm ? ", QK-norm" : "", s.rope_base, s.context);
     printf("tokenizer: %s\n", s.tokenizer);
     printf("wrote %s\n", out);
     return 0;

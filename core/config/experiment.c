@@ -54,6 +54,10 @@ static const key_spec schema[] = {
     {"model", "norm_eps", KEY_FLOAT, 1e-5, 1e-12, 1, NULL, "llama: RMSNorm's epsilon", FIELD(model.norm_eps)},
     {"model", "tied", KEY_BOOL, 1, 0, 1, NULL, "llama: the output head is the token embedding (false: its own matrix)",
      FIELD(model.tied)},
+    {"model", "qk_norm", KEY_BOOL, 0, 0, 1, NULL,
+     "llama: QK-norm, an RMSNorm (norm_eps) of each query head and of each key head before the rotation, with "
+     "a learned weight of head_dim per layer for the queries and another for the keys (Qwen3's q_norm, k_norm)",
+     FIELD(model.qk_norm)},
     {"attention", "mixing", KEY_CHOICE, BK_MIX_SUM, 0, 0, BK_MIXING_CHOICES,
      "how terms on one stream combine: sum = sum_t w_t T_t; kernel = log sum_t w_t exp(T_t)", FIELD(attention.mixing)},
     {"attention", "learn_weights", KEY_BOOL_OR_CHOICE, 0, 0, 2, BK_LEARN_WEIGHTS_CHOICES,
@@ -146,6 +150,12 @@ static const key_spec schema[] = {
     {"run", "out_dir", KEY_STRING, 0, 0, 0, "",
      "checkpoints and logs, relative to the experiment file (\"\" = runs/<experiment name> in the working directory)",
      FIELD(run.out_dir)},
+    {"run", "recompute", KEY_BOOL, 0, 0, 1, NULL,
+     "training keeps each layer's input and attention output (and one layer's other activations) and "
+     "recomputes a layer's forward but its attention before its backward: far less activation memory (the "
+     "banner's memory line says how much), the layers' products once more per step; the gradients are the "
+     "same bits",
+     FIELD(run.recompute)},
     {"run", "threads", KEY_INT, 0, 0, 4096, NULL, "CPU threads (0 = every core)", FIELD(run.threads)},
     {"run", "gpu", KEY_INT, -1, -1, 1023, NULL,
      "which GPU a cuda backend uses, counted among the visible ones (CUDA_VISIBLE_DEVICES renumbers them); -1 = "
@@ -594,14 +604,14 @@ static int check_family(const bk_experiment *exp, const bk_toml_node *root, bk_e
 {
     const bk_toml_node *model = bk_toml_get(root, "model");
     if (exp->model.family == BK_FAMILY_GPT2) {
-        static const char *const llama_only[] = {"kv_heads", "head_dim", "ffn_dim", "norm_eps", "tied"};
+        static const char *const llama_only[] = {"kv_heads", "head_dim", "ffn_dim", "norm_eps", "tied", "qk_norm"};
         for (size_t i = 0; i < sizeof llama_only / sizeof llama_only[0]; i++) {
             const bk_toml_node *v = bk_toml_get(model, llama_only[i]);
             if (v)
                 return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v),
                                   "[model] %s: read by family = \"llama\" only; the gpt2 block has LayerNorm, a GELU "
-                                  "MLP of 4 dim, dim / heads per head and a tied output (expected no %s, or "
-                                  "family = \"llama\")",
+                                  "MLP of 4 dim, dim / heads per head, no QK-norm and a tied output (expected no "
+                                  "%s, or family = \"llama\")",
                                   llama_only[i], llama_only[i]);
         }
         return BK_OK;

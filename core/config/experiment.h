@@ -11,7 +11,7 @@
  *   [data]       format ("text" | "shards"), paths, val_paths, val_fraction, split, split_seed,
  *                extensions, max_bytes
  *   [run]        device ("auto" | "cpu" | "cuda" | "emulated"), matmul ("fp32" | "tf32" | "bf16"),
- *                attention ("fused" | "materialized"), precision ("fp32" | "bf16"), out_dir, threads,
+ *                attention ("fused" | "materialized"), precision ("fp32" | "bf16"), recompute, out_dir, threads,
  *                gpu (-1 = by local rank | N)
  *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, learn_weight,
  *                weight_per_head, lr_scale, weight_decay, plus the plugin's own options (checked against
@@ -110,6 +110,7 @@ typedef struct bk_experiment {
         int64_t ffn_dim;  /* the MLP's hidden width (0: 4 dim for gpt2; llama: required) */
         double norm_eps;  /* RMSNorm's epsilon (llama) */
         int64_t tied;     /* the output head is the token embedding (llama; gpt2 always) */
+        int64_t qk_norm;  /* llama: RMSNorm of each query and key head (bk_gpt.qk_norm) */
     } model;
     struct {
         int64_t mixing; /* bk_mixing */
@@ -152,6 +153,7 @@ typedef struct bk_experiment {
         int64_t attention;      /* bk_attention_mode (model/backend.h): BK_ATTENTION_CHOICES */
         int64_t precision;      /* bk_precision (model/backend.h): BK_PRECISION_CHOICES; "bf16" makes matmul
                                    "bf16" (validated: with another matmul or attention it is an error) */
+        int64_t recompute;      /* 1: a training forward keeps each layer's input only (bk_gpt.recompute) */
         const char *out_dir;    /* "" = runs/<experiment file name without .toml> */
         int64_t threads;        /* 0 = every core */
         int64_t gpu;            /* the CUDA device index; -1 (BK_CUDA_GPU_AUTO of cuda/policy.h) = from the

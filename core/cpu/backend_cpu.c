@@ -133,6 +133,25 @@ static int cpu_rmsnorm_backward(bk_backend *be, float *dinp, float *dweight, con
     return BK_OK;
 }
 
+static int cpu_headnorm_forward(bk_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N,
+                                int G, int hd, int stride, float eps, bk_error *err)
+{
+    int rc = bk_headnorm_check(be, "headnorm_forward", N, G, hd, stride, err);
+    if (!rc)
+        bk_headnorm_forward(out, rstd, inp, weight, N, G, hd, stride, eps);
+    return rc;
+}
+
+static int cpu_headnorm_backward(bk_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                                 const float *weight, const float *rstd, int N, int G, int hd, int stride,
+                                 bk_error *err)
+{
+    int rc = bk_headnorm_check(be, "headnorm_backward", N, G, hd, stride, err);
+    if (!rc)
+        bk_headnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, G, hd, stride, 0);
+    return rc;
+}
+
 static int cpu_swiglu_forward(bk_backend *be, float *out, const float *inp, int N, int F, bk_error *err)
 {
     (void)be, (void)err;
@@ -400,6 +419,8 @@ static void cpu_destroy(bk_backend *be)
     .gelu_backward = cpu_gelu_backward,                       \
     .rmsnorm_forward = cpu_rmsnorm_forward,                   \
     .rmsnorm_backward = cpu_rmsnorm_backward,                 \
+    .headnorm_forward = cpu_headnorm_forward,                 \
+    .headnorm_backward = cpu_headnorm_backward,               \
     .swiglu_forward = cpu_swiglu_forward,                     \
     .swiglu_backward = cpu_swiglu_backward,                   \
     .gqa_expand = cpu_gqa_expand,                             \

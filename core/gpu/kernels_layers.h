@@ -229,14 +229,24 @@ static inline BK_DEV_HD void k_layernorm_backward_params(int64_t i, const void *
 /* bk_rmsnorm_row (model/llama_math.h, the CPU layer's code) as a row program (gpu/rows.h),
  * K_ROWS_PER_CTA rows per block: shared memory BK_CTA_THREADS doubles (the lane sums of the squares).
  * Backward, the same form for dinp (the lane sums of bk_rmsnorm_dterm), then the weight gradient as
- * LayerNorm's: per-chunk partials (k_rmsnorm_backward_params), summed over chunks by k_column_sum. */
+ * LayerNorm's: per-chunk partials (k_rmsnorm_backward_params), summed over chunks by k_column_sum.
+ * Row r of the N rows starts at k_rmsnorm_at (bk_headnorm_forward's layout, model/layers.h): G rows per
+ * stride floats; plain RMSNorm is G = 1, stride = C. */
 typedef struct k_rmsnorm_args {
     float *out, *rstd, *dinp;
     double *part_w; /* (chunks, C) partials of dweight */
     const float *inp, *weight, *dout, *rstd_in;
     float eps;
-    int64_t N, C;
+    int64_t N, C;      /* rows (tokens x G), channels per row */
+    int64_t G, stride; /* rows per token, floats per token */
+    int accumulate;    /* backward: dinp's rows += their gradient (1) or = 0 + it (0) */
 } k_rmsnorm_args;
+
+/* where row r starts in inp, out, dout and dinp */
+static inline BK_DEV_HD int64_t k_rmsnorm_at(const k_rmsnorm_args *a, int64_t r)
+{
+    return (r / a->G) * a->stride + (r % a->G) * a->C;
+}
 
 #define K_RMSNORM_SMEM_BYTES (BK_CTA_THREADS * sizeof(double))
 
@@ -251,7 +261,7 @@ static inline BK_DEV_HD void k_rmsnorm_forward(int64_t cta, const void *args, fl
         const int r = t / BK_SUM_LANES;
         if (r >= rows)
             continue;
-        const float *x = a->inp + (n0 + r) * C;
+        const float *x = a->inp + k_rmsnorm_at(a, n0 + r);
         double acc = 0.0;
         for (int64_t c = t % BK_SUM_LANES; c < C; c += BK_SUM_LANES)
             acc += bk_rmsnorm_square(x[c]);
@@ -260,11 +270,11 @@ static inline BK_DEV_HD void k_rmsnorm_forward(int64_t cta, const void *args, fl
     BK_CTA_PHASE(t)
     {
         for (int r = 0; r < rows; r++) {
-            const int64_t n = n0 + r;
-            const float *x = a->inp + n * C;
+            const int64_t n = n0 + r, at = k_rmsnorm_at(a, n);
+            const float *x = a->inp + at;
             const float s = bk_rmsnorm_lanes_rstd(lane + r * BK_SUM_LANES, C, a->eps);
             for (int64_t c = t; c < C; c += BK_CTA_THREADS)
-                a->out[n * C + c] = bk_rmsnorm_y(x[c], s, a->weight[c]);
+                a->out[at + c] = bk_rmsnorm_y(x[c], s, a->weight[c]);
             if (t == 0)
                 a->rstd[n] = s;
         }
@@ -283,8 +293,8 @@ static inline BK_DEV_HD void k_rmsnorm_backward_dinp(int64_t cta, const void *ar
         const int r = t / BK_SUM_LANES;
         if (r >= rows)
             continue;
-        const int64_t n = n0 + r;
-        const float *x = a->inp + n * C, *dy = a->dout + n * C;
+        const int64_t at = k_rmsnorm_at(a, n0 + r);
+        const float *x = a->inp + at, *dy = a->dout + at;
         double acc = 0.0;
         for (int64_t c = t % BK_SUM_LANES; c < C; c += BK_SUM_LANES)
             acc += bk_rmsnorm_dterm(x[c], dy[c], a->weight[c]);
@@ -293,11 +303,12 @@ static inline BK_DEV_HD void k_rmsnorm_backward_dinp(int64_t cta, const void *ar
     BK_CTA_PHASE(t)
     {
         for (int r = 0; r < rows; r++) {
-            const int64_t n = n0 + r;
-            const float *x = a->inp + n * C, *dy = a->dout + n * C, rstd = a->rstd_in[n];
+            const int64_t n = n0 + r, at = k_rmsnorm_at(a, n);
+            const float *x = a->inp + at, *dy = a->dout + at, rstd = a->rstd_in[n];
             const float k = bk_rmsnorm_lanes_k(lane + r * BK_SUM_LANES, C, rstd);
             for (int64_t c = t; c < C; c += BK_CTA_THREADS)
-                a->dinp[n * C + c] += bk_rmsnorm_dx(x[c], dy[c], a->weight[c], rstd, k);
+                a->dinp[at + c] =
+                    (a->accumulate ? a->dinp[at + c] : 0.0f) + bk_rmsnorm_dx(x[c], dy[c], a->weight[c], rstd, k);
         }
     }
 }
@@ -310,8 +321,10 @@ static inline BK_DEV_HD void k_rmsnorm_backward_params(int64_t i, const void *ar
     const int64_t C = a->C, chunk = i / C, c = i % C;
     const int64_t lo = chunk * BK_DEV_ROW_CHUNK, hi = lo + BK_DEV_ROW_CHUNK < a->N ? lo + BK_DEV_ROW_CHUNK : a->N;
     double dw = 0.0;
-    for (int64_t n = lo; n < hi; n++)
-        dw += bk_rmsnorm_dweight_term(a->inp[n * C + c], a->rstd_in[n], a->dout[n * C + c]);
+    for (int64_t n = lo; n < hi; n++) {
+        const int64_t at = k_rmsnorm_at(a, n) + c;
+        dw += bk_rmsnorm_dweight_term(a->inp[at], a->rstd_in[n], a->dout[at]);
+    }
     a->part_w[i] = dw;
 }
 

@@ -101,6 +101,8 @@ static void dev_set_ops(bk_backend *be)
     be->gelu_backward = dev_gelu_backward;
     be->rmsnorm_forward = dev_rmsnorm_forward;
     be->rmsnorm_backward = dev_rmsnorm_backward;
+    be->headnorm_forward = dev_headnorm_forward;
+    be->headnorm_backward = dev_headnorm_backward;
     be->swiglu_forward = dev_swiglu_forward;
     be->swiglu_backward = dev_swiglu_backward;
     be->gqa_expand = dev_gqa_expand;

@@ -116,40 +116,78 @@ static int dev_layernorm_backward(bk_backend *be, float *dinp, float *dweight, f
 
 /* --- the llama family: RMSNorm, SwiGLU, grouped-query heads (fp32) ------------------------------- */
 
-static int dev_rmsnorm_forward(bk_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N,
-                               int C, float eps, bk_error *err)
+/* RMSNorm of N x G rows of hd channels, row r at (r / G) stride + (r % G) hd (k_rmsnorm_args); plain RMSNorm is
+ * G = 1, stride = C */
+static int dev_rows_rmsnorm_forward(bk_backend *be, float *out, float *rstd, const float *inp, const float *weight,
+                                    int N, int G, int hd, int stride, float eps, bk_error *err)
 {
     bk_dev *d = layers_dev(be);
-    if (N == 0)
+    const int64_t rows = (int64_t)N * G;
+    if (rows == 0)
         return BK_OK;
     k_rmsnorm_args a;
     memset(&a, 0, sizeof a);
-    a.out = out, a.rstd = rstd, a.inp = inp, a.weight = weight, a.eps = eps, a.N = N, a.C = C;
-    return BK_LAUNCH_CTA(d, k_rmsnorm_forward, k_rmsnorm_args, k_row_blocks(N), K_RMSNORM_SMEM_BYTES, a, err);
+    a.out = out, a.rstd = rstd, a.inp = inp, a.weight = weight, a.eps = eps, a.N = rows, a.C = hd;
+    a.G = G, a.stride = stride;
+    return BK_LAUNCH_CTA(d, k_rmsnorm_forward, k_rmsnorm_args, k_row_blocks(rows), K_RMSNORM_SMEM_BYTES, a, err);
 }
 
 /* dinp += the rows' gradients; dweight += the column sums of x rstd dy in chunks of BK_DEV_ROW_CHUNK rows,
  * then over chunks in order (as LayerNorm's) */
-static int dev_rmsnorm_backward(bk_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
-                                const float *weight, const float *rstd, int N, int C, bk_error *err)
+static int dev_rows_rmsnorm_backward(bk_backend *be, float *dinp, float *dweight, const float *dout,
+                                     const float *inp, const float *weight, const float *rstd, int N, int G, int hd,
+                                     int stride, int accumulate, bk_error *err)
 {
     bk_dev *d = layers_dev(be);
-    if (N == 0)
+    const int64_t rows = (int64_t)N * G;
+    if (rows == 0)
         return BK_OK;
-    const int64_t chunks = layers_chunks(N, BK_DEV_ROW_CHUNK);
+    const int64_t chunks = layers_chunks(rows, BK_DEV_ROW_CHUNK);
     void *pw = NULL;
     int rc;
-    if ((rc = dev_scratch(d, BK_DEV_SCRATCH_PARTIAL, (size_t)(chunks * C) * sizeof(double), &pw, err)) != BK_OK)
+    if ((rc = dev_scratch(d, BK_DEV_SCRATCH_PARTIAL, (size_t)(chunks * hd) * sizeof(double), &pw, err)) != BK_OK)
         return rc;
     k_rmsnorm_args a;
     memset(&a, 0, sizeof a);
     a.dinp = dinp, a.part_w = (double *)pw, a.inp = inp, a.weight = weight, a.dout = dout, a.rstd_in = rstd;
-    a.N = N, a.C = C;
-    if ((rc = BK_LAUNCH_CTA(d, k_rmsnorm_backward_dinp, k_rmsnorm_args, k_row_blocks(N), K_RMSNORM_SMEM_BYTES, a,
+    a.N = rows, a.C = hd, a.G = G, a.stride = stride, a.accumulate = accumulate;
+    if ((rc = BK_LAUNCH_CTA(d, k_rmsnorm_backward_dinp, k_rmsnorm_args, k_row_blocks(rows), K_RMSNORM_SMEM_BYTES, a,
                             err)) != BK_OK ||
-        (rc = BK_LAUNCH(d, k_rmsnorm_backward_params, k_rmsnorm_args, chunks * C, a, err)) != BK_OK)
+        (rc = BK_LAUNCH(d, k_rmsnorm_backward_params, k_rmsnorm_args, chunks * hd, a, err)) != BK_OK)
         return rc;
-    return dev_column_sum(d, dweight, a.part_w, chunks, C, err);
+    return dev_column_sum(d, dweight, a.part_w, chunks, hd, err);
+}
+
+static int dev_rmsnorm_forward(bk_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N,
+                               int C, float eps, bk_error *err)
+{
+    return dev_rows_rmsnorm_forward(be, out, rstd, inp, weight, N, 1, C, C, eps, err);
+}
+
+static int dev_rmsnorm_backward(bk_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                                const float *weight, const float *rstd, int N, int C, bk_error *err)
+{
+    return dev_rows_rmsnorm_backward(be, dinp, dweight, dout, inp, weight, rstd, N, 1, C, C, 1, err);
+}
+
+/* QK-norm (model/backend.h): the rows above after bk_headnorm_check */
+static int dev_headnorm_forward(bk_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N,
+                                int G, int hd, int stride, float eps, bk_error *err)
+{
+    int rc = bk_headnorm_check(be, "headnorm_forward", N, G, hd, stride, err);
+    if (rc != BK_OK)
+        return rc;
+    return dev_rows_rmsnorm_forward(be, out, rstd, inp, weight, N, G, hd, stride, eps, err);
+}
+
+static int dev_headnorm_backward(bk_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                                 const float *weight, const float *rstd, int N, int G, int hd, int stride,
+                                 bk_error *err)
+{
+    int rc = bk_headnorm_check(be, "headnorm_backward", N, G, hd, stride, err);
+    if (rc != BK_OK)
+        return rc;
+    return dev_rows_rmsnorm_backward(be, dinp, dweight, dout, inp, weight, rstd, N, G, hd, stride, 0, err);
 }
 
 static int dev_swiglu_forward(bk_backend *be, float *out, const float *inp, int N, int F, bk_error *err)
@@ -241,15 +279,16 @@ static int dev_matmul_forward(bk_backend *be, float *out, const float *inp, cons
     return dev_bias_add(d, out, bias, N, OC, err);
 }
 
-/* Accumulates (beta = 1) into dinp and dweight, and dbias (when not NULL) += the column sums of dout
- * (model/layers.h). */
+/* Accumulates (beta = 1) into dinp and dweight (when not NULL: a frozen weight's is skipped), and dbias
+ * (when not NULL) += the column sums of dout (model/layers.h). */
 static int dev_matmul_backward(bk_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, int N, int C, int OC, bk_error *err)
 {
     bk_dev *d = layers_dev(be);
     int rc;
     if ((rc = dev_gemm(d, 0, 0, C, N, OC, 1.0f, weight, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1, err)) != BK_OK ||
-        (rc = dev_gemm(d, 0, 1, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dweight, C, 0, 1, err)) != BK_OK)
+        (dweight &&
+         (rc = dev_gemm(d, 0, 1, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dweight, C, 0, 1, err)) != BK_OK))
         return rc;
     return dbias ? dev_bias_backward(d, dbias, dout, N, OC, err) : BK_OK;
 }
@@ -294,7 +333,8 @@ static int dev_matmul_backward_bf16(bk_backend *be, float *dinp, float *dweight,
     const uint16_t *dout16 = (const uint16_t *)buf;
     if ((rc = dev_gemm_bf16(d, 0, 0, C, N, OC, 1.0f, weight, C, 0, dout16, OC, 0, 1.0f, dinp, C, 0, 1, err)) !=
             BK_OK ||
-        (rc = dev_gemm_bf16(d, 0, 1, C, OC, N, 1.0f, inp, C, 0, dout16, OC, 0, 1.0f, dweight, C, 0, 1, err)) != BK_OK)
+        (dweight &&
+         (rc = dev_gemm_bf16(d, 0, 1, C, OC, N, 1.0f, inp, C, 0, dout16, OC, 0, 1.0f, dweight, C, 0, 1, err)) != BK_OK))
         return rc;
     return dbias ? dev_bias_backward(d, dbias, dout, N, OC, err) : BK_OK;
 }

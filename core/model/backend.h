@@ -154,7 +154,8 @@ struct bk_backend {
                               const float *inp, const float *weight, const float *mean, const float *rstd, int N,
                               int C, bk_error *err);
     /* inp and weight in storage s, fp32 accumulation; out, dinp, dweight, dbias and dout fp32 (with bf16
-     * storage the backward rounds dout to bf16 for its products; dbias sums the fp32 dout) */
+     * storage the backward rounds dout to bf16 for its products; dbias sums the fp32 dout). Backward
+     * accumulates into dinp, dweight and dbias; dweight or dbias NULL: not computed (a frozen weight). */
     int (*matmul_forward)(bk_backend *be, bk_storage s, float *out, const void *inp, const void *weight,
                           const float *bias, int N, int C, int OC, bk_error *err);
     int (*matmul_backward)(bk_backend *be, bk_storage s, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -171,6 +172,17 @@ struct bk_backend {
                            int C, float eps, bk_error *err);
     int (*rmsnorm_backward)(bk_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
                             const float *weight, const float *rstd, int N, int C, bk_error *err);
+    /* RMSNorm of N x G rows of hd channels at offset (r / G) * stride + (r % G) * hd (r < N G; QK-norm: the
+     * query or key heads of a q/k/v product row), one weight of hd shared by the G rows of a token;
+     * rstd (N G) per row; out has inp's layout (only the rows are written) and must not alias inp (the
+     * model keeps the un-normalised input for the backward). Backward: dinp's rows are written (= 0 + their
+     * gradient, the same layout; the rest of dinp is untouched), dweight (hd) += the sum over all N G rows.
+     * rmsnorm_forward's bits at G = 1, stride = C, and rmsnorm_backward's on a zero dinp; sizes checked by
+     * bk_headnorm_check. */
+    int (*headnorm_forward)(bk_backend *be, float *out, float *rstd, const float *inp, const float *weight, int N,
+                            int G, int hd, int stride, float eps, bk_error *err);
+    int (*headnorm_backward)(bk_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int G, int hd, int stride, bk_error *err);
     int (*swiglu_forward)(bk_backend *be, float *out, const float *inp, int N, int F, bk_error *err);
     int (*swiglu_backward)(bk_backend *be, float *dinp, const float *inp, const float *dout, int N, int F,
                            bk_error *err);
@@ -227,6 +239,21 @@ struct bk_backend {
 
     void (*destroy)(bk_backend *be);
 };
+
+/* BK_OK, or BK_ERR_INVALID naming backend `be`, operation `op` ("headnorm_forward", "headnorm_backward") and
+ * the sizes, unless N >= 0, G >= 1, hd >= 1 and stride >= G hd (G heads of hd channels fit in a row of stride
+ * floats): what every backend's headnorm_forward and headnorm_backward check first. Inline: the CUDA module
+ * links no engine function but bk_fail. */
+static inline int bk_headnorm_check(const bk_backend *be, const char *op, int N, int G, int hd, int stride,
+                                    bk_error *err)
+{
+    if (N < 0 || G < 1 || hd < 1 || (int64_t)stride < (int64_t)G * hd)
+        return bk_fail(err, BK_ERR_INVALID,
+                       "%s %s: %d tokens of %d heads of %d channels in rows of %d floats; expected at least 0 "
+                       "tokens, 1 head and 1 channel, and rows of at least heads x channels floats",
+                       be->name, op, N, G, hd, stride);
+    return BK_OK;
+}
 
 /* Values per chunk of the gradient norm's first summation level (adamw.c and every backend). */
 #define BK_NORM_CHUNK 4096

@@ -11,17 +11,22 @@
 #define EVAL_LOGIT_ROWS 256 /* evaluation computes logits this many tokens at a time */
 
 /* Activation tensors, carved out of one allocation. Per-layer tensors hold La layers: every layer
- * when training, one (reused) when evaluating. With bf16 storage (bf16_storage below) ln1, qkv, atty,
+ * when training, one (reused) when evaluating or when training recomputes (bk_gpt.recompute). Recompute
+ * keeps every layer of res3 (each layer's output, so the next one's input; its gradient too), atty and att
+ * (the attention's output and what its backward reads: the recomputation skips the attention itself). With bf16 storage (bf16_storage below) ln1, qkv, atty,
  * ln2, fch_gelu and lnf hold bf16 values (uint16_t, in half the room) and `stage` is the fp32 room the
  * qkv product (bias, RoPE) is computed in before it is rounded; their gradients stay fp32. */
 typedef struct acts {
     float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd,
-        *fch, *fch_gelu, *fcproj, *res3, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *stage, *qkvr;
+        *fch, *fch_gelu, *fcproj, *res3, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *stage, *qkvr, *qkraw, *qkrstd;
 } acts;
 /* Family llama (empty slots for gpt2, so that its layout is the same): ln1, ln2 and lnf hold the RMSNorm
  * outputs and their rstd (no mean); qkv the q, k, v of every query head (the key/value heads expanded,
  * rotated: what the attention reads); fch the gate and up products (2F), fch_gelu silu(gate) up (F); qkvr
- * the q/k/v product of one layer before the expansion ((H + 2 KV) hd per token; its gradient too). */
+ * the q/k/v product of one layer before the expansion ((H + 2 KV) hd per token; its gradient too). With
+ * QK-norm, qkraw keeps each layer's q/k/v product as it comes out (the normalisation's input) and qkrstd
+ * the rstd of its H + KV heads, and qkvr holds the product with q and k normalised; qkraw's gradient is
+ * one layer's. */
 
 #define N_ACTS (sizeof(acts) / sizeof(float *))
 
@@ -41,10 +46,12 @@ static size_t room(int b16, size_t n)
  * the gradient of the saved attention (backward reads a.att and keeps dS in its own scratch) or of the
  * probabilities (crossentropy_backward writes d.logits from a.probs): those two gradient slots are
  * empty. */
-static void shape_sizes(bk_backend *be, const bk_gpt_shape *sh, int B, int T, int train, int grads,
+static void shape_sizes(bk_backend *be, const bk_gpt_shape *sh, int B, int T, int train, int recompute, int grads,
                         size_t sizes[N_ACTS])
 {
-    size_t BT = (size_t)B * T, C = (size_t)sh->dim, La = train ? (size_t)sh->layers : 1, V = (size_t)sh->vocab;
+    size_t BT = (size_t)B * T, C = (size_t)sh->dim, V = (size_t)sh->vocab;
+    const size_t Lr = train ? (size_t)sh->layers : 1, La = recompute ? 1 : Lr; /* slots of res3, of the others */
+    const size_t Lk = grads ? La : Lr; /* of atty and att */
     size_t rows = train ? BT : (BT < EVAL_LOGIT_ROWS ? BT : EVAL_LOGIT_ROWS);
     const int h = bf16_storage(be) && !grads; /* bf16 slots */
     const int llama = sh->family == BK_FAMILY_LLAMA;
@@ -54,15 +61,17 @@ static void shape_sizes(bk_backend *be, const bk_gpt_shape *sh, int B, int T, in
     size_t s[N_ACTS] = {
         BT * C,                                                     /* encoded */
         room(h, La * BT * C), means * La * BT, La * BT,             /* ln1, mean, rstd */
-        room(h, La * BT * 3 * A), room(h, La * BT * A),             /* qkv, atty */
-        train && !grads ? La * be->attention_saved(be, B, T, sh->heads) : 0, /* att: what attention backward reads */
+        room(h, La * BT * 3 * A), room(h, Lk * BT * A),             /* qkv, atty */
+        train && !grads ? Lk * be->attention_saved(be, B, T, sh->heads) : 0, /* att: what attention backward reads */
         La * BT * C, La * BT * C,                                   /* attproj, res2 */
         room(h, La * BT * C), means * La * BT, La * BT,             /* ln2, mean, rstd */
-        La * BT * (llama ? 2 : 1) * F, room(h, La * BT * F), La * BT * C, La * BT * C, /* fch, fch_gelu, fcproj, res3 */
+        La * BT * (llama ? 2 : 1) * F, room(h, La * BT * F), La * BT * C, Lr * BT * C, /* fch, fch_gelu, fcproj, res3 */
         room(h, BT * C), means * BT, BT,                            /* lnf, mean, rstd */
         rows * V, train && !grads ? BT * V : 0,                     /* logits, probs */
         h ? BT * 3 * C : 0,                                         /* stage */
         BT * R,                                                     /* qkvr */
+        sh->qk_norm ? (grads ? 1 : La) * BT * R : 0,                /* qkraw */
+        sh->qk_norm && !grads ? La * BT * (size_t)(sh->heads + sh->kv_heads) : 0, /* qkrstd */
     };
     memcpy(sizes, s, sizeof s);
 }
@@ -70,20 +79,33 @@ static void shape_sizes(bk_backend *be, const bk_gpt_shape *sh, int B, int T, in
 /* The shape of the gpt2 model of these sizes. */
 static bk_gpt_shape gpt2_shape(int layers, int heads, int dim, int vocab)
 {
-    bk_gpt_shape sh = {BK_FAMILY_GPT2, layers, heads, heads, dim / heads, dim, 4 * dim, vocab, 1, 1e-5f};
+    bk_gpt_shape sh = {BK_FAMILY_GPT2, layers, heads, heads, dim / heads, dim, 4 * dim, vocab, 1, 1e-5f, 0};
     return sh;
 }
 
 static bk_gpt_shape model_shape(const bk_gpt *m)
 {
-    bk_gpt_shape sh = {m->family, m->L, m->H, m->KV, m->hd, m->C, m->F, m->V, m->tied, m->eps};
+    bk_gpt_shape sh = {m->family, m->L, m->H, m->KV, m->hd, m->C, m->F, m->V, m->tied, m->eps, m->qk_norm};
     return sh;
 }
 
-static void act_sizes(const bk_gpt *m, int B, int T, int train, int grads, size_t sizes[N_ACTS])
+/* The layout of the model's activations: for its recompute when training. */
+static int recomputes(const bk_gpt *m, int train)
+{
+    return train && m->recompute;
+}
+
+/* The sizes of the activations (grads = 0) or their gradients (grads = 1) laid out for recompute. */
+static void layout_sizes(const bk_gpt *m, int B, int T, int train, int recompute, int grads, size_t sizes[N_ACTS])
 {
     const bk_gpt_shape sh = model_shape(m);
-    shape_sizes(m->be, &sh, B, T, train, grads, sizes);
+    shape_sizes(m->be, &sh, B, T, train, recompute, grads, sizes);
+}
+
+/* ... of the activations the model holds (reserve_acts laid them out) */
+static void act_sizes(const bk_gpt *m, int B, int T, int train, int grads, size_t sizes[N_ACTS])
+{
+    layout_sizes(m, B, T, train, train && m->acts_recompute, grads, sizes);
 }
 
 static size_t total_of(const size_t sizes[N_ACTS])
@@ -94,13 +116,13 @@ static size_t total_of(const size_t sizes[N_ACTS])
     return total;
 }
 
-static size_t activation_bytes(bk_backend *be, const bk_gpt_shape *sh, int B, int T, int train)
+static size_t activation_bytes(bk_backend *be, const bk_gpt_shape *sh, int B, int T, int train, int recompute)
 {
     size_t sizes[N_ACTS], total;
-    shape_sizes(be, sh, B, T, train, 0, sizes);
+    shape_sizes(be, sh, B, T, train, recompute, 0, sizes);
     total = total_of(sizes);
     if (train) { /* training allocates their gradients too */
-        shape_sizes(be, sh, B, T, train, 1, sizes);
+        shape_sizes(be, sh, B, T, train, recompute, 1, sizes);
         total += total_of(sizes);
     }
     return total * sizeof(float);
@@ -109,13 +131,13 @@ static size_t activation_bytes(bk_backend *be, const bk_gpt_shape *sh, int B, in
 size_t bk_gpt_activation_bytes(bk_backend *be, int layers, int heads, int dim, int vocab, int B, int T, int train)
 {
     const bk_gpt_shape sh = gpt2_shape(layers, heads, dim, vocab);
-    return activation_bytes(be, &sh, B, T, train);
+    return activation_bytes(be, &sh, B, T, train, 0);
 }
 
 size_t bk_gpt_model_activation_bytes(const bk_gpt *m, int B, int T, int train)
 {
     const bk_gpt_shape sh = model_shape(m);
-    return activation_bytes(m->be, &sh, B, T, train);
+    return activation_bytes(m->be, &sh, B, T, train, recomputes(m, train));
 }
 
 size_t bk_gpt_parameter_bytes(const bk_gpt *m)
@@ -152,13 +174,14 @@ static void free_acts(bk_gpt *m)
 
 static int reserve_acts(bk_gpt *m, int B, int T, int train, bk_error *err)
 {
-    if (m->acts && B == m->B && T == m->T && train == m->train)
+    if (m->acts && B == m->B && T == m->T && train == m->train && recomputes(m, train) == m->acts_recompute)
         return BK_OK;
     const size_t bytes = bk_gpt_model_activation_bytes(m, B, T, train);
+    const int recompute = recomputes(m, train);
     size_t sizes[N_ACTS];
-    act_sizes(m, B, T, train, 0, sizes);
+    layout_sizes(m, B, T, train, recompute, 0, sizes);
     const size_t total = total_of(sizes); /* floats of acts */
-    act_sizes(m, B, T, train, 1, sizes);
+    layout_sizes(m, B, T, train, recompute, 1, sizes);
     const size_t dtotal = train ? total_of(sizes) : 0; /* of dacts */
     free_acts(m);
     bk_backend *be = m->be;
@@ -177,7 +200,7 @@ static int reserve_acts(bk_gpt *m, int B, int T, int train, bk_error *err)
                                (double)bytes / (1024.0 * 1024 * 1024), be->name);
     }
     m->acts_size = total, m->dacts_size = dtotal;
-    m->B = B, m->T = T, m->train = train;
+    m->B = B, m->T = T, m->train = train, m->acts_recompute = recompute;
     return BK_OK;
 }
 
@@ -244,9 +267,23 @@ static void set_tensor(bk_gpt *m, const char *name, int ndim, int64_t d0, int64_
 }
 
 /* The views of one copy of the parameters (or their gradients) at base: the family's struct. */
+/* The llama family's tensors in the order of bk_llama_params' members (some are optional: lmhead,
+ * qnormw, knormw). */
+static const char *const llama_members[] = {"wte",     "rms1w", "qkvw",   "attprojw", "rms2w", "fcw",
+                                            "fcprojw", "rmsfw", "lmhead", "qnormw",   "knormw"};
+
 static void point(const bk_gpt *m, float *base, bk_gpt_params *p, bk_llama_params *lp)
 {
-    float **ptr = m->family == BK_FAMILY_LLAMA ? (float **)lp : (float **)p;
+    if (m->family == BK_FAMILY_LLAMA) {
+        memset(lp, 0, sizeof *lp);
+        float **ptr = (float **)lp;
+        for (int i = 0; i < m->n_tensors; i++)
+            for (size_t k = 0; k < sizeof llama_members / sizeof llama_members[0]; k++)
+                if (!strcmp(m->tensors[i].name, llama_members[k]))
+                    ptr[k] = base + m->tensors[i].offset;
+        return;
+    }
+    float **ptr = (float **)p;
     for (int i = 0; i < m->n_tensors; i++)
         ptr[i] = base + m->tensors[i].offset;
 }
@@ -261,6 +298,7 @@ bk_gpt_shape bk_gpt_shape_of(const bk_experiment *exp)
         sh.head_dim = (int)bk_experiment_head_dim(exp);
         sh.ffn_dim = (int)exp->model.ffn_dim;
         sh.tied = exp->model.tied != 0;
+        sh.qk_norm = exp->model.qk_norm != 0;
         sh.norm_eps = (float)exp->model.norm_eps;
     }
     return sh;
@@ -292,6 +330,10 @@ static void set_tensors(bk_gpt *m, size_t *off)
         set_tensor(m, "rmsfw", 1, C, 0, 0, 0, off);
         if (!m->tied)
             set_tensor(m, "lmhead", 2, V, C, 0, 1, off);
+        if (m->qk_norm) {
+            set_tensor(m, "qnormw", 2, L, m->hd, 0, 0, off);
+            set_tensor(m, "knormw", 2, L, m->hd, 0, 0, off);
+        }
         return;
     }
     /* the order of bk_gpt_params */
@@ -322,7 +364,7 @@ static int is_residual_projection(const char *name)
 static int is_norm_weight(const char *name)
 {
     return !strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw") || !strcmp(name, "rms1w") ||
-           !strcmp(name, "rms2w") || !strcmp(name, "rmsfw");
+           !strcmp(name, "rms2w") || !strcmp(name, "rmsfw") || !strcmp(name, "qnormw") || !strcmp(name, "knormw");
 }
 
 int bk_gpt_init_shape(bk_gpt *m, const bk_gpt_shape *sh, bk_bias *bias, uint64_t seed, bk_error *err)
@@ -339,7 +381,7 @@ int bk_gpt_init_shape(bk_gpt *m, const bk_gpt_shape *sh, bk_bias *bias, uint64_t
                        sh->ffn_dim, sh->vocab);
     m->L = sh->layers, m->H = sh->heads, m->C = sh->dim, m->V = sh->vocab;
     m->family = sh->family, m->KV = sh->kv_heads, m->hd = sh->head_dim, m->A = sh->heads * sh->head_dim;
-    m->F = sh->ffn_dim, m->tied = llama ? sh->tied : 1, m->eps = sh->norm_eps;
+    m->F = sh->ffn_dim, m->tied = llama ? sh->tied : 1, m->eps = sh->norm_eps, m->qk_norm = llama && sh->qk_norm;
     m->bias = bias;
     int rc = bk_positions_init(&m->pos, bias ? bias->set : NULL, err);
     if (rc) {
@@ -501,8 +543,8 @@ int bk_gpt_copy_logits(const bk_gpt *m, float *dst, bk_error *err)
 
 const float *bk_gpt_attention_probs(const bk_gpt *m, int layer)
 {
-    if (!m->acts || !m->train || m->be->kind != BK_BACKEND_CPU || m->be->attention == BK_ATTENTION_FUSED || layer < 0 ||
-        layer >= m->L)
+    if (!m->acts || !m->train || m->be->kind != BK_BACKEND_CPU || m->be->attention == BK_ATTENTION_FUSED ||
+        layer < 0 || layer >= m->L)
         return NULL;
     size_t sizes[N_ACTS];
     act_sizes(m, m->B, m->T, 1, 0, sizes);
@@ -568,9 +610,9 @@ static void *at_value(void *base, bk_storage s, size_t index)
     return (char *)base + index * bk_storage_bytes(s);
 }
 
-static stored stored_of(const acts *a, bk_storage s, size_t la, size_t BT, size_t C)
+static stored stored_of(const acts *a, bk_storage s, size_t la, size_t lk, size_t BT, size_t C)
 {
-    stored st = {at_value(a->ln1, s, la * BT * C), at_value(a->qkv, s, la * BT * 3 * C), at_value(a->atty, s, la * BT * C),
+    stored st = {at_value(a->ln1, s, la * BT * C), at_value(a->qkv, s, la * BT * 3 * C), at_value(a->atty, s, lk * BT * C),
                  at_value(a->ln2, s, la * BT * C), at_value(a->fch_gelu, s, la * BT * 4 * C)};
     return st;
 }
@@ -582,59 +624,145 @@ static stored stored_of(const acts *a, bk_storage s, size_t la, size_t BT, size_
             goto fail;              \
     } while (0)
 
-/* The llama family's blocks (forward): from a.encoded to a.res3 of the last layer, on any backend. fp32
- * storage only: bk_gpt_set_backend refuses the family with [run] precision = "bf16". */
-static int llama_forward_layers(bk_gpt *m, const acts *a, int B, int T, int train, const bk_rotary_view *rot,
-                                int content, bk_error *err)
+/* The slots of layer l's activations in a training forward or backward (eval: forward_slots): every
+ * layer its own, or with recompute slot 0 for all but res3 (every layer's output keeps its own). */
+typedef struct layer_slots {
+    size_t ls;             /* slot of the per-layer activations */
+    size_t lk;             /* of atty and att (recompute keeps every layer's) */
+    int slots;             /* how many slots they have (the content term's too) */
+    const float *residual; /* the layer's input: a.encoded or the previous layer's res3 */
+    float *res3;           /* its output */
+} layer_slots;
+
+static layer_slots slots_of(const bk_gpt *m, const acts *a, int l, int train, int recompute)
+{
+    const size_t BTC = (size_t)m->B * m->T * m->C;
+    layer_slots s;
+    s.ls = train && !recompute ? (size_t)l : 0;
+    s.lk = train ? (size_t)l : 0;
+    s.slots = train && !recompute ? m->L : 1;
+    const size_t lr = train ? (size_t)l : 0; /* res3's slot; eval: one, read as the input before it is rewritten */
+    s.residual = l == 0 ? a->encoded : a->res3 + (train ? lr - 1 : 0) * BTC;
+    s.res3 = a->res3 + lr * BTC;
+    return s;
+}
+
+/* The attention bias of layer l (and with a content term its positions, from the layer's normalised input
+ * ln1, into the slots' slot), before the attention. */
+static int layer_bias(bk_gpt *m, int l, const layer_slots *sl, const float *ln1, int content, bk_attention_bias *ab,
+                      bk_error *err)
+{
+    attention_bias(m, l, ab);
+    if (!content)
+        return BK_OK;
+    int rc = bk_content_forward(&m->bias->content, l, (int)sl->ls, sl->slots, ln1, m->B, m->T, m->bias->training,
+                                m->bias->step, m->bias->check_finite, err);
+    if (!rc)
+        bk_content_attention(&m->bias->content, (int)sl->ls, ab);
+    return rc;
+}
+
+/* Before layer l's attention backward: its bias, the table gradients zeroed, the terms' backward begun. */
+static int layer_bias_backward_begin(bk_gpt *m, int l, const layer_slots *sl, size_t dtable_floats, int content,
+                                     bk_attention_bias *ab, bk_error *err)
+{
+    attention_bias(m, l, ab);
+    int rc = BK_OK;
+    if (m->dtable_mem && (rc = m->be->zero(m->be, m->dtable_mem, dtable_floats * sizeof(float), err)))
+        return rc;
+    if (m->bias && (rc = bk_bias_backward_begin(m->bias, l, ab, err)))
+        return rc;
+    if (content) {
+        bk_content_attention(&m->bias->content, (int)sl->ls, ab);
+        rc = bk_content_backward_begin(&m->bias->content, ab, err);
+    }
+    return rc;
+}
+
+/* After it: the tables' and the query terms' gradients, and a content term's into dln1 (before the q/k/v
+ * product's backward: both add into dln1). */
+static int layer_bias_backward_end(bk_gpt *m, int l, float *const dtable[BK_STREAM_COUNT], int content,
+                                   const float *ln1, float *dln1, bk_error *err)
+{
+    int rc = BK_OK;
+    if (m->dtable_mem && (rc = bk_bias_backward(m->bias, l, (const float *const *)dtable, err)))
+        return rc;
+    if (m->bias && (rc = bk_bias_query_backward(m->bias, l, err)))
+        return rc;
+    if (content)
+        rc = bk_content_backward(&m->bias->content, l, ln1, dln1, m->bias->dtheta, m->bias->training, m->bias->step,
+                                 err);
+    return rc;
+}
+
+/* One block of the llama family (forward) into the slots `sl`: from sl.residual to sl.res3, on any backend;
+ * `train` keeps what the attention backward reads; `again` (recompute, before the layer's backward) skips
+ * the attention, whose output and statistics the training forward kept. fp32 storage only:
+ * bk_gpt_set_backend refuses the family with [run] precision = "bf16". */
+static int llama_layer_forward(bk_gpt *m, const acts *a, int l, const layer_slots *sl, int train, int again,
+                               const bk_rotary_view *rot, int content, bk_error *err)
 {
     int rc;
     bk_backend *be = m->be;
     const bk_llama_params *p = &m->lwp;
-    const int C = m->C, H = m->H, KV = m->KV, hd = m->hd, A = m->A, F = m->F, BT = B * T;
+    const int B = m->B, T = m->T, C = m->C, H = m->H, KV = m->KV, hd = m->hd, A = m->A, F = m->F, BT = B * T;
     const int R = (H + 2 * KV) * hd;
     const bk_storage s = BK_STORAGE_FP32;
-    for (int l = 0; l < m->L; l++) {
-        const size_t la = train ? (size_t)l : 0; /* activation slot of this layer */
-        const float *residual = l == 0 ? a->encoded : a->res3 + (train ? la - 1 : 0) * BT * C;
-        float *ln1 = a->ln1 + la * BT * C, *ln1_rstd = a->ln1_rstd + la * BT;
-        float *qkv = a->qkv + la * BT * 3 * A, *atty = a->atty + la * BT * A;
-        float *att = train ? a->att + la * be->attention_saved(be, B, T, H) : NULL;
-        float *attproj = a->attproj + la * BT * C, *res2 = a->res2 + la * BT * C;
-        float *ln2 = a->ln2 + la * BT * C, *ln2_rstd = a->ln2_rstd + la * BT;
-        float *fch = a->fch + la * BT * 2 * F, *swi = a->fch_gelu + la * BT * F;
-        float *fcproj = a->fcproj + la * BT * C, *res3 = a->res3 + la * BT * C;
+    const size_t la = sl->ls;
+    const float *residual = sl->residual;
+    float *ln1 = a->ln1 + la * BT * C, *ln1_rstd = a->ln1_rstd + la * BT;
+    float *qkv = a->qkv + la * BT * 3 * A, *atty = a->atty + sl->lk * BT * A;
+    float *att = train ? a->att + sl->lk * be->attention_saved(be, B, T, H) : NULL;
+    float *attproj = a->attproj + la * BT * C, *res2 = a->res2 + la * BT * C;
+    float *ln2 = a->ln2 + la * BT * C, *ln2_rstd = a->ln2_rstd + la * BT;
+    float *fch = a->fch + la * BT * 2 * F, *swi = a->fch_gelu + la * BT * F;
+    float *fcproj = a->fcproj + la * BT * C, *res3 = sl->res3;
 
-        TRY(be->rmsnorm_forward(be, ln1, ln1_rstd, residual, p->rms1w + (size_t)l * C, BT, C, m->eps, err));
-        TRY(linear_forward(m, s, a->qkvr, ln1, p->qkvw + (size_t)l * R * C, NULL, BT, C, R, err));
-        TRY(be->gqa_expand(be, qkv, a->qkvr, BT, H, KV, hd, err));
-        if (rot) /* qkv keeps the rotated q, k: attention backward reads them */
-            TRY(be->rotary(be, qkv, rot, B, T, A, H, 1.0f, err));
-        bk_attention_bias ab;
-        attention_bias(m, l, &ab);
-        if (content) {
-            TRY(bk_content_forward(&m->bias->content, l, (int)la, train ? m->L : 1, ln1, B, T, m->bias->training,
-                                   m->bias->step, m->bias->check_finite, err));
-            bk_content_attention(&m->bias->content, (int)la, &ab);
-        }
-        if ((rc = be->attention_forward(be, s, atty, att, qkv, &ab, B, T, A, H, err)))
-            return bk_error_prefix(err, "layer %d attention: ", l);
-        TRY(linear_forward(m, s, attproj, atty, p->attprojw + (size_t)l * C * A, NULL, BT, A, C, err));
-        TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
-        TRY(be->rmsnorm_forward(be, ln2, ln2_rstd, res2, p->rms2w + (size_t)l * C, BT, C, m->eps, err));
-        TRY(linear_forward(m, s, fch, ln2, p->fcw + (size_t)l * 2 * F * C, NULL, BT, C, 2 * F, err));
-        TRY(be->swiglu_forward(be, swi, fch, BT, F, err));
-        TRY(linear_forward(m, s, fcproj, swi, p->fcprojw + (size_t)l * C * F, NULL, BT, F, C, err));
-        TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
+    TRY(be->rmsnorm_forward(be, ln1, ln1_rstd, residual, p->rms1w + (size_t)l * C, BT, C, m->eps, err));
+    float *proj = m->qk_norm ? a->qkraw + la * BT * R : a->qkvr; /* the q/k/v product */
+    TRY(linear_forward(m, s, proj, ln1, p->qkvw + (size_t)l * R * C, NULL, BT, C, R, err));
+    if (m->qk_norm) { /* qkvr: v as it is, the query and key heads normalised */
+        float *rstd = a->qkrstd + la * BT * (H + KV);
+        TRY(be->copy(be, a->qkvr, proj, (size_t)BT * R * sizeof(float), err));
+        TRY(be->headnorm_forward(be, a->qkvr, rstd, proj, p->qnormw + (size_t)l * hd, BT, H, hd, R, m->eps, err));
+        TRY(be->headnorm_forward(be, a->qkvr + H * hd, rstd + (size_t)BT * H, proj + H * hd,
+                                 p->knormw + (size_t)l * hd, BT, KV, hd, R, m->eps, err));
     }
+    TRY(be->gqa_expand(be, qkv, a->qkvr, BT, H, KV, hd, err));
+    if (rot) /* qkv keeps the rotated q, k: attention backward reads them */
+        TRY(be->rotary(be, qkv, rot, B, T, A, H, 1.0f, err));
+    bk_attention_bias ab;
+    TRY(layer_bias(m, l, sl, ln1, content, &ab, err));
+    if (!again && (rc = be->attention_forward(be, s, atty, att, qkv, &ab, B, T, A, H, err)))
+        return bk_error_prefix(err, "layer %d attention: ", l);
+    TRY(linear_forward(m, s, attproj, atty, p->attprojw + (size_t)l * C * A, NULL, BT, A, C, err));
+    TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
+    TRY(be->rmsnorm_forward(be, ln2, ln2_rstd, res2, p->rms2w + (size_t)l * C, BT, C, m->eps, err));
+    TRY(linear_forward(m, s, fch, ln2, p->fcw + (size_t)l * 2 * F * C, NULL, BT, C, 2 * F, err));
+    TRY(be->swiglu_forward(be, swi, fch, BT, F, err));
+    TRY(linear_forward(m, s, fcproj, swi, p->fcprojw + (size_t)l * C * F, NULL, BT, F, C, err));
+    TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
     return BK_OK;
 fail:
     return rc;
 }
 
-/* The llama family's blocks (backward), from d.res3 of the last layer to d.encoded; dtable and the bias as
+/* The gradient g of a product's weight, tensor `name`: NULL when that tensor is frozen (m->frozen), so
+ * that the product skips it. */
+static float *wgrad(const bk_gpt *m, const char *name, float *g)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name))
+            return m->frozen[i] ? NULL : g;
+    return g;
+}
+
+/* One block of the llama family (backward) from d.res3 of layer l (slot lr = l) to the gradient of its
+ * input (dresidual), reading the forward's activations in slot sl->ls; dtable and the bias as
  * bk_gpt_backward sets them up. */
-static int llama_backward_layers(bk_gpt *m, const acts *a, const acts *d, float *const dtable[BK_STREAM_COUNT],
-                                 size_t dtable_floats, const bk_rotary_view *rot, int content, bk_error *err)
+static int llama_layer_backward(bk_gpt *m, const acts *a, const acts *d, int l, const layer_slots *sl,
+                                float *dresidual, float *const dtable[BK_STREAM_COUNT], size_t dtable_floats,
+                                const bk_rotary_view *rot, int content, bk_error *err)
 {
     int rc;
     bk_backend *be = m->be;
@@ -643,51 +771,145 @@ static int llama_backward_layers(bk_gpt *m, const acts *a, const acts *d, float 
     const int R = (H + 2 * KV) * hd;
     const bk_storage s = BK_STORAGE_FP32;
     const size_t saved = be->attention_saved(be, B, T, H);
-    for (int l = m->L - 1; l >= 0; l--) {
-        const size_t o1 = (size_t)l * BT, oC = o1 * C, oA = o1 * A, oF = o1 * F;
-        const float *residual = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * BT * C;
-        float *dresidual = l == 0 ? d->encoded : d->res3 + (size_t)(l - 1) * BT * C;
+    const size_t o1 = sl->ls * BT, oC = o1 * C, oA = o1 * A, oF = o1 * F;
+    const float *residual = sl->residual;
+    const float *dres3 = d->res3 + (size_t)l * BT * C;
 
-        TRY(be->residual_backward(be, d->res2 + oC, d->fcproj + oC, d->res3 + oC, (size_t)BT * C, err));
-        TRY(linear_backward(m, s, d->fch_gelu + oF, g->fcprojw + (size_t)l * C * F, NULL, d->fcproj + oC,
-                            a->fch_gelu + oF, p->fcprojw + (size_t)l * C * F, BT, F, C, err));
-        TRY(be->swiglu_backward(be, d->fch + 2 * oF, a->fch + 2 * oF, d->fch_gelu + oF, BT, F, err));
-        TRY(linear_backward(m, s, d->ln2 + oC, g->fcw + (size_t)l * 2 * F * C, NULL, d->fch + 2 * oF, a->ln2 + oC,
-                            p->fcw + (size_t)l * 2 * F * C, BT, C, 2 * F, err));
-        TRY(be->rmsnorm_backward(be, d->res2 + oC, g->rms2w + (size_t)l * C, d->ln2 + oC, a->res2 + oC,
-                                 p->rms2w + (size_t)l * C, a->ln2_rstd + o1, BT, C, err));
-        TRY(be->residual_backward(be, dresidual, d->attproj + oC, d->res2 + oC, (size_t)BT * C, err));
-        TRY(linear_backward(m, s, d->atty + oA, g->attprojw + (size_t)l * C * A, NULL, d->attproj + oC,
-                            a->atty + oA, p->attprojw + (size_t)l * C * A, BT, A, C, err));
-        bk_attention_bias ab;
-        attention_bias(m, l, &ab);
-        if (m->dtable_mem)
-            TRY(be->zero(be, m->dtable_mem, dtable_floats * sizeof(float), err));
-        if (m->bias)
-            TRY(bk_bias_backward_begin(m->bias, l, &ab, err));
-        if (content) {
-            bk_content_attention(&m->bias->content, l, &ab);
-            TRY(bk_content_backward_begin(&m->bias->content, &ab, err));
-        }
-        if ((rc = be->attention_backward(be, s, d->qkv + 3 * oA, dtable, d->atty + oA, a->qkv + 3 * oA,
-                                         a->atty + oA, a->att + (size_t)l * saved, &ab, B, T, A, H, err)))
-            return bk_error_prefix(err, "layer %d attention backward: ", l);
-        if (m->dtable_mem)
-            TRY(bk_bias_backward(m->bias, l, (const float *const *)dtable, err));
-        if (m->bias)
-            TRY(bk_bias_query_backward(m->bias, l, err));
-        if (content) /* before the q/k/v product's backward: both add into d.ln1 */
-            TRY(bk_content_backward(&m->bias->content, l, a->ln1 + oC, d->ln1 + oC, m->bias->dtheta,
-                                    m->bias->training, m->bias->step, err));
-        if (rot)
-            TRY(be->rotary(be, d->qkv + 3 * oA, rot, B, T, A, H, -1.0f, err));
-        TRY(be->zero(be, d->qkvr, (size_t)BT * R * sizeof(float), err));
-        TRY(be->gqa_reduce(be, d->qkvr, d->qkv + 3 * oA, BT, H, KV, hd, err));
-        TRY(linear_backward(m, s, d->ln1 + oC, g->qkvw + (size_t)l * R * C, NULL, d->qkvr, a->ln1 + oC,
-                            p->qkvw + (size_t)l * R * C, BT, C, R, err));
-        TRY(be->rmsnorm_backward(be, dresidual, g->rms1w + (size_t)l * C, d->ln1 + oC, residual,
-                                 p->rms1w + (size_t)l * C, a->ln1_rstd + o1, BT, C, err));
+    TRY(be->residual_backward(be, d->res2 + oC, d->fcproj + oC, dres3, (size_t)BT * C, err));
+    TRY(linear_backward(m, s, d->fch_gelu + oF, wgrad(m, "fcprojw", g->fcprojw + (size_t)l * C * F), NULL,
+                        d->fcproj + oC, a->fch_gelu + oF, p->fcprojw + (size_t)l * C * F, BT, F, C, err));
+    TRY(be->swiglu_backward(be, d->fch + 2 * oF, a->fch + 2 * oF, d->fch_gelu + oF, BT, F, err));
+    TRY(linear_backward(m, s, d->ln2 + oC, wgrad(m, "fcw", g->fcw + (size_t)l * 2 * F * C), NULL,
+                        d->fch + 2 * oF, a->ln2 + oC, p->fcw + (size_t)l * 2 * F * C, BT, C, 2 * F, err));
+    TRY(be->rmsnorm_backward(be, d->res2 + oC, g->rms2w + (size_t)l * C, d->ln2 + oC, a->res2 + oC,
+                             p->rms2w + (size_t)l * C, a->ln2_rstd + o1, BT, C, err));
+    TRY(be->residual_backward(be, dresidual, d->attproj + oC, d->res2 + oC, (size_t)BT * C, err));
+    const float *atty = a->atty + sl->lk * BT * A; /* the forward's output */
+    TRY(linear_backward(m, s, d->atty + oA, wgrad(m, "attprojw", g->attprojw + (size_t)l * C * A), NULL,
+                        d->attproj + oC, atty, p->attprojw + (size_t)l * C * A, BT, A, C, err));
+    bk_attention_bias ab;
+    TRY(layer_bias_backward_begin(m, l, sl, dtable_floats, content, &ab, err));
+    if ((rc = be->attention_backward(be, s, d->qkv + 3 * oA, dtable, d->atty + oA, a->qkv + 3 * oA, atty,
+                                     a->att + sl->lk * saved, &ab, B, T, A, H, err)))
+        return bk_error_prefix(err, "layer %d attention backward: ", l);
+    TRY(layer_bias_backward_end(m, l, dtable, content, a->ln1 + oC, d->ln1 + oC, err));
+    if (rot)
+        TRY(be->rotary(be, d->qkv + 3 * oA, rot, B, T, A, H, -1.0f, err));
+    TRY(be->zero(be, d->qkvr, (size_t)BT * R * sizeof(float), err));
+    TRY(be->gqa_reduce(be, d->qkvr, d->qkv + 3 * oA, BT, H, KV, hd, err));
+    const float *dproj = d->qkvr; /* the gradient of the q/k/v product */
+    if (m->qk_norm) { /* through the heads' normalisation: v's gradient as it is, the heads' rows written */
+        const float *proj = a->qkraw + sl->ls * BT * R, *rstd = a->qkrstd + sl->ls * BT * (H + KV);
+        TRY(be->copy(be, d->qkraw, d->qkvr, (size_t)BT * R * sizeof(float), err));
+        TRY(be->headnorm_backward(be, d->qkraw, g->qnormw + (size_t)l * hd, d->qkvr, proj, p->qnormw + (size_t)l * hd,
+                                  rstd, BT, H, hd, R, err));
+        TRY(be->headnorm_backward(be, d->qkraw + H * hd, g->knormw + (size_t)l * hd, d->qkvr + H * hd, proj + H * hd,
+                                  p->knormw + (size_t)l * hd, rstd + (size_t)BT * H, BT, KV, hd, R, err));
+        dproj = d->qkraw;
     }
+    TRY(linear_backward(m, s, d->ln1 + oC, wgrad(m, "qkvw", g->qkvw + (size_t)l * R * C), NULL, dproj,
+                        a->ln1 + oC, p->qkvw + (size_t)l * R * C, BT, C, R, err));
+    TRY(be->rmsnorm_backward(be, dresidual, g->rms1w + (size_t)l * C, d->ln1 + oC, residual, p->rms1w + (size_t)l * C,
+                             a->ln1_rstd + o1, BT, C, err));
+    return BK_OK;
+fail:
+    return rc;
+}
+
+/* One block of the gpt2 family (forward) into the slots `sl`, in the backend's storage; `train` and
+ * `again` as llama_layer_forward's. */
+static int gpt2_layer_forward(bk_gpt *m, const acts *a, int l, const layer_slots *sl, int train, int again,
+                              const bk_rotary_view *rot, int content, bk_error *err)
+{
+    int rc;
+    bk_backend *be = m->be;
+    const bk_gpt_params *p = &m->wp;
+    const int B = m->B, T = m->T, C = m->C, H = m->H, BT = B * T;
+    const bk_storage sg = storage_of(be);
+    const int b16 = sg == BK_STORAGE_BF16;
+    const size_t la = sl->ls;
+    const float *residual = sl->residual;
+    float *ln1_mean = a->ln1_mean + la * BT, *ln1_rstd = a->ln1_rstd + la * BT;
+    float *att = train ? a->att + sl->lk * be->attention_saved(be, B, T, H) : NULL;
+    float *attproj = a->attproj + la * BT * C, *res2 = a->res2 + la * BT * C;
+    float *ln2_mean = a->ln2_mean + la * BT, *ln2_rstd = a->ln2_rstd + la * BT;
+    float *fch = a->fch + la * BT * 4 * C;
+    float *fcproj = a->fcproj + la * BT * C, *res3 = sl->res3;
+    const stored st = stored_of(a, sg, la, sl->lk, (size_t)BT, (size_t)C);
+    float *qkv = b16 ? a->stage : (float *)st.qkv; /* with bf16 storage computed in the fp32 stage, then kept */
+
+    TRY(be->layernorm_forward(be, sg, st.ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT, C,
+                              err));
+    TRY(linear_forward(m, sg, qkv, st.ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C, err));
+    if (rot) /* qkv keeps the rotated q, k: attention backward reads them */
+        TRY(be->rotary(be, qkv, rot, B, T, C, H, 1.0f, err));
+    if (b16) /* q, k, v kept in bf16 from the fp32 stage (bias and rotation applied) */
+        TRY(be->cast_bf16(be, (uint16_t *)st.qkv, qkv, (size_t)BT * 3 * C, err));
+    bk_attention_bias ab; /* a content term: fp32 storage only (refused by bk_gpt_forward) */
+    TRY(layer_bias(m, l, sl, (const float *)st.ln1, content, &ab, err));
+    if (!again && (rc = be->attention_forward(be, sg, st.atty, att, st.qkv, &ab, B, T, C, H, err)))
+        return bk_error_prefix(err, "layer %d attention: ", l);
+    TRY(linear_forward(m, sg, attproj, st.atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, BT, C, C, err));
+    /* eval: reads res3 before it is rewritten */
+    TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
+    TRY(be->layernorm_forward(be, sg, st.ln2, ln2_mean, ln2_rstd, res2, p->ln2w + l * C, p->ln2b + l * C, BT, C,
+                              err));
+    TRY(linear_forward(m, sg, fch, st.ln2, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C, BT, C, 4 * C, err));
+    TRY(be->gelu_forward(be, sg, st.fch_gelu, fch, (size_t)BT * 4 * C, err));
+    TRY(linear_forward(m, sg, fcproj, st.fch_gelu, p->fcprojw + (size_t)l * C * 4 * C, p->fcprojb + l * C, BT, 4 * C,
+                       C, err));
+    TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
+    return BK_OK;
+fail:
+    return rc;
+}
+
+/* One block of the gpt2 family (backward), as llama_layer_backward. */
+static int gpt2_layer_backward(bk_gpt *m, const acts *a, const acts *d, int l, const layer_slots *sl,
+                               float *dresidual, float *const dtable[BK_STREAM_COUNT], size_t dtable_floats,
+                               const bk_rotary_view *rot, int content, bk_error *err)
+{
+    int rc;
+    bk_backend *be = m->be;
+    const bk_gpt_params *p = &m->wp, *g = &m->wg;
+    const int B = m->B, T = m->T, C = m->C, H = m->H, BT = B * T;
+    const bk_storage sg = storage_of(be); /* of a's ln1, qkv, atty, ln2, fch_gelu and lnf (the forward's) */
+    const size_t saved = be->attention_saved(be, B, T, H);
+    const size_t o1 = sl->ls * BT, oC = o1 * C, o3 = oC * 3, o4 = oC * 4;
+    const float *residual = sl->residual;
+    const float *dres3 = d->res3 + (size_t)l * BT * C;
+    const stored st = stored_of(a, sg, sl->ls, sl->lk, (size_t)BT, (size_t)C);
+
+    TRY(be->residual_backward(be, d->res2 + oC, d->fcproj + oC, dres3, (size_t)BT * C, err));
+    TRY(linear_backward(m, sg, d->fch_gelu + o4, wgrad(m, "fcprojw", g->fcprojw + (size_t)l * C * 4 * C),
+                        g->fcprojb + l * C, d->fcproj + oC, st.fch_gelu, p->fcprojw + (size_t)l * C * 4 * C, BT,
+                        4 * C, C, err));
+    TRY(be->gelu_backward(be, d->fch + o4, a->fch + o4, d->fch_gelu + o4, (size_t)BT * 4 * C, err));
+    TRY(linear_backward(m, sg, d->ln2 + oC, wgrad(m, "fcw", g->fcw + (size_t)l * 4 * C * C), g->fcb + l * 4 * C,
+                        d->fch + o4, st.ln2, p->fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, err));
+    TRY(be->layernorm_backward(be, d->res2 + oC, g->ln2w + l * C, g->ln2b + l * C, d->ln2 + oC, a->res2 + oC,
+                               p->ln2w + l * C, a->ln2_mean + o1, a->ln2_rstd + o1, BT, C, err));
+    TRY(be->residual_backward(be, dresidual, d->attproj + oC, d->res2 + oC, (size_t)BT * C, err));
+    TRY(linear_backward(m, sg, d->atty + oC, wgrad(m, "attprojw", g->attprojw + (size_t)l * C * C),
+                        g->attprojb + l * C, d->attproj + oC, st.atty, p->attprojw + (size_t)l * C * C, BT, C, C,
+                        err));
+    bk_attention_bias ab;
+    TRY(layer_bias_backward_begin(m, l, sl, dtable_floats, content, &ab, err));
+    const void *dout = d->atty + oC;
+    if (sg == BK_STORAGE_BF16) { /* dO in bf16, in the stage */
+        TRY(be->cast_bf16(be, (uint16_t *)a->stage, d->atty + oC, (size_t)BT * C, err));
+        dout = a->stage;
+    }
+    if ((rc = be->attention_backward(be, sg, d->qkv + o3, dtable, dout, st.qkv, st.atty, a->att + sl->lk * saved, &ab,
+                                     B, T, C, H, err)))
+        return bk_error_prefix(err, "layer %d attention backward: ", l);
+    TRY(layer_bias_backward_end(m, l, dtable, content, (const float *)st.ln1, d->ln1 + oC, err));
+    if (rot)
+        TRY(be->rotary(be, d->qkv + o3, rot, B, T, C, H, -1.0f, err));
+    TRY(linear_backward(m, sg, d->ln1 + oC, wgrad(m, "qkvw", g->qkvw + (size_t)l * 3 * C * C), g->qkvb + l * 3 * C,
+                        d->qkv + o3, st.ln1, p->qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, err));
+    TRY(be->layernorm_backward(be, dresidual, g->ln1w + l * C, g->ln1b + l * C, d->ln1 + oC, residual, p->ln1w + l * C,
+                               a->ln1_mean + o1, a->ln1_rstd + o1, BT, C, err));
     return BK_OK;
 fail:
     return rc;
@@ -712,7 +934,7 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
     act_sizes(m, B, T, train, 0, sizes);
     acts a;
     carve(m->acts, sizes, &a);
-    const int C = m->C, H = m->H, BT = B * T;
+    const int C = m->C, BT = B * T;
     const bk_gpt_params *p = &m->wp;
     bk_backend *be = m->be;
     const int32_t *tg = m->batch.targets;
@@ -745,47 +967,10 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
     const float *wte = llama ? m->lwp.wte : p->wte, *head = llama && !m->tied ? m->lwp.lmhead : wte;
     TRY(be->encoder_forward(be, a.encoded, &m->batch, wte, B, T, C, err));
     TRY(bk_embed_forward(&m->pos, a.encoded, err));
-    if (llama)
-        TRY(llama_forward_layers(m, &a, B, T, train, rotary ? &rot : NULL, content, err));
-    for (int l = 0; l < (llama ? 0 : m->L); l++) { /* the gpt2 blocks */
-        size_t la = train ? (size_t)l : 0; /* activation slot of this layer */
-        const float *residual = l == 0 ? a.encoded : a.res3 + (train ? la - 1 : 0) * BT * C;
-        float *ln1_mean = a.ln1_mean + la * BT, *ln1_rstd = a.ln1_rstd + la * BT;
-        float *att = train ? a.att + la * be->attention_saved(be, B, T, H) : NULL;
-        float *attproj = a.attproj + la * BT * C, *res2 = a.res2 + la * BT * C;
-        float *ln2_mean = a.ln2_mean + la * BT, *ln2_rstd = a.ln2_rstd + la * BT;
-        float *fch = a.fch + la * BT * 4 * C;
-        float *fcproj = a.fcproj + la * BT * C, *res3 = a.res3 + la * BT * C;
-        const stored st = stored_of(&a, sg, la, (size_t)BT, (size_t)C);
-        float *qkv = b16 ? a.stage : (float *)st.qkv; /* with bf16 storage computed in the fp32 stage, then kept */
-
-        TRY(be->layernorm_forward(be, sg, st.ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT, C,
-                                  err));
-        TRY(linear_forward(m, sg, qkv, st.ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C, err));
-        if (rotary) /* qkv keeps the rotated q, k: attention backward reads them */
-            TRY(be->rotary(be, qkv, &rot, B, T, C, H, 1.0f, err));
-        if (b16) /* q, k, v kept in bf16 from the fp32 stage (bias and rotation applied) */
-            TRY(be->cast_bf16(be, (uint16_t *)st.qkv, qkv, (size_t)BT * 3 * C, err));
-        bk_attention_bias ab;
-        attention_bias(m, l, &ab);
-        if (content) { /* fp32 storage only (refused above) */
-            TRY(bk_content_forward(&m->bias->content, l, (int)la, train ? m->L : 1, (const float *)st.ln1, B, T,
-                                   m->bias->training, m->bias->step, m->bias->check_finite, err));
-            bk_content_attention(&m->bias->content, (int)la, &ab);
-        }
-        if ((rc = be->attention_forward(be, sg, st.atty, att, st.qkv, &ab, B, T, C, H, err)))
-            return bk_error_prefix(err, "layer %d attention: ", l);
-        TRY(linear_forward(m, sg, attproj, st.atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, BT, C, C,
-                           err));
-        /* eval: reads res3 before it is rewritten */
-        TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
-        TRY(be->layernorm_forward(be, sg, st.ln2, ln2_mean, ln2_rstd, res2, p->ln2w + l * C, p->ln2b + l * C, BT, C,
-                                  err));
-        TRY(linear_forward(m, sg, fch, st.ln2, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C, BT, C, 4 * C, err));
-        TRY(be->gelu_forward(be, sg, st.fch_gelu, fch, (size_t)BT * 4 * C, err));
-        TRY(linear_forward(m, sg, fcproj, st.fch_gelu, p->fcprojw + (size_t)l * C * 4 * C, p->fcprojb + l * C, BT,
-                           4 * C, C, err));
-        TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
+    for (int l = 0; l < m->L; l++) {
+        const layer_slots sl = slots_of(m, &a, l, train, m->acts_recompute);
+        TRY(llama ? llama_layer_forward(m, &a, l, &sl, train, 0, rotary ? &rot : NULL, content, err)
+                  : gpt2_layer_forward(m, &a, l, &sl, train, 0, rotary ? &rot : NULL, content, err));
     }
     const float *last = a.res3 + (train ? (size_t)(m->L - 1) : 0) * BT * C;
     if (llama)
@@ -845,7 +1030,6 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     if ((rc = be->zero(be, d.encoded, (size_t)(d.logits - d.encoded) * sizeof(float), err)))
         return rc;
     const bk_gpt_params *p = &m->wp, *g = &m->wg;
-    const size_t saved = be->attention_saved(be, B, T, H);
     bk_rotary_view rot;
     const int rotary = bk_positions_rotary(&m->pos, &rot);
 
@@ -868,70 +1052,37 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
 
     TRY(be->crossentropy_backward(be, d.logits, a.probs, m->batch.targets, loss_scale / (float)BT, BT, m->V, err));
     const int llama = m->family == BK_FAMILY_LLAMA;
-    float *dwte = llama ? m->lwg.wte : g->wte;
+    float *dwte = wgrad(m, "wte", llama ? m->lwg.wte : g->wte); /* NULL: frozen */
     size_t last = (size_t)(L - 1) * BT * C;
     if (llama) {
         const int untied = !m->tied;
-        TRY(linear_backward(m, sg, d.lnf, untied ? m->lwg.lmhead : dwte, NULL, d.logits, a.lnf,
+        TRY(linear_backward(m, sg, d.lnf, untied ? wgrad(m, "lmhead", m->lwg.lmhead) : dwte, NULL, d.logits, a.lnf,
                             untied ? m->lwp.lmhead : m->lwp.wte, BT, C, m->V, err));
         TRY(be->rmsnorm_backward(be, d.res3 + last, m->lwg.rmsfw, d.lnf, a.res3 + last, m->lwp.rmsfw, a.lnf_rstd, BT,
                                  C, err));
-        TRY(llama_backward_layers(m, &a, &d, dtable, dtable_floats, rotary ? &rot : NULL, content, err));
     } else {
-        TRY(linear_backward(m, sg, d.lnf, g->wte, NULL, d.logits, a.lnf, p->wte, BT, C, m->V, err));
+        TRY(linear_backward(m, sg, d.lnf, dwte, NULL, d.logits, a.lnf, p->wte, BT, C, m->V, err));
         TRY(be->layernorm_backward(be, d.res3 + last, g->lnfw, g->lnfb, d.lnf, a.res3 + last, p->lnfw, a.lnf_mean,
                                    a.lnf_rstd, BT, C, err));
     }
-    for (int l = (llama ? -1 : L - 1); l >= 0; l--) { /* the gpt2 blocks */
-        size_t o1 = (size_t)l * BT, oC = o1 * C, o3 = oC * 3, o4 = oC * 4;
-        const float *residual = l == 0 ? a.encoded : a.res3 + (size_t)(l - 1) * BT * C;
+    const int recompute = m->acts_recompute;
+    for (int l = L - 1; l >= 0; l--) {
+        const layer_slots sl = slots_of(m, &a, l, 1, recompute);
         float *dresidual = l == 0 ? d.encoded : d.res3 + (size_t)(l - 1) * BT * C;
-        const stored st = stored_of(&a, sg, (size_t)l, (size_t)BT, (size_t)C);
-
-        TRY(be->residual_backward(be, d.res2 + oC, d.fcproj + oC, d.res3 + oC, (size_t)BT * C, err));
-        TRY(linear_backward(m, sg, d.fch_gelu + o4, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C,
-                            d.fcproj + oC, st.fch_gelu, p->fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, err));
-        TRY(be->gelu_backward(be, d.fch + o4, a.fch + o4, d.fch_gelu + o4, (size_t)BT * 4 * C, err));
-        TRY(linear_backward(m, sg, d.ln2 + oC, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, d.fch + o4, st.ln2,
-                            p->fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, err));
-        TRY(be->layernorm_backward(be, d.res2 + oC, g->ln2w + l * C, g->ln2b + l * C, d.ln2 + oC, a.res2 + oC,
-                                   p->ln2w + l * C, a.ln2_mean + o1, a.ln2_rstd + o1, BT, C, err));
-        TRY(be->residual_backward(be, dresidual, d.attproj + oC, d.res2 + oC, (size_t)BT * C, err));
-        TRY(linear_backward(m, sg, d.atty + oC, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, d.attproj + oC,
-                            st.atty, p->attprojw + (size_t)l * C * C, BT, C, C, err));
-        bk_attention_bias ab;
-        attention_bias(m, l, &ab);
-        if (m->dtable_mem)
-            TRY(be->zero(be, m->dtable_mem, dtable_floats * sizeof(float), err));
-        if (m->bias)
-            TRY(bk_bias_backward_begin(m->bias, l, &ab, err));
-        if (content) {
-            bk_content_attention(&m->bias->content, l, &ab);
-            TRY(bk_content_backward_begin(&m->bias->content, &ab, err));
+        if (recompute) { /* layer l's activations again (but the attention's) from its input; its gradients'
+                            slot from zero */
+            TRY(llama ? llama_layer_forward(m, &a, l, &sl, 1, 1, rotary ? &rot : NULL, content, err)
+                      : gpt2_layer_forward(m, &a, l, &sl, 1, 1, rotary ? &rot : NULL, content, err));
+            if (l < L - 1)
+                TRY(be->zero(be, d.ln1, (size_t)(d.res3 - d.ln1) * sizeof(float), err));
         }
-        const void *dout = d.atty + oC;
-        if (sg == BK_STORAGE_BF16) { /* dO in bf16, in the stage */
-            TRY(be->cast_bf16(be, (uint16_t *)a.stage, d.atty + oC, (size_t)BT * C, err));
-            dout = a.stage;
-        }
-        if ((rc = be->attention_backward(be, sg, d.qkv + o3, dtable, dout, st.qkv, st.atty, a.att + (size_t)l * saved,
-                                         &ab, B, T, C, H, err)))
-            return bk_error_prefix(err, "layer %d attention backward: ", l);
-        if (m->dtable_mem)
-            TRY(bk_bias_backward(m->bias, l, (const float *const *)dtable, err));
-        if (m->bias)
-            TRY(bk_bias_query_backward(m->bias, l, err));
-        if (content) /* before the q/k/v product's backward: both add into d.ln1 */
-            TRY(bk_content_backward(&m->bias->content, l, (const float *)st.ln1, d.ln1 + oC, m->bias->dtheta,
-                                    m->bias->training, m->bias->step, err));
-        if (rotary)
-            TRY(be->rotary(be, d.qkv + o3, &rot, B, T, C, H, -1.0f, err));
-        TRY(linear_backward(m, sg, d.ln1 + oC, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, d.qkv + o3,
-                            st.ln1, p->qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, err));
-        TRY(be->layernorm_backward(be, dresidual, g->ln1w + l * C, g->ln1b + l * C, d.ln1 + oC, residual,
-                                   p->ln1w + l * C, a.ln1_mean + o1, a.ln1_rstd + o1, BT, C, err));
+        TRY(llama ? llama_layer_backward(m, &a, &d, l, &sl, dresidual, dtable, dtable_floats, rotary ? &rot : NULL,
+                                         content, err)
+                  : gpt2_layer_backward(m, &a, &d, l, &sl, dresidual, dtable, dtable_floats, rotary ? &rot : NULL,
+                                        content, err));
     }
-    TRY(be->encoder_backward(be, dwte, d.encoded, &m->batch, B, T, C, err));
+    if (dwte)
+        TRY(be->encoder_backward(be, dwte, d.encoded, &m->batch, B, T, C, err));
     if (m->bias)
         TRY(bk_embed_backward(&m->pos, d.encoded, m->bias->dtheta, err));
     return BK_OK;

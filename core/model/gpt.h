@@ -12,6 +12,8 @@
  * the output head wte or its own matrix (tied or not):
  *   per block l:  x += o(attention(rms1(x)));  x += down(swiglu(fc(rms2(x))))   (fc = [gate; up])
  *   logits = rmsf(x) . head^T
+ * and with QK-norm ([model] qk_norm) each query head's and key head's hd values RMS-normalised (norm_eps)
+ * with the layer's qnormw / knormw before they are rotated, as Qwen3 does.
  *
  * Every layer is a forward/backward pair run through a backend (backend.h: the CPU reference, CUDA, or
  * the CUDA code emulated on the CPU), llm.c style; the model logic below is the same for all of them.
@@ -64,6 +66,8 @@ typedef struct bk_llama_params {
     float *fcprojw;  /* (L, C, F): down */
     float *rmsfw;    /* (C) */
     float *lmhead;   /* (V, C), untied only */
+    float *qnormw;   /* (L, hd), QK-norm only: the query heads' RMSNorm weight */
+    float *knormw;   /* (L, hd), QK-norm only: the key heads' */
 } bk_llama_params;
 
 /* A model's shape: the experiment's [model] (bk_gpt_shape_of) with its defaults applied. */
@@ -72,6 +76,7 @@ typedef struct bk_gpt_shape {
     int layers, heads, kv_heads, head_dim, dim, ffn_dim, vocab;
     int tied;
     float norm_eps;
+    int qk_norm; /* llama: RMSNorm of each query and key head before the rotation */
 } bk_gpt_shape;
 
 /* Name, shape and place of one parameter tensor (checkpoints, the reference test, the optimizer). */
@@ -90,6 +95,7 @@ typedef struct bk_gpt {
     int KV, hd, A, F;    /* key/value heads, head width, attention width H hd, MLP width (4 C for gpt2) */
     int tied;
     float eps;           /* llama: RMSNorm's epsilon */
+    int qk_norm;         /* llama: QK-norm ([model] qk_norm) */
     bk_gpt_tensor tensors[BK_GPT_N_TENSORS];
     int n_tensors;
     size_t n_params;
@@ -115,6 +121,15 @@ typedef struct bk_gpt {
     /* activations for up to B x T tokens; `train` ones keep every layer and the attention
      * probabilities for backward, eval ones keep one layer at a time */
     int B, T, train;
+    int recompute;      /* [run] recompute: a training forward keeps each layer's input, its attention's output
+                           and what the attention's backward reads, and one layer's other activations; the
+                           backward recomputes a layer's forward but its attention before its backward, with
+                           the same kernels on the same inputs, so the gradients are the same bits. Set before
+                           a training forward. */
+    int acts_recompute; /* the recompute the activations were laid out for */
+    unsigned char frozen[BK_GPT_N_TENSORS]; /* 1: backward leaves this tensor's gradient as it is (a frozen
+                                               tensor of [train] trainable): its products skip the weight
+                                               gradient; the gradients into the activations still flow */
     float *acts; /* in be's memory */
     size_t acts_size, dacts_size; /* floats of acts and of dacts (their gradients, training only) */
     float *dacts;
@@ -149,7 +164,9 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
  * optimizer state, the weights' bf16 copies (bk_gpt_parameter_bytes) and backend scratch are not
  * included. */
 size_t bk_gpt_activation_bytes(bk_backend *be, int layers, int heads, int dim, int vocab, int B, int T, int train);
-/* The same for a model of any family. */
+/* The same for a model of any family, laid out for its m->recompute: a training forward that recomputes
+ * keeps every layer's input and attention output (B T (C + heads head_dim) floats a layer) and what its
+ * attention backward reads, one layer's other activations, and their gradients. */
 size_t bk_gpt_model_activation_bytes(const bk_gpt *m, int B, int T, int train);
 
 /* Bytes the model keeps per parameter on its backend while training: value, gradient and AdamW's two
@@ -157,7 +174,8 @@ size_t bk_gpt_model_activation_bytes(const bk_gpt *m, int B, int T, int train);
 size_t bk_gpt_parameter_bytes(const bk_gpt *m);
 
 /* Backward of the last (train) forward: grads += d(mean loss * loss_scale)/d(params), and the bias
- * terms' gradients through bk_bias_backward. */
+ * terms' gradients through bk_bias_backward. The gradients of the matrices marked in m->frozen (wte,
+ * qkvw, attprojw, fcw, fcprojw, lmhead) are not computed: they keep their values. */
 int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, float loss_scale, bk_error *err);
 
 /* Logits (B, T, V) of the last train forward: NULL on a device backend (use bk_gpt_copy_logits). */

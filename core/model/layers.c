@@ -65,34 +65,60 @@ void bk_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
     }
 }
 
-BK_HOST_CLONES
-void bk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps)
+/* where row r of a headnorm's N G rows starts (model/layers.h); plain RMSNorm is G = 1, stride = C */
+static inline size_t headnorm_row(int64_t r, int G, int hd, int stride)
 {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        bk_rmsnorm_row(out + (size_t)n * C, &rstd[n], inp + (size_t)n * C, weight, C, eps);
+    return (size_t)(r / G) * (size_t)stride + (size_t)(r % G) * (size_t)hd;
 }
 
 BK_HOST_CLONES
-void bk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
-                         const float *rstd, int N, int C)
+void bk_headnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int G, int hd,
+                         int stride, float eps)
 {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        bk_rmsnorm_row_backward(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight, rstd[n], C);
-    /* dw_c = sum_n dy x rstd: blocks of channels in parallel, rows in order inside each (deterministic) */
+    for (int64_t r = 0; r < (int64_t)N * G; r++) {
+        const size_t at = headnorm_row(r, G, hd, stride);
+        bk_rmsnorm_row(out + at, &rstd[r], inp + at, weight, hd, eps);
+    }
+}
+
+BK_HOST_CLONES
+void bk_headnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                          const float *rstd, int N, int G, int hd, int stride, int accumulate)
+{
+    const int64_t rows = (int64_t)N * G;
 #pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < C; c0 += COLUMN_BLOCK) {
-        int nc = C - c0 < COLUMN_BLOCK ? C - c0 : COLUMN_BLOCK;
+    for (int64_t r = 0; r < rows; r++) {
+        const size_t at = headnorm_row(r, G, hd, stride);
+        if (!accumulate) /* the row written: 0 + its gradient, as the device kernel computes it */
+            memset(dinp + at, 0, (size_t)hd * sizeof(float));
+        bk_rmsnorm_row_backward(dinp + at, dout + at, inp + at, weight, rstd[r], hd);
+    }
+    /* dw_c = sum_r dy x rstd: blocks of channels in parallel, rows in order inside each (deterministic) */
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < hd; c0 += COLUMN_BLOCK) {
+        int nc = hd - c0 < COLUMN_BLOCK ? hd - c0 : COLUMN_BLOCK;
         double dw[COLUMN_BLOCK] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *dy = dout + (size_t)n * C + c0, *x = inp + (size_t)n * C + c0;
+        for (int64_t r = 0; r < rows; r++) {
+            const size_t at = headnorm_row(r, G, hd, stride) + (size_t)c0;
+            const float *dy = dout + at, *x = inp + at;
             for (int c = 0; c < nc; c++)
-                dw[c] += bk_rmsnorm_dweight_term(x[c], rstd[n], dy[c]);
+                dw[c] += bk_rmsnorm_dweight_term(x[c], rstd[r], dy[c]);
         }
         for (int c = 0; c < nc; c++)
             dweight[c0 + c] += (float)dw[c];
     }
+}
+
+void bk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps)
+{
+    bk_headnorm_forward(out, rstd, inp, weight, N, 1, C, C, eps);
+}
+
+void bk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                         const float *rstd, int N, int C)
+{
+    bk_headnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, 1, C, C, 1);
 }
 
 BK_HOST_CLONES
@@ -177,9 +203,10 @@ BK_HOST_CLONES
 void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, int N, int C, int OC)
 {
-    /* dinp (N, C) += dout (N, OC) . weight (OC, C);  dweight (OC, C) += dout^T . inp */
+    /* dinp (N, C) += dout (N, OC) . weight (OC, C);  dweight (OC, C) += dout^T . inp (none for NULL) */
     bk_gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1, dinp, C);
-    bk_gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1, dweight, C);
+    if (dweight)
+        bk_gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1, dweight, C);
     if (!dbias)
         return;
     /* Row by row over a block of columns: contiguous reads, and each column still sums n = 0..N-1 in

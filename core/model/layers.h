@@ -18,10 +18,22 @@ void bk_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
                            const float *weight, const float *mean, const float *rstd, int N, int C);
 
 /* RMSNorm (the LLaMA family; model/llama_math.h): y = x / sqrt(mean(x^2) + eps) * w over the last
- * dimension; rstd saved. Backward: dinp += ..., dweight += ... */
+ * dimension; rstd saved. Backward: dinp += ..., dweight += ... (each channel's sum over the rows in row
+ * order, in double). bk_headnorm_forward(..., N, 1, C, C, eps). */
 void bk_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps);
 void bk_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                          const float *rstd, int N, int C);
+
+/* RMSNorm of N G rows of hd channels, row r (r < N G) at offset (r / G) stride + (r % G) hd of inp, out,
+ * dinp and dout (QK-norm: the G query or key heads of each of N q/k/v product rows of stride floats), one
+ * weight of hd for all rows; rstd (N G) per row. Only the rows are written; out must not alias inp.
+ * Backward: dinp's rows += ... (accumulate) or = ... (0 + the gradient; the rest of dinp untouched), in
+ * the same layout; dweight (hd) += the sum over all N G rows in row order. The caller checks the sizes
+ * (G >= 1, hd >= 1, stride >= G hd). */
+void bk_headnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int G, int hd,
+                         int stride, float eps);
+void bk_headnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                          const float *rstd, int N, int G, int hd, int stride, int accumulate);
 
 /* SwiGLU: inp rows of 2F = [gate | up], out rows of F = silu(gate) * up; backward dinp += ... */
 void bk_swiglu_forward(float *out, const float *inp, int N, int F);
@@ -35,6 +47,8 @@ void bk_gqa_reduce(float *dqkvr, const float *dqkv, int N, int H, int KV, int hd
 
 /* out (N, OC) = inp (N, C) . weight^T (OC, C) + bias (OC, or NULL), through OpenBLAS. */
 void bk_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
+/* dinp += dout . weight; dweight += dout^T . inp and dbias += the column sums of dout, each skipped when
+ * NULL. */
 void bk_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, int N, int C, int OC);
 

@@ -73,12 +73,19 @@ static int read_option(const bk_term *t, const char *source, const char *key, do
     return BK_OK;
 }
 
+/* The transformers class of the model: Qwen3's for the llama family with QK-norm (its q_norm and k_norm are
+ * the engine's per-head RMSNorm before the rotation). */
+static const char *hf_class(const bk_gpt *g)
+{
+    return g->family != BK_FAMILY_LLAMA ? "GPT2LMHeadModel" : g->qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+}
+
 /* The one positional term, checked against what the family's transformers class can express. */
 static int read_positions(const bk_lm *lm, const char *source, hf_positions *p, bk_error *err)
 {
     memset(p, 0, sizeof *p);
     const int llama = lm->gpt.family == BK_FAMILY_LLAMA;
-    const char *arch = llama ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+    const char *arch = hf_class(&lm->gpt);
     const bk_term_set *ts = &lm->terms;
     if (ts->n != 1) {
         char names[512] = "";
@@ -177,7 +184,7 @@ int bk_export_hf_config(const bk_lm *lm, const char *source, char *text, size_t 
         return rc;
     const bk_gpt *g = &lm->gpt;
     const int llama = g->family == BK_FAMILY_LLAMA;
-    snprintf(s->architecture, sizeof s->architecture, "%s", llama ? "LlamaForCausalLM" : "GPT2LMHeadModel");
+    snprintf(s->architecture, sizeof s->architecture, "%s", hf_class(g));
     s->layers = g->L, s->heads = g->H, s->kv_heads = g->KV, s->head_dim = g->hd, s->dim = g->C;
     s->ffn_dim = g->F, s->vocab = g->V, s->tied = g->tied || !llama;
     size_t at = 0;
@@ -200,12 +207,13 @@ int bk_export_hf_config(const bk_lm *lm, const char *source, char *text, size_t 
     const int yarn = !strcmp(p.scaling, "yarn");
     s->context = (int)(yarn ? p.original_length : lm->exp.train.length);
     rc = bk_append(text, size, &at, err, "the exported config.json",
-                   "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                   "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
                    "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
                    "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
                    "  \"rms_norm_eps\": %s,\n  \"vocab_size\": %d,\n  \"tie_word_embeddings\": %s,\n"
                    "  \"max_position_embeddings\": %d,\n  \"rope_theta\": %s,\n",
-                   g->C, g->F, g->L, g->H, g->KV, g->hd, json_float(lm->exp.model.norm_eps, a, sizeof a), g->V,
+                   hf_class(g), g->qk_norm ? "qwen3" : "llama", g->C, g->F, g->L, g->H, g->KV, g->hd,
+                   json_float(lm->exp.model.norm_eps, a, sizeof a), g->V,
                    g->tied ? "true" : "false", s->context, json_float(p.base, b, sizeof b));
     if (rc)
         return rc;
@@ -232,6 +240,9 @@ int bk_export_hf_config(const bk_lm *lm, const char *source, char *text, size_t 
                  "original context %d)",
                  b, a, c, d, e, s->context);
     }
+    if (!rc && g->qk_norm) /* Qwen3: full attention in every layer */
+        rc = bk_append(text, size, &at, err, "the exported config.json",
+                       "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n");
     if (!rc)
         rc = bk_append(text, size, &at, err, "the exported config.json",
                        "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
@@ -273,7 +284,7 @@ static float *transpose(float *dst, const float *src, int64_t out, int64_t in)
 static int list_tensors(const bk_gpt *g, const hf_positions *p, tensor_list *l, float **scratch, bk_error *err)
 {
     const int llama = g->family == BK_FAMILY_LLAMA;
-    l->cap = 4 + g->L * 12; /* gpt2: wte, wpe, ln_f weight and bias, 12 per layer */
+    l->cap = 4 + g->L * 12; /* gpt2: wte, wpe, ln_f weight and bias, 12 per layer (llama: at most 11) */
     l->n = 0;
     l->t = calloc((size_t)l->cap, sizeof *l->t);
     l->names = calloc((size_t)l->cap, sizeof *l->names);
@@ -294,6 +305,10 @@ static int list_tensors(const bk_gpt *g, const hf_positions *p, tensor_list *l, 
             LAYER("self_attn.k_proj.weight", w->qkvw + k * R * C + A * C, KVd, C);
             LAYER("self_attn.v_proj.weight", w->qkvw + k * R * C + (A + KVd) * C, KVd, C);
             LAYER("self_attn.o_proj.weight", w->attprojw + k * C * A, C, A);
+            if (g->qk_norm) {
+                LAYER("self_attn.q_norm.weight", w->qnormw + k * g->hd, 0, g->hd);
+                LAYER("self_attn.k_norm.weight", w->knormw + k * g->hd, 0, g->hd);
+            }
             LAYER("post_attention_layernorm.weight", w->rms2w + k * C, 0, C);
             LAYER("mlp.gate_proj.weight", w->fcw + k * 2 * F * C, F, C);
             LAYER("mlp.up_proj.weight", w->fcw + k * 2 * F * C + F * C, F, C);

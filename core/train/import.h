@@ -59,6 +59,7 @@ typedef struct bk_import_summary {
     char name[128];  /* general.name (HF: config.json's _name_or_path), "" when absent */
     char family[8];  /* HF: "llama" or "gpt2"; "" (llama) from GGUF */
     int layers, heads, kv_heads, head_dim, dim, ffn_dim, vocab, context, tied;
+    int qk_norm;       /* HF Qwen3ForCausalLM: the per-head RMSNorm of q and k ([model] qk_norm) */
     double rope_base, norm_eps;
     size_t tensors;    /* read from the file */
     size_t quantized;  /* of them, stored in a block type (Q8_0, Q4_0, Q4_1) */

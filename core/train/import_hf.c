@@ -459,16 +459,17 @@ static int read_config(const char *path, const cJSON *c, bk_import_summary *s, h
         snprintf(s->name, sizeof s->name, "%s", name);
     int rc;
     const int llama = !strcmp(arch, "LlamaForCausalLM"), mistral = !strcmp(arch, "MistralForCausalLM");
+    const int qwen3 = !strcmp(arch, "Qwen3ForCausalLM"); /* LLaMA blocks with QK-norm */
     m->gpt2 = !strcmp(arch, "GPT2LMHeadModel");
     if (!strncmp(arch, "Qwen2", 5))
         return bk_fail(err, BK_ERR_UNSUPPORTED,
                        "%s: architecture '%s': its q, k and v projections have biases, which the llama family "
                        "does not have",
                        path, arch);
-    if (!llama && !mistral && !m->gpt2)
+    if (!llama && !mistral && !qwen3 && !m->gpt2)
         return bk_fail(err, BK_ERR_UNSUPPORTED,
                        "%s: architecture '%s': import reads LlamaForCausalLM, MistralForCausalLM (without a sliding "
-                       "window) and GPT2LMHeadModel",
+                       "window), Qwen3ForCausalLM (without a sliding window) and GPT2LMHeadModel",
                        path, arch);
     if (m->gpt2) {
         snprintf(s->family, sizeof s->family, "gpt2");
@@ -535,8 +536,19 @@ static int read_config(const char *path, const cJSON *c, bk_import_summary *s, h
         (rc = cfg_str(path, c, "hidden_act", "silu", &act, err)) ||
         (rc = cfg_num(path, c, "partial_rotary_factor", 1.0, &partial, err)))
         return rc;
-    if ((rc = cfg_int(path, c, "head_dim", s->dim % s->heads ? -1 : s->dim / s->heads, 1, 4096, &s->head_dim, err)))
+    /* transformers' Qwen3Config defaults head_dim to 128, the others to hidden_size / heads */
+    const int head_dim = qwen3 ? 128 : s->dim % s->heads ? -1 : s->dim / s->heads;
+    if ((rc = cfg_int(path, c, "head_dim", head_dim, 1, 4096, &s->head_dim, err)))
         return rc;
+    s->qk_norm = qwen3;
+    int sliding = 0;
+    if (qwen3 && (rc = cfg_bool(path, c, "use_sliding_window", 0, &sliding, err)))
+        return rc;
+    if (sliding)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "%s: use_sliding_window = true: import reads Qwen3ForCausalLM with full attention in every "
+                       "layer",
+                       path);
     if (attention_bias || mlp_bias)
         return bk_fail(err, BK_ERR_UNSUPPORTED, "%s: %s = true: the llama family has no biases", path,
                        attention_bias ? "attention_bias" : "mlp_bias");
@@ -586,10 +598,10 @@ static int experiment_text(const char *dir, const bk_import_summary *s, const hf
                          s->layers, s->heads, s->dim, s->vocab, s->context, s->context);
     rc = bk_append(text, size, &at, err, "the imported experiment",
                    "[model]\nfamily = \"llama\"\nlayers = %d\nheads = %d\nkv_heads = %d\nhead_dim = %d\ndim = %d\n"
-                   "ffn_dim = %d\nvocab = %d\nnorm_eps = %.17g\ntied = %s\n\n[train]\nlength = %d\n\n[run]\n"
+                   "ffn_dim = %d\nvocab = %d\nnorm_eps = %.17g\ntied = %s\n%s\n[train]\nlength = %d\n\n[run]\n"
                    "device = \"cpu\"\n\n[[term]]\nplugin = \"rope\"\nbase = %.17g\n",
                    s->layers, s->heads, s->kv_heads, s->head_dim, s->dim, s->ffn_dim, s->vocab, s->norm_eps,
-                   s->tied ? "true" : "false", s->context, s->rope_base);
+                   s->tied ? "true" : "false", s->qk_norm ? "qk_norm = true\n" : "", s->context, s->rope_base);
     if (!rc && strcmp(m->rope.scaling, "none"))
         rc = bk_append(text, size, &at, err, "the imported experiment",
                        "scaling = \"%s\"\nfactor = %.17g\n", m->rope.scaling, m->rope.factor);
@@ -663,9 +675,11 @@ static void llama_plan(bk_gpt *g, plan *p)
                  {"post_attention_layernorm.weight", 0, C, 0, w->rms2w, (size_t)C},
                  {"mlp.gate_proj.weight", F, C, 0, w->fcw, (size_t)(2 * F * C)},
                  {"mlp.up_proj.weight", F, C, 0, w->fcw + F * C, (size_t)(2 * F * C)},
-                 {"mlp.down_proj.weight", C, F, 0, w->fcprojw, (size_t)(C * F)}};
+                 {"mlp.down_proj.weight", C, F, 0, w->fcprojw, (size_t)(C * F)},
+                 {"self_attn.q_norm.weight", 0, g->hd, 0, w->qnormw, (size_t)g->hd}, /* QK-norm only */
+                 {"self_attn.k_norm.weight", 0, g->hd, 0, w->knormw, (size_t)g->hd}};
     memcpy(p->global, gl, sizeof gl), p->n_global = 3;
-    memcpy(p->layer, ly, sizeof ly), p->n_layer = 9;
+    memcpy(p->layer, ly, sizeof ly), p->n_layer = g->qk_norm ? 11 : 9;
     p->ignored[0] = "self_attn.rotary_emb.inv_freq", p->n_ignored = 1;
 }
 

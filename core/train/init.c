@@ -164,7 +164,21 @@ done:
     return rc;
 }
 
-int bk_init_trainable(const bk_lm *lm, bk_adamw *opt, size_t *n_trainable, bk_error *err)
+/* The model's tensors of frozen groups skip their weight gradients (bk_gpt.frozen). */
+static void freeze_model_tensors(bk_lm *lm, const bk_adamw *opt)
+{
+    bk_gpt *m = &lm->gpt;
+    char name[96];
+    for (int i = 0; i < m->n_tensors; i++) {
+        snprintf(name, sizeof name, "model.%s", m->tensors[i].name);
+        m->frozen[i] = 0;
+        for (int g = 0; g < opt->n_groups; g++)
+            if (!strcmp(opt->groups[g].name, name))
+                m->frozen[i] = (unsigned char)opt->groups[g].frozen;
+    }
+}
+
+int bk_init_trainable(bk_lm *lm, bk_adamw *opt, size_t *n_trainable, bk_error *err)
 {
     const bk_string_list *pat = &lm->exp.train.trainable;
     *n_trainable = 0;
@@ -211,5 +225,7 @@ int bk_init_trainable(const bk_lm *lm, bk_adamw *opt, size_t *n_trainable, bk_er
         }
     free(hits);
     free(slots);
+    if (!rc)
+        freeze_model_tensors(lm, opt);
     return rc;
 }

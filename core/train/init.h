@@ -42,7 +42,8 @@ typedef struct bk_init_report {
 int bk_init_from(const char *path, bk_lm *lm, bk_adamw *opt, bk_init_report *rep, bk_error *err);
 
 /* Freezes every group of opt that the patterns of [train] trainable do not select (none: every group
- * trains); *n_trainable counts the values that train. Errors name the pattern or the term. */
-int bk_init_trainable(const bk_lm *lm, bk_adamw *opt, size_t *n_trainable, bk_error *err);
+ * trains), and marks the model's frozen tensors (bk_gpt.frozen: their weight gradients are not computed);
+ * *n_trainable counts the values that train. Errors name the pattern or the term. */
+int bk_init_trainable(bk_lm *lm, bk_adamw *opt, size_t *n_trainable, bk_error *err);
 
 #endif

@@ -124,6 +124,7 @@ int bk_lm_open_text(bk_lm *lm, const char *text, const char *source_name, const 
         bk_lm_close(lm);
         return rc;
     }
+    lm->gpt.recompute = e->run.recompute != 0;
     return BK_OK;
 }
 

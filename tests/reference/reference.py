@@ -89,7 +89,8 @@ LN_EPS = 1e-5
 MODEL_TENSORS = ["wte", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
                  "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
 DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw"}
-# [model] family = "llama": RMSNorm, no biases, grouped-query q/k/v, SwiGLU (fcw = [gate; up]), untied lmhead
+# [model] family = "llama": RMSNorm, no biases, grouped-query q/k/v, SwiGLU (fcw = [gate; up]), untied lmhead,
+# QK-norm (qnormw, knormw: one RMSNorm weight of head_dim per layer for the query heads, one for the keys)
 LLAMA_TENSORS = ["wte", "rms1w", "qkvw", "attprojw", "rms2w", "fcw", "fcprojw", "rmsfw"]
 LLAMA_DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead"}
 
@@ -204,6 +205,7 @@ class Reference:
         self.F = case.get("ffn_dim", 4 * self.C)
         self.eps = case.get("norm_eps", LN_EPS)
         self.tied = case.get("tied", True)
+        self.qk_norm = case.get("qk_norm", False)
         self.B, self.T = case["B"], case["T"]
         self.mixing = case["mixing"]
         self.learn = bool(case["learn_weights"])
@@ -263,8 +265,9 @@ class Reference:
         if self.family == "llama":
             A, R, F = self.H * self.hd, (self.H + 2 * self.KV) * self.hd, self.F
             shapes = {"wte": [V, C], "rms1w": [L, C], "qkvw": [L, R, C], "attprojw": [L, C, A], "rms2w": [L, C],
-                      "fcw": [L, 2 * F, C], "fcprojw": [L, C, F], "rmsfw": [C], "lmhead": [V, C]}
-            names = LLAMA_TENSORS + ([] if self.tied else ["lmhead"])
+                      "fcw": [L, 2 * F, C], "fcprojw": [L, C, F], "rmsfw": [C], "lmhead": [V, C],
+                      "qnormw": [L, self.hd], "knormw": [L, self.hd]}
+            names = LLAMA_TENSORS + ([] if self.tied else ["lmhead"]) + (["qnormw", "knormw"] if self.qk_norm else [])
             groups = {f"model.{n}": (shapes[n], n in LLAMA_DECAYED) for n in names}
         for k, t in enumerate(self.terms):
             if self.n_params(k):
@@ -648,7 +651,8 @@ class Reference:
 
     def forward_llama(self, inputs, targets):
         """The LLaMA block as HF transformers' LlamaForCausalLM computes it: RMSNorm, q of H heads and k, v of
-        KV heads repeated to H (repeat_kv), SwiGLU down(silu(gate) * up), no biases."""
+        KV heads repeated to H (repeat_kv), SwiGLU down(silu(gate) * up), no biases; with QK-norm each query
+        and key head RMS-normalised over its head_dim before the rotation (Qwen3's q_norm, k_norm)."""
         p, B, T, H, KV, hd, F, eps = self.p, self.B, self.T, self.H, self.KV, self.hd, self.F, self.eps
         causal = self.keep()
         pos = self.positions(inputs)
@@ -657,6 +661,9 @@ class Reference:
             h = self.rms_norm(x, p["model.rms1w"][l], eps)
             q, k, v = (h @ p["model.qkvw"][l].T).split([H * hd, KV * hd, KV * hd], dim=-1)
             q = q.reshape(B, T, H, hd).transpose(1, 2)
+            if self.qk_norm:
+                q = self.rms_norm(q, p["model.qnormw"][l], eps)
+                k = self.rms_norm(k.reshape(B, T, KV, hd), p["model.knormw"][l], eps).reshape(B, T, KV * hd)
             k, v = (z.reshape(B, T, KV, hd).transpose(1, 2).repeat_interleave(H // KV, dim=1) for z in (k, v))
             y = self.attend(l, q, k, v, h, pos, causal)
             x = x + y @ p["model.attprojw"][l].T
