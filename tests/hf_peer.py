@@ -16,7 +16,10 @@ bf16 or f16 value widens exactly). Compared per model:
   - `biaskit eval` on a token shard of the same ids: its mean loss against transformers'.
 Then (check_export) `biaskit export CKPT --hf DIR` of each imported checkpoint, loaded by transformers: no missing
 or unexpected tensor, every parameter equal to the original's, and the logits against the original model's, both
-in float32 (the limit: LIMIT_LOGITS).
+in float32 (the limit: LIMIT_LOGITS). And (check_tokenizer_export) a llama directory with a tokenizer.json
+(tests/data/bpe_tokenizer.json) imported and exported: transformers' AutoTokenizer loads the export's tokenizer
+and encodes a text, special tokens on by default, to exactly the ids `biaskit tokenize CKPT FILE --ids` gives
+(no BOS or EOS added by either), and decodes them back to the text.
 Differences are max |engine - reference| / max |reference| over a tensor (for the loss |d| / |loss|). The engine
 computes in float32 (unit roundoff 6e-8), so each difference is float32 rounding carried through two layers, a
 few ulp of the largest value; the limits, 5e-6 for the logits and the losses and 2e-5 for a gradient (a sum over
@@ -237,6 +240,35 @@ def check_export(name, d, biaskit, work, seed):
     return ok
 
 
+def check_tokenizer_export(biaskit, work):
+    here = os.path.dirname(os.path.abspath(__file__))
+    d, ckpt, out = (os.path.join(work, "tok" + x) for x in ("", ".ckpt.safetensors", ".export"))
+    make_llama(d, 8, vocab_size=758)  # the tokenizer's ids 0 .. 757
+    shutil.copy(os.path.join(here, "data", "bpe_tokenizer.json"), os.path.join(d, "tokenizer.json"))
+    text_path = os.path.join(work, "tok.txt")
+    with open(os.path.join(here, "..", "README.md"), encoding="utf-8") as f:
+        text = f.read()[:20000] + "\n  naïve café 日本語 🙂\t\t end"
+    with open(text_path, "w", encoding="utf-8") as f:
+        f.write(text)
+    for cmd in ([biaskit, "import", d, "--out", ckpt], [biaskit, "export", ckpt, "--hf", out]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"tokenizer export: {' '.join(cmd[1:2])} failed:\n{r.stdout}{r.stderr}")
+            return False
+    r = subprocess.run([biaskit, "tokenize", ckpt, text_path, "--ids"], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"tokenizer export: biaskit tokenize failed:\n{r.stdout}{r.stderr}")
+        return False
+    ours = [int(x) for x in r.stdout.split()]
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    theirs = tok(text).input_ids
+    back = tok.decode(theirs)
+    print(f"tokenizer export: {type(tok).__name__} loads; {len(theirs)} ids of {len(text)} characters, "
+          f"{'the same' if ours == theirs else 'DIFFERENT'} ids as biaskit tokenize; decodes "
+          f"{'to the text' if back == text else 'to another text'}")
+    return ours == theirs and back == text
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__)
@@ -273,6 +305,7 @@ def main():
                 ok = False
             ok = check_case(name, d, gpt2, dump_bin, biaskit, work, 100 + i) and ok
             ok = check_export(name, d, biaskit, work, 200 + i) and ok
+        ok = check_tokenizer_export(biaskit, work) and ok
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)

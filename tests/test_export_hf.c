@@ -19,6 +19,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "data/bpe.h"
 #include "io/safetensors.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
@@ -37,7 +38,8 @@
 
 static char base[256], hf[320], ckpt[512], out[320];
 
-enum { L = 2, C = 16, V = 32 };
+enum { L = 2, C = 16 };
+static int V = 32; /* the vocabulary: tokenizer_travels sets that of tests/data/bpe_tokenizer.json */
 
 static void path_in(char *buf, size_t size, const char *dir, const char *name)
 {
@@ -54,7 +56,8 @@ static void write_text(const char *path, const char *text)
 
 static void remove_dir(const char *dir)
 {
-    static const char *const names[] = {"config.json", "model.safetensors", "notes.txt"};
+    static const char *const names[] = {"config.json", "model.safetensors", "notes.txt", "tokenizer.json",
+                                        "tokenizer_config.json"};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         char p[512];
         path_in(p, sizeof p, dir, names[k]);
@@ -317,7 +320,76 @@ static void llama_round_trip(int H, int KV, int HD, int F, int tied, const char 
     cJSON *c = read_config(out);
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(c, "torch_dtype")->valuestring, "float32");
     cJSON_Delete(c);
+    char p[512];
+    path_in(p, sizeof p, out, "tokenizer.json"); /* the checkpoint carries none */
+    assert_int_equal(s.tokenizer, 0);
+    assert_int_equal(access(p, F_OK), -1);
     free_model(&m);
+}
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+/* A model imported with its tokenizer.json exports it: the checkpoint's canonical tokenizer.json, a
+ * tokenizer_config.json naming PreTrainedTokenizerFast, and the export imports back with the same tokenizer. */
+static void tokenizer_travels(void **state)
+{
+    (void)state;
+    clean();
+    V = 758; /* the tokenizer's ids 0 .. 757 */
+    hf_model m;
+    llama_dir(&m, 2, 1, 8, 24, 1, "null", 0);
+    char p[512];
+    path_in(p, sizeof p, hf, "tokenizer.json");
+    char *original = read_all(BK_TEST_SOURCE_DIR "/tests/data/bpe_tokenizer.json");
+    write_text(p, original);
+    bk_export_summary s;
+    import_export(&s);
+    assert_int_equal(s.tokenizer, 1);
+    bk_bpe *t = NULL;
+    bk_error err;
+    if (bk_checkpoint_read_tokenizer(ckpt, &t, &err))
+        fail_msg("%s", err.message);
+    char *canonical = NULL;
+    size_t len = 0;
+    if (bk_bpe_to_hf_json(t, &canonical, &len, &err))
+        fail_msg("%s", err.message);
+    path_in(p, sizeof p, out, "tokenizer.json");
+    char *written = read_all(p);
+    assert_string_equal(written, canonical);
+    path_in(p, sizeof p, out, "tokenizer_config.json");
+    char *config = read_all(p);
+    assert_non_null(strstr(config, "\"tokenizer_class\": \"PreTrainedTokenizerFast\""));
+    assert_non_null(strstr(config, "\"add_bos_token\": false"));
+    /* and back: the export is an HF directory whose tokenizer imports as the same one */
+    char again[600];
+    snprintf(again, sizeof again, "%s/again.safetensors", base);
+    bk_import_summary is;
+    if (bk_import_hf(out, again, &is, &err))
+        fail_msg("import of the export: %s", err.message);
+    bk_bpe *t2 = NULL;
+    char *canonical2 = NULL;
+    if (bk_checkpoint_read_tokenizer(again, &t2, &err) || bk_bpe_to_hf_json(t2, &canonical2, &len, &err))
+        fail_msg("%s", err.message);
+    assert_string_equal(canonical2, canonical);
+    unlink(again);
+    bk_bpe_free(t), bk_bpe_free(t2);
+    free(original), free(canonical), free(canonical2), free(written), free(config);
+    free_model(&m);
+    V = 32;
 }
 
 static void llama_gqa_untied(void **state)
@@ -538,6 +610,7 @@ int main(void)
         cmocka_unit_test(llama_gqa_untied),
         cmocka_unit_test(llama_tied_yarn),
         cmocka_unit_test(qwen3_qk_norm),
+        cmocka_unit_test(tokenizer_travels),
         cmocka_unit_test(llama_linear),
         cmocka_unit_test(gpt2_round_trip),
         cmocka_unit_test(yarn_past_parent_length),

@@ -10,8 +10,11 @@ static const char help[] =
     "usage: biaskit export CKPT --hf DIR [--force] [--no-verify]\n\n"
     "Writes DIR/config.json and DIR/model.safetensors (F32), a directory that HF transformers loads\n"
     "with from_pretrained(DIR): the inverse of 'biaskit import DIR', for the models transformers can\n"
-    "express.\n\n"
-    "  family \"llama\" with one rope term: LlamaForCausalLM. rope_theta = the term's base; scaling\n"
+    "express. When the checkpoint carries a tokenizer (an imported model's, and its fine-tunings'), also\n"
+    "DIR/tokenizer.json (its canonical form, as 'biaskit tokenize --dump-json' writes it) and\n"
+    "DIR/tokenizer_config.json (PreTrainedTokenizerFast, adding no BOS or EOS), which AutoTokenizer loads.\n\n"
+    "  family \"llama\" with one rope term: LlamaForCausalLM (with qk_norm: Qwen3ForCausalLM, its\n"
+    "    q_norm and k_norm weights). rope_theta = the term's base; scaling\n"
     "    \"none\": no rope_scaling; \"pi\" with factor f: {\"rope_type\": \"linear\", \"factor\": f};\n"
     "    \"yarn\": {\"rope_type\": \"yarn\", factor, beta_fast, beta_slow, attention_factor = attn_factor\n"
     "    x (0.1 ln factor + 1)}. max_position_embeddings = [train] length, except under yarn, where\n"
@@ -23,12 +26,11 @@ static const char help[] =
     "Refused, naming the term and its plugin and why (nothing is written): any other positional term\n"
     "(alibi, t5, kerple, ...), no term or more than one, rope on gpt2 or ape on llama, a sinusoidal ape,\n"
     "a term on the segment stream or per layer, a plugin option transformers has no field for, rope\n"
-    "scaling \"ntk\" or factor 0 (dynamic), learnable mixing weights. The tokenizer is not written (the\n"
-    "checkpoint carries none).\n\n"
+    "scaling \"ntk\" or factor 0 (dynamic), learnable mixing weights.\n\n"
     "  --hf DIR       the directory to write: created when absent (its parent must exist); refused when it\n"
     "                 is not a directory, or holds anything, unless --force\n"
-    "  --force        write into a non-empty DIR: its config.json and model.safetensors are replaced, each\n"
-    "                 atomically; its other files are left as they are (never the checkpoint itself)\n"
+    "  --force        write into a non-empty DIR: the files above are replaced, each atomically; its\n"
+    "                 other files are left as they are (never the checkpoint itself)\n"
     "  --no-verify    skip the checkpoint's tensor checksums (its metadata seal is still checked)\n";
 
 int bk_cmd_export(int argc, char **argv)
@@ -64,7 +66,9 @@ int bk_cmd_export(int argc, char **argv)
                "max_position_embeddings %d\n",
                s.architecture, s.layers, s.heads, s.kv_heads, s.head_dim, s.dim, s.ffn_dim, s.vocab,
                s.tied ? "tied" : "untied", s.positions, s.context);
-    printf("export: %s: %zu tensors, %zu fp32 values; no tokenizer written\n", ckpt, s.tensors, s.parameters);
-    printf("wrote %s/config.json and %s/model.safetensors\n", dir, dir);
+    printf("export: %s: %zu tensors, %zu fp32 values; %s\n", ckpt, s.tensors, s.parameters,
+           s.tokenizer ? "its tokenizer" : "no tokenizer (the checkpoint carries none)");
+    printf("wrote %s/config.json and %s/model.safetensors%s%s%s\n", dir, dir, s.tokenizer ? ", " : "",
+           s.tokenizer ? dir : "", s.tokenizer ? "/tokenizer.json and tokenizer_config.json" : "");
     return 0;
 }

@@ -46,6 +46,7 @@ typedef struct bk_export_summary {
     int context;           /* max_position_embeddings (llama) or n_positions (gpt2) */
     size_t tensors;        /* written to model.safetensors */
     size_t parameters;     /* their values */
+    int tokenizer;         /* tokenizer.json and tokenizer_config.json written (the checkpoint carries one) */
 } bk_export_summary;
 
 /* config.json's text for the model `lm` (opened from a checkpoint, `source` names it in messages) into
@@ -54,7 +55,9 @@ int bk_export_hf_config(const bk_lm *lm, const char *source, char *text, size_t 
                         bk_error *err);
 
 /* Opens the checkpoint at `ckpt` (train/reopen.h, BK_REOPEN_INSPECT) and writes `dir`/config.json and
- * `dir`/model.safetensors, each atomically. `dir` is created when absent (its parent must exist); a
+ * `dir`/model.safetensors, and when the checkpoint carries a tokenizer its canonical `dir`/tokenizer.json
+ * and a `dir`/tokenizer_config.json naming PreTrainedTokenizerFast (so AutoTokenizer loads it as it is,
+ * adding no special token), each atomically. `dir` is created when absent (its parent must exist); a
  * directory that holds anything is refused unless o->force; a path that is not a directory is refused;
  * neither file may be the checkpoint itself. `o` may be NULL (no force, verify). Nothing is written when
  * the export is refused. */

@@ -381,8 +381,9 @@ static int check_dir(const char *dir, int force, int *exists, bk_error *err)
     closedir(d);
     if (n && !force)
         return bk_fail(err, BK_ERR_USAGE,
-                       "--hf '%s' is not empty (%d entr%s, '%s'%s): give --force to replace its config.json and "
-                       "model.safetensors (its other files are left as they are)",
+                       "--hf '%s' is not empty (%d entr%s, '%s'%s): give --force to replace its config.json, "
+                       "model.safetensors and, with a tokenizer, tokenizer.json and tokenizer_config.json (its "
+                       "other files are left as they are)",
                        dir, n, n == 1 ? "y" : "ies", first, n > 1 ? ", ..." : "");
     return BK_OK;
 }
@@ -392,6 +393,24 @@ static int join(char *out, const char *dir, const char *name, bk_error *err)
     if (snprintf(out, EXPORT_PATH_MAX, "%s/%s", dir, name) >= EXPORT_PATH_MAX)
         return bk_fail(err, BK_ERR_IO, "%s/%s: the path is longer than %d bytes", dir, name, EXPORT_PATH_MAX - 1);
     return BK_OK;
+}
+
+/* tokenizer.json as it is: no BOS or EOS added by the tokenizer class (the engine adds none either) */
+static const char hf_tokenizer_config[] = "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n"
+                                          "  \"add_bos_token\": false,\n  \"add_eos_token\": false\n}\n";
+
+/* DIR/name holding text, through the output rule (atomic, never onto the input). */
+static int write_text(const char *dir, const char *name, const char *text, const bk_output_input *input,
+                      bk_error *err)
+{
+    char path[EXPORT_PATH_MAX];
+    int rc = join(path, dir, name, err);
+    bk_output out;
+    memset(&out, 0, sizeof out);
+    if (rc || (rc = bk_output_open(&out, "--hf", path, input, 1, err)))
+        return rc;
+    bk_output_printf(&out, "%s", text); /* a failed write is reported by the close */
+    return bk_output_close(&out, err);
 }
 
 int bk_export_hf(const char *ckpt, const char *dir, const bk_export_options *o, bk_export_summary *s,
@@ -435,6 +454,12 @@ int bk_export_hf(const char *ckpt, const char *dir, const bk_export_options *o, 
                 bk_output_printf(&out, "%s", config); /* a failed write is reported by the close */
                 rc = bk_output_close(&out, err);
             }
+        }
+        if (!rc && lm.tokenizer_json) {
+            rc = write_text(dir, "tokenizer.json", lm.tokenizer_json, &input, err);
+            if (!rc)
+                rc = write_text(dir, "tokenizer_config.json", hf_tokenizer_config, &input, err);
+            s->tokenizer = !rc;
         }
         if (rc && made)
             rmdir(dir); /* only when nothing is left in it */
