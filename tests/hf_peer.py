@@ -69,6 +69,9 @@ def make_llama(d, seed, arch="llama", dtype=None, shard=None, **kw):
         base.pop("head_dim")
         cfg = transformers.MistralConfig(sliding_window=None, **base)
         model = transformers.MistralForCausalLM(cfg)
+    elif arch == "qwen3":  # LLaMA blocks with QK-norm (q_norm, k_norm: perturbed as norm weights)
+        cfg = transformers.Qwen3Config(use_sliding_window=False, attention_bias=False, **base)
+        model = transformers.Qwen3ForCausalLM(cfg)
     else:
         cfg = transformers.LlamaConfig(**base)
         model = transformers.LlamaForCausalLM(cfg)
@@ -124,6 +127,9 @@ def llama_layout(model, which):
            "model.rmsfw": get(m.norm.weight)}
     if not model.config.tie_word_embeddings:
         out["model.lmhead"] = get(model.lm_head.weight)
+    if hasattr(ls[0].self_attn, "q_norm"):  # Qwen3's QK-norm
+        out["model.qnormw"] = torch.stack([get(l.self_attn.q_norm.weight) for l in ls])
+        out["model.knormw"] = torch.stack([get(l.self_attn.k_norm.weight) for l in ls])
     return out
 
 
@@ -292,9 +298,16 @@ def main():
                               rope_scaling={"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.2,
                                             "beta_fast": 16.0, "beta_slow": 1.0})),
         ("mistral_f16", False, lambda d: make_llama(d, 5, arch="mistral", dtype=torch.float16)),
+        ("qwen3_qk_norm_yarn", False,
+         lambda d: make_llama(d, 9, arch="qwen3", num_key_value_heads=1, tie_word_embeddings=True,
+                              rope_scaling={"rope_type": "yarn", "factor": 2.0})),
         ("gpt2", True, lambda d: make_gpt2(d, 6)),
         ("gpt2_f16_sharded", True, lambda d: make_gpt2(d, 7, dtype=torch.float16, shard="30KB")),
     ]
+    if not hasattr(transformers, "Qwen3ForCausalLM"):
+        print(f"hf_peer: the qwen3 case is left out: transformers {transformers.__version__} has no Qwen3ForCausalLM "
+              f"(4.51 and later have it)")
+        cases = [c for c in cases if not c[0].startswith("qwen3")]
     ok = True
     try:
         for i, (name, gpt2, make) in enumerate(cases):

@@ -454,6 +454,19 @@ static void llama_rope_scalings(void **state)
     /* transformers' default attention_factor is the plugin's own mscale: attn_factor 1 */
     assert_non_null(strstr(text, "scaling = \"yarn\"\nfactor = 4\noriginal_length = 64\nbeta_fast = 16\n"
                                  "beta_slow = 1\nattn_factor = 1\n"));
+    /* transformers 5's rope_parameters: rope_theta inside, YaRN's original context given */
+    write_model(&(variant){.extra_config = "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 2.0, "
+                                           "\"rope_theta\": 500.0, \"original_max_position_embeddings\": 32, "
+                                           "\"truncate\": true, \"attention_factor\": 1.2},"},
+                t);
+    assert_int_equal(bk_import_hf_experiment(dir, text, sizeof text, &s, &err), BK_OK);
+    if (!strstr(text, "base = 500\nscaling = \"yarn\"\nfactor = 2\noriginal_length = 32\nbeta_fast = 32\n"))
+        fail_msg("rope_parameters' yarn is not the experiment's:\n%s", text);
+    write_model(&(variant){.extra_config = "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500.0},"},
+                t);
+    assert_int_equal(bk_import_hf_experiment(dir, text, sizeof text, &s, &err), BK_OK);
+    assert_non_null(strstr(text, "base = 500\n"));
+    assert_null(strstr(text, "scaling"));
 }
 
 static void gpt2_places_every_tensor(void **state)
@@ -537,6 +550,17 @@ static void bad_directories_are_refused(void **state)
             "rope_scaling type 'llama3'", NULL);
     refused(&(variant){.extra_config = "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 2.0, \"mscale\": 1},"},
             "rope_scaling 'mscale'", NULL);
+    refused(&(variant){.extra_config = "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 2.0, "
+                                       "\"rope_theta\": 500.0, \"truncate\": false},"},
+            "truncate = false", NULL);
+    refused(&(variant){.extra_config = "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000.0},"},
+            "rope_theta 500 beside rope_parameters' rope_theta 1000", NULL);
+    refused(&(variant){.extra_config = "\"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                                       "\"rope_theta\": 500.0},"},
+            "rope_parameters type 'llama3'", NULL);
+    refused(&(variant){.extra_config = "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500.0}, "
+                                       "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0},"},
+            "both 'rope_parameters'", NULL);
     refused(&(variant){.gpt2 = 1, .extra_config = "\"tie_word_embeddings\": false,"}, "tie_word_embeddings = false",
             NULL);
     refused(&(variant){.gpt2 = 1, .extra_config = "\"activation_function\": \"relu\","}, "activation_function 'relu'",

@@ -370,68 +370,111 @@ typedef struct hf_rope {
     int original_length;
 } hf_rope;
 
-static int read_rope_scaling(const char *path, const cJSON *c, int context, hf_rope *r, bk_error *err)
+/* The rotary scaling: transformers 4.x's 'rope_scaling' (beside a top-level 'rope_theta'), or 5.x's
+ * 'rope_parameters', which holds rope_theta itself and YaRN's original_max_position_embeddings (and may say
+ * truncate); both mean the same computation (modeling_rope_utils). *base is rope_theta, replaced by the
+ * one in rope_parameters. */
+static int read_rope_scaling(const char *path, const cJSON *c, int context, hf_rope *r, double *base, bk_error *err)
 {
     snprintf(r->scaling, sizeof r->scaling, "none");
-    const cJSON *rs = cfg_item(c, "rope_scaling");
+    const cJSON *params = cfg_item(c, "rope_parameters"), *old = cfg_item(c, "rope_scaling");
+    if (params && old)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "%s: both 'rope_parameters' (transformers 5) and 'rope_scaling' (transformers 4): expected "
+                       "one of them",
+                       path);
+    const int v5 = params != NULL;
+    const char *what = v5 ? "rope_parameters" : "rope_scaling";
+    const cJSON *rs = v5 ? params : old;
     if (!rs)
         return BK_OK;
     if (!cJSON_IsObject(rs))
-        return bk_fail(err, BK_ERR_PARSE, "%s: 'rope_scaling': expected an object or null", path);
+        return bk_fail(err, BK_ERR_PARSE, "%s: '%s': expected an object or null", path, what);
     const char *type = NULL;
     int rc = cfg_str(path, rs, "rope_type", NULL, &type, err);
     if (!rc && !type)
         rc = cfg_str(path, rs, "type", NULL, &type, err);
+    if (!rc && v5 && cfg_item(c, "rope_theta")) {
+        double top = 0.0, inner = 0.0;
+        if (!(rc = cfg_num(path, c, "rope_theta", 0.0, &top, err)) &&
+            !(rc = cfg_num(path, rs, "rope_theta", top, &inner, err)) && top != inner)
+            return bk_fail(err, BK_ERR_PARSE, "%s: rope_theta %.17g beside rope_parameters' rope_theta %.17g", path,
+                           top, inner);
+    }
+    if (!rc && v5)
+        rc = cfg_num(path, rs, "rope_theta", *base, base, err);
     if (rc)
         return rc;
     if (!type)
-        return bk_fail(err, BK_ERR_PARSE, "%s: 'rope_scaling' has no 'rope_type' (or 'type')", path);
+        return bk_fail(err, BK_ERR_PARSE, "%s: '%s' has no 'rope_type' (or 'type')", path, what);
+    if (!strcmp(type, "default") && v5) {
+        for (const cJSON *e = rs->child; e; e = e->next)
+            if (strcmp(e->string, "rope_type") && strcmp(e->string, "type") && strcmp(e->string, "rope_theta"))
+                return bk_fail(err, BK_ERR_UNSUPPORTED,
+                               "%s: rope_parameters '%s' of type 'default': import reads rope_theta there, not "
+                               "this key",
+                               path, e->string);
+        return BK_OK;
+    }
     if (!strcmp(type, "default"))
         return BK_OK;
     if (strcmp(type, "linear") && strcmp(type, "yarn"))
         return bk_fail(err, BK_ERR_UNSUPPORTED,
-                       "%s: rope_scaling type '%s': the rope plugin has no such scaling (import maps 'linear' onto "
+                       "%s: %s type '%s': the rope plugin has no such scaling (import maps 'linear' onto "
                        "its \"pi\" and 'yarn' onto its \"yarn\"%s)",
-                       path, type,
+                       path, what, type,
                        !strcmp(type, "dynamic") ? "; transformers' dynamic NTK recomputes the base as "
                                                   "base ((factor length / L) - (factor - 1))^(d / (d - 2)), the "
                                                   "plugin's \"ntk\" with factor 0 as base (length / L)^(d / (d - 2))"
                                                 : "");
+    const int yarn = !strcmp(type, "yarn");
     for (const cJSON *e = rs->child; e; e = e->next) {
-        static const char *const linear_keys[] = {"rope_type", "type", "factor"};
-        static const char *const yarn_keys[] = {"rope_type", "type", "factor", "beta_fast", "beta_slow",
-                                                "attention_factor"};
-        const int yarn = !strcmp(type, "yarn");
+        static const char *const linear_keys[] = {"rope_type", "type", "factor", "rope_theta"};
+        static const char *const yarn_keys[] = {"rope_type",        "type", "factor", "beta_fast", "beta_slow",
+                                                "attention_factor", "rope_theta", "original_max_position_embeddings",
+                                                "truncate"};
         const char *const *keys = yarn ? yarn_keys : linear_keys;
-        const size_t n = yarn ? sizeof yarn_keys / sizeof *keys : sizeof linear_keys / sizeof *keys;
+        /* rope_theta, original_max_position_embeddings and truncate are read in rope_parameters only */
+        const size_t n = yarn ? (v5 ? sizeof yarn_keys / sizeof *keys : 6) : (v5 ? 4 : 3);
         size_t k = 0;
         while (k < n && strcmp(keys[k], e->string))
             k++;
         if (k == n)
-            return bk_fail(err, BK_ERR_UNSUPPORTED,
-                           "%s: rope_scaling '%s' of type '%s': import maps %s onto the rope plugin, not this key",
-                           path, e->string, type,
-                           yarn ? "factor, beta_fast, beta_slow and attention_factor" : "factor");
+            return bk_fail(err, BK_ERR_UNSUPPORTED, "%s: %s '%s' of type '%s': import maps %s onto the rope plugin, not "
+                           "this key",
+                           path, what, e->string, type,
+                           yarn ? (v5 ? "factor, beta_fast, beta_slow, attention_factor, "
+                                        "original_max_position_embeddings and truncate"
+                                      : "factor, beta_fast, beta_slow and attention_factor")
+                                : "factor");
     }
     if ((rc = cfg_num(path, rs, "factor", NAN, &r->factor, err)))
         return rc;
     if (!(r->factor >= 1.0))
-        return bk_fail(err, BK_ERR_UNSUPPORTED, "%s: rope_scaling factor %g: expected at least 1", path, r->factor);
-    if (!strcmp(type, "linear")) {
+        return bk_fail(err, BK_ERR_UNSUPPORTED, "%s: %s factor %g: expected at least 1", path, what, r->factor);
+    if (!yarn) {
         snprintf(r->scaling, sizeof r->scaling, "pi");
         return BK_OK;
     }
     snprintf(r->scaling, sizeof r->scaling, "yarn");
-    /* transformers' yarn: L = max_position_embeddings; the plugin multiplies q and k by
-     * (0.1 ln s + 1) attn_factor where transformers multiplies them by attention_factor (default 0.1 ln s + 1) */
+    /* transformers' yarn: L = original_max_position_embeddings (4.x: max_position_embeddings); the plugin
+     * multiplies q and k by (0.1 ln s + 1) attn_factor where transformers multiplies them by
+     * attention_factor (default 0.1 ln s + 1); its correction range is floored and ceiled (truncate) */
     const double mscale = bk_hf_yarn_mscale(r->factor);
     double af;
+    int truncate = 1;
     if ((rc = cfg_num(path, rs, "beta_fast", BK_HF_YARN_BETA_FAST, &r->beta_fast, err)) ||
         (rc = cfg_num(path, rs, "beta_slow", BK_HF_YARN_BETA_SLOW, &r->beta_slow, err)) ||
-        (rc = cfg_num(path, rs, "attention_factor", 0.1 * log(r->factor) + 1.0, &af, err)))
+        (rc = cfg_num(path, rs, "attention_factor", 0.1 * log(r->factor) + 1.0, &af, err)) ||
+        (rc = cfg_int(path, rs, "original_max_position_embeddings", context, 1, 1 << 24, &r->original_length, err)) ||
+        (rc = cfg_bool(path, rs, "truncate", 1, &truncate, err)))
         return rc;
+    if (!truncate)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "%s: rope_parameters truncate = false: the rope plugin's YaRN floors and ceils its ramp's "
+                       "ends, as transformers' truncate = true",
+                       path);
     r->attn_factor = af / mscale;
-    r->original_length = context;
     return BK_OK;
 }
 
@@ -571,7 +614,7 @@ static int read_config(const char *path, const cJSON *c, bk_import_summary *s, h
                        "%s: %d heads with %d key/value heads of %d: expected key/value heads dividing the heads and "
                        "an even head size",
                        path, s->heads, s->kv_heads, s->head_dim);
-    return read_rope_scaling(path, c, s->context, &m->rope, err);
+    return read_rope_scaling(path, c, s->context, &m->rope, &s->rope_base, err);
 }
 
 
