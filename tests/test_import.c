@@ -78,6 +78,10 @@ static int tensors_of(const variant *v, info *t)
         if (!(l == 1 && v->drop_up))
             LAYER("ffn_up", C, F);
         LAYER("ffn_down", F, C);
+        if (v->arch && !strcmp(v->arch, "qwen3")) { /* QK-norm */
+            LAYER("attn_q_norm", HD, 0);
+            LAYER("attn_k_norm", HD, 0);
+        }
 #undef LAYER
     }
     if (v->extra)
@@ -232,15 +236,17 @@ static void run_import(const variant *v, bk_import_summary *s)
 
 static void places_every_tensor(const variant *v)
 {
+    const int qwen3 = v->arch && !strcmp(v->arch, "qwen3"); /* QK-norm; q and k rows as they are */
     bk_import_summary s;
     run_import(v, &s);
+    assert_int_equal(s.qk_norm, qwen3);
     assert_int_equal(s.layers, L);
     assert_int_equal(s.heads, H);
     assert_int_equal(s.kv_heads, KV);
     assert_int_equal(s.head_dim, HD);
     assert_int_equal(s.vocab, V);
     assert_int_equal(s.tied, !v->untied);
-    assert_int_equal(s.tensors, 2 + (v->untied ? 1 : 0) + 9 * L);
+    assert_int_equal(s.tensors, 2 + (v->untied ? 1 : 0) + (qwen3 ? 11 : 9) * L);
     bk_safetensors *st = NULL;
     bk_error err;
     if (bk_safetensors_open(out, &st, &err))
@@ -259,14 +265,18 @@ static void places_every_tensor(const variant *v)
         char nm[64];
 #define FILE_OF(part) (snprintf(nm, sizeof nm, "blk.%d." part ".weight", l), index_of(v, nm))
         expect_rows(rms1 + l * C, FILE_OF("attn_norm"), 1, C, 0);
-        expect_rows(qkv + (size_t)l * R * C, FILE_OF("attn_q"), H * HD, C, H);
-        expect_rows(qkv + (size_t)l * R * C + H * HD * C, FILE_OF("attn_k"), KV * HD, C, KV);
+        expect_rows(qkv + (size_t)l * R * C, FILE_OF("attn_q"), H * HD, C, qwen3 ? 0 : H);
+        expect_rows(qkv + (size_t)l * R * C + H * HD * C, FILE_OF("attn_k"), KV * HD, C, qwen3 ? 0 : KV);
         expect_rows(qkv + (size_t)l * R * C + (H + KV) * HD * C, FILE_OF("attn_v"), KV * HD, C, 0);
         expect_rows(o + (size_t)l * C * H * HD, FILE_OF("attn_output"), C, H * HD, 0);
         expect_rows(rms2 + l * C, FILE_OF("ffn_norm"), 1, C, 0);
         expect_rows(fc + (size_t)l * 2 * F * C, FILE_OF("ffn_gate"), F, C, 0);
         expect_rows(fc + (size_t)l * 2 * F * C + F * C, FILE_OF("ffn_up"), F, C, 0);
         expect_rows(down + (size_t)l * C * F, FILE_OF("ffn_down"), C, F, 0);
+        if (qwen3) {
+            expect_rows(stored(st, "model.qnormw", L * HD) + l * HD, FILE_OF("attn_q_norm"), 1, HD, 0);
+            expect_rows(stored(st, "model.knormw", L * HD) + l * HD, FILE_OF("attn_k_norm"), 1, HD, 0);
+        }
 #undef FILE_OF
     }
     bk_safetensors_close(st);
@@ -312,6 +322,19 @@ static void untied_model_with_tokenizer(void **state)
 {
     (void)state;
     places_every_tensor(&(variant){.untied = 1, .tokens = V});
+}
+
+/* llama.cpp's qwen3: QK-norm (attn_q_norm, attn_k_norm), q and k not reordered */
+static void qwen3_model(void **state)
+{
+    (void)state;
+    places_every_tensor(&(variant){.arch = "qwen3"});
+    char text[4096];
+    bk_import_summary s;
+    bk_error err;
+    assert_int_equal(bk_import_gguf_experiment(gguf, text, sizeof text, &s, &err), BK_OK);
+    assert_non_null(strstr(text, "qk_norm = true"));
+    assert_non_null(strstr(text, "architecture qwen3"));
 }
 
 /* The GGUF's tokenizer travels with the checkpoint: tokenize reads it back, a reopened model reads text
@@ -457,6 +480,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tied_model),
         cmocka_unit_test(untied_model_with_tokenizer),
+        cmocka_unit_test(qwen3_model),
         cmocka_unit_test(bad_files_are_refused),
         cmocka_unit_test(tokenizer_is_carried),
         cmocka_unit_test(unsupported_and_broken_tokenizers),

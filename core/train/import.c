@@ -57,11 +57,12 @@ static int read_shape(const bk_gguf *g, const char *path, bk_import_summary *s, 
     if (rc)
         return rc;
     snprintf(s->architecture, sizeof s->architecture, "%s", arch);
-    if (strcmp(arch, "llama") != 0)
+    if (strcmp(arch, "llama") != 0 && strcmp(arch, "qwen3") != 0)
         return bk_fail(err, BK_ERR_UNSUPPORTED,
                        "%s: architecture '%s': import reads GGUF files of architecture 'llama' (LLaMA blocks: "
-                       "RMSNorm, SwiGLU, grouped-query attention, RoPE)",
+                       "RMSNorm, SwiGLU, grouped-query attention, RoPE) and 'qwen3' (the same with QK-norm)",
                        path, arch);
+    s->qk_norm = !strcmp(arch, "qwen3");
     const char *name = NULL;
     if (bk_gguf_find(g, "general.name") && bk_gguf_get_string(g, "general.name", &name, err) == BK_OK)
         snprintf(s->name, sizeof s->name, "%s", name);
@@ -148,11 +149,11 @@ int bk_import_gguf_experiment(const char *path, char *text, size_t size, bk_impo
     rc = bk_append(text, size, &at, err, "the imported experiment",
                    "# imported by biaskit import from %s (GGUF, architecture %s%s%s)\n"
                    "[model]\nfamily = \"llama\"\nlayers = %d\nheads = %d\nkv_heads = %d\nhead_dim = %d\ndim = %d\n"
-                   "ffn_dim = %d\nvocab = %d\nnorm_eps = %.17g\ntied = %s\n\n[train]\nlength = %d\n\n[run]\n"
+                   "ffn_dim = %d\nvocab = %d\nnorm_eps = %.17g\ntied = %s\n%s\n[train]\nlength = %d\n\n[run]\n"
                    "device = \"cpu\"\n\n[[term]]\nplugin = \"rope\"\nbase = %.17g\n",
                    base, s->architecture, s->name[0] ? ": " : "", s->name, s->layers, s->heads, s->kv_heads,
-                   s->head_dim, s->dim, s->ffn_dim, s->vocab, s->norm_eps, s->tied ? "true" : "false", s->context,
-                   s->rope_base);
+                   s->head_dim, s->dim, s->ffn_dim, s->vocab, s->norm_eps, s->tied ? "true" : "false",
+                   s->qk_norm ? "qk_norm = true\n" : "", s->context, s->rope_base);
     return rc;
 }
 
@@ -188,9 +189,15 @@ static int place(const bk_gguf *g, const char *path, const char *name, int64_t r
     return BK_OK;
 }
 
-/* Every tensor of the file into the model's parameters (the llama family's layout, model/gpt.h). */
+/* The per-layer tensors import places (blk.N.<part>.weight); the last two with QK-norm only. */
+static const char *const layer_parts[11] = {"attn_norm", "attn_q", "attn_k",   "attn_v",     "attn_output", "ffn_norm",
+                                            "ffn_gate",  "ffn_up", "ffn_down", "attn_q_norm", "attn_k_norm"};
+
+/* Every tensor of the file into the model's parameters (the llama family's layout, model/gpt.h). llama.cpp
+ * reorders q's and k's rows for architecture llama only (its qwen3 keeps HF's rotate-half layout). */
 static int place_all(const bk_gguf *g, const char *path, bk_gpt *m, bk_import_summary *s, bk_error *err)
 {
+    const int permute = !m->qk_norm, parts = m->qk_norm ? 11 : 9;
     const int64_t C = m->C, A = m->A, F = m->F, V = m->V, KVd = (int64_t)m->KV * m->hd;
     const int64_t R = A + 2 * KVd;
     const bk_llama_params *p = &m->lp;
@@ -205,23 +212,23 @@ static int place_all(const bk_gguf *g, const char *path, bk_gpt *m, bk_import_su
         rc = place(g, path, "output.weight", V, C, 0, p->lmhead, scratch, s, err);
     size_t placed = 2 + !m->tied;
     for (int l = 0; l < m->L && !rc; l++) {
-        char n[9][64];
-        static const char *const parts[9] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                             "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
-        for (int k = 0; k < 9; k++)
-            snprintf(n[k], sizeof n[k], "blk.%d.%s.weight", l, parts[k]);
+        char n[11][64];
+        for (int k = 0; k < 11; k++)
+            snprintf(n[k], sizeof n[k], "blk.%d.%s.weight", l, layer_parts[k]);
         float *qkv = p->qkvw + (size_t)l * R * C, *fc = p->fcw + (size_t)l * 2 * F * C;
         if ((rc = place(g, path, n[0], 0, C, 0, p->rms1w + (size_t)l * C, scratch, s, err)) ||
-            (rc = place(g, path, n[1], A, C, m->H, qkv, scratch, s, err)) ||
-            (rc = place(g, path, n[2], KVd, C, m->KV, qkv + A * C, scratch, s, err)) ||
+            (rc = place(g, path, n[1], A, C, permute ? m->H : 0, qkv, scratch, s, err)) ||
+            (rc = place(g, path, n[2], KVd, C, permute ? m->KV : 0, qkv + A * C, scratch, s, err)) ||
             (rc = place(g, path, n[3], KVd, C, 0, qkv + (A + KVd) * C, scratch, s, err)) ||
             (rc = place(g, path, n[4], C, A, 0, p->attprojw + (size_t)l * C * A, scratch, s, err)) ||
             (rc = place(g, path, n[5], 0, C, 0, p->rms2w + (size_t)l * C, scratch, s, err)) ||
             (rc = place(g, path, n[6], F, C, 0, fc, scratch, s, err)) ||
             (rc = place(g, path, n[7], F, C, 0, fc + F * C, scratch, s, err)) ||
-            (rc = place(g, path, n[8], C, F, 0, p->fcprojw + (size_t)l * C * F, scratch, s, err)))
+            (rc = place(g, path, n[8], C, F, 0, p->fcprojw + (size_t)l * C * F, scratch, s, err)) ||
+            (m->qk_norm && ((rc = place(g, path, n[9], 0, m->hd, 0, p->qnormw + (size_t)l * m->hd, scratch, s, err)) ||
+                            (rc = place(g, path, n[10], 0, m->hd, 0, p->knormw + (size_t)l * m->hd, scratch, s, err)))))
             break;
-        placed += 9;
+        placed += (size_t)parts;
     }
     free(scratch);
     if (rc)
@@ -236,15 +243,14 @@ static int place_all(const bk_gguf *g, const char *path, bk_gpt *m, bk_import_su
             char part[32];
             if (!known && sscanf(name, "blk.%d.%31[a-z_].weight%n", &l, part, &end) == 2 && name[end] == '\0' &&
                 l >= 0 && l < m->L)
-                known = !strcmp(part, "attn_norm") || !strcmp(part, "attn_q") || !strcmp(part, "attn_k") ||
-                        !strcmp(part, "attn_v") || !strcmp(part, "attn_output") || !strcmp(part, "ffn_norm") ||
-                        !strcmp(part, "ffn_gate") || !strcmp(part, "ffn_up") || !strcmp(part, "ffn_down");
+                for (int k = 0; k < parts; k++)
+                    known |= !strcmp(part, layer_parts[k]);
             if (!known)
                 return bk_fail(err, BK_ERR_UNSUPPORTED,
-                               "%s: tensor '%s' has no place in a llama model of %d layers (import places "
+                               "%s: tensor '%s' has no place in a %s model of %d layers (import places "
                                "token_embd, output_norm, output and blk.N.{attn_norm, attn_q, attn_k, attn_v, "
-                               "attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down})",
-                               path, name, m->L);
+                               "attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down%s})",
+                               path, name, s->architecture, m->L, m->qk_norm ? ", attn_q_norm, attn_k_norm" : "");
         }
     return BK_OK;
 }
