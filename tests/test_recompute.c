@@ -3,8 +3,8 @@
  * - a training forward/backward that recomputes each layer gives the same loss and the same gradients,
  *   bit for bit, as one that keeps every layer: both families, schemes that touch each kind of state a
  *   layer has (tables, rotary angles, a learned FIRE function, a content term's per-layer positions,
- *   counted positions), on the CPU (the blocked and the fused attention) and on the emulated device
- *   backend; and its activation memory is smaller;
+ *   counted positions), QK-norm, on the CPU (the blocked and the fused attention) and on the emulated device
+ *   backend (with bf16 storage too); and its activation memory is smaller;
  * - with [train] trainable freezing the model's tensors, the gradients of what trains are the same bits
  *   as with everything training, and the frozen matrices' gradients are not computed (they stay 0).
  *
@@ -117,14 +117,17 @@ static double same_group(const run *a, const run *b, int i, const char *what)
     return largest;
 }
 
-static void recompute_case(const char *family, const char *model, const scheme *s, const char *device)
+/* `also`: one more --set for both runs (NULL: none) */
+static void recompute_case(const char *family, const char *model, const scheme *s, const char *device,
+                           const char *also)
 {
-    char what[128];
-    snprintf(what, sizeof what, "%s, %s, %s, recompute", family, s->name, device);
-    const char *on[] = {"run.recompute=true"};
+    char what[160];
+    snprintf(what, sizeof what, "%s, %s, %s%s%s, recompute", family, s->name, device, also ? ", " : "",
+             also ? also : "");
+    const char *on[] = {"run.recompute=true", also}, *base[] = {also};
     run full, again;
-    open_run(&full, model, s, device, NULL, 0);
-    open_run(&again, model, s, device, on, 1);
+    open_run(&full, model, s, device, base, also ? 1 : 0);
+    open_run(&again, model, s, device, on, also ? 2 : 1);
     assert_int_equal(full.lm.gpt.recompute, 0);
     assert_int_equal(again.lm.gpt.recompute, 1);
     forward_backward(&full);
@@ -155,9 +158,9 @@ static void recompute_gives_the_same_bits(void **state)
 {
     (void)state;
     for (size_t s = 0; s < N_SCHEMES; s++) {
-        recompute_case("gpt2", gpt2_model, &schemes[s], "cpu");
-        recompute_case("llama", llama_model, &schemes[s], "cpu");
-        recompute_case("llama, QK-norm", llama_qk_model, &schemes[s], "cpu");
+        recompute_case("gpt2", gpt2_model, &schemes[s], "cpu", NULL);
+        recompute_case("llama", llama_model, &schemes[s], "cpu", NULL);
+        recompute_case("llama, QK-norm", llama_qk_model, &schemes[s], "cpu", NULL);
     }
 }
 
@@ -165,11 +168,14 @@ static void recompute_gives_the_same_bits_emulated(void **state)
 {
     (void)state;
     /* the device's fused attention (counted positions need the materialized one: CPU above) */
+    /* bf16 storage (gpt2): the recomputed q, k, v go through the fp32 stage again */
+    recompute_case("gpt2", gpt2_model, &schemes[0], "emulated", "run.precision=bf16");
+    recompute_case("gpt2", gpt2_model, &schemes[1], "emulated", "run.precision=bf16");
     for (size_t s = 0; s < N_SCHEMES; s++)
         if (strcmp(schemes[s].name, "cope")) {
-            recompute_case("gpt2", gpt2_model, &schemes[s], "emulated");
-            recompute_case("llama", llama_model, &schemes[s], "emulated");
-            recompute_case("llama, QK-norm", llama_qk_model, &schemes[s], "emulated");
+            recompute_case("gpt2", gpt2_model, &schemes[s], "emulated", NULL);
+            recompute_case("llama", llama_model, &schemes[s], "emulated", NULL);
+            recompute_case("llama, QK-norm", llama_qk_model, &schemes[s], "emulated", NULL);
         }
 }
 

@@ -266,12 +266,13 @@ static void set_tensor(bk_gpt *m, const char *name, int ndim, int64_t d0, int64_
     *offset += t->count;
 }
 
-/* The views of one copy of the parameters (or their gradients) at base: the family's struct. */
 /* The llama family's tensors in the order of bk_llama_params' members (some are optional: lmhead,
  * qnormw, knormw). */
 static const char *const llama_members[] = {"wte",     "rms1w", "qkvw",   "attprojw", "rms2w", "fcw",
                                             "fcprojw", "rmsfw", "lmhead", "qnormw",   "knormw"};
 
+/* The views of one copy of the parameters (or their gradients) at base: the family's struct (llama: by
+ * name, the optional members NULL when absent). */
 static void point(const bk_gpt *m, float *base, bk_gpt_params *p, bk_llama_params *lp)
 {
     if (m->family == BK_FAMILY_LLAMA) {
@@ -624,8 +625,9 @@ static stored stored_of(const acts *a, bk_storage s, size_t la, size_t lk, size_
             goto fail;              \
     } while (0)
 
-/* The slots of layer l's activations in a training forward or backward (eval: forward_slots): every
- * layer its own, or with recompute slot 0 for all but res3 (every layer's output keeps its own). */
+/* The slots of layer l's activations: in training every layer its own, or with recompute slot 0 for all
+ * but res3, atty and att (every layer keeps its own); in evaluation slot 0 for all, the input (res3) read
+ * before the layer rewrites it. */
 typedef struct layer_slots {
     size_t ls;             /* slot of the per-layer activations */
     size_t lk;             /* of atty and att (recompute keeps every layer's) */
