@@ -152,9 +152,9 @@ static const key_spec schema[] = {
      FIELD(run.out_dir)},
     {"run", "recompute", KEY_BOOL, 0, 0, 1, NULL,
      "training keeps each layer's input and attention output (and one layer's other activations) and "
-     "recomputes a layer's forward but its attention before its backward: far less activation memory (the "
-     "banner's memory line says how much), the layers' products once more per step; the gradients are the "
-     "same bits",
+     "recomputes the rest of a layer's forward (not its attention) before its backward: far less activation "
+     "memory (the banner's memory line says how much), the layers' products once more per step; the gradients "
+     "are the same bits",
      FIELD(run.recompute)},
     {"run", "threads", KEY_INT, 0, 0, 4096, NULL, "CPU threads (0 = every core)", FIELD(run.threads)},
     {"run", "gpu", KEY_INT, -1, -1, 1023, NULL,

@@ -13,9 +13,10 @@
 /* Activation tensors, carved out of one allocation. Per-layer tensors hold La layers: every layer
  * when training, one (reused) when evaluating or when training recomputes (bk_gpt.recompute). Recompute
  * keeps every layer of res3 (each layer's output, so the next one's input; its gradient too), atty and att
- * (the attention's output and what its backward reads: the recomputation skips the attention itself). With bf16 storage (bf16_storage below) ln1, qkv, atty,
- * ln2, fch_gelu and lnf hold bf16 values (uint16_t, in half the room) and `stage` is the fp32 room the
- * qkv product (bias, RoPE) is computed in before it is rounded; their gradients stay fp32. */
+ * (the attention's output and what its backward reads: the recomputation skips the attention itself).
+ * With bf16 storage (bf16_storage below) ln1, qkv, atty, ln2, fch_gelu and lnf hold bf16 values
+ * (uint16_t, in half the room) and `stage` is the fp32 room the qkv product (bias, RoPE) is computed in
+ * before it is rounded; their gradients stay fp32. */
 typedef struct acts {
     float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd,
         *fch, *fch_gelu, *fcproj, *res3, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *stage, *qkvr, *qkraw, *qkrstd;
@@ -613,8 +614,9 @@ static void *at_value(void *base, bk_storage s, size_t index)
 
 static stored stored_of(const acts *a, bk_storage s, size_t la, size_t lk, size_t BT, size_t C)
 {
-    stored st = {at_value(a->ln1, s, la * BT * C), at_value(a->qkv, s, la * BT * 3 * C), at_value(a->atty, s, lk * BT * C),
-                 at_value(a->ln2, s, la * BT * C), at_value(a->fch_gelu, s, la * BT * 4 * C)};
+    stored st = {at_value(a->ln1, s, la * BT * C), at_value(a->qkv, s, la * BT * 3 * C),
+                 at_value(a->atty, s, lk * BT * C), at_value(a->ln2, s, la * BT * C),
+                 at_value(a->fch_gelu, s, la * BT * 4 * C)};
     return st;
 }
 

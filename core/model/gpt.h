@@ -123,9 +123,9 @@ typedef struct bk_gpt {
     int B, T, train;
     int recompute;      /* [run] recompute: a training forward keeps each layer's input, its attention's output
                            and what the attention's backward reads, and one layer's other activations; the
-                           backward recomputes a layer's forward but its attention before its backward, with
-                           the same kernels on the same inputs, so the gradients are the same bits. Set before
-                           a training forward. */
+                           backward recomputes a layer's forward (all but the attention) before its
+                           backward, with the same kernels on the same inputs, so the gradients are the same
+                           bits. Set before a training forward. */
     int acts_recompute; /* the recompute the activations were laid out for */
     unsigned char frozen[BK_GPT_N_TENSORS]; /* 1: backward leaves this tensor's gradient as it is (a frozen
                                                tensor of [train] trainable): its products skip the weight
