@@ -14,10 +14,7 @@
  *    for, a non-empty directory without --force, a directory that is a file, the checkpoint itself as the
  *    model.safetensors to replace. */
 #define _POSIX_C_SOURCE 200809L /* setenv, mkdtemp */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_util.h"
 
 #include "data/bpe.h"
 #include "io/safetensors.h"
@@ -327,21 +324,6 @@ static void llama_round_trip(int H, int KV, int HD, int F, int tied, const char 
     free_model(&m);
 }
 
-static char *read_all(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    assert_non_null(text);
-    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
-    text[n] = '\0';
-    fclose(f);
-    return text;
-}
 
 /* A model imported with its tokenizer.json exports it: the checkpoint's canonical tokenizer.json, a
  * tokenizer_config.json naming PreTrainedTokenizerFast, and the export imports back with the same tokenizer. */
@@ -354,7 +336,7 @@ static void tokenizer_travels(void **state)
     llama_dir(&m, 2, 1, 8, 24, 1, "null", 0);
     char p[512];
     path_in(p, sizeof p, hf, "tokenizer.json");
-    char *original = read_all(BK_TEST_SOURCE_DIR "/tests/data/bpe_tokenizer.json");
+    char *original = bk_test_read_all(BK_TEST_SOURCE_DIR "/tests/data/bpe_tokenizer.json");
     write_text(p, original);
     bk_export_summary s;
     import_export(&s);
@@ -368,10 +350,10 @@ static void tokenizer_travels(void **state)
     if (bk_bpe_to_hf_json(t, &canonical, &len, &err))
         fail_msg("%s", err.message);
     path_in(p, sizeof p, out, "tokenizer.json");
-    char *written = read_all(p);
+    char *written = bk_test_read_all(p);
     assert_string_equal(written, canonical);
     path_in(p, sizeof p, out, "tokenizer_config.json");
-    char *config = read_all(p);
+    char *config = bk_test_read_all(p);
     assert_non_null(strstr(config, "\"tokenizer_class\": \"PreTrainedTokenizerFast\""));
     assert_non_null(strstr(config, "\"add_bos_token\": false"));
     /* and back: the export is an HF directory whose tokenizer imports as the same one */

@@ -31,21 +31,6 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static char *read_all(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot read %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    assert_non_null(text);
-    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
-    text[n] = '\0';
-    fclose(f);
-    return text;
-}
 
 static int starts_with_png_signature(const char *path)
 {
@@ -100,7 +85,7 @@ static void test_draws_png_with_script_and_data(void **state)
         fail_msg("bk_plot_write: %s", err.message);
     assert_true(starts_with_png_signature(png));
 
-    char *script = read_all(gp);
+    char *script = bk_test_read_all(gp);
     assert_message_has(script, "set terminal pngcairo size 1800,1200"); /* twice 900x600 */
     assert_message_has(script, "set terminal png size 1800,1200");
     assert_message_has(script, "set terminal pdfcairo size 6in,4in"); /* and a PDF beside it */
@@ -119,7 +104,7 @@ static void test_draws_png_with_script_and_data(void **state)
     free(script);
 
     /* two blocks; the NaN of the second series is a gap (a blank line inside its block) */
-    char *data = read_all(dat);
+    char *data = bk_test_read_all(dat);
     assert_message_has(data, "# index 0: alibi (n=2)\n64 20.5\n128 21\n");
     assert_message_has(data, "\n\n\n# index 1: kerple's log\n64 19\n128 19.5\n\n512 40\n1024 90\n2048 300\n");
     free(data);
@@ -157,7 +142,7 @@ static void test_paper_style(void **state)
     if (bk_plot_write_marked(&p, &marks, &err))
         fail_msg("bk_plot_write: %s", err.message);
     assert_true(starts_with_png_signature(png));
-    char *script = read_all(gp);
+    char *script = bk_test_read_all(gp);
     /* every series its own colour */
     char seen[NS][16];
     for (int k = 0; k < NS; k++) {
@@ -178,7 +163,7 @@ static void test_paper_style(void **state)
     assert_message_has(script, "set label 'train length' at 128, graph 0");
     assert_null(strstr(script, "title 'train length'")); /* not a series: not in the legend */
     free(script);
-    char *data = read_all(dat);
+    char *data = bk_test_read_all(dat);
     assert_message_has(data, "# index 0: v0\n64 10 9.5 10.5\n128 10.1 9.6 10.6\n256 10.2 9.7 10.7\n512 10.3 NaN NaN\n");
     free(data);
     assert_true(exists(pdf));
@@ -230,7 +215,7 @@ static void test_small_multiples(void **state)
         fail_msg("bk_plot_write_marked: %s", err.message);
     assert_true(starts_with_png_signature(png));
     assert_true(exists(pdf));
-    char *script = read_all(gp);
+    char *script = bk_test_read_all(gp);
     assert_message_has(script, "set multiplot layout 2, 2 title 'panels (dashed: train length)'");
     char want_range[96];
     snprintf(want_range, sizeof want_range, "set yrange [%.10g:%.10g]", 10.0 / 1.04,
@@ -272,7 +257,7 @@ static void test_linear_axes_and_gaps(void **state)
     if (bk_plot_write(&p, &err))
         fail_msg("bk_plot_write: %s", err.message);
     assert_true(starts_with_png_signature(png));
-    char *script = read_all(gp);
+    char *script = bk_test_read_all(gp);
     assert_null(strstr(script, "logscale"));
     assert_message_has(script, "with linespoints lc rgb \"#D55E00\" dt 2");
     assert_message_has(script, "# series 3, head 2: no finite value to draw");
@@ -280,7 +265,7 @@ static void test_linear_axes_and_gaps(void **state)
     /* T_h(d) keeps its underscore: text is not "enhanced" */
     assert_message_has(script, "noenhanced");
     free(script);
-    char *data = read_all(dat);
+    char *data = bk_test_read_all(dat);
     /* leading non-finite values make no gap, an inner one does; the empty series has no block */
     assert_message_has(data, "# index 1: head 1\n2 -0.5\n\n4 -1.5\n");
     assert_null(strstr(data, "head 2"));
@@ -292,7 +277,7 @@ static void test_linear_axes_and_gaps(void **state)
     bk_plot pl = {png, "log y", "x", "y", 0, 1, &sl, 1, 0};
     if (bk_plot_write(&pl, &err))
         fail_msg("bk_plot_write: %s", err.message);
-    data = read_all(dat);
+    data = bk_test_read_all(dat);
     assert_message_has(data, "# index 0: loss\n1 1\n\n3 10\n4 100\n");
     free(data);
 }
