@@ -394,6 +394,13 @@ static void test_json_refused(void **state)
     expect_json_refused("{" PRE_BL ", " MODEL(", \"unk_token\": \"<unk>\"", "[]") "}", BK_ERR_PARSE,
                         "model.unk_token: '<unk>' is not in the vocabulary");
     expect_json_refused("[1, 2]", BK_ERR_PARSE, "the top level: expected an object");
+    /* an id far outside int's range is refused before it is converted (it was undefined behaviour) */
+    expect_json_refused("{" PRE_BL ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2e48}, \"merges\": "
+                        "[]}}",
+                        BK_ERR_PARSE, "model.vocab[\"b\"]");
+    expect_json_refused("{" PRE_BL ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": -1e300}, "
+                        "\"merges\": []}}",
+                        BK_ERR_PARSE, "model.vocab[\"b\"]");
 }
 
 static void test_decode_and_encode_refused(void **state)

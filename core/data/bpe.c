@@ -624,8 +624,10 @@ static int get_string(json_ctx *c, const cJSON *obj, const char *key, const char
 
 static int get_id(json_ctx *c, const cJSON *j, const char *where, int max, int *out)
 {
-    if (!cJSON_IsNumber(j) || j->valuedouble != (double)(long long)j->valuedouble || j->valuedouble < 0 ||
-        j->valuedouble >= (double)max)
+    *out = 0;
+    /* the range first: only a value in [0, max) may be converted to an integer (2e48 may not) */
+    if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble < (double)max) ||
+        j->valuedouble != (double)(int)j->valuedouble)
         return expect_fail(c, where, "a token id (an integer >= 0)", j);
     *out = (int)j->valuedouble;
     return BK_OK;
