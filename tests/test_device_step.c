@@ -28,29 +28,46 @@ enum { B = 3, T = 37, STEPS = 3 };
 
 typedef struct scheme {
     const char *name;
-    const char *text; /* [attention] and [[term]] tables */
+    const char *text;  /* [attention] and [[term]] tables */
+    const char *model; /* the [model] table; NULL: gpt2_model */
 } scheme;
 
+static const char gpt2_model[] = "[model]\nlayers = 2\nheads = 12\ndim = 96\nvocab = 256\n";
+
 static const scheme schemes[] = {
-    {"alibi", "[[term]]\nplugin = \"alibi\"\n"},
-    {"kerple_log", "[[term]]\nplugin = \"kerple\"\nvariant = \"log\"\n"},
-    {"t5", "[[term]]\nplugin = \"t5\"\nbuckets = 8\nmax_distance = 24\n"},
-    {"mep_param", "[[term]]\nplugin = \"mep\"\nvariant = \"param\"\n"},
-    {"bipe_alibi", "[[term]]\nplugin = \"bipe\"\n[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\n"},
-    {"rope", "[[term]]\nplugin = \"rope\"\n"},
-    {"ape_learned", "[[term]]\nplugin = \"ape\"\nvariant = \"learned\"\n"},
+    {"alibi", "[[term]]\nplugin = \"alibi\"\n", NULL},
+    {"kerple_log", "[[term]]\nplugin = \"kerple\"\nvariant = \"log\"\n", NULL},
+    {"t5", "[[term]]\nplugin = \"t5\"\nbuckets = 8\nmax_distance = 24\n", NULL},
+    {"mep_param", "[[term]]\nplugin = \"mep\"\nvariant = \"param\"\n", NULL},
+    {"bipe_alibi", "[[term]]\nplugin = \"bipe\"\n[[term]]\nplugin = \"alibi\"\nstream = \"segment\"\n", NULL},
+    {"rope", "[[term]]\nplugin = \"rope\"\n", NULL},
+    {"ape_learned", "[[term]]\nplugin = \"ape\"\nvariant = \"learned\"\n", NULL},
     {"kernel_mix_learned", "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
-                           "[[term]]\nplugin = \"kerple\"\nvariant = \"log\"\n[[term]]\nplugin = \"alibi\"\n"},
+                           "[[term]]\nplugin = \"kerple\"\nvariant = \"log\"\n[[term]]\nplugin = \"alibi\"\n", NULL},
 };
 #define N_SCHEMES (sizeof schemes / sizeof schemes[0])
 
 /* A content position (BIASKIT_CAP_CONTENT: the attention's cpos / dcpos), on the fused attention only: the
  * materialized one refuses it (test_emulated_fox). */
-static const scheme fox = {"fox", "[[term]]\nplugin = \"fox\"\n"};
+static const scheme fox = {"fox", "[[term]]\nplugin = \"fox\"\n", NULL};
+
+/* LLaMA-style blocks ([model] family = "llama": RMSNorm, SwiGLU, 12 query heads on 4 key/value heads, no
+ * biases) with RoPE; untied, and Qwen3's QK-norm with a tied head. The widths differ (dim 80, q/k/v
+ * 3 x 96, SwiGLU 136 or 328) so that bf16 storage's stage is sized by the q/k/v in one and by SwiGLU in the
+ * other. */
+static const scheme llama_schemes[] = {
+    {"llama_rope", "[[term]]\nplugin = \"rope\"\n",
+     "[model]\nfamily = \"llama\"\nlayers = 2\nheads = 12\nkv_heads = 4\nhead_dim = 8\ndim = 80\nffn_dim = 136\n"
+     "vocab = 256\ntied = false\n"},
+    {"llama_qk_norm_rope", "[[term]]\nplugin = \"rope\"\n",
+     "[model]\nfamily = \"llama\"\nlayers = 2\nheads = 12\nkv_heads = 4\nhead_dim = 8\ndim = 80\nffn_dim = 328\n"
+     "vocab = 256\nqk_norm = true\n"},
+};
+#define N_LLAMA (sizeof llama_schemes / sizeof llama_schemes[0])
 
 /* Counted positions (BIASKIT_CAP_COUNT, CoPE: the attention's cope / dcope), on the materialized attention
  * only: the fused one refuses them (test_emulated_cope). 5 position vectors: the counts clamp at T = 37. */
-static const scheme cope = {"cope", "[[term]]\nplugin = \"cope\"\npoints = 5\ninit_std = 0.2\n"};
+static const scheme cope = {"cope", "[[term]]\nplugin = \"cope\"\npoints = 5\ninit_std = 0.2\n", NULL};
 
 static void check(int rc, const bk_error *err, const char *what)
 {
@@ -60,12 +77,12 @@ static void check(int rc, const bk_error *err, const char *what)
 
 static char *experiment(const scheme *s)
 {
-    static const char head[] = "[model]\nlayers = 2\nheads = 12\ndim = 96\nvocab = 256\n"
-                               "[train]\nlength = 37\nbatch = 3\nlr = 3e-3\nweight_decay = 0.1\nseed = 5\n";
-    size_t n = strlen(head) + strlen(s->text) + 1;
+    static const char head[] = "[train]\nlength = 37\nbatch = 3\nlr = 3e-3\nweight_decay = 0.1\nseed = 5\n";
+    const char *model = s->model ? s->model : gpt2_model;
+    size_t n = strlen(model) + strlen(head) + strlen(s->text) + 1;
     char *text = malloc(n);
     assert_non_null(text);
-    snprintf(text, n, "%s%s", head, s->text);
+    snprintf(text, n, "%s%s%s", model, head, s->text);
     return text;
 }
 
@@ -574,6 +591,33 @@ static void test_emulated_bf16(void **state)
     assert_deterministic(&schemes[1], "emulated/bf16");
 }
 
+/* The llama blocks on a device: fp32 steps near the CPU's; bf16 storage the same forward bits as bf16
+ * products (emulated), its step near the CPU's fp32; deterministic. */
+static void llama_on(const char *device, int exact)
+{
+    char d[64];
+    for (size_t i = 0; i < N_LLAMA; i++) {
+        const scheme *s = &llama_schemes[i];
+        compare_with_cpu(s, device);
+        storage_matches_products(s, device, exact, STORAGE_GRAD_REL);
+        snprintf(d, sizeof d, "%s/bf16store", device);
+        bf16_close_to_cpu(s, d);
+        assert_deterministic(s, d);
+    }
+}
+
+static void test_emulated_llama(void **state)
+{
+    (void)state;
+    llama_on("emulated", 1);
+}
+
+static void test_cuda_llama(void **state)
+{
+    (void)state;
+    llama_on("cuda", 0);
+}
+
 static void test_emulated_tf32(void **state)
 {
     (void)state;
@@ -845,6 +889,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_cuda_tf32),
             cmocka_unit_test(test_cuda_fox),
             cmocka_unit_test(test_cuda_cope),
+            cmocka_unit_test(test_cuda_llama),
         };
         return cmocka_run_group_tests(gpu, NULL, NULL);
     }
@@ -858,6 +903,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_emulated_tf32),
         cmocka_unit_test(test_emulated_fox),
         cmocka_unit_test(test_emulated_cope),
+        cmocka_unit_test(test_emulated_llama),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

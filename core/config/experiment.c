@@ -143,7 +143,8 @@ static const key_spec schema[] = {
      FIELD(run.attention)},
     {"run", "precision", KEY_CHOICE, 0, 0, 0, BK_PRECISION_CHOICES,
      "storage on a GPU: fp32 = every activation fp32 (the parity mode); bf16 = the inputs of the matmuls and of "
-     "the attention (LayerNorm and GELU outputs, q, k, v, the attention output) and copies of the weights in "
+     "the attention (LayerNorm and GELU outputs, or llama's RMSNorm and SwiGLU outputs; q, k, v; the attention "
+     "output) and copies of the weights in "
      "bf16, fp32 master weights, gradients and AdamW state; needs matmul = bf16 (its default then) and the "
      "fused attention; the CPU always computes fp32",
      FIELD(run.precision)},

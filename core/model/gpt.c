@@ -16,7 +16,7 @@
  * (the attention's output and what its backward reads: the recomputation skips the attention itself).
  * With bf16 storage (bf16_storage below) ln1, qkv, atty, ln2, fch_gelu and lnf hold bf16 values
  * (uint16_t, in half the room) and `stage` is the fp32 room the qkv product (bias, RoPE) is computed in
- * before it is rounded; their gradients stay fp32. */
+ * before it is rounded (with llama also the RMSNorm and SwiGLU outputs); their gradients stay fp32. */
 typedef struct acts {
     float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd,
         *fch, *fch_gelu, *fcproj, *res3, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *stage, *qkvr, *qkraw, *qkrstd;
@@ -43,6 +43,11 @@ static size_t room(int b16, size_t n)
     return b16 ? (n + 7) / 8 * 4 : n;
 }
 
+static size_t larger(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
 /* Slot sizes in floats of the activations (grads = 0) or of their gradients (grads = 1). Nothing takes
  * the gradient of the saved attention (backward reads a.att and keeps dS in its own scratch) or of the
  * probabilities (crossentropy_backward writes d.logits from a.probs): those two gradient slots are
@@ -59,6 +64,9 @@ static void shape_sizes(bk_backend *be, const bk_gpt_shape *sh, int B, int T, in
     const size_t A = (size_t)sh->heads * sh->head_dim, F = (size_t)sh->ffn_dim;
     const size_t R = llama ? (size_t)(sh->heads + 2 * sh->kv_heads) * sh->head_dim : 0;
     const size_t means = llama ? 0 : 1; /* RMSNorm keeps no mean */
+    /* the stage's floats per token: the q/k/v, and with llama the RMSNorm and SwiGLU outputs (their backend
+     * operations write fp32) */
+    const size_t stage = llama ? larger(3 * A, larger(C, F)) : 3 * A;
     size_t s[N_ACTS] = {
         BT * C,                                                     /* encoded */
         room(h, La * BT * C), means * La * BT, La * BT,             /* ln1, mean, rstd */
@@ -69,7 +77,7 @@ static void shape_sizes(bk_backend *be, const bk_gpt_shape *sh, int B, int T, in
         La * BT * (llama ? 2 : 1) * F, room(h, La * BT * F), La * BT * C, Lr * BT * C, /* fch, fch_gelu, fcproj, res3 */
         room(h, BT * C), means * BT, BT,                            /* lnf, mean, rstd */
         rows * V, train && !grads ? BT * V : 0,                     /* logits, probs */
-        h ? BT * 3 * C : 0,                                         /* stage */
+        h ? BT * stage : 0,                                         /* stage */
         BT * R,                                                     /* qkvr */
         sh->qk_norm ? (grads ? 1 : La) * BT * R : 0,                /* qkraw */
         sh->qk_norm && !grads ? La * BT * (size_t)(sh->heads + sh->kv_heads) : 0, /* qkrstd */
@@ -472,13 +480,6 @@ int bk_gpt_set_backend(bk_gpt *m, bk_backend *be, bk_error *err)
     if (m->be->on_device || m->acts)
         return bk_fail(err, BK_ERR_INVALID, "the model can move to another backend only once, before its first forward "
                        "(it is on %s)", m->be->name);
-    if (be->on_device && m->family == BK_FAMILY_LLAMA && be->precision == BK_PRECISION_BF16)
-        return bk_fail(err, BK_ERR_UNSUPPORTED,
-                       "[model] family = \"llama\" with [run] precision = \"bf16\": the llama blocks keep their "
-                       "activations in fp32 (the %s backend's RMSNorm, SwiGLU and grouped-query layers have no bf16 "
-                       "storage); use precision = \"fp32\" (with matmul = \"bf16\" or \"tf32\" if the products "
-                       "should round their inputs)",
-                       be->name);
     int rc = bk_positions_set_backend(&m->pos, be, err);
     if (rc)
         return rc;
@@ -612,12 +613,32 @@ static void *at_value(void *base, bk_storage s, size_t index)
     return (char *)base + index * bk_storage_bytes(s);
 }
 
-static stored stored_of(const acts *a, bk_storage s, size_t la, size_t lk, size_t BT, size_t C)
+static stored stored_of(const bk_gpt *m, const acts *a, bk_storage s, size_t la, size_t lk)
 {
-    stored st = {at_value(a->ln1, s, la * BT * C), at_value(a->qkv, s, la * BT * 3 * C),
-                 at_value(a->atty, s, lk * BT * C), at_value(a->ln2, s, la * BT * C),
-                 at_value(a->fch_gelu, s, la * BT * 4 * C)};
+    const size_t BT = (size_t)m->B * m->T, C = (size_t)m->C, A = (size_t)m->A, F = (size_t)m->F;
+    stored st = {at_value(a->ln1, s, la * BT * C), at_value(a->qkv, s, la * BT * 3 * A),
+                 at_value(a->atty, s, lk * BT * A), at_value(a->ln2, s, la * BT * C),
+                 at_value(a->fch_gelu, s, la * BT * F)};
     return st;
+}
+
+/* A row program's fp32 output `out` kept in storage s at `kept`: rounded from the stage (out is the stage)
+ * with bf16 storage; with fp32 it was written in place (out is kept). */
+static int keep(bk_backend *be, bk_storage s, void *kept, const float *out, size_t n, bk_error *err)
+{
+    return s == BK_STORAGE_BF16 ? be->cast_bf16(be, (uint16_t *)kept, out, n, err) : BK_OK;
+}
+
+/* The attention's output gradient dO (n values) as the attention backward reads it in storage s: as it
+ * is, or rounded to bf16 in the stage. */
+static int attention_dout(bk_backend *be, bk_storage s, const acts *a, const float *datty, size_t n,
+                          const void **dout, bk_error *err)
+{
+    *dout = datty;
+    if (s != BK_STORAGE_BF16)
+        return BK_OK;
+    *dout = a->stage;
+    return be->cast_bf16(be, (uint16_t *)a->stage, datty, n, err);
 }
 
 /* Every backend call below returns BK_OK or fails with err set: stop at the first failure. */
@@ -699,10 +720,11 @@ static int layer_bias_backward_end(bk_gpt *m, int l, float *const dtable[BK_STRE
     return rc;
 }
 
-/* One block of the llama family (forward) into the slots `sl`: from sl.residual to sl.res3, on any backend;
- * `train` keeps what the attention backward reads; `again` (recompute, before the layer's backward) skips
- * the attention, whose output and statistics the training forward kept. fp32 storage only:
- * bk_gpt_set_backend refuses the family with [run] precision = "bf16". */
+/* One block of the llama family (forward) into the slots `sl`: from sl.residual to sl.res3, on any backend,
+ * in its storage; `train` keeps what the attention backward reads; `again` (recompute, before the layer's
+ * backward) skips the attention, whose output and statistics the training forward kept. With bf16
+ * storage the RMSNorm and SwiGLU outputs and the rotated q, k, v are computed in the fp32 stage and kept
+ * rounded to bf16 (keep). */
 static int llama_layer_forward(bk_gpt *m, const acts *a, int l, const layer_slots *sl, int train, int again,
                                const bk_rotary_view *rot, int content, bk_error *err)
 {
@@ -711,20 +733,25 @@ static int llama_layer_forward(bk_gpt *m, const acts *a, int l, const layer_slot
     const bk_llama_params *p = &m->lwp;
     const int B = m->B, T = m->T, C = m->C, H = m->H, KV = m->KV, hd = m->hd, A = m->A, F = m->F, BT = B * T;
     const int R = (H + 2 * KV) * hd;
-    const bk_storage s = BK_STORAGE_FP32;
+    const bk_storage s = storage_of(be);
+    const int b16 = s == BK_STORAGE_BF16;
     const size_t la = sl->ls;
     const float *residual = sl->residual;
-    float *ln1 = a->ln1 + la * BT * C, *ln1_rstd = a->ln1_rstd + la * BT;
-    float *qkv = a->qkv + la * BT * 3 * A, *atty = a->atty + sl->lk * BT * A;
+    float *ln1_rstd = a->ln1_rstd + la * BT;
     float *att = train ? a->att + sl->lk * be->attention_saved(be, B, T, H) : NULL;
     float *attproj = a->attproj + la * BT * C, *res2 = a->res2 + la * BT * C;
-    float *ln2 = a->ln2 + la * BT * C, *ln2_rstd = a->ln2_rstd + la * BT;
-    float *fch = a->fch + la * BT * 2 * F, *swi = a->fch_gelu + la * BT * F;
+    float *ln2_rstd = a->ln2_rstd + la * BT;
+    float *fch = a->fch + la * BT * 2 * F;
     float *fcproj = a->fcproj + la * BT * C, *res3 = sl->res3;
+    const stored st = stored_of(m, a, s, la, sl->lk);
+    /* where each kept value is computed: in place (fp32), or in the stage */
+    float *ln1 = b16 ? a->stage : st.ln1, *qkv = b16 ? a->stage : st.qkv, *ln2 = b16 ? a->stage : st.ln2;
+    float *swi = b16 ? a->stage : st.fch_gelu;
 
     TRY(be->rmsnorm_forward(be, ln1, ln1_rstd, residual, p->rms1w + (size_t)l * C, BT, C, m->eps, err));
+    TRY(keep(be, s, st.ln1, ln1, (size_t)BT * C, err));
     float *proj = m->qk_norm ? a->qkraw + la * BT * R : a->qkvr; /* the q/k/v product */
-    TRY(linear_forward(m, s, proj, ln1, p->qkvw + (size_t)l * R * C, NULL, BT, C, R, err));
+    TRY(linear_forward(m, s, proj, st.ln1, p->qkvw + (size_t)l * R * C, NULL, BT, C, R, err));
     if (m->qk_norm) { /* qkvr: v as it is, the query and key heads normalised */
         float *rstd = a->qkrstd + la * BT * (H + KV);
         TRY(be->copy(be, a->qkvr, proj, (size_t)BT * R * sizeof(float), err));
@@ -735,16 +762,19 @@ static int llama_layer_forward(bk_gpt *m, const acts *a, int l, const layer_slot
     TRY(be->gqa_expand(be, qkv, a->qkvr, BT, H, KV, hd, err));
     if (rot) /* qkv keeps the rotated q, k: attention backward reads them */
         TRY(be->rotary(be, qkv, rot, B, T, A, H, 1.0f, err));
-    bk_attention_bias ab;
-    TRY(layer_bias(m, l, sl, ln1, content, &ab, err));
-    if (!again && (rc = be->attention_forward(be, s, atty, att, qkv, &ab, B, T, A, H, err)))
+    TRY(keep(be, s, st.qkv, qkv, (size_t)BT * 3 * A, err));
+    bk_attention_bias ab; /* a content term: fp32 storage only (refused by bk_gpt_forward) */
+    TRY(layer_bias(m, l, sl, (const float *)st.ln1, content, &ab, err));
+    if (!again && (rc = be->attention_forward(be, s, st.atty, att, st.qkv, &ab, B, T, A, H, err)))
         return bk_error_prefix(err, "layer %d attention: ", l);
-    TRY(linear_forward(m, s, attproj, atty, p->attprojw + (size_t)l * C * A, NULL, BT, A, C, err));
+    TRY(linear_forward(m, s, attproj, st.atty, p->attprojw + (size_t)l * C * A, NULL, BT, A, C, err));
     TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
     TRY(be->rmsnorm_forward(be, ln2, ln2_rstd, res2, p->rms2w + (size_t)l * C, BT, C, m->eps, err));
-    TRY(linear_forward(m, s, fch, ln2, p->fcw + (size_t)l * 2 * F * C, NULL, BT, C, 2 * F, err));
+    TRY(keep(be, s, st.ln2, ln2, (size_t)BT * C, err));
+    TRY(linear_forward(m, s, fch, st.ln2, p->fcw + (size_t)l * 2 * F * C, NULL, BT, C, 2 * F, err));
     TRY(be->swiglu_forward(be, swi, fch, BT, F, err));
-    TRY(linear_forward(m, s, fcproj, swi, p->fcprojw + (size_t)l * C * F, NULL, BT, F, C, err));
+    TRY(keep(be, s, st.fch_gelu, swi, (size_t)BT * F, err));
+    TRY(linear_forward(m, s, fcproj, st.fch_gelu, p->fcprojw + (size_t)l * C * F, NULL, BT, F, C, err));
     TRY(be->residual_forward(be, res3, res2, fcproj, (size_t)BT * C, err));
     return BK_OK;
 fail:
@@ -773,30 +803,32 @@ static int llama_layer_backward(bk_gpt *m, const acts *a, const acts *d, int l, 
     const bk_llama_params *p = &m->lwp, *g = &m->lwg;
     const int B = m->B, T = m->T, C = m->C, H = m->H, KV = m->KV, hd = m->hd, A = m->A, F = m->F, BT = B * T;
     const int R = (H + 2 * KV) * hd;
-    const bk_storage s = BK_STORAGE_FP32;
+    const bk_storage s = storage_of(be); /* of a's ln1, qkv, atty, ln2, fch_gelu (the forward's) */
     const size_t saved = be->attention_saved(be, B, T, H);
     const size_t o1 = sl->ls * BT, oC = o1 * C, oA = o1 * A, oF = o1 * F;
     const float *residual = sl->residual;
     const float *dres3 = d->res3 + (size_t)l * BT * C;
+    const stored st = stored_of(m, a, s, sl->ls, sl->lk);
 
     TRY(be->residual_backward(be, d->res2 + oC, d->fcproj + oC, dres3, (size_t)BT * C, err));
     TRY(linear_backward(m, s, d->fch_gelu + oF, wgrad(m, "fcprojw", g->fcprojw + (size_t)l * C * F), NULL,
-                        d->fcproj + oC, a->fch_gelu + oF, p->fcprojw + (size_t)l * C * F, BT, F, C, err));
+                        d->fcproj + oC, st.fch_gelu, p->fcprojw + (size_t)l * C * F, BT, F, C, err));
     TRY(be->swiglu_backward(be, d->fch + 2 * oF, a->fch + 2 * oF, d->fch_gelu + oF, BT, F, err));
     TRY(linear_backward(m, s, d->ln2 + oC, wgrad(m, "fcw", g->fcw + (size_t)l * 2 * F * C), NULL,
-                        d->fch + 2 * oF, a->ln2 + oC, p->fcw + (size_t)l * 2 * F * C, BT, C, 2 * F, err));
+                        d->fch + 2 * oF, st.ln2, p->fcw + (size_t)l * 2 * F * C, BT, C, 2 * F, err));
     TRY(be->rmsnorm_backward(be, d->res2 + oC, g->rms2w + (size_t)l * C, d->ln2 + oC, a->res2 + oC,
                              p->rms2w + (size_t)l * C, a->ln2_rstd + o1, BT, C, err));
     TRY(be->residual_backward(be, dresidual, d->attproj + oC, d->res2 + oC, (size_t)BT * C, err));
-    const float *atty = a->atty + sl->lk * BT * A; /* the forward's output */
     TRY(linear_backward(m, s, d->atty + oA, wgrad(m, "attprojw", g->attprojw + (size_t)l * C * A), NULL,
-                        d->attproj + oC, atty, p->attprojw + (size_t)l * C * A, BT, A, C, err));
+                        d->attproj + oC, st.atty, p->attprojw + (size_t)l * C * A, BT, A, C, err));
     bk_attention_bias ab;
     TRY(layer_bias_backward_begin(m, l, sl, dtable_floats, content, &ab, err));
-    if ((rc = be->attention_backward(be, s, d->qkv + 3 * oA, dtable, d->atty + oA, a->qkv + 3 * oA, atty,
-                                     a->att + sl->lk * saved, &ab, B, T, A, H, err)))
+    const void *dout;
+    TRY(attention_dout(be, s, a, d->atty + oA, (size_t)BT * A, &dout, err));
+    if ((rc = be->attention_backward(be, s, d->qkv + 3 * oA, dtable, dout, st.qkv, st.atty, a->att + sl->lk * saved,
+                                     &ab, B, T, A, H, err)))
         return bk_error_prefix(err, "layer %d attention backward: ", l);
-    TRY(layer_bias_backward_end(m, l, dtable, content, a->ln1 + oC, d->ln1 + oC, err));
+    TRY(layer_bias_backward_end(m, l, dtable, content, (const float *)st.ln1, d->ln1 + oC, err));
     if (rot)
         TRY(be->rotary(be, d->qkv + 3 * oA, rot, B, T, A, H, -1.0f, err));
     TRY(be->zero(be, d->qkvr, (size_t)BT * R * sizeof(float), err));
@@ -812,7 +844,7 @@ static int llama_layer_backward(bk_gpt *m, const acts *a, const acts *d, int l, 
         dproj = d->qkraw;
     }
     TRY(linear_backward(m, s, d->ln1 + oC, wgrad(m, "qkvw", g->qkvw + (size_t)l * R * C), NULL, dproj,
-                        a->ln1 + oC, p->qkvw + (size_t)l * R * C, BT, C, R, err));
+                        st.ln1, p->qkvw + (size_t)l * R * C, BT, C, R, err));
     TRY(be->rmsnorm_backward(be, dresidual, g->rms1w + (size_t)l * C, d->ln1 + oC, residual, p->rms1w + (size_t)l * C,
                              a->ln1_rstd + o1, BT, C, err));
     return BK_OK;
@@ -839,7 +871,7 @@ static int gpt2_layer_forward(bk_gpt *m, const acts *a, int l, const layer_slots
     float *ln2_mean = a->ln2_mean + la * BT, *ln2_rstd = a->ln2_rstd + la * BT;
     float *fch = a->fch + la * BT * 4 * C;
     float *fcproj = a->fcproj + la * BT * C, *res3 = sl->res3;
-    const stored st = stored_of(a, sg, la, sl->lk, (size_t)BT, (size_t)C);
+    const stored st = stored_of(m, a, sg, la, sl->lk);
     float *qkv = b16 ? a->stage : (float *)st.qkv; /* with bf16 storage computed in the fp32 stage, then kept */
 
     TRY(be->layernorm_forward(be, sg, st.ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT, C,
@@ -847,8 +879,7 @@ static int gpt2_layer_forward(bk_gpt *m, const acts *a, int l, const layer_slots
     TRY(linear_forward(m, sg, qkv, st.ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C, err));
     if (rot) /* qkv keeps the rotated q, k: attention backward reads them */
         TRY(be->rotary(be, qkv, rot, B, T, C, H, 1.0f, err));
-    if (b16) /* q, k, v kept in bf16 from the fp32 stage (bias and rotation applied) */
-        TRY(be->cast_bf16(be, (uint16_t *)st.qkv, qkv, (size_t)BT * 3 * C, err));
+    TRY(keep(be, sg, st.qkv, qkv, (size_t)BT * 3 * C, err)); /* q, k, v with bias and rotation applied */
     bk_attention_bias ab; /* a content term: fp32 storage only (refused by bk_gpt_forward) */
     TRY(layer_bias(m, l, sl, (const float *)st.ln1, content, &ab, err));
     if (!again && (rc = be->attention_forward(be, sg, st.atty, att, st.qkv, &ab, B, T, C, H, err)))
@@ -882,7 +913,7 @@ static int gpt2_layer_backward(bk_gpt *m, const acts *a, const acts *d, int l, c
     const size_t o1 = sl->ls * BT, oC = o1 * C, o3 = oC * 3, o4 = oC * 4;
     const float *residual = sl->residual;
     const float *dres3 = d->res3 + (size_t)l * BT * C;
-    const stored st = stored_of(a, sg, sl->ls, sl->lk, (size_t)BT, (size_t)C);
+    const stored st = stored_of(m, a, sg, sl->ls, sl->lk);
 
     TRY(be->residual_backward(be, d->res2 + oC, d->fcproj + oC, dres3, (size_t)BT * C, err));
     TRY(linear_backward(m, sg, d->fch_gelu + o4, wgrad(m, "fcprojw", g->fcprojw + (size_t)l * C * 4 * C),
@@ -899,11 +930,8 @@ static int gpt2_layer_backward(bk_gpt *m, const acts *a, const acts *d, int l, c
                         err));
     bk_attention_bias ab;
     TRY(layer_bias_backward_begin(m, l, sl, dtable_floats, content, &ab, err));
-    const void *dout = d->atty + oC;
-    if (sg == BK_STORAGE_BF16) { /* dO in bf16, in the stage */
-        TRY(be->cast_bf16(be, (uint16_t *)a->stage, d->atty + oC, (size_t)BT * C, err));
-        dout = a->stage;
-    }
+    const void *dout;
+    TRY(attention_dout(be, sg, a, d->atty + oC, (size_t)BT * C, &dout, err));
     if ((rc = be->attention_backward(be, sg, d->qkv + o3, dtable, dout, st.qkv, st.atty, a->att + sl->lk * saved, &ab,
                                      B, T, C, H, err)))
         return bk_error_prefix(err, "layer %d attention backward: ", l);
@@ -951,10 +979,6 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
                        "them in bf16; use precision = \"fp32\"",
                        m->bias->set->terms[m->bias->set->content].label,
                        m->bias->set->terms[m->bias->set->content].plugin->desc->name);
-    if (b16 && m->family == BK_FAMILY_LLAMA) /* bk_gpt_set_backend refuses it; a precision set later too */
-        return bk_fail(err, BK_ERR_UNSUPPORTED,
-                       "[model] family = \"llama\" with [run] precision = \"bf16\": the llama blocks keep their "
-                       "activations in fp32; use precision = \"fp32\"");
     if (b16) { /* the weights' bf16 copies, from the master weights as they are now */
         if (!m->wparams16 && (rc = be->alloc(be, (void **)&m->wparams16, m->n_params * sizeof(uint16_t), err)))
             return bk_error_prefix(err, "bf16 copies of %zu parameters: ", m->n_params);
@@ -977,8 +1001,11 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
                   : gpt2_layer_forward(m, &a, l, &sl, train, 0, rotary ? &rot : NULL, content, err));
     }
     const float *last = a.res3 + (train ? (size_t)(m->L - 1) : 0) * BT * C;
-    if (llama)
-        TRY(be->rmsnorm_forward(be, a.lnf, a.lnf_rstd, last, m->lwp.rmsfw, BT, C, m->eps, err));
+    if (llama) {
+        float *lnf = b16 ? a.stage : a.lnf;
+        TRY(be->rmsnorm_forward(be, lnf, a.lnf_rstd, last, m->lwp.rmsfw, BT, C, m->eps, err));
+        TRY(keep(be, sg, a.lnf, lnf, (size_t)BT * C, err));
+    }
     else
         TRY(be->layernorm_forward(be, sg, a.lnf, a.lnf_mean, a.lnf_rstd, last, p->lnfw, p->lnfb, BT, C, err));
 
