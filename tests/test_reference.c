@@ -253,10 +253,12 @@ static void add_tables(tensor_list *l, const bk_lm *lm, int T, const char *prefi
         if (!lm->bias.n_on[s])
             continue;
         for (int layer = 0; layer < L; layer++) {
-            const float *m = bk_bias_table(&lm->bias, layer, (bk_stream)s);
-            assert_non_null(m);
+            const float *m = bk_bias_table(&lm->bias, layer, (bk_stream)s); /* NULL: no term in the layer */
             for (int h = 0; h < H; h++) /* rows are lm->bias.distances long */
-                memcpy(buf + ((size_t)layer * H + h) * T, m + (size_t)h * lm->bias.distances, T * sizeof(float));
+                if (m)
+                    memcpy(buf + ((size_t)layer * H + h) * T, m + (size_t)h * lm->bias.distances, T * sizeof(float));
+                else
+                    memset(buf + ((size_t)layer * H + h) * T, 0, T * sizeof(float));
         }
         char stream[16];
         snprintf(name, sizeof name, "%smixed.%s", prefix, bk_choice_name(BK_STREAM_CHOICES, s, stream, sizeof stream));
@@ -922,6 +924,59 @@ static void llama_cope_fox_yarn(void **state)
                          1, NULL});
 }
 
+/* ---- terms in some layers only ([[term]] layers) ---- */
+
+/* Four layers: RoPE and a window of 5 with 2 sinks in layers 0 and 2 (a pattern and a list), full NoPE
+ * attention with a learned testlin table in layers 1 and 3, ALiBi in all of them; the mixing weights learn,
+ * so a weight gets gradients only from the layers its term acts in. The options' "layers" lists are what
+ * the reference applies: they restate what each key selects. */
+static void layers_hybrid(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"layers_hybrid",
+                         "[model]\nlayers = 4\nheads = 4\ndim = 32\nvocab = 256\n[train]\nseed = 7\n"
+                         "[attention]\nmixing = \"sum\"\nlearn_weights = true\n"
+                         "[[term]]\nplugin = \"rope\"\nbase = 100.0\nlayers = \"except every 2 from 1\"\n"
+                         "[[term]]\nplugin = \"window\"\nwindow = 5\nsinks = 2\nlayers = [0, 2]\n"
+                         "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 1.5\nlayers = \"every 2 from 1\"\n"
+                         "[[term]]\nplugin = \"alibi\"\nweight = 0.5\n",
+                         "[{\"base\": 100.0, \"layers\": [0, 2]}, {\"window\": 5, \"sinks\": 2, \"layers\": [0, 2]}, "
+                         "{\"init\": 0.1, \"weight\": 1.5, \"layers\": [1, 3]}, {\"weight\": 0.5}]",
+                         0, NULL});
+}
+
+/* Kernel mixing with learned weights, one table term in the first layer only (a layer with one term on the
+ * stream and one with two); a per-layer coordinate table (FIRE) in the last layer. */
+static void layers_kernel_fire(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"layers_kernel_fire",
+                         "[model]\nlayers = 3\nheads = 4\ndim = 32\nvocab = 256\n[train]\nseed = 7\n"
+                         "[attention]\nmixing = \"kernel\"\nlearn_weights = true\n"
+                         "[[term]]\nplugin = \"alibi\"\nweight = 0.25\nlayers = \"first 1\"\n"
+                         "[[term]]\nplugin = \"testlin\"\ninit = 0.1\nweight = 0.75\n"
+                         "[[term]]\nplugin = \"fire\"\nwidth = 8\nthreshold = 6\nlayers = \"last 1\"\n",
+                         "[{\"weight\": 0.25, \"layers\": [0]}, {\"init\": 0.1, \"weight\": 0.75}, "
+                         "{\"width\": 8, \"threshold\": 6, \"layers\": [2]}]",
+                         0, NULL});
+}
+
+/* The llama blocks with NoPE every 4th layer (RoPE "except every 4 from 3", as SmolLM3 and Llama 4's iRoPE)
+ * and Scalable-Softmax's logit scale in that layer only (iRoPE's query temperature on its NoPE layers); FoX's
+ * forget gate in layers 1 and 3. */
+static void llama_nope_every_4(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"llama_nope_every_4",
+                         "[model]\nfamily = \"llama\"\nlayers = 4\nheads = 4\nkv_heads = 2\nhead_dim = 8\ndim = 32\n"
+                         "ffn_dim = 48\nvocab = 256\n[train]\nseed = 7\n"
+                         "[[term]]\nplugin = \"rope\"\nbase = 100.0\nlayers = \"except every 4 from 3\"\n"
+                         "[[term]]\nplugin = \"ssmax\"\nlayers = [3]\n"
+                         "[[term]]\nplugin = \"fox\"\nlayers = [1, 3]\n",
+                         "[{\"base\": 100.0, \"layers\": [0, 1, 2]}, {\"layers\": [3]}, {\"layers\": [1, 3]}]", 1,
+                         NULL});
+}
+
 /* RoPE scaled as the options say, base 100 so that the ramp of YaRN falls inside the 4 pairs of a head of 8. */
 static void rope_scaled(const char *name, const char *options_toml, const char *options_json)
 {
@@ -1006,6 +1061,9 @@ int main(void)
         cmocka_unit_test(cope_window_long),
         cmocka_unit_test(llama_rope_gqa),
         cmocka_unit_test(llama_qk_norm_rope),
+        cmocka_unit_test(layers_hybrid),
+        cmocka_unit_test(layers_kernel_fire),
+        cmocka_unit_test(llama_nope_every_4),
         cmocka_unit_test(llama_untied_alibi_window_long),
         cmocka_unit_test(llama_fire_ssmax),
         cmocka_unit_test(llama_cope_fox_yarn),

@@ -102,6 +102,31 @@ static void stream_weights(const bk_bias *b, int s, double *w)
         }
 }
 
+/* The terms of stream s that act in layer l ([[term]] layers): idx[k] their positions in b->on[s], in
+ * order; returns their number (b->n_on[s] when every term acts in every layer). */
+static int layer_terms(const bk_bias *b, int l, int s, int *idx)
+{
+    int count = 0;
+    for (int k = 0; k < b->n_on[s]; k++)
+        if (bk_term_on_layer(&b->set->terms[b->on[s][k]], l))
+            idx[count++] = k;
+    return count;
+}
+
+/* The weights of those terms (groups rows, as stream_weights) from the stream's w (groups x n_on). */
+static void layer_weights(const bk_bias *b, int s, const double *w, const int *idx, int count, double *out)
+{
+    for (int g = 0; g < b->groups[s]; g++)
+        for (int k = 0; k < count; k++)
+            out[g * count + k] = w[g * b->n_on[s] + idx[k]];
+}
+
+/* 1 when layer l's tables are capped (the distance cap of the mask term, where that term acts). */
+static int capped_at(const bk_bias *b, int l)
+{
+    return b->distance_cap && (b->set->mask < 0 || bk_term_on_layer(&b->set->terms[b->set->mask], l));
+}
+
 int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, bk_error *err)
 {
     memset(b, 0, sizeof *b);
@@ -313,12 +338,17 @@ static int device_table(bk_bias *b, int t, int layer, int32_t distances, float *
  * when the weights are per head: the same kernel on each head's part). */
 static int mix_forward(bk_bias *b, int l, int s, size_t n, bk_error *err)
 {
-    const int count = b->n_on[s], groups = b->groups[s];
+    const int all = b->n_on[s], groups = b->groups[s];
+    int idx[all];
+    const int count = layer_terms(b, l, s, idx);
+    if (!count) /* no term of the stream in this layer: bk_bias_table gives none */
+        return BK_OK;
     const float *tables[count];
-    double w[groups * count];
+    double w_all[groups * all], w[groups * count];
     for (int k = 0; k < count; k++)
-        tables[k] = term_table(b, l, b->on[s][k]);
-    stream_weights(b, s, w);
+        tables[k] = term_table(b, l, b->on[s][idx[k]]);
+    stream_weights(b, s, w_all);
+    layer_weights(b, s, w_all, idx, count, w);
     float *out = mixed_table(b, l, s);
     if (!on_device(b)) {
         bk_mix_tables_grouped(b->set->mixing, tables, w, groups, count, n, out);
@@ -393,8 +423,9 @@ static int apply_cap(bk_bias *b, bk_error *err)
     const size_t n = (size_t)b->n_heads * (size_t)b->distances;
     for (int l = 0; l < b->n_layers; l++)
         for (int s = 0; s < BK_STREAM_COUNT; s++) {
-            if (!b->n_on[s])
-                continue;
+            int idx[BK_STREAM_COUNT + b->n_on[s]];
+            if (!b->n_on[s] || !capped_at(b, l) || !layer_terms(b, l, s, idx))
+                continue; /* no tables, or not capped in this layer */
             if (!on_device(b)) {
                 cap_rows(capped_table(b, l, s), mixed_table(b, l, s), b->n_heads, b->distances, b->distance_cap);
                 continue;
@@ -460,7 +491,10 @@ const float *bk_bias_table(const bk_bias *b, int layer, bk_stream stream)
 {
     if (!b->n_on[stream])
         return NULL;
-    return b->distance_cap ? capped_table(b, layer, (int)stream) : mixed_table(b, layer, (int)stream);
+    int idx[b->n_on[stream]];
+    if (!layer_terms(b, layer, (int)stream, idx))
+        return NULL;
+    return capped_at(b, layer) ? capped_table(b, layer, (int)stream) : mixed_table(b, layer, (int)stream);
 }
 
 void bk_bias_attention(const bk_bias *b, int layer, bk_attention_bias *ab)
@@ -604,10 +638,10 @@ static int zero_device_grads(bk_bias *b, bk_error *err)
 
 /* be->mix_backward of (layer, stream s) once per row of weights, as mix_forward; the weights' gradient
  * (dw, groups x n_on) only when some weight of the stream trains. */
-static int device_mix_backward(bk_bias *b, int layer, int s, const float *const *tables, const double *w,
+static int device_mix_backward(bk_bias *b, int layer, int s, int count, const float *const *tables, const double *w,
                                const float *dm, float *const *dtables, double *dw, bk_error *err)
 {
-    const int count = b->n_on[s], groups = b->groups[s];
+    const int groups = b->groups[s];
     const size_t per = (size_t)b->n_heads * (size_t)b->distances / (size_t)groups;
     const float *mixed = mixed_table(b, layer, s);
     if (groups == 1)
@@ -636,41 +670,52 @@ int bk_bias_backward(bk_bias *b, int layer, const float *const dmixed[BK_STREAM_
     if (device && (rc = zero_device_grads(b, err)))
         return rc;
     for (int s = 0; s < BK_STREAM_COUNT; s++) {
-        int count = b->n_on[s];
-        if (!count || !dmixed[s])
+        const int all = b->n_on[s];
+        if (!all || !dmixed[s])
+            continue;
+        int idx[all];
+        const int count = layer_terms(b, layer, s, idx); /* the stream's terms in this layer */
+        if (!count)
             continue;
         const float *dm = dmixed[s];
-        if (b->distance_cap && (rc = fold_cap(b, dmixed[s], &dm, err)))
+        if (capped_at(b, layer) && (rc = fold_cap(b, dmixed[s], &dm, err)))
             return rc;
         const int groups = b->groups[s];
         const float *tables[count];
         float *dtables[count];
-        double w[groups * count], dw[groups * count];
+        double w_all[groups * all], dw_all[groups * all], w[groups * count], dw[groups * count];
         for (int k = 0; k < groups * count; k++)
             dw[k] = 0.0;
         for (int k = 0; k < count; k++) {
-            const bk_term *term = &b->set->terms[b->on[s][k]];
-            tables[k] = term_table(b, layer, b->on[s][k]);
+            const bk_term *term = &b->set->terms[b->on[s][idx[k]]];
+            tables[k] = term_table(b, layer, b->on[s][idx[k]]);
             dtables[k] = term->n_params ? b->scratch + (size_t)k * n : NULL;
             if (dtables[k] && !device)
                 memset(dtables[k], 0, n * sizeof(float));
             else if (dtables[k] && (rc = b->be->zero(b->be, dtables[k], n * sizeof(float), err)))
                 return rc;
         }
-        stream_weights(b, s, w);
+        stream_weights(b, s, w_all);
+        layer_weights(b, s, w_all, idx, count, w);
         if (!device)
             bk_mix_backward_grouped(b->set->mixing, tables, w, groups, count, n, mixed_table(b, layer, s), dm,
                                     dtables, dw);
-        else if ((rc = device_mix_backward(b, layer, s, tables, w, dm, dtables, dw, err)))
+        else if ((rc = device_mix_backward(b, layer, s, count, tables, w, dm, dtables, dw, err)))
             return bk_error_prefix(err, "mixing backward of the %s-stream tables of layer %d: ",
                                    s == BK_STREAM_SEGMENT ? "segment" : "token", layer);
-        if (b->n_mix[s])
-            bk_mix_packed_backward(b->set->mixing, b->kind[s], count, groups, w, dw, b->mix_grads[s]);
+        if (b->n_mix[s]) { /* the weights of the terms not in this layer get nothing from it */
+            for (int k = 0; k < groups * all; k++)
+                dw_all[k] = 0.0;
+            for (int g = 0; g < groups; g++)
+                for (int k = 0; k < count; k++)
+                    dw_all[g * all + idx[k]] = dw[g * count + k];
+            bk_mix_packed_backward(b->set->mixing, b->kind[s], all, groups, w_all, dw_all, b->mix_grads[s]);
+        }
         for (int k = 0; k < count; k++) {
             if (!dtables[k])
                 continue;
-            rc = device ? device_table_backward(b, b->on[s][k], layer, dtables[k], err)
-                        : host_table_backward(b, b->on[s][k], layer, dtables[k], err);
+            rc = device ? device_table_backward(b, b->on[s][idx[k]], layer, dtables[k], err)
+                        : host_table_backward(b, b->on[s][idx[k]], layer, dtables[k], err);
             if (rc)
                 return rc;
         }

@@ -28,6 +28,12 @@ static const bk_term *scale_term(const bk_query *q)
     return q->set->scale >= 0 ? &q->set->terms[q->set->scale] : NULL;
 }
 
+/* t when it acts in layer `layer` ([[term]] layers), else NULL. */
+static const bk_term *in_layer(const bk_term *t, int layer)
+{
+    return t && bk_term_on_layer(t, layer) ? t : NULL;
+}
+
 static const bk_term *count_term(const bk_query *q)
 {
     return q->set->count >= 0 ? &q->set->terms[q->set->count] : NULL;
@@ -352,7 +358,7 @@ void bk_query_attention(const bk_query *q, int layer, bk_attention_bias *ab)
     if (!bk_query_active(q))
         return;
     const size_t H = (size_t)q->n_heads, D = (size_t)q->distances;
-    const bk_term *c = coord_term(q), *s = scale_term(q);
+    const bk_term *c = in_layer(coord_term(q), layer), *s = in_layer(scale_term(q), layer);
     if (c) {
         const size_t k = c->n_copies > 1 ? (size_t)layer : 0;
         ab->grid = q->grid + k * H * (size_t)q->points;
@@ -362,9 +368,11 @@ void bk_query_attention(const bk_query *q, int layer, bk_attention_bias *ab)
     }
     if (s)
         ab->scale = q->scale + (s->n_copies > 1 ? (size_t)layer : 0) * H * D;
-    ab->window = q->mask.window;
-    ab->sinks = q->mask.sinks;
-    const bk_term *n = count_term(q);
+    if (q->set->mask < 0 || bk_term_on_layer(&q->set->terms[q->set->mask], layer)) {
+        ab->window = q->mask.window;
+        ab->sinks = q->mask.sinks;
+    }
+    const bk_term *n = in_layer(count_term(q), layer);
     if (n) {
         const size_t E = (size_t)q->count.points * (size_t)q->set->geometry.d_head;
         ab->cope = q->cope + (n->n_copies > 1 ? (size_t)layer : 0) * E;
@@ -416,7 +424,7 @@ int bk_query_backward(bk_query *q, int layer, float *const *dtheta, int training
         return BK_OK;
     const size_t H = (size_t)q->n_heads;
     const int32_t D = q->distances;
-    const bk_term *c = coord_term(q), *s = scale_term(q);
+    const bk_term *c = in_layer(coord_term(q), layer), *s = in_layer(scale_term(q), layer);
     biaskit_context ctx = bk_term_context(q->set, -1, D, training);
     biaskit_error pe = {0, ""};
     int rc = BK_OK;
@@ -454,7 +462,7 @@ int bk_query_backward(bk_query *q, int layer, float *const *dtheta, int training
         if (rc != BIASKIT_OK)
             return bk_term_plugin_failed(err, s, "scale_backward()", ctx.layer, step, &pe);
     }
-    const bk_term *n = count_term(q);
+    const bk_term *n = in_layer(count_term(q), layer);
     if (n && n->n_params && BK_DESCRIPTOR_FN(n->plugin->desc, count_vectors_backward)) {
         const int copy = n->n_copies > 1 ? layer : 0;
         const int32_t P = q->count.points;

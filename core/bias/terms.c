@@ -282,6 +282,17 @@ static int create_term(bk_term *t, const bk_term_config *cfg, const bk_experimen
                           "'%s' acts once (at the input, on q and "
                           "k, or as a mask), so its parameters are shared",
                           where, d->name);
+    if (cfg->layers && (d->capabilities & (BIASKIT_CAP_SEGMENT | BIASKIT_CAP_EMBED)))
+        return bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(cfg->layers),
+                          "%s: 'layers' chooses the layers a term acts in; plugin '%s' %s once, at the model's input, "
+                          "for every layer (expected no 'layers' key)",
+                          where, d->name, d->capabilities & BIASKIT_CAP_SEGMENT ? "segments the tokens" : "embeds");
+    if (cfg->layers) {
+        if (!(t->layers_on = malloc((size_t)exp->model.layers)))
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory for the layers of term '%s'", t->label);
+        if ((rc = bk_term_layers(cfg, exp->model.layers, t->layers_on, err)))
+            return rc;
+    }
     if (!(d->capabilities & BIASKIT_CAP_TABLE) && !isnan(cfg->weight))
         return bk_fail_at(err, BK_ERR_CONFIG, cfg->pos,
                           "%s: 'weight' mixes distance tables; plugin '%s' has no table, remove the key", where,
@@ -564,6 +575,7 @@ void bk_terms_free(bk_term_set *set)
         free(t->theta);
         free(t->head_weights);
         free(t->groups);
+        free(t->layers_on);
     }
     free(set->terms);
     memset(set, 0, sizeof *set);

@@ -59,6 +59,10 @@ typedef struct bk_term {
     float *theta;        /* n_copies * n_params, initialised and projected */
     bk_term_group *groups; /* n_groups tensors tiling one copy of theta, in offset order (n_params > 0) */
     int n_groups;
+    /* The layers the term acts in ([[term]] layers, bk_term_layers): layers_on[l] for each layer, or NULL
+     * (every layer). Terms that act inside the attention or on q and k only (not an embedding or the
+     * segmenter). */
+    unsigned char *layers_on;
 } bk_term;
 
 typedef struct bk_term_set {
@@ -93,6 +97,12 @@ static inline int bk_term_in_attention(const bk_term *term)
 {
     return (term->caps & (BIASKIT_CAP_TABLE | BIASKIT_CAP_COORDINATE | BIASKIT_CAP_SCALE | BIASKIT_CAP_CONTENT |
                           BIASKIT_CAP_COUNT)) != 0;
+}
+
+/* 1 when `term` acts in layer `layer` ([[term]] layers); layer -1 (not a layer's call) counts as in. */
+static inline int bk_term_on_layer(const bk_term *term, int layer)
+{
+    return !term->layers_on || layer < 0 || term->layers_on[layer];
 }
 
 /* The context of a call into `term`'s plugin (plugin.h, biaskit_context): `layer` -1 for a value shared

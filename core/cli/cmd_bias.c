@@ -141,14 +141,22 @@ static int run(const bk_term_set *set, const bias_options *o, FILE *out, bk_outp
         int k = 0, k_stream = 0, per_head = 0;
         char members[512] = "";
         size_t used = 0;
+        int elsewhere = 0; /* the stream's table terms that act in other layers only ([[term]] layers) */
         for (int i = 0; i < set->n; i++)
             if ((int)set->terms[i].stream == stream && bk_term_has_table(&set->terms[i])) {
+                if (!bk_term_on_layer(&set->terms[i], (int)o->layer)) {
+                    elsewhere++;
+                    continue;
+                }
                 k_stream++;
                 per_head |= set->terms[i].head_weights != NULL;
             }
+        if (!k_stream && elsewhere && out)
+            fprintf(out, "\nlayer %ld, stream %s: no table (its %d table term%s act%s in other layers: [[term]] "
+                    "layers)\n", o->layer, stream_name, elsewhere, elsewhere > 1 ? "s" : "", elsewhere > 1 ? "" : "s");
         for (int i = 0; i < set->n && !rc; i++) {
             const bk_term *t = &set->terms[i];
-            if ((int)t->stream != stream || !bk_term_has_table(t))
+            if ((int)t->stream != stream || !bk_term_has_table(t) || !bk_term_on_layer(t, (int)o->layer))
                 continue;
             if (!(tables[k] = malloc(n * sizeof **tables))) {
                 rc = bk_fail(err, BK_ERR_NOMEM, "out of memory for the table of term '%s'", t->label);

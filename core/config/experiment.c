@@ -169,7 +169,7 @@ static const key_spec schema[] = {
 
 /* [[term]] keys owned by the engine (BK_TERM_KEYS_TEXT lists the same names for messages). */
 static const char *const term_keys[] = {"plugin",          "name",     "stream",      "weight",      "per_layer",
-                                        "learn_weight",    "weight_per_head", "lr_scale", "weight_decay"};
+                                        "learn_weight",    "weight_per_head", "lr_scale", "weight_decay", "layers"};
 #define N_TERM_KEYS (sizeof term_keys / sizeof term_keys[0])
 
 int bk_term_key_is_reserved(const char *key)
@@ -519,6 +519,7 @@ static int read_term(bk_term_config *term, const bk_toml_node *table, int index,
     term->learn_weight = -1;
     term->weight_per_head = -1;
     term->lr_scale = term->weight_decay = NULL;
+    term->layers = bk_toml_get(table, "layers");
 
     const bk_toml_node *plugin = bk_toml_get(table, "plugin");
     if (!plugin)
@@ -583,6 +584,89 @@ static int read_term(bk_term_config *term, const bk_toml_node *table, int index,
         (rc = read_group_key(table, "weight_decay", where, &term->weight_decay, err)))
         return rc;
     return BK_OK;
+}
+
+/* "every N from K", "except every N from K", "first N", "last N" or "all" into on[] (n layers); 0, or -1
+ * when the text is none of them. */
+static int layer_pattern(const char *text, int64_t n, unsigned char *on)
+{
+    long long a = 0, b = 0;
+    int used = 0, except = 0;
+    if (!strncmp(text, "except ", 7))
+        except = 1, text += 7;
+    if (sscanf(text, "every %lld from %lld%n", &a, &b, &used) == 2 && !text[used] && a >= 1 && b >= 0) {
+        for (int64_t l = 0; l < n; l++)
+            on[l] = (unsigned char)((l >= b && (l - b) % a == 0) != except);
+        return 0;
+    }
+    if (except)
+        return -1;
+    if (!strcmp(text, "all")) {
+        memset(on, 1, (size_t)n);
+        return 0;
+    }
+    used = 0;
+    if (sscanf(text, "first %lld%n", &a, &used) == 1 && !text[used] && a >= 1) {
+        for (int64_t l = 0; l < n; l++)
+            on[l] = l < a;
+        return 0;
+    }
+    used = 0;
+    if (sscanf(text, "last %lld%n", &a, &used) == 1 && !text[used] && a >= 1) {
+        for (int64_t l = 0; l < n; l++)
+            on[l] = l >= n - a;
+        return 0;
+    }
+    return -1;
+}
+
+int bk_term_layers(const bk_term_config *t, int64_t n_layers, unsigned char *on, bk_error *err)
+{
+    unsigned char *sel = calloc(n_layers > 0 ? (size_t)n_layers : 1, 1);
+    if (!sel)
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for the layers of [[term]] #%d", t->index);
+    int rc = BK_OK;
+    char where[48];
+    snprintf(where, sizeof where, "[[term]] #%d layers", t->index);
+    const bk_toml_node *v = t->layers;
+    const bk_toml_type type = v ? bk_toml_type_of(v) : BK_TOML_TABLE;
+    if (!v)
+        memset(sel, 1, (size_t)n_layers);
+    else if (type == BK_TOML_STRING) {
+        if (layer_pattern(bk_toml_string(v), n_layers, sel))
+            rc = bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v),
+                            "[[term]] #%d layers: expected a list of layer indices or one of \"all\", \"every N from "
+                            "K\", \"except every N from K\", \"first N\", \"last N\" (N >= 1, K >= 0), got '%s'",
+                            t->index, bk_toml_string(v));
+    } else if (type == BK_TOML_ARRAY) {
+        for (size_t k = 0; k < bk_toml_count(v) && !rc; k++) {
+            const bk_toml_node *x = bk_toml_at(v, k);
+            if (bk_toml_type_of(x) != BK_TOML_INT)
+                rc = wrong_type(err, x, where, "a layer index (an integer)");
+            else if (bk_toml_int(x) < 0 || bk_toml_int(x) >= n_layers)
+                rc = bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(x),
+                                "[[term]] #%d layers: layer %lld does not exist; the model has %lld (0 .. %lld)",
+                                t->index, (long long)bk_toml_int(x), (long long)n_layers, (long long)n_layers - 1);
+            else if (sel[bk_toml_int(x)])
+                rc = bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(x),
+                                "[[term]] #%d layers: layer %lld is listed twice", t->index, (long long)bk_toml_int(x));
+            else
+                sel[bk_toml_int(x)] = 1;
+        }
+    } else
+        rc = wrong_type(err, v, where, "a list of layer indices or a pattern string");
+    int any = 0;
+    for (int64_t l = 0; l < n_layers && !rc; l++)
+        any |= sel[l];
+    if (!rc && !any)
+        rc = bk_fail_at(err, BK_ERR_CONFIG, bk_toml_position(v),
+                        "[[term]] #%d layers: selects none of the model's %lld layers; expected at least one (a term "
+                        "in no layer is no term: remove it)",
+                        t->index, (long long)n_layers);
+    if (!rc && on)
+        memcpy(on, sel, (size_t)n_layers);
+    free(sel);
+    return rc;
 }
 
 /* Give every term a unique label: its `name`, else the plugin's name, suffixed #k when repeated. */
@@ -702,6 +786,9 @@ static int validate(bk_experiment *exp, bk_error *err)
     int rc = check_family(exp, root, err);
     if (rc)
         return rc;
+    for (int k = 0; k < exp->n_terms; k++)
+        if ((rc = bk_term_layers(&exp->terms[k], exp->model.layers, NULL, err)))
+            return rc;
     rc = check_precision(exp, root, err);
     return rc ? rc : label_terms(exp, err);
 }

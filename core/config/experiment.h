@@ -87,6 +87,9 @@ typedef struct bk_term_config {
      * tensor of the term) or a table {tensor = number} (lr_scale.slope = 0.5); values checked finite and
      * >= 0 here, tensor names when the plugin is loaded (bias/terms.c). */
     const bk_toml_node *lr_scale, *weight_decay;
+    /* The layers the term acts in (`layers`: a list of layer indices or a pattern, bk_term_layers), or NULL:
+     * every layer. */
+    const bk_toml_node *layers;
     const bk_toml_node *table;  /* the whole [[term]] table, plugin options included */
     bk_toml_pos pos;            /* position of the table */
     int index;                  /* 1-based position among the [[term]] tables */
@@ -238,5 +241,12 @@ void bk_toml_value_text(const bk_toml_node *node, char *buf, size_t size);
 void bk_double_text(double v, char *buf, size_t size);
 /* A TOML basic string: `text` in quotes, '"' and '\\' escaped. */
 void bk_string_text(const char *text, char *buf, size_t size);
+
+/* The layers term `t` acts in, of n_layers: on[l] = 1 or 0 for each (on may be NULL: only checked). `layers`
+ * is a list of distinct layer indices in [0, n_layers) or a pattern string: "all", "every N from K" (K, K + N,
+ * ...), "except every N from K" (the others), "first N", "last N" (N >= 1, K >= 0). Errors (BK_ERR_CONFIG,
+ * at the value's file:line:col): a wrong type, a layer that does not exist, a repeated layer, a pattern that
+ * is not one of those, one that selects no layer. Without the key every layer is on. */
+int bk_term_layers(const bk_term_config *t, int64_t n_layers, unsigned char *on, bk_error *err);
 
 #endif

@@ -672,6 +672,18 @@ static layer_slots slots_of(const bk_gpt *m, const acts *a, int l, int train, in
     return s;
 }
 
+/* The rotation of layer l: rot, unless the rotary term does not act in that layer ([[term]] layers). */
+static const bk_rotary_view *rotary_at(const bk_gpt *m, int l, const bk_rotary_view *rot)
+{
+    return rot && bk_term_on_layer(&m->pos.set->terms[m->pos.set->rotary], l) ? rot : NULL;
+}
+
+/* 1 when the content term (content: there is one) acts in layer l. */
+static int content_at(const bk_gpt *m, int l, int content)
+{
+    return content && bk_term_on_layer(&m->bias->set->terms[m->bias->set->content], l);
+}
+
 /* The attention bias of layer l (and with a content term its positions, from the layer's normalised input
  * ln1, into the slots' slot), before the attention. */
 static int layer_bias(bk_gpt *m, int l, const layer_slots *sl, const float *ln1, int content, bk_attention_bias *ab,
@@ -997,8 +1009,10 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
     TRY(bk_embed_forward(&m->pos, a.encoded, err));
     for (int l = 0; l < m->L; l++) {
         const layer_slots sl = slots_of(m, &a, l, train, m->acts_recompute);
-        TRY(llama ? llama_layer_forward(m, &a, l, &sl, train, 0, rotary ? &rot : NULL, content, err)
-                  : gpt2_layer_forward(m, &a, l, &sl, train, 0, rotary ? &rot : NULL, content, err));
+        const bk_rotary_view *rl = rotary_at(m, l, rotary ? &rot : NULL);
+        const int cl = content_at(m, l, content);
+        TRY(llama ? llama_layer_forward(m, &a, l, &sl, train, 0, rl, cl, err)
+                  : gpt2_layer_forward(m, &a, l, &sl, train, 0, rl, cl, err));
     }
     const float *last = a.res3 + (train ? (size_t)(m->L - 1) : 0) * BT * C;
     if (llama) {
@@ -1100,17 +1114,17 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
     for (int l = L - 1; l >= 0; l--) {
         const layer_slots sl = slots_of(m, &a, l, 1, recompute);
         float *dresidual = l == 0 ? d.encoded : d.res3 + (size_t)(l - 1) * BT * C;
+        const bk_rotary_view *rl = rotary_at(m, l, rotary ? &rot : NULL);
+        const int cl = content_at(m, l, content);
         if (recompute) { /* layer l's activations again (but the attention's) from its input; its gradients'
                             slot from zero */
-            TRY(llama ? llama_layer_forward(m, &a, l, &sl, 1, 1, rotary ? &rot : NULL, content, err)
-                      : gpt2_layer_forward(m, &a, l, &sl, 1, 1, rotary ? &rot : NULL, content, err));
+            TRY(llama ? llama_layer_forward(m, &a, l, &sl, 1, 1, rl, cl, err)
+                      : gpt2_layer_forward(m, &a, l, &sl, 1, 1, rl, cl, err));
             if (l < L - 1)
                 TRY(be->zero(be, d.ln1, (size_t)(d.res3 - d.ln1) * sizeof(float), err));
         }
-        TRY(llama ? llama_layer_backward(m, &a, &d, l, &sl, dresidual, dtable, dtable_floats, rotary ? &rot : NULL,
-                                         content, err)
-                  : gpt2_layer_backward(m, &a, &d, l, &sl, dresidual, dtable, dtable_floats, rotary ? &rot : NULL,
-                                        content, err));
+        TRY(llama ? llama_layer_backward(m, &a, &d, l, &sl, dresidual, dtable, dtable_floats, rl, cl, err)
+                  : gpt2_layer_backward(m, &a, &d, l, &sl, dresidual, dtable, dtable_floats, rl, cl, err));
     }
     if (dwte)
         TRY(be->encoder_backward(be, dwte, d.encoded, &m->batch, B, T, C, err));

@@ -400,10 +400,20 @@ class Reference:
         w = logits if self.mixing == "sum" else torch.softmax(logits, dim=0)
         return w if heads > 1 else w[:, 0]
 
+    def on_layer(self, k, layer):
+        """Whether term k acts in `layer`: the options' explicit "layers" list (the test's own statement of
+        what the [[term]] layers key selects), else every layer."""
+        chosen = self.options[k].get("layers")
+        return chosen is None or layer in chosen
+
     def mixed(self, layer, s):
-        """(H, T) mixed table of one stream and layer."""
-        tables = torch.stack([self.term_table(k, layer) for k in self.on[s]])  # (n, H, T)
-        w = self.weights(s)
+        """(H, T) mixed table of one stream and layer, of the stream's terms that act in the layer; None when
+        none does."""
+        idx = [n for n, k in enumerate(self.on[s]) if self.on_layer(k, layer)]
+        if not idx:
+            return None
+        tables = torch.stack([self.term_table(self.on[s][n], layer) for n in idx])  # (n, H, T)
+        w = self.weights(s)[idx]
         w = w[:, :, None] if w.dim() == 2 else w[:, None, None]  # per head: head h's row mixed with w[:, h]
         if self.mixing == "sum":
             return (w * tables).sum(0)
@@ -420,11 +430,12 @@ class Reference:
                 intra = torch.tensor([r[1] for r in rows])
         return {"token": tok, "segment": seg, "intra": intra}
 
-    def term_of(self, plugin):
-        """(index, options) of the first term of `plugin`, or (None, None)."""
+    def term_of(self, plugin, layer=None):
+        """(index, options) of the first term of `plugin` (that acts in `layer` when one is given), or
+        (None, None)."""
         for k, t in enumerate(self.terms):
             if t["plugin"] == plugin:
-                return k, self.options[k]
+                return (k, self.options[k]) if layer is None or self.on_layer(k, layer) else (None, None)
         return None, None
 
     def fire_bias(self, layer):
@@ -432,7 +443,7 @@ class Reference:
         u_g = g / (P - 1) and interpolated linearly at u(i, j) (cell g = floor(u (P - 1)), at most P - 2);
         or None. The grid's distance from the exact MLP is measured by tests/test_fire.c against
         tests/reference/fire_reference.py (exact FIRE, values and gradients, with proven bounds)."""
-        k, o = self.term_of("fire")
+        k, o = self.term_of("fire", layer)
         if k is None:
             return None
         H, T, W = self.H, self.T, int(o.get("width", 32))
@@ -455,13 +466,13 @@ class Reference:
         t = x - cell
         return (grid[cell] + t[..., None] * (grid[cell + 1] - grid[cell])).permute(2, 0, 1)
 
-    def keep(self):
-        """(T, T) keys each query sees: causal, and the window term's window and sinks."""
+    def keep(self, layer):
+        """(T, T) keys each query of `layer` sees: causal, and the window term's window and sinks."""
         T = self.T
         i = torch.arange(T)[:, None]
         j = torch.arange(T)[None, :]
         keep = j <= i
-        _, o = self.term_of("window")
+        _, o = self.term_of("window", layer)
         if o is not None:
             keep = keep & ((i - j < int(o["window"])) | (j < int(o.get("sinks", 0))))
         return keep
@@ -469,10 +480,10 @@ class Reference:
     def logit_scale(self, layer):
         """(H, T) factor of q.k / sqrt(hd) per query, or None."""
         n = torch.arange(self.T, dtype=torch.float64) + 1.0
-        k, o = self.term_of("logn")
+        k, o = self.term_of("logn", layer)
         if k is not None:
             return torch.log(n)[None, :].expand(self.H, self.T)
-        k, o = self.term_of("ssmax")
+        k, o = self.term_of("ssmax", layer)
         if k is not None:
             return self.theta(k, layer)[:, None] * torch.log(n)[None, :]
         return None
@@ -480,7 +491,7 @@ class Reference:
     def forget_bias(self, layer, h):
         """(B, H, T, T) Forgetting Transformer bias sum_{l=j+1..i} log sigmoid(w_h . h_l + b_h) of the layer's
         attention input h (B, T, C), as the difference of the cumulative sums, or None."""
-        k, o = self.term_of("fox")
+        k, o = self.term_of("fox", layer)
         if k is None:
             return None
         th, H = self.theta(k, layer), self.H
@@ -495,7 +506,7 @@ class Reference:
         """(B, H, T, T) CoPE term from the scores a = q.k / sqrt(hd) (before any logit scale), as the reference
         code computes it: gates sigmoid(a) on the visible keys, counts by a reverse cumulative sum, clamped to
         npos - 1, and q . e interpolated between the floor and the ceiling of the count; or None."""
-        k, o = self.term_of("cope")
+        k, o = self.term_of("cope", layer)
         if k is None:
             return None
         npos, hd = self.cope_points(o), self.hd
@@ -511,7 +522,7 @@ class Reference:
     def bias(self, layer, pos):
         """(B, H, T, T) bias of query i and key j: sum over streams of M_s[h, p_s(i) - p_s(j)]."""
         total = None
-        _, wo = self.term_of("window")
+        _, wo = self.term_of("window", layer)
         cap = int(wo.get("distance_cap", 0)) if wo is not None else 0
         for s in STREAMS:
             if not self.on[s]:
@@ -521,6 +532,8 @@ class Reference:
             if cap:
                 delta = delta.clamp(max=cap)
             m = self.mixed(layer, s)  # (H, T)
+            if m is None:
+                continue
             b = m[:, delta].permute(1, 0, 2, 3)  # (B, H, T, T)
             total = b if total is None else total + b
         return total
@@ -543,10 +556,10 @@ class Reference:
                 out = out + scale * torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
         return out
 
-    def rotate(self, x, pos):
-        """RoPE (rotate-half) of x (B, H, T, hd) by the rotary term's stream, if there is one."""
+    def rotate(self, x, pos, layer):
+        """RoPE (rotate-half) of x (B, H, T, hd) by the rotary term's stream, if there is one in `layer`."""
         for k, t in enumerate(self.terms):
-            if t["plugin"] != "rope":
+            if t["plugin"] != "rope" or not self.on_layer(k, layer):
                 continue
             hd = x.shape[-1]
             half = hd // 2
@@ -605,7 +618,7 @@ class Reference:
         """Attention of layer l over q, k, v (B, H, T, hd), with every term's part of the scores; h is the
         block's normed input (what a content term reads). Returns (B, T, H hd)."""
         B, T = self.B, self.T
-        q, k = self.rotate(q, pos), self.rotate(k, pos)
+        q, k = self.rotate(q, pos, l), self.rotate(k, pos, l)
         s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         counted = self.counted_bias(l, s, q, causal)
         lam = self.logit_scale(l)
@@ -634,14 +647,13 @@ class Reference:
             return self.forward_llama(inputs, targets)
         p, B, T, C, H = self.p, self.B, self.T, self.C, self.H
         hd = C // H
-        causal = self.keep()
         pos = self.positions(inputs)
         x = p["model.wte"][inputs] + self.embeddings(pos)
         for l in range(self.L):
             h = self.layer_norm(x, p["model.ln1w"][l], p["model.ln1b"][l])
             qkv = h @ p["model.qkvw"][l].T + p["model.qkvb"][l]
             q, k, v = (z.reshape(B, T, H, hd).transpose(1, 2) for z in qkv.split(C, dim=-1))
-            y = self.attend(l, q, k, v, h, pos, causal)
+            y = self.attend(l, q, k, v, h, pos, self.keep(l))
             x = x + y @ p["model.attprojw"][l].T + p["model.attprojb"][l]
             h = self.layer_norm(x, p["model.ln2w"][l], p["model.ln2b"][l])
             f = self.gelu(h @ p["model.fcw"][l].T + p["model.fcb"][l])
@@ -654,7 +666,6 @@ class Reference:
         KV heads repeated to H (repeat_kv), SwiGLU down(silu(gate) * up), no biases; with QK-norm each query
         and key head RMS-normalised over its head_dim before the rotation (Qwen3's q_norm, k_norm)."""
         p, B, T, H, KV, hd, F, eps = self.p, self.B, self.T, self.H, self.KV, self.hd, self.F, self.eps
-        causal = self.keep()
         pos = self.positions(inputs)
         x = p["model.wte"][inputs] + self.embeddings(pos)
         for l in range(self.L):
@@ -665,7 +676,7 @@ class Reference:
                 q = self.rms_norm(q, p["model.qnormw"][l], eps)
                 k = self.rms_norm(k.reshape(B, T, KV, hd), p["model.knormw"][l], eps).reshape(B, T, KV * hd)
             k, v = (z.reshape(B, T, KV, hd).transpose(1, 2).repeat_interleave(H // KV, dim=1) for z in (k, v))
-            y = self.attend(l, q, k, v, h, pos, causal)
+            y = self.attend(l, q, k, v, h, pos, self.keep(l))
             x = x + y @ p["model.attprojw"][l].T
             h = self.rms_norm(x, p["model.rms2w"][l], eps)
             g, u = (h @ p["model.fcw"][l].T).split(F, dim=-1)
@@ -830,13 +841,16 @@ def main(argv):
                 t = ref.terms[k]
                 mine = torch.stack([ref.term_table(k, l) for l in range(ref.L)])
                 rep.compare(f"{prefix}table.{t['label']}", tensors.get(f"{prefix}table.{t['label']}"), mine)
-            _, wo = ref.term_of("window")
-            cap = int(wo.get("distance_cap", 0)) if wo is not None else 0
-            capped = torch.arange(ref.T).clamp(max=cap) if cap else torch.arange(ref.T)
+            def layer_table(l, s):  # what the attention reads: min(d, distance_cap) under LM-Infinite's cap,
+                _, wo = ref.term_of("window", l)  # 0 in a layer without the stream's terms
+                cap = int(wo.get("distance_cap", 0)) if wo is not None else 0
+                capped = torch.arange(ref.T).clamp(max=cap) if cap else torch.arange(ref.T)
+                m = ref.mixed(l, s)
+                return torch.zeros(ref.H, ref.T, dtype=torch.float64) if m is None else m[:, capped]
             for s in STREAMS:
-                if ref.on[s]:  # the attention's tables: read at min(d, distance_cap) under LM-Infinite's cap
+                if ref.on[s]:
                     rep.compare(f"{prefix}mixed.{s}", tensors.get(f"{prefix}mixed.{s}"),
-                                torch.stack([ref.mixed(l, s)[:, capped] for l in range(ref.L)]))
+                                torch.stack([layer_table(l, s) for l in range(ref.L)]))
             if ref.tables:
                 rep.compare(f"{prefix}weights", tensors.get(f"{prefix}weights"), ref.table_weights())
 
