@@ -65,6 +65,17 @@ static const scheme llama_schemes[] = {
 };
 #define N_LLAMA (sizeof llama_schemes / sizeof llama_schemes[0])
 
+/* Terms in some layers only ([[term]] layers): RoPE in layer 0, a window in layer 1, KERPLE in both and ALiBi
+ * in layer 1, their mixing weights learned (the device mixes each layer's terms; a weight's gradient comes
+ * from its term's layers). */
+static const scheme layered = {"layered",
+                               "[attention]\nlearn_weights = true\n"
+                               "[[term]]\nplugin = \"rope\"\nlayers = [0]\n"
+                               "[[term]]\nplugin = \"window\"\nwindow = 9\nsinks = 1\nlayers = \"last 1\"\n"
+                               "[[term]]\nplugin = \"kerple\"\nvariant = \"log\"\n"
+                               "[[term]]\nplugin = \"alibi\"\nlayers = \"every 2 from 1\"\n",
+                               NULL};
+
 /* Counted positions (BIASKIT_CAP_COUNT, CoPE: the attention's cope / dcope), on the materialized attention
  * only: the fused one refuses them (test_emulated_cope). 5 position vectors: the counts clamp at T = 37. */
 static const scheme cope = {"cope", "[[term]]\nplugin = \"cope\"\npoints = 5\ninit_std = 0.2\n", NULL};
@@ -618,6 +629,20 @@ static void test_cuda_llama(void **state)
     llama_on("cuda", 0);
 }
 
+static void test_emulated_layers(void **state)
+{
+    (void)state;
+    compare_with_cpu(&layered, "emulated"); /* the fused attention: the materialized one has no window */
+    assert_deterministic(&layered, "emulated");
+}
+
+static void test_cuda_layers(void **state)
+{
+    (void)state;
+    compare_with_cpu(&layered, "cuda");
+    assert_deterministic(&layered, "cuda");
+}
+
 static void test_emulated_tf32(void **state)
 {
     (void)state;
@@ -890,6 +915,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_cuda_fox),
             cmocka_unit_test(test_cuda_cope),
             cmocka_unit_test(test_cuda_llama),
+            cmocka_unit_test(test_cuda_layers),
         };
         return cmocka_run_group_tests(gpu, NULL, NULL);
     }
@@ -904,6 +930,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_emulated_fox),
         cmocka_unit_test(test_emulated_cope),
         cmocka_unit_test(test_emulated_llama),
+        cmocka_unit_test(test_emulated_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

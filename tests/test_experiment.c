@@ -362,6 +362,70 @@ static void model_families(void **state)
     expect_error("", sets, 1, "needs ffn_dim", NULL);
 }
 
+/* [[term]] layers: the patterns and lists resolve to the layers they name; each kind of bad value is an
+ * error at its position. */
+static void term_layers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *value;
+        const char *on; /* of 6 layers */
+    } cases[] = {
+        {"\"all\"", "111111"},           {"\"every 2 from 1\"", "010101"}, {"\"every 4 from 3\"", "000100"},
+        {"\"except every 4 from 3\"", "111011"}, {"\"every 1 from 0\"", "111111"}, {"\"first 2\"", "110000"},
+        {"\"last 1\"", "000001"},        {"\"last 9\"", "111111"},         {"[5, 0, 2]", "101001"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char text[256];
+        snprintf(text, sizeof text, "[model]\nlayers = 6\n[[term]]\nplugin = \"rope\"\nlayers = %s\n", cases[k].value);
+        bk_experiment exp;
+        bk_error err;
+        if (bk_experiment_parse(text, "exp.toml", NULL, 0, &exp, &err))
+            fail_msg("layers = %s: %s", cases[k].value, err.message);
+        unsigned char on[6];
+        assert_int_equal(bk_term_layers(&exp.terms[0], 6, on, &err), BK_OK);
+        for (int l = 0; l < 6; l++)
+            if (on[l] != (cases[k].on[l] == '1'))
+                fail_msg("layers = %s: layer %d is %s, expected %s", cases[k].value, l, on[l] ? "on" : "off",
+                         cases[k].on[l] == '1' ? "on" : "off");
+        bk_experiment_free(&exp);
+    }
+    /* without the key: every layer */
+    bk_experiment exp;
+    bk_error err;
+    assert_int_equal(bk_experiment_parse("[model]\nlayers = 3\n[[term]]\nplugin = \"alibi\"\n", "exp.toml", NULL, 0,
+                                         &exp, &err),
+                     BK_OK);
+    assert_null(exp.terms[0].layers);
+    unsigned char on[3] = {0, 0, 0};
+    assert_int_equal(bk_term_layers(&exp.terms[0], 3, on, &err), BK_OK);
+    assert_true(on[0] && on[1] && on[2]);
+    bk_experiment_free(&exp);
+
+    const char *head = "[model]\nlayers = 4\n[[term]]\nplugin = \"alibi\"\n";
+    char text[256];
+#define BAD(value, needle1, needle2)                                                                                 \
+    snprintf(text, sizeof text, "%slayers = %s\n", head, value), expect_error(text, NULL, 0, needle1, needle2)
+    BAD("[0, 4]", "exp.toml:5:14: [[term]] #1 layers: layer 4 does not exist", "the model has 4 (0 .. 3)");
+    BAD("[-1]", "exp.toml:5:11: [[term]] #1 layers: layer -1 does not exist", NULL);
+    BAD("[2, 2]", "exp.toml:5:14: [[term]] #1 layers: layer 2 is listed twice", NULL);
+    BAD("[]", "exp.toml:5:10: [[term]] #1 layers: selects none of the model's 4 layers", NULL);
+    BAD("\"every 2 from 7\"", "exp.toml:5:10: [[term]] #1 layers: selects none", NULL);
+    BAD("\"every 0 from 1\"", "exp.toml:5:10: [[term]] #1 layers: expected a list of layer indices or one of",
+        "got 'every 0 from 1'");
+    BAD("\"sometimes\"", "[[term]] #1 layers: expected a list", "got 'sometimes'");
+    BAD("\"first 0\"", "[[term]] #1 layers: expected a list", NULL);
+    BAD("\"except first 2\"", "[[term]] #1 layers: expected a list", NULL);
+    BAD("\"every 2 from 1 or so\"", "[[term]] #1 layers: expected a list", NULL);
+    BAD("1.5", "exp.toml:5:10: [[term]] #1 layers: expected a list of layer indices or a pattern string, got float",
+        NULL);
+    BAD("[\"a\"]", "exp.toml:5:11: [[term]] #1 layers: expected a layer index (an integer), got string", NULL);
+#undef BAD
+    /* an override too, named as the override */
+    const char *set[1] = {"term.0.layers=[7]"};
+    expect_error(head, set, 1, "--set term.0.layers=[7]", "layer 7 does not exist");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +438,7 @@ int main(void)
         cmocka_unit_test(out_of_range_and_choices),
         cmocka_unit_test(bad_toml),
         cmocka_unit_test(term_errors),
+        cmocka_unit_test(term_layers),
         cmocka_unit_test(overrides),
         cmocka_unit_test(missing_file),
         cmocka_unit_test(data_and_training_keys),

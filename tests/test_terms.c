@@ -135,6 +135,34 @@ static void unknown_plugin_names_the_term(void **state)
                       "plugin 'nosuch' not found; searched: ");
 }
 
+/* [[term]] layers: refused for the terms that act once at the input (an embedding, the segmenter); kept
+ * as on/off per layer for the others. */
+static void layers_of_terms(void **state)
+{
+    (void)state;
+    expect_term_error("[model]\nlayers = 3\n[[term]]\nplugin = \"ape\"\nlayers = [1]\n",
+                      "exp.toml:5:10: [[term]] #1 (ape): 'layers' chooses the layers a term acts in; plugin 'ape' embeds "
+                      "once, at the model's input",
+                      "expected no 'layers' key");
+    expect_term_error("[model]\nlayers = 3\n[[term]]\nplugin = \"bipe\"\nlayers = \"first 1\"\n",
+                      "[[term]] #1 (bipe): 'layers' chooses the layers a term acts in; plugin 'bipe' segments the tokens",
+                      NULL);
+    fixture f;
+    bk_error err;
+    if (open_terms(&f, "[model]\nlayers = 3\nheads = 2\n[[term]]\nplugin = \"alibi\"\nlayers = \"last 2\"\n"
+                       "[[term]]\nplugin = \"rope\"\n",
+                   &err) != BK_OK)
+        fail_msg("%s", err.message);
+    const bk_term *a = &f.set.terms[0], *r = &f.set.terms[1];
+    assert_non_null(a->layers_on);
+    assert_false(bk_term_on_layer(a, 0));
+    assert_true(bk_term_on_layer(a, 1) && bk_term_on_layer(a, 2));
+    assert_true(bk_term_on_layer(a, -1)); /* a call for no one layer */
+    assert_null(r->layers_on);
+    assert_true(bk_term_on_layer(r, 0) && bk_term_on_layer(r, 2));
+    close_terms(&f);
+}
+
 static void non_finite_table_is_rejected(void **state)
 {
     (void)state;
@@ -267,6 +295,7 @@ int main(void)
         cmocka_unit_test(plugin_option_errors_have_positions),
         cmocka_unit_test(create_failure_is_reported),
         cmocka_unit_test(unknown_plugin_names_the_term),
+        cmocka_unit_test(layers_of_terms),
         cmocka_unit_test(non_finite_table_is_rejected),
         cmocka_unit_test(parameters_shared_and_per_layer),
         cmocka_unit_test(sum_mixing_across_plugins),

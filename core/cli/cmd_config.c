@@ -85,6 +85,13 @@ static int check_in_child(void *ctx, FILE *out, bk_error *err)
                 bk_choice_name(BK_STREAM_CHOICES, t->stream, a, sizeof a));
         if (bk_term_has_table(t))
             fprintf(out, "weight = %g\nper_layer = %s\n", t->weight, t->per_layer ? "true" : "false");
+        if (t->layers_on) { /* [[term]] layers: the layers it resolved to */
+            fprintf(out, "layers = [");
+            for (int l = 0, first = 1; l < e->model.layers; l++)
+                if (t->layers_on[l])
+                    fprintf(out, "%s%d", first ? "" : ", ", l), first = 0;
+            fprintf(out, "]\n");
+        }
         print_groups(out, t, e);
         const biaskit_plugin *d = t->plugin->desc;
         for (uint32_t k = 0; k < d->n_options; k++) {

@@ -931,6 +931,10 @@ void bk_experiment_print_keys(void *fp)
     fprintf(f, "  %-14s   %-10s  %s", "", "",
             "with decay_all; a plugin may declare its own); a number, or per tensor; in [0, ");
     fprintf(f, "%g]\n", BK_WEIGHT_DECAY_MAX);
+    fprintf(f, "  %-14s = %-10s  %s\n", "layers", "\"all\"",
+            "the layers the term acts in: a list ([0, 2]) or \"every N from K\", \"except every N from K\",");
+    fprintf(f, "  %-14s   %-10s  %s\n", "", "",
+            "\"first N\", \"last N\"; not for an embedding or the segmenter");
     fprintf(f, "  ...                          the plugin's own options: see `biaskit plugins`\n");
 }
 

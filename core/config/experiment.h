@@ -14,7 +14,7 @@
  *                attention ("fused" | "materialized"), precision ("fp32" | "bf16"), recompute, out_dir, threads,
  *                gpu (-1 = by local rank | N)
  *   [[term]]     one positional term each: plugin, name, stream, weight, per_layer, learn_weight,
- *                weight_per_head, lr_scale, weight_decay, plus the plugin's own options (checked against
+ *                weight_per_head, lr_scale, weight_decay, layers, plus the plugin's own options (checked against
  *                the plugin's declarations when it loads)
  */
 #ifndef BK_EXPERIMENT_H
@@ -71,7 +71,7 @@ typedef enum bk_nonfinite { BK_NONFINITE_STOP = 0, BK_NONFINITE_SKIP = 1 } bk_no
 
 /* The keys of a [[term]] table that belong to the engine; every other key is a plugin option. */
 #define BK_TERM_KEYS_TEXT                                                                                    \
-    "plugin, name, stream, weight, per_layer, learn_weight, weight_per_head, lr_scale, weight_decay"
+    "plugin, name, stream, weight, per_layer, learn_weight, weight_per_head, lr_scale, weight_decay, layers"
 int bk_term_key_is_reserved(const char *key);
 
 typedef struct bk_term_config {
