@@ -980,7 +980,7 @@ static void llama_nope_every_4(void **state)
 /* RoPE scaled as the options say, base 100 so that the ramp of YaRN falls inside the 4 pairs of a head of 8. */
 static void rope_scaled(const char *name, const char *options_toml, const char *options_json)
 {
-    char config[512], json[256];
+    char config[768], json[512];
     snprintf(config, sizeof config, "%s[[term]]\nplugin = \"rope\"\nbase = 100.0\n%s", MODEL(4, 32), options_toml);
     snprintf(json, sizeof json, "[{\"base\": 100.0, %s}]", options_json);
     run_case(&(ref_case){name, config, json, 1, NULL});
@@ -1011,6 +1011,43 @@ static void rope_yarn_dynamic(void **state)
     (void)state;
     rope_scaled("rope_yarn_dynamic", "scaling = \"yarn\"\nfactor = 0.0\noriginal_length = 4\n",
                 "\"scaling\": \"yarn\", \"factor\": 0.0, \"original_length\": 4");
+}
+
+/* LongRoPE: T = 12 beyond original_length 6, so the long factors, and the attention factor of s = 4. */
+static void rope_longrope_long(void **state)
+{
+    (void)state;
+    rope_scaled("rope_longrope_long",
+                "scaling = \"longrope\"\nfactor = 4.0\noriginal_length = 6\nshort_factor = [1.0, 1.5, 2.0, 3.0]\n"
+                "long_factor = [1.0, 2.0, 4.0, 8.0]\n",
+                "\"scaling\": \"longrope\", \"factor\": 4.0, \"original_length\": 6, \"short_factor\": [1.0, 1.5, 2.0, "
+                "3.0], \"long_factor\": [1.0, 2.0, 4.0, 8.0]");
+}
+
+/* ... within original_length 64: the short factors, attn_factor 0.9 on top. */
+static void rope_longrope_short(void **state)
+{
+    (void)state;
+    rope_scaled("rope_longrope_short",
+                "scaling = \"longrope\"\nfactor = 2.0\noriginal_length = 64\nattn_factor = 0.9\n"
+                "short_factor = [1.2, 1.5, 2.0, 2.5]\nlong_factor = [5.0, 6.0, 7.0, 8.0]\n",
+                "\"scaling\": \"longrope\", \"factor\": 2.0, \"original_length\": 64, \"attn_factor\": 0.9, "
+                "\"short_factor\": [1.2, 1.5, 2.0, 2.5], \"long_factor\": [5.0, 6.0, 7.0, 8.0]");
+}
+
+/* Resonance YaRN: YaRN's frequencies, then each wavelength rounded to an integer. */
+static void rope_resonance_yarn(void **state)
+{
+    (void)state;
+    rope_scaled("rope_resonance_yarn", "scaling = \"yarn\"\nfactor = 2.0\noriginal_length = 6\nresonance = true\n",
+                "\"scaling\": \"yarn\", \"factor\": 2.0, \"original_length\": 6, \"resonance\": true");
+}
+
+/* p-RoPE: half of the 4 pairs turn (the two highest frequencies). */
+static void rope_partial(void **state)
+{
+    (void)state;
+    rope_scaled("rope_partial", "partial = 0.5\n", "\"partial\": 0.5");
 }
 
 int main(void)
@@ -1061,6 +1098,10 @@ int main(void)
         cmocka_unit_test(cope_window_long),
         cmocka_unit_test(llama_rope_gqa),
         cmocka_unit_test(llama_qk_norm_rope),
+        cmocka_unit_test(rope_longrope_long),
+        cmocka_unit_test(rope_longrope_short),
+        cmocka_unit_test(rope_resonance_yarn),
+        cmocka_unit_test(rope_partial),
         cmocka_unit_test(layers_hybrid),
         cmocka_unit_test(layers_kernel_fire),
         cmocka_unit_test(llama_nope_every_4),

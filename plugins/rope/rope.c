@@ -1,9 +1,10 @@
 /* RoPE as a biaskit plugin (the `rotary` capability): q and k of every head are rotated by their
  * position on the term's stream, so q_i . k_j depends on p(i) - p(j) only. On stream = "token" this
  * is plain RoPE; on stream = "segment" (with a segmenting term) it is BiPE-RoPE's inter-segment
- * encoding. Length-aware scalings (position interpolation, NTK-aware, YaRN; static or dynamic) through
- * rotary_ctx (ABI 2): the frequencies for the length of each call and YaRN's amplitude (rope_math.h).
- * No parameters. */
+ * encoding. Length-aware scalings (position interpolation, NTK-aware, YaRN, LongRoPE's per-pair factors;
+ * static or dynamic) through rotary_ctx (ABI 2): the frequencies for the length of each call and the
+ * amplitude (rope_math.h); on any of them Resonance RoPE's rounded wavelengths and p-RoPE's partial
+ * rotation. No parameters. */
 #include "rope_math.h"
 
 #include <math.h>
@@ -20,7 +21,10 @@ typedef struct rope {
     double factor;      /* s >= 1, or 0: dynamic, s = max(1, length / L) */
     double L;           /* original_length, or the training length */
     double low, high;   /* yarn's ramp bounds (bk_yarn_range) */
-    double attn_factor; /* yarn */
+    double attn_factor; /* yarn, longrope */
+    double *short_factor, *long_factor; /* longrope: d_head/2 factors each */
+    int resonance;
+    int32_t turning; /* pairs that turn (partial) */
 } rope;
 
 static const biaskit_option options[] = {
@@ -34,14 +38,54 @@ static const biaskit_option options[] = {
     BIASKIT_OPTION_INT("original_length", 0, "L, the context the model was trained for; 0 = [train] length"),
     BIASKIT_OPTION_DOUBLE("beta_fast", 32.0, "yarn: pairs turning more than beta_fast times over L are kept"),
     BIASKIT_OPTION_DOUBLE("beta_slow", 1.0, "yarn: pairs turning fewer than beta_slow times over L are interpolated"),
-    BIASKIT_OPTION_DOUBLE("attn_factor", 1.0, "yarn: multiplies mscale (q and k each; the logits by its square)"),
+    BIASKIT_OPTION_DOUBLE("attn_factor", 1.0,
+                          "yarn, longrope: multiplies mscale (q and k each; the logits by its square)"),
+    BIASKIT_OPTION_DOUBLE_ARRAY("short_factor", "longrope: d_head/2 factors lambda_k > 0, theta_k / lambda_k for "
+                                                "sequences up to original_length"),
+    BIASKIT_OPTION_DOUBLE_ARRAY("long_factor", "longrope: d_head/2 factors lambda_k > 0 for longer sequences"),
+    BIASKIT_OPTION_BOOL("resonance", 0, "Resonance RoPE: each wavelength 2 pi / theta rounded to an integer"),
+    BIASKIT_OPTION_DOUBLE("partial", 1.0,
+                          "p-RoPE: the fraction p of the pairs that turn (the highest frequencies); the others stay "
+                          "unrotated"),
 };
 
-static const char *const scaling_names[] = {"none", "pi", "ntk", "yarn"};
+static const char *const scaling_names[] = {"none", "pi", "ntk", "yarn", "longrope"};
 
 static void destroy(void *inst)
 {
+    rope *r = inst;
+    if (r) {
+        free(r->short_factor);
+        free(r->long_factor);
+    }
     free(inst);
+}
+
+/* longrope's factor set `key`: exactly `pairs` finite values > 0, into *out (allocated). */
+static int read_factors(const biaskit_services *svc, const biaskit_config *cfg, const char *key, int32_t pairs,
+                        double **out, biaskit_error *err)
+{
+    if (!svc->is_set(cfg, key))
+        return svc->config_error(cfg, key, err,
+                                 "scaling = \"longrope\" needs '%s': %d factors (one per pair, d_head/2)", key,
+                                 (int)pairs);
+    double *f = calloc((size_t)pairs, sizeof *f);
+    if (!f)
+        return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory");
+    int32_t n = 0;
+    int rc = svc->get_double_array(cfg, key, f, pairs, &n, err);
+    if (!rc && n != pairs)
+        rc = svc->config_error(cfg, key, err, "expected %d factors (one per pair of a head of %d), got %d", (int)pairs,
+                               (int)(2 * pairs), (int)n);
+    for (int32_t k = 0; !rc && k < n; k++)
+        if (!isfinite(f[k]) || f[k] <= 0.0)
+            rc = svc->config_error(cfg, key, err, "factor %d: expected a finite value > 0, got %g", (int)k, f[k]);
+    if (rc) {
+        free(f);
+        return rc;
+    }
+    *out = f;
+    return BIASKIT_OK;
 }
 
 /* An option that means nothing under the chosen scaling, set explicitly, is refused rather than ignored. */
@@ -57,17 +101,23 @@ static int refuse_unused(const biaskit_services *svc, const biaskit_config *cfg,
 static int create(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo, void **out,
                   biaskit_error *err)
 {
-    double base, factor, beta_fast, beta_slow, attn_factor;
+    double base, factor, beta_fast, beta_slow, attn_factor, partial;
     int64_t original_length;
     const char *scaling_name;
-    int rc;
+    int rc, resonance;
     if ((rc = svc->get_double(cfg, "base", &base, err)) || (rc = svc->get_string(cfg, "scaling", &scaling_name, err)) ||
         (rc = svc->get_double(cfg, "factor", &factor, err)) ||
         (rc = svc->get_int(cfg, "original_length", &original_length, err)) ||
         (rc = svc->get_double(cfg, "beta_fast", &beta_fast, err)) ||
         (rc = svc->get_double(cfg, "beta_slow", &beta_slow, err)) ||
-        (rc = svc->get_double(cfg, "attn_factor", &attn_factor, err)))
+        (rc = svc->get_double(cfg, "attn_factor", &attn_factor, err)) ||
+        (rc = svc->get_bool(cfg, "resonance", &resonance, err)) ||
+        (rc = svc->get_double(cfg, "partial", &partial, err)))
         return rc;
+    if (!(partial >= 0.0 && partial <= 1.0))
+        return svc->config_error(cfg, "partial", err,
+                                 "expected the fraction of the pairs that turn, in [0, 1] (1: every pair), got %g",
+                                 partial);
     if (!isfinite(base) || base <= 1.0)
         return svc->config_error(cfg, "base", err, "expected a finite base > 1, got %g", base);
     if (geo->d_head < 2 || geo->d_head % 2)
@@ -78,13 +128,16 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
         if (strcmp(scaling_name, scaling_names[i]) == 0)
             scaling = i;
     if (scaling < 0) /* the host checked the choice; a defence, not a path */
-        return svc->config_error(cfg, "scaling", err, "expected one of none, pi, ntk, yarn, got \"%s\"", scaling_name);
-    const int scaled = scaling != BK_ROPE_NONE, yarn = scaling == BK_ROPE_YARN;
-    if ((rc = refuse_unused(svc, cfg, "factor", scaled, "pi, ntk or yarn", scaling_name, err)) ||
-        (rc = refuse_unused(svc, cfg, "original_length", scaled, "pi, ntk or yarn", scaling_name, err)) ||
+        return svc->config_error(cfg, "scaling", err, "expected one of none, pi, ntk, yarn, longrope, got \"%s\"",
+                                 scaling_name);
+    const int scaled = scaling != BK_ROPE_NONE, yarn = scaling == BK_ROPE_YARN, longrope = scaling == BK_ROPE_LONGROPE;
+    if ((rc = refuse_unused(svc, cfg, "factor", scaled, "pi, ntk, yarn or longrope", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "original_length", scaled, "pi, ntk, yarn or longrope", scaling_name, err)) ||
         (rc = refuse_unused(svc, cfg, "beta_fast", yarn, "\"yarn\"", scaling_name, err)) ||
         (rc = refuse_unused(svc, cfg, "beta_slow", yarn, "\"yarn\"", scaling_name, err)) ||
-        (rc = refuse_unused(svc, cfg, "attn_factor", yarn, "\"yarn\"", scaling_name, err)))
+        (rc = refuse_unused(svc, cfg, "attn_factor", yarn || longrope, "yarn or longrope", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "short_factor", longrope, "\"longrope\"", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "long_factor", longrope, "\"longrope\"", scaling_name, err)))
         return rc;
     if (!isfinite(factor) || (factor != 0.0 && factor < 1.0))
         return svc->config_error(cfg, "factor", err,
@@ -126,6 +179,14 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
     rope *r = calloc(1, sizeof *r);
     if (!r)
         return svc->error(err, BIASKIT_ERR_NOMEM, "out of memory");
+    const int32_t pairs = geo->d_head / 2;
+    if (longrope && ((rc = read_factors(svc, cfg, "short_factor", pairs, &r->short_factor, err)) ||
+                     (rc = read_factors(svc, cfg, "long_factor", pairs, &r->long_factor, err)))) {
+        destroy(r);
+        return rc;
+    }
+    r->resonance = resonance;
+    r->turning = bk_rope_turning_pairs(partial, pairs);
     r->svc = svc;
     r->d_head = geo->d_head;
     r->base = base;
@@ -149,20 +210,30 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
                      "scaling yarn (%s), original_length %g, ramp over pairs %g .. %g (beta_fast %g, beta_slow %g), "
                      "q and k x %s x attn_factor %g",
                      s_text, L, r->low, r->high, beta_fast, beta_slow, m_text, attn_factor);
+        else if (longrope)
+            svc->log(BIASKIT_LOG_INFO, "rope",
+                     "scaling longrope (%s), original_length %g: short factors up to it, long beyond; q and k x "
+                     "sqrt(1 + ln s / ln %g) x attn_factor %g",
+                     s_text, L, L, attn_factor);
         else
             svc->log(BIASKIT_LOG_INFO, "rope", "scaling %s (%s), original_length %g", scaling_name, s_text, L);
     }
+    if (resonance || r->turning < pairs)
+        svc->log(BIASKIT_LOG_INFO, "rope", "%s%s%d of %d pairs turn", resonance ? "wavelengths rounded (resonance)" : "",
+                 resonance ? "; " : "", (int)r->turning, (int)pairs);
     *out = r;
     return BIASKIT_OK;
 }
 
-/* Plain RoPE, whatever the scaling: what a host of ABI 1 reads (create() refuses a scaling there). */
+/* RoPE without scaling (resonance and partial applied): what a host of ABI 1 reads (create() refuses a
+ * scaling there). */
 static int rotary_frequencies(const void *inst, float *inv_freq, biaskit_error *err)
 {
     (void)err;
     const rope *r = inst;
     for (int32_t k = 0; k < r->d_head / 2; k++)
-        inv_freq[k] = bk_rope_inv_freq(r->base, k, r->d_head);
+        inv_freq[k] = bk_rope_pair_inv_freq(BK_ROPE_NONE, r->base, k, r->d_head, 1.0, 0.0, 0.0, 1.0, r->resonance,
+                                            r->turning);
     return BIASKIT_OK;
 }
 
@@ -179,9 +250,15 @@ static int rotary_ctx(const void *inst, const biaskit_context *ctx, float *inv_f
                                  ctx && BIASKIT_HAS_FIELD(ctx, biaskit_context, length) ? (int)ctx->length : -1);
         s = bk_rope_dynamic_factor(ctx->length, r->L);
     }
+    /* longrope: the long factors for sequences longer than the original length */
+    const double *lambda = r->scaling != BK_ROPE_LONGROPE ? NULL
+                           : ctx && BIASKIT_HAS_FIELD(ctx, biaskit_context, length) && ctx->length > r->L
+                               ? r->long_factor
+                               : r->short_factor;
     for (int32_t k = 0; k < r->d_head / 2; k++)
-        inv_freq[k] = bk_rope_scaled_inv_freq(r->scaling, r->base, k, r->d_head, s, r->low, r->high);
-    *amplitude = (float)bk_rope_amplitude(r->scaling, s, r->attn_factor);
+        inv_freq[k] = bk_rope_pair_inv_freq(r->scaling, r->base, k, r->d_head, s, r->low, r->high,
+                                            lambda ? lambda[k] : 1.0, r->resonance, r->turning);
+    *amplitude = (float)bk_rope_amplitude(r->scaling, s, r->attn_factor, r->L);
     return BIASKIT_OK;
 }
 
@@ -189,9 +266,9 @@ static const biaskit_plugin descriptor = {
     .struct_size = sizeof(biaskit_plugin),
     .abi_version = BIASKIT_ABI_VERSION,
     .name = "rope",
-    .version = "1.1.0",
+    .version = "1.2.0",
     .summary = "RoPE: q and k rotated by their position (token or segment stream), theta_k = base^(-2k/d); "
-               "PI, NTK-aware or YaRN scaling, static or dynamic",
+               "PI, NTK-aware, YaRN or LongRoPE scaling, static or dynamic; Resonance RoPE; p-RoPE",
     .reference = "Su et al., RoFormer: Enhanced Transformer with Rotary Position Embedding, 2021; Peng et al., "
                  "YaRN: Efficient Context Window Extension of Large Language Models, 2023",
     .capabilities = BIASKIT_CAP_ROTARY,

@@ -15,7 +15,19 @@
  *         when equal), k(n) = d ln(L / (2 pi n)) / (2 ln base) the pair whose wavelength fits n times into
  *         L; ramp_k = clamp((k - low) / (high - low), 0, 1), mask_k = 1 - ramp_k,
  *         theta'_k = (theta_k / s)(1 - mask_k) + theta_k mask_k; plus the temperature (Sec. 3.4, Eq. 22):
- *         q and k are each multiplied by mscale = 0.1 ln s + 1 (1 when s <= 1), so the logits by mscale^2.
+ *         q and k are each multiplied by mscale = 0.1 ln s + 1 (1 when s <= 1), so the logits by mscale^2;
+ *   longrope  LongRoPE (Ding et al. 2024, "LongRoPE: Extending LLM Context Window Beyond 2 Million
+ *         Tokens"; the form of HF transformers' rope_type "longrope", Phi-3): theta'_k = theta_k / lambda_k,
+ *         one factor per pair, from the long set when the sequence is longer than L, else the short set;
+ *         q and k each multiplied by sqrt(1 + ln s / ln L) (1 when s <= 1). (The paper's n-hat, a first
+ *         stretch of positions left unscaled, is a rule on positions, not frequencies: not here.)
+ * Then, on any scaling:
+ *   resonance  Resonance RoPE (Wang et al. 2024, "Resonance RoPE: Improving Context Length Generalization
+ *         of Large Language Models"): each wavelength 2 pi / theta'_k rounded to the nearest integer
+ *         (at least 1), theta''_k = 2 pi / round(2 pi / theta'_k);
+ *   partial  p-RoPE (Barbero et al. 2024, "Round and Round We Go! What makes Rotary Positional Encodings
+ *         useful?"): only the first round(p d/2) pairs (the highest frequencies) turn; the others get
+ *         theta = 0 (not rotated).
  * Computed in double, rounded to float once. */
 #ifndef BIASKIT_ROPE_MATH_H
 #define BIASKIT_ROPE_MATH_H
@@ -26,8 +38,8 @@
 #include <stdint.h>
 
 /* The `scaling` option, in the order of its choices. */
-#define BK_ROPE_SCALINGS "none|pi|ntk|yarn"
-enum { BK_ROPE_NONE = 0, BK_ROPE_PI = 1, BK_ROPE_NTK = 2, BK_ROPE_YARN = 3 };
+#define BK_ROPE_SCALINGS "none|pi|ntk|yarn|longrope"
+enum { BK_ROPE_NONE = 0, BK_ROPE_PI = 1, BK_ROPE_NTK = 2, BK_ROPE_YARN = 3, BK_ROPE_LONGROPE = 4 };
 
 static inline BIASKIT_HD float bk_rope_inv_freq(double base, int32_t k, int32_t d_head)
 {
@@ -78,28 +90,74 @@ static inline BIASKIT_HD double bk_ntk_base(double base, double s, int32_t d_hea
 }
 
 /* The inverse frequency of pair k under `scaling` with factor s >= 1 (low, high: bk_yarn_range; read
- * by yarn only). s = 1 is plain RoPE under every scaling, bit for bit (the formulas reduce to it; the
- * blend of yarn would not round back exactly, so s = 1 returns the plain value). */
-static inline BIASKIT_HD float bk_rope_scaled_inv_freq(int scaling, double base, int32_t k, int32_t d_head, double s,
-                                                       double low, double high)
+ * by yarn only; lambda: longrope's factor of the pair, from the set the length chooses), in double. s = 1
+ * is plain RoPE under pi, ntk and yarn, bit for bit (the formulas reduce to it; the blend of yarn would
+ * not round back exactly, so s = 1 returns the plain value). */
+static inline BIASKIT_HD double bk_rope_scaled_theta(int scaling, double base, int32_t k, int32_t d_head, double s,
+                                                     double low, double high, double lambda)
 {
-    if (scaling == BK_ROPE_NONE || s == 1.0)
-        return bk_rope_inv_freq(base, k, d_head);
     const double e = -2.0 * (double)k / (double)d_head;
+    if (scaling == BK_ROPE_LONGROPE)
+        return pow(base, e) / lambda;
+    if (scaling == BK_ROPE_NONE || s == 1.0)
+        return pow(base, e);
     switch (scaling) {
-    case BK_ROPE_PI: return (float)(pow(base, e) / s);
-    case BK_ROPE_NTK: return (float)pow(bk_ntk_base(base, s, d_head), e);
+    case BK_ROPE_PI: return pow(base, e) / s;
+    case BK_ROPE_NTK: return pow(bk_ntk_base(base, s, d_head), e);
     default: {
         const double theta = pow(base, e), mask = 1.0 - bk_yarn_ramp(k, low, high);
-        return (float)((theta / s) * (1.0 - mask) + theta * mask);
+        return (theta / s) * (1.0 - mask) + theta * mask;
     }
     }
 }
 
-/* What multiplies q and k after the rotation: YaRN's mscale(s) x attn_factor; 1 for the others. */
-static inline BIASKIT_HD double bk_rope_amplitude(int scaling, double s, double attn_factor)
+/* Resonance RoPE: the wavelength 2 pi / theta rounded to the nearest integer, at least 1 (theta 0 stays 0). */
+static inline BIASKIT_HD double bk_rope_resonance(double theta)
 {
-    return scaling == BK_ROPE_YARN ? bk_yarn_mscale(s) * attn_factor : 1.0;
+    if (theta == 0.0)
+        return 0.0;
+    const double two_pi = 2.0 * 3.14159265358979323846, wave = floor(two_pi / theta + 0.5);
+    return two_pi / (wave < 1.0 ? 1.0 : wave);
+}
+
+/* p-RoPE: the number of pairs that turn, round(p pairs), for 0 <= p <= 1. */
+static inline BIASKIT_HD int32_t bk_rope_turning_pairs(double p, int32_t pairs)
+{
+    return (int32_t)floor(p * (double)pairs + 0.5);
+}
+
+/* The inverse frequency of pair k as the plugin gives it: scaled, then rounded to a resonant wavelength
+ * (resonance), 0 beyond the turning pairs (turning, bk_rope_turning_pairs); rounded to float once. */
+static inline BIASKIT_HD float bk_rope_pair_inv_freq(int scaling, double base, int32_t k, int32_t d_head, double s,
+                                                     double low, double high, double lambda, int resonance,
+                                                     int32_t turning)
+{
+    if (k >= turning)
+        return 0.0f;
+    const double theta = bk_rope_scaled_theta(scaling, base, k, d_head, s, low, high, lambda);
+    return (float)(resonance ? bk_rope_resonance(theta) : theta);
+}
+
+/* Plain or scaled, without resonance or partial rotation (the tests' name for it). */
+static inline BIASKIT_HD float bk_rope_scaled_inv_freq(int scaling, double base, int32_t k, int32_t d_head, double s,
+                                                       double low, double high)
+{
+    return bk_rope_pair_inv_freq(scaling, base, k, d_head, s, low, high, 1.0, 0, d_head / 2);
+}
+
+/* LongRoPE's sqrt(1 + ln s / ln L), 1 when s <= 1 (HF transformers' longrope attention_factor). */
+static inline BIASKIT_HD double bk_longrope_mscale(double s, double L)
+{
+    return s <= 1.0 ? 1.0 : sqrt(1.0 + log(s) / log(L));
+}
+
+/* What multiplies q and k after the rotation: YaRN's or LongRoPE's mscale(s) x attn_factor; 1 for the
+ * others. */
+static inline BIASKIT_HD double bk_rope_amplitude(int scaling, double s, double attn_factor, double L)
+{
+    return scaling == BK_ROPE_YARN       ? bk_yarn_mscale(s) * attn_factor
+           : scaling == BK_ROPE_LONGROPE ? bk_longrope_mscale(s, L) * attn_factor
+                                         : 1.0;
 }
 
 /* The dynamic factor (YaRN Sec. 3.3): s = max(1, length / L) for a sequence of `length` tokens. */

@@ -571,8 +571,22 @@ class Reference:
         return x
 
     def rope_frequencies(self, o, hd):
+        """RoPE's inverse frequencies and amplitude: scaled (rope_scaled), then Resonance RoPE's wavelengths
+        rounded to the nearest integer (at least 1), then p-RoPE's partial rotation (the pairs from
+        round(p hd/2) on do not turn)."""
+        theta, amp = self.rope_scaled(o, hd)
+        if o.get("resonance", False):
+            wave = torch.floor(2 * math.pi / theta + 0.5).clamp(min=1.0)
+            theta = 2 * math.pi / wave
+        turning = math.floor(float(o.get("partial", 1.0)) * (hd // 2) + 0.5)
+        theta = torch.where(torch.arange(hd // 2) < turning, theta, torch.zeros_like(theta))
+        return theta, amp
+
+    def rope_scaled(self, o, hd):
         """RoPE's inverse frequencies and amplitude with the options' length scaling (PI, NTK-aware,
-        YaRN as in the YaRN paper's code: the ramp is linear in the pair index)."""
+        YaRN as in the YaRN paper's code: the ramp is linear in the pair index; LongRoPE as HF transformers'
+        rope_type "longrope": one factor per pair, the long set beyond the original length, the attention
+        factor sqrt(1 + ln s / ln L))."""
         base = float(o.get("base", 10000.0))
         k = torch.arange(hd // 2, dtype=torch.float64)
         theta = base ** (-2.0 * k / hd)
@@ -586,6 +600,10 @@ class Reference:
             return theta / s, 1.0
         if scaling == "ntk":
             return (base * s ** (hd / (hd - 2))) ** (-2.0 * k / hd), 1.0
+        if scaling == "longrope":
+            lam = torch.tensor(o["long_factor"] if self.T > L else o["short_factor"], dtype=torch.float64)
+            amp = math.sqrt(1.0 + math.log(s) / math.log(L)) if s > 1 else 1.0
+            return theta / lam, amp * float(o.get("attn_factor", 1.0))
         def pair(n_rot):  # the (fractional) pair index whose wavelength fits n_rot times into L
             return hd * math.log(L / (n_rot * 2 * math.pi)) / (2 * math.log(base))
         low = max(math.floor(pair(float(o.get("beta_fast", 32)))), 0)
