@@ -812,17 +812,21 @@ static void crossentropy_matches_cpu(void **state)
 /* --- rotary -------------------------------------------------------------------------------------- */
 
 /* model/positions.c's rotate() on the host */
-static void rotate_ref(float *qkv, const float *cs, const float *sn, const int32_t *pos, int pairs, int Tt, int sign)
+/* kcs, ksn: k's own tables (a decay), or NULL: q's */
+static void rotate_ref(float *qkv, const float *cs, const float *sn, const float *kcs, const float *ksn,
+                       const int32_t *pos, int pairs, int Tt, int sign)
 {
     const int hd = C / H;
     for (int n = 0; n < B * Tt; n++) {
         const int p = pos ? pos[n] : n % Tt;
-        for (int part = 0; part < 2; part++)
+        for (int part = 0; part < 2; part++) {
+            const float *c = part && kcs ? kcs : cs, *sv = part && ksn ? ksn : sn;
             for (int h = 0; h < H; h++) {
                 float *x = qkv + (size_t)n * 3 * C + (size_t)part * C + (size_t)h * hd;
                 for (int k = 0; k < pairs; k++)
-                    bk_rotate_pair(&x[k], &x[k + pairs], cs[p * pairs + k], (float)sign * sn[p * pairs + k]);
+                    bk_rotate_pair(&x[k], &x[k + pairs], c[p * pairs + k], (float)sign * sv[p * pairs + k]);
             }
+        }
     }
 }
 
@@ -831,36 +835,45 @@ static void rotary_matches_cpu(void **state)
     bk_backend *be = backend_of(state);
     enum { N = B * T_SHORT, ROWS = 50, PAIRS = C / H / 2 };
     bk_rng r = biaskit_rng_seeded(10);
-    float cs[ROWS * PAIRS], sn[ROWS * PAIRS];
+    float cs[ROWS * PAIRS], sn[ROWS * PAIRS], kcs[ROWS * PAIRS], ksn[ROWS * PAIRS];
     for (int p = 0; p < ROWS; p++)
         for (int k = 0; k < PAIRS; k++) {
-            double theta = p * pow(10000.0, -2.0 * k / (C / H));
+            double theta = p * pow(10000.0, -2.0 * k / (C / H)), decay = pow(0.5 + 0.1 * k, p / 16.0);
             cs[p * PAIRS + k] = (float)cos(theta), sn[p * PAIRS + k] = (float)sin(theta);
+            /* k's own tables, as a decay makes them (xPos: zeta^(-p/scale)) */
+            kcs[p * PAIRS + k] = (float)(cos(theta) / decay), ksn[p * PAIRS + k] = (float)(sin(theta) / decay);
         }
     int32_t pos[N];
     for (int i = 0; i < N; i++)
         pos[i] = (int32_t)(bk_rng_u64(&r) % ROWS);
     float *qkv = normal_floats(&r, (size_t)N * 3 * C, 1.0);
     bk_rotary_view view;
+    memset(&view, 0, sizeof view);
     view.cos = (const float *)put(be, cs, sizeof cs);
     view.sin = (const float *)put(be, sn, sizeof sn);
+    const float *kcs_d = (const float *)put(be, kcs, sizeof kcs), *ksn_d = (const float *)put(be, ksn, sizeof ksn);
     int32_t *pos_d = (int32_t *)put(be, pos, sizeof pos);
     view.pairs = PAIRS, view.rows = ROWS;
 
     /* products and a difference per value (bk_rotate_pair), one pair per thread: the CPU's bits when
      * emulated; a GPU may fuse them: 1e-6 */
+    for (int own_k = 0; own_k < 2; own_k++)
     for (int with_positions = 0; with_positions < 2; with_positions++)
         for (int sign = 1; sign >= -1; sign -= 2) {
             view.positions = with_positions ? pos_d : NULL;
+            view.kcos = own_k ? kcs_d : NULL, view.ksin = own_k ? ksn_d : NULL;
             pair x = pair_of(be, qkv, (size_t)N * 3 * C);
-            rotate_ref(x.host, cs, sn, with_positions ? pos : NULL, PAIRS, T_SHORT, sign);
+            rotate_ref(x.host, cs, sn, own_k ? kcs : NULL, own_k ? ksn : NULL, with_positions ? pos : NULL, PAIRS,
+                       T_SHORT, sign);
             OK(be->rotary(be, x.dev, &view, B, T_SHORT, C, H, (float)sign, &err_));
             char what[96];
-            snprintf(what, sizeof what, "rotary (sign %+d, %s)", sign, with_positions ? "positions" : "token index");
+            snprintf(what, sizeof what, "rotary (sign %+d, %s%s)", sign, with_positions ? "positions" : "token index",
+                     own_k ? ", k's own tables" : "");
             pair_check(be, what, &x, be->kind == BK_BACKEND_EMULATED ? 0.0 : 1e-6);
             pair_free(be, &x);
         }
     be->release(be, (void *)view.cos), be->release(be, (void *)view.sin), be->release(be, pos_d);
+    be->release(be, (void *)kcs_d), be->release(be, (void *)ksn_d);
     free(qkv);
 }
 

@@ -76,6 +76,9 @@ static const scheme layered = {"layered",
                                "[[term]]\nplugin = \"alibi\"\nlayers = \"every 2 from 1\"\n",
                                NULL};
 
+/* xPos: k's rotation tables differ from q's (the decay), on the device too. */
+static const scheme xpos = {"xpos", "[[term]]\nplugin = \"xpos\"\nscale_base = 16.0\n", NULL};
+
 /* Counted positions (BIASKIT_CAP_COUNT, CoPE: the attention's cope / dcope), on the materialized attention
  * only: the fused one refuses them (test_emulated_cope). 5 position vectors: the counts clamp at T = 37. */
 static const scheme cope = {"cope", "[[term]]\nplugin = \"cope\"\npoints = 5\ninit_std = 0.2\n", NULL};
@@ -634,6 +637,7 @@ static void test_emulated_layers(void **state)
     (void)state;
     compare_with_cpu(&layered, "emulated"); /* the fused attention: the materialized one has no window */
     assert_deterministic(&layered, "emulated");
+    compare_with_cpu(&xpos, "emulated");
 }
 
 static void test_cuda_layers(void **state)
@@ -641,6 +645,7 @@ static void test_cuda_layers(void **state)
     (void)state;
     compare_with_cpu(&layered, "cuda");
     assert_deterministic(&layered, "cuda");
+    compare_with_cpu(&xpos, "cuda");
 }
 
 static void test_emulated_tf32(void **state)

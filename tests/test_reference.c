@@ -1043,6 +1043,23 @@ static void rope_resonance_yarn(void **state)
                 "\"scaling\": \"yarn\", \"factor\": 2.0, \"original_length\": 6, \"resonance\": true");
 }
 
+/* xPos: RoPE and the decay zeta_k^((i - j) / scale_base), scale_base 8 so that it is felt within 12 tokens;
+ * and in the llama blocks with grouped-query attention. */
+static void xpos_alone(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"xpos", MODEL(4, 32) "[[term]]\nplugin = \"xpos\"\nbase = 100.0\nscale_base = 8.0\n",
+                         "[{\"base\": 100.0, \"scale_base\": 8.0}]", 0, NULL});
+}
+
+static void llama_xpos(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"llama_xpos",
+                         LLAMA(4, 2, 8, 32, 48, "") "[[term]]\nplugin = \"xpos\"\ngamma = 0.2\nscale_base = 4.0\n",
+                         "[{\"gamma\": 0.2, \"scale_base\": 4.0}]", 1, NULL});
+}
+
 /* p-RoPE: half of the 4 pairs turn (the two highest frequencies). */
 static void rope_partial(void **state)
 {
@@ -1102,6 +1119,8 @@ int main(void)
         cmocka_unit_test(rope_longrope_short),
         cmocka_unit_test(rope_resonance_yarn),
         cmocka_unit_test(rope_partial),
+        cmocka_unit_test(xpos_alone),
+        cmocka_unit_test(llama_xpos),
         cmocka_unit_test(layers_hybrid),
         cmocka_unit_test(layers_kernel_fire),
         cmocka_unit_test(llama_nope_every_4),

@@ -259,13 +259,15 @@ static int cpu_rotary(bk_backend *be, float *qkv, const bk_rotary_view *rot, int
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const int32_t p = rot->positions ? rot->positions[i] : (int32_t)(i % T);
-        const float *c = rot->cos + (size_t)p * half, *s = rot->sin + (size_t)p * half;
-        for (int part = 0; part < 2; part++) /* q, then k */
+        for (int part = 0; part < 2; part++) { /* q, then k (its own tables when it has them) */
+            const float *ct = part && rot->kcos ? rot->kcos : rot->cos, *st = part && rot->ksin ? rot->ksin : rot->sin;
+            const float *c = ct + (size_t)p * half, *s = st + (size_t)p * half;
             for (int h = 0; h < H; h++) {
                 float *x = qkv + (size_t)i * 3 * C + (size_t)part * C + (size_t)h * hd;
                 for (int k = 0; k < half; k++)
                     bk_rotate_pair(&x[k], &x[k + half], c[k], sign * s[k]);
             }
+        }
     }
     return BK_OK;
 }

@@ -596,6 +596,7 @@ static inline BK_DEV_HD void k_crossentropy_backward(int64_t i, const void *args
 typedef struct k_rotary_args {
     float *qkv;
     const float *cos, *sin;
+    const float *kcos, *ksin; /* k's tables, or NULL: q's */
     const int32_t *positions;
     int64_t T, C, H, pairs;
     float sign;
@@ -608,7 +609,8 @@ static inline BK_DEV_HD void k_rotary(int64_t i, const void *args)
     const int64_t n = i / (half * a->H * 2);
     const int64_t p = a->positions ? (int64_t)a->positions[n] : n % a->T;
     float *x = a->qkv + n * 3 * a->C + part * a->C + h * (a->C / a->H);
-    bk_rotate_pair(&x[k], &x[k + half], a->cos[p * half + k], a->sign * a->sin[p * half + k]);
+    const float *c = part && a->kcos ? a->kcos : a->cos, *sn = part && a->ksin ? a->ksin : a->sin;
+    bk_rotate_pair(&x[k], &x[k + half], c[p * half + k], a->sign * sn[p * half + k]);
 }
 
 /* --- reductions to the host ---------------------------------------------------------------------- */

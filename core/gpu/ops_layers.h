@@ -412,7 +412,8 @@ static int dev_rotary(bk_backend *be, float *qkv, const bk_rotary_view *rot, int
                        "expected at most head_dim / 2 pairs",
                        (int)rot->pairs, H > 0 ? C / H : 0, C, H);
     k_rotary_args a;
-    a.qkv = qkv, a.cos = rot->cos, a.sin = rot->sin, a.positions = rot->positions;
+    a.qkv = qkv, a.cos = rot->cos, a.sin = rot->sin, a.kcos = rot->kcos, a.ksin = rot->ksin;
+    a.positions = rot->positions;
     a.T = T, a.C = C, a.H = H, a.pairs = rot->pairs, a.sign = sign;
     return BK_LAUNCH(d, k_rotary, k_rotary_args, (int64_t)B * T * 2 * H * rot->pairs, a, err);
 }

@@ -88,6 +88,7 @@ typedef enum bk_attention_mode {
  * the token index n % T when positions is NULL). */
 typedef struct bk_rotary_view {
     const float *cos, *sin; /* (rows, pairs) */
+    const float *kcos, *ksin; /* k's own tables (rows, pairs) when they differ from q's (a decay), else NULL */
     const int32_t *positions;
     int32_t pairs, rows;
 } bk_rotary_view;

@@ -53,6 +53,38 @@ static int ask_rotary_ctx(bk_positions *ps, int32_t length, int training, float 
     return check_rotary(t, ps->inv_freq_next, ps->pairs, *amplitude, "rotary_ctx()", length, err);
 }
 
+/* The rotary plugin's rotary_decay (xPos), or NULL. */
+typedef int (*rotary_decay_fn)(const void *inst, const biaskit_context *ctx, float *zeta, float *scale,
+                               biaskit_error *err);
+static rotary_decay_fn rotary_decay_of(const biaskit_plugin *d)
+{
+    return BK_DESCRIPTOR_FN(d, rotary_decay);
+}
+
+/* rotary_decay() into ps->decay and ps->decay_scale, checked: every zeta_k and the scale finite and > 0. */
+static int ask_rotary_decay(bk_positions *ps, const bk_term *t, bk_error *err)
+{
+    if (!(ps->decay = malloc((size_t)ps->pairs * sizeof(float))))
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for rotary decays");
+    biaskit_context ctx = bk_term_context(ps->set, -1, ps->set->geometry.train_length, 1);
+    biaskit_error pe = {0, ""};
+    float scale = NAN;
+    bk_plugin_call_enter(t, "rotary_decay()", -1, 0);
+    int prc = rotary_decay_of(t->plugin->desc)(t->instance, &ctx, ps->decay, &scale, &pe);
+    bk_plugin_call_leave();
+    if (prc != BIASKIT_OK)
+        return plugin_fail(err, t, &pe, "rotary_decay()");
+    if (!(isfinite(scale) && scale > 0.0f))
+        return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): rotary_decay() gave the scale %g; expected a "
+                       "finite value > 0", t->label, t->plugin->desc->name, (double)scale);
+    for (int32_t k = 0; k < ps->pairs; k++)
+        if (!(isfinite(ps->decay[k]) && ps->decay[k] > 0.0f))
+            return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): rotary_decay() gave zeta %g for pair %d; "
+                           "expected a finite value > 0", t->label, t->plugin->desc->name, (double)ps->decay[k], (int)k);
+    ps->decay_scale = scale;
+    return BK_OK;
+}
+
 int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err)
 {
     memset(ps, 0, sizeof *ps);
@@ -77,6 +109,11 @@ int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err)
     if (!(ps->inv_freq = malloc((size_t)ps->pairs * sizeof(float))) ||
         !(ps->inv_freq_next = malloc((size_t)ps->pairs * sizeof(float))))
         return bk_fail(err, BK_ERR_NOMEM, "out of memory for rotary frequencies");
+    if (rotary_decay_of(t->plugin->desc)) {
+        int rc = ask_rotary_decay(ps, t, err);
+        if (rc)
+            return rc;
+    }
     if (rotary_ctx_of(t->plugin->desc)) {
         /* asked now too, so that a plugin that fails does so when the model is built */
         ps->has_rotary_ctx = 1;
@@ -161,6 +198,7 @@ void bk_positions_free(bk_positions *ps)
     free(ps->segment_position);
     free(ps->inv_freq);
     free(ps->inv_freq_next);
+    free(ps->decay);
     free(ps->rot_cos);
     free(ps->rot_sin);
     memset(ps, 0, sizeof *ps);
@@ -230,7 +268,7 @@ static int prepare_rotary(bk_positions *ps, int T, bk_error *err)
         ps->freq_training = ps->training;
         return BK_OK;
     }
-    const int64_t n = (int64_t)T * ps->pairs;
+    const int64_t n = (int64_t)T * ps->pairs * (ps->decay ? 2 : 1); /* with a decay, q's tables and k's */
     if (n > ps->rot_capacity) {
         float *c = malloc((size_t)n * sizeof *c), *s = malloc((size_t)n * sizeof *s);
         if (!c || !s) {
@@ -251,11 +289,29 @@ static int prepare_rotary(bk_positions *ps, int T, bk_error *err)
     /* the angle in double: p * inv_freq reaches 1e4 rad at long lengths, where float loses the phase; the
      * amplitude (1 unless the plugin scales q and k) multiplies both, rounded once */
     const double amp = (double)ps->amplitude;
+    const size_t kpart = (size_t)T * (size_t)ps->pairs; /* where k's tables start (with a decay) */
     for (int p = 0; p < T; p++)
         for (int32_t k = 0; k < ps->pairs; k++) {
-            double angle = (double)p * (double)ps->inv_freq[k];
-            ps->rot_cos[(size_t)p * ps->pairs + k] = (float)(amp * cos(angle));
-            ps->rot_sin[(size_t)p * ps->pairs + k] = (float)(amp * sin(angle));
+            const double angle = (double)p * (double)ps->inv_freq[k];
+            const size_t at = (size_t)p * ps->pairs + k;
+            if (!ps->decay) {
+                ps->rot_cos[at] = (float)(amp * cos(angle));
+                ps->rot_sin[at] = (float)(amp * sin(angle));
+                continue;
+            }
+            /* xPos: q's pair times zeta^(p/scale), k's times zeta^(-p/scale) */
+            const double up = pow((double)ps->decay[k], (double)p / (double)ps->decay_scale);
+            const float qa = (float)(amp * up), ka = (float)(amp / up);
+            if (!(isfinite(qa) && qa > 0.0f && isfinite(ka) && ka > 0.0f))
+                return bk_fail(err, BK_ERR_INVALID,
+                               "term '%s' (plugin %s): the decay of pair %d at position %d is out of float's range "
+                               "(zeta %g, scale %g: q x %g, k x %g); expected shorter sequences or a larger scale",
+                               ps->set->terms[ps->set->rotary].label,
+                               ps->set->terms[ps->set->rotary].plugin->desc->name, (int)k, p,
+                               (double)ps->decay[k], (double)ps->decay_scale, amp * up, amp / up);
+            ps->rot_cos[at] = (float)(amp * up * cos(angle)), ps->rot_sin[at] = (float)(amp * up * sin(angle));
+            ps->rot_cos[kpart + at] = (float)(amp / up * cos(angle));
+            ps->rot_sin[kpart + at] = (float)(amp / up * sin(angle));
         }
     ps->rot_rows = T;
     ps->rot_version++;
@@ -340,7 +396,7 @@ static int upload_batch(bk_positions *ps, bk_error *err)
                      (rc = be->upload(be, ps->segment_position_dev, ps->segment_position, bytes, err))))
         return rc;
     if (ps->pairs && ps->rot_version_dev != ps->rot_version) { /* the host tables were made again */
-        const int64_t floats = (int64_t)ps->rot_rows * ps->pairs;
+        const int64_t floats = (int64_t)ps->rot_rows * ps->pairs * (ps->decay ? 2 : 1);
         size_t rot = (size_t)floats * sizeof(float);
         ps->rot_rows_dev = 0;
         ps->rot_version_dev = 0;
@@ -422,6 +478,10 @@ int bk_positions_rotary(const bk_positions *ps, bk_rotary_view *view)
     view->positions = t->stream == BK_STREAM_SEGMENT ? bk_positions_stream(ps, BK_STREAM_SEGMENT) : NULL;
     view->pairs = ps->pairs;
     view->rows = device ? ps->rot_rows_dev : ps->rot_rows;
+    if (ps->decay) { /* k's tables after q's */
+        const size_t kpart = (size_t)view->rows * (size_t)ps->pairs;
+        view->kcos = view->cos + kpart, view->ksin = view->sin + kpart;
+    }
     return 1;
 }
 

@@ -46,7 +46,11 @@ typedef struct bk_positions {
     int32_t freq_length;        /* the length the frequencies were asked for (rotary_ctx), 0 before */
     int freq_training;          /* ... and the training flag they were asked with */
     int training;               /* the training flag of the next prepare (bk_positions_set_training; 1 at init) */
-    float *rot_cos, *rot_sin;   /* (rot_rows, pairs): amplitude * cos and sin of p * inv_freq[k], p < rot_rows */
+    float *decay;               /* pairs: rotary_decay's zeta_k, or NULL (no decay) */
+    float decay_scale;          /* ... and its scale */
+    /* (rot_rows, pairs): amplitude * cos and sin of p * inv_freq[k], p < rot_rows, for q and k; with a decay
+     * q's (times zeta_k^(p/scale)) and then k's (times zeta_k^(-p/scale)), (2, rot_rows, pairs) */
+    float *rot_cos, *rot_sin;
     int32_t rot_rows;
     int64_t rot_capacity;       /* floats rot_cos and rot_sin hold */
     uint64_t rot_version;       /* counts the tables' recomputations (the device copy follows it) */

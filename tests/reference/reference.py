@@ -189,7 +189,7 @@ def bilevel_ids(tokens, opts):
 
 
 TABLE_PLUGINS = ("alibi", "testlin", "kerple", "t5", "mep", "qin")
-KNOWN_PLUGINS = TABLE_PLUGINS + ("bipe", "rope", "ape", "fire", "window", "logn", "ssmax", "fox", "cope")
+KNOWN_PLUGINS = TABLE_PLUGINS + ("bipe", "rope", "xpos", "ape", "fire", "window", "logn", "ssmax", "fox", "cope")
 FIRE_EPS = 1e-6
 FIRE_GRID = 1025  # the fire plugin's default grid (plugins/fire/fire_math.h, BK_FIRE_DEFAULT_GRID)
 STREAMS = ("token", "segment")
@@ -556,14 +556,25 @@ class Reference:
                 out = out + scale * torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
         return out
 
-    def rotate(self, x, pos, layer):
-        """RoPE (rotate-half) of x (B, H, T, hd) by the rotary term's stream, if there is one in `layer`."""
+    def rotate(self, x, pos, layer, key=False):
+        """RoPE (rotate-half) of x (B, H, T, hd) by the rotary term's stream, if there is one in `layer`;
+        xPos (Sun et al. 2022) also scales pair k of a query at position p by zeta_k^(p / scale_base), of a key
+        (key=True) by zeta_k^(-p / scale_base), zeta_k = (2k/hd + gamma) / (1 + gamma)."""
         for k, t in enumerate(self.terms):
-            if t["plugin"] != "rope" or not self.on_layer(k, layer):
+            if t["plugin"] not in ("rope", "xpos") or not self.on_layer(k, layer):
                 continue
             hd = x.shape[-1]
             half = hd // 2
-            inv, amp = self.rope_frequencies(self.options[k], hd)
+            o = self.options[k]
+            if t["plugin"] == "xpos":
+                pairs = torch.arange(half, dtype=torch.float64)
+                inv = float(o.get("base", 10000.0)) ** (-2.0 * pairs / hd)
+                g = float(o.get("gamma", 0.4))
+                zeta = (2.0 * pairs / hd + g) / (1.0 + g)
+                p = pos[t["stream"]][:, None, :, None].double() / float(o.get("scale_base", 512.0))
+                amp = zeta ** (-p if key else p)  # (B, 1, T, half)
+            else:
+                inv, amp = self.rope_frequencies(o, hd)
             ang = pos[t["stream"]][:, None, :, None].double() * inv  # (B, 1, T, half)
             c, s = amp * torch.cos(ang), amp * torch.sin(ang)
             x1, x2 = x[..., :half], x[..., half:]
@@ -636,7 +647,7 @@ class Reference:
         """Attention of layer l over q, k, v (B, H, T, hd), with every term's part of the scores; h is the
         block's normed input (what a content term reads). Returns (B, T, H hd)."""
         B, T = self.B, self.T
-        q, k = self.rotate(q, pos, l), self.rotate(k, pos, l)
+        q, k = self.rotate(q, pos, l), self.rotate(k, pos, l, key=True)
         s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         counted = self.counted_bias(l, s, q, causal)
         lam = self.logit_scale(l)

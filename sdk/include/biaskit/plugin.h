@@ -518,6 +518,13 @@ typedef struct biaskit_plugin {
     /* dtheta += sum over k, c of dE[k * d_head + c] * dE_kc/dtheta. Needed when the plugin has parameters. */
     int (*count_vectors_backward)(const void *inst, const float *theta, const biaskit_context *ctx, int32_t points,
                                   const float *dE, float *dtheta, biaskit_error *err);
+
+    /* BIASKIT_CAP_ROTARY, optional (appended after count_vectors_backward; read only through
+     * BIASKIT_HAS_FIELD): a decay per frequency pair, as xPos: zeta[k] > 0 for each of the d_head/2 pairs and
+     * one *scale > 0. The rotated pair k of q at position p is multiplied by zeta[k]^(p / scale), that of k
+     * by zeta[k]^(-p / scale), so q_i . k_j gains zeta_k^((p(i) - p(j)) / scale) on top of the rotation
+     * and the amplitude. Asked once, when the term is built. */
+    int (*rotary_decay)(const void *inst, const biaskit_context *ctx, float *zeta, float *scale, biaskit_error *err);
 } biaskit_plugin;
 
 /* The size of the first version of the descriptor: the host refuses anything smaller. A descriptor
