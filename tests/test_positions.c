@@ -231,6 +231,59 @@ static void rotary_is_relative_and_invertible(void **state)
     close_terms(&f);
 }
 
+/* xPos's decay through the engine: q . k of two pairs the same distance apart agree, and equal the plain
+ * rotation's times zeta_k^(distance / scale) pair by pair; a decay that leaves float's range is an error
+ * naming the pair and the position. */
+static void xpos_decays_with_the_distance(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    assert_int_equal(open_terms(&f, MODEL "[[term]]\nplugin = \"xpos\"\nscale_base = 4.0\n", &err), BK_OK);
+    enum { T = 12, C = 32, H = 4, HD = 8 };
+    bk_positions ps;
+    assert_int_equal(bk_positions_init(&ps, &f.set, &err), BK_OK);
+    assert_non_null(ps.decay);
+    assert_float_equal(ps.decay[1], (2.0 / HD + 0.4) / 1.4, 1e-7);
+    int32_t tokens[T] = {0};
+    assert_int_equal(bk_positions_prepare(&ps, tokens, 1, T, &err), BK_OK);
+    bk_rotary_view view;
+    assert_int_equal(bk_positions_rotary(&ps, &view), 1);
+    assert_non_null(view.kcos);
+    static float qkv[T * 3 * C];
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < 3 * C; c++)
+            qkv[t * 3 * C + c] = (float)sin(0.7 * c + 0.3);
+    bk_backend *cpu = bk_backend_cpu();
+    if (cpu->rotary(cpu, qkv, &view, 1, T, C, H, 1.0f, &err))
+        fail_msg("%s", err.message);
+    /* pair k of head 0: (i, j) = (5, 2) and (11, 8) agree; (9, 1) is the rotation by the distance 8 of the
+     * unrotated values, times zeta_k^(8/4) */
+    for (int k = 0; k < HD / 2; k++) {
+        const int a = k, b = k + HD / 2;
+        double d52 = qkv[5 * 3 * C + a] * qkv[2 * 3 * C + C + a] + qkv[5 * 3 * C + b] * qkv[2 * 3 * C + C + b];
+        double d118 = qkv[11 * 3 * C + a] * qkv[8 * 3 * C + C + a] + qkv[11 * 3 * C + b] * qkv[8 * 3 * C + C + b];
+        assert_float_equal(d52, d118, 1e-5);
+        /* R(9 th) q . R(th) k = q . R(-8 th) k = cos(8 th) q.k + sin(8 th) (q1 k2 - q2 k1) */
+        const double q1 = sin(0.7 * a + 0.3), q2 = sin(0.7 * b + 0.3);
+        const double k1 = sin(0.7 * (C + a) + 0.3), k2 = sin(0.7 * (C + b) + 0.3), th = 8.0 * ps.inv_freq[k];
+        double d91 = qkv[9 * 3 * C + a] * qkv[1 * 3 * C + C + a] + qkv[9 * 3 * C + b] * qkv[1 * 3 * C + C + b];
+        double want = pow(ps.decay[k], 8.0 / 4.0) * (cos(th) * (q1 * k1 + q2 * k2) + sin(th) * (q1 * k2 - q2 * k1));
+        assert_float_equal(d91, want, 1e-5);
+    }
+    bk_positions_free(&ps);
+    close_terms(&f);
+    /* scale 0.5: zeta_0^(-p/0.5) passes float's range before position 40 */
+    assert_int_equal(open_terms(&f, MODEL "[[term]]\nplugin = \"xpos\"\nscale_base = 0.5\n", &err), BK_OK);
+    assert_int_equal(bk_positions_init(&ps, &f.set, &err), BK_OK);
+    int32_t many[64] = {0};
+    assert_int_equal(bk_positions_prepare(&ps, many, 1, 64, &err), BK_ERR_INVALID);
+    assert_message_has(err.message, "term 'xpos' (plugin xpos): the decay of pair 0 at position ");
+    assert_message_has(err.message, "is out of float's range");
+    bk_positions_free(&ps);
+    close_terms(&f);
+}
+
 /* BiPE with learnable tables on the segment stream (KERPLE-log and MEP-param mixed in kernel space),
  * through the whole model: a training forward and backward on text with delimiters give a finite
  * loss and non-zero gradients for both plugins' parameters and the intra-segment embedding. */
@@ -277,6 +330,7 @@ int main(void)
         cmocka_unit_test(bipe_segmentation),
         cmocka_unit_test(embeddings_add_and_clamp),
         cmocka_unit_test(rotary_is_relative_and_invertible),
+        cmocka_unit_test(xpos_decays_with_the_distance),
         cmocka_unit_test(bipe_with_kerple_and_mep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

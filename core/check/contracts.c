@@ -825,16 +825,56 @@ static void check_rotary_frequencies(checker *c, const instance *in)
         ck_item(c, BK_CHECK_FAIL, "rotary", "rotary_frequencies() wrote more than d_head/2 = %d values", half);
     } else {
         int32_t k = 0;
-        while (k < half && isfinite(f[k]) && f[k] > 0.0f)
+        while (k < half && isfinite(f[k]) && !ck_is_sentinel(f[k]))
             k++;
         if (k < half)
-            ck_item(c, BK_CHECK_FAIL, "rotary", "rotary_frequencies(): inverse frequency %d is %s (expected finite and > 0)",
-                    k, ck_is_sentinel(f[k]) ? "unwritten" : "not positive and finite");
+            ck_item(c, BK_CHECK_FAIL, "rotary", "rotary_frequencies(): inverse frequency %d is %s (expected finite)",
+                    k, ck_is_sentinel(f[k]) ? "unwritten" : "not finite");
         else
-            ck_item(c, BK_CHECK_PASS, "rotary", "rotary_frequencies(): d_head/2 = %d inverse frequencies, finite and > 0 "
-                    "(%.3g .. %.3g)", half, half ? (double)f[0] : 0.0, half ? (double)f[half - 1] : 0.0);
+            ck_item(c, BK_CHECK_PASS, "rotary", "rotary_frequencies(): d_head/2 = %d inverse frequencies, finite "
+                    "(%.3g .. %.3g; 0: a pair that does not turn)", half, half ? (double)f[0] : 0.0,
+                    half ? (double)f[half - 1] : 0.0);
     }
     free(f);
+}
+
+/* rotary_decay() (xPos): d_head/2 zeta_k and a scale, finite and > 0 (bk_contract_rotary_decay), every
+ * value written, nothing beyond, the same bits twice. */
+static void check_rotary_decay(checker *c, const instance *in)
+{
+    const int32_t half = c->geo.d_head / 2;
+    float *z[2] = {ck_guarded_alloc((size_t)half), ck_guarded_alloc((size_t)half)}, scale[2] = {0.0f, 0.0f};
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 200] = "";
+    int bad = !z[0] || !z[1];
+    if (bad)
+        snprintf(why, sizeof why, "out of memory");
+    biaskit_context ctx = ck_context(in, c->geo.train_length, 1);
+    for (int k = 0; k < 2 && !bad; k++) {
+        biaskit_error pe = {0};
+        ck_fill_sentinel(&scale[k], 1);
+        ck_stage(c, "rotary_decay()");
+        int rc = BK_DESCRIPTOR_FN(c->d, rotary_decay)(in->inst, &ctx, z[k], &scale[k], &pe);
+        if (rc != BIASKIT_OK)
+            bad = 1, snprintf(why, sizeof why, "rotary_decay() failed: %s", pe.message[0] ? pe.message : "(no message)");
+        else if (!ck_guard_intact(z[k], (size_t)half))
+            bad = 1, snprintf(why, sizeof why, "rotary_decay() wrote more than d_head/2 = %d values", half);
+        for (int32_t i = 0; i < half && !bad; i++)
+            if (ck_is_sentinel(z[k][i]))
+                bad = 1, snprintf(why, sizeof why, "rotary_decay() left zeta %d unwritten", i);
+        if (!bad && ck_is_sentinel(scale[k]))
+            bad = 1, snprintf(why, sizeof why, "rotary_decay() left the scale unwritten");
+        char what[200];
+        if (!bad && bk_contract_rotary_decay(z[k], half, scale[k], what, sizeof what))
+            bad = 1, snprintf(why, sizeof why, "rotary_decay() gave %s", what);
+    }
+    bad = bad || ck_same_bits(z[0], z[1], (size_t)half, "rotary_decay() (zeta)", why, sizeof why) ||
+          ck_same_bits(&scale[0], &scale[1], 1, "rotary_decay() (scale)", why, sizeof why);
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "rotary", "%s", why);
+    else
+        ck_item(c, BK_CHECK_PASS, "rotary", "rotary_decay(): d_head/2 = %d decays zeta_k, finite and > 0 (%.3g .. %.3g), "
+                "scale %g; the same bits twice", half, (double)z[0][0], (double)z[0][half - 1], (double)scale[0]);
+    free(z[0]), free(z[1]);
 }
 
 /* "rotary": rotary_frequencies() (ABI 1); "rotary-ctx": rotary_ctx() (ABI 2, abi2.c). A plugin may have
@@ -849,5 +889,7 @@ void ck_unit_rotary(checker *c, const void *arg)
         check_rotary_frequencies(c, &in);
     if (ck_has_rotary_ctx(c))
         ck_check_rotary_ctx(c, &in);
+    if (BK_DESCRIPTOR_FN(c->d, rotary_decay) && c->geo.d_head >= 2)
+        check_rotary_decay(c, &in);
     ck_instance_close(&in);
 }

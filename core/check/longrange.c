@@ -26,7 +26,7 @@
  *                          x in [-1, 1], [-1e3, 1e3], +-1e4 and 0: every step finite and >= 0
  *   long-range-mask        MASK: mask() valid at lengths up to --max-distance and the same at every
  *                          length (plugin.h: the engine computes it once for the longest sequence)
- *   long-range-rotary      ROTARY with rotary_ctx(): frequencies finite and > 0, amplitude finite and
+ *   long-range-rotary      ROTARY with rotary_ctx(): frequencies finite and >= 0, amplitude finite and
  *                          > 0 at lengths up to --max-distance (changing with the length is allowed)
  * A defect the capability's own item already reports (below --distances, at the initial or random
  * parameters) is a SKIP here that says so, not a second FAIL. */
@@ -932,11 +932,11 @@ void ck_unit_longrange_rotary(checker *c, const void *arg)
         int rc = ck_rotary_ctx(&in, lengths[k], 0, 1, f, &amp, why, sizeof why);
         int32_t at = -1;
         for (int32_t j = 0; rc == CALL_OK && j < half && at < 0; j++)
-            if (!(f[j] > 0.0f))
+            if (!(f[j] >= 0.0f))
                 at = j;
         if (rc == CALL_OK && at >= 0) {
-            snprintf(why, sizeof why, "rotary_ctx() at length %d gives inverse frequency %d = %g (expected > 0, as "
-                     "rotary_frequencies())", lengths[k], at, (double)f[at]);
+            snprintf(why, sizeof why, "rotary_ctx() at length %d gives inverse frequency %d = %g (expected >= 0; 0: "
+                     "a pair that does not turn)", lengths[k], at, (double)f[at]);
             rc = CALL_BROKEN;
         }
         if (rc != CALL_OK) {

@@ -74,13 +74,10 @@ static int ask_rotary_decay(bk_positions *ps, const bk_term *t, bk_error *err)
     bk_plugin_call_leave();
     if (prc != BIASKIT_OK)
         return plugin_fail(err, t, &pe, "rotary_decay()");
-    if (!(isfinite(scale) && scale > 0.0f))
-        return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): rotary_decay() gave the scale %g; expected a "
-                       "finite value > 0", t->label, t->plugin->desc->name, (double)scale);
-    for (int32_t k = 0; k < ps->pairs; k++)
-        if (!(isfinite(ps->decay[k]) && ps->decay[k] > 0.0f))
-            return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): rotary_decay() gave zeta %g for pair %d; "
-                           "expected a finite value > 0", t->label, t->plugin->desc->name, (double)ps->decay[k], (int)k);
+    char why[160];
+    if (bk_contract_rotary_decay(ps->decay, ps->pairs, scale, why, sizeof why))
+        return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): rotary_decay() gave %s", t->label,
+                       t->plugin->desc->name, why);
     ps->decay_scale = scale;
     return BK_OK;
 }

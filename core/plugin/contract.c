@@ -151,6 +151,20 @@ int bk_contract_count(const biaskit_count *c, char *why, size_t size)
     return BK_CONTRACT_BAD_VALUE;
 }
 
+int bk_contract_rotary_decay(const float *zeta, int32_t half, float scale, char *why, size_t size)
+{
+    for (int32_t k = 0; k < half; k++)
+        if (!isfinite(zeta[k]) || !(zeta[k] > 0.0f)) {
+            snprintf(why, size, "zeta %g for pair %d, expected a finite number > 0", (double)zeta[k], (int)k);
+            return BK_CONTRACT_BAD_VALUE;
+        }
+    if (!isfinite(scale) || !(scale > 0.0f)) {
+        snprintf(why, size, "the scale %g, expected a finite number > 0", (double)scale);
+        return BK_CONTRACT_BAD_VALUE;
+    }
+    return BK_CONTRACT_OK;
+}
+
 int bk_contract_rotary(const float *inv_freq, int32_t half, float amplitude, char *why, size_t size)
 {
     for (int32_t k = 0; k < half; k++)

@@ -88,4 +88,7 @@ int bk_contract_count(const biaskit_count *c, char *why, size_t size);
 /* rotary_ctx(): half finite inverse frequencies and a finite amplitude > 0. */
 int bk_contract_rotary(const float *inv_freq, int32_t half, float amplitude, char *why, size_t size);
 
+/* rotary_decay(): half finite zeta_k > 0 and a finite scale > 0. */
+int bk_contract_rotary_decay(const float *zeta, int32_t half, float scale, char *why, size_t size);
+
 #endif
