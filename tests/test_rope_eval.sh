@@ -101,7 +101,7 @@ done
 # what stays refused
 check "eval: a bad factor names the key" 1 "\[\[term\]\] #1.*'factor'.*expected a scale factor s >= 1, or 0 for dynamic scaling" \
     "$bk" eval "$ck" --lengths 16 --tokens 1000 --set 'term.0.scaling="pi"' --set term.0.factor=0.5
-check "eval: factor without a scaling is refused" 1 "'factor' applies with scaling = pi, ntk or yarn only; scaling is \"none\"" \
+check "eval: factor without a scaling is refused" 1 "'factor' applies with scaling = pi, ntk, yarn or longrope only; scaling is \"none\"" \
     "$bk" eval "$ck" --lengths 16 --tokens 1000 --set term.0.factor=4
 check "eval: --strict refuses a changed option" 1 "option 'scaling'.*refused \(--strict\)|--strict" \
     "$bk" eval "$ck" --lengths 16 --tokens 1000 --set 'term.0.scaling="yarn"' --strict
