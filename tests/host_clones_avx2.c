@@ -23,4 +23,6 @@
 #define bk_swiglu_backward avx2_swiglu_backward
 #define bk_gqa_expand avx2_gqa_expand
 #define bk_gqa_reduce avx2_gqa_reduce
+#define bk_copy_rows avx2_copy_rows
+#define bk_attention_merge avx2_attention_merge
 #include "../core/model/layers.c"

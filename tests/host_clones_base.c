@@ -22,4 +22,6 @@
 #define bk_swiglu_backward base_swiglu_backward
 #define bk_gqa_expand base_gqa_expand
 #define bk_gqa_reduce base_gqa_reduce
+#define bk_copy_rows base_copy_rows
+#define bk_attention_merge base_attention_merge
 #include "../core/model/layers.c"

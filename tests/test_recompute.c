@@ -7,6 +7,8 @@
  *   backend (with bf16 storage too); and its activation memory is smaller;
  * - with [train] trainable freezing the model's tensors, the gradients of what trains are the same bits
  *   as with everything training, and the frozen matrices' gradients are not computed (they stay 0).
+ * - with the model frozen and a term in upper layers only, the backward stops at the lowest of them with
+ *   the same bits for what trains.
  *
  * Shapes: B = 2, T = 19 (no block divides it), 3 layers (the middle one is recomputed between two others). */
 #define _POSIX_C_SOURCE 200809L
@@ -249,6 +251,78 @@ static void frozen_matrices_skip_their_gradients(void **state)
     frozen_case("llama, QK-norm", llama_qk_model, "model.*norm*", "cpu");
 }
 
+/* The first C floats of group `name`'s layer l (a per-layer vector tensor of C floats a layer) all zero? */
+static int layer_rows_zero(const run *r, const char *name, int l, int C)
+{
+    float *g = group_grad(r, group_of(r, name));
+    int zero = 1;
+    for (int k = 0; k < C; k++)
+        zero &= g[(size_t)l * C + (size_t)k] == 0.0f;
+    free(g);
+    return zero;
+}
+
+/* A term acting in upper layers only, the model frozen: the backward stops at the lowest of them
+ * (bk_gpt.backward_from), the term's gradients are the same bits as a backward through every layer, and
+ * the layers below are not visited (a frozen norm's gradient there stays 0, where the full backward gives
+ * it a value). */
+static void backward_case(const char *family, const char *model, const char *norm, int C, const char *layers,
+                          int lowest, const char *device)
+{
+    char what[160], terms[160];
+    snprintf(what, sizeof what, "%s, fire on layers %s, %s", family, layers, device);
+    snprintf(terms, sizeof terms, "[[term]]\nplugin = \"fire\"\nlayers = %s\n", layers);
+    const scheme s = {"fire (layers)", terms, "auto"};
+    const char *only[] = {"train.trainable=[\"term.*\"]"};
+    run skip, full;
+    open_run(&skip, model, &s, device, only, 1);
+    open_run(&full, model, &s, device, only, 1);
+    bk_error err;
+    size_t n = 0;
+    check(bk_init_trainable(&skip.lm, &skip.opt, &n, &err), &err, "trainable (skip)");
+    check(bk_init_trainable(&full.lm, &full.opt, &n, &err), &err, "trainable (full)");
+    if (skip.lm.gpt.backward_from != lowest)
+        fail_msg("%s: the backward starts at layer %d, expected %d", what, skip.lm.gpt.backward_from, lowest);
+    full.lm.gpt.backward_from = 0; /* every layer, as without the rule */
+    forward_backward(&skip);
+    forward_backward(&full);
+    int compared = 0;
+    for (int i = 0; i < full.opt.n_groups; i++)
+        if (!full.opt.groups[i].frozen) {
+            assert_true(same_group(&full, &skip, i, what) > 0.0);
+            compared++;
+        }
+    assert_true(compared > 0);
+    for (int l = 0; l < 3; l++) {
+        const int skipped = layer_rows_zero(&skip, norm, l, C), visited = !layer_rows_zero(&full, norm, l, C);
+        assert_true(visited);
+        if (skipped != (l < lowest))
+            fail_msg("%s: layer %d's %s gradient is %s", what, l, norm, skipped ? "0" : "computed");
+    }
+    close_run(&skip);
+    close_run(&full);
+}
+
+static void backward_stops_below_what_trains(void **state)
+{
+    (void)state;
+    backward_case("llama", llama_model, "model.rms1w", 24, "\"last 1\"", 2, "cpu");
+    backward_case("llama", llama_model, "model.rms1w", 24, "[1, 2]", 1, "cpu");
+    backward_case("llama", llama_model, "model.rms1w", 24, "\"all\"", 0, "cpu");
+    backward_case("gpt2", gpt2_model, "model.ln1w", 32, "[2]", 2, "cpu");
+    backward_case("llama", llama_model, "model.rms1w", 24, "\"last 2\"", 1, "emulated");
+    /* a model tensor that trains takes the backward to every layer */
+    const scheme s = {"fire (layers)", "[[term]]\nplugin = \"fire\"\nlayers = \"last 1\"\n", "auto"};
+    const char *also[] = {"train.trainable=[\"term.*\", \"model.rms2w\"]"};
+    run r;
+    open_run(&r, llama_model, &s, "cpu", also, 1);
+    bk_error err;
+    size_t n = 0;
+    check(bk_init_trainable(&r.lm, &r.opt, &n, &err), &err, "trainable");
+    assert_int_equal(r.lm.gpt.backward_from, 0);
+    close_run(&r);
+}
+
 /* recompute's key: a boolean, documented, refused otherwise with the key named. */
 static void recompute_key_is_checked(void **state)
 {
@@ -268,6 +342,7 @@ int main(void)
         cmocka_unit_test(recompute_gives_the_same_bits),
         cmocka_unit_test(recompute_gives_the_same_bits_emulated),
         cmocka_unit_test(frozen_matrices_skip_their_gradients),
+        cmocka_unit_test(backward_stops_below_what_trains),
         cmocka_unit_test(recompute_key_is_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

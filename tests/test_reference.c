@@ -1067,6 +1067,59 @@ static void rope_partial(void **state)
     rope_scaled("rope_partial", "partial = 0.5\n", "\"partial\": 0.5");
 }
 
+/* Training-free extension (rope's extend; two position views merged by their log-sum-exps): Self-Extend
+ * (window 4, group 3), ReRoPE (window 5) and leaky ReRoPE (window 3, k = 4), STRING (shift 5, window 2)
+ * at T = 12; Self-Extend in the llama blocks with grouped-query attention; and at T = 130 (window 20,
+ * group 8, past the 64-row blocks and 256-key tiles of the flash passes). Forward, backward and steps,
+ * as every case. */
+static void rope_self_extend(void **state)
+{
+    (void)state;
+    rope_scaled("rope_self_extend", "extend = \"self-extend\"\nwindow = 4\ngroup = 3\n",
+                "\"extend\": \"self-extend\", \"window\": 4, \"group\": 3");
+}
+
+static void rope_rerope(void **state)
+{
+    (void)state;
+    rope_scaled("rope_rerope", "extend = \"rerope\"\nwindow = 5\n", "\"extend\": \"rerope\", \"window\": 5");
+}
+
+static void rope_rerope_leaky(void **state)
+{
+    (void)state;
+    rope_scaled("rope_rerope_leaky", "extend = \"rerope\"\nwindow = 3\nleaky = 4.0\n",
+                "\"extend\": \"rerope\", \"window\": 3, \"leaky\": 4.0");
+}
+
+static void rope_string(void **state)
+{
+    (void)state;
+    rope_scaled("rope_string", "extend = \"string\"\nshift = 5\nwindow = 2\n",
+                "\"extend\": \"string\", \"shift\": 5, \"window\": 2");
+}
+
+static void llama_self_extend(void **state)
+{
+    (void)state;
+    run_case(&(ref_case){"llama_self_extend",
+                         LLAMA(4, 2, 8, 32, 48, "") "[[term]]\nplugin = \"rope\"\nbase = 100.0\n"
+                                                   "extend = \"self-extend\"\nwindow = 3\ngroup = 2\n",
+                         "[{\"base\": 100.0, \"extend\": \"self-extend\", \"window\": 3, \"group\": 2}]", 1,
+                         NULL});
+}
+
+static void self_extend_long(void **state)
+{
+    (void)state;
+    run_case_at(&(ref_case){"self_extend_long",
+                            MODEL(4, 32) "[[term]]\nplugin = \"rope\"\nbase = 100.0\nextend = \"self-extend\"\n"
+                                         "window = 20\ngroup = 8\n",
+                            "[{\"base\": 100.0, \"extend\": \"self-extend\", \"window\": 20, \"group\": 8}]",
+                            1, NULL},
+                130);
+}
+
 int main(void)
 {
     char probe[600];
@@ -1119,6 +1172,12 @@ int main(void)
         cmocka_unit_test(rope_longrope_short),
         cmocka_unit_test(rope_resonance_yarn),
         cmocka_unit_test(rope_partial),
+        cmocka_unit_test(rope_self_extend),
+        cmocka_unit_test(rope_rerope),
+        cmocka_unit_test(rope_rerope_leaky),
+        cmocka_unit_test(rope_string),
+        cmocka_unit_test(llama_self_extend),
+        cmocka_unit_test(self_extend_long),
         cmocka_unit_test(xpos_alone),
         cmocka_unit_test(llama_xpos),
         cmocka_unit_test(layers_hybrid),

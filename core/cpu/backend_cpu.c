@@ -297,6 +297,38 @@ static int cpu_attention_forward(bk_backend *be, bk_storage s, void *out, float 
     return bk_attention_forward(out, saved, qkv, bias, B, T, C, H, err);
 }
 
+static int cpu_copy_rows(bk_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
+                         size_t width, int accumulate, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_copy_rows(dst, dst_ld, src, src_ld, rows, width, accumulate);
+    return BK_OK;
+}
+
+static int cpu_attention_lse_forward(bk_backend *be, float *out, float *lse, const float *qkv,
+                                     const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+{
+    (void)be;
+    return bk_attention_flash_forward(out, lse, qkv, bias, B, T, C, H, err);
+}
+
+static int cpu_attention_lse_backward(bk_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                      const float *out, const float *lse, const bk_attention_bias *bias, int B, int T,
+                                      int C, int H, bk_error *err)
+{
+    (void)be;
+    float *const none[BK_STREAM_COUNT] = {NULL, NULL};
+    return bk_attention_flash_backward(dqkv, none, dout, qkv, out, lse, bias, B, T, C, H, err);
+}
+
+static int cpu_attention_merge(bk_backend *be, float *out, float *lse, const float *part, const float *part_lse, int B,
+                               int T, int lo, int C, int H, bk_error *err)
+{
+    (void)be, (void)err;
+    bk_attention_merge(out, lse, part, part_lse, B, T, lo, C, H);
+    return BK_OK;
+}
+
 static int cpu_attention_backward(bk_backend *be, bk_storage s, float *dqkv, float *const dtable[BK_STREAM_COUNT],
                                   const void *dout, const void *qkv, const void *out, const float *saved,
                                   const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
@@ -435,6 +467,10 @@ static void cpu_destroy(bk_backend *be)
     .attention_saved = cpu_attention_saved,                   \
     .attention_forward = cpu_attention_forward,               \
     .attention_backward = cpu_attention_backward,             \
+    .copy_rows = cpu_copy_rows,                               \
+    .attention_lse_forward = cpu_attention_lse_forward,       \
+    .attention_lse_backward = cpu_attention_lse_backward,     \
+    .attention_merge = cpu_attention_merge,                   \
     .mix_forward = cpu_mix_forward,                           \
     .mix_backward = cpu_mix_backward,                         \
     .first_nonfinite = cpu_first_nonfinite,                   \

@@ -358,6 +358,52 @@ static inline BK_DEV_HD void k_swiglu_backward(int64_t i, const void *args)
     d[a->F + f] += du;
 }
 
+/* Position views (model/views.h; model/layers.c's bk_copy_rows and bk_attention_merge). */
+typedef struct k_copy_rows_args {
+    float *dst;
+    const float *src;
+    int64_t dst_ld, src_ld, width, accumulate;
+} k_copy_rows_args;
+
+/* index (r, c) of rows x width */
+static inline BK_DEV_HD void k_copy_rows(int64_t i, const void *args)
+{
+    const k_copy_rows_args *a = (const k_copy_rows_args *)args;
+    const int64_t r = i / a->width, c = i % a->width;
+    const float x = a->src[r * a->src_ld + c];
+    float *d = a->dst + r * a->dst_ld + c;
+    *d = a->accumulate ? *d + x : x;
+}
+
+typedef struct k_merge_args {
+    float *out, *lse;
+    const float *part, *part_lse;
+    int64_t T, lo, C, H;
+} k_merge_args;
+
+/* index (b, t, c) of (B, T - lo, C): row i = t + lo of out, its weights from the two log-sum-exps (the
+ * rows' lse are merged afterwards, k_merge_lse) */
+static inline BK_DEV_HD void k_merge_out(int64_t i, const void *args)
+{
+    const k_merge_args *a = (const k_merge_args *)args;
+    const int64_t rows = a->T - a->lo, c = i % a->C, t = (i / a->C) % rows, b = i / (a->C * rows);
+    const int64_t h = c / (a->C / a->H), bh = b * a->H + h;
+    float wa, wb;
+    (void)bk_lse_merge(a->lse[bh * a->T + t + a->lo], a->part_lse[bh * rows + t], &wa, &wb);
+    float *o = a->out + (b * a->T + t + a->lo) * a->C + c;
+    *o = wa * *o + wb * a->part[(b * rows + t) * a->C + c];
+}
+
+/* index (b, h, t) of (B, H, T - lo) */
+static inline BK_DEV_HD void k_merge_lse(int64_t i, const void *args)
+{
+    const k_merge_args *a = (const k_merge_args *)args;
+    const int64_t rows = a->T - a->lo, t = i % rows, bh = i / rows;
+    float wa, wb;
+    float *l = a->lse + bh * a->T + t + a->lo;
+    *l = bk_lse_merge(*l, a->part_lse[bh * rows + t], &wa, &wb);
+}
+
 /* The q/k/v product's rows hold R = (H + 2 KV) hd values (q of H heads, k and v of KV); the attention reads
  * 3 A, A = H hd, with key/value head bk_gqa_kv_head(h) in head h's place (model/layers.h, bk_gqa_expand). */
 typedef struct k_gqa_args {

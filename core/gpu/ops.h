@@ -84,6 +84,20 @@ static int dev_attention_backward_as(bk_backend *be, bk_storage s, float *dqkv, 
                                         saved, bias, B, T, C, H, err);
 }
 
+static int dev_attention_lse_forward(bk_backend *be, float *out, float *lse, const float *qkv,
+                                     const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err)
+{
+    return dev_flash_forward(be, out, lse, qkv, bias, B, T, C, H, err);
+}
+
+static int dev_attention_lse_backward(bk_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                      const float *out, const float *lse, const bk_attention_bias *bias, int B, int T,
+                                      int C, int H, bk_error *err)
+{
+    float *const none[BK_STREAM_COUNT] = {NULL, NULL};
+    return dev_flash_backward(be, dqkv, none, dout, qkv, out, lse, bias, B, T, C, H, err);
+}
+
 static void dev_set_ops(bk_backend *be)
 {
     be->upload = dev_table_upload;
@@ -115,6 +129,10 @@ static void dev_set_ops(bk_backend *be)
     be->attention_saved = dev_attention_saved;
     be->attention_forward = dev_attention_forward_as;
     be->attention_backward = dev_attention_backward_as;
+    be->copy_rows = dev_copy_rows;
+    be->attention_lse_forward = dev_attention_lse_forward;
+    be->attention_lse_backward = dev_attention_lse_backward;
+    be->attention_merge = dev_attention_merge;
     be->mix_forward = dev_mix_forward;
     be->mix_backward = dev_mix_backward;
     be->first_nonfinite = dev_first_nonfinite;

@@ -205,6 +205,28 @@ static int dev_swiglu_backward(bk_backend *be, float *dinp, const float *inp, co
     return BK_LAUNCH(layers_dev(be), k_swiglu_backward, k_swiglu_args, (int64_t)N * F, a, err);
 }
 
+static int dev_copy_rows(bk_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
+                         size_t width, int accumulate, bk_error *err)
+{
+    if (!rows || !width)
+        return BK_OK;
+    k_copy_rows_args a;
+    a.dst = dst, a.src = src, a.dst_ld = (int64_t)dst_ld, a.src_ld = (int64_t)src_ld, a.width = (int64_t)width;
+    a.accumulate = accumulate;
+    return BK_LAUNCH(layers_dev(be), k_copy_rows, k_copy_rows_args, (int64_t)(rows * width), a, err);
+}
+
+static int dev_attention_merge(bk_backend *be, float *out, float *lse, const float *part, const float *part_lse, int B,
+                               int T, int lo, int C, int H, bk_error *err)
+{
+    if (T <= lo)
+        return BK_OK;
+    k_merge_args a;
+    a.out = out, a.lse = lse, a.part = part, a.part_lse = part_lse, a.T = T, a.lo = lo, a.C = C, a.H = H;
+    int rc = BK_LAUNCH(layers_dev(be), k_merge_out, k_merge_args, (int64_t)B * (T - lo) * C, a, err);
+    return rc ? rc : BK_LAUNCH(layers_dev(be), k_merge_lse, k_merge_args, (int64_t)B * H * (T - lo), a, err);
+}
+
 static int dev_gqa_check(const char *what, int H, int KV, int hd, bk_error *err)
 {
     if (H < 1 || KV < 1 || hd < 1 || H % KV != 0)

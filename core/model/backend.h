@@ -217,6 +217,24 @@ struct bk_backend {
                               const void *dout, const void *qkv, const void *out, const float *saved,
                               const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err);
 
+    /* --- position views (model/views.h): one flash pass per view, merged by log-sum-exp, fp32 --------
+     * dst row r (width floats from dst + r * dst_ld) = src row r (from src + r * src_ld), r < rows; with
+     * accumulate, dst += src. */
+    int (*copy_rows)(bk_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
+                     size_t width, int accumulate, bk_error *err);
+    /* The flash-style attention whatever [run] attention says: out (B, T, C) and every row's log-sum-exp
+     * of its scores, lse (B, H, T); backward from them (dqkv +=; the bias's terms get no gradients). */
+    int (*attention_lse_forward)(bk_backend *be, float *out, float *lse, const float *qkv,
+                                 const bk_attention_bias *bias, int B, int T, int C, int H, bk_error *err);
+    int (*attention_lse_backward)(bk_backend *be, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                  const float *lse, const bk_attention_bias *bias, int B, int T, int C, int H,
+                                  bk_error *err);
+    /* Rows i >= lo of out (B, T, C) and lse (B, H, T), one pass's, merged with another pass over other keys
+     * of the same rows, part (B, T - lo, C) and part_lse (B, H, T - lo) for rows lo .. T - 1
+     * (bk_lse_merge, model/softmax_math.h). */
+    int (*attention_merge)(bk_backend *be, float *out, float *lse, const float *part, const float *part_lse, int B,
+                           int T, int lo, int C, int H, bk_error *err);
+
     /* --- bias tables (bias/mix.h) ---------------------------------------------------------------- */
     /* out[k] = mix of tables[t][k], k < n (tables: n_terms pointers in backend memory, the array itself
      * on the host; weights on the host). */

@@ -437,6 +437,7 @@ void bk_gpt_free(bk_gpt *m)
         if (m->be->on_device)
             release(m, m->d_inputs), release(m, m->d_targets), release(m, m->d_buckets);
         release(m, m->dtable_mem);
+        release(m, m->views_mem);
     }
     free(m->params);
     free(m->grads);
@@ -672,6 +673,79 @@ static layer_slots slots_of(const bk_gpt *m, const acts *a, int l, int train, in
     return s;
 }
 
+/* The position views of a layer whose rotation is rot (rotary_at): the rotary term's views, when it has
+ * some, else NULL (the ordinary rotation and attention). */
+static const bk_views *views_at(const bk_gpt *m, const bk_rotary_view *rot)
+{
+    return rot && m->views.n ? &m->views : NULL;
+}
+
+/* The lse of an evaluation forward's views (a training one keeps them where the attention's saved go). */
+static float *views_lse(const bk_gpt *m)
+{
+    return m->views_mem + bk_views_scratch_floats(m->B, m->T, m->A, m->H, m->train);
+}
+
+/* Before a forward with views: fp32 storage, no other term in the attention of a layer they act in, and
+ * the scratch. */
+static int views_ready(bk_gpt *m, int B, int T, int train, bk_error *err)
+{
+    const bk_term_set *set = m->pos.set;
+    const bk_term *rt = &set->terms[set->rotary];
+    if (storage_of(m->be) == BK_STORAGE_BF16)
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "term '%s' (plugin %s): its position views (rotary_views) compute in fp32; [run] precision "
+                       "= \"bf16\" keeps q, k, v in bf16: use precision = \"fp32\"",
+                       rt->label, rt->plugin->desc->name);
+    for (int l = 0; l < m->L; l++)
+        for (int k = 0; bk_term_on_layer(rt, l) && k < set->n; k++) {
+            const bk_term *t = &set->terms[k];
+            if (k != set->rotary && bk_term_on_layer(t, l) &&
+                (bk_term_in_attention(t) || (t->caps & BIASKIT_CAP_MASK)))
+                return bk_fail(err, BK_ERR_UNSUPPORTED,
+                               "term '%s' (plugin %s) acts in the attention of layer %d, where term '%s' (plugin %s) "
+                               "has position views (rotary_views): the views' passes take the rotary term alone; "
+                               "expected no other attention term in its layers (see [[term]] layers)",
+                               t->label, t->plugin->desc->name, l, rt->label, rt->plugin->desc->name);
+        }
+    const size_t need = bk_views_scratch_floats(B, T, m->A, m->H, train) + (size_t)B * m->H * T;
+    if (need > m->views_capacity) {
+        release(m, m->views_mem);
+        m->views_mem = NULL, m->views_capacity = 0;
+        int rc = m->be->alloc(m->be, (void **)&m->views_mem, need * sizeof(float), err);
+        if (rc)
+            return bk_error_prefix(err, "position views' scratch (%zu floats): ", need);
+        m->views_capacity = need;
+    }
+    return BK_OK;
+}
+
+/* A layer's attention forward in storage s: the views' passes (fp32; the lse into saved when training)
+ * or the backend's attention. W: the attention's width (H heads of hd). */
+static int layer_attention(bk_gpt *m, int l, bk_storage s, void *out, float *saved, const void *qkv,
+                           const bk_attention_bias *ab, const bk_views *vw, int W, bk_error *err)
+{
+    bk_backend *be = m->be;
+    const int rc = vw ? bk_views_forward(be, vw, (float *)out, saved ? saved : views_lse(m), (const float *)qkv,
+                                         m->views_mem, m->B, m->T, W, m->H, err)
+                      : be->attention_forward(be, s, out, saved, qkv, ab, m->B, m->T, W, m->H, err);
+    return rc ? bk_error_prefix(err, "layer %d attention: ", l) : BK_OK;
+}
+
+/* Its backward: dqkv (the gradients of q, k, v as the rotation left them, or as they were before the
+ * views' rotations) += ... */
+static int layer_attention_backward(bk_gpt *m, int l, bk_storage s, float *dqkv, float *const dtable[BK_STREAM_COUNT],
+                                    const void *dout, const void *qkv, const void *out, const float *saved,
+                                    const bk_attention_bias *ab, const bk_views *vw, int W, bk_error *err)
+{
+    bk_backend *be = m->be;
+    const int rc = vw ? bk_views_backward(be, vw, dqkv, (const float *)dout, (const float *)qkv, (const float *)out,
+                                          saved, m->views_mem, m->B, m->T, W, m->H, err)
+                      : be->attention_backward(be, s, dqkv, dtable, dout, qkv, out, saved, ab, m->B, m->T, W, m->H,
+                                               err);
+    return rc ? bk_error_prefix(err, "layer %d attention backward: ", l) : BK_OK;
+}
+
 /* The rotation of layer l: rot, unless the rotary term does not act in that layer ([[term]] layers). */
 static const bk_rotary_view *rotary_at(const bk_gpt *m, int l, const bk_rotary_view *rot)
 {
@@ -772,13 +846,14 @@ static int llama_layer_forward(bk_gpt *m, const acts *a, int l, const layer_slot
                                  p->knormw + (size_t)l * hd, BT, KV, hd, R, m->eps, err));
     }
     TRY(be->gqa_expand(be, qkv, a->qkvr, BT, H, KV, hd, err));
-    if (rot) /* qkv keeps the rotated q, k: attention backward reads them */
+    const bk_views *vw = views_at(m, rot);
+    if (rot && !vw) /* qkv keeps the rotated q, k: attention backward reads them (views rotate copies) */
         TRY(be->rotary(be, qkv, rot, B, T, A, H, 1.0f, err));
     TRY(keep(be, s, st.qkv, qkv, (size_t)BT * 3 * A, err));
     bk_attention_bias ab; /* a content term: fp32 storage only (refused by bk_gpt_forward) */
     TRY(layer_bias(m, l, sl, (const float *)st.ln1, content, &ab, err));
-    if (!again && (rc = be->attention_forward(be, s, st.atty, att, st.qkv, &ab, B, T, A, H, err)))
-        return bk_error_prefix(err, "layer %d attention: ", l);
+    if (!again)
+        TRY(layer_attention(m, l, s, st.atty, att, st.qkv, &ab, vw, A, err));
     TRY(linear_forward(m, s, attproj, st.atty, p->attprojw + (size_t)l * C * A, NULL, BT, A, C, err));
     TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
     TRY(be->rmsnorm_forward(be, ln2, ln2_rstd, res2, p->rms2w + (size_t)l * C, BT, C, m->eps, err));
@@ -837,11 +912,11 @@ static int llama_layer_backward(bk_gpt *m, const acts *a, const acts *d, int l, 
     TRY(layer_bias_backward_begin(m, l, sl, dtable_floats, content, &ab, err));
     const void *dout;
     TRY(attention_dout(be, s, a, d->atty + oA, (size_t)BT * A, &dout, err));
-    if ((rc = be->attention_backward(be, s, d->qkv + 3 * oA, dtable, dout, st.qkv, st.atty, a->att + sl->lk * saved,
-                                     &ab, B, T, A, H, err)))
-        return bk_error_prefix(err, "layer %d attention backward: ", l);
+    const bk_views *vw = views_at(m, rot);
+    TRY(layer_attention_backward(m, l, s, d->qkv + 3 * oA, dtable, dout, st.qkv, st.atty, a->att + sl->lk * saved,
+                                 &ab, vw, A, err));
     TRY(layer_bias_backward_end(m, l, dtable, content, (const float *)st.ln1, d->ln1 + oC, err));
-    if (rot)
+    if (rot && !vw)
         TRY(be->rotary(be, d->qkv + 3 * oA, rot, B, T, A, H, -1.0f, err));
     TRY(be->zero(be, d->qkvr, (size_t)BT * R * sizeof(float), err));
     TRY(be->gqa_reduce(be, d->qkvr, d->qkv + 3 * oA, BT, H, KV, hd, err));
@@ -889,13 +964,14 @@ static int gpt2_layer_forward(bk_gpt *m, const acts *a, int l, const layer_slots
     TRY(be->layernorm_forward(be, sg, st.ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C, p->ln1b + l * C, BT, C,
                               err));
     TRY(linear_forward(m, sg, qkv, st.ln1, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C, err));
-    if (rot) /* qkv keeps the rotated q, k: attention backward reads them */
+    const bk_views *vw = views_at(m, rot);
+    if (rot && !vw) /* qkv keeps the rotated q, k: attention backward reads them (views rotate copies) */
         TRY(be->rotary(be, qkv, rot, B, T, C, H, 1.0f, err));
     TRY(keep(be, sg, st.qkv, qkv, (size_t)BT * 3 * C, err)); /* q, k, v with bias and rotation applied */
     bk_attention_bias ab; /* a content term: fp32 storage only (refused by bk_gpt_forward) */
     TRY(layer_bias(m, l, sl, (const float *)st.ln1, content, &ab, err));
-    if (!again && (rc = be->attention_forward(be, sg, st.atty, att, st.qkv, &ab, B, T, C, H, err)))
-        return bk_error_prefix(err, "layer %d attention: ", l);
+    if (!again)
+        TRY(layer_attention(m, l, sg, st.atty, att, st.qkv, &ab, vw, C, err));
     TRY(linear_forward(m, sg, attproj, st.atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C, BT, C, C, err));
     /* eval: reads res3 before it is rewritten */
     TRY(be->residual_forward(be, res2, residual, attproj, (size_t)BT * C, err));
@@ -944,11 +1020,11 @@ static int gpt2_layer_backward(bk_gpt *m, const acts *a, const acts *d, int l, c
     TRY(layer_bias_backward_begin(m, l, sl, dtable_floats, content, &ab, err));
     const void *dout;
     TRY(attention_dout(be, sg, a, d->atty + oC, (size_t)BT * C, &dout, err));
-    if ((rc = be->attention_backward(be, sg, d->qkv + o3, dtable, dout, st.qkv, st.atty, a->att + sl->lk * saved, &ab,
-                                     B, T, C, H, err)))
-        return bk_error_prefix(err, "layer %d attention backward: ", l);
+    const bk_views *vw = views_at(m, rot);
+    TRY(layer_attention_backward(m, l, sg, d->qkv + o3, dtable, dout, st.qkv, st.atty, a->att + sl->lk * saved, &ab,
+                                 vw, C, err));
     TRY(layer_bias_backward_end(m, l, dtable, content, (const float *)st.ln1, d->ln1 + oC, err));
-    if (rot)
+    if (rot && !vw)
         TRY(be->rotary(be, d->qkv + o3, rot, B, T, C, H, -1.0f, err));
     TRY(linear_backward(m, sg, d->ln1 + oC, wgrad(m, "qkvw", g->qkvw + (size_t)l * 3 * C * C), g->qkvb + l * 3 * C,
                         d->qkv + o3, st.ln1, p->qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, err));
@@ -1003,6 +1079,9 @@ int bk_gpt_forward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, int
         return rc;
     bk_rotary_view rot; /* valid after prepare: angles for positions < T, on the backend */
     const int rotary = bk_positions_rotary(&m->pos, &rot);
+    m->views.n = rotary ? bk_positions_views(&m->pos, m->views.rot, m->views.lo, m->views.hi) : 0;
+    if (m->views.n)
+        TRY(views_ready(m, B, T, train, err));
     const int llama = m->family == BK_FAMILY_LLAMA;
     const float *wte = llama ? m->lwp.wte : p->wte, *head = llama && !m->tied ? m->lwp.lmhead : wte;
     TRY(be->encoder_forward(be, a.encoded, &m->batch, wte, B, T, C, err));
@@ -1111,7 +1190,10 @@ int bk_gpt_backward(bk_gpt *m, const int32_t *inputs, const int32_t *targets, fl
                                    a.lnf_rstd, BT, C, err));
     }
     const int recompute = m->acts_recompute;
-    for (int l = L - 1; l >= 0; l--) {
+    /* the layers below backward_from hold nothing that trains: their backward is left out (not when the
+     * embedding trains, which a caller setting backward_from does not let happen) */
+    const int from = dwte || m->backward_from < 0 || m->backward_from >= L ? 0 : m->backward_from;
+    for (int l = L - 1; l >= from; l--) {
         const layer_slots sl = slots_of(m, &a, l, 1, recompute);
         float *dresidual = l == 0 ? d.encoded : d.res3 + (size_t)(l - 1) * BT * C;
         const bk_rotary_view *rl = rotary_at(m, l, rotary ? &rot : NULL);

@@ -28,6 +28,7 @@
 #include "bias/bias.h"
 #include "model/backend.h"
 #include "model/positions.h"
+#include "model/views.h"
 #include "util/error.h"
 
 #include <stddef.h>
@@ -115,6 +116,9 @@ typedef struct bk_gpt {
     float *wlosses;          /* (B, T) per-token losses in be's memory (== losses on the CPU) */
     float *dtable_mem;       /* table gradients of one layer, BK_STREAM_COUNT x H x capacity, in be's memory */
     size_t dtable_capacity;
+    bk_views views;          /* the rotary term's position views of the last forward (views.n 0: none) */
+    float *views_mem;        /* their scratch (bk_views_scratch_floats) and an evaluation's lse, in be's memory */
+    size_t views_capacity;   /* floats views_mem holds */
     bk_bias *bias; /* not owned */
     bk_positions pos; /* segments, embeddings and rotary angles of the last forward */
 
@@ -130,6 +134,10 @@ typedef struct bk_gpt {
     unsigned char frozen[BK_GPT_N_TENSORS]; /* 1: backward leaves this tensor's gradient as it is (a frozen
                                                tensor of [train] trainable): its products skip the weight
                                                gradient; the gradients into the activations still flow */
+    int backward_from;  /* the lowest layer the backward reaches (0: every layer, the embedding too): above 0
+                           when nothing below that layer trains (the frozen model's tensors of [train] trainable
+                           with terms acting in upper layers only; bk_init_trainable sets it), so the layers
+                           below are left out of the backward, which gives what trains the same bits */
     float *acts; /* in be's memory */
     size_t acts_size, dacts_size; /* floats of acts and of dacts (their gradients, training only) */
     float *dacts;

@@ -186,6 +186,42 @@ void bk_gqa_reduce(float *dqkvr, const float *dqkv, int N, int H, int KV, int hd
     }
 }
 
+void bk_copy_rows(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t width,
+                  int accumulate)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+        float *d = dst + r * dst_ld;
+        const float *x = src + r * src_ld;
+        if (!accumulate) {
+            memmove(d, x, width * sizeof *d);
+            continue;
+        }
+        for (size_t c = 0; c < width; c++)
+            d[c] += x[c];
+    }
+}
+
+void bk_attention_merge(float *out, float *lse, const float *part, const float *part_lse, int B, int T, int lo, int C,
+                        int H)
+{
+    const int hd = C / H, rows = T - lo;
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * H; bh++) {
+        const int b = bh / H, h = bh % H;
+        for (int t = 0; t < rows; t++) {
+            const int i = t + lo;
+            float wa, wb;
+            float *l = lse + (size_t)bh * T + i;
+            *l = bk_lse_merge(*l, part_lse[(size_t)bh * rows + t], &wa, &wb);
+            float *o = out + ((size_t)b * T + i) * C + (size_t)h * hd;
+            const float *p = part + ((size_t)b * rows + t) * C + (size_t)h * hd;
+            for (int d = 0; d < hd; d++)
+                o[d] = wa * o[d] + wb * p[d];
+        }
+    }
+}
+
 BK_HOST_CLONES
 void bk_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC)
 {

@@ -45,6 +45,14 @@ void bk_swiglu_backward(float *dinp, const float *inp, const float *dout, int N,
 void bk_gqa_expand(float *qkv, const float *qkvr, int N, int H, int KV, int hd);
 void bk_gqa_reduce(float *dqkvr, const float *dqkv, int N, int H, int KV, int hd);
 
+/* Position views (model/views.h). dst row r (width floats from dst + r dst_ld) = src row r, or += with
+ * accumulate, r < rows. Merge: rows i >= lo of out (B, T, C) and lse (B, H, T) with part (B, T - lo, C)
+ * and part_lse (B, H, T - lo), a pass over other keys of rows lo .. T - 1 (bk_lse_merge). */
+void bk_copy_rows(float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows, size_t width,
+                  int accumulate);
+void bk_attention_merge(float *out, float *lse, const float *part, const float *part_lse, int B, int T, int lo, int C,
+                        int H);
+
 /* out (N, OC) = inp (N, C) . weight^T (OC, C) + bias (OC, or NULL), through OpenBLAS. */
 void bk_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
 /* dinp += dout . weight; dweight += dout^T . inp and dbias += the column sums of dout, each skipped when

@@ -82,6 +82,14 @@ static int ask_rotary_decay(bk_positions *ps, const bk_term *t, bk_error *err)
     return BK_OK;
 }
 
+/* The rotary plugin's rotary_views (Self-Extend, ReRoPE, STRING), or NULL. */
+typedef int (*rotary_views_fn)(const void *inst, const biaskit_context *ctx, biaskit_rotary_view *views,
+                               int32_t max_views, int32_t *n_views, biaskit_error *err);
+static rotary_views_fn rotary_views_of(const biaskit_plugin *d)
+{
+    return BK_DESCRIPTOR_FN(d, rotary_views);
+}
+
 int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err)
 {
     memset(ps, 0, sizeof *ps);
@@ -111,6 +119,7 @@ int bk_positions_init(bk_positions *ps, const bk_term_set *set, bk_error *err)
         if (rc)
             return rc;
     }
+    ps->has_views = rotary_views_of(t->plugin->desc) != NULL;
     if (rotary_ctx_of(t->plugin->desc)) {
         /* asked now too, so that a plugin that fails does so when the model is built */
         ps->has_rotary_ctx = 1;
@@ -169,6 +178,9 @@ static void device_free(bk_positions *ps)
     device_batch_free(ps);
     release(ps, ps->rot_cos_dev), release(ps, ps->rot_sin_dev);
     ps->rot_cos_dev = ps->rot_sin_dev = NULL;
+    release(ps, ps->view_cos_dev), release(ps, ps->view_sin_dev);
+    ps->view_cos_dev = ps->view_sin_dev = NULL;
+    ps->view_capacity_dev = 0, ps->views_version_dev = 0;
     ps->rot_rows_dev = 0;
     ps->rot_capacity_dev = 0;
     ps->rot_version_dev = 0;
@@ -198,6 +210,9 @@ void bk_positions_free(bk_positions *ps)
     free(ps->decay);
     free(ps->rot_cos);
     free(ps->rot_sin);
+    free(ps->view_pos);
+    free(ps->view_cos);
+    free(ps->view_sin);
     memset(ps, 0, sizeof *ps);
 }
 
@@ -315,6 +330,98 @@ static int prepare_rotary(bk_positions *ps, int T, bk_error *err)
     return BK_OK;
 }
 
+/* Grows the host tables *a and *b (the same size) to hold n floats each. */
+static int grow_pair(float **a, float **b, int64_t *capacity, int64_t n)
+{
+    if (n <= *capacity)
+        return BK_OK;
+    float *pa = realloc(*a, (size_t)n * sizeof *pa);
+    if (pa)
+        *a = pa;
+    float *pb = pa ? realloc(*b, (size_t)n * sizeof *pb) : NULL;
+    if (pb)
+        *b = pb;
+    if (!pa || !pb)
+        return BK_ERR_NOMEM;
+    *capacity = n;
+    return BK_OK;
+}
+
+/* rotary_views() for T tokens, checked (plugin/contract.h), and the views' tables from the frequencies
+ * and the amplitude of the rotation (prepare_rotary first). */
+static int prepare_views(bk_positions *ps, int T, bk_error *err)
+{
+    if (!ps->has_views || T < 1)
+        return BK_OK;
+    if (T == ps->views_length && ps->training == ps->views_training && ps->rot_version == ps->views_rot_version)
+        return BK_OK;
+    const bk_term *t = &ps->set->terms[ps->set->rotary];
+    const int64_t need = 2 * (int64_t)BIASKIT_MAX_ROTARY_VIEWS * T;
+    if (need > ps->view_pos_capacity) {
+        double *p = realloc(ps->view_pos, (size_t)need * sizeof *p);
+        if (!p)
+            return bk_fail(err, BK_ERR_NOMEM, "out of memory for the rotary views of %d positions", T);
+        ps->view_pos = p, ps->view_pos_capacity = need;
+    }
+    biaskit_rotary_view views[BIASKIT_MAX_ROTARY_VIEWS];
+    for (int v = 0; v < BIASKIT_MAX_ROTARY_VIEWS; v++) {
+        views[v].min_distance = views[v].max_distance = -1; /* a plugin that leaves them is caught below */
+        views[v].q_pos = ps->view_pos + (size_t)2 * v * T, views[v].k_pos = views[v].q_pos + T;
+        for (int i = 0; i < 2 * T; i++)
+            views[v].q_pos[i] = NAN;
+    }
+    biaskit_context ctx = bk_term_context(ps->set, -1, T, ps->training);
+    biaskit_error pe = {0, ""};
+    int32_t n = -1;
+    bk_plugin_call_enter(t, "rotary_views()", -1, ps->step);
+    int prc = rotary_views_of(t->plugin->desc)(t->instance, &ctx, views, BIASKIT_MAX_ROTARY_VIEWS, &n, &pe);
+    bk_plugin_call_leave();
+    if (prc != BIASKIT_OK)
+        return plugin_fail(err, t, &pe, "rotary_views()");
+    char why[320];
+    if (bk_contract_rotary_views(views, n, T, why, sizeof why))
+        return bk_fail(err, BK_ERR_PLUGIN, "term '%s' (plugin %s): rotary_views() for length %d gave %s", t->label,
+                       t->plugin->desc->name, T, why);
+    /* one view of [0, inf) at the token indices is the ordinary rotation */
+    int plain = n == 1;
+    for (int i = 0; plain && i < T; i++)
+        plain = views[0].q_pos[i] == (double)i && views[0].k_pos[i] == (double)i;
+    if (plain)
+        n = 0;
+    if (n && (ps->decay || t->stream != BK_STREAM_TOKEN))
+        return bk_fail(err, BK_ERR_UNSUPPORTED,
+                       "term '%s' (plugin %s): position views (rotary_views) %s; expected a term on the token stream "
+                       "without a decay",
+                       t->label, t->plugin->desc->name,
+                       ps->decay ? "with a decay (rotary_decay) are not supported"
+                                 : "on the segment stream are not supported");
+    int64_t floats = 0;
+    for (int32_t v = 0; v < n; v++)
+        floats += 2 * (int64_t)(T > views[v].min_distance ? T - views[v].min_distance : 0) * ps->pairs;
+    if (grow_pair(&ps->view_cos, &ps->view_sin, &ps->view_capacity, floats))
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for the rotary views' angles of %d positions", T);
+    /* the angle in double as the ordinary tables' (prepare_rotary), the amplitude on q and k */
+    const double amp = (double)ps->amplitude;
+    int64_t off = 0;
+    for (int32_t v = 0; v < n; v++) {
+        const int32_t lo = views[v].min_distance, rows = T > lo ? T - lo : 0;
+        ps->view_lo[v] = lo, ps->view_hi[v] = views[v].max_distance, ps->view_off[v] = off;
+        for (int32_t r = 0; r < rows; r++)
+            for (int32_t k = 0; k < ps->pairs; k++) {
+                const double f = (double)ps->inv_freq[k];
+                const double aq = views[v].q_pos[r + lo] * f, ak = views[v].k_pos[r] * f;
+                const size_t at = (size_t)off + (size_t)r * ps->pairs + k, kat = at + (size_t)rows * ps->pairs;
+                ps->view_cos[at] = (float)(amp * cos(aq)), ps->view_sin[at] = (float)(amp * sin(aq));
+                ps->view_cos[kat] = (float)(amp * cos(ak)), ps->view_sin[kat] = (float)(amp * sin(ak));
+            }
+        off += 2 * (int64_t)rows * ps->pairs;
+    }
+    ps->n_views = n;
+    ps->views_length = T, ps->views_training = ps->training, ps->views_rot_version = ps->rot_version;
+    ps->views_version++;
+    return BK_OK;
+}
+
 /* A CUDA backend and a plugin with embed_cuda: the embedding runs on the device. */
 static int embeds_on_device(const bk_positions *ps, const bk_term *t)
 {
@@ -414,6 +521,27 @@ static int upload_batch(bk_positions *ps, bk_error *err)
         ps->rot_rows_dev = ps->rot_rows;
         ps->rot_version_dev = ps->rot_version;
     }
+    if (ps->n_views && ps->views_version_dev != ps->views_version) { /* the views' tables were made again */
+        const int32_t last = ps->n_views - 1;
+        const int64_t floats = ps->view_off[last] + 2 * (int64_t)(ps->T > ps->view_lo[last] ? ps->T - ps->view_lo[last] : 0) * ps->pairs;
+        const size_t bytes = (size_t)floats * sizeof(float);
+        ps->views_version_dev = 0;
+        if (floats > ps->view_capacity_dev) {
+            release(ps, ps->view_cos_dev), release(ps, ps->view_sin_dev);
+            ps->view_cos_dev = ps->view_sin_dev = NULL;
+            ps->view_capacity_dev = 0;
+            if ((rc = be->alloc(be, (void **)&ps->view_cos_dev, bytes, err)) ||
+                (rc = be->alloc(be, (void **)&ps->view_sin_dev, bytes, err)))
+                return bk_error_prefix(err, "rotary views' angles of %d positions on the %s backend: ", (int)ps->T,
+                                       be->name);
+            ps->view_capacity_dev = floats;
+        }
+        if (bytes && ((rc = be->upload(be, ps->view_cos_dev, ps->view_cos, bytes, err)) ||
+                      (rc = be->upload(be, ps->view_sin_dev, ps->view_sin, bytes, err))))
+            return bk_error_prefix(err, "rotary views' angles of %d positions on the %s backend: ", (int)ps->T,
+                                   be->name);
+        ps->views_version_dev = ps->views_version;
+    }
     return BK_OK;
 }
 
@@ -446,7 +574,7 @@ int bk_positions_prepare(bk_positions *ps, const int32_t *inputs, int B, int T, 
             ps->span[BK_STREAM_SEGMENT] = span > ps->span[BK_STREAM_SEGMENT] ? span : ps->span[BK_STREAM_SEGMENT];
         }
     }
-    if ((rc = prepare_rotary(ps, T, err)))
+    if ((rc = prepare_rotary(ps, T, err)) || (rc = prepare_views(ps, T, err)))
         return rc;
     return on_device(ps) ? upload_batch(ps, err) : BK_OK;
 }
@@ -480,6 +608,23 @@ int bk_positions_rotary(const bk_positions *ps, bk_rotary_view *view)
         view->kcos = view->cos + kpart, view->ksin = view->sin + kpart;
     }
     return 1;
+}
+
+int bk_positions_views(const bk_positions *ps, bk_rotary_view views[BIASKIT_MAX_ROTARY_VIEWS],
+                       int32_t lo[BIASKIT_MAX_ROTARY_VIEWS], int32_t hi[BIASKIT_MAX_ROTARY_VIEWS])
+{
+    const int device = on_device(ps);
+    const float *c = device ? ps->view_cos_dev : ps->view_cos, *s = device ? ps->view_sin_dev : ps->view_sin;
+    for (int32_t v = 0; v < ps->n_views; v++) {
+        const int32_t rows = ps->T > ps->view_lo[v] ? ps->T - ps->view_lo[v] : 0;
+        const size_t kpart = (size_t)rows * (size_t)ps->pairs;
+        memset(&views[v], 0, sizeof views[v]);
+        views[v].cos = c + ps->view_off[v], views[v].sin = s + ps->view_off[v];
+        views[v].kcos = views[v].cos + kpart, views[v].ksin = views[v].sin + kpart;
+        views[v].pairs = ps->pairs, views[v].rows = rows;
+        lo[v] = ps->view_lo[v], hi[v] = ps->view_hi[v];
+    }
+    return ps->n_views;
 }
 
 /* An embedding term reads the token index, or the position inside the segment (host or device copy). */

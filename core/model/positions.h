@@ -57,6 +57,24 @@ typedef struct bk_positions {
     int64_t step;               /* the training step, for the crash report's plugin-call record (0: none) */
     int32_t span[BK_STREAM_COUNT]; /* bk_positions_span */
 
+    /* rotary_views (ABI 2, appended): the views of the last prepare, n_views of them (0: the ordinary
+     * rotation). View v owns the distances [view_lo[v], view_hi[v]) (view_hi 0: unbounded); its tables
+     * cover the T - view_lo[v] rows of the view's packed q, k, v (model/views.h: row t holds q of token
+     * t + lo and k, v of token t): amplitude * cos and sin of q_pos[t + lo] * inv_freq[k] for q, (rows,
+     * pairs), then of k_pos[t] * inv_freq[k] for k, at view_off[v] floats into view_cos and view_sin. */
+    int has_views;
+    int32_t n_views;
+    int32_t view_lo[BIASKIT_MAX_ROTARY_VIEWS], view_hi[BIASKIT_MAX_ROTARY_VIEWS];
+    int64_t view_off[BIASKIT_MAX_ROTARY_VIEWS];
+    double *view_pos;            /* the plugin's buffers: per view q_pos then k_pos, T values each */
+    int64_t view_pos_capacity;   /* values view_pos holds */
+    float *view_cos, *view_sin;
+    int64_t view_capacity;       /* floats view_cos and view_sin hold */
+    int32_t views_length;        /* the length the views were asked for, 0 before */
+    int views_training;          /* ... and the training flag */
+    uint64_t views_rot_version;  /* the rot_version (frequencies, amplitude) the view tables were made with */
+    uint64_t views_version;      /* counts the view tables' recomputations */
+
     /* Where each embedding came from, per term (indices of set->terms): the plugin's embed_cuda /
      * embed_backward_cuda, or its host embed() / embed_backward() (the CPU, or the host fallback). */
     int64_t *cuda_embeds, *host_embeds, *cuda_embed_backwards, *host_embed_backwards;
@@ -67,6 +85,9 @@ typedef struct bk_positions {
     int dev_B, dev_T;            /* the shape whose token indices are on the device */
     int32_t *token_index_dev, *segment_index_dev, *segment_position_dev;
     float *rot_cos_dev, *rot_sin_dev;
+    float *view_cos_dev, *view_sin_dev;
+    int64_t view_capacity_dev;   /* floats view_cos_dev and view_sin_dev hold */
+    uint64_t views_version_dev;  /* the views_version uploaded */
     int32_t rot_rows_dev;
     int64_t rot_capacity_dev;    /* floats rot_cos_dev and rot_sin_dev hold */
     uint64_t rot_version_dev;    /* the rot_version uploaded */
@@ -116,6 +137,12 @@ const int32_t *bk_positions_stream(const bk_positions *ps, bk_stream s);
 /* With a rotary term: fills `view` (cos, sin, positions in the backend's memory; positions NULL on the
  * token stream) for the backend's rotary() and returns 1; else returns 0. Valid until the next prepare. */
 int bk_positions_rotary(const bk_positions *ps, bk_rotary_view *view);
+
+/* The rotary term's views of the last prepare (rotary_views): fills views[v] (q's tables in cos, sin,
+ * k's in kcos, ksin, rows T - lo[v], in the backend's memory), lo[v] and hi[v] (0: unbounded) for each
+ * and returns their number; 0 without views (the ordinary rotation of bk_positions_rotary). */
+int bk_positions_views(const bk_positions *ps, bk_rotary_view views[BIASKIT_MAX_ROTARY_VIEWS],
+                       int32_t lo[BIASKIT_MAX_ROTARY_VIEWS], int32_t hi[BIASKIT_MAX_ROTARY_VIEWS]);
 
 /* encoded (B*T, C; backend memory) += every embedding term's A[p]; dtheta[t] (host, per term of the
  * set) += their gradients from dencoded (backend memory). The parameters are the host theta of each

@@ -208,4 +208,20 @@ static inline BK_HOST_INLINE BIASKIT_HD float bk_flash_prob(float s, float lse)
     return bk_expf_nonpositive(x < 0.0f ? x : 0.0f);
 }
 
+/* Two passes of one softmax over disjoint sets of keys, each normalised with its own log-sum-exp la and
+ * lb (-inf: the pass saw no key): the whole's log-sum-exp, and in *wa, *wb each pass's share, so that the
+ * output is wa o_a + wb o_b exactly as one softmax over both sets (the log-sum-exp merge of flash
+ * attention's split passes). Both -inf: weights 0 and -inf. */
+static inline BK_HOST_INLINE BIASKIT_HD float bk_lse_merge(float la, float lb, float *wa, float *wb)
+{
+    const float m = la > lb ? la : lb;
+    if (m == -INFINITY) {
+        *wa = *wb = 0.0f;
+        return -INFINITY;
+    }
+    const float ea = bk_expf_nonpositive(la - m), eb = bk_expf_nonpositive(lb - m), sum = ea + eb;
+    *wa = ea / sum, *wb = eb / sum;
+    return m + logf(sum);
+}
+
 #endif

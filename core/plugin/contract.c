@@ -165,6 +165,35 @@ int bk_contract_rotary_decay(const float *zeta, int32_t half, float scale, char 
     return BK_CONTRACT_OK;
 }
 
+int bk_contract_rotary_views(const biaskit_rotary_view *views, int32_t n, int32_t length, char *why, size_t size)
+{
+    if (n < 0 || n > BIASKIT_MAX_ROTARY_VIEWS) {
+        snprintf(why, size, "%d views, expected 0 .. %d", (int)n, BIASKIT_MAX_ROTARY_VIEWS);
+        return BK_CONTRACT_BAD_VALUE;
+    }
+    int32_t from = 0;
+    for (int32_t v = 0; v < n; v++) {
+        const biaskit_rotary_view *w = &views[v];
+        const int last = v == n - 1;
+        if (w->min_distance != from || (last ? w->max_distance != 0 : w->max_distance <= w->min_distance)) {
+            snprintf(why, size,
+                     "view %d owns distances [%d, %d) (0: unbounded), expected [%d, ...): the views tile [0, inf) "
+                     "in order, each bounded one non-empty and only the last unbounded",
+                     (int)v, (int)w->min_distance, (int)w->max_distance, (int)from);
+            return BK_CONTRACT_BAD_VALUE;
+        }
+        from = w->max_distance;
+        for (int32_t t = 0; t < length; t++)
+            if (!isfinite(w->q_pos[t]) || !isfinite(w->k_pos[t])) {
+                snprintf(why, size, "view %d: the %s position of token %d is %g, expected a finite number", (int)v,
+                         isfinite(w->q_pos[t]) ? "key" : "query", (int)t,
+                         (double)(isfinite(w->q_pos[t]) ? w->k_pos[t] : w->q_pos[t]));
+                return BK_CONTRACT_BAD_VALUE;
+            }
+    }
+    return BK_CONTRACT_OK;
+}
+
 int bk_contract_rotary(const float *inv_freq, int32_t half, float amplitude, char *why, size_t size)
 {
     for (int32_t k = 0; k < half; k++)

@@ -91,4 +91,9 @@ int bk_contract_rotary(const float *inv_freq, int32_t half, float amplitude, cha
 /* rotary_decay(): half finite zeta_k > 0 and a finite scale > 0. */
 int bk_contract_rotary_decay(const float *zeta, int32_t half, float scale, char *why, size_t size);
 
+/* rotary_views() for a call of `length` tokens: 0 .. BIASKIT_MAX_ROTARY_VIEWS views whose distance ranges
+ * tile [0, inf) in order (the first from 0, each from the end of the one before, every bounded one
+ * non-empty, the last unbounded), every position finite. */
+int bk_contract_rotary_views(const biaskit_rotary_view *views, int32_t n, int32_t length, char *why, size_t size);
+
 #endif

@@ -164,7 +164,22 @@ done:
     return rc;
 }
 
-/* The model's tensors of frozen groups skip their weight gradients (bk_gpt.frozen). */
+/* The lowest layer a group that trains needs the backward to reach: a term acting in some layers only
+ * ([[term]] layers) the lowest of them; anything else (a model tensor, a term of every layer or of the
+ * embedding, mixing weights) layer 0. */
+static int lowest_layer_of(const bk_lm *lm, const char *group)
+{
+    const bk_term *t = term_of(lm, group);
+    if (!t || !t->layers_on)
+        return 0;
+    for (int l = 0; l < lm->gpt.L; l++)
+        if (t->layers_on[l])
+            return l;
+    return 0;
+}
+
+/* The model's tensors of frozen groups skip their weight gradients (bk_gpt.frozen), and the backward
+ * stops at the lowest layer where something trains (bk_gpt.backward_from). */
 static void freeze_model_tensors(bk_lm *lm, const bk_adamw *opt)
 {
     bk_gpt *m = &lm->gpt;
@@ -176,6 +191,13 @@ static void freeze_model_tensors(bk_lm *lm, const bk_adamw *opt)
             if (!strcmp(opt->groups[g].name, name))
                 m->frozen[i] = (unsigned char)opt->groups[g].frozen;
     }
+    int from = m->L;
+    for (int g = 0; g < opt->n_groups; g++)
+        if (!opt->groups[g].frozen) {
+            const int l = lowest_layer_of(lm, opt->groups[g].name);
+            from = l < from ? l : from;
+        }
+    m->backward_from = from < m->L ? from : 0;
 }
 
 int bk_init_trainable(bk_lm *lm, bk_adamw *opt, size_t *n_trainable, bk_error *err)

@@ -4,7 +4,8 @@
  * encoding. Length-aware scalings (position interpolation, NTK-aware, YaRN, LongRoPE's per-pair factors;
  * static or dynamic) through rotary_ctx (ABI 2): the frequencies for the length of each call and the
  * amplitude (rope_math.h); on any of them Resonance RoPE's rounded wavelengths and p-RoPE's partial
- * rotation. No parameters. */
+ * rotation. Training-free extension (Self-Extend, ReRoPE, STRING) through rotary_views: two position views
+ * of the pairs, merged by the engine exactly. No parameters. */
 #include "rope_math.h"
 
 #include <math.h>
@@ -25,6 +26,9 @@ typedef struct rope {
     double *short_factor, *long_factor; /* longrope: d_head/2 factors each */
     int resonance;
     int32_t turning; /* pairs that turn (partial) */
+    int extend;      /* BK_EXTEND_* */
+    int64_t window, group, shift;
+    double leaky;
 } rope;
 
 static const biaskit_option options[] = {
@@ -47,9 +51,117 @@ static const biaskit_option options[] = {
     BIASKIT_OPTION_DOUBLE("partial", 1.0,
                           "p-RoPE: the fraction p of the pairs that turn (the highest frequencies); the others stay "
                           "unrotated"),
+    BIASKIT_OPTION_CHOICE("extend", "none", BK_ROPE_EXTENDS,
+                          "training-free extension by two attention passes merged exactly: self-extend (far pairs at "
+                          "grouped positions), rerope (relative position min(d, window), or leaky), string (d >= "
+                          "shift at d - shift + window)"),
+    BIASKIT_OPTION_INT("window", 0,
+                       "self-extend: the neighbour window W (d < W keeps RoPE); rerope: W; string: the local window "
+                       "W added to the shifted distances"),
+    BIASKIT_OPTION_INT("group", 0, "self-extend: the group size G >= 1 of the far positions (floor(p / G))"),
+    BIASKIT_OPTION_DOUBLE("leaky", 0.0, "rerope: 0 = ReRoPE (min(d, W)); k > 1 = leaky ReRoPE, W + (d - W) / k"),
+    BIASKIT_OPTION_INT("shift", 0, "string: the shift S; distances d >= S attend at d - S + window"),
 };
 
 static const char *const scaling_names[] = {"none", "pi", "ntk", "yarn", "longrope"};
+static const char *const extend_names[] = {"none", "self-extend", "rerope", "string"};
+
+/* An option that means nothing under the chosen scaling (or extension), set explicitly, is refused rather than
+ * ignored. */
+static int refuse_unused(const biaskit_services *svc, const biaskit_config *cfg, const char *key, int used,
+                         const char *needs, const char *option, const char *value, biaskit_error *err)
+{
+    if (used || !svc->is_set(cfg, key))
+        return BIASKIT_OK;
+    return svc->config_error(cfg, key, err, "'%s' applies with %s = %s only; %s is \"%s\"", key, option, needs, option,
+                             value);
+}
+
+/* A length option of the extension: set, >= min, and below the training length when there is one. */
+static int read_span(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo,
+                     const char *key, int64_t min, const char *extend, const char *what, int64_t *out,
+                     biaskit_error *err)
+{
+    if (!svc->is_set(cfg, key))
+        return svc->config_error(cfg, key, err, "extend = \"%s\" needs '%s': %s", extend, key, what);
+    int rc = svc->get_int(cfg, key, out, err);
+    if (rc)
+        return rc;
+    if (*out < min || *out > INT32_MAX)
+        return svc->config_error(cfg, key, err, "expected %s >= %lld, got %lld", what, (long long)min,
+                                 (long long)*out);
+    if (geo->train_length > 0 && *out >= geo->train_length)
+        return svc->config_error(cfg, key, err,
+                                 "expected %s shorter than the training length %d (the positions it keeps are those "
+                                 "the model was trained on), got %lld",
+                                 what, (int)geo->train_length, (long long)*out);
+    return BIASKIT_OK;
+}
+
+/* The extension's options (rope.extend and those it reads), into r. */
+static int read_extend(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo, rope *r,
+                       biaskit_error *err)
+{
+    const char *name;
+    int rc = svc->get_string(cfg, "extend", &name, err);
+    if (rc)
+        return rc;
+    r->extend = -1;
+    for (int i = 0; i < (int)(sizeof extend_names / sizeof extend_names[0]); i++)
+        if (strcmp(name, extend_names[i]) == 0)
+            r->extend = i;
+    if (r->extend < 0) /* the host checked the choice */
+        return svc->config_error(cfg, "extend", err, "expected one of " BK_ROPE_EXTENDS ", got \"%s\"", name);
+    const int se = r->extend == BK_EXTEND_SELF, re = r->extend == BK_EXTEND_REROPE, st = r->extend == BK_EXTEND_STRING;
+    if ((rc = refuse_unused(svc, cfg, "window", se || re || st, "self-extend, rerope or string", "extend", name, err)) ||
+        (rc = refuse_unused(svc, cfg, "group", se, "\"self-extend\"", "extend", name, err)) ||
+        (rc = refuse_unused(svc, cfg, "leaky", re, "\"rerope\"", "extend", name, err)) ||
+        (rc = refuse_unused(svc, cfg, "shift", st, "\"string\"", "extend", name, err)))
+        return rc;
+    if (r->extend == BK_EXTEND_NONE)
+        return BIASKIT_OK;
+    if ((rc = read_span(svc, cfg, geo, "window", 1, name,
+                        se ? "the neighbour window in tokens" : re ? "the window in tokens" : "the local window in tokens",
+                        &r->window, err)))
+        return rc;
+    if (se && (rc = read_span(svc, cfg, geo, "group", 1, name, "the group size", &r->group, err)))
+        return rc;
+    if (st) {
+        if ((rc = read_span(svc, cfg, geo, "shift", 2, name, "the shift in tokens", &r->shift, err)))
+            return rc;
+        if (r->window >= r->shift)
+            return svc->config_error(cfg, "window", err,
+                                     "expected a local window below the shift %lld (the shifted distances d - shift + "
+                                     "window are then smaller than d), got %lld",
+                                     (long long)r->shift, (long long)r->window);
+    }
+    if (re && (rc = svc->get_double(cfg, "leaky", &r->leaky, err)))
+        return rc;
+    if (re && !(r->leaky == 0.0 || (isfinite(r->leaky) && r->leaky > 1.0)))
+        return svc->config_error(cfg, "leaky", err,
+                                 "expected 0 (ReRoPE: min(d, window)) or a finite k > 1 (leaky: window + (d - window) "
+                                 "/ k), got %g",
+                                 r->leaky);
+    if (svc->abi_version < 2)
+        return svc->config_error(cfg, "extend", err,
+                                 "extend = \"%s\" needs a biaskit of plugin ABI 2 or later (rotary_views); this one "
+                                 "is ABI %u",
+                                 name, (unsigned)svc->abi_version);
+    if (se)
+        svc->log(BIASKIT_LOG_INFO, "rope",
+                 "extend self-extend: d < %lld at RoPE's positions, beyond at floor(i / %lld) - floor(j / %lld) + %lld",
+                 (long long)r->window, (long long)r->group, (long long)r->group,
+                 (long long)(r->window - r->window / r->group));
+    else if (re && r->leaky > 0.0)
+        svc->log(BIASKIT_LOG_INFO, "rope", "extend leaky rerope: d < %lld as RoPE, beyond at %lld + (d - %lld) / %g",
+                 (long long)r->window, (long long)r->window, (long long)r->window, r->leaky);
+    else if (re)
+        svc->log(BIASKIT_LOG_INFO, "rope", "extend rerope: relative position min(d, %lld)", (long long)r->window);
+    else
+        svc->log(BIASKIT_LOG_INFO, "rope", "extend string: d >= %lld attends at d - %lld + %lld", (long long)r->shift,
+                 (long long)r->shift, (long long)r->window);
+    return BIASKIT_OK;
+}
 
 static void destroy(void *inst)
 {
@@ -88,16 +200,6 @@ static int read_factors(const biaskit_services *svc, const biaskit_config *cfg, 
     return BIASKIT_OK;
 }
 
-/* An option that means nothing under the chosen scaling, set explicitly, is refused rather than ignored. */
-static int refuse_unused(const biaskit_services *svc, const biaskit_config *cfg, const char *key, int used,
-                         const char *needs, const char *scaling, biaskit_error *err)
-{
-    if (used || !svc->is_set(cfg, key))
-        return BIASKIT_OK;
-    return svc->config_error(cfg, key, err, "'%s' applies with scaling = %s only; scaling is \"%s\"", key, needs,
-                             scaling);
-}
-
 static int create(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo, void **out,
                   biaskit_error *err)
 {
@@ -131,13 +233,13 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
         return svc->config_error(cfg, "scaling", err, "expected one of none, pi, ntk, yarn, longrope, got \"%s\"",
                                  scaling_name);
     const int scaled = scaling != BK_ROPE_NONE, yarn = scaling == BK_ROPE_YARN, longrope = scaling == BK_ROPE_LONGROPE;
-    if ((rc = refuse_unused(svc, cfg, "factor", scaled, "pi, ntk, yarn or longrope", scaling_name, err)) ||
-        (rc = refuse_unused(svc, cfg, "original_length", scaled, "pi, ntk, yarn or longrope", scaling_name, err)) ||
-        (rc = refuse_unused(svc, cfg, "beta_fast", yarn, "\"yarn\"", scaling_name, err)) ||
-        (rc = refuse_unused(svc, cfg, "beta_slow", yarn, "\"yarn\"", scaling_name, err)) ||
-        (rc = refuse_unused(svc, cfg, "attn_factor", yarn || longrope, "yarn or longrope", scaling_name, err)) ||
-        (rc = refuse_unused(svc, cfg, "short_factor", longrope, "\"longrope\"", scaling_name, err)) ||
-        (rc = refuse_unused(svc, cfg, "long_factor", longrope, "\"longrope\"", scaling_name, err)))
+    if ((rc = refuse_unused(svc, cfg, "factor", scaled, "pi, ntk, yarn or longrope", "scaling", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "original_length", scaled, "pi, ntk, yarn or longrope", "scaling", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "beta_fast", yarn, "\"yarn\"", "scaling", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "beta_slow", yarn, "\"yarn\"", "scaling", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "attn_factor", yarn || longrope, "yarn or longrope", "scaling", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "short_factor", longrope, "\"longrope\"", "scaling", scaling_name, err)) ||
+        (rc = refuse_unused(svc, cfg, "long_factor", longrope, "\"longrope\"", "scaling", scaling_name, err)))
         return rc;
     if (!isfinite(factor) || (factor != 0.0 && factor < 1.0))
         return svc->config_error(cfg, "factor", err,
@@ -182,6 +284,10 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
     const int32_t pairs = geo->d_head / 2;
     if (longrope && ((rc = read_factors(svc, cfg, "short_factor", pairs, &r->short_factor, err)) ||
                      (rc = read_factors(svc, cfg, "long_factor", pairs, &r->long_factor, err)))) {
+        destroy(r);
+        return rc;
+    }
+    if ((rc = read_extend(svc, cfg, geo, r, err))) {
         destroy(r);
         return rc;
     }
@@ -262,13 +368,40 @@ static int rotary_ctx(const void *inst, const biaskit_context *ctx, float *inv_f
     return BIASKIT_OK;
 }
 
+/* extend: two views, the near pairs at RoPE's positions and the far ones at the extension's
+ * (rope_math.h); none: no views. */
+static int rotary_views(const void *inst, const biaskit_context *ctx, biaskit_rotary_view *views, int32_t max_views,
+                        int32_t *n_views, biaskit_error *err)
+{
+    const rope *r = inst;
+    *n_views = 0;
+    if (r->extend == BK_EXTEND_NONE)
+        return BIASKIT_OK;
+    if (!ctx || !BIASKIT_HAS_FIELD(ctx, biaskit_context, length) || ctx->length < 1)
+        return r->svc->error(err, BIASKIT_ERR_INVALID, "extend needs the sequence length in the context, got %d",
+                             ctx && BIASKIT_HAS_FIELD(ctx, biaskit_context, length) ? (int)ctx->length : -1);
+    if (max_views < 2)
+        return r->svc->error(err, BIASKIT_ERR_INVALID, "extend needs 2 views, the host offers %d", (int)max_views);
+    const int64_t from = bk_rope_far_from(r->extend, r->window, r->shift);
+    views[0].min_distance = 0, views[0].max_distance = (int32_t)from;
+    views[1].min_distance = (int32_t)from, views[1].max_distance = 0;
+    for (int32_t t = 0; t < ctx->length; t++) {
+        views[0].q_pos[t] = views[0].k_pos[t] = (double)t;
+        bk_rope_far_positions(r->extend, t, t, r->window, r->group, r->leaky, r->shift, &views[1].q_pos[t],
+                              &views[1].k_pos[t]);
+    }
+    *n_views = 2;
+    return BIASKIT_OK;
+}
+
 static const biaskit_plugin descriptor = {
     .struct_size = sizeof(biaskit_plugin),
     .abi_version = BIASKIT_ABI_VERSION,
     .name = "rope",
-    .version = "1.2.0",
+    .version = "1.3.0",
     .summary = "RoPE: q and k rotated by their position (token or segment stream), theta_k = base^(-2k/d); "
-               "PI, NTK-aware, YaRN or LongRoPE scaling, static or dynamic; Resonance RoPE; p-RoPE",
+               "PI, NTK-aware, YaRN or LongRoPE scaling, static or dynamic; Resonance RoPE; p-RoPE; Self-Extend, "
+               "ReRoPE, STRING",
     .reference = "Su et al., RoFormer: Enhanced Transformer with Rotary Position Embedding, 2021; Peng et al., "
                  "YaRN: Efficient Context Window Extension of Large Language Models, 2023",
     .capabilities = BIASKIT_CAP_ROTARY,
@@ -279,6 +412,7 @@ static const biaskit_plugin descriptor = {
     .destroy = destroy,
     .rotary_frequencies = rotary_frequencies,
     .rotary_ctx = rotary_ctx,
+    .rotary_views = rotary_views,
 };
 
 BIASKIT_DEFINE_PLUGIN(descriptor)

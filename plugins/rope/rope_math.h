@@ -28,7 +28,21 @@
  *   partial  p-RoPE (Barbero et al. 2024, "Round and Round We Go! What makes Rotary Positional Encodings
  *         useful?"): only the first round(p d/2) pairs (the highest frequencies) turn; the others get
  *         theta = 0 (not rotated).
- * Computed in double, rounded to float once. */
+ * Computed in double, rounded to float once.
+ *
+ * Training-free extension (`extend`, evaluation time; rotary_views): the relative position of query i
+ * and key j, d = i - j, is remapped for the far pairs, as two views (bk_rope_view_positions): the near
+ * pairs d < W (STRING: d < S) keep RoPE at positions i and j; the far ones get other positions:
+ *   self-extend  Jin et al. 2024, "LLM Maybe LongLM: Self-Extend LLM Context Window Without Tuning": with
+ *         neighbour window W and group size G, the far pairs attend at grouped positions, the query at
+ *         floor(i / G) + W - floor(W / G), the key at floor(j / G): relative position
+ *         floor(i / G) - floor(j / G) + W - floor(W / G), meeting the neighbours' at d = W;
+ *   rerope  Su 2023, "ReRoPE" (Rectified RoPE): relative position min(d, W), the query at W and the key
+ *         at 0; leaky ReRoPE with k > 1: W + (d - W) / k, the query at i / k + W (1 - 1 / k), the key at j / k;
+ *   string  An et al. 2024, "Why Does the Effective Context Length of LLMs Fall Short?" (STRING): the pairs
+ *         d >= S (the shift) attend at d - S + W (W the local window restored on the shifted diagonals):
+ *         the query at i - S + W, the key at j.
+ * The passes over the two views are merged exactly by their log-sum-exps (one softmax over all keys). */
 #ifndef BIASKIT_ROPE_MATH_H
 #define BIASKIT_ROPE_MATH_H
 
@@ -40,6 +54,39 @@
 /* The `scaling` option, in the order of its choices. */
 #define BK_ROPE_SCALINGS "none|pi|ntk|yarn|longrope"
 enum { BK_ROPE_NONE = 0, BK_ROPE_PI = 1, BK_ROPE_NTK = 2, BK_ROPE_YARN = 3, BK_ROPE_LONGROPE = 4 };
+
+/* The `extend` option, in the order of its choices. */
+#define BK_ROPE_EXTENDS "none|self-extend|rerope|string"
+enum { BK_EXTEND_NONE = 0, BK_EXTEND_SELF = 1, BK_EXTEND_REROPE = 2, BK_EXTEND_STRING = 3 };
+
+/* The far view's positions of query i (*q) and key j (*k) under `extend` with window W, group G (self-extend),
+ * leaky factor lk (rerope: 0 = plain ReRoPE, else k > 1) and shift S (string); the near view keeps i and j.
+ * The far view owns the distances from bk_rope_far_from(extend, W, S) on. */
+static inline void bk_rope_far_positions(int extend, int64_t i, int64_t j, int64_t W, int64_t G, double lk, int64_t S,
+                                         double *q, double *k)
+{
+    switch (extend) {
+    case BK_EXTEND_SELF:
+        *q = (double)(i / G + W - W / G), *k = (double)(j / G);
+        return;
+    case BK_EXTEND_REROPE:
+        if (lk > 0.0)
+            *q = (double)i / lk + (double)W * (1.0 - 1.0 / lk), *k = (double)j / lk;
+        else
+            *q = (double)W, *k = 0.0;
+        return;
+    case BK_EXTEND_STRING:
+        *q = (double)(i - S + W), *k = (double)j;
+        return;
+    default:
+        *q = (double)i, *k = (double)j;
+    }
+}
+
+static inline int64_t bk_rope_far_from(int extend, int64_t W, int64_t S)
+{
+    return extend == BK_EXTEND_STRING ? S : W;
+}
 
 static inline BIASKIT_HD float bk_rope_inv_freq(double base, int32_t k, int32_t d_head)
 {

@@ -556,10 +556,38 @@ class Reference:
                 out = out + scale * torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
         return out
 
-    def rotate(self, x, pos, layer, key=False):
-        """RoPE (rotate-half) of x (B, H, T, hd) by the rotary term's stream, if there is one in `layer`;
-        xPos (Sun et al. 2022) also scales pair k of a query at position p by zeta_k^(p / scale_base), of a key
-        (key=True) by zeta_k^(-p / scale_base), zeta_k = (2k/hd + gamma) / (1 + gamma)."""
+    def extension(self, layer):
+        """RoPE's training-free extension in `layer` (option `extend`): (lo, q_far, k_far), the far pairs
+        d = i - j >= lo attending with the query at q_far[i] and the key at k_far[j] (float64, T), the near ones
+        at i and j; None without one. Self-Extend (LongLM): q at i // G + W - W // G, k at j // G; ReRoPE:
+        q at W, k at 0 (leaky k: q at i / k + W (1 - 1 / k), k at j / k); STRING: d >= S at d - S + W."""
+        for k, t in enumerate(self.terms):
+            if t["plugin"] != "rope" or not self.on_layer(k, layer):
+                continue
+            o = self.options[k]
+            ext = o.get("extend", "none")
+            if ext == "none":
+                return None
+            i = torch.arange(self.T, dtype=torch.float64)
+            W = int(o["window"])
+            if ext == "self-extend":
+                G = int(o["group"])
+                g = torch.div(i, G, rounding_mode="floor")
+                return W, g + W - W // G, g
+            if ext == "rerope":
+                lk = float(o.get("leaky", 0.0))
+                if lk > 0:
+                    return W, i / lk + W * (1.0 - 1.0 / lk), i / lk
+                return W, torch.full_like(i, float(W)), torch.zeros_like(i)
+            S = int(o["shift"])
+            return S, i - S + W, i
+        return None
+
+    def rotate(self, x, pos, layer, key=False, at=None):
+        """RoPE (rotate-half) of x (B, H, T, hd) by the rotary term's stream, if there is one in `layer`
+        (at: other positions, (T,), for every row); xPos (Sun et al. 2022) also scales pair k of a query at
+        position p by zeta_k^(p / scale_base), of a key (key=True) by zeta_k^(-p / scale_base),
+        zeta_k = (2k/hd + gamma) / (1 + gamma)."""
         for k, t in enumerate(self.terms):
             if t["plugin"] not in ("rope", "xpos") or not self.on_layer(k, layer):
                 continue
@@ -575,7 +603,8 @@ class Reference:
                 amp = zeta ** (-p if key else p)  # (B, 1, T, half)
             else:
                 inv, amp = self.rope_frequencies(o, hd)
-            ang = pos[t["stream"]][:, None, :, None].double() * inv  # (B, 1, T, half)
+            p = pos[t["stream"]] if at is None else at[None, :].expand(x.shape[0], -1)
+            ang = p[:, None, :, None].double() * inv  # (B, 1, T, half)
             c, s = amp * torch.cos(ang), amp * torch.sin(ang)
             x1, x2 = x[..., :half], x[..., half:]
             return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
@@ -647,8 +676,15 @@ class Reference:
         """Attention of layer l over q, k, v (B, H, T, hd), with every term's part of the scores; h is the
         block's normed input (what a content term reads). Returns (B, T, H hd)."""
         B, T = self.B, self.T
+        ext = self.extension(l)
+        q0, k0 = q, k
         q, k = self.rotate(q, pos, l), self.rotate(k, pos, l, key=True)
         s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if ext is not None:  # the far pairs' scores from their own positions; one softmax over both
+            lo, qf, kf = ext
+            far = self.rotate(q0, pos, l, at=qf) @ self.rotate(k0, pos, l, key=True, at=kf).transpose(-1, -2)
+            d = torch.arange(T)[:, None] - torch.arange(T)[None, :]
+            s = torch.where(d >= lo, far / math.sqrt(q.shape[-1]), s)
         counted = self.counted_bias(l, s, q, causal)
         lam = self.logit_scale(l)
         if lam is not None:

@@ -315,6 +315,17 @@ typedef struct biaskit_count {
     float pos_scale;  /* finite: the factor on the interpolated q . e (CoPE's reference code: 1/sqrt(d_head)) */
 } biaskit_count;
 
+/* One position view of a rotary term's call (rotary_views, appended after rotary_decay): the pairs of
+ * query i and key j with min_distance <= i - j < max_distance (max_distance 0: no bound) attend with q_i
+ * rotated at position q_pos[i] and k_j at k_pos[j] (in tokens; finite, fractions allowed) instead of
+ * both at their token index. The engine gives the buffers (ctx->length values each); the plugin writes
+ * the distances and every position. Up to BIASKIT_MAX_ROTARY_VIEWS views. */
+#define BIASKIT_MAX_ROTARY_VIEWS 4
+typedef struct biaskit_rotary_view {
+    int32_t min_distance, max_distance;
+    double *q_pos, *k_pos;
+} biaskit_rotary_view;
+
 /* How the optimizer treats one of a plugin's tensors (param_group(), appended at the end of the
  * descriptor). The engine fills every field with its default before the call: struct_size, lr_scale = 1,
  * weight_decay = BIASKIT_WEIGHT_DECAY_DEFAULT; a plugin sets only what it wants (and only fields inside
@@ -525,6 +536,18 @@ typedef struct biaskit_plugin {
      * by zeta[k]^(-p / scale), so q_i . k_j gains zeta_k^((p(i) - p(j)) / scale) on top of the rotation
      * and the amplitude. Asked once, when the term is built. */
     int (*rotary_decay)(const void *inst, const biaskit_context *ctx, float *zeta, float *scale, biaskit_error *err);
+    /* BIASKIT_CAP_ROTARY, optional (appended after rotary_decay; read only through BIASKIT_HAS_FIELD):
+     * several position views of one call (training-free context extension: Self-Extend, ReRoPE, STRING).
+     * Write *n_views <= max_views views (biaskit_rotary_view) whose distance ranges tile [0, inf) in order:
+     * view 0 from distance 0, each from where the one before ends, the last one unbounded. The attention
+     * runs one pass per view over the pairs it owns, with that view's positions, and merges the passes
+     * exactly by their log-sum-exps: one softmax over every key. *n_views = 0 (or 1 view of [0, inf) at the
+     * token indices): the ordinary rotation. The frequencies and the amplitude are rotary_ctx's (or
+     * rotary_frequencies'); the term must be on the token stream, without rotary_decay, alone in the
+     * attention of its layers. Asked again whenever the length (ctx->length) or the training flag
+     * changes. */
+    int (*rotary_views)(const void *inst, const biaskit_context *ctx, biaskit_rotary_view *views, int32_t max_views,
+                        int32_t *n_views, biaskit_error *err);
 } biaskit_plugin;
 
 /* The size of the first version of the descriptor: the host refuses anything smaller. A descriptor
