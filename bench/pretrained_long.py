@@ -10,7 +10,9 @@ through transformers, from the GGUF file; no special tokens added); the first N 
 token shard. For every variant, `biaskit eval CKPT --data SHARD --set data.format="shards" --lengths ...`
 runs in a process of its own with the rope term's scaling set by --set (`none`: plain RoPE; `pi:2`,
 `ntk:2`, `yarn:2`: that scaling with factor 2; `yarn:0`: YaRN with factor 0, dynamic: s = max(1, T / the
-model's context)). The script prints, for each variant and length, the mean loss over the non-overlapping
+model's context)) or a training-free extension of plain RoPE (`self-extend:W:G`: Self-Extend with
+neighbour window W and group G; `rerope:W`: ReRoPE, `rerope:W:K` leaky ReRoPE; `string:S:W`: STRING with
+shift S and local window W). The script prints, for each variant and length, the mean loss over the non-overlapping
 chunks, the tokens/s of the forwards and the process's peak resident memory (both from eval's --json).
 
 Needs transformers (with gguf) and tokenizers for the tokenizer only; the checkpoint comes from `biaskit
@@ -28,9 +30,21 @@ from pretrained_parity import write_shard  # noqa: E402  (the one writer of llm.
 
 
 def variant_sets(v):
+    """The --set assignments of a variant: none; SCALING:FACTOR (pi, ntk, yarn; factor 0 dynamic); or a
+    training-free extension on plain RoPE: self-extend:W:G, rerope:W (leaky: rerope:W:K), string:S:W."""
     if v == "none":
         return ['term.0.scaling="none"']
-    kind, factor = v.split(":")
+    kind, *args = v.split(":")
+    if kind == "self-extend":
+        w, g = args
+        return ['term.0.scaling="none"', 'term.0.extend="self-extend"', f"term.0.window={w}", f"term.0.group={g}"]
+    if kind == "rerope":
+        sets = ['term.0.scaling="none"', 'term.0.extend="rerope"', f"term.0.window={args[0]}"]
+        return sets + ([f"term.0.leaky={args[1]}"] if len(args) > 1 else [])
+    if kind == "string":
+        shift, w = args
+        return ['term.0.scaling="none"', 'term.0.extend="string"', f"term.0.shift={shift}", f"term.0.window={w}"]
+    (factor,) = args
     return [f'term.0.scaling="{kind}"', f"term.0.factor={factor}"]
 
 
@@ -78,7 +92,7 @@ def main():
                   f"{r['tokens_per_second']:.0f} tokens/s; peak {got['peak_rss_bytes'] / 2**20:.0f} MiB", flush=True)
     if a.markdown:
         lengths = sorted({r[1] for r in rows})
-        print("\n| scaling | " + " | ".join(f"loss at {L}" for L in lengths) + " | peak memory |")
+        print("\n| variant | " + " | ".join(f"loss at {L}" for L in lengths) + " | peak memory |")
         print("|---|" + "---|" * len(lengths) + "---|")
         for v in a.variants.split(","):
             mine = {r[1]: r for r in rows if r[0] == v}

@@ -426,6 +426,7 @@ static void window_logn_ssmax_rope_pass(void **state)
     expect_item(r, "long-range-rotary", BK_CHECK_PASS, "rotary_ctx() at lengths 128 .. 1048576 (x2 each): d_head/2 = 8 "
                                                        "inverse frequencies finite and > 0");
     expect_item(r, "long-range-rotary", BK_CHECK_PASS, "the same answer at every length");
+    expect_item(r, "rotary-views", BK_CHECK_PASS, "rotary_views(): no views (the ordinary rotation) with these options");
     free(r);
 }
 
@@ -664,6 +665,12 @@ static void rotary_ctx_contract(void **state)
     expect_only_failures(r, failing);
     expect_item(r, "rotary-ctx", BK_CHECK_FAIL, "rotary_ctx() at length 8192 gives inverse frequency 0 = nan");
     expect_item(r, "long-range-rotary", BK_CHECK_SKIP, "the rotary-ctx item reports a failure at its lengths");
+    free(r);
+    r = checked("biaskit_checkbad2_rotviews.so"); /* rotary_views(): a gap in the distances beyond L */
+    static const char *const views[] = {"rotary-views", NULL};
+    expect_only_failures(r, views);
+    expect_item(r, "rotary-views", BK_CHECK_FAIL, "rotary_views() at length 256 gave view 1 owns distances [5, 0) (0: "
+                                            "unbounded), expected [4, ...)");
     free(r);
     r = checked("biaskit_checkbad2_rotdyn.so"); /* s = length / L without max(1, .) */
     expect_only_failures(r, failing);

@@ -150,6 +150,32 @@ static void masks_steps_rotary(void **state)
     assert_int_equal(bk_contract_first_nonfinite(x, 2), -1);
 }
 
+/* rotary_views(): the views tile [0, inf) in order, every position finite. */
+static void rotary_views_tile(void **state)
+{
+    (void)state;
+    char why[320];
+    double q0[3] = {0, 1, 2}, k0[3] = {0, 1, 2}, q1[3] = {4, 4, 4}, k1[3] = {0, 0, 0};
+    biaskit_rotary_view v[3] = {{0, 2, q0, k0}, {2, 0, q1, k1}, {0, 0, q0, k0}};
+    assert_int_equal(bk_contract_rotary_views(v, 2, 3, why, sizeof why), BK_CONTRACT_OK);
+    assert_int_equal(bk_contract_rotary_views(v, 0, 3, why, sizeof why), BK_CONTRACT_OK);
+    assert_int_equal(bk_contract_rotary_views(v, 5, 3, why, sizeof why), BK_CONTRACT_BAD_VALUE);
+    has(why, "5 views, expected 0 .. 4");
+    v[1].min_distance = 3; /* a gap: distance 2 owned by no view */
+    assert_int_equal(bk_contract_rotary_views(v, 2, 3, why, sizeof why), BK_CONTRACT_BAD_VALUE);
+    has(why, "view 1 owns distances [3, 0) (0: unbounded), expected [2, ...)");
+    v[1].min_distance = 2, v[0].max_distance = 0; /* the first unbounded, yet another follows */
+    assert_int_equal(bk_contract_rotary_views(v, 2, 3, why, sizeof why), BK_CONTRACT_BAD_VALUE);
+    has(why, "view 0 owns distances [0, 0)");
+    v[0].max_distance = 2, v[1].max_distance = 5; /* the last bounded */
+    assert_int_equal(bk_contract_rotary_views(v, 2, 3, why, sizeof why), BK_CONTRACT_BAD_VALUE);
+    has(why, "view 1 owns distances [2, 5)");
+    v[1].max_distance = 0, k1[2] = NAN;
+    assert_int_equal(bk_contract_rotary_views(v, 2, 3, why, sizeof why), BK_CONTRACT_BAD_VALUE);
+    has(why, "view 1: the key position of token 2 is nan, expected a finite number");
+    assert_int_equal(bk_contract_rotary_views(v, 2, 2, why, sizeof why), BK_CONTRACT_OK); /* only `length` read */
+}
+
 /* The guide's table between its markers is what `biaskit plugins --capabilities` prints. */
 static char *slurp(FILE *f)
 {
@@ -205,6 +231,7 @@ int main(void)
         cmocka_unit_test(one_row_per_bit),         cmocka_unit_test(hooks_inside_struct_size),
         cmocka_unit_test(points_and_count),        cmocka_unit_test(coordinates),
         cmocka_unit_test(masks_steps_rotary),      cmocka_unit_test(guide_table_is_the_contract),
+        cmocka_unit_test(rotary_views_tile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

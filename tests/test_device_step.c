@@ -79,6 +79,15 @@ static const scheme layered = {"layered",
 /* xPos: k's rotation tables differ from q's (the decay), on the device too. */
 static const scheme xpos = {"xpos", "[[term]]\nplugin = \"xpos\"\nscale_base = 16.0\n", NULL};
 
+/* Position views (rope's extend: two flash passes merged by their log-sum-exps; the packed, shifted copies
+ * and the merge on the device): Self-Extend in the gpt2 blocks, STRING in the llama blocks with GQA. */
+static const scheme views_schemes[] = {
+    {"self_extend", "[[term]]\nplugin = \"rope\"\nextend = \"self-extend\"\nwindow = 9\ngroup = 4\n", NULL},
+    {"llama_string", "[[term]]\nplugin = \"rope\"\nextend = \"string\"\nshift = 12\nwindow = 3\n",
+     "[model]\nfamily = \"llama\"\nlayers = 2\nheads = 12\nkv_heads = 4\nhead_dim = 8\ndim = 80\nffn_dim = 136\n"
+     "vocab = 256\ntied = false\n"},
+};
+
 /* Counted positions (BIASKIT_CAP_COUNT, CoPE: the attention's cope / dcope), on the materialized attention
  * only: the fused one refuses them (test_emulated_cope). 5 position vectors: the counts clamp at T = 37. */
 static const scheme cope = {"cope", "[[term]]\nplugin = \"cope\"\npoints = 5\ninit_std = 0.2\n", NULL};
@@ -648,6 +657,38 @@ static void test_cuda_layers(void **state)
     compare_with_cpu(&xpos, "cuda");
 }
 
+/* Position views on a device: steps near the CPU's, deterministic; bf16 storage refused by name. */
+static void views_on(const char *device)
+{
+    for (size_t i = 0; i < sizeof views_schemes / sizeof views_schemes[0]; i++) {
+        compare_with_cpu(&views_schemes[i], device);
+        assert_deterministic(&views_schemes[i], device);
+    }
+    char d[64];
+    snprintf(d, sizeof d, "%s/bf16store", device);
+    run r;
+    bk_error err;
+    check(open_run(&r, &views_schemes[0], d, &err), &err, "open (bf16 storage)");
+    int32_t in[B * T], tg[B * T];
+    make_batch(in, tg, 100);
+    check(bk_bias_forward(&r.lm.bias, T, &err), &err, "bias forward");
+    assert_int_equal(bk_gpt_forward(&r.lm.gpt, in, tg, B, T, 1, &err), BK_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "term 'rope' (plugin rope): its position views (rotary_views) compute in fp32"));
+    close_run(&r);
+}
+
+static void test_emulated_views(void **state)
+{
+    (void)state;
+    views_on("emulated");
+}
+
+static void test_cuda_views(void **state)
+{
+    (void)state;
+    views_on("cuda");
+}
+
 static void test_emulated_tf32(void **state)
 {
     (void)state;
@@ -921,6 +962,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_cuda_cope),
             cmocka_unit_test(test_cuda_llama),
             cmocka_unit_test(test_cuda_layers),
+            cmocka_unit_test(test_cuda_views),
         };
         return cmocka_run_group_tests(gpu, NULL, NULL);
     }
@@ -936,6 +978,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_emulated_cope),
         cmocka_unit_test(test_emulated_llama),
         cmocka_unit_test(test_emulated_layers),
+        cmocka_unit_test(test_emulated_views),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

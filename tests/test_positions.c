@@ -231,6 +231,63 @@ static void rotary_is_relative_and_invertible(void **state)
     close_terms(&f);
 }
 
+/* The rope term's extension views through the engine: Self-Extend (window 4, group 3) at T = 12 gives the
+ * near view [0, 4) at the token indices and the far view [4, inf) over the 8 rows of its shifted copy,
+ * q at floor((t + 4) / 3) + 3 and k at floor(t / 3); a sequence no longer than the window leaves the far
+ * view no rows; no extension, no views; the segment stream is refused by name. */
+static void rope_extension_views(void **state)
+{
+    (void)state;
+    fixture f;
+    bk_error err;
+    assert_int_equal(
+        open_terms(&f, MODEL "[[term]]\nplugin = \"rope\"\nextend = \"self-extend\"\nwindow = 4\ngroup = 3\n", &err),
+        BK_OK);
+    bk_positions ps;
+    assert_int_equal(bk_positions_init(&ps, &f.set, &err), BK_OK);
+    enum { T = 12, PAIRS = 4 };
+    int32_t tokens[T] = {0};
+    assert_int_equal(bk_positions_prepare(&ps, tokens, 1, T, &err), BK_OK);
+    bk_rotary_view v[BIASKIT_MAX_ROTARY_VIEWS];
+    int32_t lo[BIASKIT_MAX_ROTARY_VIEWS], hi[BIASKIT_MAX_ROTARY_VIEWS];
+    assert_int_equal(bk_positions_views(&ps, v, lo, hi), 2);
+    assert_int_equal(lo[0], 0), assert_int_equal(hi[0], 4), assert_int_equal(lo[1], 4), assert_int_equal(hi[1], 0);
+    assert_int_equal(v[0].rows, T), assert_int_equal(v[1].rows, T - 4), assert_int_equal(v[1].pairs, PAIRS);
+    for (int t = 0; t < T - 4; t++)
+        for (int k = 0; k < PAIRS; k++) {
+            const double f_k = (double)ps.inv_freq[k], qp = (t + 4) / 3 + 3, kp = t / 3;
+            assert_float_equal(v[1].cos[t * PAIRS + k], cos(qp * f_k), 1e-6);
+            assert_float_equal(v[1].sin[t * PAIRS + k], sin(qp * f_k), 1e-6);
+            assert_float_equal(v[1].kcos[t * PAIRS + k], cos(kp * f_k), 1e-6);
+            assert_float_equal(v[1].ksin[t * PAIRS + k], sin(kp * f_k), 1e-6);
+            assert_float_equal(v[0].cos[(t + 4) * PAIRS + k], cos((t + 4) * f_k), 1e-6);
+            assert_float_equal(v[0].kcos[t * PAIRS + k], cos(t * f_k), 1e-6);
+        }
+    assert_int_equal(bk_positions_prepare(&ps, tokens, 1, 3, &err), BK_OK);
+    assert_int_equal(bk_positions_views(&ps, v, lo, hi), 2);
+    assert_int_equal(v[1].rows, 0);
+    bk_positions_free(&ps);
+    close_terms(&f);
+
+    assert_int_equal(open_terms(&f, MODEL "[[term]]\nplugin = \"rope\"\n", &err), BK_OK);
+    assert_int_equal(bk_positions_init(&ps, &f.set, &err), BK_OK);
+    assert_int_equal(bk_positions_prepare(&ps, tokens, 1, T, &err), BK_OK);
+    assert_int_equal(bk_positions_views(&ps, v, lo, hi), 0);
+    bk_positions_free(&ps);
+    close_terms(&f);
+
+    assert_int_equal(open_terms(&f, MODEL "[[term]]\nplugin = \"bipe\"\n[[term]]\nplugin = \"rope\"\nstream = "
+                                          "\"segment\"\nextend = \"rerope\"\nwindow = 4\n",
+                                &err),
+                     BK_OK);
+    assert_int_equal(bk_positions_init(&ps, &f.set, &err), BK_OK);
+    assert_int_equal(bk_positions_prepare(&ps, tokens, 1, T, &err), BK_ERR_UNSUPPORTED);
+    assert_message_has(err.message, "term 'rope' (plugin rope): position views (rotary_views) on the segment stream "
+                                    "are not supported");
+    bk_positions_free(&ps);
+    close_terms(&f);
+}
+
 /* xPos's decay through the engine: q . k of two pairs the same distance apart agree, and equal the plain
  * rotation's times zeta_k^(distance / scale) pair by pair; a decay that leaves float's range is an error
  * naming the pair and the position. */
@@ -331,6 +388,7 @@ int main(void)
         cmocka_unit_test(embeddings_add_and_clamp),
         cmocka_unit_test(rotary_is_relative_and_invertible),
         cmocka_unit_test(xpos_decays_with_the_distance),
+        cmocka_unit_test(rope_extension_views),
         cmocka_unit_test(bipe_with_kerple_and_mep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -504,6 +504,24 @@ static void refusals(void **state)
          "applies with scaling = \"longrope\" only"},
         {"partial = 1.5\n", "'partial'", "in [0, 1] (1: every pair), got 1.5"},
         {"partial = -0.1\n", "'partial'", "got -0.1"},
+        /* the training-free extensions ([train] length 32) */
+        {"extend = \"self-extend\"\ngroup = 4\n", "exp.toml:", "extend = \"self-extend\" needs 'window'"},
+        {"extend = \"self-extend\"\nwindow = 8\n", "exp.toml:", "needs 'group'"},
+        {"extend = \"self-extend\"\nwindow = 0\ngroup = 4\n", "exp.toml:11:", "expected the neighbour window in tokens >= 1, got 0"},
+        {"extend = \"self-extend\"\nwindow = -3\ngroup = 4\n", "'window'", "got -3"},
+        {"extend = \"self-extend\"\nwindow = 32\ngroup = 4\n", "'window'",
+         "shorter than the training length 32 (the positions it keeps are those the model was trained on), got 32"},
+        {"extend = \"self-extend\"\nwindow = 8\ngroup = 0\n", "'group'", "expected the group size >= 1, got 0"},
+        {"extend = \"rerope\"\nwindow = 8\nleaky = 1\n", "'leaky'", "expected 0 (ReRoPE: min(d, window)) or a finite k > 1"},
+        {"extend = \"rerope\"\nwindow = 8\nleaky = nan\n", "'leaky'", "got nan"},
+        {"extend = \"rerope\"\nwindow = 8\ngroup = 2\n", "'group'",
+         "'group' applies with extend = \"self-extend\" only; extend is \"rerope\""},
+        {"extend = \"string\"\nwindow = 4\n", "exp.toml:", "extend = \"string\" needs 'shift'"},
+        {"extend = \"string\"\nshift = 1\nwindow = 4\n", "'shift'", "expected the shift in tokens >= 2, got 1"},
+        {"extend = \"string\"\nshift = 4\nwindow = 4\n", "'window'", "expected a local window below the shift 4"},
+        {"window = 4\n", "'window'", "'window' applies with extend = self-extend, rerope or string only; extend is \"none\""},
+        {"shift = 4\n", "'shift'", "applies with extend = \"string\" only"},
+        {"extend = \"yarn\"\n", "'extend'", "none, self-extend, rerope, string"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char text[512];

@@ -877,6 +877,87 @@ static void check_rotary_decay(checker *c, const instance *in)
     free(z[0]), free(z[1]);
 }
 
+/* rotary_views() at lengths L and 2L (L the training length): views that tile [0, inf), every position
+ * finite and written (the buffers start as NaN), nothing written past ctx->length (a guard of 16 values),
+ * the same bits twice. */
+static void check_rotary_views(checker *c, const instance *in)
+{
+    enum { GUARD = 16 };
+    const int32_t L = c->geo.train_length > 0 ? c->geo.train_length : 64;
+    const int32_t lengths[2] = {L, 2 * L};
+    char why[BIASKIT_ERROR_MESSAGE_MAX + 200] = "", said[160] = "";
+    int bad = 0;
+    for (int li = 0; li < 2 && !bad; li++) {
+        const int32_t T = lengths[li];
+        const size_t per = (size_t)T + GUARD, all = (size_t)2 * BIASKIT_MAX_ROTARY_VIEWS * per;
+        double *buf[2] = {malloc(all * sizeof(double)), malloc(all * sizeof(double))};
+        biaskit_rotary_view v[2][BIASKIT_MAX_ROTARY_VIEWS];
+        int32_t n[2] = {-1, -1};
+        if (!buf[0] || !buf[1])
+            bad = 1, snprintf(why, sizeof why, "out of memory");
+        for (int k = 0; k < 2 && !bad; k++) {
+            for (size_t i = 0; i < all; i++)
+                buf[k][i] = NAN;
+            for (int w = 0; w < BIASKIT_MAX_ROTARY_VIEWS; w++) {
+                v[k][w].min_distance = v[k][w].max_distance = -1;
+                v[k][w].q_pos = buf[k] + (size_t)2 * w * per, v[k][w].k_pos = v[k][w].q_pos + per;
+            }
+            biaskit_context ctx = ck_context(in, T, 0);
+            biaskit_error pe = {0};
+            ck_stage(c, "rotary_views()");
+            int rc = BK_DESCRIPTOR_FN(c->d, rotary_views)(in->inst, &ctx, v[k], BIASKIT_MAX_ROTARY_VIEWS, &n[k], &pe);
+            char what[320];
+            if (rc != BIASKIT_OK)
+                bad = 1, snprintf(why, sizeof why, "rotary_views() at length %d failed: %s", (int)T,
+                                  pe.message[0] ? pe.message : "(no message)");
+            else if (bk_contract_rotary_views(v[k], n[k], T, what, sizeof what))
+                bad = 1, snprintf(why, sizeof why, "rotary_views() at length %d gave %s", (int)T, what);
+            for (int w = 0; w < BIASKIT_MAX_ROTARY_VIEWS && !bad; w++)
+                for (size_t g = (size_t)T; g < per && !bad; g++)
+                    if (!isnan(v[k][w].q_pos[g]) || !isnan(v[k][w].k_pos[g]))
+                        bad = 1, snprintf(why, sizeof why,
+                                          "rotary_views() at length %d wrote position %zu of view %d, past the "
+                                          "length",
+                                          (int)T, g, w);
+        }
+        if (!bad && (n[0] != n[1] || memcmp(buf[0], buf[1], all * sizeof(double)) ||
+                     memcmp(v[0], v[1], sizeof v[0]) != 0)) {
+            int same_ranges = n[0] == n[1];
+            for (int w = 0; same_ranges && w < n[0]; w++)
+                same_ranges = v[0][w].min_distance == v[1][w].min_distance &&
+                              v[0][w].max_distance == v[1][w].max_distance;
+            /* the buffers' NaNs compare unequal through memcmp only when their bits differ */
+            int same_values = same_ranges;
+            for (size_t i = 0; same_values && i < all; i++)
+                same_values = (isnan(buf[0][i]) && isnan(buf[1][i])) || buf[0][i] == buf[1][i];
+            if (!same_values)
+                bad = 1, snprintf(why, sizeof why, "rotary_views() at length %d gave other views the second time",
+                                  (int)T);
+        }
+        if (!bad && li == 0) {
+            if (n[0] == 0)
+                snprintf(said, sizeof said, "no views (the ordinary rotation) with these options");
+            else {
+                int at = snprintf(said, sizeof said, "%d views at length %d:", (int)n[0], (int)T);
+                for (int w = 0; w < n[0] && at > 0 && (size_t)at < sizeof said; w++) {
+                    char end[16] = "inf";
+                    if (v[0][w].max_distance)
+                        snprintf(end, sizeof end, "%d", (int)v[0][w].max_distance);
+                    at += snprintf(said + at, sizeof said - (size_t)at, " [%d, %s)", (int)v[0][w].min_distance, end);
+                }
+            }
+        }
+        free(buf[0]), free(buf[1]);
+    }
+    if (bad)
+        ck_item(c, BK_CHECK_FAIL, "rotary-views", "%s", why);
+    else
+        ck_item(c, BK_CHECK_PASS, "rotary-views",
+                "rotary_views(): %s; the views tile [0, inf), every position finite and nothing past the length, at "
+                "lengths %d and %d, the same twice",
+                said, (int)lengths[0], (int)lengths[1]);
+}
+
 /* "rotary": rotary_frequencies() (ABI 1); "rotary-ctx": rotary_ctx() (ABI 2, abi2.c). A plugin may have
  * either or both. */
 void ck_unit_rotary(checker *c, const void *arg)
@@ -891,5 +972,7 @@ void ck_unit_rotary(checker *c, const void *arg)
         ck_check_rotary_ctx(c, &in);
     if (BK_DESCRIPTOR_FN(c->d, rotary_decay) && c->geo.d_head >= 2)
         check_rotary_decay(c, &in);
+    if (BK_DESCRIPTOR_FN(c->d, rotary_views))
+        check_rotary_views(c, &in);
     ck_instance_close(&in);
 }

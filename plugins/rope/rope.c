@@ -77,9 +77,9 @@ static int refuse_unused(const biaskit_services *svc, const biaskit_config *cfg,
                              value);
 }
 
-/* A length option of the extension: set, >= min, and below the training length when there is one. */
+/* A length option of the extension: set, >= min, and (bounded) below the training length when there is one. */
 static int read_span(const biaskit_services *svc, const biaskit_config *cfg, const biaskit_geometry *geo,
-                     const char *key, int64_t min, const char *extend, const char *what, int64_t *out,
+                     const char *key, int64_t min, int bounded, const char *extend, const char *what, int64_t *out,
                      biaskit_error *err)
 {
     if (!svc->is_set(cfg, key))
@@ -90,7 +90,7 @@ static int read_span(const biaskit_services *svc, const biaskit_config *cfg, con
     if (*out < min || *out > INT32_MAX)
         return svc->config_error(cfg, key, err, "expected %s >= %lld, got %lld", what, (long long)min,
                                  (long long)*out);
-    if (geo->train_length > 0 && *out >= geo->train_length)
+    if (bounded && geo->train_length > 0 && *out >= geo->train_length)
         return svc->config_error(cfg, key, err,
                                  "expected %s shorter than the training length %d (the positions it keeps are those "
                                  "the model was trained on), got %lld",
@@ -120,14 +120,15 @@ static int read_extend(const biaskit_services *svc, const biaskit_config *cfg, c
         return rc;
     if (r->extend == BK_EXTEND_NONE)
         return BIASKIT_OK;
-    if ((rc = read_span(svc, cfg, geo, "window", 1, name,
+    if ((rc = read_span(svc, cfg, geo, "window", 1, 1, name,
                         se ? "the neighbour window in tokens" : re ? "the window in tokens" : "the local window in tokens",
                         &r->window, err)))
         return rc;
-    if (se && (rc = read_span(svc, cfg, geo, "group", 1, name, "the group size", &r->group, err)))
+    if (se && (rc = read_span(svc, cfg, geo, "group", 1, 1, name, "the group size", &r->group, err)))
         return rc;
     if (st) {
-        if ((rc = read_span(svc, cfg, geo, "shift", 2, name, "the shift in tokens", &r->shift, err)))
+        /* beyond the context the shift exceeds it: T - shift + window must stay below it */
+        if ((rc = read_span(svc, cfg, geo, "shift", 2, 0, name, "the shift in tokens", &r->shift, err)))
             return rc;
         if (r->window >= r->shift)
             return svc->config_error(cfg, "window", err,

@@ -19,20 +19,22 @@
  *   8 rotnan     rotary_ctx() frequencies NaN from 64 x the training length on
  *   9 rotdyn     rotary_ctx() dynamic scaling without max(1, .): s = length / L also below L
  *  10 masklen    mask() window = length / 2 (the mask item explains how it changes with the length;
- *                long-range-mask fails it: the engine computes one mask for the longest sequence of a call) */
+ *                long-range-mask fails it: the engine computes one mask for the longest sequence of a call)
+ *  11 rotviews   rotary_views() as ReRoPE's two views (window 4) at the training length, with a gap
+ *                ([0, 4) then [5, inf)) at longer ones */
 #include <biaskit/plugin.h>
 
 #include <math.h>
 #include <stdlib.h>
 
 #ifndef CHECKBAD2_KIND
-#error "compile with -DCHECKBAD2_KIND=1..10"
+#error "compile with -DCHECKBAD2_KIND=1..11"
 #endif
 
 #define COORD (CHECKBAD2_KIND <= 3)
 #define SCALE (CHECKBAD2_KIND == 4 || CHECKBAD2_KIND == 5)
 #define MASK (CHECKBAD2_KIND == 6 || CHECKBAD2_KIND == 10)
-#define ROTARY (CHECKBAD2_KIND >= 7 && CHECKBAD2_KIND <= 9)
+#define ROTARY (CHECKBAD2_KIND >= 7 && CHECKBAD2_KIND <= 9 || CHECKBAD2_KIND == 11)
 #define POINTS 65
 #define EPS 1e-6
 #define FAR_ROW 4096
@@ -291,6 +293,23 @@ static int rotary_ctx(const void *inst, const biaskit_context *ctx, float *inv_f
     *amplitude = (CHECKBAD2_KIND == 7 && ctx->length > 4 * b->train_length) ? 0.0f : 1.0f;
     return BIASKIT_OK;
 }
+
+#if CHECKBAD2_KIND == 11
+static int rotary_views(const void *inst, const biaskit_context *ctx, biaskit_rotary_view *views, int32_t max_views,
+                        int32_t *n_views, biaskit_error *err)
+{
+    const cb2 *b = inst;
+    (void)max_views, (void)err;
+    views[0].min_distance = 0, views[0].max_distance = 4;
+    views[1].min_distance = ctx->length > b->train_length ? 5 : 4, views[1].max_distance = 0;
+    for (int32_t t = 0; t < ctx->length; t++) {
+        views[0].q_pos[t] = views[0].k_pos[t] = t;
+        views[1].q_pos[t] = 4, views[1].k_pos[t] = 0;
+    }
+    *n_views = 2;
+    return BIASKIT_OK;
+}
+#endif
 #endif
 
 static const biaskit_plugin descriptor = {
@@ -318,6 +337,9 @@ static const biaskit_plugin descriptor = {
     .capabilities = BIASKIT_CAP_ROTARY,
     .rotary_frequencies = rotary_frequencies,
     .rotary_ctx = rotary_ctx,
+#if CHECKBAD2_KIND == 11
+    .rotary_views = rotary_views,
+#endif
 #endif
 #if COORD || SCALE
     .param_count = param_count,
