@@ -98,6 +98,45 @@ for scaling in pi yarn; do
         bad "eval: $scaling with factor = 1 equals plain RoPE" "$(cat "$work/none.json" "$work/$scaling-1.json" "$work/$scaling-1.err")"; fi
 done
 
+# the training-free extensions (position views, two passes merged by their log-sum-exps): each is shown,
+# changes the loss at 4x, and within its window (lengths <= W: the far view owns no pair) gives plain
+# RoPE's loss (the flash passes against the blocked kernel: within 1e-5 relative)
+close() { awk -v a="$1" -v b="$2" 'BEGIN {x = a - b; if (x < 0) x = -x; exit !(a != "" && b != "" && x <= 1e-5 * b)}'; }
+for ext in "self-extend:--set term.0.window=4 --set term.0.group=3:extend self-extend" \
+    "rerope:--set term.0.window=8:extend rerope: relative position min\(d, 8\)" \
+    "leaky:--set term.0.window=4 --set term.0.leaky=4:extend leaky rerope" \
+    "string:--set term.0.shift=12 --set term.0.window=3:extend string: d >= 12 attends at d - 12 \+ 3"; do
+    name=${ext%%:*} rest=${ext#*:} sets=${rest%%:*} shown=${rest#*:}
+    kind=$name
+    [ "$name" = leaky ] && kind=rerope
+    # shellcheck disable=SC2086
+    if evaluate "$name" --set "term.0.extend=\"$kind\"" $sets; then ok "eval: extend = $name"; else
+        bad "eval: extend = $name" "$(cat "$work/$name.err")"
+        continue
+    fi
+    check "eval: $name is shown" 0 "plugin rope: $shown" cat "$work/$name.err"
+    a=$(loss none 64) b=$(loss "$name" 64)
+    if [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ]; then ok "eval: $name changes the loss at 4x ($a -> $b)"; else
+        bad "eval: $name changes the loss at 4x" "plain $a, $name $b"; fi
+done
+"$bk" eval "$ck" --lengths 8 --tokens 4000 --set run.device=cpu --json "$work/none8.json" >/dev/null 2>&1
+"$bk" eval "$ck" --lengths 8 --tokens 4000 --set run.device=cpu --json "$work/rerope8.json" \
+    --set 'term.0.extend="rerope"' --set term.0.window=8 >/dev/null 2>&1
+a=$(loss none8 8) b=$(loss rerope8 8)
+if close "$a" "$b"; then ok "eval: within the window ReRoPE is plain RoPE ($a, $b)"; else
+    bad "eval: within the window ReRoPE is plain RoPE" "plain $a, rerope $b"; fi
+check "eval: a window of 0 names the key" 1 "\[\[term\]\] #1.*'window'.*expected the window in tokens >= 1, got 0" \
+    "$bk" eval "$ck" --lengths 16 --tokens 1000 --set 'term.0.extend="rerope"' --set term.0.window=0
+check "eval: a window as long as the training length is refused" 1 "'window'.*shorter than the training length 16" \
+    "$bk" eval "$ck" --lengths 16 --tokens 1000 --set 'term.0.extend="self-extend"' --set term.0.window=16 \
+    --set term.0.group=2
+check "eval: a group of 0 is refused" 1 "'group'.*expected the group size >= 1, got 0" \
+    "$bk" eval "$ck" --lengths 16 --tokens 1000 --set 'term.0.extend="self-extend"' --set term.0.window=4 \
+    --set term.0.group=0
+check "erf: position views keep no probabilities, said by name" 1 \
+    "ERF: layer 0 has position views .*keep no attention probabilities" \
+    "$bk" erf "$ck" --length 16 --sequences 2 --queries 4 --set 'term.0.extend="rerope"' --set term.0.window=4
+
 # what stays refused
 check "eval: a bad factor names the key" 1 "\[\[term\]\] #1.*'factor'.*expected a scale factor s >= 1, or 0 for dynamic scaling" \
     "$bk" eval "$ck" --lengths 16 --tokens 1000 --set 'term.0.scaling="pi"' --set term.0.factor=0.5

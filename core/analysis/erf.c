@@ -53,6 +53,14 @@ int bk_erf_measure(bk_lm *lm, const bk_tokens *data, int32_t length, int sequenc
             break;
         for (int l = 0; l < L; l++) {
             const float *probs = bk_gpt_attention_probs(m, l);
+            if (!probs && m->views.n) {
+                rc = bk_fail(err, BK_ERR_UNSUPPORTED,
+                             "ERF: layer %d has position views (the rotary term's rotary_views, e.g. rope's extend): "
+                             "its passes are merged by their log-sum-exps and keep no attention probabilities; "
+                             "expected a model without them",
+                             l);
+                break;
+            }
             if (!probs) {
                 rc = bk_fail(err, BK_ERR_INTERNAL, "ERF: no attention probabilities kept for layer %d", l);
                 break;

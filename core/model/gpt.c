@@ -550,6 +550,8 @@ const float *bk_gpt_attention_probs(const bk_gpt *m, int layer)
     if (!m->acts || !m->train || m->be->kind != BK_BACKEND_CPU || m->be->attention == BK_ATTENTION_FUSED ||
         layer < 0 || layer >= m->L)
         return NULL;
+    if (m->views.n && m->pos.set && bk_term_on_layer(&m->pos.set->terms[m->pos.set->rotary], layer))
+        return NULL; /* the layer's position views keep their merged lse there, not probabilities */
     size_t sizes[N_ACTS];
     act_sizes(m, m->B, m->T, 1, 0, sizes);
     acts a;

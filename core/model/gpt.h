@@ -195,7 +195,8 @@ int bk_gpt_copy_logits(const bk_gpt *m, float *dst, bk_error *err);
  * (b, h, i) holds P[i][j] for keys j <= i (entries j > i are 0). On the CPU backend with the blocked
  * kernel only ([run] attention = "auto" or "materialized"): NULL when the model computes on a device or
  * with the CPU's fused attention (they keep row statistics instead: e.g. --set run.device=cpu
- * --set run.attention=auto), when the last forward was not a training one, or for a layer out of range.
+ * --set run.attention=auto), when the last forward was not a training one, in a layer with position views
+ * (rotary_views: passes merged by their log-sum-exps keep no probabilities), or for a layer out of range.
  * Valid until the next forward. */
 const float *bk_gpt_attention_probs(const bk_gpt *m, int layer);
 
