@@ -124,7 +124,7 @@ static void layer_weights(const bk_bias *b, int s, const double *w, const int *i
 /* 1 when layer l's tables are capped (the distance cap of the mask term, where that term acts). */
 static int capped_at(const bk_bias *b, int l)
 {
-    return b->distance_cap && (b->set->mask < 0 || bk_term_on_layer(&b->set->terms[b->set->mask], l));
+    return b->distance_cap && bk_mask_on_layer(b->set, l);
 }
 
 int bk_bias_init(bk_bias *b, bk_term_set *set, int n_layers, int learn_weights, bk_error *err)

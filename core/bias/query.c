@@ -368,7 +368,7 @@ void bk_query_attention(const bk_query *q, int layer, bk_attention_bias *ab)
     }
     if (s)
         ab->scale = q->scale + (s->n_copies > 1 ? (size_t)layer : 0) * H * D;
-    if (q->set->mask < 0 || bk_term_on_layer(&q->set->terms[q->set->mask], layer)) {
+    if (bk_mask_on_layer(q->set, layer)) {
         ab->window = q->mask.window;
         ab->sinks = q->mask.sinks;
     }

@@ -105,6 +105,13 @@ static inline int bk_term_on_layer(const bk_term *term, int layer)
     return !term->layers_on || layer < 0 || term->layers_on[layer];
 }
 
+/* 1 when the experiment's mask acts in `layer`: it has no masking term (then the mask is none anyway) or
+ * its masking term acts there ([[term]] layers). */
+static inline int bk_mask_on_layer(const bk_term_set *set, int layer)
+{
+    return set->mask < 0 || bk_term_on_layer(&set->terms[set->mask], layer);
+}
+
 /* The context of a call into `term`'s plugin (plugin.h, biaskit_context): `layer` -1 for a value shared
  * by every layer; `length` the sequence length of the call. */
 biaskit_context bk_term_context(const bk_term_set *set, int layer, int32_t length, int training);

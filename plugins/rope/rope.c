@@ -221,8 +221,8 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
         return svc->config_error(cfg, "partial", err,
                                  "expected the fraction of the pairs that turn, in [0, 1] (1: every pair), got %g",
                                  partial);
-    if (!isfinite(base) || base <= 1.0)
-        return svc->config_error(cfg, "base", err, "expected a finite base > 1, got %g", base);
+    if (!bk_rope_base_ok(base))
+        return svc->config_error(cfg, "base", err, BK_ROPE_BASE_RULE ", got %g", base);
     if (geo->d_head < 2 || geo->d_head % 2)
         return svc->error(err, BIASKIT_ERR_INVALID, "RoPE rotates pairs of channels: the head width must be even, got %d",
                           (int)geo->d_head);

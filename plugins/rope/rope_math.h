@@ -88,6 +88,13 @@ static inline int64_t bk_rope_far_from(int extend, int64_t W, int64_t S)
     return extend == BK_EXTEND_STRING ? S : W;
 }
 
+/* A frequency base RoPE can use (theta_k = base^(-2k/d) decreasing with k), and the words of the rule. */
+#define BK_ROPE_BASE_RULE "expected a finite base > 1"
+static inline int bk_rope_base_ok(double base)
+{
+    return isfinite(base) && base > 1.0;
+}
+
 static inline BIASKIT_HD float bk_rope_inv_freq(double base, int32_t k, int32_t d_head)
 {
     return (float)pow(base, -2.0 * (double)k / (double)d_head);

@@ -40,8 +40,8 @@ static int create(const biaskit_services *svc, const biaskit_config *cfg, const 
     if ((rc = svc->get_double(cfg, "base", &base, err)) || (rc = svc->get_double(cfg, "gamma", &gamma, err)) ||
         (rc = svc->get_double(cfg, "scale_base", &scale_base, err)))
         return rc;
-    if (!isfinite(base) || base <= 1.0)
-        return svc->config_error(cfg, "base", err, "expected a finite base > 1, got %g", base);
+    if (!bk_rope_base_ok(base))
+        return svc->config_error(cfg, "base", err, BK_ROPE_BASE_RULE ", got %g", base);
     if (!isfinite(gamma) || gamma <= 0.0)
         return svc->config_error(cfg, "gamma", err, "expected a finite gamma > 0 (zeta_0 = gamma / (1 + gamma)), got %g",
                                  gamma);
