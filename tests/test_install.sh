@@ -141,7 +141,7 @@ check "new-plugin scaffold's experiment reads its table (ALiBi slopes: T_0(3) = 
 # new-plugin --kind: each ABI 2 shape (<biaskit/formula_plugin.h>: host code, no .cu file) builds against the
 # installed SDK as written, passes check by name and trains 2 steps; an unknown kind is refused
 check "installed include/biaskit/formula_plugin.h" test -e "$prefix/include/biaskit/formula_plugin.h"
-for kind in coordinate mask scale rotary; do
+for kind in coordinate mask scale rotary views; do
     name=my$kind
     check "new-plugin --kind $kind writes a folder (no .cu file)" \
         bash -c "'$prefix/bin/biaskit' new-plugin $name --kind $kind --dir '$work' >/dev/null && [ -e '$work/$name/$name.c' ] && [ ! -e '$work/$name/$name.cu' ]"
@@ -153,7 +153,7 @@ for kind in coordinate mask scale rotary; do
         bash -c "cd '$work/$name' && BIASKIT_PLUGIN_PATH='$work/$name/build' '$prefix/bin/biaskit' train $name.toml --set train.steps=2 --out '$work/$name/run' --plain"
 done
 check "new-plugin refuses an unknown kind, naming the kinds" \
-    bash -c "! '$prefix/bin/biaskit' new-plugin other --kind fire --dir '$work' 2>'$work/kind.err' && grep -q 'expected table, coordinate, mask, scale or rotary' '$work/kind.err' && [ ! -e '$work/other' ]"
+    bash -c "! '$prefix/bin/biaskit' new-plugin other --kind fire --dir '$work' 2>'$work/kind.err' && grep -q 'expected table, coordinate, mask, scale, rotary or views' '$work/kind.err' && [ ! -e '$work/other' ]"
 
 echo "test_install: $passed passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 
 static const char help[] =
-    "usage: biaskit new-plugin NAME [--kind table|coordinate|mask|scale|rotary] [--dir D]\n\n"
+    "usage: biaskit new-plugin NAME [--kind table|coordinate|mask|scale|rotary|views] [--dir D]\n\n"
     "Writes D/NAME/ (D: the working directory by default), a formula-first plugin that builds against\n"
     "the installed SDK and passes `biaskit check` unchanged, to edit into your own formula. The kind\n"
     "says what the plugin computes (default: table):\n\n"
@@ -27,7 +27,9 @@ static const char help[] =
     "  scale        a logit scale (as Scalable-Softmax): q.k times s_h ln(i + 1), s_h learnable\n"
     "  rotary       RoPE with position interpolation: theta_k = base^(-2k/d) / s, s fixed or\n"
     "               max(1, length / L) (dynamic)\n"
-    "The last four are the ABI 2 shapes of <biaskit/formula_plugin.h>: host code only (the engine's\n"
+    "  views        leaky ReRoPE by two position views: RoPE for i - j < window, beyond it the relative\n"
+    "               position window + (i - j - window) / k, the two passes merged exactly\n"
+    "The last five are the ABI 2 shapes of <biaskit/formula_plugin.h>: host code only (the engine's\n"
     "kernels do the per-element work), so no .cu file.\n\n"
     "  NAME.c           the parameters, the formula(s) and their derivatives\n"
     "  NAME.cu          (table only) #include \"NAME.c\": the CUDA kernels, from the same formula\n"
@@ -383,6 +385,62 @@ static const char rotary_readme[] =
     "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit check @             # conformance: frequencies at every length\n"
     "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit train @.toml       # C headers under /usr/include\n";
 
+static const char views_c[] =
+    "/* The biaskit plugin '@': leaky ReRoPE (edit the formulas below): RoPE for the pairs i - j < window,\n"
+    " * and beyond the relative position window + (i - j - window) / k, as two position views the engine\n"
+    " * merges exactly: the far pairs' query at i / k + window (1 - 1 / k), their key at j / k (k = 0: ReRoPE,\n"
+    " * the query at window, the key at 0: min(i - j, window)). Written with <biaskit/formula_plugin.h>. */\n"
+    "#include <biaskit/formula_plugin.h>\n"
+    "\n"
+    "/* C(name, kind, doc): options the formulas read as c.name */\n"
+    "#define @_CONSTANTS(C)                                                                                     \\\n"
+    "    C(base, BIASKIT_TP_REAL(10000, 2, 1e30), \"frequency base\")                                             \\\n"
+    "    C(window, BIASKIT_TP_INT(16, 1, INT32_MAX), \"W: pairs closer than W keep RoPE\")                        \\\n"
+    "    C(k, BIASKIT_TP_REAL(16, 0, 1e6), \"leak: beyond W the distance grows 1 / k as fast; 0 = capped at W\")\n"
+    "\n"
+    "BIASKIT_FP_TYPES(@, BIASKIT_TP_NO_PARAMS, @_CONSTANTS)\n"
+    "\n"
+    "/* plain RoPE's theta_k and amplitude 1 for both views */\n"
+    "BIASKIT_FP_INV_FREQ(@) { return pow(c.base, -2.0 * k / c.d_head); }\n"
+    "BIASKIT_FP_NO_AMPLITUDE(@)\n"
+    "/* the far view: the pairs i - j >= window, the query at far_q(i), the key at far_k(j) */\n"
+    "BIASKIT_FP_FAR_FROM(@) { return c.window; }\n"
+    "BIASKIT_FP_FAR_Q(@) { return c.k > 0 ? (double)i / c.k + c.window * (1.0 - 1.0 / c.k) : (double)c.window; }\n"
+    "BIASKIT_FP_FAR_K(@) { return c.k > 0 ? (double)j / c.k : 0.0; }\n"
+    "\n"
+    "BIASKIT_VIEWS_PLUGIN(@, @_CONSTANTS, .name = \"@\", .version = \"0.1.0\",\n"
+    "                     .summary = \"leaky ReRoPE by two position views (biaskit new-plugin --kind views)\",\n"
+    "                     .reference = \"Su, ReRoPE (Rectified Rotary Position Embeddings), 2023\")\n";
+
+static const char views_readme[] =
+    "# @ — a biaskit plugin (rotary with position views)\n"
+    "\n"
+    "The template of `biaskit new-plugin --kind views`; edit `@.c` to make it yours. Leaky ReRoPE (Su 2023):\n"
+    "RoPE (θ_k = base^(−2k/d_head)) for the pairs whose distance d = i − j is below `window` W, and beyond it\n"
+    "the relative position W + (d − W)/k (k = 0: ReRoPE, min(d, W)). The plugin gives two position views of\n"
+    "the attention (`rotary_views`): [0, W) at the token indices, and [W, ∞) with the query at i/k + W(1 − 1/k)\n"
+    "and the key at j/k; the engine runs one attention pass per view and merges them exactly by their\n"
+    "log-sum-exps (one softmax over every key). Self-Extend and STRING are the same shape with other far\n"
+    "positions.\n"
+    "\n"
+    "`@.c` holds the options (`@_CONSTANTS`), θ_k (`BIASKIT_FP_INV_FREQ`), the amplitude, the far view's first\n"
+    "distance (`BIASKIT_FP_FAR_FROM`) and its query and key positions (`BIASKIT_FP_FAR_Q`, `BIASKIT_FP_FAR_K`).\n"
+    "See the comment of `<biaskit/formula_plugin.h>`. The views need the rotary term alone in the attention of\n"
+    "its layers and fp32 storage.\n"
+    "\n"
+    "| option | type | default | meaning |\n"
+    "|---|---|---|---|\n"
+    "| `base` | float | 10000 | frequency base |\n"
+    "| `window` | int | 16 | W |\n"
+    "| `k` | float | 16 | the leak; 0 = ReRoPE |\n"
+    "\n"
+    "## Build, check, use\n"
+    "\n"
+    "    cmake -S . -B build -DCMAKE_PREFIX_PATH=<biaskit install prefix>\n"
+    "    cmake --build build\n"
+    "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit check @             # conformance: frequencies, the views\n"
+    "    BIASKIT_PLUGIN_PATH=$PWD/build biaskit train @.toml       # C headers under /usr/include\n";
+
 static const char cmakelists_host[] =
     "# The biaskit plugin '@', built against an installed biaskit SDK:\n"
     "#   cmake -S . -B build -DCMAKE_PREFIX_PATH=<biaskit install prefix> && cmake --build build\n"
@@ -405,6 +463,7 @@ static const kind kinds[] = {
     {"mask", mask_c, mask_readme, cmakelists_host, NULL, "window = 16\nsinks = 4\n"},
     {"scale", scale_c, scale_readme, cmakelists_host, NULL, ""},
     {"rotary", rotary_c, rotary_readme, cmakelists_host, NULL, ""},
+    {"views", views_c, views_readme, cmakelists_host, NULL, ""},
 };
 
 static int valid_name(const char *name)
@@ -501,7 +560,7 @@ int bk_cmd_new_plugin(int argc, char **argv)
         if (strcmp(kind_name ? kind_name : "table", kinds[i].name) == 0)
             k = &kinds[i];
     if (!k) {
-        bk_fail(&err, BK_ERR_USAGE, "biaskit new-plugin: --kind '%s': expected table, coordinate, mask, scale or rotary "
+        bk_fail(&err, BK_ERR_USAGE, "biaskit new-plugin: --kind '%s': expected table, coordinate, mask, scale, rotary or views "
                 "(see 'biaskit new-plugin --help')", kind_name);
         return bk_report(&err);
     }

@@ -12,6 +12,9 @@
  *   mask        the author writes window, sinks and distance_cap from the constants       (sliding window)
  *   scale       the author writes s(p, c, h, i, ctx) and its derivative                  (log n, SSMax)
  *   rotary      the author writes inv_freq(c, k, ctx) and amplitude(c, ctx)               (PI, NTK, YaRN)
+ *   views       rotary plus a far view: the pairs d = i - j >= far_from(c, ctx) attend with q_i at
+ *               far_q(c, i, ctx) and k_j at far_k(c, j, ctx), the nearer ones at i and j; the
+ *               engine merges the two passes exactly               (Self-Extend, ReRoPE, STRING)
  *
  * with everything else generated as table_plugin.h generates it: options from the parameter and
  * constant lists, init rules, projection, named tensors, the host loops, the deterministic gradient
@@ -83,6 +86,11 @@
  *                                                      k = 0 .. d_head/2 - 1 turns by p theta_k
  *                   BIASKIT_FP_AMPLITUDE(prefix)       { return a; }   double amplitude(c, ctx) > 0 (multiplies
  *                                                      q and k after the rotation), or BIASKIT_FP_NO_AMPLITUDE(prefix)
+ *      views        the two of rotary, and
+ *                   BIASKIT_FP_FAR_FROM(prefix)        { return W; }   int64_t far_from(c, ctx) >= 1: the far view's
+ *                                                      first distance
+ *                   BIASKIT_FP_FAR_Q(prefix)           { return q; }   double far_q(c, i, ctx): query i's position
+ *                   BIASKIT_FP_FAR_K(prefix)           { return k; }   double far_k(c, j, ctx): key j's position
  *    A derivative function with nothing learnable to set is written with an empty body: {}.
  * 5. The plugin, whose trailing arguments are designated initialisers of the descriptor (.name, .version,
  *    .summary required; .reference, .flags = BIASKIT_FLAG_PER_LAYER optional):
@@ -90,6 +98,7 @@
  *        BIASKIT_SCALE_PLUGIN(prefix, PARAMS, CONSTANTS, .name = ..., ...)
  *        BIASKIT_MASK_PLUGIN(prefix, CONSTANTS, .name = ..., ...)
  *        BIASKIT_ROTARY_PLUGIN(prefix, CONSTANTS, .name = ..., ...)
+ *        BIASKIT_VIEWS_PLUGIN(prefix, CONSTANTS, .name = ..., ...)
  *    GRID is the default of the coordinate plugin's `grid` option. The _WITH forms (BIASKIT_SCALE_PLUGIN_WITH(
  *    prefix, PARAMS, CONSTANTS, &settings, ...), and so on, the settings after the lists and GRID) take a
  *    biaskit_tp_settings whose setup() is called at the end of create(), as in table_plugin.h (same_rows is
@@ -124,6 +133,9 @@
  *   rotary      rotary_ctx(): inv_freq[k] = (float)inv_freq(c, k, ctx) for k < d_head/2 and *amplitude =
  *               (float)amplitude(c, ctx), checked finite (and the amplitude > 0); create() refuses an odd
  *               head width. No rotary_frequencies(): every ABI 2 engine calls rotary_ctx() instead.
+ *   views       rotary_ctx() as rotary, and rotary_views(): two views, [0, W) at the token indices and
+ *               [W, inf) at far_q(c, i, ctx), far_k(c, j, ctx) for every token (W = far_from(c, ctx), checked
+ *               >= 1 and below 2^31; the positions checked finite, naming the token).
  *   backward    deterministic, in double, in the order of table_plugin.h's host loop:
  *               table_backward and scale_backward: for each head h, an accumulator per element of the
  *               gradient row (every element of a shared parameter, head h's row of a per-head one) sums
@@ -232,7 +244,7 @@
  *     BIASKIT_COORDINATE_PLUGIN(fi, FI_PARAMS, FI_UPARAMS, FI_CONSTANTS, 1025, .name = "fi", .version = "1.0.0",
  *                               .summary = "FIRE", .flags = BIASKIT_FLAG_PER_LAYER)
  *
- * `biaskit new-plugin NAME --kind coordinate|mask|scale|rotary` writes a folder with such a plugin that
+ * `biaskit new-plugin NAME --kind coordinate|mask|scale|rotary|views` writes a folder with such a plugin that
  * builds and passes `biaskit check` as written.
  *
  * Plain C11, host only; needs <math.h> (link -lm).
@@ -529,6 +541,14 @@ static inline int biaskit_fp_put_mask_(const biaskit_tp_instance *s, const biask
 #define BIASKIT_FP_INV_FREQ(P)                                                                             \
     static inline double P##_fp_inv_freq(BIASKIT_FP_U_ P##_ctx c, BIASKIT_FP_U_ int32_t k,                 \
                                          BIASKIT_FP_U_ const biaskit_context *ctx)
+#define BIASKIT_FP_FAR_FROM(P)                                                                             \
+    static inline int64_t P##_fp_far_from(BIASKIT_FP_U_ P##_ctx c, BIASKIT_FP_U_ const biaskit_context *ctx)
+#define BIASKIT_FP_FAR_Q(P)                                                                                \
+    static inline double P##_fp_far_q(BIASKIT_FP_U_ P##_ctx c, BIASKIT_FP_U_ int64_t i,                    \
+                                      BIASKIT_FP_U_ const biaskit_context *ctx)
+#define BIASKIT_FP_FAR_K(P)                                                                                \
+    static inline double P##_fp_far_k(BIASKIT_FP_U_ P##_ctx c, BIASKIT_FP_U_ int64_t j,                    \
+                                      BIASKIT_FP_U_ const biaskit_context *ctx)
 #define BIASKIT_FP_AMPLITUDE(P)                                                                            \
     static inline double P##_fp_amplitude(BIASKIT_FP_U_ P##_ctx c, BIASKIT_FP_U_ const biaskit_context *ctx)
 /* amplitude 1: q and k are only rotated */
@@ -972,8 +992,64 @@ static inline int biaskit_fp_rotary_check_(const biaskit_tp_instance *s, const b
     return BIASKIT_OK;
 }
 
+/* The far view's first distance and the positions of rotary_views(), checked. */
+static inline int biaskit_fp_views_check_(const biaskit_tp_instance *s, const biaskit_context *ctx, int64_t from,
+                                          const biaskit_rotary_view *far, biaskit_error *err)
+{
+    if (from < 1 || from > INT32_MAX)
+        return s->svc->error(err, BIASKIT_ERR_INVALID, "far_from at length %d is %lld: expected a distance >= 1",
+                             (int)ctx->length, (long long)from);
+    for (int32_t t = 0; t < ctx->length; t++)
+        if (!isfinite(far->q_pos[t]) || !isfinite(far->k_pos[t]))
+            return s->svc->error(err, BIASKIT_ERR_INVALID, "%s(%d) at length %d is %g: expected a finite position",
+                                 isfinite(far->q_pos[t]) ? "far_k" : "far_q", (int)t, (int)ctx->length,
+                                 isfinite(far->q_pos[t]) ? far->k_pos[t] : far->q_pos[t]);
+    return BIASKIT_OK;
+}
+
 #define BIASKIT_ROTARY_PLUGIN(P, CONSTANTS, ...) BIASKIT_ROTARY_PLUGIN_WITH(P, CONSTANTS, NULL, __VA_ARGS__)
 #define BIASKIT_ROTARY_PLUGIN_WITH(P, CONSTANTS, SETTINGS, ...)                                            \
+    BIASKIT_FP_ROTARY_CTX_(P, CONSTANTS, SETTINGS)                                                         \
+    static const biaskit_plugin P##_fp_descriptor = {                                                      \
+        BIASKIT_FP_DESCRIPTOR_(P, BIASKIT_CAP_ROTARY),                                                     \
+        .rotary_ctx = P##_fp_rotary_ctx,                                                                   \
+        __VA_ARGS__};                                                                                      \
+    BIASKIT_DEFINE_PLUGIN(P##_fp_descriptor)
+
+#define BIASKIT_VIEWS_PLUGIN(P, CONSTANTS, ...) BIASKIT_VIEWS_PLUGIN_WITH(P, CONSTANTS, NULL, __VA_ARGS__)
+#define BIASKIT_VIEWS_PLUGIN_WITH(P, CONSTANTS, SETTINGS, ...)                                             \
+    BIASKIT_FP_ROTARY_CTX_(P, CONSTANTS, SETTINGS)                                                         \
+    /* two views: the pairs d < W at the token indices, d >= W at far_q(i), far_k(j) */                    \
+    static int P##_fp_rotary_views(const void *inst, const biaskit_context *ctx, biaskit_rotary_view *views, \
+                                   int32_t max_views, int32_t *n_views, biaskit_error *err)                \
+    {                                                                                                      \
+        const biaskit_tp_instance *s_ = (const biaskit_tp_instance *)inst;                                 \
+        P##_ctx c_ = P##_fp_ctx(s_);                                                                       \
+        biaskit_context x_ = biaskit_fp_context_(s_, ctx);                                                 \
+        *n_views = 0;                                                                                      \
+        if (max_views < 2)                                                                                 \
+            return s_->svc->error(err, BIASKIT_ERR_INVALID, "2 views needed, the host offers %d",            \
+                                  (int)max_views);                                                         \
+        const int64_t w_ = P##_fp_far_from(c_, &x_);                                                       \
+        views[0].min_distance = 0, views[0].max_distance = (int32_t)w_;                                    \
+        views[1].min_distance = (int32_t)w_, views[1].max_distance = 0;                                    \
+        for (int32_t t = 0; t < x_.length; t++) {                                                          \
+            views[0].q_pos[t] = views[0].k_pos[t] = (double)t;                                             \
+            views[1].q_pos[t] = P##_fp_far_q(c_, t, &x_), views[1].k_pos[t] = P##_fp_far_k(c_, t, &x_);    \
+        }                                                                                                  \
+        int rc_ = biaskit_fp_views_check_(s_, &x_, w_, &views[1], err);                                    \
+        *n_views = rc_ ? 0 : 2;                                                                            \
+        return rc_;                                                                                        \
+    }                                                                                                      \
+    static const biaskit_plugin P##_fp_descriptor = {                                                      \
+        BIASKIT_FP_DESCRIPTOR_(P, BIASKIT_CAP_ROTARY),                                                     \
+        .rotary_ctx = P##_fp_rotary_ctx,                                                                   \
+        .rotary_views = P##_fp_rotary_views,                                                               \
+        __VA_ARGS__};                                                                                      \
+    BIASKIT_DEFINE_PLUGIN(P##_fp_descriptor)
+
+/* The rotary kinds' common part (internal): options, instance, rotary_ctx(). */
+#define BIASKIT_FP_ROTARY_CTX_(P, CONSTANTS, SETTINGS)                                                     \
     BIASKIT_FP_COMMON_(P, BIASKIT_TP_NO_PARAMS, BIASKIT_TP_NO_PARAMS, CONSTANTS, SETTINGS,                 \
                        biaskit_fp_rotary_setup_, )                                                         \
     /* inv_freq[k] = inv_freq(c, k, ctx), *amplitude = amplitude(c, ctx) for sequences of ctx->length */    \
@@ -987,11 +1063,6 @@ static inline int biaskit_fp_rotary_check_(const biaskit_tp_instance *s, const b
             inv_freq[k] = (float)P##_fp_inv_freq(c_, k, &x_);                                              \
         *amplitude = (float)P##_fp_amplitude(c_, &x_);                                                     \
         return biaskit_fp_rotary_check_(s_, &x_, inv_freq, *amplitude, err);                               \
-    }                                                                                                      \
-    static const biaskit_plugin P##_fp_descriptor = {                                                      \
-        BIASKIT_FP_DESCRIPTOR_(P, BIASKIT_CAP_ROTARY),                                                     \
-        .rotary_ctx = P##_fp_rotary_ctx,                                                                   \
-        __VA_ARGS__};                                                                                      \
-    BIASKIT_DEFINE_PLUGIN(P##_fp_descriptor)
+    }
 
 #endif /* BIASKIT_FORMULA_PLUGIN_H */
