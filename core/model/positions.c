@@ -416,7 +416,7 @@ static int prepare_views(bk_positions *ps, int T, bk_error *err)
             }
         off += 2 * (int64_t)rows * ps->pairs;
     }
-    ps->n_views = n;
+    ps->n_views = n, ps->view_floats = floats;
     ps->views_length = T, ps->views_training = ps->training, ps->views_rot_version = ps->rot_version;
     ps->views_version++;
     return BK_OK;
@@ -462,6 +462,27 @@ int bk_positions_set_backend(bk_positions *ps, bk_backend *be, bk_error *err)
 }
 
 /* After the host arrays of a prepare: the device copies of what the device reads. */
+/* A pair of host tables (cos, sin) of `floats` each into the device's *cdev, *sdev (grown when
+ * *capacity is too small). */
+static int upload_tables(bk_positions *ps, float **cdev, float **sdev, int64_t *capacity, const float *c,
+                         const float *s, int64_t floats, bk_error *err)
+{
+    bk_backend *be = ps->be;
+    const size_t bytes = (size_t)floats * sizeof(float);
+    int rc;
+    if (floats > *capacity) {
+        release(ps, *cdev), release(ps, *sdev);
+        *cdev = *sdev = NULL;
+        *capacity = 0;
+        if ((rc = be->alloc(be, (void **)cdev, bytes, err)) || (rc = be->alloc(be, (void **)sdev, bytes, err)))
+            return rc;
+        *capacity = floats;
+    }
+    if (bytes && ((rc = be->upload(be, *cdev, c, bytes, err)) || (rc = be->upload(be, *sdev, s, bytes, err))))
+        return rc;
+    return BK_OK;
+}
+
 static int upload_batch(bk_positions *ps, bk_error *err)
 {
     bk_backend *be = ps->be;
@@ -501,43 +522,19 @@ static int upload_batch(bk_positions *ps, bk_error *err)
         return rc;
     if (ps->pairs && ps->rot_version_dev != ps->rot_version) { /* the host tables were made again */
         const int64_t floats = (int64_t)ps->rot_rows * ps->pairs * (ps->decay ? 2 : 1);
-        size_t rot = (size_t)floats * sizeof(float);
         ps->rot_rows_dev = 0;
         ps->rot_version_dev = 0;
-        if (floats > ps->rot_capacity_dev) {
-            release(ps, ps->rot_cos_dev), release(ps, ps->rot_sin_dev);
-            ps->rot_cos_dev = ps->rot_sin_dev = NULL;
-            ps->rot_capacity_dev = 0;
-            if ((rc = be->alloc(be, (void **)&ps->rot_cos_dev, rot, err)) ||
-                (rc = be->alloc(be, (void **)&ps->rot_sin_dev, rot, err)))
-                return bk_error_prefix(err, "rotary angles of %d positions on the %s backend: ", (int)ps->rot_rows,
-                                       be->name);
-            ps->rot_capacity_dev = floats;
-        }
-        if ((rc = be->upload(be, ps->rot_cos_dev, ps->rot_cos, rot, err)) ||
-            (rc = be->upload(be, ps->rot_sin_dev, ps->rot_sin, rot, err)))
+        if ((rc = upload_tables(ps, &ps->rot_cos_dev, &ps->rot_sin_dev, &ps->rot_capacity_dev, ps->rot_cos,
+                                ps->rot_sin, floats, err)))
             return bk_error_prefix(err, "rotary angles of %d positions on the %s backend: ", (int)ps->rot_rows,
                                    be->name);
         ps->rot_rows_dev = ps->rot_rows;
         ps->rot_version_dev = ps->rot_version;
     }
     if (ps->n_views && ps->views_version_dev != ps->views_version) { /* the views' tables were made again */
-        const int32_t last = ps->n_views - 1;
-        const int64_t floats = ps->view_off[last] + 2 * (int64_t)(ps->T > ps->view_lo[last] ? ps->T - ps->view_lo[last] : 0) * ps->pairs;
-        const size_t bytes = (size_t)floats * sizeof(float);
         ps->views_version_dev = 0;
-        if (floats > ps->view_capacity_dev) {
-            release(ps, ps->view_cos_dev), release(ps, ps->view_sin_dev);
-            ps->view_cos_dev = ps->view_sin_dev = NULL;
-            ps->view_capacity_dev = 0;
-            if ((rc = be->alloc(be, (void **)&ps->view_cos_dev, bytes, err)) ||
-                (rc = be->alloc(be, (void **)&ps->view_sin_dev, bytes, err)))
-                return bk_error_prefix(err, "rotary views' angles of %d positions on the %s backend: ", (int)ps->T,
-                                       be->name);
-            ps->view_capacity_dev = floats;
-        }
-        if (bytes && ((rc = be->upload(be, ps->view_cos_dev, ps->view_cos, bytes, err)) ||
-                      (rc = be->upload(be, ps->view_sin_dev, ps->view_sin, bytes, err))))
+        if ((rc = upload_tables(ps, &ps->view_cos_dev, &ps->view_sin_dev, &ps->view_capacity_dev, ps->view_cos,
+                                ps->view_sin, ps->view_floats, err)))
             return bk_error_prefix(err, "rotary views' angles of %d positions on the %s backend: ", (int)ps->T,
                                    be->name);
         ps->views_version_dev = ps->views_version;

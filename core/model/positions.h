@@ -70,6 +70,7 @@ typedef struct bk_positions {
     int64_t view_pos_capacity;   /* values view_pos holds */
     float *view_cos, *view_sin;
     int64_t view_capacity;       /* floats view_cos and view_sin hold */
+    int64_t view_floats;         /* floats of the views' tables (each of cos, sin) */
     int32_t views_length;        /* the length the views were asked for, 0 before */
     int views_training;          /* ... and the training flag */
     uint64_t views_rot_version;  /* the rot_version (frequencies, amplitude) the view tables were made with */
