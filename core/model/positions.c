@@ -262,6 +262,23 @@ static int check_segments(const bk_term *t, const int32_t *index, const int32_t 
 
 /* The rotation tables for positions < T: made again when T outgrows them or when the frequencies or the
  * amplitude change (rotary_ctx asked again for a new length or training flag). */
+/* Grows the host tables *a and *b (the same size) to hold n floats each. */
+static int grow_pair(float **a, float **b, int64_t *capacity, int64_t n)
+{
+    if (n <= *capacity)
+        return BK_OK;
+    float *pa = realloc(*a, (size_t)n * sizeof *pa);
+    if (pa)
+        *a = pa;
+    float *pb = pa ? realloc(*b, (size_t)n * sizeof *pb) : NULL;
+    if (pb)
+        *b = pb;
+    if (!pa || !pb)
+        return BK_ERR_NOMEM;
+    *capacity = n;
+    return BK_OK;
+}
+
 static int prepare_rotary(bk_positions *ps, int T, bk_error *err)
 {
     if (!ps->pairs || T < 1)
@@ -281,16 +298,8 @@ static int prepare_rotary(bk_positions *ps, int T, bk_error *err)
         return BK_OK;
     }
     const int64_t n = (int64_t)T * ps->pairs * (ps->decay ? 2 : 1); /* with a decay, q's tables and k's */
-    if (n > ps->rot_capacity) {
-        float *c = malloc((size_t)n * sizeof *c), *s = malloc((size_t)n * sizeof *s);
-        if (!c || !s) {
-            free(c), free(s);
-            return bk_fail(err, BK_ERR_NOMEM, "out of memory for rotary angles of %d positions", T);
-        }
-        free(ps->rot_cos), free(ps->rot_sin);
-        ps->rot_cos = c, ps->rot_sin = s;
-        ps->rot_capacity = n;
-    }
+    if (grow_pair(&ps->rot_cos, &ps->rot_sin, &ps->rot_capacity, n))
+        return bk_fail(err, BK_ERR_NOMEM, "out of memory for rotary angles of %d positions", T);
     if (changed) { /* what the tables are made of from now on */
         float *f = ps->inv_freq;
         ps->inv_freq = ps->inv_freq_next, ps->inv_freq_next = f;
@@ -327,23 +336,6 @@ static int prepare_rotary(bk_positions *ps, int T, bk_error *err)
         }
     ps->rot_rows = T;
     ps->rot_version++;
-    return BK_OK;
-}
-
-/* Grows the host tables *a and *b (the same size) to hold n floats each. */
-static int grow_pair(float **a, float **b, int64_t *capacity, int64_t n)
-{
-    if (n <= *capacity)
-        return BK_OK;
-    float *pa = realloc(*a, (size_t)n * sizeof *pa);
-    if (pa)
-        *a = pa;
-    float *pb = pa ? realloc(*b, (size_t)n * sizeof *pb) : NULL;
-    if (pb)
-        *b = pb;
-    if (!pa || !pb)
-        return BK_ERR_NOMEM;
-    *capacity = n;
     return BK_OK;
 }
 
@@ -461,7 +453,6 @@ int bk_positions_set_backend(bk_positions *ps, bk_backend *be, bk_error *err)
     return BK_OK;
 }
 
-/* After the host arrays of a prepare: the device copies of what the device reads. */
 /* A pair of host tables (cos, sin) of `floats` each into the device's *cdev, *sdev (grown when
  * *capacity is too small). */
 static int upload_tables(bk_positions *ps, float **cdev, float **sdev, int64_t *capacity, const float *c,
@@ -483,6 +474,7 @@ static int upload_tables(bk_positions *ps, float **cdev, float **sdev, int64_t *
     return BK_OK;
 }
 
+/* After the host arrays of a prepare: the device copies of what the device reads. */
 static int upload_batch(bk_positions *ps, bk_error *err)
 {
     bk_backend *be = ps->be;
